@@ -1,0 +1,3 @@
+from sluicegate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,146 @@
+"""Settings: defaults, then a TOML file, then environment variables, then command-line flags.
+
+```toml
+[server]
+host = "127.0.0.1"
+port = 8321
+api_key = "sk-local"            # or a list `api_keys = [...]`; none: no auth
+heartbeat_seconds = 15
+request_timeout_seconds = 600   # 0 disables
+idle_timeout_seconds = 120      # 0 disables
+max_body_bytes = 16777216
+max_concurrent_requests = 512   # 429 above this
+data_dir = "~/.local/share/sluicegate"
+
+[chat_completions]
+reasoning_field = "reasoning_content"   # or "reasoning", or "both"
+
+[[models]]
+id = "my-model"
+engine = "scripted"
+script = "script.yaml"          # relative to this file's folder
+```
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sluicegate.engines.base import ConfigError
+
+DEFAULT_PORT = 8321
+ENV_PREFIX = "SLUICEGATE_"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "sluicegate"
+
+
+@dataclass(slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    api_keys: list[str] = field(default_factory=list)
+    heartbeat_seconds: float = 15.0
+    request_timeout_seconds: float = 600.0
+    idle_timeout_seconds: float = 120.0
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_concurrent_requests: int = 512
+    data_dir: Path = field(default_factory=default_data_dir)
+    log_level: str = "info"
+    reasoning_field: str = "reasoning_content"
+    models: list[dict[str, Any]] = field(default_factory=list)
+    base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
+
+
+_SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "host": str,
+    "port": int,
+    "api_key": str,
+    "api_keys": list,
+    "heartbeat_seconds": (int, float),
+    "request_timeout_seconds": (int, float),
+    "idle_timeout_seconds": (int, float),
+    "max_body_bytes": int,
+    "max_concurrent_requests": int,
+    "data_dir": str,
+    "log_level": str,
+}
+_CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
+_TOP_KEYS = {"server", "chat_completions", "models"}
+
+
+def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> None:
+    for key, value in table.items():
+        expected = _SERVER_KEYS.get(key)
+        if expected is None:
+            raise ConfigError(f"{source}: unknown key [server].{key}; known keys: {', '.join(_SERVER_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, expected):
+            raise ConfigError(f"{source}: [server].{key} has the wrong type ({type(value).__name__})")
+        if key == "api_key":
+            settings.api_keys = [value]
+        elif key == "api_keys":
+            if not all(isinstance(k, str) and k for k in value):
+                raise ConfigError(f"{source}: [server].api_keys must be a list of non-empty strings")
+            settings.api_keys = list(value)
+        elif key == "data_dir":
+            settings.data_dir = Path(value).expanduser()
+        else:
+            if isinstance(value, int | float) and value < 0:
+                raise ConfigError(f"{source}: [server].{key} must not be negative")
+            setattr(settings, key, value)
+
+
+def load_settings(
+    config_path: str | os.PathLike[str] | None = None, env: dict[str, str] | None = None
+) -> Settings:
+    env = dict(os.environ) if env is None else env
+    settings = Settings()
+    path_text = config_path or env.get(ENV_PREFIX + "CONFIG")
+    if path_text:
+        path = Path(path_text).expanduser().resolve()
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read config {path}: {exc.strerror}") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+        settings.base_dir = path.parent
+        unknown = set(data) - _TOP_KEYS
+        if unknown:
+            raise ConfigError(f"{path}: unknown tables {sorted(unknown)}; known: {sorted(_TOP_KEYS)}")
+        server = data.get("server", {})
+        if not isinstance(server, dict):
+            raise ConfigError(f"{path}: [server] must be a table")
+        _apply_server(settings, server, str(path))
+        chat = data.get("chat_completions", {})
+        for key, value in chat.items():
+            if key not in _CHAT_KEYS or value not in _CHAT_KEYS[key]:
+                raise ConfigError(
+                    f"{path}: [chat_completions].{key} must be one of {_CHAT_KEYS.get(key, ())}"
+                )
+            setattr(settings, key, value)
+        models = data.get("models", [])
+        if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
+            raise ConfigError(f"{path}: models must be declared as [[models]] tables")
+        settings.models = models
+    _apply_env(settings, env)
+    return settings
+
+
+def _apply_env(settings: Settings, env: dict[str, str]) -> None:
+    if host := env.get(ENV_PREFIX + "HOST"):
+        settings.host = host
+    if port := env.get(ENV_PREFIX + "PORT"):
+        if not port.isdigit():
+            raise ConfigError(f"{ENV_PREFIX}PORT must be a number, got {port!r}")
+        settings.port = int(port)
+    if key := env.get(ENV_PREFIX + "API_KEY"):
+        settings.api_keys = [key]
+    if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
+        settings.data_dir = Path(data_dir).expanduser()

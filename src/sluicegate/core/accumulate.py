@@ -1,0 +1,83 @@
+"""The one accumulator: folds the canonical stream into the final result.
+
+Non-streaming bodies, stored responses and end-of-stream summaries all come from here, so a
+streamed and a non-streamed request can never disagree about what was generated.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sluicegate.core.errors import ErrorInfo
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    Item,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    LoadFinished,
+    Usage,
+    UsageReport,
+)
+
+
+@dataclass(slots=True)
+class ChatResult:
+    items: list[Item] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    finish_reason: FinishReason | None = None
+    error: ErrorInfo | None = None
+    load_seconds: float | None = None  # set when this request loaded the model
+    time_to_first_token: float | None = None
+    generation_seconds: float = 0.0  # first token to end
+
+    def text_of(self, kind: ItemKind) -> str | None:
+        """All text of one kind joined, or None when there was none."""
+        texts = [item.text for item in self.items if item.kind is kind]
+        return "".join(texts) if texts else None
+
+    def of_kind(self, kind: ItemKind) -> list[Item]:
+        return [item for item in self.items if item.kind is kind]
+
+    @property
+    def tokens_per_second(self) -> float:
+        if self.generation_seconds <= 0 or self.usage.completion_tokens <= 1:
+            return 0.0
+        return (self.usage.completion_tokens - 1) / self.generation_seconds
+
+
+class Accumulator:
+    def __init__(self) -> None:
+        self.result = ChatResult()
+        self._started = time.perf_counter()
+        self._first_token_at: float | None = None
+
+    def feed(self, event: Event) -> None:
+        match event:
+            case ItemDelta():
+                if self._first_token_at is None:
+                    self._first_token_at = time.perf_counter()
+                    self.result.time_to_first_token = self._first_token_at - self._started
+            case ItemDone(item=item):
+                self.result.items.append(item)
+            case UsageReport(usage=usage):
+                self.result.usage = usage
+            case Finished(reason=reason):
+                self.result.finish_reason = reason
+                self._stop_clock()
+            case Failed(error=error):
+                self.result.error = error
+                self._stop_clock()
+            case LoadFinished(seconds=seconds):
+                self.result.load_seconds = seconds
+                self._started = time.perf_counter()  # time to first token starts after loading
+            case _:
+                pass
+
+    def _stop_clock(self) -> None:
+        if self._first_token_at is not None:
+            self.result.generation_seconds = time.perf_counter() - self._first_token_at

@@ -1,0 +1,81 @@
+"""The path every request takes from engine to dialect, composed once.
+
+engine raw events → deadlines (transport) → segmentation → accumulator + encoder → frames
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.events import Event, RawEvent
+from sluicegate.core.segment import segment
+from sluicegate.transport.deadline import with_deadlines
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class StreamLimits:
+    heartbeat_seconds: float = 15.0
+    request_timeout_seconds: float | None = 600.0
+    idle_timeout_seconds: float | None = 120.0
+
+
+def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[Event]:
+    guarded = with_deadlines(
+        raw,
+        deadline_seconds=limits.request_timeout_seconds,
+        idle_seconds=limits.idle_timeout_seconds,
+    )
+    return segment(guarded)
+
+
+async def encoded_frames(
+    events: AsyncIterator[Event],
+    encode: Callable[[Event], bytes],
+    accumulator: Accumulator | None = None,
+) -> AsyncIterator[bytes]:
+    """Feed each event to the accumulator and the dialect's encoder; yield non-empty frames."""
+    feed = accumulator.feed if accumulator is not None else None
+    try:
+        async for event in events:
+            if feed is not None:
+                feed(event)
+            frame = encode(event)
+            if frame:
+                yield frame
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+async def collect(events: AsyncIterator[Event], accumulator: Accumulator | None = None) -> ChatResult:
+    """Run a stream to its end for a non-streaming response."""
+    accumulator = accumulator or Accumulator()
+    async for event in events:
+        accumulator.feed(event)
+    return accumulator.result
+
+
+async def unless_disconnected(work: Awaitable[T], wait_for_disconnect: Callable[[], Awaitable[object]]) -> T:
+    """Await `work`, cancelling it the moment the client goes away (non-streaming requests)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(wait_for_disconnect())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        if task in done:
+            return task.result()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)

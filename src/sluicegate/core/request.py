@@ -1,0 +1,88 @@
+"""ChatRequest: what every dialect parses into and every engine generates from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+@dataclass(slots=True)
+class ContentPart:
+    type: Literal["text", "image"]
+    text: str = ""
+    image_url: str = ""  # an http(s) URL or a data: URL
+
+
+@dataclass(slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, exactly as the model produced it
+
+
+@dataclass(slots=True)
+class Message:
+    role: Role
+    content: str | list[ContentPart] = ""
+    name: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None  # on role == "tool": which call this answers
+    reasoning: str | None = None  # reasoning text an assistant turn carried
+
+    @property
+    def text(self) -> str:
+        """The message's text parts joined; images are left out."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content if part.type == "text")
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    strict: bool = False
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repeat_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    max_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    n: int = 1
+
+
+ToolChoice = Literal["auto", "none", "required"] | str  # a str other than the three: that tool
+
+
+@dataclass(slots=True)
+class ChatRequest:
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    tool_choice: ToolChoice = "auto"
+    parallel_tool_calls: bool = True
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    reasoning_effort: str | None = None
+    response_format: dict[str, Any] | None = None
+    # Engine-specific knobs a dialect passed through untouched (e.g. an upstream's extra_body).
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def last_user_text(self) -> str:
+        for message in reversed(self.messages):
+            if message.role == "user":
+                return message.text
+        return ""

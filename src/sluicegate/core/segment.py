@@ -1,0 +1,188 @@
+"""Segmentation: raw engine deltas become items that open, take deltas and close.
+
+This is the only place block boundaries are decided, so no dialect re-derives them. It also
+gives every stream the same ending: open items are closed, the last usage is reported, then
+exactly one terminal event (`Finished` or `Failed`) — whatever the engine did or failed to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    RawEvent,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from sluicegate.core.ids import new_id
+
+log = logging.getLogger(__name__)
+
+ITEM_ID_PREFIX = {
+    ItemKind.REASONING: "rs_",
+    ItemKind.MESSAGE: "msg_",
+    ItemKind.REFUSAL: "msg_",
+    ItemKind.TOOL_CALL: "fc_",
+    ItemKind.TOOL_RESULT: "fco_",
+}
+
+
+class _Segmenter:
+    def __init__(self) -> None:
+        self.count = 0
+        self.tool_count = 0
+        self.text_item: Item | None = None
+        self.tool_item: Item | None = None
+        self.tool_by_index: dict[int, Item] = {}
+        # A tool call whose name has not arrived yet: its arguments wait here.
+        self.pending_args: dict[int, list[str]] = {}
+        self.usage: UsageReport | None = None
+        self.finish: FinishReason | None = None
+
+    def _open(self, kind: ItemKind, **fields: str | int | None) -> Item:
+        item = Item(index=self.count, kind=kind, id=new_id(ITEM_ID_PREFIX[kind]))
+        for key, value in fields.items():
+            setattr(item, key, value)
+        self.count += 1
+        return item
+
+    def _close(self, item: Item, out: list[Event]) -> None:
+        item.text = "".join(item.parts)
+        item.parts = []
+        item.done = True
+        out.append(ItemDone(item))
+
+    def close_text(self, out: list[Event]) -> None:
+        if self.text_item is not None:
+            self._close(self.text_item, out)
+            self.text_item = None
+
+    def close_tool(self, out: list[Event]) -> None:
+        item = self.tool_item
+        if item is None:
+            return
+        self.tool_item = None
+        if not item.name and item.tool_index is None:
+            # The name never came: announce the call now rather than lose it.
+            self._announce_tool(item, out)
+        self._close(item, out)
+
+    def _announce_tool(self, item: Item, out: list[Event]) -> None:
+        item.tool_index = self.tool_count
+        self.tool_count += 1
+        out.append(ItemAdded(item))
+        buffered = self.pending_args.pop(id(item), None)
+        if buffered:
+            text = "".join(buffered)
+            item.parts.append(text)
+            out.append(ItemDelta(item, text))
+
+    def text(self, event: TextDelta, out: list[Event]) -> None:
+        item = self.text_item
+        if item is None or item.kind is not event.channel:
+            self.close_text(out)
+            self.close_tool(out)
+            item = self.text_item = self._open(event.channel)
+            out.append(ItemAdded(item))
+        item.parts.append(event.text)
+        if event.logprobs:
+            item.logprobs.extend(event.logprobs)
+        out.append(ItemDelta(item, event.text, event.logprobs))
+
+    def tool(self, event: ToolCallDelta, out: list[Event]) -> None:
+        item = self.tool_by_index.get(event.index)
+        if item is None:
+            self.close_text(out)
+            self.close_tool(out)
+            item = self._open(
+                ItemKind.TOOL_CALL, call_id=event.call_id or new_id("call_", 24), name=event.name
+            )
+            self.tool_by_index[event.index] = item
+            self.tool_item = item
+            if item.name:
+                self._announce_tool(item, out)
+        elif item is not self.tool_item:
+            log.warning("dropping a late delta for tool call %d, already closed", event.index)
+            return
+        elif event.name and not item.name:
+            item.name = event.name
+            self._announce_tool(item, out)
+        if not event.arguments:
+            return
+        if item.tool_index is None:
+            self.pending_args.setdefault(id(item), []).append(event.arguments)
+            return
+        item.parts.append(event.arguments)
+        out.append(ItemDelta(item, event.arguments))
+
+    def end(self, out: list[Event], failure: Failed | None) -> None:
+        self.close_text(out)
+        self.close_tool(out)
+        if self.usage is not None:
+            out.append(self.usage)
+        if failure is not None:
+            out.append(failure)
+            return
+        reason = self.finish or FinishReason.STOP
+        if self.tool_count and reason is FinishReason.STOP:
+            reason = FinishReason.TOOL_CALLS
+        elif not self.tool_count and reason is FinishReason.TOOL_CALLS:
+            reason = FinishReason.STOP
+        out.append(Finished(reason))
+
+
+def failure_from_exception(exc: Exception) -> Failed:
+    if isinstance(exc, EngineFailure):
+        return Failed(ErrorInfo(ErrorKind.ENGINE, str(exc), code=exc.code))
+    log.exception("engine raised unexpectedly", exc_info=exc)
+    return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
+
+
+async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
+    """Turn an engine's raw events into the canonical item-structured stream."""
+    state = _Segmenter()
+    out: list[Event] = []
+    failure: Failed | None = None
+    try:
+        async for event in raw:
+            match event:
+                case TextDelta():
+                    state.text(event, out)
+                case ToolCallDelta():
+                    state.tool(event, out)
+                case UsageReport():
+                    state.usage = event
+                    continue
+                case Finished():
+                    state.finish = event.reason
+                    continue
+                case Failed():
+                    failure = event
+                    break
+                case _:
+                    yield event  # load and prompt progress pass through unchanged
+                    continue
+            for canonical in out:
+                yield canonical
+            out.clear()
+    except Exception as exc:  # an engine bug must still end the stream properly
+        failure = failure_from_exception(exc)
+    finally:
+        aclose = getattr(raw, "aclose", None)
+        if aclose is not None:
+            await aclose()
+    state.end(out, failure)
+    for canonical in out:
+        yield canonical

@@ -1,0 +1,214 @@
+"""Chat Completions encoding: canonical events → `chat.completion.chunk` frames, and the
+non-streaming `chat.completion` body from the accumulated result.
+
+The encoder is a small state machine with the envelope precomputed as bytes, so a token costs
+one orjson call on its delta. Wire details follow `specs/chat-completions-streaming.md` and
+what the `openai` SDK's `chat.completions.stream()` helper requires: `role` only in the first
+delta, a tool call's `id`/`type`/`name` only in its first delta, `index` on every tool delta.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import orjson
+
+from sluicegate.core.accumulate import ChatResult
+from sluicegate.core.errors import ErrorInfo
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemKind,
+    TokenLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.transport.sse import sse_frame
+
+ReasoningField = Literal["reasoning_content", "reasoning", "both"]
+DONE = b"data: [DONE]\n\n"
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": usage.reasoning_tokens,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def logprobs_body(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": e.bytes,
+            "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top],
+        }
+        for e in entries
+    ]
+
+
+def reasoning_keys(field: ReasoningField) -> tuple[str, ...]:
+    return ("reasoning_content", "reasoning") if field == "both" else (field,)
+
+
+class ChatCompletionsEncoder:
+    def __init__(
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        *,
+        include_usage: bool,
+        logprobs: bool,
+        reasoning_field: ReasoningField = "reasoning_content",
+    ) -> None:
+        envelope = orjson.dumps(
+            {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "service_tier": None,
+                "system_fingerprint": None,
+            }
+        )
+        self._head = b"data: " + envelope[:-1] + b',"choices":[{"index":0,"delta":'
+        self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}\n\n"
+        self._envelope = envelope
+        self.include_usage = include_usage
+        self.logprobs = logprobs
+        self.reasoning_keys = reasoning_keys(reasoning_field)
+        self.started = False
+        self.usage = Usage()
+
+    def _chunk(self, delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> bytes:
+        lp = b"null" if logprobs is None else orjson.dumps(logprobs)
+        return self._head + orjson.dumps(delta) + b',"logprobs":' + lp + self._tail
+
+    def _role_chunk(self, first: Item | None) -> bytes:
+        self.started = True
+        if first is not None and first.kind is ItemKind.REFUSAL:
+            return self._chunk({"role": "assistant", "content": None, "refusal": ""})
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def encode(self, event: Event) -> bytes:
+        match event:
+            case ItemDelta():
+                return self._delta(event)
+            case ItemAdded():
+                return self._added(event.item)
+            case UsageReport():
+                self.usage = event.usage
+            case Finished():
+                return self._finish(event.reason.value)
+            case Failed():
+                return self._failed(event.error)
+        return b""
+
+    def _added(self, item: Item) -> bytes:
+        if item.kind is ItemKind.TOOL_CALL:
+            call = {
+                "index": item.tool_index,
+                "id": item.call_id,
+                "type": "function",
+                "function": {"name": item.name or "", "arguments": ""},
+            }
+            if self.started:
+                return self._chunk({"tool_calls": [call]})
+            self.started = True
+            return self._chunk({"role": "assistant", "content": None, "tool_calls": [call]})
+        if item.kind is ItemKind.TOOL_RESULT or self.started:
+            return b""  # server-side tool results are not part of this dialect
+        return self._role_chunk(item)
+
+    def _delta(self, event: ItemDelta) -> bytes:
+        item = event.item
+        kind = item.kind
+        if kind is ItemKind.MESSAGE:
+            lp = {"content": logprobs_body(event.logprobs or []), "refusal": None} if self.logprobs else None
+            return self._chunk({"content": event.text}, lp)
+        if kind is ItemKind.REASONING:
+            return self._chunk(dict.fromkeys(self.reasoning_keys, event.text))
+        if kind is ItemKind.TOOL_CALL:
+            return self._chunk(
+                {"tool_calls": [{"index": item.tool_index, "function": {"arguments": event.text}}]}
+            )
+        if kind is ItemKind.REFUSAL:
+            lp = {"content": None, "refusal": logprobs_body(event.logprobs or [])} if self.logprobs else None
+            return self._chunk({"refusal": event.text}, lp)
+        return b""
+
+    def _finish(self, reason: str) -> bytes:
+        head = b"" if self.started else self._role_chunk(None)
+        choice = (
+            b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]'
+        )
+        usage = b',"usage":' + orjson.dumps(usage_body(self.usage)) if self.include_usage else b""
+        return head + b"data: " + self._envelope[:-1] + choice + usage + b"}\n\n" + DONE
+
+    def _failed(self, error: ErrorInfo) -> bytes:
+        return sse_frame(orjson.dumps(openai_error(error)), event="error") + DONE
+
+
+def completion_body(
+    result: ChatResult,
+    *,
+    completion_id: str,
+    created: int,
+    model: str,
+    logprobs: bool,
+    reasoning_field: ReasoningField = "reasoning_content",
+) -> dict[str, Any]:
+    """The non-streaming `chat.completion` object, from the same accumulator as streams."""
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": result.text_of(ItemKind.MESSAGE),
+        "refusal": result.text_of(ItemKind.REFUSAL),
+    }
+    calls = result.of_kind(ItemKind.TOOL_CALL)
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name or "", "arguments": c.text},
+            }
+            for c in calls
+        ]
+    reasoning = result.text_of(ItemKind.REASONING)
+    if reasoning is not None:
+        for key in reasoning_keys(reasoning_field):
+            message[key] = reasoning
+    choice_logprobs = None
+    if logprobs:
+        content = [lp for i in result.of_kind(ItemKind.MESSAGE) for lp in i.logprobs]
+        refusal = [lp for i in result.of_kind(ItemKind.REFUSAL) for lp in i.logprobs]
+        choice_logprobs = {
+            "content": logprobs_body(content) if content or not refusal else None,
+            "refusal": logprobs_body(refusal) if refusal else None,
+        }
+    finish = result.finish_reason.value if result.finish_reason else "stop"
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": choice_logprobs, "finish_reason": finish}],
+        "usage": usage_body(result.usage),
+        "service_tier": None,
+        "system_fingerprint": None,
+    }

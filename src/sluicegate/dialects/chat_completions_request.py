@@ -1,0 +1,220 @@
+"""Chat Completions request parsing: the wire body → `ChatRequest` plus stream options.
+
+Validation follows OpenAI's wording and always names the parameter. Parameters that are part
+of the API are parsed; extension parameters that local servers accept (top_k, min_p,
+repeat_penalty, ttl, ...) are passed through; anything else is ignored, as vLLM and
+llama-server do, so clients sending provider-specific extras keep working.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sluicegate.core.errors import invalid
+from sluicegate.core.request import (
+    ChatRequest,
+    ContentPart,
+    Message,
+    SamplingParams,
+    ToolCall,
+    ToolSpec,
+)
+from sluicegate.core.validation import Fields
+
+ROLES = ("system", "developer", "user", "assistant", "tool")
+# Accepted and forwarded in `ChatRequest.extra` for engines that understand them.
+EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt")
+
+
+@dataclass(slots=True)
+class ChatOptions:
+    stream: bool
+    include_usage: bool
+
+
+def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
+    f = Fields(body)
+    model = f.string("model", required=True)
+    assert model is not None
+    raw_messages = f.array("messages", required=True, non_empty=True)
+    assert raw_messages is not None
+    messages = [_message(m) for m in f.items("messages", raw_messages)]
+
+    stream = bool(f.boolean("stream"))
+    include_usage = False
+    options = f.object("stream_options")
+    if options is not None:
+        if not stream:
+            f.fail(
+                "stream_options",
+                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+            )
+        include_usage = bool(options.boolean("include_usage"))
+        options.boolean("include_obfuscation")
+
+    request = ChatRequest(model=model, messages=messages)
+    request.sampling = _sampling(f)
+    raw_tools = f.array("tools")
+    request.tools = [_tool(t) for t in f.items("tools", raw_tools or [])]
+    request.tool_choice = _tool_choice(f, request.tools)
+    request.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
+    request.reasoning_effort = f.string("reasoning_effort")
+    response_format = f.object("response_format")
+    if response_format is not None:
+        response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
+        request.response_format = response_format.obj
+    _refuse_unservable(f)
+    request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
+    return request, ChatOptions(stream=stream, include_usage=include_usage)
+
+
+def _sampling(f: Fields) -> SamplingParams:
+    s = SamplingParams()
+    s.temperature = f.number("temperature", low=0, high=2)
+    s.top_p = f.number("top_p", low=0, high=1)
+    s.top_k = f.integer("top_k", low=-1)
+    s.min_p = f.number("min_p", low=0, high=1)
+    s.repeat_penalty = f.number("repeat_penalty", low=0)
+    s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
+    s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
+    s.seed = f.integer("seed")
+    s.max_tokens = f.integer("max_completion_tokens", low=1)
+    if s.max_tokens is None:
+        s.max_tokens = f.integer("max_tokens", low=1)
+    s.n = f.integer("n", low=1, high=128) or 1
+    s.logprobs = bool(f.boolean("logprobs"))
+    s.top_logprobs = f.integer("top_logprobs", low=0, high=20)
+    if s.top_logprobs and not s.logprobs:
+        f.fail(
+            "top_logprobs",
+            "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
+        )
+    stop = f.obj.get("stop")
+    if isinstance(stop, str):
+        s.stop = [stop]
+    elif isinstance(stop, list):
+        if len(stop) > 4 or not all(isinstance(x, str) for x in stop):
+            f.fail("stop", "Invalid 'stop': expected a string or an array of at most 4 strings.")
+        s.stop = list(stop)
+    elif stop is not None:
+        f.fail("stop", "Invalid type for 'stop': expected a string or an array of strings.")
+    return s
+
+
+def _refuse_unservable(f: Fields) -> None:
+    """Parameters of the API that no engine here can honour: a clear 400, never silence."""
+    if f.obj.get("logit_bias"):
+        f.fail("logit_bias", "'logit_bias' is not supported by Sluicegate engines.")
+    modalities = f.array("modalities")
+    if modalities and any(m != "text" for m in modalities):
+        f.fail("modalities", "Only the 'text' modality is supported.")
+    for key in ("audio", "prediction", "web_search_options", "functions"):
+        if f.obj.get(key) is not None:
+            hint = " Use 'tools' instead." if key == "functions" else ""
+            f.fail(key, f"'{key}' is not supported by Sluicegate.{hint}")
+
+
+def _content(f: Fields, key: str, role: str) -> str | list[ContentPart]:
+    value = f.obj.get(key)
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        f.fail(
+            key,
+            f"Invalid type for '{f.where(key)}': expected a string or an array of content parts.",
+        )
+    parts: list[ContentPart] = []
+    for part in f.items(key, value):
+        kind = part.string("type", required=True)
+        if kind == "text":
+            parts.append(ContentPart("text", text=part.string("text", required=True) or ""))
+        elif kind == "image_url" and role == "user":
+            image = part.obj.get("image_url")
+            url = image.get("url") if isinstance(image, dict) else image
+            if not isinstance(url, str):
+                part.fail(
+                    "image_url",
+                    f"Invalid '{part.where('image_url')}': expected an object with a string 'url'.",
+                )
+            parts.append(ContentPart("image", image_url=url))
+        elif kind == "refusal" and role == "assistant":
+            parts.append(ContentPart("text", text=part.string("refusal", required=True) or ""))
+        else:
+            part.fail(
+                "type",
+                f"Invalid value for '{part.where('type')}': '{kind}' content parts are not supported in '{role}' messages.",
+            )
+    return parts
+
+
+def _message(m: Fields) -> Message:
+    role = m.string("role", required=True, choices=ROLES)
+    assert role is not None
+    if role != "assistant" and "content" not in m.obj:
+        m.fail("content", f"Missing required parameter: '{m.where('content')}'.")
+    message = Message(role=role, content=_content(m, "content", role))  # type: ignore[arg-type]
+    message.name = m.string("name")
+    if role == "tool":
+        message.tool_call_id = m.string("tool_call_id", required=True)
+    if role == "assistant":
+        calls = m.array("tool_calls") or []
+        for call in m.items("tool_calls", calls):
+            fn = call.object("function", required=True)
+            assert fn is not None
+            arguments = fn.string("arguments") or ""
+            message.tool_calls.append(
+                ToolCall(
+                    call.string("id", required=True) or "",
+                    fn.string("name", required=True) or "",
+                    arguments,
+                )
+            )
+        message.reasoning = m.string("reasoning_content") or m.string("reasoning")
+        if m.obj.get("content") is None and not calls and m.obj.get("refusal") is None:
+            m.fail("content", f"Missing required parameter: '{m.where('content')}' (or 'tool_calls').")
+        refusal = m.string("refusal")
+        if refusal and not message.text:
+            message.content = refusal
+    return message
+
+
+def _tool(t: Fields) -> ToolSpec:
+    t.string("type", required=True, choices=("function",))
+    fn = t.object("function", required=True)
+    assert fn is not None
+    name = fn.string("name", required=True) or ""
+    parameters = fn.object("parameters")
+    return ToolSpec(
+        name=name,
+        description=fn.string("description") or "",
+        parameters=parameters.obj if parameters is not None else {},
+        strict=bool(fn.boolean("strict")),
+    )
+
+
+def _tool_choice(f: Fields, tools: list[ToolSpec]) -> str:
+    choice = f.obj.get("tool_choice")
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        f.string("tool_choice", choices=("none", "auto", "required"))
+        if choice == "required" and not tools:
+            f.fail(
+                "tool_choice",
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            )
+        return choice
+    c = f.object("tool_choice")
+    assert c is not None
+    c.string("type", required=True, choices=("function",))
+    fn = c.object("function", required=True)
+    assert fn is not None
+    name = fn.string("name", required=True) or ""
+    if name not in {tool.name for tool in tools}:
+        fn.fail("name", f"Invalid value for '{fn.where('name')}': no tool named '{name}' is in 'tools'.")
+    if name in ("auto", "none", "required"):
+        raise invalid(f"A tool may not be named '{name}'.", "tool_choice")
+    return name

@@ -1,0 +1,96 @@
+"""The engine interface. Built-in engines implement it exactly as third-party plugins do.
+
+An engine turns a `ChatRequest` into an async iterator of raw canonical events and stops
+promptly when that iterator is cancelled or closed. It knows nothing of HTTP or dialects.
+Engines are found through the `sluicegate.engines` entry-point group.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from sluicegate.core.errors import invalid
+from sluicegate.core.events import RawEvent
+from sluicegate.core.request import ChatRequest
+
+
+class ConfigError(Exception):
+    """A configuration problem, reported at startup with the offending key."""
+
+
+@dataclass(slots=True)
+class Capabilities:
+    tool_use: bool = True
+    reasoning: bool = False
+    vision: bool = False
+    logprobs: bool = False
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    id: str
+    engine: str
+    created: int = field(default_factory=lambda: int(time.time()))
+    owned_by: str = "sluicegate"
+    display_name: str | None = None
+    context_length: int | None = None
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    # Free-form facts for the model listings: architecture, quantization, size_bytes, ...
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+ProgressCallback = Callable[[float], None]
+
+
+class Engine(ABC):
+    """One model's generator. `kind` is the `engine = ...` name used in the config."""
+
+    kind: ClassVar[str]
+    # Engines with nothing to load (an upstream) say False and never emit load events.
+    needs_load: ClassVar[bool] = False
+
+    def __init__(self, model_id: str) -> None:
+        self.model_id = model_id
+
+    @classmethod
+    @abstractmethod
+    def from_config(cls, table: dict[str, Any], base_dir: Path) -> Engine:
+        """Build from a `[[models]]` table; relative paths resolve against `base_dir`."""
+
+    @abstractmethod
+    def info(self) -> ModelInfo: ...
+
+    def check(self, request: ChatRequest) -> None:
+        """Raise `SluicegateError` (400) for anything in the request this engine cannot honour.
+
+        Subclasses extend this and call it: the canonical stream carries one choice, so `n`
+        above 1 is refused here for every engine rather than silently ignored.
+        """
+        if request.sampling.n != 1:
+            raise invalid(
+                f"n={request.sampling.n} is not supported by the {self.kind} engine of "
+                f"model {self.model_id!r}; it generates one choice per request",
+                param="n",
+                code="unsupported_parameter",
+            )
+
+    async def load(self, on_progress: ProgressCallback) -> None:
+        """Load weights (or whatever this engine needs), reporting progress 0..1."""
+        return None
+
+    async def unload(self) -> None:
+        """Free what `load` took."""
+        return None
+
+    @abstractmethod
+    def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        """Yield raw events for one request. Must stop at once when cancelled or closed."""
+
+    async def aclose(self) -> None:
+        """Release everything at server shutdown."""
+        return None

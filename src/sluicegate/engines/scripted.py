@@ -1,0 +1,355 @@
+"""The scripted engine: deterministic replies from a YAML or JSON script, for client testing.
+
+A script has optional pacing and a list of replies; the first reply whose `when` matches the
+conversation is used. Text streams one word per delta (a word keeps its leading space),
+reasoning before content, then tool calls. Token counts are deterministic: a delta is a token,
+and a prompt costs its words plus four per message. The script is re-read when its file
+changes, so a tester can edit it while the server runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sluicegate.core.errors import EngineFailure, ErrorKind, SluicegateError
+from sluicegate.core.events import (
+    Finished,
+    FinishReason,
+    ItemKind,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    TopLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.request import ChatRequest
+from sluicegate.engines.base import Capabilities, ConfigError, Engine, ModelInfo, ProgressCallback
+
+WORD = re.compile(r"\s*\S+|\s+$")
+PROMPT_PROGRESS_STEPS = 4
+LOAD_PROGRESS_STEPS = 5
+
+_PACING_KEYS = {"token_delay_ms", "first_token_delay_ms"}
+_WHEN_KEYS = {"last_role", "user_contains", "user_matches", "has_tools"}
+_REPLY_KEYS = _PACING_KEYS | {
+    "when",
+    "reasoning",
+    "content",
+    "refusal",
+    "tool_calls",
+    "finish_reason",
+    "usage",
+    "error_after_deltas",
+    "error_message",
+}
+_TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
+_USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
+
+
+def words(text: str) -> list[str]:
+    """Split text into deltas whose concatenation is exactly the text."""
+    return WORD.findall(text)
+
+
+@dataclass(slots=True)
+class ScriptedToolCall:
+    name: str
+    arguments: str
+    id: str | None = None
+
+
+@dataclass(slots=True)
+class Reply:
+    when: dict[str, Any] = field(default_factory=dict)
+    reasoning: str = ""
+    content: str = ""
+    refusal: str = ""
+    tool_calls: list[ScriptedToolCall] = field(default_factory=list)
+    finish_reason: FinishReason | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+    error_after_deltas: int | None = None
+    error_message: str | None = None
+    token_delay_ms: float | None = None
+    first_token_delay_ms: float | None = None
+
+    def matches(self, request: ChatRequest) -> bool:
+        when = self.when
+        if "last_role" in when and (not request.messages or request.messages[-1].role != when["last_role"]):
+            return False
+        user = request.last_user_text
+        if "user_contains" in when and when["user_contains"].lower() not in user.lower():
+            return False
+        if "user_matches" in when and not re.search(when["user_matches"], user):
+            return False
+        return not ("has_tools" in when and bool(request.tools) != when["has_tools"])
+
+
+@dataclass(slots=True)
+class Script:
+    replies: list[Reply]
+    token_delay_ms: float = 0.0
+    first_token_delay_ms: float = 0.0
+    load_seconds: float = 0.0
+
+    def pick(self, request: ChatRequest) -> Reply:
+        for reply in self.replies:
+            if reply.matches(request):
+                return reply
+        return Reply(content="")  # a script without a default answers with an empty message
+
+
+def _number(where: str, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ConfigError(f"{where}: `{key}` must be a non-negative number, got {value!r}")
+    return float(value)
+
+
+def _text(where: str, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where}: `{key}` must be a string, got {type(value).__name__}")
+    return value
+
+
+def _parse_tool_call(where: str, raw: Any) -> ScriptedToolCall:
+    if not isinstance(raw, dict) or not isinstance(raw.get("name"), str):
+        raise ConfigError(f"{where}: each tool call needs a string `name`")
+    unknown = set(raw) - {"name", "arguments", "id"}
+    if unknown:
+        raise ConfigError(f"{where}: unknown tool call keys {sorted(unknown)}")
+    arguments = raw.get("arguments", {})
+    # Default separators keep spaces in the JSON, so arguments stream in several pieces.
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    call_id = raw.get("id")
+    return ScriptedToolCall(raw["name"], text, _text(where, "id", call_id) if call_id else None)
+
+
+def _parse_reply(where: str, raw: Any) -> Reply:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where}: a reply must be a mapping")
+    unknown = set(raw) - _REPLY_KEYS
+    if unknown:
+        raise ConfigError(f"{where}: unknown reply keys {sorted(unknown)}")
+    reply = Reply()
+    when = raw.get("when", {})
+    if not isinstance(when, dict) or set(when) - _WHEN_KEYS:
+        raise ConfigError(f"{where}: `when` takes only {sorted(_WHEN_KEYS)}")
+    if "user_matches" in when:
+        try:
+            re.compile(when["user_matches"])
+        except (re.error, TypeError) as exc:
+            raise ConfigError(f"{where}: `user_matches` is not a valid regex: {exc}") from exc
+    reply.when = when
+    for key in ("reasoning", "content", "refusal", "error_message"):
+        if key in raw:
+            setattr(reply, key, _text(where, key, raw[key]))
+    calls = raw.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise ConfigError(f"{where}: `tool_calls` must be a list")
+    reply.tool_calls = [_parse_tool_call(where, call) for call in calls]
+    if "finish_reason" in raw:
+        try:
+            reply.finish_reason = FinishReason(raw["finish_reason"])
+        except ValueError as exc:
+            allowed = ", ".join(r.value for r in FinishReason)
+            raise ConfigError(f"{where}: `finish_reason` must be one of {allowed}") from exc
+    usage = raw.get("usage", {})
+    if not isinstance(usage, dict) or set(usage) - _USAGE_KEYS:
+        raise ConfigError(f"{where}: `usage` takes only {sorted(_USAGE_KEYS)}")
+    reply.usage = {key: int(_number(where, key, value)) for key, value in usage.items()}
+    if "error_after_deltas" in raw:
+        reply.error_after_deltas = int(_number(where, "error_after_deltas", raw["error_after_deltas"]))
+    for key in _PACING_KEYS & set(raw):
+        setattr(reply, key, _number(where, key, raw[key]))
+    return reply
+
+
+def parse_script(data: Any, source: str) -> Script:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a script must be a mapping with `replies`")
+    unknown = set(data) - _TOP_KEYS
+    if unknown:
+        raise ConfigError(f"{source}: unknown script keys {sorted(unknown)}")
+    replies = data.get("replies", [])
+    if not isinstance(replies, list):
+        raise ConfigError(f"{source}: `replies` must be a list")
+    script = Script([_parse_reply(f"{source}: replies[{i}]", r) for i, r in enumerate(replies)])
+    for key in ("token_delay_ms", "first_token_delay_ms", "load_seconds"):
+        if key in data:
+            setattr(script, key, _number(source, key, data[key]))
+    return script
+
+
+def load_script(path: Path) -> Script:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read script {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}") from exc
+    return parse_script(data, str(path))
+
+
+def demo_script() -> Script:
+    text = resources.files("sluicegate.engines").joinpath("scripted_demo.yaml").read_text("utf-8")
+    return parse_script(yaml.safe_load(text), "built-in demo script")
+
+
+def prompt_tokens(request: ChatRequest) -> int:
+    count = sum(len(words(m.text)) + 4 for m in request.messages)
+    return count + sum(len(words(json.dumps(t.parameters))) + 8 for t in request.tools)
+
+
+class ScriptedEngine(Engine):
+    kind = "scripted"
+    needs_load = True
+
+    def __init__(self, model_id: str, script: Script, path: Path | None = None) -> None:
+        super().__init__(model_id)
+        self.script = script
+        self.path = path
+        self._mtime = path.stat().st_mtime_ns if path else 0
+
+    @classmethod
+    def from_config(cls, table: dict[str, Any], base_dir: Path) -> ScriptedEngine:
+        unknown = set(table) - {"id", "engine", "script"}
+        if unknown:
+            raise ConfigError(f"model {table['id']!r}: unknown keys {sorted(unknown)} for engine scripted")
+        if "script" not in table:
+            return cls(table["id"], demo_script())
+        path = Path(_text(f"model {table['id']!r}", "script", table["script"])).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        return cls(table["id"], load_script(path), path)
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            id=self.model_id,
+            engine=self.kind,
+            display_name=f"{self.model_id} (scripted)",
+            context_length=32768,
+            capabilities=Capabilities(tool_use=True, reasoning=True, vision=False, logprobs=True),
+            details={"architecture": "scripted", "format": "script", "size_bytes": 0},
+        )
+
+    def _refresh(self) -> None:
+        """Re-read the script if its file changed; a broken edit fails the request clearly."""
+        if self.path is None:
+            return
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except OSError as exc:
+            raise SluicegateError(ErrorKind.ENGINE, f"script {self.path} is gone: {exc.strerror}") from exc
+        if mtime != self._mtime:
+            try:
+                self.script = load_script(self.path)
+            except ConfigError as exc:
+                raise SluicegateError(ErrorKind.ENGINE, f"script error: {exc}", code="script_error") from exc
+            self._mtime = mtime
+
+    def check(self, request: ChatRequest) -> None:
+        super().check(request)
+        self._refresh()
+
+    async def load(self, on_progress: ProgressCallback) -> None:
+        seconds = self.script.load_seconds
+        for step in range(1, LOAD_PROGRESS_STEPS + 1):
+            await asyncio.sleep(seconds / LOAD_PROGRESS_STEPS)
+            on_progress(step / LOAD_PROGRESS_STEPS)
+
+    async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        script = self.script
+        reply = script.pick(request)
+        if request.tool_choice == "none" and reply.tool_calls:
+            reply = Reply(reasoning=reply.reasoning, content=reply.content or "")
+        first_delay = _pick(reply.first_token_delay_ms, script.first_token_delay_ms) / 1000
+        token_delay = _pick(reply.token_delay_ms, script.token_delay_ms) / 1000
+
+        yield PromptStarted()
+        for step in range(1, PROMPT_PROGRESS_STEPS + 1):
+            if first_delay:
+                await asyncio.sleep(first_delay / PROMPT_PROGRESS_STEPS)
+            yield PromptProgress(step / PROMPT_PROGRESS_STEPS)
+        yield PromptFinished()
+
+        deltas, finish = _plan(reply, request)
+        sampling = request.sampling
+        usage = Usage(prompt_tokens=prompt_tokens(request))
+        for count, delta in enumerate(deltas):
+            if reply.error_after_deltas is not None and count >= reply.error_after_deltas:
+                yield UsageReport(_override(usage, reply))
+                raise EngineFailure(
+                    reply.error_message or f"scripted failure after {count} deltas",
+                    code="scripted_failure",
+                )
+            if count and token_delay:
+                await asyncio.sleep(token_delay)
+            if type(delta) is TextDelta and sampling.logprobs:
+                delta.logprobs = [_certain(delta.text, sampling.top_logprobs)]
+            usage.completion_tokens += 1
+            if type(delta) is TextDelta and delta.channel is ItemKind.REASONING:
+                usage.reasoning_tokens += 1
+            yield delta
+        yield UsageReport(_override(usage, reply))
+        yield Finished(finish)
+
+    async def unload(self) -> None:
+        return None
+
+
+def _pick(value: float | None, default: float) -> float:
+    return default if value is None else value
+
+
+def _certain(token: str, top: int | None) -> TokenLogprob:
+    """A scripted token is certain: probability 1, and no alternative has any chance."""
+    raw = list(token.encode())
+    return TokenLogprob(token, 0.0, raw, [TopLogprob(token, 0.0, raw)] if top else [])
+
+
+def _override(usage: Usage, reply: Reply) -> Usage:
+    out = Usage(usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens)
+    for key, value in reply.usage.items():
+        setattr(out, key, value)
+    return out
+
+
+def _plan(reply: Reply, request: ChatRequest) -> tuple[list[TextDelta | ToolCallDelta], FinishReason]:
+    """Every delta the reply streams, cut by `stop` and `max_tokens`, and its finish reason."""
+    finish = reply.finish_reason or (FinishReason.TOOL_CALLS if reply.tool_calls else FinishReason.STOP)
+    content = reply.content
+    stopped = False
+    for stop in request.sampling.stop:
+        at = content.find(stop)
+        if at >= 0:
+            content, stopped = content[:at], True
+    deltas: list[TextDelta | ToolCallDelta] = [
+        TextDelta(ItemKind.REASONING, w) for w in words(reply.reasoning)
+    ]
+    deltas += [TextDelta(ItemKind.MESSAGE, w) for w in words(content)]
+    deltas += [TextDelta(ItemKind.REFUSAL, w) for w in words(reply.refusal)]
+    if stopped:
+        finish = FinishReason.STOP
+    else:
+        for index, call in enumerate(reply.tool_calls):
+            first, *rest = words(call.arguments) or [""]
+            deltas.append(ToolCallDelta(index, first, call.id or None, call.name))
+            deltas += [ToolCallDelta(index, piece) for piece in rest]
+    limit = request.sampling.max_tokens
+    if limit is not None and len(deltas) > limit:
+        deltas, finish = deltas[:limit], FinishReason.LENGTH
+    return deltas, finish

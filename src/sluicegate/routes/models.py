@@ -1,0 +1,29 @@
+"""GET /v1/models and /v1/models/{id} in the OpenAI shape."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.registry import Model
+from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
+
+
+def model_object(model: Model) -> dict[str, Any]:
+    info = model.engine.info()
+    return {"id": info.id, "object": "model", "created": info.created, "owned_by": info.owned_by}
+
+
+@dialect_endpoint("models", openai_error)
+async def list_models(request: Request) -> Response:
+    models = app_state(request).registry.models.values()
+    return JSONResponse({"object": "list", "data": [model_object(m) for m in models]})
+
+
+@dialect_endpoint("models", openai_error)
+async def get_model(request: Request) -> Response:
+    model = app_state(request).registry.get(request.path_params["model_id"])
+    return JSONResponse(model_object(model))

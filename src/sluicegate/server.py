@@ -1,0 +1,94 @@
+"""The app factory: wires routes, auth, errors, metrics and the model registry together."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from sluicegate.config import Settings
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
+from sluicegate.core.pipeline import StreamLimits
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.registry import Registry, build_model
+from sluicegate.metrics import METRICS
+from sluicegate.routes.chat_completions import chat_completions
+from sluicegate.routes.common import (
+    Admission,
+    AppState,
+    JSONResponse,
+    app_state,
+    check_auth,
+    dialect_endpoint,
+)
+from sluicegate.routes.models import get_model, list_models
+
+log = logging.getLogger(__name__)
+
+DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
+
+
+def build_registry(settings: Settings) -> Registry:
+    registry = Registry()
+    for table in settings.models or [DEMO_MODEL]:
+        registry.add(build_model(table, settings.base_dir))
+    return registry
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok", "models": list(app_state(request).registry.models)})
+
+
+@dialect_endpoint("metrics", openai_error)
+async def metrics(request: Request) -> Response:
+    return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.INVALID_REQUEST
+    message = (
+        f"Unknown route: {request.method} {request.url.path}"
+        if exc.status_code == 404
+        else f"{request.method} is not allowed on {request.url.path}"
+    )
+    body = openai_error(
+        ErrorInfo(kind, message, code="unknown_route" if exc.status_code == 404 else "method_not_allowed")
+    )
+    return JSONResponse(body, status_code=exc.status_code)
+
+
+def create_app(settings: Settings) -> Starlette:
+    registry = build_registry(settings)  # config errors surface here, before serving
+    limits = StreamLimits(
+        heartbeat_seconds=settings.heartbeat_seconds,
+        request_timeout_seconds=settings.request_timeout_seconds or None,
+        idle_timeout_seconds=settings.idle_timeout_seconds or None,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await registry.aclose()
+
+    routes = [
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    app.state.sluicegate = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests))
+    return app
+
+
+__all__ = ["SluicegateError", "check_auth", "create_app"]
