@@ -15,6 +15,13 @@ data_dir = "~/.local/share/sluicegate"
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 
+[responses]
+retention_days = 30                     # stored responses expire after this
+reasoning_events = "openai"             # or "open_responses" (response.reasoning.delta/.done)
+
+[store]
+path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sluicegate.sqlite3
+
 [[models]]
 id = "my-model"
 engine = "scripted"
@@ -28,7 +35,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sluicegate.engines.base import ConfigError
 
@@ -54,6 +61,9 @@ class Settings:
     data_dir: Path = field(default_factory=default_data_dir)
     log_level: str = "info"
     reasoning_field: str = "reasoning_content"
+    responses_retention_days: float = 30.0
+    responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
+    store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
     models: list[dict[str, Any]] = field(default_factory=list)
     base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
 
@@ -72,7 +82,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_level": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
-_TOP_KEYS = {"server", "chat_completions", "models"}
+_TOP_KEYS = {"server", "chat_completions", "responses", "store", "models"}
 
 
 def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> None:
@@ -125,12 +135,45 @@ def load_settings(
                     f"{path}: [chat_completions].{key} must be one of {_CHAT_KEYS.get(key, ())}"
                 )
             setattr(settings, key, value)
+        _apply_responses(settings, data.get("responses", {}), str(path))
+        _apply_store(settings, data.get("store", {}), str(path))
         models = data.get("models", [])
         if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
             raise ConfigError(f"{path}: models must be declared as [[models]] tables")
         settings.models = models
     _apply_env(settings, env)
     return settings
+
+
+def _apply_responses(settings: Settings, table: Any, source: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [responses] must be a table")
+    for key, value in table.items():
+        if key == "retention_days":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{source}: [responses].retention_days must be a positive number")
+            settings.responses_retention_days = float(value)
+        elif key == "reasoning_events":
+            if value not in ("openai", "open_responses"):
+                raise ConfigError(
+                    f"{source}: [responses].reasoning_events must be 'openai' or 'open_responses'"
+                )
+            settings.responses_reasoning_events = value
+        else:
+            raise ConfigError(f"{source}: unknown key [responses].{key}")
+
+
+def _apply_store(settings: Settings, table: Any, source: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [store] must be a table")
+    for key, value in table.items():
+        if key == "path" and isinstance(value, str) and value:
+            path = Path(value).expanduser()
+            settings.store_path = path if path.is_absolute() else settings.base_dir / path
+        elif key == "backend" and value == "sqlite":
+            pass
+        else:
+            raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
 
 
 def _apply_env(settings: Settings, env: dict[str, str]) -> None:
@@ -144,3 +187,7 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> None:
         settings.api_keys = [key]
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
+
+
+def store_path(settings: Settings) -> Path:
+    return settings.store_path or settings.data_dir / "sluicegate.sqlite3"

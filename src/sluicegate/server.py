@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -12,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sluicegate.config import Settings
+from sluicegate.config import Settings, store_path
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.openai_errors import openai_error
@@ -28,6 +29,14 @@ from sluicegate.routes.common import (
     dialect_endpoint,
 )
 from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.responses import (
+    cancel_response,
+    create_response,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
+from sluicegate.store.sqlite import SQLiteStore
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +81,31 @@ def create_app(settings: Settings) -> Starlette:
         idle_timeout_seconds=settings.idle_timeout_seconds or None,
     )
 
+    store = SQLiteStore(store_path(settings))
+    state = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests), store)
+
+    async def purge_expired_forever() -> None:
+        while True:
+            try:
+                purged = await store.purge_expired()
+                if purged:
+                    log.info("purged %d expired responses", purged)
+            except Exception:
+                log.exception("purging expired responses failed")
+            await asyncio.sleep(3600)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        purger = asyncio.create_task(purge_expired_forever())
         try:
             yield
         finally:
+            purger.cancel()
+            for run in list(state.runs.values()):
+                run.cancel("server_shutdown")
+                await asyncio.gather(run.wait(), return_exceptions=True)
             await registry.aclose()
+            await store.aclose()
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -85,9 +113,14 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
-    app.state.sluicegate = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests))
+    app.state.sluicegate = state
     return app
 
 

@@ -16,6 +16,7 @@ from sluicegate.core.events import (
     Finished,
     FinishReason,
     Item,
+    ItemAdded,
     ItemDelta,
     ItemDone,
     ItemKind,
@@ -55,6 +56,7 @@ class Accumulator:
         self.result = ChatResult()
         self._started = time.perf_counter()
         self._first_token_at: float | None = None
+        self.open_items: dict[int, Item] = {}
 
     def feed(self, event: Event) -> None:
         match event:
@@ -62,7 +64,10 @@ class Accumulator:
                 if self._first_token_at is None:
                     self._first_token_at = time.perf_counter()
                     self.result.time_to_first_token = self._first_token_at - self._started
+            case ItemAdded(item=item):
+                self.open_items[item.index] = item
             case ItemDone(item=item):
+                self.open_items.pop(item.index, None)
                 self.result.items.append(item)
             case UsageReport(usage=usage):
                 self.result.usage = usage
@@ -77,6 +82,10 @@ class Accumulator:
                 self._started = time.perf_counter()  # time to first token starts after loading
             case _:
                 pass
+
+    def snapshot(self) -> list[Item]:
+        """Every item so far in output order, finished or not (`Item.done` tells which)."""
+        return sorted([*self.result.items, *self.open_items.values()], key=lambda item: item.index)
 
     def _stop_clock(self) -> None:
         if self._first_token_at is not None:

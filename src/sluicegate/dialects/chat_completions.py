@@ -103,7 +103,11 @@ class ChatCompletionsEncoder:
         self.started = True
         if first is not None and first.kind is ItemKind.REFUSAL:
             return self._chunk({"role": "assistant", "content": None, "refusal": ""})
-        return self._chunk({"role": "assistant", "content": ""})
+        if first is not None and first.kind is ItemKind.MESSAGE:
+            return self._chunk({"role": "assistant", "content": ""})
+        # No message (yet): reasoning first, or nothing at all. `content: ""` here would make SDK
+        # accumulators end with "" where the non-streaming body has null.
+        return self._chunk({"role": "assistant", "content": None})
 
     def encode(self, event: Event) -> bytes:
         match event:

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import wraps
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -21,6 +21,10 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invali
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
+from sluicegate.store.base import Store
+
+if TYPE_CHECKING:
+    from sluicegate.routes.responses_runs import ResponseRun
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,8 @@ class AppState:
     registry: Registry
     limits: StreamLimits
     admission: Admission
+    store: Store
+    runs: dict[str, ResponseRun] = field(default_factory=dict)  # Responses generations in flight
 
 
 def app_state(request: Request) -> AppState:

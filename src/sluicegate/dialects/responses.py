@@ -1,0 +1,266 @@
+"""Responses encoding: canonical events → the full Responses event lifecycle, and the
+response object (`ResponseResource`) every lifecycle event, GET and stored record carries.
+
+Per item: `output_item.added` → (`content_part.added` → deltas → `*.done` → `content_part.done`)
+→ `output_item.done`; `output_index` is the canonical item index (contiguous, in added order),
+`item_id` is the item's id, and the terminal event's `output` has the same ids. Every event gets
+the next `sequence_number`, starting at 0. Frames are returned one per event, so a log of them
+is indexed by sequence number.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    Usage,
+    UsageReport,
+)
+from sluicegate.dialects.responses_items import logprob_entries, output_item
+from sluicegate.dialects.responses_request import ResponsesRequest
+
+Json = dict[str, Any]
+ReasoningNames = Literal["openai", "open_responses"]
+
+RESPONSE_ERROR_CODE = {
+    ErrorKind.TIMEOUT: "request_timeout",
+    ErrorKind.IDLE_TIMEOUT: "request_timeout",
+    ErrorKind.CANCELLED: "cancelled",
+    ErrorKind.RATE_LIMITED: "rate_limit_exceeded",
+}
+
+
+def usage_object(usage: Usage) -> Json:
+    return {
+        "input_tokens": usage.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "output_tokens": usage.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
+        "total_tokens": usage.total_tokens,
+    }
+
+
+@dataclass(slots=True)
+class ResponseState:
+    """Everything the response object echoes from its request, plus what changes."""
+
+    id: str
+    request: ResponsesRequest
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    status: str = "in_progress"
+    completed_at: int | None = None
+    error: Json | None = None
+    incomplete_details: Json | None = None
+    usage: Json | None = None
+
+    def object(self, output: list[Json]) -> Json:
+        r = self.request
+        s = r.sampling
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "completed_at": self.completed_at,
+            "status": self.status,
+            "incomplete_details": self.incomplete_details,
+            "model": r.model,
+            "previous_response_id": r.previous_response_id,
+            "instructions": r.instructions,
+            "output": output,
+            "error": self.error,
+            "tools": r.tools,
+            "tool_choice": r.tool_choice,
+            "truncation": r.truncation,
+            "parallel_tool_calls": r.parallel_tool_calls,
+            "text": r.text,
+            "top_p": 1.0 if s.top_p is None else s.top_p,
+            "presence_penalty": s.presence_penalty or 0.0,
+            "frequency_penalty": s.frequency_penalty or 0.0,
+            "top_logprobs": s.top_logprobs or 0,
+            "temperature": 1.0 if s.temperature is None else s.temperature,
+            "reasoning": r.reasoning,
+            "user": r.user,
+            "usage": self.usage,
+            "max_output_tokens": s.max_tokens,
+            "max_tool_calls": r.max_tool_calls,
+            "store": r.store,
+            "background": r.background,
+            "service_tier": r.service_tier,
+            "metadata": r.metadata,
+            "safety_identifier": r.safety_identifier,
+            "prompt_cache_key": r.prompt_cache_key,
+        }
+
+
+def items_output(items: list[Item]) -> list[Json]:
+    return [output_item(item, "completed" if item.done else "incomplete") for item in items]
+
+
+class ResponsesEncoder:
+    def __init__(
+        self, state: ResponseState, accumulator: Accumulator, *, reasoning_names: ReasoningNames = "openai"
+    ) -> None:
+        self.state = state
+        self.accumulator = accumulator
+        self.seq = 0
+        prefix = "response.reasoning_text" if reasoning_names == "openai" else "response.reasoning"
+        self.reasoning_delta = prefix + ".delta"
+        self.reasoning_done = prefix + ".done"
+        self.final: Json | None = None  # the response object once a terminal event was sent
+
+    def _frame(self, kind: str, fields: Json) -> bytes:
+        payload = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+    def snapshot(self) -> Json:
+        return self.state.object(items_output(self.accumulator.snapshot()))
+
+    def opening(self, queued: bool) -> list[bytes]:
+        """`response.created` (and `response.queued` for background), before any output."""
+        self.state.status = "queued" if queued else "in_progress"
+        frames = [self._frame("response.created", {"response": self.state.object([])})]
+        if queued:
+            frames.append(self._frame("response.queued", {"response": self.state.object([])}))
+        return frames
+
+    def in_progress(self) -> list[bytes]:
+        self.state.status = "in_progress"
+        return [self._frame("response.in_progress", {"response": self.state.object([])})]
+
+    def encode(self, event: Event) -> list[bytes]:
+        match event:
+            case ItemDelta():
+                return [self._delta(event)]
+            case ItemAdded():
+                return self._added(event.item)
+            case ItemDone():
+                return self._done(event.item)
+            case UsageReport():
+                self.state.usage = usage_object(event.usage)
+            case Finished():
+                return self._finished(event.reason)
+            case Failed():
+                return self._failed(event.error)
+        return []
+
+    def _where(self, item: Item) -> Json:
+        return {"item_id": item.id, "output_index": item.index}
+
+    def _added(self, item: Item) -> list[bytes]:
+        shell = output_item(item, "in_progress")
+        if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL, ItemKind.REASONING):
+            shell["content"] = []
+        frames = [self._frame("response.output_item.added", {"output_index": item.index, "item": shell})]
+        part = _empty_part(item.kind)
+        if part is not None:
+            frames.append(
+                self._frame(
+                    "response.content_part.added", {**self._where(item), "content_index": 0, "part": part}
+                )
+            )
+        return frames
+
+    def _delta(self, event: ItemDelta) -> bytes:
+        item = event.item
+        kind = item.kind
+        if kind is ItemKind.MESSAGE:
+            lp = logprob_entries(event.logprobs) if event.logprobs else []
+            fields = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": lp}
+            return self._frame("response.output_text.delta", fields)
+        if kind is ItemKind.TOOL_CALL:
+            return self._frame(
+                "response.function_call_arguments.delta", {**self._where(item), "delta": event.text}
+            )
+        if kind is ItemKind.REASONING:
+            return self._frame(
+                self.reasoning_delta, {**self._where(item), "content_index": 0, "delta": event.text}
+            )
+        return self._frame(
+            "response.refusal.delta", {**self._where(item), "content_index": 0, "delta": event.text}
+        )
+
+    def _done(self, item: Item) -> list[bytes]:
+        where = self._where(item)
+        final = output_item(item, "completed")
+        frames: list[bytes] = []
+        kind = item.kind
+        if kind is ItemKind.MESSAGE:
+            lp = final["content"][0]["logprobs"]
+            frames.append(
+                self._frame(
+                    "response.output_text.done",
+                    {**where, "content_index": 0, "text": item.text, "logprobs": lp},
+                )
+            )
+        elif kind is ItemKind.REFUSAL:
+            frames.append(
+                self._frame("response.refusal.done", {**where, "content_index": 0, "refusal": item.text})
+            )
+        elif kind is ItemKind.REASONING:
+            frames.append(self._frame(self.reasoning_done, {**where, "content_index": 0, "text": item.text}))
+        elif kind is ItemKind.TOOL_CALL:
+            fields = {**where, "name": item.name or "", "arguments": item.text}
+            frames.append(self._frame("response.function_call_arguments.done", fields))
+        if kind in (ItemKind.MESSAGE, ItemKind.REFUSAL, ItemKind.REASONING):
+            part = final["content"][0]
+            frames.append(
+                self._frame("response.content_part.done", {**where, "content_index": 0, "part": part})
+            )
+        frames.append(self._frame("response.output_item.done", {"output_index": item.index, "item": final}))
+        return frames
+
+    def _finish_object(self) -> Json:
+        self.state.completed_at = int(time.time())
+        if self.state.usage is None:
+            self.state.usage = usage_object(self.accumulator.result.usage)
+        self.final = self.snapshot()
+        return self.final
+
+    def _finished(self, reason: FinishReason) -> list[bytes]:
+        if reason in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
+            self.state.status = "incomplete"
+            why = "max_output_tokens" if reason is FinishReason.LENGTH else "content_filter"
+            self.state.incomplete_details = {"reason": why}
+            return [self._frame("response.incomplete", {"response": self._finish_object()})]
+        self.state.status = "completed"
+        return [self._frame("response.completed", {"response": self._finish_object()})]
+
+    def _failed(self, error: ErrorInfo) -> list[bytes]:
+        self.state.status = "failed"
+        self.state.error = {
+            "code": RESPONSE_ERROR_CODE.get(error.kind, "server_error"),
+            "message": error.message,
+        }
+        return [self._frame("response.failed", {"response": self._finish_object()})]
+
+    def cancelled(self, reason: str) -> list[bytes]:
+        """The response was cancelled (by `/cancel` or a foreground client leaving)."""
+        self.state.status = "cancelled"
+        self.state.incomplete_details = {"reason": reason}
+        return [self._frame("response.incomplete", {"response": self._finish_object()})]
+
+
+def _empty_part(kind: ItemKind) -> Json | None:
+    if kind is ItemKind.MESSAGE:
+        return {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+    if kind is ItemKind.REFUSAL:
+        return {"type": "refusal", "refusal": ""}
+    if kind is ItemKind.REASONING:
+        return {"type": "reasoning_text", "text": ""}
+    return None

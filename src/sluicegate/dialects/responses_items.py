@@ -1,0 +1,171 @@
+"""Responses items ↔ chat messages, and the conversation clean-up done before generating.
+
+Conversation state is kept as Responses items (the richest shape); engines get messages.
+Before the engine sees them: function calls join the assistant turn they belong to, reasoning
+rides along with the following assistant turn, duplicate tool results and tool results with no
+call before them are dropped, and a tool result whose call is nowhere in the history gets a
+synthesised assistant call in front of it (so a client may send results without
+`previous_response_id`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sluicegate.core.events import Item, ItemKind, TokenLogprob
+from sluicegate.core.request import ContentPart, Message, ToolCall
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+def _text_of(parts: list[Json]) -> str:
+    return "".join(p.get("text") or p.get("refusal") or "" for p in parts if isinstance(p, dict))
+
+
+def _content(parts: list[Json]) -> str | list[ContentPart]:
+    if not any(p.get("type") == "input_image" for p in parts):
+        return _text_of(parts)
+    out: list[ContentPart] = []
+    for p in parts:
+        if p.get("type") == "input_image":
+            out.append(ContentPart("image", image_url=p["image_url"]))
+        else:
+            out.append(ContentPart("text", text=p.get("text") or p.get("refusal") or ""))
+    return out
+
+
+def items_to_messages(
+    items: list[Json], instructions: str | None, known_calls: dict[str, Json] | None = None
+) -> list[Message]:
+    """Turn conversation items into chat messages; `known_calls` are stored calls by call_id."""
+    messages: list[Message] = []
+    if instructions:
+        messages.append(Message(role="system", content=instructions))
+    pending_reasoning: list[str] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            message = Message(role=item["role"], content=_content(item.get("content", [])))
+            if item["role"] == "assistant" and pending_reasoning:
+                message.reasoning = "".join(pending_reasoning)
+                pending_reasoning = []
+            messages.append(message)
+        elif kind == "reasoning":
+            parts = item.get("content") or item.get("summary") or []
+            pending_reasoning.append(_text_of(parts))
+        elif kind == "function_call":
+            call = ToolCall(item["call_id"], item["name"], item.get("arguments", ""))
+            last = messages[-1] if messages else None
+            if last is not None and last.role == "assistant":
+                last.tool_calls.append(call)  # text and calls of one turn stay one message
+            else:
+                messages.append(Message(role="assistant", content="", tool_calls=[call]))
+            if pending_reasoning and messages[-1].reasoning is None:
+                messages[-1].reasoning = "".join(pending_reasoning)
+                pending_reasoning = []
+        elif kind == "function_call_output":
+            messages.append(
+                Message(role="tool", content=item.get("output", ""), tool_call_id=item["call_id"])
+            )
+    return validate_sequence(messages, known_calls or {})
+
+
+def validate_sequence(messages: list[Message], known_calls: dict[str, Json]) -> list[Message]:
+    """Drop duplicate and orphaned tool results; synthesise calls the history lacks."""
+    out: list[Message] = []
+    answered: set[str] = set()
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.role == "assistant":
+            open_calls.update(call.id for call in message.tool_calls)
+            out.append(message)
+            continue
+        if message.role != "tool":
+            out.append(message)
+            continue
+        call_id = message.tool_call_id or ""
+        if call_id in answered:
+            log.info("dropping a duplicate tool result for %s", call_id)
+            continue
+        if call_id not in open_calls:
+            stored = known_calls.get(call_id)
+            if stored is None:
+                log.info("synthesising the missing call %s before its result", call_id)
+                stored = {"call_id": call_id, "name": "unknown_tool", "arguments": "{}"}
+            out.append(
+                Message(
+                    role="assistant",
+                    content="",
+                    tool_calls=[
+                        ToolCall(call_id, stored.get("name", "unknown_tool"), stored.get("arguments", "{}"))
+                    ],
+                )
+            )
+            open_calls.add(call_id)
+        answered.add(call_id)
+        out.append(message)
+    return out
+
+
+def orphan_call_ids(items: list[Json]) -> list[str]:
+    """call_ids of tool results whose call is not among `items` (to look up in the store)."""
+    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    return [
+        i["call_id"]
+        for i in items
+        if i.get("type") == "function_call_output" and i.get("call_id") not in calls
+    ]
+
+
+def logprob_entries(entries: list[TokenLogprob]) -> list[Json]:
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": e.bytes or [],
+            "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes or []} for t in e.top],
+        }
+        for e in entries
+    ]
+
+
+def output_item(item: Item, status: str) -> Json:
+    """A canonical item as a Responses output item, in its final (or current) state."""
+    text = item.text_so_far
+    kind = item.kind
+    if kind is ItemKind.MESSAGE:
+        part: Json = {
+            "type": "output_text",
+            "text": text,
+            "annotations": [],
+            "logprobs": logprob_entries(item.logprobs),
+        }
+        return {"type": "message", "id": item.id, "status": status, "role": "assistant", "content": [part]}
+    if kind is ItemKind.REFUSAL:
+        refusal = {"type": "refusal", "refusal": text}
+        return {"type": "message", "id": item.id, "status": status, "role": "assistant", "content": [refusal]}
+    if kind is ItemKind.REASONING:
+        return {
+            "type": "reasoning",
+            "id": item.id,
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}],
+        }
+    if kind is ItemKind.TOOL_CALL:
+        return {
+            "type": "function_call",
+            "id": item.id,
+            "call_id": item.call_id,
+            "name": item.name or "",
+            "arguments": text,
+            "status": status,
+        }
+    return {
+        "type": "function_call_output",
+        "id": item.id,
+        "call_id": item.call_id,
+        "output": text,
+        "status": status,
+    }

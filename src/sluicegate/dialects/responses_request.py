@@ -1,0 +1,315 @@
+"""Responses request parsing: the `POST /v1/responses` body → a validated `ResponsesRequest`.
+
+Input items are normalised to the item shapes the API returns (every item gets an id), so the
+same list can be stored, listed by `input_items` and later turned into chat messages by
+`responses_items.items_to_messages`. `item_reference` items are left for the route to resolve
+against the store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.ids import new_id
+from sluicegate.core.request import SamplingParams, ToolSpec
+from sluicegate.core.validation import Fields
+
+Json = dict[str, Any]
+
+MESSAGE_ROLES = ("user", "assistant", "system", "developer")
+INPUT_PART_TYPES = (
+    "input_text",
+    "output_text",
+    "refusal",
+    "input_image",
+    "text",
+    "summary_text",
+    "reasoning_text",
+)
+ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "item_reference")
+LATER_TOOL_TYPES = ("mcp",)  # server-side tool types that arrive with the tools work
+
+
+@dataclass(slots=True)
+class ResponsesRequest:
+    model: str
+    input_items: list[Json]
+    instructions: str | None = None
+    previous_response_id: str | None = None
+    store: bool = True
+    background: bool = False
+    stream: bool = False
+    metadata: dict[str, str] = field(default_factory=dict)
+    tools: list[Json] = field(default_factory=list)  # echoed back in the response object
+    tool_specs: list[ToolSpec] = field(default_factory=list)
+    tool_choice: Any = "auto"  # as the client sent it, echoed back
+    canonical_tool_choice: str = "auto"
+    parallel_tool_calls: bool = True
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    max_tool_calls: int | None = None
+    truncation: str = "disabled"
+    text: Json = field(default_factory=lambda: {"format": {"type": "text"}})
+    reasoning: Json | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    service_tier: str = "default"
+    include: list[str] = field(default_factory=list)
+    extra: Json = field(default_factory=dict)
+
+
+def parse_responses_request(body: Any) -> ResponsesRequest:
+    f = Fields(body)
+    model = f.string("model", required=True) or ""
+    req = ResponsesRequest(model=model, input_items=_input(f))
+    req.instructions = f.string("instructions")
+    req.previous_response_id = f.string("previous_response_id")
+    req.stream = bool(f.boolean("stream"))
+    req.background = bool(f.boolean("background"))
+    store = f.boolean("store")
+    req.store = True if store is None else store
+    if req.background and not req.store:
+        f.fail("background", "Background mode requires 'store' to be true.")
+    if f.object("stream_options") is not None and not req.stream:
+        f.fail("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+    req.metadata = _metadata(f)
+    raw_tools = f.array("tools") or []
+    for tool in f.items("tools", raw_tools):
+        req.tools.append(_tool(tool))
+    req.tool_specs = [
+        ToolSpec(t["name"], t["description"] or "", t["parameters"] or {}, bool(t["strict"]))
+        for t in req.tools
+    ]
+    req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req.tool_specs)
+    req.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
+    s = req.sampling
+    s.temperature = f.number("temperature", low=0, high=2)
+    s.top_p = f.number("top_p", low=0, high=1)
+    s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
+    s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
+    s.max_tokens = f.integer("max_output_tokens", low=1)
+    s.top_logprobs = f.integer("top_logprobs", low=0, high=20)
+    s.seed = f.integer("seed")
+    include = f.array("include") or []
+    if not all(isinstance(x, str) for x in include):
+        f.fail("include", "Invalid 'include': expected an array of strings.")
+    req.include = include
+    s.logprobs = "message.output_text.logprobs" in include or bool(s.top_logprobs)
+    req.max_tool_calls = f.integer("max_tool_calls", low=1)
+    req.truncation = f.string("truncation", choices=("auto", "disabled")) or "disabled"
+    text = f.object("text")
+    if text is not None:
+        fmt = text.object("format")
+        if fmt is not None:
+            fmt.string("type", required=True, choices=("text", "json_object", "json_schema"))
+        req.text = {"format": fmt.obj if fmt is not None else {"type": "text"}}
+        if (verbosity := text.string("verbosity", choices=("low", "medium", "high"))) is not None:
+            req.text["verbosity"] = verbosity
+    reasoning = f.object("reasoning")
+    if reasoning is not None:
+        effort = reasoning.string("effort", choices=("none", "minimal", "low", "medium", "high", "xhigh"))
+        summary = reasoning.string("summary", choices=("auto", "concise", "detailed"))
+        req.reasoning = {"effort": effort, "summary": summary}
+    req.user = f.string("user")
+    req.safety_identifier = f.string("safety_identifier")
+    req.prompt_cache_key = f.string("prompt_cache_key")
+    req.service_tier = f.string("service_tier") or "default"
+    for key in ("conversation", "prompt"):
+        if f.obj.get(key) is not None:
+            f.fail(
+                key,
+                f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
+            )
+    if "ttl" in body:
+        req.extra["ttl"] = body["ttl"]
+    return req
+
+
+def _metadata(f: Fields) -> dict[str, str]:
+    meta = f.object("metadata")
+    if meta is None:
+        return {}
+    if len(meta.obj) > 16:
+        f.fail("metadata", "Invalid 'metadata': at most 16 key-value pairs are allowed.")
+    for key, value in meta.obj.items():
+        if not isinstance(value, str) or len(key) > 64 or len(value) > 512:
+            meta.fail(
+                key,
+                f"Invalid '{meta.where(key)}': metadata values must be strings of at most 512 characters.",
+            )
+    return dict(meta.obj)
+
+
+def _tool(t: Fields) -> Json:
+    kind = t.string("type", required=True)
+    if kind in LATER_TOOL_TYPES:
+        raise SluicegateError(
+            ErrorKind.NOT_IMPLEMENTED,
+            f"Tools of type '{kind}' are not available on this server yet.",
+            param=t.where("type"),
+            code="not_implemented",
+        )
+    if kind != "function":
+        t.fail(
+            "type", f"Invalid value for '{t.where('type')}': '{kind}'. Supported tool types are: 'function'."
+        )
+    parameters = t.object("parameters")
+    return {
+        "type": "function",
+        "name": t.string("name", required=True),
+        "description": t.string("description"),
+        "parameters": parameters.obj if parameters is not None else None,
+        "strict": t.boolean("strict"),
+    }
+
+
+def _tool_choice(f: Fields, tools: list[ToolSpec]) -> tuple[Any, str]:
+    choice = f.obj.get("tool_choice")
+    if choice is None:
+        return "auto", "auto"
+    if isinstance(choice, str):
+        f.string("tool_choice", choices=("none", "auto", "required"))
+        return choice, choice
+    c = f.object("tool_choice")
+    assert c is not None
+    c.string("type", required=True, choices=("function",))
+    name = c.string("name", required=True) or ""
+    if name not in {t.name for t in tools}:
+        c.fail(
+            "name", f"Invalid value for '{c.where('name')}': no function tool named '{name}' is in 'tools'."
+        )
+    return {"type": "function", "name": name}, name
+
+
+def _input(f: Fields) -> list[Json]:
+    raw = f.obj.get("input")
+    if raw is None:
+        f.fail("input", "Missing required parameter: 'input'.")
+    if isinstance(raw, str):
+        return [_message_item("user", [{"type": "input_text", "text": raw}])]
+    if not isinstance(raw, list):
+        f.fail("input", "Invalid type for 'input': expected a string or an array of input items.")
+    if not raw:
+        f.fail("input", "Invalid 'input': empty array. Expected at least one input item.")
+    return [_item(item) for item in f.items("input", raw)]
+
+
+def _message_item(
+    role: str, content: list[Json], item_id: str | None = None, status: str = "completed"
+) -> Json:
+    return {
+        "type": "message",
+        "id": item_id or new_id("msg_"),
+        "role": role,
+        "content": content,
+        "status": status,
+    }
+
+
+def _item(i: Fields) -> Json:
+    kind = i.string("type")
+    if kind is None:
+        if "role" not in i.obj:
+            i.fail("type", f"Missing required parameter: '{i.where('type')}'.")
+        kind = "message"
+    if kind not in ITEM_TYPES:
+        allowed = ", ".join(f"'{t}'" for t in ITEM_TYPES)
+        i.fail(
+            "type",
+            f"Invalid value for '{i.where('type')}': '{kind}'. Supported input item types are: {allowed}.",
+        )
+    item_id = i.string("id")
+    if kind == "message":
+        role = i.string("role", required=True, choices=MESSAGE_ROLES) or "user"
+        return _message_item(role, _parts(i, role), item_id, i.string("status") or "completed")
+    if kind == "function_call":
+        return {
+            "type": "function_call",
+            "id": item_id or new_id("fc_"),
+            "call_id": i.string("call_id", required=True),
+            "name": i.string("name", required=True),
+            "arguments": i.string("arguments") or "",
+            "status": "completed",
+        }
+    if kind == "function_call_output":
+        output = i.obj.get("output")
+        if output is None:
+            i.fail("output", f"Missing required parameter: '{i.where('output')}'.")
+        if isinstance(output, list):
+            output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
+        elif not isinstance(output, str):
+            output = _json_text(output)
+        return {
+            "type": "function_call_output",
+            "id": item_id or new_id("fco_"),
+            "call_id": i.string("call_id", required=True),
+            "output": output,
+            "status": "completed",
+        }
+    if kind == "reasoning":
+        summary = i.array("summary") or []
+        content = i.array("content") or []
+        for where, parts in (("summary", summary), ("content", content)):
+            for part in i.items(where, parts):
+                part.string("text", required=True)
+        item: Json = {"type": "reasoning", "id": item_id or new_id("rs_"), "summary": summary}
+        if content:
+            item["content"] = content
+        return item
+    # item_reference: resolved against the store by the route
+    return {"type": "item_reference", "id": i.string("id", required=True)}
+
+
+def _parts(i: Fields, role: str) -> list[Json]:
+    content = i.obj.get("content")
+    if content is None:
+        i.fail("content", f"Missing required parameter: '{i.where('content')}'.")
+    text_type = "output_text" if role == "assistant" else "input_text"
+    if isinstance(content, str):
+        part: Json = {"type": text_type, "text": content}
+        if role == "assistant":
+            part["annotations"] = []
+        return [part]
+    if not isinstance(content, list):
+        i.fail(
+            "content",
+            f"Invalid type for '{i.where('content')}': expected a string or an array of content parts.",
+        )
+    parts: list[Json] = []
+    for p in i.items("content", content):
+        kind = p.string("type", required=True, choices=INPUT_PART_TYPES) or ""
+        if kind == "refusal":
+            parts.append({"type": "refusal", "refusal": p.string("refusal", required=True)})
+        elif kind == "input_image":
+            url = p.string("image_url")
+            if url is None:
+                if p.obj.get("file_id") is not None:
+                    p.fail(
+                        "file_id",
+                        "Images by 'file_id' are not supported; send 'image_url' (an http(s) or data: URL).",
+                    )
+                p.fail("image_url", f"Missing required parameter: '{p.where('image_url')}'.")
+            parts.append({"type": "input_image", "image_url": url, "detail": p.string("detail") or "auto"})
+        else:
+            text = p.string("text", required=True) or ""
+            parts.append(
+                {"type": kind, "text": text, **({"annotations": []} if kind == "output_text" else {})}
+            )
+    return parts
+
+
+def _json_text(value: Any) -> str:
+    import orjson
+
+    return orjson.dumps(value).decode()
+
+
+def not_found(what: str, ident: str, param: str) -> SluicegateError:
+    return SluicegateError(
+        ErrorKind.NOT_FOUND, f"{what} with id '{ident}' not found.", param=param, code="not_found"
+    )
+
+
+__all__ = ["ResponsesRequest", "invalid", "not_found", "parse_responses_request"]
