@@ -19,6 +19,9 @@ reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 retention_days = 30                     # stored responses expire after this
 reasoning_events = "openai"             # or "open_responses" (response.reasoning.delta/.done)
 
+[lmstudio]
+events = "current"                      # or "v0": tool_call.result instead of success/failure
+
 [store]
 path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sluicegate.sqlite3
 
@@ -64,6 +67,7 @@ class Settings:
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
+    lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
     base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
 
@@ -82,7 +86,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_level": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
-_TOP_KEYS = {"server", "chat_completions", "responses", "store", "models"}
+_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models"}
 
 
 def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> None:
@@ -137,6 +141,11 @@ def load_settings(
             setattr(settings, key, value)
         _apply_responses(settings, data.get("responses", {}), str(path))
         _apply_store(settings, data.get("store", {}), str(path))
+        lmstudio = data.get("lmstudio", {})
+        for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
+            if key != "events" or value not in ("current", "v0"):
+                raise ConfigError(f"{path}: [lmstudio] takes only events = 'current' | 'v0'")
+            settings.lmstudio_events = value
         models = data.get("models", [])
         if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
             raise ConfigError(f"{path}: models must be declared as [[models]] tables")

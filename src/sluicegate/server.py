@@ -28,6 +28,14 @@ from sluicegate.routes.common import (
     check_auth,
     dialect_endpoint,
 )
+from sluicegate.routes.lmstudio import lmstudio_chat
+from sluicegate.routes.lmstudio_models import (
+    download_model,
+    download_status,
+    list_lmstudio_models,
+    load_model,
+    unload_model,
+)
 from sluicegate.routes.models import get_model, list_models
 from sluicegate.routes.responses import (
     cancel_response,
@@ -118,6 +126,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+        Route("/api/v1/chat", lmstudio_chat, methods=["POST"]),
+        Route("/api/v1/models", list_lmstudio_models, methods=["GET"]),
+        Route("/api/v1/models/load", load_model, methods=["POST"]),
+        Route("/api/v1/models/unload", unload_model, methods=["POST"]),
+        Route("/api/v1/models/download", download_model, methods=["POST"]),
+        Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.sluicegate = state

@@ -29,6 +29,8 @@ class Capabilities:
     reasoning: bool = False
     vision: bool = False
     logprobs: bool = False
+    reasoning_options: list[str] = field(default_factory=list)  # e.g. ["off", "on"]
+    reasoning_default: str | None = None
 
 
 @dataclass(slots=True)

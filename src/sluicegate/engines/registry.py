@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -54,11 +54,13 @@ class Generation:
     events: AsyncIterator[RawEvent]
 
 
-class Model:
-    def __init__(self, engine: Engine, *, max_concurrency: int, max_queue: int) -> None:
+class Instance:
+    """One loaded (or loadable) copy of a model's engine, with its own slots and load state."""
+
+    def __init__(self, engine: Engine, instance_id: str, *, max_concurrency: int, max_queue: int) -> None:
         self.engine = engine
-        self.id = engine.model_id
-        self.instance_id = engine.model_id
+        self.id = engine.model_id  # the model id, for metrics labels
+        self.instance_id = instance_id
         self.max_queue = max_queue
         self._slots = asyncio.Semaphore(max_concurrency)
         self._waiting = 0
@@ -71,15 +73,16 @@ class Model:
     def busy(self) -> bool:
         return self._active > 0 or self._waiting > 0
 
-    def open(self, request: ChatRequest) -> Generation:
-        """Admit a request or refuse it at once; nothing here waits."""
-        if self._waiting >= self.max_queue and self._slots.locked():
-            raise SluicegateError(
-                ErrorKind.OVERLOADED,
-                f"model {self.id!r} has {self._waiting} requests queued (max_queue); retry later",
-                code="server_overloaded",
-            )
-        self.engine.check(request)
+    @property
+    def pending(self) -> int:
+        """Requests running or waiting here: the routing weight."""
+        return self._active + self._waiting
+
+    @property
+    def full(self) -> bool:
+        return self._waiting >= self.max_queue and self._slots.locked()
+
+    def generation(self, request: ChatRequest) -> Generation:
         return Generation(self.instance_id, self._run(request))
 
     async def _run(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
@@ -146,7 +149,7 @@ class Model:
         if not task.cancelled() and task.exception() is not None:
             log.error("loading model %s failed: %s", self.id, task.exception())
 
-    async def load(self) -> float:
+    async def load_now(self) -> float:
         """Explicit load (models API, CLI); returns the load time in seconds."""
         seconds = 0.0
         async for event in self._ensure_loaded():
@@ -160,6 +163,100 @@ class Model:
             self.loaded = False
 
 
+class Model:
+    """A configured model: one or more instances of its engine behind one id.
+
+    Requests go to the least busy loaded instance, or just-in-time load the first one. Another
+    instance can be loaded explicitly (LM Studio's `:2` ids); instances beyond the first are
+    built with `factory`, so each has an engine of its own.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_concurrency: int,
+        max_queue: int,
+        factory: Callable[[], Engine] | None = None,
+    ) -> None:
+        self.id = engine.model_id
+        self.max_concurrency = max_concurrency
+        self.max_queue = max_queue
+        self.factory = factory
+        self.instances = [
+            Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
+        ]
+
+    @property
+    def engine(self) -> Engine:
+        return self.instances[0].engine
+
+    @property
+    def instance_id(self) -> str:
+        return self.instances[0].instance_id
+
+    @property
+    def loaded(self) -> bool:
+        return any(i.loaded for i in self.instances)
+
+    @property
+    def busy(self) -> bool:
+        return any(i.busy for i in self.instances)
+
+    def loaded_instances(self) -> list[Instance]:
+        return [i for i in self.instances if i.loaded]
+
+    def pick(self) -> Instance:
+        loaded = self.loaded_instances()
+        return min(loaded, key=lambda i: i.pending) if loaded else self.instances[0]
+
+    def open(self, request: ChatRequest) -> Generation:
+        """Admit a request or refuse it at once; nothing here waits."""
+        instance = self.pick()
+        if instance.full:
+            raise SluicegateError(
+                ErrorKind.OVERLOADED,
+                f"model {self.id!r} has {instance._waiting} requests queued (max_queue); retry later",
+                code="server_overloaded",
+            )
+        instance.engine.check(request)
+        return instance.generation(request)
+
+    def instance(self, instance_id: str) -> Instance | None:
+        return next((i for i in self.instances if i.instance_id == instance_id), None)
+
+    async def load(self, *, new_instance: bool = False) -> tuple[Instance, float]:
+        """Load the first instance, or (when one is loaded and asked for) another one."""
+        target = self.instances[0]
+        if new_instance and target.loaded:
+            if self.factory is None:
+                raise SluicegateError(
+                    ErrorKind.INVALID_REQUEST,
+                    f"model {self.id!r} cannot run a second instance",
+                    param="model",
+                )
+            number = len(self.instances) + 1
+            while self.instance(f"{self.id}:{number}") is not None:
+                number += 1
+            target = Instance(
+                self.factory(),
+                f"{self.id}:{number}",
+                max_concurrency=self.max_concurrency,
+                max_queue=self.max_queue,
+            )
+            self.instances.append(target)
+        return target, await target.load_now()
+
+    async def unload(self, instance_id: str | None = None) -> list[str]:
+        """Unload one instance (or all); extra instances go away, the first stays loadable."""
+        targets = [i for i in self.instances if instance_id in (None, i.instance_id)]
+        for target in targets:
+            await target.unload()
+            if target is not self.instances[0]:
+                self.instances.remove(target)
+        return [t.instance_id for t in targets]
+
+
 class Registry:
     def __init__(self) -> None:
         self.models: dict[str, Model] = {}
@@ -168,6 +265,12 @@ class Registry:
         if model.id in self.models:
             raise ConfigError(f"model id {model.id!r} is declared twice")
         self.models[model.id] = model
+
+    def find_instance(self, instance_id: str) -> tuple[Model, Instance] | None:
+        for model in self.models.values():
+            if (instance := model.instance(instance_id)) is not None:
+                return model, instance
+        return None
 
     def get(self, model_id: str) -> Model:
         model = self.models.get(model_id)
@@ -184,7 +287,8 @@ class Registry:
     async def aclose(self) -> None:
         for model in self.models.values():
             try:
-                await model.engine.aclose()
+                for instance in model.instances:
+                    await instance.engine.aclose()
             except Exception:
                 log.exception("closing model %s failed", model.id)
 
@@ -202,4 +306,9 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
             raise ConfigError(f"model {table['id']!r}: `{key}` must be a non-negative integer")
-    return Model(engine, max_concurrency=max_concurrency, max_queue=max_queue)
+    return Model(
+        engine,
+        max_concurrency=max_concurrency,
+        max_queue=max_queue,
+        factory=lambda: cls.from_config(own, base_dir),
+    )

@@ -13,7 +13,7 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -58,6 +58,7 @@ _REPLY_KEYS = _PACING_KEYS | {
 }
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def words(text: str) -> list[str]:
@@ -147,6 +148,14 @@ def _parse_reply(where: str, raw: Any) -> Reply:
     when = raw.get("when", {})
     if not isinstance(when, dict) or set(when) - _WHEN_KEYS:
         raise ConfigError(f"{where}: `when` takes only {sorted(_WHEN_KEYS)}")
+    for key, value in when.items():
+        if key == "has_tools":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where}: `when.has_tools` must be true or false, got {value!r}")
+        elif not isinstance(value, str):
+            raise ConfigError(f"{where}: `when.{key}` must be a string, got {type(value).__name__}")
+    if when.get("last_role", "user") not in _ROLES:
+        raise ConfigError(f"{where}: `when.last_role` must be one of {', '.join(_ROLES)}")
     if "user_matches" in when:
         try:
             re.compile(when["user_matches"])
@@ -242,8 +251,15 @@ class ScriptedEngine(Engine):
             engine=self.kind,
             display_name=f"{self.model_id} (scripted)",
             context_length=32768,
-            capabilities=Capabilities(tool_use=True, reasoning=True, vision=False, logprobs=True),
-            details={"architecture": "scripted", "format": "script", "size_bytes": 0},
+            capabilities=Capabilities(
+                tool_use=True,
+                reasoning=True,
+                vision=False,
+                logprobs=True,
+                reasoning_options=["off", "on"],
+                reasoning_default="on",
+            ),
+            details={"architecture": "scripted", "format": None, "size_bytes": 0},
         )
 
     def _refresh(self) -> None:
@@ -276,6 +292,8 @@ class ScriptedEngine(Engine):
         reply = script.pick(request)
         if request.tool_choice == "none" and reply.tool_calls:
             reply = Reply(reasoning=reply.reasoning, content=reply.content or "")
+        if request.reasoning_effort in ("off", "none") and reply.reasoning:
+            reply = _without_reasoning(reply)
         first_delay = _pick(reply.first_token_delay_ms, script.first_token_delay_ms) / 1000
         token_delay = _pick(reply.token_delay_ms, script.token_delay_ms) / 1000
 
@@ -309,6 +327,11 @@ class ScriptedEngine(Engine):
 
     async def unload(self) -> None:
         return None
+
+
+def _without_reasoning(reply: Reply) -> Reply:
+    """The same reply with reasoning turned off (LM Studio `reasoning: "off"`)."""
+    return replace(reply, reasoning="")
 
 
 def _pick(value: float | None, default: float) -> float:

@@ -110,18 +110,25 @@ class ResponseRun:
     async def _persist(self) -> None:
         if self.store is None or not self.encoder.state.request.store:
             return
-        response = self.snapshot()
-        now = time.time()
-        record = StoredResponse(
-            id=self.id,
-            response=response,
-            input_items=self.conversation.input_items,
-            conversation=[*self.conversation.history, *response["output"]],
-            created_at=now,
-            expires_at=now + self.retention_seconds,
-            events=list(self.log.frames) if self.background else [],
-        )
+        events = list(self.log.frames) if self.background else None
+        record = stored_turn(self.snapshot(), self.conversation, self.retention_seconds, events)
         try:
             await self.store.put(record)
         except Exception:
             log.exception("storing response %s failed", self.id)
+
+
+def stored_turn(
+    response: Json, conversation: Conversation, retention_seconds: float, events: list[bytes] | None = None
+) -> StoredResponse:
+    """The store record of one finished turn, whichever dialect produced it."""
+    now = time.time()
+    return StoredResponse(
+        id=response["id"],
+        response=response,
+        input_items=conversation.input_items,
+        conversation=[*conversation.history, *response["output"]],
+        created_at=now,
+        expires_at=now + retention_seconds,
+        events=events or [],
+    )

@@ -1,0 +1,247 @@
+"""LM Studio REST v1 encoding: canonical events → named `/api/v1/chat` events, the chat result
+body (also `chat.end.result`), and LM Studio's error shape.
+
+Order on the wire: `chat.start` → `model_load.*` (only when this request loaded the model) →
+`prompt_processing.*` → reasoning / tool call / message blocks in generation order → `error`
+(if any) → `chat.end`. Two vocabularies for tool results: the current one
+(`tool_call.success` / `tool_call.failure`) and the earlier one (`tool_call.result`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+import orjson
+
+from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    LoadFinished,
+    LoadProgress,
+    LoadStarted,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+)
+
+Json = dict[str, Any]
+Vocabulary = Literal["current", "v0"]
+# provider_info for a tool name, or None when no provider offers that tool
+ToolProviders = Callable[[str], Json | None]
+
+LMSTUDIO_ERROR_TYPE = {
+    ErrorKind.INVALID_REQUEST: "invalid_request",
+    ErrorKind.AUTHENTICATION: "invalid_request",
+    ErrorKind.NOT_FOUND: "invalid_request",
+    ErrorKind.PAYLOAD_TOO_LARGE: "invalid_request",
+    ErrorKind.RATE_LIMITED: "unknown",
+    ErrorKind.OVERLOADED: "unknown",
+    ErrorKind.NOT_IMPLEMENTED: "not_implemented",
+    ErrorKind.TIMEOUT: "internal_error",
+    ErrorKind.IDLE_TIMEOUT: "internal_error",
+    ErrorKind.ENGINE: "internal_error",
+    ErrorKind.CANCELLED: "unknown",
+    ErrorKind.INTERNAL: "internal_error",
+}
+_CODE_TYPES = {"model_not_found": "model_not_found", "job_not_found": "job_not_found"}
+_DEFAULT_CODES = {
+    ErrorKind.TIMEOUT: "timeout",
+    ErrorKind.IDLE_TIMEOUT: "stream_idle_timeout",
+    ErrorKind.CANCELLED: "cancelled",
+}
+
+
+def lmstudio_error_payload(info: ErrorInfo) -> Json:
+    error: Json = {
+        "type": _CODE_TYPES.get(info.code or "", LMSTUDIO_ERROR_TYPE[info.kind]),
+        "message": info.message,
+    }
+    code = info.code or _DEFAULT_CODES.get(info.kind)
+    if code:
+        error["code"] = code
+    if info.param:
+        error["param"] = info.param
+    return error
+
+
+def lmstudio_error(info: ErrorInfo) -> Json:
+    return {"error": lmstudio_error_payload(info)}
+
+
+def no_tools(name: str) -> Json | None:
+    return None
+
+
+def _arguments(text: str) -> Any:
+    try:
+        return orjson.loads(text) if text.strip() else {}
+    except orjson.JSONDecodeError:
+        return None
+
+
+def output_items(items: list[Item], providers: ToolProviders) -> list[Json]:
+    out: list[Json] = []
+    for item in items:
+        if item.kind is ItemKind.REASONING:
+            out.append({"type": "reasoning", "content": item.text_so_far})
+        elif item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
+            out.append({"type": "message", "content": item.text_so_far})
+        elif item.kind is ItemKind.TOOL_CALL:
+            failure = tool_failure(item, providers)
+            if failure is not None:
+                reason, metadata = failure
+                out.append({"type": "invalid_tool_call", "reason": reason, "metadata": metadata})
+        # tool results and successful calls are reported by the tool loop (server-side tools)
+    return out
+
+
+def tool_failure(item: Item, providers: ToolProviders) -> tuple[str, Json] | None:
+    """Why a model's tool call cannot run, as LM Studio reports it; None when it can."""
+    name = item.name or ""
+    provider = providers(name)
+    if provider is None:
+        return f"Cannot find tool with name {name}.", {"type": "invalid_name", "tool_name": name}
+    arguments = _arguments(item.text_so_far)
+    if not isinstance(arguments, dict):
+        return (
+            f"Failed to parse arguments for tool {name}.",
+            {"type": "invalid_arguments", "tool_name": name, "arguments": {}, "provider_info": provider},
+        )
+    return None
+
+
+def chat_result_body(
+    result: ChatResult,
+    items: list[Item],
+    *,
+    instance_id: str,
+    response_id: str | None,
+    providers: ToolProviders = no_tools,
+) -> Json:
+    usage = result.usage
+    stats: Json = {
+        "input_tokens": usage.prompt_tokens,
+        "total_output_tokens": usage.completion_tokens,
+        "reasoning_output_tokens": usage.reasoning_tokens,
+        "tokens_per_second": round(result.tokens_per_second, 3),
+        "time_to_first_token_seconds": round(result.time_to_first_token or 0.0, 3),
+    }
+    if result.load_seconds is not None:
+        stats["model_load_time_seconds"] = round(result.load_seconds, 3)
+    body: Json = {"model_instance_id": instance_id, "output": output_items(items, providers), "stats": stats}
+    if response_id is not None:
+        body["response_id"] = response_id
+    return body
+
+
+def _frame(kind: str, fields: Json | None = None) -> bytes:
+    payload = {"type": kind, **fields} if fields else {"type": kind}
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+
+
+class LMStudioEncoder:
+    def __init__(
+        self,
+        instance_id: str,
+        accumulator: Accumulator,
+        *,
+        response_id: str | None,
+        vocabulary: Vocabulary = "current",
+        providers: ToolProviders = no_tools,
+    ) -> None:
+        self.instance_id = instance_id
+        self.accumulator = accumulator
+        self.response_id = response_id
+        self.vocabulary = vocabulary
+        self.providers = providers
+        self.result: Json | None = None  # chat.end's result, once sent
+
+    def start(self) -> bytes:
+        return _frame("chat.start", {"model_instance_id": self.instance_id})
+
+    def body(self) -> Json:
+        return chat_result_body(
+            self.accumulator.result,
+            self.accumulator.snapshot(),
+            instance_id=self.instance_id,
+            response_id=self.response_id,
+            providers=self.providers,
+        )
+
+    def encode(self, event: Event) -> bytes:
+        match event:
+            case ItemDelta(item=item, text=text):
+                kind = "reasoning.delta" if item.kind is ItemKind.REASONING else "message.delta"
+                return b"" if item.kind is ItemKind.TOOL_CALL else _frame(kind, {"content": text})
+            case ItemAdded(item=item):
+                return self._added(item)
+            case ItemDone(item=item):
+                return self._done(item)
+            case PromptStarted():
+                return _frame("prompt_processing.start")
+            case PromptProgress(progress=progress):
+                return _frame("prompt_processing.progress", {"progress": progress})
+            case PromptFinished():
+                return _frame("prompt_processing.end")
+            case LoadStarted():
+                return _frame("model_load.start", {"model_instance_id": self.instance_id})
+            case LoadProgress(progress=progress):
+                return _frame(
+                    "model_load.progress", {"model_instance_id": self.instance_id, "progress": progress}
+                )
+            case LoadFinished(seconds=seconds):
+                fields = {"model_instance_id": self.instance_id, "load_time_seconds": round(seconds, 3)}
+                return _frame("model_load.end", fields)
+            case Finished():
+                return self.end()
+            case Failed(error=error):
+                return _frame("error", {"error": lmstudio_error_payload(error)}) + self.end()
+        return b""
+
+    def end(self) -> bytes:
+        self.result = self.body()
+        return _frame("chat.end", {"result": self.result})
+
+    def _added(self, item: Item) -> bytes:
+        if item.kind is ItemKind.REASONING:
+            return _frame("reasoning.start")
+        if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
+            return _frame("message.start")
+        if item.kind is ItemKind.TOOL_CALL and (provider := self.providers(item.name or "")) is not None:
+            return _frame("tool_call.start", {"tool": item.name, "provider_info": provider})
+        return b""
+
+    def _done(self, item: Item) -> bytes:
+        if item.kind is ItemKind.REASONING:
+            return _frame("reasoning.end")
+        if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
+            return _frame("message.end")
+        if item.kind is not ItemKind.TOOL_CALL:
+            return b""
+        failure = tool_failure(item, self.providers)
+        if failure is None:
+            provider = self.providers(item.name or "")
+            args = _arguments(item.text)
+            return _frame(
+                "tool_call.arguments", {"tool": item.name, "arguments": args, "provider_info": provider}
+            )
+        reason, metadata = failure
+        if self.vocabulary == "v0":
+            # The earlier vocabulary has no failure event: the reason is the call's output.
+            fields = {
+                "tool": item.name,
+                "arguments": _arguments(item.text) or {},
+                "output": reason,
+                "provider_info": None,
+            }
+            return _frame("tool_call.result", fields)
+        return _frame("tool_call.failure", {"reason": reason, "metadata": metadata})

@@ -1,0 +1,134 @@
+"""LM Studio REST v1 models API: list, load, unload, and the download endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.validation import Fields
+from sluicegate.dialects.lmstudio import lmstudio_error
+from sluicegate.dialects.lmstudio_request import reject_unknown_keys
+from sluicegate.engines.registry import Instance, Model
+from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+
+Json = dict[str, Any]
+endpoint = dialect_endpoint("lmstudio", lmstudio_error)
+LOAD_KEYS = frozenset(
+    {
+        "model",
+        "context_length",
+        "eval_batch_size",
+        "flash_attention",
+        "num_experts",
+        "offload_kv_cache_to_gpu",
+        "echo_load_config",
+    }
+)
+
+
+def _instance_config(model: Model, instance: Instance) -> Json:
+    info = instance.engine.info()
+    return {"context_length": info.context_length, "parallel": model.max_concurrency}
+
+
+def model_entry(model: Model) -> Json:
+    info = model.engine.info()
+    details = info.details
+    caps = info.capabilities
+    capabilities: Json = {"vision": caps.vision, "trained_for_tool_use": caps.tool_use}
+    if caps.reasoning:
+        capabilities["reasoning"] = {
+            "allowed_options": caps.reasoning_options,
+            "default": caps.reasoning_default,
+        }
+    return {
+        "type": "llm",
+        "publisher": details.get("publisher", info.owned_by),
+        "key": info.id,
+        "display_name": info.display_name or info.id,
+        "architecture": details.get("architecture"),
+        "quantization": details.get("quantization"),
+        "size_bytes": details.get("size_bytes", 0),
+        "params_string": details.get("params_string"),
+        "loaded_instances": [
+            {"id": i.instance_id, "config": _instance_config(model, i)} for i in model.loaded_instances()
+        ],
+        "max_context_length": info.context_length,
+        "format": details.get("format"),
+        "capabilities": capabilities,
+    }
+
+
+@endpoint
+async def list_lmstudio_models(request: Request) -> Response:
+    models = app_state(request).registry.models.values()
+    return JSONResponse({"models": [model_entry(m) for m in models]})
+
+
+def _model_not_found(model_id: str, param: str) -> SluicegateError:
+    return SluicegateError(
+        ErrorKind.NOT_FOUND, f"Model '{model_id}' not found.", param=param, code="model_not_found"
+    )
+
+
+@endpoint
+async def load_model(request: Request) -> Response:
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    reject_unknown_keys(f, LOAD_KEYS)
+    model_id = f.string("model", required=True) or ""
+    context_length = f.integer("context_length", low=1)
+    f.integer("eval_batch_size", low=1)
+    f.boolean("flash_attention")
+    f.integer("num_experts", low=1)
+    f.boolean("offload_kv_cache_to_gpu")
+    echo = bool(f.boolean("echo_load_config"))
+    model = state.registry.models.get(model_id)
+    if model is None:
+        raise _model_not_found(model_id, "model")
+    instance, seconds = await model.load(new_instance=True)
+    body: Json = {
+        "type": "llm",
+        "instance_id": instance.instance_id,
+        "load_time_seconds": round(seconds, 3),
+        "status": "loaded",
+    }
+    if echo:
+        config = _instance_config(model, instance)
+        if context_length is not None:
+            config["context_length"] = context_length
+        body["load_config"] = config
+    return JSONResponse(body)
+
+
+@endpoint
+async def unload_model(request: Request) -> Response:
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    reject_unknown_keys(f, frozenset({"instance_id"}))
+    instance_id = f.string("instance_id", required=True) or ""
+    found = state.registry.find_instance(instance_id)
+    if found is None or not found[1].loaded:
+        raise _model_not_found(instance_id, "instance_id")
+    await found[0].unload(instance_id)
+    return JSONResponse({"instance_id": instance_id})
+
+
+@endpoint
+async def download_model(request: Request) -> Response:
+    raise SluicegateError(
+        ErrorKind.NOT_IMPLEMENTED,
+        "Model downloads are not available on this server yet.",
+        code="not_implemented",
+    )
+
+
+@endpoint
+async def download_status(request: Request) -> Response:
+    job_id = request.path_params["job_id"]
+    raise SluicegateError(
+        ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
+    )
