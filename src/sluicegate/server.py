@@ -16,6 +16,7 @@ from starlette.routing import Route
 from sluicegate.config import Settings, store_path
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.engines.registry import Registry, build_model
 from sluicegate.metrics import METRICS
@@ -68,17 +69,17 @@ async def metrics(request: Request) -> Response:
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and wrong methods, in the error shape of the API the path belongs to."""
     assert isinstance(exc, HTTPException)
-    kind = ErrorKind.NOT_FOUND if exc.status_code == 404 else ErrorKind.INVALID_REQUEST
-    message = (
-        f"Unknown route: {request.method} {request.url.path}"
-        if exc.status_code == 404
-        else f"{request.method} is not allowed on {request.url.path}"
-    )
-    body = openai_error(
-        ErrorInfo(kind, message, code="unknown_route" if exc.status_code == 404 else "method_not_allowed")
-    )
-    return JSONResponse(body, status_code=exc.status_code)
+    missing = exc.status_code == 404
+    kind = ErrorKind.NOT_FOUND if missing else ErrorKind.INVALID_REQUEST
+    if missing:
+        message = f"Unknown route: {request.method} {request.url.path}"
+    else:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
+    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
+    return JSONResponse(render(info), status_code=exc.status_code)
 
 
 def create_app(settings: Settings) -> Starlette:
