@@ -133,6 +133,8 @@ def load_settings(
             raise ConfigError(f"{path}: [server] must be a table")
         _apply_server(settings, server, str(path))
         chat = data.get("chat_completions", {})
+        if not isinstance(chat, dict):
+            raise ConfigError(f"{path}: [chat_completions] must be a table")
         for key, value in chat.items():
             if key not in _CHAT_KEYS or value not in _CHAT_KEYS[key]:
                 raise ConfigError(

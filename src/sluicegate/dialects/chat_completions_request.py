@@ -153,7 +153,7 @@ def _content(f: Fields, key: str, role: str) -> str | list[ContentPart]:
 def _message(m: Fields) -> Message:
     role = m.string("role", required=True, choices=ROLES)
     assert role is not None
-    if role != "assistant" and "content" not in m.obj:
+    if role != "assistant" and m.obj.get("content") is None:
         m.fail("content", f"Missing required parameter: '{m.where('content')}'.")
     message = Message(role=role, content=_content(m, "content", role))  # type: ignore[arg-type]
     message.name = m.string("name")

@@ -10,13 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.errors import EngineFailure, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     LoadFinished,
     LoadProgress,
@@ -54,6 +54,38 @@ class Generation:
     events: AsyncIterator[RawEvent]
 
 
+class _Admitted:
+    """An instance's event stream, counted as waiting from admission (not from its first
+    iteration, so a burst cannot overrun `max_queue`) until it starts, is closed, or is dropped
+    unstarted (a client gone before its stream began)."""
+
+    __slots__ = ("_gen", "_instance", "_started")
+
+    def __init__(self, instance: Instance, request: ChatRequest) -> None:
+        self._instance = instance
+        self._gen = instance._run(request)
+        self._started = False
+
+    def __aiter__(self) -> _Admitted:
+        return self
+
+    async def __anext__(self) -> RawEvent:
+        self._started = True  # from here on `_run` owns the waiting count
+        return await self._gen.__anext__()
+
+    def _forget(self) -> None:
+        if not self._started:
+            self._started = True
+            self._instance._waiting -= 1
+
+    async def aclose(self) -> None:
+        self._forget()
+        await self._gen.aclose()
+
+    def __del__(self) -> None:
+        self._forget()
+
+
 class Instance:
     """One loaded (or loadable) copy of a model's engine, with its own slots and load state."""
 
@@ -83,10 +115,10 @@ class Instance:
         return self._waiting >= self.max_queue and self._slots.locked()
 
     def generation(self, request: ChatRequest) -> Generation:
-        return Generation(self.instance_id, self._run(request))
-
-    async def _run(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         self._waiting += 1
+        return Generation(self.instance_id, _Admitted(self, request))
+
+    async def _run(self, request: ChatRequest) -> AsyncGenerator[RawEvent, None]:
         try:
             await self._slots.acquire()
         finally:
@@ -119,7 +151,12 @@ class Instance:
     async def _ensure_loaded(self) -> AsyncIterator[RawEvent]:
         """Load the model; only the request that starts the load sees its events."""
         if self._loading is not None:  # someone else is loading: wait quietly
-            await asyncio.shield(self._loading)
+            try:
+                await asyncio.shield(self._loading)
+            except Exception as exc:
+                raise EngineFailure(
+                    f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
+                ) from exc
             return
         progress: asyncio.Queue[float | None] = asyncio.Queue()
         loop = asyncio.get_running_loop()
@@ -142,7 +179,13 @@ class Instance:
         yield LoadStarted(self.instance_id)
         while (value := await progress.get()) is not None:
             yield LoadProgress(min(max(value, 0.0), 1.0))
-        yield LoadFinished(await asyncio.shield(loading))
+        try:
+            seconds = await asyncio.shield(loading)
+        except Exception as exc:
+            raise EngineFailure(
+                f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
+            ) from exc
+        yield LoadFinished(seconds)
 
     def _load_done(self, task: asyncio.Task[float]) -> None:
         self._loading = None
@@ -150,8 +193,10 @@ class Instance:
             log.error("loading model %s failed: %s", self.id, task.exception())
 
     async def load_now(self) -> float:
-        """Explicit load (models API, CLI); returns the load time in seconds."""
+        """Explicit load (models API, CLI); returns the load time in seconds (0 if loaded)."""
         seconds = 0.0
+        if self.loaded:
+            return seconds
         async for event in self._ensure_loaded():
             if isinstance(event, LoadFinished):
                 seconds = event.seconds

@@ -291,7 +291,7 @@ class ScriptedEngine(Engine):
         script = self.script
         reply = script.pick(request)
         if request.tool_choice == "none" and reply.tool_calls:
-            reply = Reply(reasoning=reply.reasoning, content=reply.content or "")
+            reply = replace(reply, tool_calls=[])  # keeps pacing, usage, refusal and errors
         if request.reasoning_effort in ("off", "none") and reply.reasoning:
             reply = _without_reasoning(reply)
         first_delay = _pick(reply.first_token_delay_ms, script.first_token_delay_ms) / 1000

@@ -1,0 +1,216 @@
+"""config.py load_settings (defaults → TOML file → environment) and registry.build_model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate.config import DEFAULT_PORT, Settings, load_settings
+from sluicegate.engines.base import ConfigError
+from sluicegate.engines.registry import Model, Registry, build_model, engine_class
+from sluicegate.engines.scripted import ScriptedEngine
+from sluicegate.server import build_registry
+
+
+def write_config(tmp_path: Path, text: str, name: str = "sluicegate.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_without_file_or_env() -> None:
+    settings = load_settings(None, env={})
+    assert settings.host == "127.0.0.1"
+    assert settings.port == DEFAULT_PORT == 8321
+    assert settings.api_keys == []
+    assert settings.heartbeat_seconds == 15.0
+    assert settings.request_timeout_seconds == 600.0
+    assert settings.idle_timeout_seconds == 120.0
+    assert settings.max_body_bytes == 16 * 1024 * 1024
+    assert settings.max_concurrent_requests == 512
+    assert settings.reasoning_field == "reasoning_content"
+    assert settings.models == []
+    assert settings.data_dir.name == "sluicegate"
+
+
+def test_file_values(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+[server]
+host = "0.0.0.0"
+port = 9000
+api_keys = ["k1", "k2"]
+heartbeat_seconds = 2.5
+request_timeout_seconds = 0
+idle_timeout_seconds = 30
+max_body_bytes = 1024
+max_concurrent_requests = 4
+data_dir = "~/sg-data"
+log_level = "debug"
+
+[chat_completions]
+reasoning_field = "both"
+
+[[models]]
+id = "a"
+engine = "scripted"
+script = "a.yaml"
+
+[[models]]
+id = "b"
+engine = "scripted"
+""",
+    )
+    settings = load_settings(path, env={})
+    assert settings.host == "0.0.0.0"
+    assert settings.port == 9000
+    assert settings.api_keys == ["k1", "k2"]
+    assert settings.heartbeat_seconds == 2.5
+    assert settings.request_timeout_seconds == 0
+    assert settings.idle_timeout_seconds == 30
+    assert settings.max_body_bytes == 1024
+    assert settings.max_concurrent_requests == 4
+    assert settings.data_dir == Path("~/sg-data").expanduser()
+    assert settings.log_level == "debug"
+    assert settings.reasoning_field == "both"
+    assert settings.models == [
+        {"id": "a", "engine": "scripted", "script": "a.yaml"},
+        {"id": "b", "engine": "scripted"},
+    ]
+    assert settings.base_dir == tmp_path.resolve()
+
+
+def test_single_api_key(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\napi_key = "sk-local"\n')
+    assert load_settings(path, env={}).api_keys == ["sk-local"]
+
+
+def test_env_overrides_file(tmp_path: Path) -> None:
+    path = write_config(tmp_path, '[server]\nhost = "0.0.0.0"\nport = 9000\napi_key = "from-file"\n')
+    env = {
+        "SLUICEGATE_HOST": "10.0.0.1",
+        "SLUICEGATE_PORT": "9100",
+        "SLUICEGATE_API_KEY": "from-env",
+        "SLUICEGATE_DATA_DIR": str(tmp_path / "data"),
+    }
+    settings = load_settings(path, env=env)
+    assert settings.host == "10.0.0.1"
+    assert settings.port == 9100
+    assert settings.api_keys == ["from-env"]
+    assert settings.data_dir == tmp_path / "data"
+
+
+def test_config_path_from_env(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "[server]\nport = 9200\n")
+    assert load_settings(None, env={"SLUICEGATE_CONFIG": str(path)}).port == 9200
+    # an explicit path wins over the env one
+    other = write_config(tmp_path, "[server]\nport = 9300\n", name="other.toml")
+    assert load_settings(other, env={"SLUICEGATE_CONFIG": str(path)}).port == 9300
+
+
+def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SLUICEGATE_PORT", "1234")
+    assert load_settings(None, env={}).port == DEFAULT_PORT
+    assert load_settings(None).port == 1234
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("[sever]\nport = 1\n", "unknown tables ['sever']"),
+        ("[server]\nprot = 1\n", "unknown key [server].prot"),
+        ('[server]\nport = "80"\n', "[server].port has the wrong type (str)"),
+        ("[server]\nport = true\n", "[server].port has the wrong type (bool)"),
+        ("[server]\nport = 80.5\n", "[server].port has the wrong type (float)"),
+        ('[server]\nheartbeat_seconds = "15"\n', "[server].heartbeat_seconds has the wrong type"),
+        ("[server]\nheartbeat_seconds = -1\n", "[server].heartbeat_seconds must not be negative"),
+        ('[server]\napi_keys = "k"\n', "[server].api_keys has the wrong type"),
+        ('[server]\napi_keys = ["k", ""]\n', "api_keys must be a list of non-empty strings"),
+        ("[server]\napi_keys = [1]\n", "api_keys must be a list of non-empty strings"),
+        ('server = "x"\n', "[server] must be a table"),
+        (
+            '[chat_completions]\nreasoning_field = "thoughts"\n',
+            "[chat_completions].reasoning_field must be one of",
+        ),
+        ('[chat_completions]\nfield = "reasoning"\n', "[chat_completions].field must be one of"),
+        ('chat_completions = "x"\n', "[chat_completions] must be a table"),
+        ('models = "x"\n', "models must be declared as [[models]] tables"),
+        ("models = [1, 2]\n", "models must be declared as [[models]] tables"),
+        ("[server\n", "invalid TOML"),
+    ],
+)
+def test_bad_config_raises_config_error(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write_config(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(path, env={})
+    assert fragment in str(caught.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_bad_env_port() -> None:
+    with pytest.raises(ConfigError, match="SLUICEGATE_PORT must be a number"):
+        load_settings(None, env={"SLUICEGATE_PORT": "eighty"})
+
+
+# --- registry.build_model -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "fragment"),
+    [
+        ({"engine": "scripted"}, "needs a string `id`"),
+        ({"id": "", "engine": "scripted"}, "needs a string `id`"),
+        ({"id": 3, "engine": "scripted"}, "needs a string `id`"),
+        ({"id": "m"}, "needs a string `engine`"),
+        ({"id": "m", "engine": ["scripted"]}, "needs a string `engine`"),
+        ({"id": "m", "engine": "gguf-magic"}, "unknown engine 'gguf-magic'; installed engines: scripted"),
+        ({"id": "m", "engine": "scripted", "max_concurrency": 0}, "`max_concurrency` must be"),
+        ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),
+        ({"id": "m", "engine": "scripted", "max_queue": -1}, "`max_queue` must be"),
+        ({"id": "m", "engine": "scripted", "max_queue": True}, "`max_queue` must be"),
+        ({"id": "m", "engine": "scripted", "temperature": 1}, "unknown keys ['temperature']"),
+    ],
+)
+def test_build_model_errors(tmp_path: Path, table: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_model(table, tmp_path)
+    assert fragment in str(caught.value)
+
+
+def test_build_model_valid(tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text("replies:\n  - content: hi\n", encoding="utf-8")
+    model = build_model(
+        {"id": "m", "engine": "scripted", "script": "s.yaml", "max_concurrency": 2, "max_queue": 0}, tmp_path
+    )
+    assert isinstance(model, Model)
+    assert isinstance(model.engine, ScriptedEngine)
+    assert model.engine.path == tmp_path / "s.yaml"
+    assert model.id == "m"
+    assert model.max_queue == 0
+    assert model.loaded is False  # scripted engines load just in time
+
+
+def test_engine_class_finds_builtin_through_entry_points() -> None:
+    assert engine_class("scripted") is ScriptedEngine
+
+
+def test_duplicate_model_ids(tmp_path: Path) -> None:
+    registry = Registry()
+    registry.add(build_model({"id": "m", "engine": "scripted"}, tmp_path))
+    with pytest.raises(ConfigError, match="model id 'm' is declared twice"):
+        registry.add(build_model({"id": "m", "engine": "scripted"}, tmp_path))
+    settings = Settings(models=[{"id": "x", "engine": "scripted"}, {"id": "x", "engine": "scripted"}])
+    with pytest.raises(ConfigError, match="declared twice"):
+        build_registry(settings)
+
+
+def test_no_models_gives_the_demo_model() -> None:
+    registry = build_registry(Settings())
+    assert list(registry.models) == ["scripted-demo"]

@@ -1,0 +1,153 @@
+"""transport/deadline.py: request deadline and idle timeout end the stream and cancel the engine."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from sluicegate.core.errors import ErrorKind
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    ItemDone,
+    ItemKind,
+    PromptProgress,
+    RawEvent,
+    TextDelta,
+)
+from sluicegate.core.pipeline import StreamLimits, canonical_events
+from sluicegate.transport.deadline import with_deadlines
+
+LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
+
+
+class Engine:
+    """A fake engine that records how it ended."""
+
+    def __init__(self, events: list[RawEvent], *, gap: float = 0.0, then_sleep: float = 0.0) -> None:
+        self.events = events
+        self.gap = gap
+        self.then_sleep = then_sleep
+        self.log: list[str] = []
+
+    async def run(self) -> AsyncIterator[RawEvent]:
+        try:
+            for event in self.events:
+                if self.gap:
+                    await asyncio.sleep(self.gap)
+                yield event
+            if self.then_sleep:
+                await asyncio.sleep(self.then_sleep)
+                self.log.append("woke up")
+            self.log.append("done")
+        except asyncio.CancelledError:
+            self.log.append("cancelled")
+            raise
+        except GeneratorExit:
+            self.log.append("closed")
+            raise
+
+
+async def drain(stream: AsyncIterator[Event] | AsyncIterator[RawEvent]) -> list:
+    async with asyncio.timeout(LIMIT):
+        return [event async for event in stream]
+
+
+def forever() -> AsyncIterator[RawEvent]:
+    async def gen() -> AsyncIterator[RawEvent]:
+        while True:
+            await asyncio.sleep(0.01)
+            yield TextDelta(ItemKind.MESSAGE, "x")
+
+    return gen()
+
+
+async def test_events_pass_through_untouched_without_limits() -> None:
+    events: list[RawEvent] = [
+        TextDelta(ItemKind.MESSAGE, "a"),
+        PromptProgress(0.5),
+        Finished(FinishReason.STOP),
+    ]
+    engine = Engine(events)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=None))
+    assert len(out) == 3 and all(a is b for a, b in zip(out, events, strict=True))
+    assert engine.log == ["done"]
+
+
+async def test_events_pass_through_untouched_within_limits() -> None:
+    events: list[RawEvent] = [TextDelta(ItemKind.MESSAGE, str(i)) for i in range(5)]
+    engine = Engine(events, gap=0.01)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=30, idle_seconds=5))
+    assert len(out) == 5 and all(a is b for a, b in zip(out, events, strict=True))
+    assert engine.log == ["done"]
+
+
+async def test_deadline_ends_with_timeout_and_cancels_the_engine() -> None:
+    engine = Engine([TextDelta(ItemKind.MESSAGE, "a")], then_sleep=30)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=0.2, idle_seconds=None))
+    assert out[0] == TextDelta(ItemKind.MESSAGE, "a")
+    assert len(out) == 2
+    failed = out[-1]
+    assert isinstance(failed, Failed)
+    assert failed.error.kind is ErrorKind.TIMEOUT
+    assert "0.2s" in failed.error.message
+    assert engine.log == ["cancelled"]
+
+
+async def test_deadline_applies_even_when_the_engine_keeps_talking() -> None:
+    out = await drain(with_deadlines(forever(), deadline_seconds=0.2, idle_seconds=5))
+    assert len(out) > 1  # it did stream for a while
+    assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.TIMEOUT
+
+
+async def test_idle_timeout_ends_with_idle_timeout_and_cancels_the_engine() -> None:
+    engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")], then_sleep=30)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=30, idle_seconds=0.15))
+    assert [e.text for e in out[:2]] == ["a", "b"]
+    failed = out[-1]
+    assert isinstance(failed, Failed)
+    assert failed.error.kind is ErrorKind.IDLE_TIMEOUT
+    assert "0.15s" in failed.error.message
+    assert engine.log == ["cancelled"]
+
+
+async def test_idle_timeout_before_the_first_event() -> None:
+    engine = Engine([], then_sleep=30)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=0.1))
+    assert len(out) == 1 and isinstance(out[0], Failed) and out[0].error.kind is ErrorKind.IDLE_TIMEOUT
+    assert engine.log == ["cancelled"]
+
+
+async def test_each_event_resets_the_idle_clock() -> None:
+    # 8 events 0.05s apart take ~0.4s in all, well past a 0.3s idle limit that is never hit once
+    events: list[RawEvent] = [TextDelta(ItemKind.MESSAGE, str(i)) for i in range(8)]
+    engine = Engine(events, gap=0.05)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=0.3))
+    assert not any(isinstance(e, Failed) for e in out)
+    assert len(out) == 8
+
+
+async def test_the_earlier_limit_decides_the_kind() -> None:
+    engine = Engine([], then_sleep=30)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=0.1, idle_seconds=20))
+    assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.TIMEOUT
+
+
+async def test_closing_early_closes_the_engine() -> None:
+    engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")])
+    stream = with_deadlines(engine.run(), deadline_seconds=5, idle_seconds=5)
+    await anext(stream)
+    await stream.aclose()
+    assert engine.log == ["closed"]
+
+
+async def test_canonical_events_close_open_items_then_fail_on_timeout() -> None:
+    engine = Engine([TextDelta(ItemKind.MESSAGE, "partial")], then_sleep=30)
+    limits = StreamLimits(request_timeout_seconds=None, idle_timeout_seconds=0.1)
+    out = await drain(canonical_events(engine.run(), limits))
+    assert isinstance(out[-2], ItemDone) and out[-2].item.text == "partial"
+    assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.IDLE_TIMEOUT
+    assert sum(isinstance(e, Failed | Finished) for e in out) == 1
+    assert engine.log == ["cancelled"]
