@@ -1,0 +1,58 @@
+"""Fixtures that start real `sluicegate serve` processes for the end-to-end tests.
+
+`server` is one process shared by the whole session (ordinary settings, several scripted models);
+tests that need special [server] settings start their own with `start_server`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import openai
+import pytest
+from e2e_support import Server, run_server, scripted, write_config
+
+StartServer = Callable[..., Server]
+
+COMMON_MODELS = [
+    scripted("chat", "chat.yaml"),
+    scripted("slow", "slow.yaml"),
+    # One model per cancellation test, so their metrics never mix.
+    scripted("cancel-raw", "slow.yaml"),
+    scripted("cancel-sdk", "slow.yaml"),
+    scripted("cancel-nonstream", "slow.yaml"),
+    # One generation at a time and no queue: a second concurrent request gets 503.
+    {**scripted("single", "slow.yaml"), "max_concurrency": 1, "max_queue": 0},
+]
+
+
+@pytest.fixture(scope="session")
+def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServer]:
+    """Start a server with these [server] settings and models; stopped at the end of the session."""
+    with contextlib.ExitStack() as stack:
+
+        def start(
+            server: dict[str, Any] | None = None,
+            models: list[dict[str, Any]] | None = None,
+            tables: dict[str, dict[str, Any]] | None = None,
+        ) -> Server:
+            folder = tmp_path_factory.mktemp("server")
+            config = write_config(
+                folder, server or {}, models if models is not None else COMMON_MODELS, tables
+            )
+            return stack.enter_context(run_server(folder, config))
+
+        yield start
+
+
+@pytest.fixture(scope="session")
+def server(start_server: StartServer) -> Server:
+    return start_server()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=30.0) as sdk:
+        yield sdk
