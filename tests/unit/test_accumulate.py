@@ -105,8 +105,15 @@ async def test_usage_and_finish() -> None:
     assert result.finish_reason is FinishReason.LENGTH
 
 
-async def test_no_usage_reported_gives_zero_usage() -> None:
-    result = await result_of([TextDelta(ItemKind.MESSAGE, "x")])
+async def test_no_usage_reported_counts_the_deltas() -> None:
+    # The engine never reported usage: the segmenter counts each delta as a token.
+    result = await result_of([TextDelta(ItemKind.REASONING, "hm"), TextDelta(ItemKind.MESSAGE, "x")])
+    assert result.usage == Usage(completion_tokens=2, reasoning_tokens=1)
+    assert result.finish_reason is FinishReason.STOP
+
+
+async def test_nothing_streamed_and_no_usage_reported_gives_zero_usage() -> None:
+    result = await result_of([Finished(FinishReason.STOP)])
     assert result.usage == Usage()
     assert result.finish_reason is FinishReason.STOP
 
@@ -120,6 +127,7 @@ async def test_error_is_recorded_and_partial_items_kept() -> None:
     assert result.error == ErrorInfo(ErrorKind.ENGINE, "boom", code="x")
     assert result.finish_reason is None
     assert result.text_of(ItemKind.MESSAGE) == "partial"
+    assert result.usage == Usage(completion_tokens=1)  # what streamed before the failure
 
 
 def test_time_to_first_token_and_generation_time(clock: FakeClock) -> None:

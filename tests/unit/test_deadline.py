@@ -16,6 +16,8 @@ from sluicegate.core.events import (
     PromptProgress,
     RawEvent,
     TextDelta,
+    Usage,
+    UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.transport.deadline import with_deadlines
@@ -147,7 +149,9 @@ async def test_canonical_events_close_open_items_then_fail_on_timeout() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "partial")], then_sleep=30)
     limits = StreamLimits(request_timeout_seconds=None, idle_timeout_seconds=0.1)
     out = await drain(canonical_events(engine.run(), limits))
-    assert isinstance(out[-2], ItemDone) and out[-2].item.text == "partial"
+    assert isinstance(out[-3], ItemDone) and out[-3].item.text == "partial"
+    # the engine never got to report usage: what streamed before the deadline is counted
+    assert out[-2] == UsageReport(Usage(completion_tokens=1))
     assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.IDLE_TIMEOUT
     assert sum(isinstance(e, Failed | Finished) for e in out) == 1
     assert engine.log == ["cancelled"]

@@ -21,9 +21,9 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
 )
-from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.request import ChatRequest, ContentPart, Message, Role
 from sluicegate.core.segment import segment
-from sluicegate.engines.base import Engine, ModelInfo, ProgressCallback
+from sluicegate.engines.base import Capabilities, Engine, ModelInfo, ProgressCallback
 from sluicegate.engines.registry import Model, Registry
 from sluicegate.metrics import METRICS
 
@@ -36,10 +36,18 @@ class FakeEngine(Engine):
 
     kind = "fake"
 
-    def __init__(self, model_id: str, *, needs_load: bool = False, progress: tuple[float, ...] = (0.5, 1.0)):
+    def __init__(
+        self,
+        model_id: str,
+        *,
+        needs_load: bool = False,
+        progress: tuple[float, ...] = (0.5, 1.0),
+        vision: bool = False,
+    ):
         super().__init__(model_id)
         self.needs_load = needs_load  # type: ignore[misc]
         self.progress = progress
+        self.vision = vision
         self.release = asyncio.Event()
         self.load_gate = asyncio.Event()
         self.load_gate.set()
@@ -52,7 +60,7 @@ class FakeEngine(Engine):
         return cls(table["id"])
 
     def info(self) -> ModelInfo:
-        return ModelInfo(id=self.model_id, engine=self.kind)
+        return ModelInfo(id=self.model_id, engine=self.kind, capabilities=Capabilities(vision=self.vision))
 
     async def load(self, on_progress: ProgressCallback) -> None:
         self.load_calls += 1
@@ -185,6 +193,44 @@ async def test_engine_check_runs_at_open() -> None:
     with pytest.raises(SluicegateError) as caught:
         model.open(req)
     assert caught.value.info.param == "n"
+
+
+IMAGE = ContentPart("image", image_url="data:image/png;base64,iVBORw0KGgo=")
+
+
+def with_image(*, role: Role = "user") -> ChatRequest:
+    history = [Message("user", "hi"), Message("assistant", "hello")]
+    return ChatRequest(
+        model="m", messages=[*history, Message(role, [ContentPart("text", text="look"), IMAGE])]
+    )
+
+
+@pytest.mark.parametrize("role", ["user", "system"])
+async def test_engine_check_refuses_images_for_a_model_without_vision(role: Role) -> None:
+    model, engine = make()
+    assert engine.info().capabilities.vision is False
+    with pytest.raises(SluicegateError) as caught:
+        model.open(with_image(role=role))  # an image anywhere in the conversation
+    info = caught.value.info
+    assert (info.kind, info.status, info.code, info.param) == (
+        ErrorKind.INVALID_REQUEST,
+        400,
+        "image_input_unsupported",
+        None,
+    )
+    assert repr(model.id) in info.message and "image" in info.message
+    assert engine.log == []  # refused before anything ran
+    # text in parts, without an image, is fine
+    text_parts = ChatRequest(model="m", messages=[Message("user", [ContentPart("text", text="hi")])])
+    engine.check(text_parts)
+
+
+async def test_engine_check_accepts_images_for_a_model_with_vision() -> None:
+    model, engine = make(vision=True)
+    engine.check(with_image())
+    engine.release.set()
+    events = await collect(model.open(with_image()).events)
+    assert events == [TextDelta(ItemKind.MESSAGE, "hi"), Finished(FinishReason.STOP)]
 
 
 async def test_deltas_are_counted() -> None:

@@ -314,6 +314,7 @@ def test_error_messages_follow_openai_wording() -> None:
     with pytest.raises(SluicegateError) as caught:
         parse_chat_request({"messages": []})
     assert caught.value.info.message == "Missing required parameter: 'model'."
+    assert caught.value.info.code == "missing_required_parameter"  # as OpenAI sends it
     with pytest.raises(SluicegateError) as caught:
         parse_chat_request(minimal(messages=[{"role": "robot", "content": "x"}]))
     assert "'robot'" in caught.value.info.message and "'user'" in caught.value.info.message

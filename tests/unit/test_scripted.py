@@ -27,7 +27,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.request import ChatRequest, Message, SamplingParams, ToolCall, ToolSpec
+from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams, ToolCall, ToolSpec
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.scripted import (
     Reply,
@@ -243,6 +243,9 @@ async def test_generate_event_order_and_usage() -> None:
     assert isinstance(events[0], PromptStarted)
     assert [e.progress for e in events[1:5] if isinstance(e, PromptProgress)] == [0.25, 0.5, 0.75, 1.0]
     assert isinstance(events[5], PromptFinished)
+    # the prompt's cost is reported as soon as it is known, before any delta
+    assert events[6] == UsageReport(Usage(prompt_tokens=2 + 4, completion_tokens=0))
+    assert isinstance(events[7], TextDelta)
     assert texts(events, ItemKind.REASONING) == ["Let", " me", " think."]
     assert texts(events, ItemKind.MESSAGE) == ["Hi", " there", " friend"]
     assert events[-2] == UsageReport(
@@ -263,7 +266,11 @@ def test_prompt_tokens_count_words_messages_and_tools() -> None:
 async def test_usage_overrides_from_the_script() -> None:
     eng = engine({"replies": [{"content": "a b", "usage": {"prompt_tokens": 100, "cached_tokens": 40}}]})
     usage = [e for e in await generate(eng, request()) if isinstance(e, UsageReport)]
-    assert usage == [UsageReport(Usage(prompt_tokens=100, completion_tokens=2, cached_tokens=40))]
+    # the early report (after PromptFinished) has the overrides too; the final one follows
+    assert usage == [
+        UsageReport(Usage(prompt_tokens=100, completion_tokens=0, cached_tokens=40)),
+        UsageReport(Usage(prompt_tokens=100, completion_tokens=2, cached_tokens=40)),
+    ]
 
 
 async def test_tool_call_arguments_stream_in_pieces_and_reassemble() -> None:
@@ -396,6 +403,20 @@ def test_n_above_one_is_refused_with_param_n() -> None:
     assert caught.value.info.kind is ErrorKind.INVALID_REQUEST
     assert caught.value.info.param == "n"
     eng.check(request(n=1))
+
+
+async def test_images_are_accepted_and_ignored() -> None:
+    eng = engine({"replies": [{"content": "a cat"}]})
+    assert eng.info().capabilities.vision is True  # so clients can test image input
+    image = ContentPart("image", image_url="data:image/png;base64,iVBORw0KGgo=")
+    with_image = request(messages=[Message("user", [ContentPart("text", text="what is this"), image])])
+    eng.check(with_image)
+    events = await generate(eng, with_image)
+    assert texts(events, ItemKind.MESSAGE) == ["a", " cat"]
+    # the image costs nothing: the prompt is counted as if it were not there
+    assert events[-2] == UsageReport(
+        Usage(prompt_tokens=prompt_tokens(request("what is this")), completion_tokens=2)
+    )
 
 
 # --- validation ---------------------------------------------------------------------------------
@@ -589,7 +610,7 @@ async def test_reasoning_turned_off(effort: str) -> None:
     events = await generate(eng, req)
     assert texts(events, ItemKind.REASONING) == []
     assert texts(events, ItemKind.MESSAGE) == ["answer"]
-    usage = next(e for e in events if isinstance(e, UsageReport))
-    assert usage.usage.reasoning_tokens == 0
+    usage = [e for e in events if isinstance(e, UsageReport)][-1]  # the final report
+    assert usage.usage == Usage(prompt_tokens=prompt_tokens(req), completion_tokens=1, reasoning_tokens=0)
     req.reasoning_effort = "low"
     assert texts(await generate(eng, req), ItemKind.REASONING) == ["hidden", " thoughts"]

@@ -107,6 +107,13 @@ def items_done(events: list[Event]) -> list:
     return [e.item for e in events if isinstance(e, ItemDone)]
 
 
+def usage_of(events: list[Event]) -> Usage | None:
+    """The usage the stream reports (there is at most one report, just before the end)."""
+    reports = [e.usage for e in events if isinstance(e, UsageReport)]
+    assert len(reports) <= 1
+    return reports[0] if reports else None
+
+
 # --- text -----------------------------------------------------------------------------------
 
 
@@ -137,9 +144,12 @@ async def test_channel_switches_open_and_close_items() -> None:
         "+refusal",
         "Δrefusal:No",
         "-refusal",
+        "usage",
         "finished:stop",
     ]
     check_invariants(events)
+    # The engine reported no usage: a delta counts as a token, reasoning ones counted apart.
+    assert usage_of(events) == Usage(prompt_tokens=0, completion_tokens=6, reasoning_tokens=3)
     done = items_done(events)
     assert [(i.index, i.kind, i.text) for i in done] == [
         (0, R, "Thinking"),
@@ -185,9 +195,11 @@ async def test_tool_call_deltas_grouped_by_index() -> None:
         "Δtool_call:{",
         "Δtool_call:}",
         "-tool_call",
+        "usage",
         "finished:tool_calls",
     ]
     check_invariants(events)
+    assert usage_of(events) == Usage(completion_tokens=4)  # tool-call deltas count too
     calls = items_done(events)
     assert [(c.tool_index, c.call_id, c.name, c.text) for c in calls] == [
         (0, "call_1", "f", '{"a":1}'),
@@ -205,8 +217,10 @@ async def test_text_then_tool_call_closes_the_text_item() -> None:
         "+tool_call",
         "Δtool_call:{}",
         "-tool_call",
+        "usage",
         "finished:tool_calls",
     ]
+    assert usage_of(events) == Usage(completion_tokens=2)
 
 
 async def test_name_after_first_delta_buffers_arguments_then_announces() -> None:
@@ -224,8 +238,10 @@ async def test_name_after_first_delta_buffers_arguments_then_announces() -> None
         'Δtool_call:{"city": "Paris"',  # everything buffered, in one delta, right after the announce
         "Δtool_call:}",
         "-tool_call",
+        "usage",
         "finished:tool_calls",
     ]
+    assert usage_of(events) == Usage(completion_tokens=4)  # every delta, empty ones included
     added = events[0]
     assert isinstance(added, ItemAdded)
     assert added.item.name == "get_weather"
@@ -237,8 +253,9 @@ async def test_name_after_first_delta_buffers_arguments_then_announces() -> None
 
 async def test_name_never_arriving_still_announces_the_call_at_close() -> None:
     events = await run([ToolCallDelta(0, "{"), ToolCallDelta(0, "}"), Finished(FinishReason.TOOL_CALLS)])
-    assert shape(events) == ["+tool_call", "Δtool_call:{}", "-tool_call", "finished:tool_calls"]
+    assert shape(events) == ["+tool_call", "Δtool_call:{}", "-tool_call", "usage", "finished:tool_calls"]
     check_invariants(events)
+    assert usage_of(events) == Usage(completion_tokens=2)
     call = items_done(events)[0]
     assert call.name is None
     assert call.tool_index == 0
@@ -265,8 +282,10 @@ async def test_repeated_name_and_id_are_not_duplicated() -> None:
         "Δtool_call:{",
         "Δtool_call:}",
         "-tool_call",
+        "usage",
         "finished:tool_calls",
     ]
+    assert usage_of(events) == Usage(completion_tokens=3)
     call = items_done(events)[0]
     assert (call.call_id, call.name, call.text) == ("call_1", "f", "{}")
 
@@ -330,8 +349,41 @@ async def test_usage_is_emitted_just_before_the_terminal_event_and_last_one_wins
     assert shape(events) == ["+message", "Δmessage:a", "Δmessage:b", "-message", "usage", "finished:stop"]
     usage = events[-2]
     assert isinstance(usage, UsageReport)
+    # The engine counted completion tokens: its count stands, not the number of deltas (2).
     assert usage.usage == Usage(prompt_tokens=5, completion_tokens=1)
     check_invariants(events)
+
+
+async def test_a_report_without_completion_tokens_keeps_its_prompt_count_and_counts_deltas() -> None:
+    # A deadline cut the stream after the engine's early (prompt-only) report.
+    events = await run(
+        [
+            UsageReport(Usage(prompt_tokens=7, cached_tokens=3, reasoning_tokens=9)),
+            TextDelta(R, "hm"),
+            TextDelta(M, "a"),
+            ToolCallDelta(0, "{}", "c", "f"),
+            Failed(ErrorInfo(ErrorKind.TIMEOUT, "too slow")),
+        ]
+    )
+    assert shape(events)[-2:] == ["usage", "failed:timeout"]
+    assert usage_of(events) == Usage(
+        prompt_tokens=7, completion_tokens=3, cached_tokens=3, reasoning_tokens=1
+    )
+    check_invariants(events)
+
+
+async def test_a_prompt_only_report_without_deltas_is_reported_as_is() -> None:
+    events = await run([UsageReport(Usage(prompt_tokens=5, cached_tokens=2)), Finished(FinishReason.STOP)])
+    assert shape(events) == ["usage", "finished:stop"]
+    assert usage_of(events) == Usage(prompt_tokens=5, cached_tokens=2)
+
+
+async def test_no_deltas_and_no_report_gives_no_usage() -> None:
+    assert shape(await run([Failed(ErrorInfo(ErrorKind.TIMEOUT, "t"))])) == ["failed:timeout"]
+    assert shape(await run([PromptFinished(), Finished(FinishReason.LENGTH)])) == [
+        "PromptFinished",
+        "finished:length",
+    ]
 
 
 async def test_engine_failure_mid_stream_closes_items_then_fails() -> None:
@@ -354,7 +406,8 @@ async def test_engine_failure_with_open_tool_call_closes_it() -> None:
         raise EngineFailure("broken")
 
     events = await run(engine())
-    assert shape(events) == ["+tool_call", 'Δtool_call:{"a"', "-tool_call", "failed:engine"]
+    assert shape(events) == ["+tool_call", 'Δtool_call:{"a"', "-tool_call", "usage", "failed:engine"]
+    assert usage_of(events) == Usage(completion_tokens=1)  # what streamed before the failure
 
 
 async def test_unexpected_exception_becomes_failed_without_a_stack_trace() -> None:
@@ -363,7 +416,8 @@ async def test_unexpected_exception_becomes_failed_without_a_stack_trace() -> No
         raise KeyError("/secret/path/model.gguf")
 
     events = await run(engine())
-    assert shape(events) == ["+reasoning", "Δreasoning:x", "-reasoning", "failed:engine"]
+    assert shape(events) == ["+reasoning", "Δreasoning:x", "-reasoning", "usage", "failed:engine"]
+    assert usage_of(events) == Usage(completion_tokens=1, reasoning_tokens=1)
     failed = events[-1]
     assert isinstance(failed, Failed)
     assert failed.error.kind is ErrorKind.ENGINE
@@ -386,7 +440,8 @@ async def test_failed_raw_event_ends_the_stream_and_closes_the_engine() -> None:
             log.append("closed")
 
     events = await run(engine())
-    assert shape(events) == ["+message", "Δmessage:partial", "-message", "failed:timeout"]
+    assert shape(events) == ["+message", "Δmessage:partial", "-message", "usage", "failed:timeout"]
+    assert usage_of(events) == Usage(completion_tokens=1)  # "never" was not read, so not counted
     assert log == ["closed"]
 
 
@@ -410,7 +465,8 @@ async def test_progress_events_pass_through_in_order() -> None:
     events = await run([*progress, TextDelta(M, "x"), Finished(FinishReason.STOP)])
     assert events[:6] == progress
     assert all(a is b for a, b in zip(events[:6], progress, strict=True))
-    assert shape(events)[6:] == ["+message", "Δmessage:x", "-message", "finished:stop"]
+    assert shape(events)[6:] == ["+message", "Δmessage:x", "-message", "usage", "finished:stop"]
+    assert usage_of(events) == Usage(completion_tokens=1)  # progress events are not tokens
 
 
 async def test_progress_event_in_the_middle_does_not_close_the_item() -> None:
@@ -421,8 +477,10 @@ async def test_progress_event_in_the_middle_does_not_close_the_item() -> None:
         "PromptProgress",
         "Δmessage:b",
         "-message",
+        "usage",
         "finished:stop",
     ]
+    assert usage_of(events) == Usage(completion_tokens=2)
 
 
 async def test_closing_the_segmenter_early_closes_the_engine() -> None:
@@ -503,6 +561,19 @@ def test_any_raw_stream_gives_a_well_formed_canonical_stream(raw: list[RawEvent]
 
     events = asyncio.run(run(engine()))
     check_invariants(events)
+    # usage: the engine's last report, unless it counted no completion tokens while deltas
+    # streamed; then the deltas are counted, keeping the prompt and cached counts it reported
+    deltas = [e for e in raw if isinstance(e, TextDelta | ToolCallDelta)]
+    reports = [e.usage for e in raw if isinstance(e, UsageReport)]
+    expected = reports[-1] if reports else None
+    if deltas and (expected is None or expected.completion_tokens == 0):
+        expected = Usage(
+            prompt_tokens=expected.prompt_tokens if expected else 0,
+            completion_tokens=len(deltas),
+            cached_tokens=expected.cached_tokens if expected else 0,
+            reasoning_tokens=sum(1 for e in deltas if isinstance(e, TextDelta) and e.channel is R),
+        )
+    assert usage_of(events) == expected
     terminal = events[-1]
     if end == "none":
         assert isinstance(terminal, Finished)
@@ -519,3 +590,11 @@ def test_any_raw_stream_gives_a_well_formed_canonical_stream(raw: list[RawEvent]
         e.text for e in events if isinstance(e, ItemDelta) and e.item.kind is not ItemKind.TOOL_CALL
     )
     assert got == sent
+
+
+async def test_items_closed_by_a_length_stop_are_marked_cut_short() -> None:
+    events = await run([TextDelta(ItemKind.MESSAGE, "Hello"), Finished(FinishReason.LENGTH)])
+    (item,) = items_done(events)
+    assert item.cut_short and item.text == "Hello"
+    events = await run([TextDelta(ItemKind.MESSAGE, "Hello"), Finished(FinishReason.STOP)])
+    assert not items_done(events)[0].cut_short

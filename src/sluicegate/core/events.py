@@ -142,6 +142,7 @@ class Item:
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     done: bool = False
+    cut_short: bool = False  # closed by a length/content-filter stop, not finished by the model
     parts: list[str] = field(default_factory=list)  # deltas so far, joined into `text` at done
 
     @property

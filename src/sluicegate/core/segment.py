@@ -24,6 +24,7 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
     ToolCallDelta,
+    Usage,
     UsageReport,
 )
 from sluicegate.core.ids import new_id
@@ -50,6 +51,8 @@ class _Segmenter:
         self.pending_args: dict[int, list[str]] = {}
         self.usage: UsageReport | None = None
         self.finish: FinishReason | None = None
+        self.deltas = 0  # what streamed, for usage when the engine never got to report it
+        self.reasoning_deltas = 0
 
     def _open(self, kind: ItemKind, **fields: str | int | None) -> Item:
         item = Item(index=self.count, kind=kind, id=new_id(ITEM_ID_PREFIX[kind]))
@@ -90,6 +93,9 @@ class _Segmenter:
             out.append(ItemDelta(item, text))
 
     def text(self, event: TextDelta, out: list[Event]) -> None:
+        self.deltas += 1
+        if event.channel is ItemKind.REASONING:
+            self.reasoning_deltas += 1
         item = self.text_item
         if item is None or item.kind is not event.channel:
             self.close_text(out)
@@ -102,6 +108,7 @@ class _Segmenter:
         out.append(ItemDelta(item, event.text, event.logprobs))
 
     def tool(self, event: ToolCallDelta, out: list[Event]) -> None:
+        self.deltas += 1
         item = self.tool_by_index.get(event.index)
         if item is None:
             self.close_text(out)
@@ -128,10 +135,24 @@ class _Segmenter:
         out.append(ItemDelta(item, event.arguments))
 
     def end(self, out: list[Event], failure: Failed | None) -> None:
+        if self.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
+            for item in (self.text_item, self.tool_item):
+                if item is not None:
+                    item.cut_short = True
         self.close_text(out)
         self.close_tool(out)
-        if self.usage is not None:
-            out.append(self.usage)
+        usage = self.usage.usage if self.usage is not None else None
+        if self.deltas and (usage is None or usage.completion_tokens == 0):
+            # Cut off (deadline, failure) before the engine's final count: count what streamed,
+            # a delta being at least one token, and keep any prompt count it did report.
+            usage = Usage(
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=self.deltas,
+                cached_tokens=usage.cached_tokens if usage else 0,
+                reasoning_tokens=self.reasoning_deltas,
+            )
+        if usage is not None:
+            out.append(UsageReport(usage))
         if failure is not None:
             out.append(failure)
             return

@@ -45,8 +45,8 @@ class Fields:
             return f"{self.path}[{key}]"
         return f"{self.path}.{key}" if self.path else key
 
-    def fail(self, key: str, message: str) -> NoReturn:
-        raise invalid(message, self.where(key))
+    def fail(self, key: str, message: str, code: str | None = None) -> NoReturn:
+        raise invalid(message, self.where(key), code)
 
     def has(self, key: str) -> bool:
         return self.obj.get(key) is not None
@@ -54,7 +54,7 @@ class Fields:
     def _get(self, key: str, required: bool) -> Any:
         value = self.obj.get(key)
         if value is None and required:
-            self.fail(key, f"Missing required parameter: '{self.where(key)}'.")
+            self.fail(key, f"Missing required parameter: '{self.where(key)}'.", "missing_required_parameter")
         return value
 
     def _type_error(self, key: str, expected: str, value: Any) -> NoReturn:

@@ -58,6 +58,7 @@ class Engine(ABC):
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
+        self.created = int(time.time())  # stable for the listing's `created`
 
     @classmethod
     @abstractmethod
@@ -73,6 +74,15 @@ class Engine(ABC):
         Subclasses extend this and call it: the canonical stream carries one choice, so `n`
         above 1 is refused here for every engine rather than silently ignored.
         """
+        if not self.info().capabilities.vision and any(
+            not isinstance(m.content, str) and any(p.type == "image" for p in m.content)
+            for m in request.messages
+        ):
+            raise invalid(
+                f"Model {self.model_id!r} does not accept image input.",
+                param=None,
+                code="image_input_unsupported",
+            )
         if request.sampling.n != 1:
             raise invalid(
                 f"n={request.sampling.n} is not supported by the {self.kind} engine of "

@@ -93,6 +93,7 @@ class Instance:
         self.engine = engine
         self.id = engine.model_id  # the model id, for metrics labels
         self.instance_id = instance_id
+        self.config: dict[str, Any] = {}  # load settings asked for (e.g. context_length)
         self.max_queue = max_queue
         self._slots = asyncio.Semaphore(max_concurrency)
         self._waiting = 0
@@ -206,6 +207,7 @@ class Instance:
         if self.engine.needs_load and self.loaded:
             await self.engine.unload()
             self.loaded = False
+        self.config = {}  # a later (JIT) load starts from the model's defaults
 
 
 class Model:
@@ -270,7 +272,9 @@ class Model:
     def instance(self, instance_id: str) -> Instance | None:
         return next((i for i in self.instances if i.instance_id == instance_id), None)
 
-    async def load(self, *, new_instance: bool = False) -> tuple[Instance, float]:
+    async def load(
+        self, *, new_instance: bool = False, config: dict[str, Any] | None = None
+    ) -> tuple[Instance, float]:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
@@ -290,6 +294,8 @@ class Model:
                 max_queue=self.max_queue,
             )
             self.instances.append(target)
+        if config:
+            target.config.update(config)
         return target, await target.load_now()
 
     async def unload(self, instance_id: str | None = None) -> list[str]:

@@ -249,12 +249,13 @@ class ScriptedEngine(Engine):
         return ModelInfo(
             id=self.model_id,
             engine=self.kind,
+            created=self.created,
             display_name=f"{self.model_id} (scripted)",
             context_length=32768,
             capabilities=Capabilities(
                 tool_use=True,
                 reasoning=True,
-                vision=False,
+                vision=True,  # accepts images (and ignores them), so clients can test image input
                 logprobs=True,
                 reasoning_options=["off", "on"],
                 reasoning_default="on",
@@ -290,6 +291,8 @@ class ScriptedEngine(Engine):
     async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         script = self.script
         reply = script.pick(request)
+        if not request.parallel_tool_calls and len(reply.tool_calls) > 1:
+            reply = replace(reply, tool_calls=reply.tool_calls[:1])
         if request.tool_choice == "none" and reply.tool_calls:
             reply = replace(reply, tool_calls=[])  # keeps pacing, usage, refusal and errors
         if request.reasoning_effort in ("off", "none") and reply.reasoning:
@@ -307,6 +310,7 @@ class ScriptedEngine(Engine):
         deltas, finish = _plan(reply, request)
         sampling = request.sampling
         usage = Usage(prompt_tokens=prompt_tokens(request))
+        yield UsageReport(_override(usage, reply))  # the prompt's cost is known from here on
         for count, delta in enumerate(deltas):
             if reply.error_after_deltas is not None and count >= reply.error_after_deltas:
                 yield UsageReport(_override(usage, reply))
@@ -314,7 +318,9 @@ class ScriptedEngine(Engine):
                     reply.error_message or f"scripted failure after {count} deltas",
                     code="scripted_failure",
                 )
-            if count and token_delay:
+            if count:
+                # Even with no delay, give the loop a turn per token, as a real model does: the
+                # first token reaches the client at once, and heartbeats and disconnects still work.
                 await asyncio.sleep(token_delay)
             if type(delta) is TextDelta and sampling.logprobs:
                 delta.logprobs = [_certain(delta.text, sampling.top_logprobs)]
