@@ -107,8 +107,12 @@ class ResponseState:
         }
 
 
-def items_output(items: list[Item]) -> list[Json]:
-    return [output_item(item, "completed" if item.done else "incomplete") for item in items]
+def items_output(items: list[Item], open_status: str = "incomplete") -> list[Json]:
+    """Items as output; `open_status` for items not done yet (`in_progress` while running)."""
+    return [
+        output_item(item, ("incomplete" if item.cut_short else "completed") if item.done else open_status)
+        for item in items
+    ]
 
 
 class ResponsesEncoder:
@@ -129,7 +133,9 @@ class ResponsesEncoder:
         return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
 
     def snapshot(self) -> Json:
-        return self.state.object(items_output(self.accumulator.snapshot()))
+        running = self.state.status in ("queued", "in_progress")
+        open_status = "in_progress" if running else "incomplete"
+        return self.state.object(items_output(self.accumulator.snapshot(), open_status))
 
     def opening(self, queued: bool) -> list[bytes]:
         """`response.created` (and `response.queued` for background), before any output."""
@@ -164,8 +170,11 @@ class ResponsesEncoder:
 
     def _added(self, item: Item) -> list[bytes]:
         shell = output_item(item, "in_progress")
+        # The item may already hold its first delta (segmented together): the shell starts empty.
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL, ItemKind.REASONING):
             shell["content"] = []
+        elif item.kind is ItemKind.TOOL_CALL:
+            shell["arguments"] = ""
         frames = [self._frame("response.output_item.added", {"output_index": item.index, "item": shell})]
         part = _empty_part(item.kind)
         if part is not None:
@@ -197,7 +206,7 @@ class ResponsesEncoder:
 
     def _done(self, item: Item) -> list[bytes]:
         where = self._where(item)
-        final = output_item(item, "completed")
+        final = output_item(item, "incomplete" if item.cut_short else "completed")
         frames: list[bytes] = []
         kind = item.kind
         if kind is ItemKind.MESSAGE:

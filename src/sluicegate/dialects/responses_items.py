@@ -77,6 +77,7 @@ def validate_sequence(messages: list[Message], known_calls: dict[str, Json]) -> 
     out: list[Message] = []
     answered: set[str] = set()
     open_calls: set[str] = set()
+    later_calls = {call.id for m in messages if m.role == "assistant" for call in m.tool_calls}
     for message in messages:
         if message.role == "assistant":
             open_calls.update(call.id for call in message.tool_calls)
@@ -90,6 +91,9 @@ def validate_sequence(messages: list[Message], known_calls: dict[str, Json]) -> 
             log.info("dropping a duplicate tool result for %s", call_id)
             continue
         if call_id not in open_calls:
+            if call_id in later_calls:
+                log.info("dropping a tool result for %s that comes before its call", call_id)
+                continue
             stored = known_calls.get(call_id)
             if stored is None:
                 log.info("synthesising the missing call %s before its result", call_id)
@@ -106,7 +110,40 @@ def validate_sequence(messages: list[Message], known_calls: dict[str, Json]) -> 
             open_calls.add(call_id)
         answered.add(call_id)
         out.append(message)
-    return out
+    return _drop_unanswered_calls(out)
+
+
+def _drop_unanswered_calls(messages: list[Message]) -> list[Message]:
+    """Results move up to sit right after their call (templates and upstreams require it);
+    calls the conversation moved on from without any result (e.g. a call to a tool that did not
+    exist) are dropped, as is an assistant turn left empty by that."""
+    results = {m.tool_call_id: m for m in messages if m.role == "tool"}
+    out: list[Message] = []
+    placed: set[int] = set()
+    for index, message in enumerate(messages):
+        if message.role == "tool":
+            if id(message) not in placed:
+                out.append(message)  # a result no call claimed (cannot happen after validation)
+            continue
+        out.append(message)
+        if message.role != "assistant" or not message.tool_calls:
+            continue
+        moved_on = any(m.role != "tool" for m in messages[index + 1 :])
+        kept = []
+        for call in message.tool_calls:
+            result = results.get(call.id)
+            if result is not None:
+                kept.append(call)
+                out.append(result)
+                placed.add(id(result))
+            elif not moved_on:
+                kept.append(call)  # the latest turn: its result may be what comes next
+            else:
+                log.info("dropping the unanswered tool call %s", call.id)
+        message.tool_calls = kept
+    return [
+        m for m in out if not (m.role == "assistant" and not m.tool_calls and not m.text and not m.reasoning)
+    ]
 
 
 def orphan_call_ids(items: list[Json]) -> list[str]:

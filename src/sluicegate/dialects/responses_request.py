@@ -29,6 +29,7 @@ INPUT_PART_TYPES = (
     "reasoning_text",
 )
 ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "item_reference")
+MISSING = "missing_required_parameter"  # the code OpenAI gives every missing parameter
 LATER_TOOL_TYPES = ("mcp",)  # server-side tool types that arrive with the tools work
 
 
@@ -186,7 +187,7 @@ def _tool_choice(f: Fields, tools: list[ToolSpec]) -> tuple[Any, str]:
 def _input(f: Fields) -> list[Json]:
     raw = f.obj.get("input")
     if raw is None:
-        f.fail("input", "Missing required parameter: 'input'.")
+        f.fail("input", "Missing required parameter: 'input'.", MISSING)
     if isinstance(raw, str):
         return [_message_item("user", [{"type": "input_text", "text": raw}])]
     if not isinstance(raw, list):
@@ -212,7 +213,7 @@ def _item(i: Fields) -> Json:
     kind = i.string("type")
     if kind is None:
         if "role" not in i.obj:
-            i.fail("type", f"Missing required parameter: '{i.where('type')}'.")
+            i.fail("type", f"Missing required parameter: '{i.where('type')}'.", MISSING)
         kind = "message"
     if kind not in ITEM_TYPES:
         allowed = ", ".join(f"'{t}'" for t in ITEM_TYPES)
@@ -236,7 +237,7 @@ def _item(i: Fields) -> Json:
     if kind == "function_call_output":
         output = i.obj.get("output")
         if output is None:
-            i.fail("output", f"Missing required parameter: '{i.where('output')}'.")
+            i.fail("output", f"Missing required parameter: '{i.where('output')}'.", MISSING)
         if isinstance(output, list):
             output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
         elif not isinstance(output, str):
@@ -265,7 +266,7 @@ def _item(i: Fields) -> Json:
 def _parts(i: Fields, role: str) -> list[Json]:
     content = i.obj.get("content")
     if content is None:
-        i.fail("content", f"Missing required parameter: '{i.where('content')}'.")
+        i.fail("content", f"Missing required parameter: '{i.where('content')}'.", MISSING)
     text_type = "output_text" if role == "assistant" else "input_text"
     if isinstance(content, str):
         part: Json = {"type": text_type, "text": content}
@@ -290,7 +291,7 @@ def _parts(i: Fields, role: str) -> list[Json]:
                         "file_id",
                         "Images by 'file_id' are not supported; send 'image_url' (an http(s) or data: URL).",
                     )
-                p.fail("image_url", f"Missing required parameter: '{p.where('image_url')}'.")
+                p.fail("image_url", f"Missing required parameter: '{p.where('image_url')}'.", MISSING)
             parts.append({"type": "input_image", "image_url": url, "detail": p.string("detail") or "auto"})
         else:
             text = p.string("text", required=True) or ""

@@ -56,6 +56,8 @@ class ResponseRun:
         self.log = FrameLog()
         self.cancel_reason = "cancelled"
         self.task: asyncio.Task[None] | None = None
+        self._started = False
+        self._cancel_early = False  # cancelled before the task first ran
 
     def start(self) -> None:
         self.runs[self.id] = self
@@ -63,9 +65,15 @@ class ResponseRun:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"response {self.id}")
 
     def cancel(self, reason: str) -> None:
-        if self.task is not None and not self.task.done():
-            self.cancel_reason = reason
+        if self.task is None or self.task.done():
+            return
+        self.cancel_reason = reason
+        if self._started:
             self.task.cancel()
+        else:
+            # Cancelling a task that never ran would skip its finally (never stored, never
+            # removed from the runs in flight): let it start and stop itself instead.
+            self._cancel_early = True
 
     @property
     def finished(self) -> bool:
@@ -81,7 +89,10 @@ class ResponseRun:
 
     async def _run(self) -> None:
         encoder, feed, frames = self.encoder, self.accumulator.feed, self.log
+        self._started = True
         try:
+            if self._cancel_early:
+                raise asyncio.CancelledError
             frames.extend(encoder.in_progress())
             async for event in self.events:
                 feed(event)
