@@ -90,7 +90,7 @@ def parse_lmstudio_chat(body: Any) -> LMStudioChatRequest:
 def _input(f: Fields) -> list[Json]:
     raw = f.obj.get("input")
     if raw is None:
-        f.fail("input", '"input" is required')
+        f.fail("input", '"input" is required', "missing_required_parameter")
     if isinstance(raw, str):
         return [{"type": "input_text", "text": raw}]
     if not isinstance(raw, list) or not raw:

@@ -78,15 +78,21 @@ async def _conversation(state: AppState, req: LMStudioChatRequest) -> Conversati
         history = previous.conversation
     items: list[Json] = []
     if req.system_prompt is not None:
-        # A system prompt sent again on a continued chat replaces the earlier one (LM Studio 500s here).
+        # A system prompt sent again on a continued chat replaces the earlier one (LM Studio 500s
+        # here), in its place at the start: chat templates refuse a system message mid-chat.
+        system = _message("system", [{"type": "input_text", "text": req.system_prompt}])
         history = [
-            i
-            for i in history
-            if not (i.get("type") == "message" and i.get("role") in ("system", "developer"))
+            system,
+            *(
+                i
+                for i in history
+                if not (i.get("type") == "message" and i.get("role") in ("system", "developer"))
+            ),
         ]
-        items.append(_message("system", [{"type": "input_text", "text": req.system_prompt}]))
-    items.append(_message("user", req.input_parts))
-    return Conversation(input_items=items, history=[*history, *items])
+        items.append(system)
+    user = _message("user", req.input_parts)
+    items.append(user)
+    return Conversation(input_items=items, history=[*history, user])
 
 
 def _message(role: str, content: list[Json]) -> Json:

@@ -31,7 +31,7 @@ LOAD_KEYS = frozenset(
 
 def _instance_config(model: Model, instance: Instance) -> Json:
     info = instance.engine.info()
-    return {"context_length": info.context_length, "parallel": model.max_concurrency}
+    return {"context_length": info.context_length, "parallel": model.max_concurrency, **instance.config}
 
 
 def model_entry(model: Model) -> Json:
@@ -89,7 +89,13 @@ async def load_model(request: Request) -> Response:
     model = state.registry.models.get(model_id)
     if model is None:
         raise _model_not_found(model_id, "model")
-    instance, seconds = await model.load(new_instance=True)
+    maximum = model.engine.info().context_length
+    if context_length is not None and maximum is not None and context_length > maximum:
+        f.fail(
+            "context_length", f"context_length {context_length} is above this model's maximum of {maximum}."
+        )
+    config = {"context_length": context_length} if context_length is not None else {}
+    instance, seconds = await model.load(new_instance=True, config=config)
     body: Json = {
         "type": "llm",
         "instance_id": instance.instance_id,
@@ -97,10 +103,7 @@ async def load_model(request: Request) -> Response:
         "status": "loaded",
     }
     if echo:
-        config = _instance_config(model, instance)
-        if context_length is not None:
-            config["context_length"] = context_length
-        body["load_config"] = config
+        body["load_config"] = _instance_config(model, instance)
     return JSONResponse(body)
 
 
