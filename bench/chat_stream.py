@@ -1,26 +1,26 @@
-"""Benchmark: the cost of the Chat Completions streaming path, per token, against its own baseline.
+"""Benchmark: what Sluicegate's streaming path costs per token, against its own baseline.
 
 Run from the repository root (venv active): `python bench/chat_stream.py`
 
-One run measures, with a scripted reply of --words words and no pacing (token_delay_ms 0):
+One run streams scripted replies of --words words with no pacing (token_delay_ms 0; the
+scripted engine still yields to the event loop after every delta, as a real engine does) and
+measures:
 
   (a) baseline   the scripted engine's raw events consumed directly, in-process
-  (b) pipeline   the same request through the path a route takes, minus HTTP: model admission,
-                 deadlines, segmentation, Chat Completions encoding to SSE bytes
+  (b) pipeline   the same request through the path a route takes, minus HTTP, in-process:
+                   chat       model admission, deadlines, segmentation, Chat Completions
+                              encoding to SSE bytes
+                   responses  the same up to segmentation, then a response run: the
+                              accumulator, the Responses encoder, the replayable frame log
+                              read by a follower, and the SQLite store at the end
   (c) HTTP       a real `sluicegate serve` process on loopback, streamed by httpx clients at
-                 concurrency 1 and 16; tokens are the content deltas the clients receive
+                 concurrency 1 and 16: POST /v1/chat/completions and POST /v1/responses with
+                 "stream": true; tokens are the text deltas the clients receive
 
-It does so twice:
-
-  burst     the scripted engine as shipped. With token_delay_ms 0 it never awaits during a
-            reply, so a whole reply is produced in one go and leaves in one write.
-  yielding  the same engine, but it yields to the event loop after every delta, as an engine
-            that awaits a model or an upstream per token does. Every frame is its own write:
-            this is the per-token cost a real model sees.
-
-It prints tokens/s, µs per token, ratios (b)/(a) and (c)/(b), and time to first token
-(request sent → first content delta received) p50/p99 over HTTP. Absolute numbers depend on
-the machine; compare the ratios within one run.
+It prints tokens/s, µs per token, ratios against (a) and (b), the server's and the client's
+CPU time per token over HTTP, time to first token (request sent → first text delta received)
+p50/p99, and each in-process path built up one stage at a time. Absolute
+numbers depend on the machine; compare the ratios within one run.
 """
 
 from __future__ import annotations
@@ -36,23 +36,59 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import orjson
 
-from sluicegate.core.events import RawEvent, TextDelta
+from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.events import TextDelta
 from sluicegate.core.pipeline import StreamLimits, canonical_events, encoded_frames
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
+from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
+from sluicegate.dialects.responses_items import items_to_messages
+from sluicegate.dialects.responses_request import parse_responses_request
 from sluicegate.engines.registry import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
+from sluicegate.routes.responses_runs import Conversation, ResponseRun
+from sluicegate.store.sqlite import SQLiteStore
 
 MODEL = "bench"
 PROMPT = "Tell me a long story."
-CONTENT_MARK = b'"delta":{"content":"'  # once in every content delta frame, nowhere else
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    name: str
+    path: str
+    body: bytes
+    mark: bytes  # once in every text delta frame, nowhere else
+
+
+CHAT = Dialect(
+    "chat",
+    "/v1/chat/completions",
+    orjson.dumps(
+        {
+            "model": MODEL,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": PROMPT}],
+        }
+    ),
+    b'"delta":{"content":"',
+)
+RESPONSES = Dialect(
+    "responses",
+    "/v1/responses",
+    orjson.dumps({"model": MODEL, "stream": True, "input": PROMPT}),
+    b'"type":"response.output_text.delta"',
+)
+DIALECTS = {d.name: d for d in (CHAT, RESPONSES)}
+TITLES = {"chat": "Chat Completions", "responses": "Responses"}
 
 
 def reply_text(words: int) -> str:
@@ -68,20 +104,6 @@ def request() -> ChatRequest:
     return ChatRequest(model=MODEL, messages=[Message(role="user", content=PROMPT)])
 
 
-_shipped_generate = ScriptedEngine.generate
-
-
-async def _yielding_generate(self: ScriptedEngine, request: ChatRequest) -> AsyncIterator[RawEvent]:
-    async for event in _shipped_generate(self, request):
-        yield event
-        await asyncio.sleep(0)
-
-
-def use_yielding_engine(on: bool) -> None:
-    """Switch every ScriptedEngine (in this process) between shipped and yield-per-delta."""
-    ScriptedEngine.generate = _yielding_generate if on else _shipped_generate  # type: ignore[method-assign]
-
-
 # --- (a) and (b): in-process --------------------------------------------------------------
 
 
@@ -95,7 +117,7 @@ async def run_baseline(engine: ScriptedEngine, repeats: int) -> tuple[int, float
     return tokens, time.perf_counter() - started
 
 
-async def run_pipeline(model: Model, repeats: int) -> tuple[int, float]:
+async def run_chat_pipeline(model: Model, repeats: int) -> tuple[int, float]:
     """What `routes/chat_completions.py` does for a stream, up to the bytes handed to the transport."""
     limits = StreamLimits()  # the default deadline and idle timeout are on: their cost is part of the path
     tokens = 0
@@ -106,7 +128,40 @@ async def run_pipeline(model: Model, repeats: int) -> tuple[int, float]:
             f"chatcmpl-bench{i}", int(time.time()), MODEL, include_usage=True, logprobs=False
         )
         async for frame in encoded_frames(canonical_events(generation.events, limits), encoder.encode):
-            tokens += frame.count(CONTENT_MARK)
+            tokens += frame.count(CHAT.mark)
+    return tokens, time.perf_counter() - started
+
+
+async def run_responses_pipeline(model: Model, store: SQLiteStore, repeats: int) -> tuple[int, float]:
+    """What `routes/responses.py` does for a stream (a `ResponseRun` task writing a frame log,
+    stored when it ends), up to the bytes the transport reads from the log."""
+    limits = StreamLimits()
+    tokens = 0
+    keep = len(RESPONSES.mark) - 1
+    started = time.perf_counter()
+    for i in range(repeats):
+        req = parse_responses_request(orjson.loads(RESPONSES.body))
+        conversation = Conversation(input_items=req.input_items, history=list(req.input_items))
+        chat = ChatRequest(model=MODEL, messages=items_to_messages(conversation.history, None))
+        generation = model.open(chat)
+        accumulator = Accumulator()
+        encoder = ResponsesEncoder(ResponseState(f"resp_bench{i}", req), accumulator)
+        run = ResponseRun(
+            canonical_events(generation.events, limits),
+            encoder,
+            accumulator,
+            conversation,
+            store=store,
+            retention_seconds=3600,
+            runs={},
+        )
+        run.start()
+        tail = b""
+        async for chunk in run.log.follow(-1):  # what the SSE transport reads
+            data = tail + chunk
+            tokens += data.count(RESPONSES.mark)
+            tail = data[-keep:]
+        await run.wait()
     return tokens, time.perf_counter() - started
 
 
@@ -114,42 +169,79 @@ def median_rate(rounds: list[tuple[int, float]]) -> float:
     return statistics.median(tokens / seconds for tokens, seconds in rounds)
 
 
+async def drain(events: AsyncIterator[object]) -> None:
+    async for _event in events:
+        pass
+
+
+async def encode_responses(model: Model) -> None:
+    """Canonical events fed to the accumulator and the Responses encoder, in one task."""
+    req = parse_responses_request(orjson.loads(RESPONSES.body))
+    accumulator = Accumulator()
+    encoder = ResponsesEncoder(ResponseState("resp_bench", req), accumulator)
+    async for event in canonical_events(model.open(request()).events, StreamLimits()):
+        accumulator.feed(event)
+        encoder.encode(event)
+
+
 async def stage_costs(
-    engine: ScriptedEngine, model: Model, args: argparse.Namespace
-) -> list[tuple[str, float]]:
-    """µs per token of the in-process path built up one stage at a time, (a) to (b)."""
+    engine: ScriptedEngine,
+    model: Model,
+    store: SQLiteStore,
+    args: argparse.Namespace,
+    dialects: list[Dialect],
+) -> dict[str, list[tuple[str, float]]]:
+    """µs per token of each in-process path built up one stage at a time, (a) to (b)."""
     no_limits = StreamLimits(request_timeout_seconds=None, idle_timeout_seconds=None)
 
     def encoder() -> ChatCompletionsEncoder:
         return ChatCompletionsEncoder("chatcmpl-bench", 0, MODEL, include_usage=True, logprobs=False)
 
-    stages: list[tuple[str, Callable[[], AsyncIterator[object]]]] = [
-        ("engine alone (a)", lambda: engine.generate(request())),
-        ("+ model admission (slots, metrics)", lambda: model.open(request()).events),
-        ("+ segmentation into items", lambda: canonical_events(model.open(request()).events, no_limits)),
+    Stages = list[tuple[str, Callable[[], Awaitable[object]]]]
+    chat: Stages = [
+        ("engine alone (a)", lambda: drain(engine.generate(request()))),
+        ("+ model admission (slots, metrics)", lambda: drain(model.open(request()).events)),
+        (
+            "+ segmentation into items",
+            lambda: drain(canonical_events(model.open(request()).events, no_limits)),
+        ),
         (
             "+ Chat Completions encoding",
-            lambda: encoded_frames(
-                canonical_events(model.open(request()).events, no_limits), encoder().encode
+            lambda: drain(
+                encoded_frames(canonical_events(model.open(request()).events, no_limits), encoder().encode)
             ),
         ),
         (
             "+ request deadline and idle timeout (b)",
-            lambda: encoded_frames(
-                canonical_events(model.open(request()).events, StreamLimits()), encoder().encode
+            lambda: drain(
+                encoded_frames(
+                    canonical_events(model.open(request()).events, StreamLimits()), encoder().encode
+                )
             ),
         ),
     ]
-    costs = []
-    for label, make in stages:
-        rounds = []
-        for _ in range(args.rounds):
-            started = time.perf_counter()
-            for _ in range(args.repeats):
-                async for _event in make():
-                    pass
-            rounds.append((time.perf_counter() - started) * 1e6 / (args.repeats * args.words))
-        costs.append((label, statistics.median(rounds)))
+    responses: Stages = [
+        ("engine alone (a)", lambda: drain(engine.generate(request()))),
+        (
+            "+ admission, deadlines, segmentation",
+            lambda: drain(canonical_events(model.open(request()).events, StreamLimits())),
+        ),
+        ("+ accumulator and Responses encoding", lambda: encode_responses(model)),
+        ("+ response run: frame log, follower, store (b)", lambda: run_responses_pipeline(model, store, 1)),
+    ]
+    costs: dict[str, list[tuple[str, float]]] = {}
+    for name, stages in (("chat", chat), ("responses", responses)):
+        if name not in {d.name for d in dialects}:
+            continue
+        costs[name] = []
+        for label, make in stages:
+            rounds = []
+            for _ in range(args.rounds):
+                started = time.perf_counter()
+                for _ in range(args.repeats):
+                    await make()
+                rounds.append((time.perf_counter() - started) * 1e6 / (args.repeats * args.words))
+            costs[name].append((label, statistics.median(rounds)))
     return costs
 
 
@@ -172,19 +264,15 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(folder: Path, words: int, yielding: bool) -> Iterator[tuple[str, int]]:
+def server(folder: Path, words: int) -> Iterator[tuple[str, int]]:
     (folder / "bench.json").write_bytes(orjson.dumps(script(words)))
     (folder / "bench.toml").write_text(
+        f'[server]\ndata_dir = "{folder / "data"}"\n\n'  # the Responses store lives here, not in ~
         f'[[models]]\nid = "{MODEL}"\nengine = "scripted"\nscript = "bench.json"\nmax_concurrency = 64\n'
     )
     port = free_port()
-    serve = ["serve", "--config", str(folder / "bench.toml"), "--port", str(port), "--log-level", "warning"]
-    # The yielding variant runs this file as the server: it patches the engine, then `sluicegate serve`.
-    cmd = (
-        [sys.executable, __file__, "--serve-yielding", *serve]
-        if yielding
-        else [sys.executable, "-m", "sluicegate", *serve]
-    )
+    cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(folder / "bench.toml")]
+    cmd += ["--port", str(port), "--log-level", "warning"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -208,47 +296,45 @@ def server(folder: Path, words: int, yielding: bool) -> Iterator[tuple[str, int]
             proc.wait()
 
 
-BODY = orjson.dumps(
-    {
-        "model": MODEL,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "messages": [{"role": "user", "content": PROMPT}],
-    }
-)
-
-
-async def one_stream(client: httpx.AsyncClient, url: str, expected: int) -> tuple[int, float]:
-    """Stream one completion; return (content deltas received, seconds to the first one)."""
+async def one_stream(
+    client: httpx.AsyncClient, base: str, dialect: Dialect, expected: int
+) -> tuple[int, float]:
+    """Stream one reply; return (text deltas received, seconds to the first one)."""
     tokens = 0
     ttft = 0.0
     tail = b""
-    keep = len(CONTENT_MARK) - 1  # a mark split across two reads is still counted once
+    keep = len(dialect.mark) - 1  # a mark split across two reads is still counted once
+    headers = {"content-type": "application/json"}
     started = time.perf_counter()
-    async with client.stream("POST", url, content=BODY, headers={"content-type": "application/json"}) as r:
+    async with client.stream("POST", base + dialect.path, content=dialect.body, headers=headers) as r:
         r.raise_for_status()
         async for chunk in r.aiter_raw():
             data = tail + chunk
-            found = data.count(CONTENT_MARK)
+            found = data.count(dialect.mark)
             if found and not tokens:
                 ttft = time.perf_counter() - started
             tokens += found
             tail = data[-keep:]
     if tokens != expected:
-        raise SystemExit(f"expected {expected} content deltas per stream, counted {tokens}")
+        raise SystemExit(f"{dialect.name}: expected {expected} text deltas per stream, counted {tokens}")
     return tokens, ttft
 
 
-async def run_http(
-    base: str, pid: int, concurrency: int, streams: int, words: int
-) -> tuple[float, float | None, float, list[float]]:
+@dataclass
+class Http:
+    tps: float
+    server_cpu_us: float | None
+    client_cpu_us: float
+    ttfts: list[float]
+
+
+async def run_http(base: str, pid: int, dialect: Dialect, concurrency: int, streams: int, words: int) -> Http:
     """Aggregate tokens/s over `streams` streams, `concurrency` at a time, the server's and the
     client's CPU µs per token, and every stream's TTFT."""
-    url = base + "/v1/chat/completions"
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(limits=limits, timeout=60) as client:
         # Warm up: open every connection, load the model, pay first-call costs.
-        await asyncio.gather(*(one_stream(client, url, words) for _ in range(concurrency)))
+        await asyncio.gather(*(one_stream(client, base, dialect, words) for _ in range(concurrency)))
         todo = iter(range(streams))
         ttfts: list[float] = []
         tokens = 0
@@ -256,7 +342,7 @@ async def run_http(
         async def worker() -> None:
             nonlocal tokens
             for _ in todo:
-                got, ttft = await one_stream(client, url, words)
+                got, ttft = await one_stream(client, base, dialect, words)
                 tokens += got
                 ttfts.append(ttft)
 
@@ -266,7 +352,7 @@ async def run_http(
         elapsed = time.perf_counter() - started
         cpu_after, client_cpu = cpu_seconds(pid), time.process_time() - client_before
         cpu_us = None if cpu_before is None or cpu_after is None else (cpu_after - cpu_before) * 1e6 / tokens
-        return tokens / elapsed, cpu_us, client_cpu * 1e6 / tokens, ttfts
+        return Http(tokens / elapsed, cpu_us, client_cpu * 1e6 / tokens, ttfts)
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -274,42 +360,45 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
-# --- one scenario, and the report ------------------------------------------------------------
+# --- the run, and the report -----------------------------------------------------------------
 
 
 @dataclass
 class Result:
-    name: str
     a: float = 0.0  # tokens/s
-    b: float = 0.0
-    c: dict[int, float] = field(default_factory=dict)
-    server_cpu_us: dict[int, float | None] = field(default_factory=dict)
-    client_cpu_us: dict[int, float] = field(default_factory=dict)
-    ttft: dict[int, list[float]] = field(default_factory=dict)
-    stages: list[tuple[str, float]] = field(default_factory=list)
+    b: dict[str, float] = field(default_factory=dict)  # by dialect
+    c: dict[tuple[str, int], Http] = field(default_factory=dict)  # by (dialect, concurrency)
+    stages: dict[str, list[tuple[str, float]]] = field(default_factory=dict)  # by dialect
 
 
-async def scenario(name: str, yielding: bool, args: argparse.Namespace) -> Result:
-    use_yielding_engine(yielding)
-    result = Result(name)
+async def measure(args: argparse.Namespace, dialects: list[Dialect]) -> Result:
+    result = Result()
     engine = ScriptedEngine(MODEL, parse_script(script(args.words), "bench"))
     model = Model(engine, max_concurrency=64, max_queue=256)
     await model.load()
-    await run_baseline(engine, 2)  # warm up
-    await run_pipeline(model, 2)
-    base_rounds, pipe_rounds = [], []
-    for _ in range(args.rounds):  # interleaved, so drift hits both alike
-        base_rounds.append(await run_baseline(engine, args.repeats))
-        pipe_rounds.append(await run_pipeline(model, args.repeats))
-    result.a, result.b = median_rate(base_rounds), median_rate(pipe_rounds)
-    if not yielding:
-        result.stages = await stage_costs(engine, model, args)
-    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), args.words, yielding) as (base, pid):
-        for c, streams in ((1, args.streams_c1), (16, args.streams_c16)):
-            result.c[c], result.server_cpu_us[c], result.client_cpu_us[c], result.ttft[c] = await run_http(
-                base, pid, c, streams, args.words
-            )
-    use_yielding_engine(False)
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLiteStore(Path(tmp) / "bench.sqlite3")
+        pipelines: dict[str, Callable[[int], Awaitable[tuple[int, float]]]] = {
+            "chat": lambda n: run_chat_pipeline(model, n),
+            "responses": lambda n: run_responses_pipeline(model, store, n),
+        }
+        await run_baseline(engine, 2)  # warm up
+        for d in dialects:
+            await pipelines[d.name](2)
+        base_rounds: list[tuple[int, float]] = []
+        pipe_rounds: dict[str, list[tuple[int, float]]] = {d.name: [] for d in dialects}
+        for _ in range(args.rounds):  # interleaved, so drift hits every path alike
+            base_rounds.append(await run_baseline(engine, args.repeats))
+            for d in dialects:
+                pipe_rounds[d.name].append(await pipelines[d.name](args.repeats))
+        result.stages = await stage_costs(engine, model, store, args, dialects)
+        await store.aclose()
+    result.a = median_rate(base_rounds)
+    result.b = {name: median_rate(rounds) for name, rounds in pipe_rounds.items()}
+    with tempfile.TemporaryDirectory() as tmp, server(Path(tmp), args.words) as (base, pid):
+        for d in dialects:
+            for c, streams in ((1, args.streams_c1), (16, args.streams_c16)):
+                result.c[d.name, c] = await run_http(base, pid, d, c, streams, args.words)
     return result
 
 
@@ -317,49 +406,48 @@ def report(r: Result) -> None:
     def us(tps: float) -> float:
         return 1e6 / tps
 
-    print(f"\n[{r.name}]")
-    print(f"  {'path':<32}{'tokens/s':>12}{'µs/token':>10}{'vs (a)':>9}{'vs (b)':>9}")
-    rows = [("(a) engine events, in-process", r.a), ("(b) full pipeline, in-process", r.b)]
-    rows += [(f"(c) HTTP, concurrency {c}", tps) for c, tps in r.c.items()]
-    for label, tps in rows:
-        print(f"  {label:<32}{tps:>12,.0f}{us(tps):>10.2f}{tps / r.a:>9.3f}{tps / r.b:>9.3f}")
-    print(f"  (b)/(a) = {r.b / r.a:.3f}: the pipeline adds {us(r.b) - us(r.a):.2f} µs/token")
-    for c, tps in r.c.items():
-        cpu = r.server_cpu_us[c]
-        cpu_text = "" if cpu is None else f"; CPU µs/token: server {cpu:.2f}"
-        cpu_text += f", client {r.client_cpu_us[c]:.2f}"
+    print(f"\n  {'path':<42}{'tokens/s':>11}{'µs/token':>10}{'vs (a)':>8}{'vs (b)':>8}{'server CPU':>12}")
+    print(f"  {'(a) engine events, in-process':<42}{r.a:>11,.0f}{us(r.a):>10.2f}{1:>8.3f}")
+    for name, b in r.b.items():
+        title = TITLES[name]
+        print(f"  {f'(b) {title} pipeline, in-process':<42}{b:>11,.0f}{us(b):>10.2f}{b / r.a:>8.3f}{1:>8.3f}")
+        for (dialect, c), h in r.c.items():
+            if dialect != name:
+                continue
+            cpu = "" if h.server_cpu_us is None else f"{h.server_cpu_us:>7.2f} µs"
+            label = f"(c) {title} HTTP, concurrency {c}"
+            print(
+                f"  {label:<42}{h.tps:>11,.0f}{us(h.tps):>10.2f}{h.tps / r.a:>8.3f}{h.tps / b:>8.3f}{cpu:>12}"
+            )
+    print()
+    for name, b in r.b.items():
+        print(f"  {TITLES[name]}: (b) adds {us(b) - us(r.a):.2f} µs/token to (a)")
+    for (name, c), h in r.c.items():
         print(
-            f"  (c)/(b) = {tps / r.b:.3f} at concurrency {c:>2}: HTTP adds {us(tps) - us(r.b):.2f} µs/token"
-            + cpu_text
+            f"  {TITLES[name]} HTTP, concurrency {c:>2}: adds {us(h.tps) - us(r.b[name]):.2f} µs/token to (b); "
+            f"client CPU {h.client_cpu_us:.2f} µs/token; TTFT ({len(h.ttfts)} streams) "
+            f"p50 {percentile(h.ttfts, 50) * 1000:.2f} ms, p99 {percentile(h.ttfts, 99) * 1000:.2f} ms"
         )
-    if r.stages:
-        print("  in-process path built up stage by stage (µs/token, cumulative, +marginal):")
+    for name, stages in r.stages.items():
+        print(
+            f"\n  in-process {TITLES[name]} path built up stage by stage (µs/token, cumulative, +marginal):"
+        )
         previous = 0.0
-        for label, cost in r.stages:
-            print(f"    {label:<42}{cost:>7.2f}{cost - previous:>+8.2f}")
+        for label, cost in stages:
+            print(f"    {label:<48}{cost:>7.2f}{cost - previous:>+8.2f}")
             previous = cost
-    for c, ttfts in r.ttft.items():
-        print(
-            f"  TTFT at concurrency {c:>2} ({len(ttfts)} streams): "
-            f"p50 {percentile(ttfts, 50) * 1000:.2f} ms, p99 {percentile(ttfts, 99) * 1000:.2f} ms"
-        )
 
 
 async def amain(args: argparse.Namespace) -> None:
-    print(f"Sluicegate Chat Completions streaming bench: {args.words}-word replies, one delta per word")
+    dialects = [DIALECTS[name] for name in args.dialect]
+    print(f"Sluicegate streaming bench: {args.words}-word replies, one delta per word, no pacing")
     print(f"python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs")
     started = time.perf_counter()
-    for name, yielding in (("burst: engine as shipped", False), ("yielding: engine awaits per delta", True)):
-        report(await scenario(name, yielding, args))
+    report(await measure(args, dialects))
     print(f"\n({time.perf_counter() - started:.0f}s)")
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--serve-yielding"]:
-        from sluicegate.cli import main as cli_main
-
-        use_yielding_engine(True)
-        raise SystemExit(cli_main(sys.argv[2:]))
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -368,7 +456,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20, help="replies per in-process round")
     parser.add_argument("--streams-c1", type=int, default=50, help="HTTP streams at concurrency 1")
     parser.add_argument("--streams-c16", type=int, default=160, help="HTTP streams at concurrency 16")
-    asyncio.run(amain(parser.parse_args()))
+    parser.add_argument(
+        "--dialect",
+        action="append",
+        choices=sorted(DIALECTS),
+        help="measure only this dialect (repeatable; default: chat and responses)",
+    )
+    args = parser.parse_args()
+    args.dialect = args.dialect or ["chat", "responses"]
+    asyncio.run(amain(args))
 
 
 if __name__ == "__main__":

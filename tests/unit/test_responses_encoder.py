@@ -302,15 +302,26 @@ def test_failure_ends_with_response_failed(kind: ErrorKind, code: str) -> None:
 
 
 def test_without_a_usage_report_the_usage_is_still_complete() -> None:
+    # No report at all: the object still has every usage field, counting what streamed.
     run = Run().feed(item(0, ItemKind.MESSAGE, "x"), [Finished(FinishReason.STOP)])
     usage = run.events[-1]["response"]["usage"]
     assert usage == {
         "input_tokens": 0,
         "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": 0,
+        "output_tokens": 1,
         "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": 0,
+        "total_tokens": 1,
     }
+
+
+def test_a_cancelled_response_keeps_the_usage_of_what_streamed() -> None:
+    usage = Usage(prompt_tokens=6)  # the engine's early, prompt-only report
+    run = Run().feed([UsageReport(usage)], item(0, ItemKind.MESSAGE, "a", " b", close=False))
+    run.frames.extend(run.encoder.cancelled("cancelled"))
+    final = run.events[-1]["response"]
+    assert final["status"] == "cancelled"
+    assert final["output"][0]["content"][0]["text"] == "a b"
+    assert final["usage"]["input_tokens"] == 6 and final["usage"]["output_tokens"] == 2
 
 
 def test_progress_events_make_no_frames() -> None:

@@ -98,9 +98,9 @@ def check_invariants(events: list[Event]) -> None:
     assert added_order == list(range(len(added_order))), "items are numbered 0.. in order"
     assert tool_indexes == list(range(len(tool_indexes))), "tool calls are numbered 0.. in order"
     usage_at = [i for i, e in enumerate(events) if isinstance(e, UsageReport)]
-    assert len(usage_at) <= 1
     if usage_at:
-        assert usage_at[0] == len(events) - 2, "usage comes just before the terminal event"
+        # Reports are forwarded as they come; the final count always comes just before the end.
+        assert usage_at[-1] == len(events) - 2, "usage comes just before the terminal event"
 
 
 def items_done(events: list[Event]) -> list:
@@ -108,10 +108,11 @@ def items_done(events: list[Event]) -> list:
 
 
 def usage_of(events: list[Event]) -> Usage | None:
-    """The usage the stream reports (there is at most one report, just before the end)."""
-    reports = [e.usage for e in events if isinstance(e, UsageReport)]
-    assert len(reports) <= 1
-    return reports[0] if reports else None
+    """The final usage of the stream: the report just before the end, if any."""
+    if len(events) >= 2 and isinstance(events[-2], UsageReport):
+        return events[-2].usage
+    assert not any(isinstance(e, UsageReport) for e in events), "reports, but no final one"
+    return None
 
 
 # --- text -----------------------------------------------------------------------------------
@@ -336,7 +337,7 @@ async def test_empty_stream_is_just_finished_stop() -> None:
     assert shape(await run([])) == ["finished:stop"]
 
 
-async def test_usage_is_emitted_just_before_the_terminal_event_and_last_one_wins() -> None:
+async def test_usage_is_forwarded_as_it_comes_and_the_last_one_ends_the_stream() -> None:
     events = await run(
         [
             UsageReport(Usage(prompt_tokens=1)),
@@ -346,7 +347,17 @@ async def test_usage_is_emitted_just_before_the_terminal_event_and_last_one_wins
             TextDelta(M, "b"),  # after Finished: still part of the same message
         ]
     )
-    assert shape(events) == ["+message", "Δmessage:a", "Δmessage:b", "-message", "usage", "finished:stop"]
+    assert shape(events) == [
+        "usage",
+        "+message",
+        "Δmessage:a",
+        "usage",
+        "Δmessage:b",
+        "-message",
+        "usage",
+        "finished:stop",
+    ]
+    assert [e.usage.prompt_tokens for e in events if isinstance(e, UsageReport)] == [1, 5, 5]
     usage = events[-2]
     assert isinstance(usage, UsageReport)
     # The engine counted completion tokens: its count stands, not the number of deltas (2).
@@ -374,7 +385,7 @@ async def test_a_report_without_completion_tokens_keeps_its_prompt_count_and_cou
 
 async def test_a_prompt_only_report_without_deltas_is_reported_as_is() -> None:
     events = await run([UsageReport(Usage(prompt_tokens=5, cached_tokens=2)), Finished(FinishReason.STOP)])
-    assert shape(events) == ["usage", "finished:stop"]
+    assert shape(events) == ["usage", "usage", "finished:stop"]
     assert usage_of(events) == Usage(prompt_tokens=5, cached_tokens=2)
 
 
@@ -393,7 +404,7 @@ async def test_engine_failure_mid_stream_closes_items_then_fails() -> None:
         raise EngineFailure("the GPU caught fire", code="gpu_fire")
 
     events = await run(engine())
-    assert shape(events) == ["+message", "Δmessage:Hello", "-message", "usage", "failed:engine"]
+    assert shape(events) == ["+message", "Δmessage:Hello", "usage", "-message", "usage", "failed:engine"]
     failed = events[-1]
     assert isinstance(failed, Failed)
     assert failed.error == ErrorInfo(ErrorKind.ENGINE, "the GPU caught fire", code="gpu_fire")

@@ -23,6 +23,7 @@ from sluicegate.core.events import (
     LoadFinished,
     Usage,
     UsageReport,
+    usage_with_fallback,
 )
 
 
@@ -57,10 +58,15 @@ class Accumulator:
         self._started = time.perf_counter()
         self._first_token_at: float | None = None
         self.open_items: dict[int, Item] = {}
+        self._deltas = 0  # for usage when the stream is cancelled before its final count
+        self._reasoning_deltas = 0
 
     def feed(self, event: Event) -> None:
         match event:
-            case ItemDelta():
+            case ItemDelta(item=item):
+                self._deltas += 1
+                if item.kind is ItemKind.REASONING:
+                    self._reasoning_deltas += 1
                 if self._first_token_at is None:
                     self._first_token_at = time.perf_counter()
                     self.result.time_to_first_token = self._first_token_at - self._started
@@ -82,6 +88,10 @@ class Accumulator:
                 self._started = time.perf_counter()  # time to first token starts after loading
             case _:
                 pass
+
+    def usage_so_far(self) -> Usage:
+        """Usage as far as it is known, also for a stream cancelled before its final count."""
+        return usage_with_fallback(self.result.usage, self._deltas, self._reasoning_deltas) or Usage()
 
     def snapshot(self) -> list[Item]:
         """Every item so far in output order, finished or not (`Item.done` tells which)."""

@@ -59,6 +59,20 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
+def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int) -> Usage | None:
+    """The engine's count, or, when it never got to count output (cut off by a deadline, a
+    failure or a cancel), what streamed: a delta is at least one token. Prompt and cached
+    counts the engine did report are kept."""
+    if not deltas or (usage is not None and usage.completion_tokens):
+        return usage
+    return Usage(
+        prompt_tokens=usage.prompt_tokens if usage else 0,
+        completion_tokens=deltas,
+        cached_tokens=usage.cached_tokens if usage else 0,
+        reasoning_tokens=reasoning_deltas,
+    )
+
+
 # --- raw events (engines yield these; the load/prompt/usage ones pass through unchanged) ----
 
 
@@ -142,7 +156,7 @@ class Item:
     text: str = ""
     logprobs: list[TokenLogprob] = field(default_factory=list)
     done: bool = False
-    cut_short: bool = False  # closed by a length/content-filter stop, not finished by the model
+    cut_short: bool = False  # closed by a limit, a filter or a failure, not finished by the model
     parts: list[str] = field(default_factory=list)  # deltas so far, joined into `text` at done
 
     @property

@@ -24,8 +24,8 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
     ToolCallDelta,
-    Usage,
     UsageReport,
+    usage_with_fallback,
 )
 from sluicegate.core.ids import new_id
 
@@ -135,22 +135,15 @@ class _Segmenter:
         out.append(ItemDelta(item, event.arguments))
 
     def end(self, out: list[Event], failure: Failed | None) -> None:
-        if self.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
+        if failure is not None or self.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
             for item in (self.text_item, self.tool_item):
                 if item is not None:
                     item.cut_short = True
         self.close_text(out)
         self.close_tool(out)
-        usage = self.usage.usage if self.usage is not None else None
-        if self.deltas and (usage is None or usage.completion_tokens == 0):
-            # Cut off (deadline, failure) before the engine's final count: count what streamed,
-            # a delta being at least one token, and keep any prompt count it did report.
-            usage = Usage(
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=self.deltas,
-                cached_tokens=usage.cached_tokens if usage else 0,
-                reasoning_tokens=self.reasoning_deltas,
-            )
+        usage = usage_with_fallback(
+            self.usage.usage if self.usage is not None else None, self.deltas, self.reasoning_deltas
+        )
         if usage is not None:
             out.append(UsageReport(usage))
         if failure is not None:
@@ -185,6 +178,7 @@ async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
                     state.tool(event, out)
                 case UsageReport():
                     state.usage = event
+                    yield event  # the latest count so far; the final one comes before the end
                     continue
                 case Finished():
                     state.finish = event.reason

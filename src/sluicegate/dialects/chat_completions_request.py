@@ -154,7 +154,9 @@ def _message(m: Fields) -> Message:
     role = m.string("role", required=True, choices=ROLES)
     assert role is not None
     if role != "assistant" and m.obj.get("content") is None:
-        m.fail("content", f"Missing required parameter: '{m.where('content')}'.")
+        m.fail(
+            "content", f"Missing required parameter: '{m.where('content')}'.", "missing_required_parameter"
+        )
     message = Message(role=role, content=_content(m, "content", role))  # type: ignore[arg-type]
     message.name = m.string("name")
     if role == "tool":
@@ -174,7 +176,11 @@ def _message(m: Fields) -> Message:
             )
         message.reasoning = m.string("reasoning_content") or m.string("reasoning")
         if m.obj.get("content") is None and not calls and m.obj.get("refusal") is None:
-            m.fail("content", f"Missing required parameter: '{m.where('content')}' (or 'tool_calls').")
+            m.fail(
+                "content",
+                f"Missing required parameter: '{m.where('content')}' (or 'tool_calls').",
+                "missing_required_parameter",
+            )
         refusal = m.string("refusal")
         if refusal and not message.text:
             message.content = refusal

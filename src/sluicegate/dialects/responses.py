@@ -236,8 +236,8 @@ class ResponsesEncoder:
 
     def _finish_object(self) -> Json:
         self.state.completed_at = int(time.time())
-        if self.state.usage is None:
-            self.state.usage = usage_object(self.accumulator.result.usage)
+        # The accumulator's count: the engine's final one, or what streamed when cut off.
+        self.state.usage = usage_object(self.accumulator.usage_so_far())
         self.final = self.snapshot()
         return self.final
 

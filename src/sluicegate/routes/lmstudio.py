@@ -106,8 +106,10 @@ async def _persist(
     result = acc.result
     echo = ResponsesRequest(model=req.model, input_items=conversation.input_items)
     echo.previous_response_id = req.previous_response_id
-    response_state = ResponseState(response_id, echo, usage=usage_object(result.usage))
+    response_state = ResponseState(response_id, echo, usage=usage_object(acc.usage_so_far()))
     response_state.status = "failed" if result.error else "completed" if result.finish_reason else "cancelled"
+    if response_state.status == "cancelled":
+        response_state.incomplete_details = {"reason": "client_disconnected"}
     if result.error:
         response_state.error = {"code": "server_error", "message": result.error.message}
     response = response_state.object(items_output(acc.snapshot()))
@@ -132,6 +134,13 @@ async def lmstudio_chat(request: Request) -> Response:
             code="not_implemented",
         )
     check_reasoning(model, req.reasoning)
+    maximum = model.engine.info().context_length
+    if req.context_length is not None and maximum is not None and req.context_length > maximum:
+        raise invalid(
+            f"context_length {req.context_length} is above model '{model.id}''s maximum of {maximum}.",
+            "context_length",
+            code="invalid_value",
+        )
     conversation = await _conversation(state, req)
     chat = ChatRequest(
         model=req.model,
