@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, store_path
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
+from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
@@ -26,7 +26,6 @@ from sluicegate.routes.common import (
     AppState,
     JSONResponse,
     app_state,
-    check_auth,
     dialect_endpoint,
 )
 from sluicegate.routes.lmstudio import lmstudio_chat
@@ -137,6 +136,3 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.sluicegate = state
     return app
-
-
-__all__ = ["SluicegateError", "check_auth", "create_app"]

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.events import Event
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.events import Event, Failed
 from sluicegate.dialects.responses import ResponsesEncoder
 from sluicegate.store.base import Store, StoredResponse
 from sluicegate.transport.replay import FrameLog
@@ -101,9 +102,6 @@ class ResponseRun:
             frames.extend(encoder.cancelled(self.cancel_reason))
         except Exception:  # the pipeline ends streams itself; this is a bug, never a lost response
             log.exception("response run %s failed", self.id)
-            from sluicegate.core.errors import ErrorInfo, ErrorKind
-            from sluicegate.core.events import Failed
-
             frames.extend(encoder.encode(Failed(ErrorInfo(ErrorKind.INTERNAL, "internal server error"))))
         finally:
             aclose = getattr(self.events, "aclose", None)
