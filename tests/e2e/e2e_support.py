@@ -6,6 +6,7 @@ Kept out of conftest.py so test modules can import them by name (`from e2e_suppo
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -33,6 +34,8 @@ REFUSAL = "I'm sorry, but I cannot help with that request."
 FAIL_CONTENT_WORDS = ["This", " will", " break"]  # error_after_deltas: 3
 FAIL_MESSAGE = "scripted engine exploded"
 SLOW_WORDS = 400
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -102,6 +105,11 @@ class Server:
     def api_url(self) -> str:
         return self.base_url + "/v1"
 
+    @property
+    def folder(self) -> Path:
+        """The folder it runs in: its working directory, config and output files."""
+        return self.stdout_path.parent
+
     def output(self) -> str:
         return (
             self.stdout_path.read_text(errors="replace")
@@ -111,7 +119,13 @@ class Server:
 
 
 @contextlib.contextmanager
-def run_server(folder: Path, config: Path | None) -> Iterator[Server]:
+def run_server(
+    folder: Path,
+    config: Path | None,
+    *,
+    startup_timeout: float = STARTUP_TIMEOUT,
+    stop_timeout: float = STOP_TIMEOUT,
+) -> Iterator[Server]:
     """Start `python -m sluicegate serve`, wait for /health, stop it afterwards."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
@@ -123,19 +137,19 @@ def run_server(folder: Path, config: Path | None) -> Iterator[Server]:
         process = subprocess.Popen(command, stdout=out, stderr=err, cwd=folder, env=server_env(folder))
     server = Server(f"http://127.0.0.1:{port}", process, stderr_path, stdout_path)
     try:
-        _wait_healthy(server)
+        _wait_healthy(server, startup_timeout)
         yield server
     finally:
         process.terminate()
         try:
-            process.wait(STOP_TIMEOUT)
+            process.wait(stop_timeout)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.wait(STOP_TIMEOUT)
+            process.wait(stop_timeout)
 
 
-def _wait_healthy(server: Server) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
+def _wait_healthy(server: Server, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(
@@ -147,7 +161,7 @@ def _wait_healthy(server: Server) -> None:
         except httpx.TransportError:
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"sluicegate did not become healthy in {STARTUP_TIMEOUT}s:\n{server.output()}")
+    raise RuntimeError(f"sluicegate did not become healthy in {timeout}s:\n{server.output()}")
 
 
 # --- SSE ---------------------------------------------------------------------------------
@@ -163,15 +177,13 @@ class Frame:
 
     @property
     def is_heartbeat(self) -> bool:
-        return self.comments == [" heartbeat"] and self.data is None
+        return self.comments == [" heartbeat"] and self.event is None and self.data is None
 
     @property
     def is_done(self) -> bool:
-        return self.event is None and self.data == "[DONE]"
+        return self.event is None and self.data == "[DONE]" and not self.comments
 
     def json(self) -> Any:
-        import json
-
         assert self.data is not None
         return json.loads(self.data)
 
@@ -197,6 +209,20 @@ def parse_sse(text: str) -> list[Frame]:
     return frames
 
 
+def events_of(frames: list[Frame]) -> list[dict[str, Any]]:
+    """The JSON events of a named-event stream (Responses), checking `event:` == `data.type` on each."""
+    events = []
+    for frame in frames:
+        if frame.is_heartbeat or frame.is_done:
+            continue
+        assert frame.event is not None and frame.data is not None, frame
+        assert not frame.comments, frame
+        event = json.loads(frame.data)
+        assert event["type"] == frame.event, (frame.event, event["type"])
+        events.append(event)
+    return events
+
+
 @dataclass
 class RawStream:
     response: httpx.Response
@@ -208,12 +234,24 @@ class RawStream:
         """The JSON of every plain data frame (not errors, not [DONE])."""
         return [f.json() for f in self.frames if f.data is not None and f.event is None and not f.is_done]
 
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The JSON of every named event (a Responses stream), see `events_of`."""
+        return events_of(self.frames)
 
-def stream_raw(base_url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> RawStream:
-    """POST a streaming chat request and read the whole event stream as text."""
+
+def stream_raw(
+    base_url: str,
+    body: dict[str, Any],
+    headers: dict[str, str] | None = None,
+    *,
+    method: str = "POST",
+    path: str = "/v1/chat/completions",
+) -> RawStream:
+    """Send a streaming request (POST `body`, or a bodiless GET) and read the whole event stream as text."""
     with (
         httpx.Client(base_url=base_url, timeout=30.0) as client,
-        client.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response,
+        client.stream(method, path, json=body if method == "POST" else None, headers=headers) as response,
     ):
         assert response.status_code == 200, response.read()
         text = b"".join(response.iter_raw()).decode()
@@ -248,14 +286,20 @@ def metric(base_url: str, name: str, model: str) -> float:
     return read_metrics(base_url).get((name, model), 0.0)
 
 
-def poll(check: Callable[[], bool], timeout: float, interval: float = 0.02) -> bool:
-    """Call `check` until it is true or `timeout` passes; returns whether it became true."""
+def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, *, fail: bool = False) -> T:
+    """Call `check` until it returns something truthy, which is returned.
+
+    When `timeout` passes first, its last (falsy) value is returned, or with `fail` the test fails.
+    """
     deadline = time.monotonic() + timeout
     while True:
-        if check():
-            return True
+        result = check()
+        if result:
+            return result
         if time.monotonic() >= deadline:
-            return False
+            if fail:
+                raise AssertionError(f"condition not met within {timeout}s (last value: {result!r})")
+            return result
         time.sleep(interval)
 
 
@@ -264,7 +308,7 @@ def assert_openai_error(
 ) -> dict[str, Any]:
     """The body is exactly {"error": {"message", "type", "param", "code"}} with these values."""
     assert response.status_code == status, (response.status_code, response.text)
-    assert response.headers["content-type"].startswith("application/json")
+    assert response.headers["content-type"].startswith("application/json"), response.headers
     body = response.json()
     assert set(body) == {"error"}, body
     error = body["error"]

@@ -218,9 +218,9 @@ def test_unknown_response_ids_are_404(http: httpx.Client, method: str, path: str
 def test_bad_input_items_queries(http: httpx.Client) -> None:
     created = http.post("/v1/responses", json={"model": MODEL, "input": "hi"}).json()
     path = f"/v1/responses/{created['id']}/input_items"
-    assert_openai_error(http.get(path, params={"order": "sideways"}), 400, param="order")
-    assert_openai_error(http.get(path, params={"limit": "0"}), 400, param="limit")
-    assert_openai_error(http.get(path, params={"limit": "many"}), 400, param="limit")
+    assert_openai_error(http.get(path, params={"order": "sideways"}), 400, param="order", code=None)
+    assert_openai_error(http.get(path, params={"limit": "0"}), 400, param="limit", code=None)
+    assert_openai_error(http.get(path, params={"limit": "many"}), 400, param="limit", code=None)
     assert_openai_error(http.get(path, params={"after": "msg_nope"}), 404, param="after", code="not_found")
 
 

@@ -285,7 +285,7 @@ def _weather_call(sdk: openai.OpenAI) -> tuple[Response, Any]:
 
 def synthesised(server: Server) -> str:
     """The server's log lines about tool calls it had to make up (found in no history or store)."""
-    return "\n".join(line for line in server.log().splitlines() if "synthesising the missing call" in line)
+    return "\n".join(line for line in server.output().splitlines() if "synthesising the missing call" in line)
 
 
 def test_function_tool_round_trip_with_previous_response_id(

@@ -148,8 +148,8 @@ def check_stream(
     raw: RawStream, *, reasoning: str, terminal: str, background: bool = False
 ) -> dict[str, Any]:
     """Every rule of the Responses wire format; returns the terminal response object."""
-    assert raw.headers["content-type"].startswith("text/event-stream")
-    assert raw.headers["cache-control"] == "no-cache"
+    assert raw.response.headers["content-type"].startswith("text/event-stream")
+    assert raw.response.headers["cache-control"] == "no-cache"
     assert raw.text.endswith("\n\ndata: [DONE]\n\n")
     assert raw.frames[-1].is_done and not any(f.is_done for f in raw.frames[:-1])
     events = raw.events  # checks `event:` == data.type on every frame
@@ -159,7 +159,7 @@ def check_stream(
     opening.append("response.in_progress")
     assert [e["type"] for e in events[: len(opening)]] == opening
     response_id = events[0]["response"]["id"]
-    assert response_id.startswith("resp_") and raw.headers["x-request-id"] == response_id
+    assert response_id.startswith("resp_") and raw.response.headers["x-request-id"] == response_id
     statuses = ["queued", "queued", "in_progress"] if background else ["in_progress", "in_progress"]
     assert [e["response"]["status"] for e in events[: len(opening)]] == statuses
     for event in events[: len(opening)]:
