@@ -113,6 +113,7 @@ def test_unknown_keys_are_unrecognized_keys(
         (body(repeat_penalty=True), "repeat_penalty", None, ()),
         (body(max_output_tokens=0), "max_output_tokens", None, ()),
         (body(context_length="long"), "context_length", None, ()),
+        (body(context_length=10**9), "context_length", "invalid_value", ("maximum",)),
         (body(reasoning="extreme"), "reasoning", None, ("'off'", "'on'")),
         (body(reasoning=True), "reasoning", None, ()),
         (body(integrations="mcp/x"), "integrations", None, ()),

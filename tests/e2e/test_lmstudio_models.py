@@ -159,7 +159,12 @@ def test_loading_an_unknown_model_is_model_not_found(lms: httpx.Client) -> None:
         ("/api/v1/models/load", {"model": "lms-idle", "stream": True}, "stream", "unrecognized_keys"),
         ("/api/v1/models/load", {}, "model", "missing_required_parameter"),
         ("/api/v1/models/load", {"model": "lms-idle", "context_length": "big"}, "context_length", None),
-        ("/api/v1/models/load", {"model": "lms-idle", "context_length": 10**9}, "context_length", None),
+        (
+            "/api/v1/models/load",
+            {"model": "lms-idle", "context_length": 10**9},
+            "context_length",
+            "invalid_value",
+        ),
         ("/api/v1/models/unload", {"instance_id": "lms-idle", "force": True}, "force", "unrecognized_keys"),
         ("/api/v1/models/unload", {}, "instance_id", "missing_required_parameter"),
     ],

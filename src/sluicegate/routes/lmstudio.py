@@ -14,7 +14,7 @@ from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import Event
 from sluicegate.core.ids import new_id
-from sluicegate.core.pipeline import canonical_events, collect, unless_disconnected
+from sluicegate.core.pipeline import canonical_events, collect, encoded_frames, unless_disconnected
 from sluicegate.core.request import ChatRequest
 from sluicegate.dialects.lmstudio import LMStudioEncoder, Vocabulary, lmstudio_error
 from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmstudio_chat
@@ -51,6 +51,16 @@ def check_reasoning(model: Model, setting: str | None) -> None:
         raise invalid(
             f"Reasoning setting '{setting}' is not supported by model '{model.id}'. Supported settings: {supported}",
             "reasoning",
+            code="invalid_value",
+        )
+
+
+def check_context_length(model: Model, context_length: int | None) -> None:
+    maximum = model.engine.info().context_length
+    if context_length is not None and maximum is not None and context_length > maximum:
+        raise invalid(
+            f"context_length {context_length} is above the maximum of model '{model.id}' ({maximum}).",
+            "context_length",
             code="invalid_value",
         )
 
@@ -134,13 +144,7 @@ async def lmstudio_chat(request: Request) -> Response:
             code="not_implemented",
         )
     check_reasoning(model, req.reasoning)
-    maximum = model.engine.info().context_length
-    if req.context_length is not None and maximum is not None and req.context_length > maximum:
-        raise invalid(
-            f"context_length {req.context_length} is above model '{model.id}''s maximum of {maximum}.",
-            "context_length",
-            code="invalid_value",
-        )
+    check_context_length(model, req.context_length)
     conversation = await _conversation(state, req)
     chat = ChatRequest(
         model=req.model,
@@ -195,10 +199,7 @@ async def _frames(
 ) -> AsyncIterator[bytes]:
     yield encoder.start()
     try:
-        async for event in events:
-            accumulator.feed(event)
-            frame = encoder.encode(event)
-            if frame:
-                yield frame
+        async for frame in encoded_frames(events, encoder.encode, accumulator):
+            yield frame
     finally:
         await asyncio.shield(persist())  # also when the client left: keep what was generated

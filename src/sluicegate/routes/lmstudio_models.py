@@ -13,6 +13,7 @@ from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
 from sluicegate.engines.registry import Instance, Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+from sluicegate.routes.lmstudio import check_context_length
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("lmstudio", lmstudio_error)
@@ -89,11 +90,7 @@ async def load_model(request: Request) -> Response:
     model = state.registry.models.get(model_id)
     if model is None:
         raise _model_not_found(model_id, "model")
-    maximum = model.engine.info().context_length
-    if context_length is not None and maximum is not None and context_length > maximum:
-        f.fail(
-            "context_length", f"context_length {context_length} is above this model's maximum of {maximum}."
-        )
+    check_context_length(model, context_length)
     config = {"context_length": context_length} if context_length is not None else {}
     instance, seconds = await model.load(new_instance=True, config=config)
     body: Json = {
