@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
+    ApprovalRequested,
     Event,
     Failed,
     Finished,
@@ -28,12 +29,16 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
     ToolCallDelta,
+    ToolResult,
+    ToolsListed,
     Usage,
     UsageReport,
 )
+from sluicegate.core.request import ProviderInfo, ServerTool
 from sluicegate.core.segment import segment
 
 M, R, F = ItemKind.MESSAGE, ItemKind.REASONING, ItemKind.REFUSAL
+SERVER_ITEMS = (ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST)
 
 
 async def _agen(events: Iterable[RawEvent]) -> AsyncIterator[RawEvent]:
@@ -84,7 +89,7 @@ def check_invariants(events: list[Event]) -> None:
             open_items[e.item.index] = e.item
             added_order.append(e.item.index)
             texts[e.item.index] = []
-            if e.item.kind is ItemKind.TOOL_CALL:
+            if e.item.kind is ItemKind.TOOL_CALL and e.item.provider is None:
                 tool_indexes.append(e.item.tool_index)
                 assert e.item.call_id
         elif isinstance(e, ItemDelta):
@@ -93,10 +98,13 @@ def check_invariants(events: list[Event]) -> None:
         elif isinstance(e, ItemDone):
             assert open_items.pop(e.item.index) is e.item
             assert e.item.done
-            assert e.item.text == "".join(texts[e.item.index])
+            if e.item.kind in SERVER_ITEMS:  # arrive whole: added and done, no deltas
+                assert not texts[e.item.index]
+            else:
+                assert e.item.text == "".join(texts[e.item.index])
     assert not open_items, "every item is closed before the end"
     assert added_order == list(range(len(added_order))), "items are numbered 0.. in order"
-    assert tool_indexes == list(range(len(tool_indexes))), "tool calls are numbered 0.. in order"
+    assert tool_indexes == list(range(len(tool_indexes))), "client tool calls are numbered 0.. in order"
     usage_at = [i for i, e in enumerate(events) if isinstance(e, UsageReport)]
     if usage_at:
         # Reports are forwarded as they come; the final count always comes just before the end.
@@ -609,3 +617,64 @@ async def test_items_closed_by_a_length_stop_are_marked_cut_short() -> None:
     assert item.cut_short and item.text == "Hello"
     events = await run([TextDelta(ItemKind.MESSAGE, "Hello"), Finished(FinishReason.STOP)])
     assert not items_done(events)[0].cut_short
+
+
+# --- server-side tools (the tool loop's events) ----------------------------------------------
+
+FILES = ProviderInfo("plugin", "files", "files")
+
+
+async def test_server_tool_calls_are_numbered_apart_and_do_not_make_the_finish_tool_calls() -> None:
+    events = await run(
+        [
+            ToolCallDelta(0, '{"path": "a"}', call_id="call_s", name="read", provider=FILES),
+            ToolResult("call_s", "read", "contents", FILES),
+            TextDelta(M, "done"),
+            Finished(FinishReason.STOP),
+        ]
+    )
+    check_invariants(events)
+    call, result, message = items_done(events)
+    assert (call.kind, call.provider, call.tool_index) == (ItemKind.TOOL_CALL, FILES, 0)
+    assert (result.kind, result.call_id, result.text, result.error) == (
+        ItemKind.TOOL_RESULT,
+        "call_s",
+        "contents",
+        None,
+    )
+    assert message.kind is M
+    assert events[-1] == Finished(FinishReason.STOP)
+
+
+async def test_a_client_call_after_a_server_call_gets_client_index_zero() -> None:
+    events = await run(
+        [
+            ToolCallDelta(0, "{}", call_id="call_s", name="read", provider=FILES),
+            ToolResult("call_s", "read", "", FILES, error="timed out"),
+            ToolCallDelta(1, "{}", call_id="call_c", name="client_fn"),
+            Finished(FinishReason.STOP),
+        ]
+    )
+    server_call, result, client_call = items_done(events)
+    assert result.error == "timed out"
+    assert (server_call.tool_index, client_call.tool_index, client_call.provider) == (0, 0, None)
+    assert events[-1] == Finished(FinishReason.TOOL_CALLS)
+
+
+async def test_listing_and_approval_become_finished_items() -> None:
+    tool = ServerTool("read", "Read a file", {"type": "object"}, FILES)
+    events = await run(
+        [
+            ToolsListed(FILES, [tool]),
+            ApprovalRequested("read", '{"path": "a"}', FILES),
+            Finished(FinishReason.STOP),
+        ]
+    )
+    check_invariants(events)
+    listing, approval = items_done(events)
+    assert (listing.kind, listing.tools, listing.id[:5]) == (ItemKind.TOOL_LIST, [tool], "mcpl_")
+    assert (approval.kind, approval.name, approval.text) == (
+        ItemKind.APPROVAL_REQUEST,
+        "read",
+        '{"path": "a"}',
+    )

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from sluicegate.core.errors import ErrorInfo
+from sluicegate.core.request import ProviderInfo, ServerTool
 
 
 class ItemKind(StrEnum):
@@ -23,6 +24,8 @@ class ItemKind(StrEnum):
     REFUSAL = "refusal"
     TOOL_CALL = "tool_call"
     TOOL_RESULT = "tool_result"
+    TOOL_LIST = "tool_list"  # a server-side provider's tools, listed (Responses mcp_list_tools)
+    APPROVAL_REQUEST = "approval_request"  # a server-side call waiting for the client's approval
 
 
 class FinishReason(StrEnum):
@@ -123,6 +126,39 @@ class ToolCallDelta:
     arguments: str = ""
     call_id: str | None = None
     name: str | None = None
+    provider: ProviderInfo | None = None  # set by the tool loop on calls the server runs itself
+
+
+# Server-side tools: the tool loop yields these; each becomes one item, added and done at once.
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The outcome of a server-side call (`call_id` names the TOOL_CALL item it answers)."""
+
+    call_id: str
+    name: str
+    output: str
+    provider: ProviderInfo
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ToolsListed:
+    """A provider's tools as offered to the model, or why they could not be listed."""
+
+    provider: ProviderInfo
+    tools: list[ServerTool]
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class ApprovalRequested:
+    """A server-side call the client must approve first; the turn ends after it."""
+
+    name: str
+    arguments: str
+    provider: ProviderInfo
 
 
 @dataclass(slots=True)
@@ -157,6 +193,9 @@ class Item:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     done: bool = False
     cut_short: bool = False  # closed by a limit, a filter or a failure, not finished by the model
+    provider: ProviderInfo | None = None  # server-side tool call / result / list: who runs it
+    error: str | None = None  # a failed server-side call (TOOL_RESULT) or listing (TOOL_LIST)
+    tools: list[ServerTool] = field(default_factory=list)  # TOOL_LIST
     parts: list[str] = field(default_factory=list)  # deltas so far, joined into `text` at done
 
     @property
@@ -182,5 +221,6 @@ class ItemDone:
 
 
 ProgressEvent = LoadStarted | LoadProgress | LoadFinished | PromptStarted | PromptProgress | PromptFinished
-RawEvent = ProgressEvent | TextDelta | ToolCallDelta | UsageReport | Finished | Failed
+ServerToolEvent = ToolResult | ToolsListed | ApprovalRequested
+RawEvent = ProgressEvent | TextDelta | ToolCallDelta | ServerToolEvent | UsageReport | Finished | Failed
 Event = ProgressEvent | ItemAdded | ItemDelta | ItemDone | UsageReport | Finished | Failed

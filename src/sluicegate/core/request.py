@@ -47,6 +47,39 @@ class ToolSpec:
     strict: bool = False
 
 
+ProviderType = Literal["plugin", "ephemeral_mcp"]
+
+
+@dataclass(slots=True, frozen=True)
+class ProviderInfo:
+    """Who runs a server-side tool: a plugin (configured MCP servers are the plugins
+    `mcp/<name>`, as in LM Studio) or an MCP server given in the request itself."""
+
+    type: ProviderType
+    id: str  # plugin id ("mcp/<name>", "files") or the request's server_label
+    server_label: str  # the Responses API's `server_label` for this provider
+
+    def lmstudio(self) -> dict[str, str]:
+        """LM Studio's `provider_info` object."""
+        if self.type == "plugin":
+            return {"type": "plugin", "plugin_id": self.id}
+        return {"type": "ephemeral_mcp", "server_label": self.server_label}
+
+
+@dataclass(slots=True)
+class ServerTool:
+    """A tool the server runs itself (MCP, plugin); the engine sees it as a plain function."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    provider: ProviderInfo
+    annotations: dict[str, Any] = field(default_factory=dict)
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.input_schema)
+
+
 @dataclass(slots=True)
 class SamplingParams:
     temperature: float | None = None

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
+    ApprovalRequested,
     Event,
     Failed,
     Finished,
@@ -22,8 +23,11 @@ from sluicegate.core.events import (
     ItemDone,
     ItemKind,
     RawEvent,
+    ServerToolEvent,
     TextDelta,
     ToolCallDelta,
+    ToolResult,
+    ToolsListed,
     UsageReport,
     usage_with_fallback,
 )
@@ -37,13 +41,16 @@ ITEM_ID_PREFIX = {
     ItemKind.REFUSAL: "msg_",
     ItemKind.TOOL_CALL: "fc_",
     ItemKind.TOOL_RESULT: "fco_",
+    ItemKind.TOOL_LIST: "mcpl_",
+    ItemKind.APPROVAL_REQUEST: "mcpr_",
 }
 
 
 class _Segmenter:
     def __init__(self) -> None:
         self.count = 0
-        self.tool_count = 0
+        self.tool_count = 0  # calls the client runs: their `tool_index`, and the finish reason
+        self.server_tool_count = 0  # calls the server runs, numbered apart so clients see 0..n
         self.text_item: Item | None = None
         self.tool_item: Item | None = None
         self.tool_by_index: dict[int, Item] = {}
@@ -83,8 +90,12 @@ class _Segmenter:
         self._close(item, out)
 
     def _announce_tool(self, item: Item, out: list[Event]) -> None:
-        item.tool_index = self.tool_count
-        self.tool_count += 1
+        if item.provider is None:
+            item.tool_index = self.tool_count
+            self.tool_count += 1
+        else:
+            item.tool_index = self.server_tool_count
+            self.server_tool_count += 1
         out.append(ItemAdded(item))
         buffered = self.pending_args.pop(id(item), None)
         if buffered:
@@ -116,6 +127,7 @@ class _Segmenter:
             item = self._open(
                 ItemKind.TOOL_CALL, call_id=event.call_id or new_id("call_", 24), name=event.name
             )
+            item.provider = event.provider
             self.tool_by_index[event.index] = item
             self.tool_item = item
             if item.name:
@@ -133,6 +145,25 @@ class _Segmenter:
             return
         item.parts.append(event.arguments)
         out.append(ItemDelta(item, event.arguments))
+
+    def server_tool(self, event: ServerToolEvent, out: list[Event]) -> None:
+        """A server-side tool's result, listing or approval request: one finished item."""
+        self.close_text(out)
+        self.close_tool(out)
+        match event:
+            case ToolResult():
+                item = self._open(ItemKind.TOOL_RESULT, call_id=event.call_id, name=event.name)
+                item.parts.append(event.output)
+            case ToolsListed():
+                item = self._open(ItemKind.TOOL_LIST)
+                item.tools = event.tools
+            case ApprovalRequested():
+                item = self._open(ItemKind.APPROVAL_REQUEST, name=event.name)
+                item.parts.append(event.arguments)
+        item.provider = event.provider
+        item.error = getattr(event, "error", None)
+        out.append(ItemAdded(item))
+        self._close(item, out)
 
     def end(self, out: list[Event], failure: Failed | None) -> None:
         if failure is not None or self.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
@@ -176,6 +207,8 @@ async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
                     state.text(event, out)
                 case ToolCallDelta():
                     state.tool(event, out)
+                case ToolResult() | ToolsListed() | ApprovalRequested():
+                    state.server_tool(event, out)
                 case UsageReport():
                     state.usage = event
                     yield event  # the latest count so far; the final one comes before the end

@@ -8,41 +8,12 @@ feeds the outcomes back to the engine. Dialects only see the `ProviderInfo` of a
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
-from sluicegate.core.request import ToolSpec
+from sluicegate.core.request import ProviderInfo, ServerTool
 
-ProviderType = Literal["plugin", "ephemeral_mcp"]
-
-
-@dataclass(slots=True, frozen=True)
-class ProviderInfo:
-    """Who runs a tool: a plugin (configured MCP servers are the plugins `mcp/<name>`, as in LM
-    Studio) or an MCP server given in the request itself."""
-
-    type: ProviderType
-    id: str  # plugin id ("mcp/<name>", "files") or the request's server_label
-    server_label: str  # the Responses API's `server_label` for this provider
-
-    def lmstudio(self) -> dict[str, str]:
-        """LM Studio's `provider_info` object."""
-        if self.type == "plugin":
-            return {"type": "plugin", "plugin_id": self.id}
-        return {"type": "ephemeral_mcp", "server_label": self.server_label}
-
-
-@dataclass(slots=True)
-class ServerTool:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    provider: ProviderInfo
-    annotations: dict[str, Any] = field(default_factory=dict)
-
-    def spec(self) -> ToolSpec:
-        """As the engine sees it: an ordinary function tool."""
-        return ToolSpec(self.name, self.description, self.input_schema)
+__all__ = ["ProviderInfo", "ServerTool", "ToolOutcome", "ToolProvider", "ToolProviderError"]
 
 
 @dataclass(slots=True)
