@@ -63,10 +63,13 @@ def detect_tool_format(chat_template: str | None, architecture: str | None = Non
 
 
 def detect_reasoning(chat_template: str | None) -> ReasoningStyle | None:
-    """`<think>` reasoning when the template knows the tags (it renders or strips them)."""
+    """`<think>` reasoning when the template knows the tags (it renders or strips them); it
+    starts open when the generation prompt (the part after the last `add_generation_prompt`)
+    ends a string with `<think>` — not when it renders past reasoning or an empty think block."""
     if not chat_template or ("<think>" not in chat_template and "</think>" not in chat_template):
         return None
-    return ReasoningStyle(starts_open=_OPENS_THINK.search(chat_template) is not None)
+    _, found, prompt = chat_template.rpartition("add_generation_prompt")
+    return ReasoningStyle(starts_open=bool(found) and _OPENS_THINK.search(prompt) is not None)
 
 
 def tool_format_setting(value: str) -> ToolCallFormat:
