@@ -77,10 +77,12 @@ class OutputParser:
         self._calls = 0
         self._json = JsonScanner()
         self._quotes = QuoteTracker()
+        self._json_body: bool | None = None  # whether a Hermes call's body is JSON (quotes count)
         self._searched = 0  # how far the buffer was searched for a closing tag
         self._name = ""  # a Mistral call's name, while its arguments arrive
         self._markers: tuple[str, ...] = ()
         self._triggers = ""
+        self._llama_start = False
         self._refresh()
 
     # --- public --------------------------------------------------------------------------
@@ -92,14 +94,13 @@ class OutputParser:
                 self._logprobs = list(logprobs)
             else:
                 self._logprobs.extend(logprobs)
-        if (
-            self._mode is _Mode.TEXT
-            and not self._buf
-            and not self._llama_at_start()
-            and not any(c in text for c in self._triggers)
-        ):
-            self._emit_text(text, out)  # the per-token fast path: no markup in sight
-            return out
+        if self._mode is _Mode.TEXT and not self._buf and not self._llama_start:
+            for c in self._triggers:
+                if c in text:
+                    break
+            else:  # the per-token fast path: no markup in sight
+                self._emit_text(text, out)
+                return out
         self._buf += text
         while self._buf and self._step(out):
             pass
@@ -139,13 +140,6 @@ class OutputParser:
 
     # --- state ---------------------------------------------------------------------------
 
-    def _llama_at_start(self) -> bool:
-        return (
-            self._format is ToolCallFormat.LLAMA3_JSON
-            and self._at_start
-            and self._channel is ItemKind.MESSAGE
-        )
-
     def _refresh(self) -> None:
         """The markers that mean something in the current channel and position."""
         markers: list[str] = []
@@ -161,6 +155,12 @@ class OutputParser:
                 markers.append(MISTRAL_CALLS)
         self._markers = tuple(markers)
         self._triggers = "".join({m[0] for m in markers})
+        # Llama 3 calls are JSON at the message start: until then every chunk is looked at.
+        self._llama_start = (
+            self._format is ToolCallFormat.LLAMA3_JSON
+            and self._at_start
+            and self._channel is ItemKind.MESSAGE
+        )
 
     def _to_text(self) -> None:
         self._mode = _Mode.TEXT
@@ -173,6 +173,7 @@ class OutputParser:
         self._logprobs = None
         self._json = JsonScanner()
         self._quotes = QuoteTracker()
+        self._json_body = None
         self._searched = 0
 
     def _take_logprobs(self) -> list[TokenLogprob] | None:
@@ -215,6 +216,7 @@ class OutputParser:
         self.saw_tool_calls = True
         self._trim = True
         self._at_start = False
+        self._refresh()
 
     def _json_calls(self, raw: str, out: list[RawEvent]) -> None:
         """The calls in a Hermes body or a Mistral array: one object or a list of them."""
@@ -245,7 +247,7 @@ class OutputParser:
 
     def _step_text(self, out: list[RawEvent]) -> bool:
         buf = self._buf
-        if self._llama_at_start():
+        if self._llama_start:
             head = buf.lstrip()
             if head.startswith(PYTHON_TAG):
                 self._buf = head[len(PYTHON_TAG) :]
@@ -295,13 +297,17 @@ class OutputParser:
 
     def _step_hermes(self, out: list[RawEvent]) -> bool:
         buf = self._buf
-        json_body = buf.lstrip()[:1] in ("{", "[")
+        if self._json_body is None:
+            head = buf.lstrip()[:1]
+            if not head:
+                return False
+            self._json_body = head in "{["
         while True:
             end = buf.find(HERMES_CLOSE, self._searched)
             if end == -1:
                 self._searched = max(self._searched, len(buf) - len(HERMES_CLOSE) + 1)
                 return False
-            if not (json_body and self._quotes.inside_at(buf, end)):
+            if not (self._json_body and self._quotes.inside_at(buf, end)):
                 break
             self._searched = end + 1  # inside a JSON string: part of an argument
         self._buf = buf[end + len(HERMES_CLOSE) :]
