@@ -18,6 +18,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.registry import Registry, build_model
 from sluicegate.metrics import METRICS
@@ -97,7 +98,10 @@ def create_app(settings: Settings) -> Starlette:
         interval=settings.reaper_interval_seconds,
     )
     store = SQLiteStore(store_path(settings))
-    state = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests), store)
+    downloads = Downloads(settings.models_dir)
+    state = AppState(
+        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads
+    )
 
     async def purge_expired_forever() -> None:
         while True:
@@ -118,6 +122,7 @@ def create_app(settings: Settings) -> Starlette:
         finally:
             purger.cancel()
             reaper.cancel()
+            downloads.close()
             for run in list(state.runs.values()):
                 run.cancel("server_shutdown")
                 await asyncio.gather(run.wait(), return_exceptions=True)

@@ -7,10 +7,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.validation import Fields
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
+from sluicegate.downloads import DownloadError, Target
 from sluicegate.engines.registry import Instance, Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.routes.lmstudio import check_context_length
@@ -119,16 +120,34 @@ async def unload_model(request: Request) -> Response:
 
 @endpoint
 async def download_model(request: Request) -> Response:
-    raise SluicegateError(
-        ErrorKind.NOT_IMPLEMENTED,
-        "Model downloads are not available on this server yet.",
-        code="not_implemented",
-    )
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    reject_unknown_keys(f, frozenset({"model", "quantization"}))
+    model = f.string("model", required=True) or ""
+    quantization = f.string("quantization")
+    try:
+        started = await state.downloads.start(model, quantization)
+    except DownloadError as exc:
+        raise invalid(str(exc), exc.param, "invalid_value") from exc
+    if isinstance(started, Target):  # LM Studio answers just this status, without a job
+        return JSONResponse(
+            {
+                "status": "already_downloaded",
+                "model": model,
+                "file": started.filename,
+                "path": str(started.destination),
+                "total_size_bytes": started.destination.stat().st_size,
+            }
+        )
+    return JSONResponse(started.body())
 
 
 @endpoint
 async def download_status(request: Request) -> Response:
     job_id = request.path_params["job_id"]
-    raise SluicegateError(
-        ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
-    )
+    job = app_state(request).downloads.get(job_id)
+    if job is None:
+        raise SluicegateError(
+            ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
+        )
+    return JSONResponse(job.body())
