@@ -25,16 +25,6 @@ DEADLINE = 30.0
 Json = dict[str, Any]
 
 
-def hub_env(hub: FakeHub, folder: Path) -> dict[str, str]:
-    """What a server (or the CLI) needs to talk to the fake Hub only, with its cache in `folder`."""
-    return {
-        "HF_ENDPOINT": hub.url,
-        "HF_HUB_DISABLE_TELEMETRY": "1",
-        "HF_HOME": str(folder / "hf-home"),
-        "HF_HUB_DISABLE_XET": "1",
-    }
-
-
 @pytest.fixture(scope="module")
 def hub() -> Iterator[FakeHub]:
     fake = FakeHub()
@@ -48,7 +38,7 @@ def hub() -> Iterator[FakeHub]:
 def server(hub: FakeHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("downloads")
     config = write_config(folder, {"models_dir": str(folder / "models")}, [scripted("chat", "chat.yaml")])
-    with run_server(folder, config, env=hub_env(hub, folder)) as running:
+    with run_server(folder, config, env=hub.env(folder)) as running:
         yield running
 
 

@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -67,6 +68,15 @@ class FakeHub:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def env(self, folder: Path) -> dict[str, str]:
+        """Environment for a process that must reach this Hub only, with its HF cache in `folder`."""
+        return {
+            "HF_ENDPOINT": self.url,
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "HF_HOME": str(folder / "hf-home"),
+            "HF_HUB_DISABLE_XET": "1",
+        }
 
     def add(self, repo_id: str, files: dict[str, bytes]) -> FakeRepo:
         repo = self.repos[repo_id] = FakeRepo(files)

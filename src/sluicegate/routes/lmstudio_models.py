@@ -18,6 +18,9 @@ from sluicegate.routes.lmstudio import check_context_length
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("lmstudio", lmstudio_error)
+# LM Studio's load body takes no `ttl` (and we keep its body exact); `sluicegate models load
+# --ttl` sends the idle TTL of an explicit load in this header instead.
+TTL_HEADER = "X-Sluicegate-TTL"
 LOAD_KEYS = frozenset(
     {
         "model",
@@ -76,6 +79,19 @@ def _model_not_found(model_id: str, param: str) -> SluicegateError:
     )
 
 
+def _ttl_header(request: Request) -> float | None:
+    text = request.headers.get(TTL_HEADER)
+    if text is None:
+        return None
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = 0.0
+    if not ttl >= 1 or ttl == float("inf"):
+        raise invalid(f"{TTL_HEADER} must be a number of seconds >= 1, got {text!r}.", "ttl", "invalid_value")
+    return ttl
+
+
 @endpoint
 async def load_model(request: Request) -> Response:
     state = app_state(request)
@@ -88,12 +104,13 @@ async def load_model(request: Request) -> Response:
     f.integer("num_experts", low=1)
     f.boolean("offload_kv_cache_to_gpu")
     echo = bool(f.boolean("echo_load_config"))
+    ttl = _ttl_header(request)
     model = state.registry.models.get(model_id)
     if model is None:
         raise _model_not_found(model_id, "model")
     check_context_length(model, context_length)
     config = {"context_length": context_length} if context_length is not None else {}
-    instance, seconds = await model.load(new_instance=True, config=config)
+    instance, seconds = await model.load(new_instance=True, config=config, ttl=ttl)
     body: Json = {
         "type": "llm",
         "instance_id": instance.instance_id,
