@@ -1,4 +1,4 @@
-"""Command line: `sluicegate serve`, `sluicegate models list`, `sluicegate --version`."""
+"""Command line: `sluicegate serve`, `sluicegate models list|load|unload|download`, `--version`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import logging
 import sys
 
 from sluicegate import __version__
+from sluicegate.cli_models import add_commands as add_model_commands
+from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.engines.base import ConfigError
 
@@ -22,10 +24,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port to listen on (default 8321)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
 
-    models = commands.add_parser("models", help="inspect the configured models")
-    models_commands = models.add_subparsers(dest="models_command", required=True)
-    listing = models_commands.add_parser("list", help="list configured models")
-    listing.add_argument("--config", help="TOML config file")
+    models = commands.add_parser("models", help="list, load, unload and download models")
+    add_model_commands(models.add_subparsers(dest="models_command", required=True))
     return parser
 
 
@@ -64,22 +64,13 @@ def _serve(settings: Settings) -> int:
     return 0
 
 
-def _list_models(settings: Settings) -> int:
-    from sluicegate.server import build_registry
-
-    for model in build_registry(settings).models.values():
-        info = model.engine.info()
-        print(f"{info.id}\t{info.engine}\t{info.display_name or ''}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         settings = _settings(args)
         if args.command == "serve":
             return _serve(settings)
-        return _list_models(settings)
+        return run_models_command(args, settings)
     except ConfigError as exc:
         print(f"sluicegate: configuration error: {exc}", file=sys.stderr)
         return 2

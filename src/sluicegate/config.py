@@ -11,6 +11,10 @@ idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
 data_dir = "~/.local/share/sluicegate"
+models_dir = "~/models"         # downloads go here; default: <data_dir>/models
+jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
+jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
+reaper_interval_seconds = 5     # how often idle models are checked
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -29,6 +33,7 @@ path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sl
 id = "my-model"
 engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
+ttl = 600                       # optional: this model's idle TTL when JIT-loaded
 ```
 """
 
@@ -62,6 +67,10 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512
     data_dir: Path = field(default_factory=default_data_dir)
+    models_dir: Path = field(default_factory=lambda: default_data_dir() / "models")
+    jit_ttl_seconds: float = 3600.0
+    jit_auto_evict: bool = False
+    reaper_interval_seconds: float = 5.0
     log_level: str = "info"
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
@@ -83,10 +92,19 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_body_bytes": int,
     "max_concurrent_requests": int,
     "data_dir": str,
+    "models_dir": str,
+    "jit_ttl_seconds": (int, float),
+    "jit_auto_evict": bool,
+    "reaper_interval_seconds": (int, float),
     "log_level": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models"}
+
+
+def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
+    """TOML booleans are ints to isinstance; only a bool key takes one."""
+    return isinstance(value, bool) != (expected is bool) or not isinstance(value, expected)
 
 
 def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> None:
@@ -94,7 +112,7 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         expected = _SERVER_KEYS.get(key)
         if expected is None:
             raise ConfigError(f"{source}: unknown key [server].{key}; known keys: {', '.join(_SERVER_KEYS)}")
-        if isinstance(value, bool) or not isinstance(value, expected):
+        if _wrong_type(value, expected):
             raise ConfigError(f"{source}: [server].{key} has the wrong type ({type(value).__name__})")
         if key == "api_key":
             settings.api_keys = [value]
@@ -104,6 +122,11 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.api_keys = list(value)
         elif key == "data_dir":
             settings.data_dir = Path(value).expanduser()
+        elif key == "models_dir":
+            path = Path(value).expanduser()
+            settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "reaper_interval_seconds" and value <= 0:  # a zero interval would spin
+            raise ConfigError(f"{source}: [server].reaper_interval_seconds must be positive")
         else:
             if isinstance(value, int | float) and value < 0:
                 raise ConfigError(f"{source}: [server].{key} must not be negative")
@@ -115,6 +138,7 @@ def load_settings(
 ) -> Settings:
     env = dict(os.environ) if env is None else env
     settings = Settings()
+    own_models_dir = False
     path_text = config_path or env.get(ENV_PREFIX + "CONFIG")
     if path_text:
         path = Path(path_text).expanduser().resolve()
@@ -132,6 +156,7 @@ def load_settings(
         if not isinstance(server, dict):
             raise ConfigError(f"{path}: [server] must be a table")
         _apply_server(settings, server, str(path))
+        own_models_dir = "models_dir" in server
         chat = data.get("chat_completions", {})
         if not isinstance(chat, dict):
             raise ConfigError(f"{path}: [chat_completions] must be a table")
@@ -152,7 +177,9 @@ def load_settings(
         if not isinstance(models, list) or not all(isinstance(m, dict) for m in models):
             raise ConfigError(f"{path}: models must be declared as [[models]] tables")
         settings.models = models
-    _apply_env(settings, env)
+    own_models_dir |= _apply_env(settings, env)
+    if not own_models_dir:  # follow data_dir wherever the file or the environment put it
+        settings.models_dir = settings.data_dir / "models"
     return settings
 
 
@@ -187,7 +214,8 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
             raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
 
 
-def _apply_env(settings: Settings, env: dict[str, str]) -> None:
+def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
+    """Environment overrides; says whether it set the models folder."""
     if host := env.get(ENV_PREFIX + "HOST"):
         settings.host = host
     if port := env.get(ENV_PREFIX + "PORT"):
@@ -198,6 +226,10 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> None:
         settings.api_keys = [key]
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
+    if models_dir := env.get(ENV_PREFIX + "MODELS_DIR"):
+        settings.models_dir = Path(models_dir).expanduser().resolve()
+        return True
+    return False
 
 
 def store_path(settings: Settings) -> Path:

@@ -18,6 +18,8 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.downloads import Downloads
+from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.registry import Registry, build_model
 from sluicegate.metrics import METRICS
 from sluicegate.routes.chat_completions import chat_completions
@@ -89,8 +91,17 @@ def create_app(settings: Settings) -> Starlette:
         idle_timeout_seconds=settings.idle_timeout_seconds or None,
     )
 
+    lifecycle = Lifecycle(
+        registry,
+        jit_ttl=settings.jit_ttl_seconds,
+        auto_evict=settings.jit_auto_evict,
+        interval=settings.reaper_interval_seconds,
+    )
     store = SQLiteStore(store_path(settings))
-    state = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests), store)
+    downloads = Downloads(settings.models_dir)
+    state = AppState(
+        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads
+    )
 
     async def purge_expired_forever() -> None:
         while True:
@@ -105,10 +116,13 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         purger = asyncio.create_task(purge_expired_forever())
+        reaper = asyncio.create_task(lifecycle.run())
         try:
             yield
         finally:
             purger.cancel()
+            reaper.cancel()
+            downloads.close()
             for run in list(state.runs.values()):
                 run.cancel("server_shutdown")
                 await asyncio.gather(run.wait(), return_exceptions=True)

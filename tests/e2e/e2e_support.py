@@ -125,8 +125,12 @@ def run_server(
     *,
     startup_timeout: float = STARTUP_TIMEOUT,
     stop_timeout: float = STOP_TIMEOUT,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """Start `python -m sluicegate serve`, wait for /health, stop it afterwards."""
+    """Start `python -m sluicegate serve`, wait for /health, stop it afterwards.
+
+    `env` adds variables to its environment (e.g. `HF_ENDPOINT` for a fake Hub).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     command = [sys.executable, "-m", "sluicegate", "serve", "--port", str(port)]
@@ -134,7 +138,9 @@ def run_server(
         command += ["--config", str(config)]
     stdout_path, stderr_path = folder / "server.stdout", folder / "server.stderr"
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        process = subprocess.Popen(command, stdout=out, stderr=err, cwd=folder, env=server_env(folder))
+        process = subprocess.Popen(
+            command, stdout=out, stderr=err, cwd=folder, env=server_env(folder) | (env or {})
+        )
     server = Server(f"http://127.0.0.1:{port}", process, stderr_path, stdout_path)
     try:
         _wait_healthy(server, startup_timeout)

@@ -1,4 +1,5 @@
-"""The LM Studio models API: list, load (a second instance gets `:2`), unload, downloads."""
+"""The LM Studio models API: list, load (a second instance gets `:2`), unload (downloads:
+test_models_download.py)."""
 
 from __future__ import annotations
 
@@ -174,18 +175,3 @@ def test_bad_load_and_unload_bodies_are_400s(
 ) -> None:
     assert_lmstudio_error(lms.post(path, json=body), 400, code=code, param=param)
     assert instance_ids(lms, "lms-idle") == []
-
-
-def test_downloads_are_not_implemented_yet(lms: httpx.Client) -> None:
-    response = lms.post("/api/v1/models/download", json={"model": "openai/gpt-oss-20b"})
-    assert_lmstudio_error(response, 501, type="not_implemented", code="not_implemented")
-
-    response = lms.get("/api/v1/models/download/status/job_493c7c9ded")
-    assert_lmstudio_error(
-        response,
-        404,
-        type="job_not_found",
-        code="job_not_found",
-        param="job_id",
-        mentions=("job_493c7c9ded",),
-    )

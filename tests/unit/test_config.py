@@ -140,6 +140,11 @@ def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyP
         ('models = "x"\n', "models must be declared as [[models]] tables"),
         ("models = [1, 2]\n", "models must be declared as [[models]] tables"),
         ("[server\n", "invalid TOML"),
+        ("[server]\njit_auto_evict = 1\n", "[server].jit_auto_evict has the wrong type (int)"),
+        ("[server]\njit_ttl_seconds = true\n", "[server].jit_ttl_seconds has the wrong type (bool)"),
+        ("[server]\njit_ttl_seconds = -5\n", "[server].jit_ttl_seconds must not be negative"),
+        ("[server]\nreaper_interval_seconds = 0\n", "reaper_interval_seconds must be positive"),
+        ("[server]\nmodels_dir = 3\n", "[server].models_dir has the wrong type (int)"),
     ],
 )
 def test_bad_config_raises_config_error(tmp_path: Path, text: str, fragment: str) -> None:
@@ -179,6 +184,8 @@ def test_bad_env_port() -> None:
         ({"id": "m", "engine": "scripted", "max_queue": -1}, "`max_queue` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": True}, "`max_queue` must be"),
         ({"id": "m", "engine": "scripted", "temperature": 1}, "unknown keys ['temperature']"),
+        ({"id": "m", "engine": "scripted", "ttl": -1}, "`ttl` must be a non-negative number"),
+        ({"id": "m", "engine": "scripted", "ttl": "1h"}, "`ttl` must be a non-negative number"),
     ],
 )
 def test_build_model_errors(tmp_path: Path, table: dict[str, Any], fragment: str) -> None:
@@ -217,3 +224,44 @@ def test_duplicate_model_ids(tmp_path: Path) -> None:
 def test_no_models_gives_the_demo_model() -> None:
     registry = build_registry(Settings())
     assert list(registry.models) == ["scripted-demo"]
+
+
+# --- model lifecycle and the models folder ------------------------------------------------------
+
+
+def test_lifecycle_defaults_and_models_dir_follows_data_dir(tmp_path: Path) -> None:
+    settings = load_settings(None, env={})
+    assert settings.jit_ttl_seconds == 3600.0
+    assert settings.jit_auto_evict is False
+    assert settings.reaper_interval_seconds == 5.0
+    assert settings.models_dir == settings.data_dir / "models"
+    moved = load_settings(None, env={"SLUICEGATE_DATA_DIR": str(tmp_path / "d")})
+    assert moved.models_dir == tmp_path / "d" / "models"
+    path = write_config(tmp_path, f'[server]\ndata_dir = "{tmp_path / "e"}"\n')
+    assert load_settings(path, env={}).models_dir == tmp_path / "e" / "models"
+
+
+def test_lifecycle_file_values_and_models_dir(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+[server]
+jit_ttl_seconds = 0
+jit_auto_evict = true
+reaper_interval_seconds = 0.25
+models_dir = "weights"
+
+[[models]]
+id = "a"
+engine = "scripted"
+ttl = 90
+""",
+    )
+    settings = load_settings(path, env={})
+    assert settings.jit_ttl_seconds == 0
+    assert settings.jit_auto_evict is True
+    assert settings.reaper_interval_seconds == 0.25
+    assert settings.models_dir == tmp_path / "weights"  # relative to the config file
+    assert build_registry(settings).models["a"].ttl == 90.0
+    env = {"SLUICEGATE_MODELS_DIR": str(tmp_path / "elsewhere")}
+    assert load_settings(path, env=env).models_dir == tmp_path / "elsewhere"

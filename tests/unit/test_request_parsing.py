@@ -295,6 +295,9 @@ def test_null_optional_params_are_treated_as_absent() -> None:
         (minimal(parallel_tool_calls="no"), "parallel_tool_calls"),
         (minimal(response_format={"type": "xml"}), "response_format.type"),
         (minimal(reasoning_effort=1), "reasoning_effort"),
+        (minimal(ttl="1h"), "ttl"),
+        (minimal(ttl=0), "ttl"),
+        (minimal(ttl=-60), "ttl"),
     ],
 )
 def test_invalid_requests_name_the_parameter(payload: Any, param: str | None) -> None:

@@ -66,6 +66,9 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
         request.response_format = response_format.obj
     _refuse_unservable(f)
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
+    # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
+    if (ttl := f.number("ttl", low=1)) is not None:
+        request.extra["ttl"] = ttl
     return request, ChatOptions(stream=stream, include_usage=include_usage)
 
 

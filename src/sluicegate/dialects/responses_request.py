@@ -123,8 +123,9 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
                 key,
                 f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
             )
-    if "ttl" in body:
-        req.extra["ttl"] = body["ttl"]
+    # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
+    if (ttl := f.number("ttl", low=1)) is not None:
+        req.extra["ttl"] = ttl
     return req
 
 

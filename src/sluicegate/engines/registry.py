@@ -2,7 +2,8 @@
 
 `Model` wraps one engine with what every engine needs and none should re-implement: a bounded
 queue in front of a concurrency limit (503 when full, never a hang), just-in-time loading
-whose progress becomes load events for the request that caused it, and metrics.
+whose progress becomes load events for the request that caused it, and metrics. Each instance
+also keeps what its lifecycle (idle TTL, auto-evict: `engines/lifecycle.py`) decides on.
 """
 
 from __future__ import annotations
@@ -46,6 +47,19 @@ def engine_class(kind: str) -> type[Engine]:
     raise ConfigError(f"unknown engine {kind!r}; installed engines: {', '.join(known)}")
 
 
+class InstanceHooks:
+    """What an instance tells the lifecycle manager; this base does nothing (no lifecycle)."""
+
+    async def before_jit_load(self, instance: Instance) -> None:
+        """A request is about to load `instance` just in time."""
+
+    def went_idle(self, instance: Instance) -> None:
+        """`instance` has no request running or queued any more."""
+
+
+NO_HOOKS = InstanceHooks()
+
+
 @dataclass(slots=True)
 class Generation:
     """An admitted request: who serves it, and its raw events (waiting for a slot comes first)."""
@@ -77,6 +91,7 @@ class _Admitted:
         if not self._started:
             self._started = True
             self._instance._waiting -= 1
+            self._instance._settle()
 
     async def aclose(self) -> None:
         self._forget()
@@ -100,6 +115,13 @@ class Instance:
         self._active = 0
         self.loaded = not engine.needs_load
         self._loading: asyncio.Task[float] | None = None
+        # Lifecycle: who loaded it, how long it may sit idle, since when it has been.
+        self.jit = False  # loaded just in time by a request (not by the models API or CLI)
+        self.ttl: float | None = None  # idle seconds before unloading, as a request or load set it
+        self.last_used = time.monotonic()
+        self.evict_when_idle = False  # auto-evict wants it gone as soon as nothing uses it
+        self.hooks = NO_HOOKS
+        self._lifecycle = asyncio.Lock()  # a load and an unload of one engine never overlap
         self._deltas_key = METRICS.key("sluicegate_engine_deltas_total", model=self.id)
 
     @property
@@ -115,22 +137,38 @@ class Instance:
     def full(self) -> bool:
         return self._waiting >= self.max_queue and self._slots.locked()
 
+    @property
+    def loading(self) -> bool:
+        return self._loading is not None
+
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
+        self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
+
+    def _settle(self) -> None:
+        """A request left: restart the idle clock, and say so when nothing else is here."""
+        self.last_used = time.monotonic()
+        if not self.busy:
+            self.hooks.went_idle(self)
 
     async def _run(self, request: ChatRequest) -> AsyncGenerator[RawEvent, None]:
         try:
             await self._slots.acquire()
-        finally:
+        except BaseException:  # gone while queued
             self._waiting -= 1
+            self._settle()
+            raise
+        self._waiting -= 1
         self._active += 1
         METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
         engine_events: AsyncIterator[RawEvent] | None = None
         try:
             if not self.loaded:
-                async for load_event in self._ensure_loaded():
+                async for load_event in self._ensure_loaded(jit=True):
                     yield load_event
+            if (ttl := request.extra.get("ttl")) is not None:
+                self.ttl = float(ttl)  # the dialect checked it; it governs the instance it used
             engine_events = self.engine.generate(request)
             counters, key = METRICS.counters, self._deltas_key  # live: watch it stop on cancel
             async for event in engine_events:
@@ -148,8 +186,9 @@ class Instance:
             self._active -= 1
             METRICS.add_gauge("sluicegate_generations_active", -1, model=self.id)
             self._slots.release()
+            self._settle()
 
-    async def _ensure_loaded(self) -> AsyncIterator[RawEvent]:
+    async def _ensure_loaded(self, *, jit: bool) -> AsyncIterator[RawEvent]:
         """Load the model; only the request that starts the load sees its events."""
         if self._loading is not None:  # someone else is loading: wait quietly
             try:
@@ -168,12 +207,20 @@ class Instance:
         async def load() -> float:
             started = time.perf_counter()
             try:
-                await self.engine.load(on_progress)
+                if jit:
+                    await self.hooks.before_jit_load(self)  # auto-evict makes room first
+                async with self._lifecycle:
+                    await self.engine.load(on_progress)
                 self.loaded = True
+                self.last_used = time.monotonic()
+            except BaseException:
+                self.jit = False
+                raise
             finally:
                 loop.call_soon_threadsafe(progress.put_nowait, None)
             return time.perf_counter() - started
 
+        self.jit = jit  # from now on, so a JIT load elsewhere can see this one coming
         # The load outlives a requester that goes away: the next request should not start over.
         self._loading = loading = asyncio.ensure_future(load())
         loading.add_done_callback(self._load_done)
@@ -193,21 +240,27 @@ class Instance:
         if not task.cancelled() and task.exception() is not None:
             log.error("loading model %s failed: %s", self.id, task.exception())
 
-    async def load_now(self) -> float:
-        """Explicit load (models API, CLI); returns the load time in seconds (0 if loaded)."""
+    async def load_now(self, ttl: float | None = None) -> float:
+        """Explicit load (models API, CLI); returns the load time in seconds (0 if loaded).
+
+        An explicitly loaded instance is never auto-evicted and has no idle TTL unless `ttl`
+        gives it one.
+        """
         seconds = 0.0
-        if self.loaded:
-            return seconds
-        async for event in self._ensure_loaded():
-            if isinstance(event, LoadFinished):
-                seconds = event.seconds
+        if not self.loaded:
+            async for event in self._ensure_loaded(jit=False):
+                if isinstance(event, LoadFinished):
+                    seconds = event.seconds
+        self.jit, self.ttl, self.evict_when_idle = False, ttl, False
         return seconds
 
     async def unload(self) -> None:
         if self.engine.needs_load and self.loaded:
-            await self.engine.unload()
-            self.loaded = False
+            self.loaded = False  # first: a request arriving now loads again (after the lock)
+            async with self._lifecycle:
+                await self.engine.unload()
         self.config = {}  # a later (JIT) load starts from the model's defaults
+        self.jit, self.ttl, self.evict_when_idle = False, None, False
 
 
 class Model:
@@ -225,14 +278,27 @@ class Model:
         max_concurrency: int,
         max_queue: int,
         factory: Callable[[], Engine] | None = None,
+        ttl: float | None = None,
     ) -> None:
         self.id = engine.model_id
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.factory = factory
+        self.ttl = ttl  # idle TTL of its JIT loads (None: the server's `jit_ttl_seconds`)
+        self._hooks = NO_HOOKS
         self.instances = [
             Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
         ]
+
+    @property
+    def hooks(self) -> InstanceHooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: InstanceHooks) -> None:
+        self._hooks = hooks
+        for instance in self.instances:
+            instance.hooks = hooks
 
     @property
     def engine(self) -> Engine:
@@ -273,7 +339,11 @@ class Model:
         return next((i for i in self.instances if i.instance_id == instance_id), None)
 
     async def load(
-        self, *, new_instance: bool = False, config: dict[str, Any] | None = None
+        self,
+        *,
+        new_instance: bool = False,
+        config: dict[str, Any] | None = None,
+        ttl: float | None = None,
     ) -> tuple[Instance, float]:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
@@ -293,10 +363,11 @@ class Model:
                 max_concurrency=self.max_concurrency,
                 max_queue=self.max_queue,
             )
+            target.hooks = self._hooks
             self.instances.append(target)
         if config:
             target.config.update(config)
-        return target, await target.load_now()
+        return target, await target.load_now(ttl)
 
     async def unload(self, instance_id: str | None = None) -> list[str]:
         """Unload one instance (or all); extra instances go away, the first stays loadable."""
@@ -311,11 +382,19 @@ class Model:
 class Registry:
     def __init__(self) -> None:
         self.models: dict[str, Model] = {}
+        self._hooks = NO_HOOKS
 
     def add(self, model: Model) -> None:
         if model.id in self.models:
             raise ConfigError(f"model id {model.id!r} is declared twice")
+        model.hooks = self._hooks
         self.models[model.id] = model
+
+    def set_hooks(self, hooks: InstanceHooks) -> None:
+        """Let a lifecycle manager hear from every instance, present and future."""
+        self._hooks = hooks
+        for model in self.models.values():
+            model.hooks = hooks
 
     def find_instance(self, instance_id: str) -> tuple[Model, Instance] | None:
         for model in self.models.values():
@@ -350,16 +429,20 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
         if not isinstance(table.get(key), str) or not table[key]:
             raise ConfigError(f"every [[models]] table needs a string `{key}`")
     cls = engine_class(table["engine"])
-    own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue")}
+    own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
     engine = cls.from_config(own, base_dir)
     max_concurrency = table.get("max_concurrency", 64)
     max_queue = table.get("max_queue", 256)
     for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
             raise ConfigError(f"model {table['id']!r}: `{key}` must be a non-negative integer")
+    ttl = table.get("ttl")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 0):
+        raise ConfigError(f"model {table['id']!r}: `ttl` must be a non-negative number of seconds")
     return Model(
         engine,
         max_concurrency=max_concurrency,
         max_queue=max_queue,
         factory=lambda: cls.from_config(own, base_dir),
+        ttl=None if ttl is None else float(ttl),
     )

@@ -19,6 +19,7 @@ from starlette.responses import Response
 from sluicegate.config import Settings
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.downloads import Downloads
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.store.base import Store
@@ -72,6 +73,7 @@ class AppState:
     limits: StreamLimits
     admission: Admission
     store: Store
+    downloads: Downloads
     runs: dict[str, ResponseRun] = field(default_factory=dict)  # Responses generations in flight
 
 

@@ -7,16 +7,20 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.validation import Fields
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
+from sluicegate.downloads import DownloadError, Target
 from sluicegate.engines.registry import Instance, Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.routes.lmstudio import check_context_length
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("lmstudio", lmstudio_error)
+# LM Studio's load body takes no `ttl` (and we keep its body exact); `sluicegate models load
+# --ttl` sends the idle TTL of an explicit load in this header instead.
+TTL_HEADER = "X-Sluicegate-TTL"
 LOAD_KEYS = frozenset(
     {
         "model",
@@ -75,6 +79,19 @@ def _model_not_found(model_id: str, param: str) -> SluicegateError:
     )
 
 
+def _ttl_header(request: Request) -> float | None:
+    text = request.headers.get(TTL_HEADER)
+    if text is None:
+        return None
+    try:
+        ttl = float(text)
+    except ValueError:
+        ttl = 0.0
+    if not ttl >= 1 or ttl == float("inf"):
+        raise invalid(f"{TTL_HEADER} must be a number of seconds >= 1, got {text!r}.", "ttl", "invalid_value")
+    return ttl
+
+
 @endpoint
 async def load_model(request: Request) -> Response:
     state = app_state(request)
@@ -87,12 +104,13 @@ async def load_model(request: Request) -> Response:
     f.integer("num_experts", low=1)
     f.boolean("offload_kv_cache_to_gpu")
     echo = bool(f.boolean("echo_load_config"))
+    ttl = _ttl_header(request)
     model = state.registry.models.get(model_id)
     if model is None:
         raise _model_not_found(model_id, "model")
     check_context_length(model, context_length)
     config = {"context_length": context_length} if context_length is not None else {}
-    instance, seconds = await model.load(new_instance=True, config=config)
+    instance, seconds = await model.load(new_instance=True, config=config, ttl=ttl)
     body: Json = {
         "type": "llm",
         "instance_id": instance.instance_id,
@@ -119,16 +137,34 @@ async def unload_model(request: Request) -> Response:
 
 @endpoint
 async def download_model(request: Request) -> Response:
-    raise SluicegateError(
-        ErrorKind.NOT_IMPLEMENTED,
-        "Model downloads are not available on this server yet.",
-        code="not_implemented",
-    )
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    reject_unknown_keys(f, frozenset({"model", "quantization"}))
+    model = f.string("model", required=True) or ""
+    quantization = f.string("quantization")
+    try:
+        started = await state.downloads.start(model, quantization)
+    except DownloadError as exc:
+        raise invalid(str(exc), exc.param, "invalid_value") from exc
+    if isinstance(started, Target):  # LM Studio answers just this status, without a job
+        return JSONResponse(
+            {
+                "status": "already_downloaded",
+                "model": model,
+                "file": started.filename,
+                "path": str(started.destination),
+                "total_size_bytes": started.destination.stat().st_size,
+            }
+        )
+    return JSONResponse(started.body())
 
 
 @endpoint
 async def download_status(request: Request) -> Response:
     job_id = request.path_params["job_id"]
-    raise SluicegateError(
-        ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
-    )
+    job = app_state(request).downloads.get(job_id)
+    if job is None:
+        raise SluicegateError(
+            ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
+        )
+    return JSONResponse(job.body())

@@ -1,0 +1,332 @@
+"""Model downloads from the Hugging Face Hub: pick the GGUF file, fetch it, report progress.
+
+`resolve` turns a repo id or Hub URL (and an optional quantization) into one file to fetch;
+`fetch` downloads it with `huggingface_hub` into `<models_dir>/<owner>/<repo>/`, LM Studio's
+layout. `Downloads` is the server's job table behind `POST /api/v1/models/download`: each job
+runs in a daemon thread (a stalled transfer never holds up shutdown) and only writes plain
+fields that the status route reads. The Hub is `HF_ENDPOINT` (huggingface_hub's own setting).
+huggingface_hub is imported on first use: it costs a server start that never downloads 0.2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from sluicegate.core.ids import new_id
+
+log = logging.getLogger(__name__)
+
+Json = dict[str, Any]
+Status = Literal["downloading", "completed", "failed"]
+HUB_HOSTS = {"huggingface.co", "www.huggingface.co", "hf.co"}
+METADATA_TIMEOUT = 20.0
+# A quantization label in a GGUF file name: Q4_K_M, IQ3_XXS, Q8_0, F16, BF16, ...
+QUANT = re.compile(r"(?<![A-Za-z0-9])(I?Q\d+(?:_[A-Z0-9]+)*|BF16|F16|F32)(?![A-Za-z0-9])", re.IGNORECASE)
+
+
+class DownloadError(Exception):
+    """The request cannot be served as asked (bad reference, no such quantization): a 400.
+
+    `param` names the request field to fix.
+    """
+
+    def __init__(self, message: str, param: str = "model") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """One file to fetch, and where it goes."""
+
+    repo_id: str
+    revision: str  # the commit the listing came from, so the file matches it
+    filename: str
+    size: int | None
+    folder: Path  # <models_dir>/<owner>/<repo>
+
+    @property
+    def destination(self) -> Path:
+        return self.folder / self.filename
+
+
+def parse_model_ref(text: str) -> tuple[str, str | None, str | None]:
+    """`owner/name`, or a Hub URL (`…/owner/name`, `…/blob|resolve/REV/FILE`) → repo, rev, file."""
+    text = text.strip()
+    if "://" in text:
+        url = urlsplit(text)
+        hosts = HUB_HOSTS | {urlsplit(hub_endpoint()).netloc}
+        if url.scheme not in ("http", "https") or url.netloc.lower() not in hosts:
+            raise DownloadError(f"{text!r} is not a Hugging Face Hub URL (https://huggingface.co/OWNER/REPO)")
+        parts = [p for p in url.path.split("/") if p]
+    else:
+        parts = [p for p in text.split("/") if p]
+    if len(parts) < 2 or (len(parts) > 2 and (parts[2] not in ("blob", "resolve", "tree") or len(parts) < 4)):
+        raise DownloadError(f"{text!r} is not a Hub repository: expected OWNER/REPO or a huggingface.co URL")
+    repo_id = f"{parts[0]}/{parts[1]}"
+    if len(parts) == 2:
+        return repo_id, None, None
+    filename = "/".join(parts[4:]) or None
+    if parts[2] == "tree":  # a folder view names a revision, not a file
+        filename = None
+    return repo_id, parts[3], filename
+
+
+def hub_endpoint(endpoint: str | None = None) -> str:
+    from huggingface_hub import constants
+
+    return endpoint or constants.ENDPOINT
+
+
+def quantization_of(filename: str) -> str | None:
+    match = QUANT.search(Path(filename).name)
+    return match[1].upper() if match else None
+
+
+def pick_file(repo_id: str, files: dict[str, int | None], quantization: str | None) -> str:
+    """The GGUF file to fetch: the one matching `quantization`, or the only one there is."""
+    # Vision projectors ride along with some models; they are never the model itself.
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
+    if not ggufs:
+        raise DownloadError(f"Repository {repo_id!r} has no .gguf files; only GGUF models can be downloaded.")
+    choices = ", ".join(f"{quantization_of(f) or '?'} ({f})" for f in ggufs)
+    if quantization is None:
+        if len(ggufs) == 1:
+            return ggufs[0]
+        raise DownloadError(
+            f"Repository {repo_id!r} has {len(ggufs)} GGUF files; choose one with `quantization`: {choices}",
+            "quantization",
+        )
+    wanted = quantization.upper()
+    matches = [f for f in ggufs if quantization_of(f) == wanted]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise DownloadError(
+            f"Repository {repo_id!r} has no {quantization} GGUF file; available: {choices}", "quantization"
+        )
+    raise DownloadError(
+        f"Repository {repo_id!r} has {len(matches)} {quantization} files (split or variant models are "
+        f"not supported yet): {', '.join(matches)}",
+        "quantization",
+    )
+
+
+def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str | None = None) -> Target:
+    """Ask the Hub what the repo holds and pick the file (blocking: run it off the loop).
+
+    Raises `DownloadError` for what the caller asked wrong, and huggingface_hub's errors (repo
+    not found, network) for what went wrong on the way.
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HFValidationError
+
+    repo_id, revision, filename = parse_model_ref(ref)
+    try:
+        info = HfApi(endpoint=endpoint).model_info(
+            repo_id, revision=revision, files_metadata=True, timeout=METADATA_TIMEOUT
+        )
+    except HFValidationError as exc:
+        raise DownloadError(f"{repo_id!r} is not a valid repository id: {exc}") from exc
+    sizes: dict[str, int | None] = {}
+    for sibling in info.siblings or []:
+        lfs = sibling.lfs
+        sizes[sibling.rfilename] = sibling.size if sibling.size is not None else (lfs.size if lfs else None)
+    if filename is not None:
+        if filename not in sizes:
+            raise DownloadError(f"Repository {repo_id!r} has no file {filename!r}.")
+        if quantization is not None and quantization_of(filename) != quantization.upper():
+            raise DownloadError(
+                f"The URL names {filename!r}, which is not a {quantization} file.", "quantization"
+            )
+    else:
+        filename = pick_file(repo_id, sizes, quantization)
+    return Target(
+        repo_id=repo_id,
+        revision=info.sha or revision or "main",
+        filename=filename,
+        size=sizes.get(filename),
+        folder=models_dir / repo_id,
+    )
+
+
+def is_present(target: Target) -> bool:
+    path = target.destination
+    return path.is_file() and (target.size is None or path.stat().st_size == target.size)
+
+
+def fetch(target: Target, *, tqdm_class: Any = None, endpoint: str | None = None) -> Path:
+    """Download the file into place (blocking). `tqdm_class` None: huggingface_hub's own bar."""
+    from huggingface_hub import hf_hub_download
+
+    target.folder.mkdir(parents=True, exist_ok=True)
+    path = hf_hub_download(
+        target.repo_id,
+        target.filename,
+        revision=target.revision,
+        local_dir=target.folder,
+        endpoint=endpoint,
+        tqdm_class=tqdm_class,
+    )
+    return Path(path)
+
+
+def describe(exc: BaseException, ref: str, endpoint: str | None = None) -> str:
+    """A Hub failure in one line a user can act on."""
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    if isinstance(exc, RepositoryNotFoundError):
+        return f"Repository {ref!r} was not found on the Hub (or it is private or gated)."
+    if isinstance(exc, RevisionNotFoundError):
+        return f"Revision not found in {ref!r}."
+    if isinstance(exc, HfHubHTTPError):
+        return f"The Hub refused the download of {ref!r}: {str(exc).splitlines()[0]}"
+    return f"Could not download {ref!r} from {hub_endpoint(endpoint)}: {type(exc).__name__}: {exc}"
+
+
+def _iso(moment: float | None) -> str | None:
+    if moment is None:
+        return None
+    return datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class Cancelled(Exception):
+    """Raised inside the transfer to stop it (server shutdown)."""
+
+
+@dataclass(slots=True)
+class DownloadJob:
+    job_id: str
+    ref: str
+    target: Target | None
+    status: Status = "downloading"
+    total_bytes: int | None = None
+    downloaded_bytes: int = 0
+    started_at: float = field(default_factory=time.time)
+    completed_at: float | None = None
+    error: str | None = None
+    cancelled: bool = False
+    _clock_start: float = field(default_factory=time.monotonic)
+
+    def progress(self, count: int) -> None:
+        if self.cancelled:
+            raise Cancelled("the server is shutting down")
+        self.downloaded_bytes += count
+
+    def finish(self, error: str | None = None) -> None:
+        self.error = error
+        self.status = "failed" if error else "completed"
+        self.completed_at = time.time()
+        if not error and self.total_bytes is not None:
+            self.downloaded_bytes = self.total_bytes
+
+    def body(self) -> Json:
+        """LM Studio's download status; `error`, `model`, `file` and `path` are Sluicegate's."""
+        out: Json = {"job_id": self.job_id, "status": self.status, "model": self.ref}
+        if self.target is not None:
+            out |= {"file": self.target.filename, "path": str(self.target.destination)}
+        out |= {
+            "total_size_bytes": self.total_bytes,
+            "downloaded_bytes": self.downloaded_bytes,
+            "started_at": _iso(self.started_at),
+        }
+        if self.status == "downloading":
+            elapsed = time.monotonic() - self._clock_start
+            speed = self.downloaded_bytes / elapsed if elapsed > 0 else 0.0
+            out["bytes_per_second"] = round(speed)
+            if speed > 0 and self.total_bytes:
+                remaining = (self.total_bytes - self.downloaded_bytes) / speed
+                out["estimated_completion"] = _iso(time.time() + remaining)
+        else:
+            out["completed_at"] = _iso(self.completed_at)
+        if self.error:
+            out["error"] = self.error
+        return {k: v for k, v in out.items() if v is not None}
+
+
+def _progress_for(job: DownloadJob) -> type:
+    """What huggingface_hub calls as its `tqdm_class`: counts bytes into the job, draws nothing."""
+
+    class Progress:
+        def __init__(self, *args: Any, total: int | None = None, initial: int = 0, **kwargs: Any) -> None:
+            if total is not None:
+                job.total_bytes = total
+            job.downloaded_bytes = initial
+
+        def __enter__(self) -> Progress:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def update(self, count: int = 1) -> None:
+            job.progress(count)
+
+        def close(self) -> None:
+            return None
+
+    return Progress
+
+
+class Downloads:
+    """The server's download jobs, by id; one job per file at a time."""
+
+    def __init__(self, models_dir: Path, endpoint: str | None = None) -> None:
+        self.models_dir = models_dir
+        self.endpoint = endpoint
+        self.jobs: dict[str, DownloadJob] = {}
+
+    def get(self, job_id: str) -> DownloadJob | None:
+        return self.jobs.get(job_id)
+
+    async def start(self, ref: str, quantization: str | None) -> DownloadJob | Target:
+        """A running job for the file, or the `Target` itself when it is already downloaded.
+
+        `DownloadError` (the caller's mistake) propagates; a Hub that does not know the repo or
+        cannot be reached gives a job that has already failed, with the reason.
+        """
+        job = DownloadJob(new_id("job_", 10), ref, None)
+        try:
+            target = await asyncio.to_thread(resolve, ref, quantization, self.models_dir, self.endpoint)
+        except DownloadError:
+            raise
+        except Exception as exc:
+            log.warning("download of %s failed: %s", ref, exc)
+            job.finish(describe(exc, ref, self.endpoint))
+            self.jobs[job.job_id] = job
+            return job
+        if is_present(target):
+            return target
+        for running in self.jobs.values():
+            if running.status == "downloading" and running.target == target:
+                return running
+        job.target, job.total_bytes = target, target.size
+        self.jobs[job.job_id] = job
+        threading.Thread(
+            target=self._run, args=(job, target), name=f"download-{job.job_id}", daemon=True
+        ).start()
+        return job
+
+    def _run(self, job: DownloadJob, target: Target) -> None:
+        try:
+            fetch(target, tqdm_class=_progress_for(job), endpoint=self.endpoint)
+        except Exception as exc:
+            log.warning("download %s of %s failed: %s", job.job_id, target.filename, exc)
+            job.finish(describe(exc, job.ref, self.endpoint))
+            return
+        log.info("downloaded %s to %s", target.filename, target.destination)
+        job.finish()
+
+    def close(self) -> None:
+        """Stop every transfer at its next chunk."""
+        for job in self.jobs.values():
+            job.cancelled = True
