@@ -14,6 +14,7 @@ from mcp_fixtures import (
     HttpMcpServer,
     free_port,
     mcp_http_server,
+    mcp_json,
     stdio_entry,
     write_mcp_json,
 )
@@ -22,7 +23,7 @@ from sluicegate.core.errors import SluicegateError
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolCatalog, ToolSelection
 from sluicegate.tools.ssrf import AllowList
 
-__all__ = ["mcp_http_server"]  # the fixture, imported for pytest
+__all__ = ["mcp_http_server", "mcp_json"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -247,3 +248,14 @@ async def test_legacy_sse_servers_and_name_clashes(tmp_path: Path, mcp_http_serv
     finally:
         await catalog.aclose()
         sse.stop()
+
+
+async def test_the_shared_mcp_json_fixture(mcp_json: Path) -> None:
+    catalog = ToolCatalog.from_settings(Settings(tools_mcp_config=mcp_json))
+    try:
+        assert catalog.plugin_ids() == ["mcp/calc", "mcp/web"]
+        toolset = await catalog.toolset(ToolSelection(all_configured=True))
+        assert (await toolset.call("echo", '{"text": "hi"}')).output == "hi"
+        assert (await toolset.call("web_echo", '{"text": "hi"}')).output == "hi"
+    finally:
+        await catalog.aclose()
