@@ -47,6 +47,7 @@ from sluicegate.routes.responses import (
     retrieve_response,
 )
 from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.tools.catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
 
@@ -97,10 +98,11 @@ def create_app(settings: Settings) -> Starlette:
         auto_evict=settings.jit_auto_evict,
         interval=settings.reaper_interval_seconds,
     )
+    tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = SQLiteStore(store_path(settings))
     downloads = Downloads(settings.models_dir)
     state = AppState(
-        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads
+        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads, tools=tools
     )
 
     async def purge_expired_forever() -> None:
@@ -117,6 +119,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
+        await tools.start()  # discovery runs in the background; a dead server is only logged
         try:
             yield
         finally:
@@ -127,6 +130,7 @@ def create_app(settings: Settings) -> Starlette:
                 run.cancel("server_shutdown")
                 await asyncio.gather(run.wait(), return_exceptions=True)
             await registry.aclose()
+            await tools.aclose()
             await store.aclose()
 
     routes = [

@@ -23,6 +23,7 @@ from sluicegate.downloads import Downloads
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.store.base import Store
+from sluicegate.tools.catalog import ToolCatalog
 
 if TYPE_CHECKING:
     from sluicegate.routes.responses_runs import ResponseRun
@@ -75,6 +76,7 @@ class AppState:
     store: Store
     downloads: Downloads
     runs: dict[str, ResponseRun] = field(default_factory=dict)  # Responses generations in flight
+    tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
 
 
 def app_state(request: Request) -> AppState:
