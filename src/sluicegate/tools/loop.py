@@ -252,6 +252,9 @@ async def run_tool_loop(
             Message(role="tool", content=outcome.output, name=call.name, tool_call_id=call.call_id)
             for call, outcome in zip(server, outcomes, strict=True)
         ]
+        if request.tool_choice not in ("auto", "none"):
+            # A forced call was made; forcing it again would only loop until the round limit.
+            request = replace(request, tool_choice="auto")
     yield Failed(
         ErrorInfo(
             ErrorKind.ENGINE,
