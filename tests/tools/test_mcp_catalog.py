@@ -14,6 +14,7 @@ from mcp_fixtures import (
     HttpMcpServer,
     free_port,
     mcp_http_server,
+    mcp_json,
     stdio_entry,
     write_mcp_json,
 )
@@ -22,7 +23,7 @@ from sluicegate.core.errors import SluicegateError
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolCatalog, ToolSelection
 from sluicegate.tools.ssrf import AllowList
 
-__all__ = ["mcp_http_server"]  # the fixture, imported for pytest
+__all__ = ["mcp_http_server", "mcp_json"]  # the fixture, imported for pytest
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -230,3 +231,31 @@ async def test_a_server_down_at_startup_is_found_once_it_is_up(tmp_path: Path) -
     finally:
         await catalog.aclose()
         server.stop()
+
+
+async def test_legacy_sse_servers_and_name_clashes(tmp_path: Path, mcp_http_server: HttpMcpServer) -> None:
+    sse = HttpMcpServer(tmp_path, transport="sse")  # same `web_` names as the streamable HTTP one
+    sse.start()
+    catalog = catalog_for(tmp_path, {"web": mcp_http_server.entry(), "legacy": sse.entry()})
+    try:
+        toolset = await catalog.toolset(ToolSelection(all_configured=True))
+        web, legacy = toolset.listings
+        assert legacy.error is None and legacy.tools == []  # every name was taken by `web`, listed first
+        assert toolset.provider("web_add") == web.provider
+        only_sse = await catalog.toolset(ToolSelection(plugins=[PluginChoice("mcp/legacy")]))
+        assert [t.name for t in only_sse.listings[0].tools] == ["web_" + name for name in TOOL_NAMES]
+        assert (await only_sse.call("web_echo", '{"text": "over SSE"}')).output == "over SSE"
+    finally:
+        await catalog.aclose()
+        sse.stop()
+
+
+async def test_the_shared_mcp_json_fixture(mcp_json: Path) -> None:
+    catalog = ToolCatalog.from_settings(Settings(tools_mcp_config=mcp_json))
+    try:
+        assert catalog.plugin_ids() == ["mcp/calc", "mcp/web"]
+        toolset = await catalog.toolset(ToolSelection(all_configured=True))
+        assert (await toolset.call("echo", '{"text": "hi"}')).output == "hi"
+        assert (await toolset.call("web_echo", '{"text": "hi"}')).output == "hi"
+    finally:
+        await catalog.aclose()
