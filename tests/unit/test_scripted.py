@@ -135,6 +135,21 @@ def test_user_matches_is_a_regex_search() -> None:
     assert reply_text(request("order #42 please")) == "default"
 
 
+def test_tool_contains_looks_at_the_tool_results_since_the_last_user_message() -> None:
+    data = {
+        "replies": [
+            {"when": {"tool_contains": "FAILED on purpose"}, "content": "recovering"},
+            {"content": "default"},
+        ]
+    }
+    call = Message("assistant", tool_calls=[ToolCall("c1", "f", "{}"), ToolCall("c2", "g", "{}")])
+    failed = [Message("user", "go"), call, Message("tool", "ok", tool_call_id="c1")]
+    failed.append(Message("tool", "tool failed on purpose: boom", tool_call_id="c2"))
+    assert reply_text(request(messages=failed), data) == "recovering"
+    assert reply_text(request(messages=[*failed, Message("user", "again")]), data) == "default"
+    assert reply_text(request(messages=failed[:3]), data) == "default"
+
+
 def test_has_tools() -> None:
     assert reply_text(request("hi", tools=[TOOL])) == "has tools"
     data = {"replies": [{"when": {"has_tools": False}, "content": "no tools"}, {"content": "default"}]}

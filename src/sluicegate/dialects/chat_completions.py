@@ -32,6 +32,8 @@ from sluicegate.transport.sse import sse_frame
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 DONE = b"data: [DONE]\n\n"
+# Items of tools the server runs itself (tool loop): not part of this dialect.
+SERVER_SIDE = frozenset({ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST})
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -124,6 +126,8 @@ class ChatCompletionsEncoder:
         return b""
 
     def _added(self, item: Item) -> bytes:
+        if item.kind in SERVER_SIDE or item.provider is not None:
+            return b""  # the server runs its own tools: the client sees their text rounds only
         if item.kind is ItemKind.TOOL_CALL:
             call = {
                 "index": item.tool_index,
@@ -135,8 +139,8 @@ class ChatCompletionsEncoder:
                 return self._chunk({"tool_calls": [call]})
             self.started = True
             return self._chunk({"role": "assistant", "content": None, "tool_calls": [call]})
-        if item.kind is ItemKind.TOOL_RESULT or self.started:
-            return b""  # server-side tool results are not part of this dialect
+        if self.started:
+            return b""
         return self._role_chunk(item)
 
     def _delta(self, event: ItemDelta) -> bytes:
@@ -147,7 +151,7 @@ class ChatCompletionsEncoder:
             return self._chunk({"content": event.text}, lp)
         if kind is ItemKind.REASONING:
             return self._chunk(dict.fromkeys(self.reasoning_keys, event.text))
-        if kind is ItemKind.TOOL_CALL:
+        if kind is ItemKind.TOOL_CALL and item.provider is None:
             return self._chunk(
                 {"tool_calls": [{"index": item.tool_index, "function": {"arguments": event.text}}]}
             )
@@ -183,7 +187,7 @@ def completion_body(
         "content": result.text_of(ItemKind.MESSAGE),
         "refusal": result.text_of(ItemKind.REFUSAL),
     }
-    calls = result.of_kind(ItemKind.TOOL_CALL)
+    calls = [c for c in result.of_kind(ItemKind.TOOL_CALL) if c.provider is None]
     if calls:
         message["tool_calls"] = [
             {

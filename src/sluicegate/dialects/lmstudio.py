@@ -89,6 +89,7 @@ def _arguments(text: str) -> Any:
 
 
 def output_items(items: list[Item], providers: ToolProviders) -> list[Json]:
+    results = {item.call_id: item for item in items if item.kind is ItemKind.TOOL_RESULT}
     out: list[Json] = []
     for item in items:
         if item.kind is ItemKind.REASONING:
@@ -97,11 +98,43 @@ def output_items(items: list[Item], providers: ToolProviders) -> list[Json]:
             out.append({"type": "message", "content": item.text_so_far})
         elif item.kind is ItemKind.TOOL_CALL:
             failure = tool_failure(item, providers)
+            result = results.get(item.call_id)
+            if failure is None and result is not None:
+                failure = result_failure(item, result)
             if failure is not None:
                 reason, metadata = failure
                 out.append({"type": "invalid_tool_call", "reason": reason, "metadata": metadata})
-        # tool results and successful calls are reported by the tool loop (server-side tools)
+            elif result is not None:
+                out.append(
+                    {
+                        "type": "tool_call",
+                        "tool": item.name,
+                        "arguments": _arguments(item.text_so_far),
+                        "output": result.text,
+                        "provider_info": _provider_info(result),
+                    }
+                )
+        # a call still without its result (cut short) is left out, as LM Studio has no such item
     return out
+
+
+def _provider_info(item: Item) -> Json | None:
+    return item.provider.lmstudio() if item.provider is not None else None
+
+
+def result_failure(call: Item, result: Item) -> tuple[str, Json] | None:
+    """A call that was well-formed but did not succeed (failed the tool's schema, the tool
+    raised, timed out or its server died). LM Studio's failure types are only `invalid_name`
+    and `invalid_arguments`; this is the latter, and `reason` says what actually happened."""
+    if result.error is None:
+        return None
+    metadata = {
+        "type": "invalid_arguments",
+        "tool_name": call.name or "",
+        "arguments": _arguments(call.text_so_far),
+        "provider_info": _provider_info(result),
+    }
+    return result.error, metadata
 
 
 def tool_failure(item: Item, providers: ToolProviders) -> tuple[str, Json] | None:
@@ -164,6 +197,7 @@ class LMStudioEncoder:
         self.vocabulary = vocabulary
         self.providers = providers
         self.result: Json | None = None  # chat.end's result, once sent
+        self.calls: dict[str | None, Item] = {}  # server-side calls awaiting their result
 
     def start(self) -> bytes:
         return _frame("chat.start", {"model_instance_id": self.instance_id})
@@ -225,10 +259,13 @@ class LMStudioEncoder:
             return _frame("reasoning.end")
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
             return _frame("message.end")
+        if item.kind is ItemKind.TOOL_RESULT:
+            return self._result(item)
         if item.kind is not ItemKind.TOOL_CALL:
             return b""
         failure = tool_failure(item, self.providers)
         if failure is None:
+            self.calls[item.call_id] = item
             provider = self.providers(item.name or "")
             args = _arguments(item.text)
             return _frame(
@@ -245,3 +282,20 @@ class LMStudioEncoder:
             }
             return _frame("tool_call.result", fields)
         return _frame("tool_call.failure", {"reason": reason, "metadata": metadata})
+
+    def _result(self, result: Item) -> bytes:
+        """A server-side call's outcome; calls that failed on their own were reported already."""
+        call = self.calls.pop(result.call_id, None)
+        if call is None:
+            return b""
+        failure = result_failure(call, result)
+        if failure is not None and self.vocabulary == "current":
+            reason, metadata = failure
+            return _frame("tool_call.failure", {"reason": reason, "metadata": metadata})
+        fields = {
+            "tool": call.name,
+            "arguments": _arguments(call.text),
+            "output": result.text,
+            "provider_info": _provider_info(result),
+        }
+        return _frame("tool_call.success" if self.vocabulary == "current" else "tool_call.result", fields)

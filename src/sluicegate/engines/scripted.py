@@ -44,7 +44,7 @@ PROMPT_PROGRESS_STEPS = 4
 LOAD_PROGRESS_STEPS = 5
 
 _PACING_KEYS = {"token_delay_ms", "first_token_delay_ms"}
-_WHEN_KEYS = {"last_role", "user_contains", "user_matches", "has_tools"}
+_WHEN_KEYS = {"last_role", "user_contains", "user_matches", "has_tools", "tool_contains"}
 _REPLY_KEYS = _PACING_KEYS | {
     "when",
     "reasoning",
@@ -96,7 +96,20 @@ class Reply:
             return False
         if "user_matches" in when and not re.search(when["user_matches"], user):
             return False
+        if "tool_contains" in when and when["tool_contains"].lower() not in _tool_results(request).lower():
+            return False
         return not ("has_tools" in when and bool(request.tools) != when["has_tools"])
+
+
+def _tool_results(request: ChatRequest) -> str:
+    """The tool results since the last user message (what a tool loop fed back), joined."""
+    texts: list[str] = []
+    for message in reversed(request.messages):
+        if message.role == "user":
+            break
+        if message.role == "tool":
+            texts.append(message.text)
+    return "\n".join(reversed(texts))
 
 
 @dataclass(slots=True)
