@@ -1,8 +1,8 @@
 """Real MCP servers for the tests: start, kill and restart them, and write an `mcp.json` naming them.
 
-Import what you need (`from mcp_fixtures import mcp_http_server, mcp_json`); `tests/conftest.py`
-puts this folder on `sys.path`. The servers are `tests/mcp_servers/tools_server.py`, written with
-the `mcp` SDK's own server side:
+Import what you need (`from mcp_fixtures import mcp_http_server, mcp_json`); pytest's
+`pythonpath` setting puts this folder on `sys.path`. The servers are
+`tests/mcp_servers/tools_server.py`, written with the `mcp` SDK's own server side:
 
 - `calc` runs over stdio (spawned by whoever connects): tools `add`, `echo`, `slow`, `fail`,
   `crash`, `get_weather`, `pid`;

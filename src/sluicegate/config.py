@@ -22,6 +22,16 @@ reasoning_events = "openai"             # or "open_responses" (response.reasonin
 [lmstudio]
 events = "current"                      # or "v0": tool_call.result instead of success/failure
 
+[tools]                                 # server-side tools (docs/mcp-providers.md)
+mcp_config = "mcp.json"                 # Claude Desktop format; relative to this file's folder
+call_timeout_seconds = 60               # per tool call; an mcp.json server's "timeout" overrides
+max_rounds = 25                         # tool rounds per response
+allow_request_servers = false           # MCP servers named by URL in a request
+allowed_hosts = []                      # non-public hosts request servers may use anyway
+
+[tools.plugins.files]                   # a plugin is enabled by its table
+root = "shared"
+
 [store]
 path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sluicegate.sqlite3
 
@@ -41,6 +51,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sluicegate.engines.base import ConfigError
+from sluicegate.tools.ssrf import AllowList
 
 DEFAULT_PORT = 8321
 ENV_PREFIX = "SLUICEGATE_"
@@ -69,6 +80,12 @@ class Settings:
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
+    tools_mcp_config: Path | None = None
+    tools_call_timeout_seconds: float = 60.0
+    tools_max_rounds: int = 25
+    tools_allow_request_servers: bool = False
+    tools_allowed_hosts: list[str] = field(default_factory=list)
+    tools_plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
     base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
 
 
@@ -86,7 +103,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_level": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
-_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models"}
+_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
 
 
 def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> None:
@@ -143,6 +160,7 @@ def load_settings(
             setattr(settings, key, value)
         _apply_responses(settings, data.get("responses", {}), str(path))
         _apply_store(settings, data.get("store", {}), str(path))
+        _apply_tools(settings, data.get("tools", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key != "events" or value not in ("current", "v0"):
@@ -185,6 +203,46 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
             pass
         else:
             raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
+
+
+def _apply_tools(settings: Settings, table: Any, source: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [tools] must be a table")
+    for key, value in table.items():
+        where = f"{source}: [tools].{key}"
+        if key == "mcp_config":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{where} must be the path of an mcp.json file")
+            settings.tools_mcp_config = settings.base_dir / Path(value).expanduser()
+        elif key == "call_timeout_seconds":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{where} must be a positive number")
+            settings.tools_call_timeout_seconds = float(value)
+        elif key == "max_rounds":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{where} must be a positive integer")
+            settings.tools_max_rounds = value
+        elif key == "allow_request_servers":
+            if not isinstance(value, bool):
+                raise ConfigError(f"{where} must be true or false")
+            settings.tools_allow_request_servers = value
+        elif key == "allowed_hosts":
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f"{where} must be a list of host names, addresses or networks")
+            try:
+                AllowList.parse(value)
+            except ValueError as exc:
+                raise ConfigError(f"{where}: {exc}") from None
+            settings.tools_allowed_hosts = list(value)
+        elif key == "plugins":
+            if not isinstance(value, dict) or not all(isinstance(t, dict) for t in value.values()):
+                raise ConfigError(f"{where} must hold one [tools.plugins.<id>] table per plugin")
+            settings.tools_plugins = {name: dict(t) for name, t in value.items()}
+        else:
+            raise ConfigError(
+                f"{where} is unknown; known keys: mcp_config, call_timeout_seconds, max_rounds, "
+                "allow_request_servers, allowed_hosts, plugins"
+            )
 
 
 def _apply_env(settings: Settings, env: dict[str, str]) -> None:

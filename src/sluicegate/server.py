@@ -45,6 +45,7 @@ from sluicegate.routes.responses import (
     retrieve_response,
 )
 from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.tools.catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +90,11 @@ def create_app(settings: Settings) -> Starlette:
         idle_timeout_seconds=settings.idle_timeout_seconds or None,
     )
 
+    tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = SQLiteStore(store_path(settings))
-    state = AppState(settings, registry, limits, Admission(settings.max_concurrent_requests), store)
+    state = AppState(
+        settings, registry, limits, Admission(settings.max_concurrent_requests), store, tools=tools
+    )
 
     async def purge_expired_forever() -> None:
         while True:
@@ -105,6 +109,7 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         purger = asyncio.create_task(purge_expired_forever())
+        await tools.start()  # discovery runs in the background; a dead server is only logged
         try:
             yield
         finally:
@@ -113,6 +118,7 @@ def create_app(settings: Settings) -> Starlette:
                 run.cancel("server_shutdown")
                 await asyncio.gather(run.wait(), return_exceptions=True)
             await registry.aclose()
+            await tools.aclose()
             await store.aclose()
 
     routes = [

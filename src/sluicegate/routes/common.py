@@ -22,6 +22,7 @@ from sluicegate.core.pipeline import StreamLimits
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.store.base import Store
+from sluicegate.tools.catalog import ToolCatalog
 
 if TYPE_CHECKING:
     from sluicegate.routes.responses_runs import ResponseRun
@@ -73,6 +74,7 @@ class AppState:
     admission: Admission
     store: Store
     runs: dict[str, ResponseRun] = field(default_factory=dict)  # Responses generations in flight
+    tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
 
 
 def app_state(request: Request) -> AppState:
