@@ -268,7 +268,7 @@ _TRANSITIONS: dict[str, dict[str, str]] = {
     "reasoning": {"reasoning.delta": "reasoning", "reasoning.end": "blocks"},
     "message": {"message.delta": "message", "message.end": "blocks"},
     "tool": {"tool_call.arguments": "tool_arguments"},
-    "tool_arguments": {},
+    "tool_arguments": {"error": "errored"},  # a response that fails while its tools run
     "errored": {"chat.end": "ended"},
     "ended": {},
 }
@@ -280,14 +280,17 @@ class EventOrder:
     chat.start → [model_load.start, progress*, end] → prompt_processing.start, progress+, end →
     any sequence of reasoning.start/delta*/end, message.start/delta*/end and tool calls →
     [error] → chat.end, exactly once and last. A tool call is tool_call.start → tool_call.arguments
-    → its result (success | failure, or v0's result); a call to a tool no provider offers is a lone
-    failure (v0: a lone result); a call whose arguments do not parse may fail right after its start.
+    → its result (success | failure, or v0's result); parallel calls may all start before their
+    results come, in call order. A call to a tool no provider offers is a lone failure (v0: a lone
+    result); a call whose arguments do not parse may fail right after its start. After a tool
+    result, the tool loop's next round may start with prompt_processing.* again.
     """
 
     def __init__(self, vocabulary: Vocabulary = "current") -> None:
         self.vocabulary = vocabulary
         self.state = "begin"
         self.seen: list[str] = []
+        self.pending = 0  # calls whose arguments came and whose result has not
 
     def _results(self) -> set[str]:
         return {"tool_call.result"} if self.vocabulary == "v0" else {"tool_call.success", "tool_call.failure"}
@@ -295,19 +298,33 @@ class EventOrder:
     def feed(self, name: str, data: Json) -> None:
         state = self.state
         after = f"after {self.seen[-5:]} (state {state})"
-        if state in ("blocks", "tool", "tool_arguments") and name in self._results():
-            if state == "blocks":  # a lone result: only for a tool that does not exist
-                lone_ok = name == "tool_call.result" or data["metadata"]["type"] == "invalid_name"
-                assert lone_ok, f"a lone {name} that is not an unknown tool name: {data}"
-            elif state == "tool":
-                assert name == "tool_call.failure", f"{name} without tool_call.arguments {after}"
-                assert data["metadata"]["type"] == "invalid_arguments", data
-            self.state = "blocks"
+        if name in self._results() and state in ("blocks", "tool", "tool_arguments"):
+            self._result(name, data, after)
+        elif name == "tool_call.start" and state == "tool_arguments":
+            self.state = "tool"  # a parallel call: its result comes with the others
+        elif state == "blocks" and name == "prompt_processing.start" and self.seen[-1] in self._results():
+            assert not self.pending, f"a new round with {self.pending} results missing {after}"
+            self.state = "prompt"  # the tool loop's next round: the model reads the results
         else:
             following = _TRANSITIONS[state].get(name)
             assert following is not None, f"event {name!r} out of order {after}"
+            if name == "tool_call.arguments":
+                self.pending += 1
             self.state = following
         self.seen.append(name)
+
+    def _result(self, name: str, data: Json, after: str) -> None:
+        if self.state == "tool":
+            assert name == "tool_call.failure", f"{name} without tool_call.arguments {after}"
+            assert data["metadata"]["type"] == "invalid_arguments", data
+        elif self.pending and not (
+            name == "tool_call.failure" and data["metadata"]["type"] == "invalid_name"
+        ):
+            self.pending -= 1
+        else:  # a lone result: only for a tool that does not exist
+            lone_ok = name == "tool_call.result" or data["metadata"]["type"] == "invalid_name"
+            assert lone_ok, f"a lone {name} that is not an unknown tool name: {data}"
+        self.state = "tool_arguments" if self.pending else "blocks"
 
     def finish(self) -> None:
         assert self.state == "ended", f"the stream ended without chat.end: {self.seen[-5:]}"
@@ -454,8 +471,14 @@ def check_stream(stream: LMStream, vocabulary: Vocabulary) -> None:
         check_payload(event)
     order.finish()
     for phase in ("model_load", "prompt_processing"):
-        values = [_progress(d["progress"]) for d in stream.of(f"{phase}.progress")]
-        assert values == sorted(values), f"{phase} progress went backwards: {values}"
+        last = 0.0  # per round: each tool round processes its prompt anew
+        for event in stream.events:
+            if event.name == f"{phase}.start":
+                last = 0.0
+            elif event.name == f"{phase}.progress":
+                value = _progress(event.data["progress"])
+                assert value >= last, f"{phase} progress went backwards: {last} then {value}"
+                last = value
     instance_ids = {e.data["model_instance_id"] for e in stream.events if "model_instance_id" in e.data}
     assert instance_ids == {stream.result["model_instance_id"]}, instance_ids
     if stream.of("model_load.end"):

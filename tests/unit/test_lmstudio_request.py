@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.dialects.lmstudio_request import CHAT_KEYS, parse_lmstudio_chat
+from sluicegate.dialects.lmstudio_request import CHAT_KEYS, parse_lmstudio_chat, tool_selection
+from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 MISSING = "missing_required_parameter"  # the code a missing required parameter carries, as on OpenAI
@@ -103,6 +104,14 @@ def test_integration_shapes() -> None:
     req = parse(integrations=["mcp/playwright", plugin, mcp])
 
     assert req.integrations == [{"type": "plugin", "id": "mcp/playwright"}, plugin, mcp]
+    assert tool_selection(req.integrations) == ToolSelection(
+        plugins=[PluginChoice("mcp/playwright"), PluginChoice("mcp/playwright", ["browser_navigate"])],
+        servers=[
+            RequestServer(
+                "huggingface", "https://huggingface.co/mcp", {"Authorization": "Bearer x"}, ["model_search"]
+            )
+        ],
+    )
 
 
 @pytest.mark.parametrize(

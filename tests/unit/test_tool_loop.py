@@ -401,3 +401,12 @@ async def test_no_calls_means_one_round_exactly_as_without_the_loop() -> None:
     direct = [e async for e in rounds.engine.generate(rounds.requests[0])]
     assert len(rounds.requests) == 1
     assert events[1:] == direct
+
+
+async def test_a_forced_tool_choice_applies_to_the_first_round_only() -> None:
+    rounds = Rounds([ANSWER, CALL_WEATHER])
+    request = chat()
+    request.tool_choice = "required"
+    events = await raw(rounds, FakeToolSet({"weather": echo}), request)
+    assert [r.tool_choice for r in rounds.requests] == ["required", "auto"]
+    assert events[-1] == Finished(FinishReason.STOP)

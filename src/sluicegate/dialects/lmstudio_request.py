@@ -13,6 +13,7 @@ from typing import Any
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import SamplingParams
 from sluicegate.core.validation import Fields
+from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
 
@@ -143,3 +144,21 @@ def _integrations(f: Fields) -> list[Json]:
             item.fail("allowed_tools", f"Invalid '{where}.allowed_tools': expected an array of strings.")
         out.append(item.obj)
     return out
+
+
+def tool_selection(integrations: list[Json]) -> ToolSelection:
+    """Validated `integrations` as the providers the request picks."""
+    selection = ToolSelection()
+    for item in integrations:
+        if item["type"] == "plugin":
+            selection.plugins.append(PluginChoice(item["id"], item.get("allowed_tools")))
+        else:
+            selection.servers.append(
+                RequestServer(
+                    item["server_label"],
+                    item["server_url"],
+                    dict(item.get("headers") or {}),
+                    item.get("allowed_tools"),
+                )
+            )
+    return selection

@@ -25,6 +25,8 @@ from sluicegate.routes.common import (
     read_json,
     wait_for_disconnect,
 )
+from sluicegate.routes.server_tools import closing, open_generation, request_toolset
+from sluicegate.tools.catalog import ToolSelection, ToolSet
 from sluicegate.transport.sse import EventStreamResponse
 
 
@@ -36,8 +38,11 @@ async def chat_completions(request: Request) -> Response:
     model = state.registry.get(chat.model)
     release = state.admission.take()
     streaming = False
+    toolset: ToolSet | None = None
     try:
-        generation = model.open(chat)
+        if state.tools.providers:  # configured MCP servers and plugins run server-side
+            toolset = await request_toolset(state.tools, ToolSelection(all_configured=True), param="tools")
+        generation = open_generation(chat, model, toolset, state.tools)
         completion_id = new_id("chatcmpl-", 32)
         created = int(time.time())
         headers = {"X-Request-ID": completion_id, INSTANCE_HEADER: generation.instance_id}
@@ -57,7 +62,7 @@ async def chat_completions(request: Request) -> Response:
                 encoded_frames(events, encoder.encode),
                 heartbeat_seconds=state.limits.heartbeat_seconds,
                 headers=headers,
-                on_close=release,
+                on_close=closing(release, toolset),
             )
         result = await unless_disconnected(collect(events), lambda: wait_for_disconnect(request))
         if result.error is not None:
@@ -74,3 +79,5 @@ async def chat_completions(request: Request) -> Response:
     finally:
         if not streaming:
             release()
+            if toolset is not None:
+                await toolset.aclose()

@@ -16,8 +16,8 @@ from sluicegate.core.events import Event
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, collect, encoded_frames, unless_disconnected
 from sluicegate.core.request import ChatRequest
-from sluicegate.dialects.lmstudio import LMStudioEncoder, Vocabulary, lmstudio_error
-from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmstudio_chat
+from sluicegate.dialects.lmstudio import LMStudioEncoder, ToolProviders, Vocabulary, lmstudio_error, no_tools
+from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmstudio_chat, tool_selection
 from sluicegate.dialects.responses import ResponseState, items_output, usage_object
 from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import ResponsesRequest
@@ -33,6 +33,8 @@ from sluicegate.routes.common import (
     wait_for_disconnect,
 )
 from sluicegate.routes.responses_runs import Conversation, stored_turn
+from sluicegate.routes.server_tools import closing, open_generation, request_toolset
+from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.sse import EventStreamResponse
 
 log = logging.getLogger(__name__)
@@ -136,13 +138,6 @@ async def lmstudio_chat(request: Request) -> Response:
     req = parse_lmstudio_chat(await read_json(request, state.settings.max_body_bytes))
     events_vocabulary = vocabulary(request, state.settings.lmstudio_events)
     model = state.registry.get(req.model)
-    if req.integrations:
-        raise SluicegateError(
-            ErrorKind.NOT_IMPLEMENTED,
-            "Integrations (MCP servers and plugins) are not available on this server yet.",
-            param="integrations",
-            code="not_implemented",
-        )
     check_reasoning(model, req.reasoning)
     check_context_length(model, req.context_length)
     conversation = await _conversation(state, req)
@@ -154,14 +149,22 @@ async def lmstudio_chat(request: Request) -> Response:
     )
     if req.context_length is not None:
         chat.extra["context_length"] = req.context_length
+    toolset: ToolSet | None = None
     release = state.admission.take()
     streaming = False
     try:
-        generation = model.open(chat)
+        if req.integrations:
+            selection = tool_selection(req.integrations)
+            toolset = await request_toolset(state.tools, selection, param="integrations")
+        generation = open_generation(chat, model, toolset, state.tools)
         response_id = new_id("resp_") if req.store else None
         accumulator = Accumulator()
         encoder = LMStudioEncoder(
-            generation.instance_id, accumulator, response_id=response_id, vocabulary=events_vocabulary
+            generation.instance_id,
+            accumulator,
+            response_id=response_id,
+            vocabulary=events_vocabulary,
+            providers=_providers(toolset),
         )
         events = canonical_events(generation.events, state.limits)
         headers = {INSTANCE_HEADER: generation.instance_id}
@@ -178,7 +181,7 @@ async def lmstudio_chat(request: Request) -> Response:
                 _frames(events, encoder, accumulator, persist),
                 heartbeat_seconds=state.limits.heartbeat_seconds,
                 headers=headers,
-                on_close=release,
+                on_close=closing(release, toolset),
             )
         try:
             result = await unless_disconnected(
@@ -192,6 +195,20 @@ async def lmstudio_chat(request: Request) -> Response:
     finally:
         if not streaming:
             release()
+            if toolset is not None:
+                await toolset.aclose()
+
+
+def _providers(toolset: ToolSet | None) -> ToolProviders:
+    """LM Studio's `provider_info` of each tool the request offers."""
+    if toolset is None:
+        return no_tools
+
+    def provider_info(name: str) -> Json | None:
+        info = toolset.provider(name)
+        return info.lmstudio() if info is not None else None
+
+    return provider_info
 
 
 async def _frames(

@@ -170,7 +170,11 @@ async def run_tool_loop(
     max_rounds: int,
     needs_approval: Callable[[ServerTool], bool] = lambda tool: False,
 ) -> AsyncIterator[RawEvent]:
-    """Run `request` to the end of its turn, running server tools between engine rounds."""
+    """Run `request` to the end of its turn, running server tools between engine rounds.
+
+    `request` is the client's own (without the server tools: they are added here), so its tools
+    are the client's functions. `open_round` admits one engine run of the request it is given.
+    """
     loop = _Loop(toolset, {spec.name for spec in request.tools}, needs_approval)
     request = with_server_tools(request, toolset)
     messages = list(request.messages)
@@ -252,6 +256,9 @@ async def run_tool_loop(
             Message(role="tool", content=outcome.output, name=call.name, tool_call_id=call.call_id)
             for call, outcome in zip(server, outcomes, strict=True)
         ]
+        if request.tool_choice not in ("auto", "none"):
+            # A forced call was made; forcing it again would only loop until the round limit.
+            request = replace(request, tool_choice="auto")
     yield Failed(
         ErrorInfo(
             ErrorKind.ENGINE,
