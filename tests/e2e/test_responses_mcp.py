@@ -16,7 +16,7 @@ import pytest
 from e2e_support import Server, run_server, scripted, write_config
 from responses_support import assert_openai_error, poll, stream_raw, validate_mixed_event
 
-from mcp_fixtures import HttpMcpServer, mcp_http_server
+from mcp_fixtures import HttpMcpServer, mcp_http_server, stdio_entry, write_mcp_json
 
 pytestmark = pytest.mark.e2e
 __all__ = ["mcp_http_server"]  # the fixture, found by pytest through this module
@@ -28,12 +28,19 @@ Json = dict[str, Any]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, mcp_http_server: HttpMcpServer) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("responses-mcp")
+    mcp_json = write_mcp_json(folder, {"calc": stdio_entry()})  # configured: offered to every request
     config = write_config(
         folder,
         {"data_dir": str(folder / "data")},
         [scripted(MODEL, "responses_mcp.yaml")],
         # The test MCP server listens on loopback: request servers on, loopback allow-listed.
-        {"tools": {"allow_request_servers": True, "allowed_hosts": ["127.0.0.1"]}},
+        {
+            "tools": {
+                "allow_request_servers": True,
+                "allowed_hosts": ["127.0.0.1"],
+                "mcp_config": str(mcp_json),
+            }
+        },
     )
     with run_server(folder, config) as s:
         yield s
@@ -311,3 +318,27 @@ def test_cancelling_a_background_response_while_a_tool_runs(
         ("mcp_call", "incomplete")
     ]
     assert httpx.get(url, timeout=10).json()["output"] == cancelled["output"]
+
+
+def test_configured_servers_are_offered_without_being_named(server: Server) -> None:
+    events = raw_events(server, body("mcp calc: 2 + 3"))
+    call, message = done_items(events)  # no listing: the request names no server
+    assert (call["type"], call["server_label"], call["name"], call["output"]) == (
+        "mcp_call",
+        "calc",
+        "add",
+        "5",
+    )
+    assert message["content"][0]["text"] == "The configured calculator says 5."
+
+
+def test_a_configured_server_named_by_label_gets_its_allowed_tools(server: Server) -> None:
+    calc = {"type": "mcp", "server_label": "calc", "allowed_tools": ["add"], "require_approval": "never"}
+    listing, call, _ = done_items(raw_events(server, body("mcp calc: 2 + 3", calc)))
+    assert (listing["server_label"], [t["name"] for t in listing["tools"]]) == ("calc", ["add"])
+    assert (call["server_label"], call["status"]) == ("calc", "completed")
+    unknown = {"type": "mcp", "server_label": "nowhere"}
+    response = httpx.post(
+        f"{server.api_url}/responses", json={"model": MODEL, "input": "hi", "tools": [unknown]}, timeout=30
+    )
+    assert_openai_error(response, 400, param="tools", code="plugin_not_found")

@@ -102,7 +102,7 @@ async def create_response(request: Request) -> Response:
     if not messages:
         raise invalid("The input has no messages to respond to.", "input")
     chat = _chat_request(req, messages)
-    toolset = await request_toolset(state.tools, tool_selection(req), param="tools")
+    toolset = await request_toolset(state.tools, tool_selection(req, state.tools.plugin_ids()), param="tools")
     release = state.admission.take()
     try:
         raw, instance_id = _open(state, req, chat, model, toolset, conversation.history, approvals)

@@ -3,7 +3,7 @@ answers, and the raw event stream through the tool loop.
 
 - The request's `{type: "mcp"}` tools are request servers (`server_url`) or configured servers
   named by label (`mcp/<server_label>`); every configured provider's tools are offered too, as in
-  Chat Completions. Listings (`mcp_list_tools`) are shown for the servers the request names,
+  Chat Completions (what `all_configured` does, chosen one by one here). Listings (`mcp_list_tools`) are shown for the servers the request names,
   and not again when the conversation already has an identical one (as OpenAI does).
 - An `mcp_approval_response` that approves runs its call at the start of the turn, streamed as
   an `mcp_call` (its call_id is the approval request's id, so the item names it), and the model
@@ -29,16 +29,28 @@ from sluicegate.tools.loop import OpenRound, model_rounds, run_tool_loop
 Json = dict[str, Any]
 
 
-def tool_selection(req: ResponsesRequest) -> ToolSelection:
-    selection = ToolSelection(all_configured=True)
+def tool_selection(req: ResponsesRequest, configured: list[str]) -> ToolSelection:
+    """Request servers, plus every configured provider (`configured`: the catalog's plugin
+    ids), each chosen explicitly rather than with `all_configured` so that a configured server
+    (or plugin) the request names by label gets that tool's `allowed_tools`."""
+    named = {_plugin_id(s.server_label, configured): s for s in req.mcp_servers if s.server_url is None}
+    selection = ToolSelection()
+    for plugin_id in configured:
+        server = named.pop(plugin_id, None)
+        selection.plugins.append(PluginChoice(plugin_id, server.allowed_tools if server else None))
+    # Labels naming no configured server: the catalog refuses them, naming the known ones.
+    selection.plugins += [PluginChoice(plugin_id, s.allowed_tools) for plugin_id, s in named.items()]
     for server in req.mcp_servers:
-        if server.server_url is None:
-            selection.plugins.append(PluginChoice(f"mcp/{server.server_label}", server.allowed_tools))
-        else:
+        if server.server_url is not None:
             selection.servers.append(
                 RequestServer(server.server_label, server.server_url, server.headers, server.allowed_tools)
             )
     return selection
+
+
+def _plugin_id(label: str, configured: list[str]) -> str:
+    """A configured MCP server `mcp/<label>`, or a plugin named `<label>` (e.g. `files`)."""
+    return label if label in configured and f"mcp/{label}" not in configured else f"mcp/{label}"
 
 
 @dataclass(slots=True)
