@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 __all__ = ["mcp_http_server"]  # the fixture, found by pytest through this module
 
 MODEL = "mcp"
+ROUNDS = 3  # [tools] max_rounds
 Json = dict[str, Any]
 
 
@@ -39,6 +40,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, mcp_http_server: HttpMcpSer
                 "allow_request_servers": True,
                 "allowed_hosts": ["127.0.0.1"],
                 "mcp_config": str(mcp_json),
+                "max_rounds": ROUNDS,
             }
         },
     )
@@ -342,3 +344,15 @@ def test_a_configured_server_named_by_label_gets_its_allowed_tools(server: Serve
         f"{server.api_url}/responses", json={"model": MODEL, "input": "hi", "tools": [unknown]}, timeout=30
     )
     assert_openai_error(response, 400, param="tools", code="plugin_not_found")
+
+
+def test_the_round_limit_ends_the_response_saying_why(server: Server, mcp_http_server: HttpMcpServer) -> None:
+    events = raw_events(server, body("mcp loop forever", web(mcp_http_server)))
+    calls = [i for i in done_items(events) if i["type"] == "mcp_call"]
+    assert [(c["name"], c["output"], c["status"]) for c in calls] == [
+        ("web_echo", "again", "completed")
+    ] * ROUNDS
+    final = events[-1]
+    assert final["type"] == "response.failed"
+    assert f"Stopped after {ROUNDS} tool rounds" in final["response"]["error"]["message"]
+    assert final["response"]["output"][1:] == calls
