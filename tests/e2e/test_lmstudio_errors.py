@@ -158,28 +158,35 @@ def test_a_reasoning_setting_the_model_does_not_support_names_the_allowed_ones(l
 
 
 @pytest.mark.parametrize(
-    "integrations",
+    ("integrations", "code"),
     [
-        ["mcp/playwright"],
-        [{"type": "plugin", "id": "mcp/playwright", "allowed_tools": ["browser_navigate"]}],
-        [
-            {
-                "type": "ephemeral_mcp",
-                "server_label": "huggingface",
-                "server_url": "https://huggingface.co/mcp",
-                "allowed_tools": ["model_search"],
-                "headers": {"Authorization": "Bearer hf_x"},
-            }
-        ],
+        (["mcp/playwright"], "plugin_not_found"),
+        (
+            [{"type": "plugin", "id": "mcp/playwright", "allowed_tools": ["browser_navigate"]}],
+            "plugin_not_found",
+        ),
+        (
+            [
+                {
+                    "type": "ephemeral_mcp",
+                    "server_label": "huggingface",
+                    "server_url": "https://huggingface.co/mcp",
+                    "allowed_tools": ["model_search"],
+                    "headers": {"Authorization": "Bearer hf_x"},
+                }
+            ],
+            "request_servers_disabled",
+        ),
     ],
     ids=["plugin-id", "plugin", "ephemeral-mcp"],
 )
-def test_valid_integrations_are_not_implemented_yet(lms: httpx.Client, integrations: list[Any]) -> None:
+def test_integrations_this_server_does_not_have_are_refused(
+    lms: httpx.Client, integrations: list[Any], code: str
+) -> None:
+    # No mcp.json, no plugins, per-request servers off (the default): refused before the stream.
     for stream in (False, True):
         response = post_chat(lms, body(integrations=integrations, stream=stream))
-        assert_lmstudio_error(
-            response, 501, type="not_implemented", code="not_implemented", param="integrations"
-        )
+        assert_lmstudio_error(response, 400, code=code, param="integrations")
 
 
 def test_an_unknown_model_is_model_not_found(lms: httpx.Client) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import openai
 import pytest
 from e2e_support import Server, chat_body, stream_raw
-from tools_support import MODEL, tools_server
+from tools_support import MAX_ROUNDS, MODEL, tools_server
 
 from mcp_fixtures import mcp_http_server
 
@@ -98,3 +98,14 @@ def test_a_request_function_wins_a_name_clash(client: openai.OpenAI) -> None:
     # `add` is the client's now; `web_add` still ran on the server, out of sight.
     assert [c.function.name for c in choice.message.tool_calls or []] == ["add"]
     assert choice.finish_reason == "tool_calls"
+
+
+def test_the_round_limit_is_an_error_that_says_why(client: openai.OpenAI, tools_server: Server) -> None:
+    with pytest.raises(openai.InternalServerError) as caught:
+        client.chat.completions.create(model=MODEL, messages=user("Please loop forever"))
+    assert caught.value.code == "max_tool_rounds"
+    assert f"{MAX_ROUNDS} tool rounds" in caught.value.message
+    raw = stream_raw(tools_server.base_url, chat_body(MODEL, "Please loop forever", stream=True))
+    (error,) = [frame for frame in raw.frames if frame.event == "error"]
+    assert error.json()["error"]["code"] == "max_tool_rounds"
+    assert raw.frames[-1].is_done
