@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -257,5 +260,24 @@ async def test_the_shared_mcp_json_fixture(mcp_json: Path) -> None:
         toolset = await catalog.toolset(ToolSelection(all_configured=True))
         assert (await toolset.call("echo", '{"text": "hi"}')).output == "hi"
         assert (await toolset.call("web_echo", '{"text": "hi"}')).output == "hi"
+    finally:
+        await catalog.aclose()
+
+
+async def test_a_stdio_server_that_died_while_idle_is_replaced_before_the_call(tmp_path: Path) -> None:
+    catalog = catalog_for(tmp_path, {"calc": stdio_entry()})
+    provider = catalog.providers["mcp/calc"]
+    try:
+        toolset = await catalog.toolset(ToolSelection(all_configured=True))
+        pid = int((await toolset.call("pid", "{}")).output)
+        os.kill(pid, signal.SIGKILL)
+        connection = provider._connection  # type: ignore[attr-defined]
+        for _ in range(200):  # the session notices the end of the server's output
+            if not connection.alive:
+                break
+            await asyncio.sleep(0.05)
+        outcome = await toolset.call("add", '{"a": 1, "b": 2}')
+        assert outcome.output == "3"
+        assert int((await toolset.call("pid", "{}")).output) != pid
     finally:
         await catalog.aclose()

@@ -185,21 +185,23 @@ class McpProvider(ToolProvider):
             self._connection = connection
             return connection
 
-    async def _in_session(self, job: Callable[[Client], Awaitable[T]], timeout: float) -> T:
+    async def _in_session(
+        self, job: Callable[[Client], Awaitable[T]], timeout: float, *, idempotent: bool = False
+    ) -> T:
         """Run `job` in a live session, reconnecting first if needed; resent once on a fresh
-        session when the first attempt certainly never reached the server."""
+        session when it is idempotent or the first attempt certainly never reached the server."""
         for attempt in (1, 2):
             connection = await self._session()
             try:
                 return await connection.run(job, timeout)
             except McpConnectionError as exc:
-                if exc.delivered or attempt == 2:
+                if (exc.delivered and not idempotent) or attempt == 2:
                     raise
                 log.info("MCP server '%s': session lost (%s); reconnecting", self.label, exc)
         raise AssertionError("unreachable")
 
     async def _discover(self) -> list[ServerTool]:
-        tools = await self._in_session(_list_all_tools, self._connect_timeout)
+        tools = await self._in_session(_list_all_tools, self._connect_timeout, idempotent=True)
         listed = [self._server_tool(tool) for tool in tools]
         self._tools = [t for t in listed if self.allowed_tools is None or t.name in self.allowed_tools]
         self._error = None

@@ -56,7 +56,7 @@ class McpConnection:
 
     @property
     def alive(self) -> bool:
-        return self._client is not None and not self._closing.is_set()
+        return self._client is not None and not self._closing.is_set() and not _reader_closed(self._client)
 
     async def open(self, timeout: float) -> None:
         """Connect and complete the MCP handshake, or raise McpConnectionError / McpTimeout."""
@@ -160,6 +160,14 @@ def _settle(future: asyncio.Future[T], *, result: T | None = None, exc: BaseExce
         future.set_exception(exc)
     else:
         future.set_result(result)  # type: ignore[arg-type]
+
+
+def _reader_closed(client: Client) -> bool:
+    """Whether the session has already seen its transport end (a stdio server that exited while
+    idle). The SDK keeps this on its private dispatcher; without it, a dead session is only found
+    by the next request failing, which then cannot be resent safely."""
+    dispatcher = getattr(client.session, "_dispatcher", None)
+    return getattr(dispatcher, "_closed", False) is True
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
