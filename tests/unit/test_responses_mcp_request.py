@@ -119,6 +119,9 @@ def test_tool_choice_naming_an_mcp_tool() -> None:
     req = parse(mcp(), tool_choice={"type": "mcp", "server_label": "docs", "name": "search"})
     assert req.canonical_tool_choice == "search"
     assert req.tool_choice == {"type": "mcp", "server_label": "docs", "name": "search"}
+    with pytest.raises(SluicegateError) as caught:
+        parse(mcp(), tool_choice={"type": "mcp", "server_label": "elsewhere"})
+    assert caught.value.info.param == "tool_choice"
 
 
 MCP_CALL = {

@@ -108,6 +108,13 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         if t["type"] == "function"
     ]
     req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req.tool_specs)
+    if isinstance(req.tool_choice, dict) and req.tool_choice["type"] == "mcp":
+        label = req.tool_choice["server_label"]
+        if label not in {s.server_label for s in req.mcp_servers}:
+            f.fail(
+                "tool_choice",
+                f"Invalid value for 'tool_choice.server_label': no MCP tool with server_label '{label}' is in 'tools'.",
+            )
     req.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
     s = req.sampling
     s.temperature = f.number("temperature", low=0, high=2)

@@ -102,13 +102,16 @@ async def create_response(request: Request) -> Response:
     if not messages:
         raise invalid("The input has no messages to respond to.", "input")
     chat = _chat_request(req, messages)
-    toolset = await request_toolset(state.tools, tool_selection(req, state.tools.plugin_ids()), param="tools")
     release = state.admission.take()
+    toolset: ToolSet | None = None
     try:
+        selection = tool_selection(req, state.tools.plugin_ids())
+        toolset = await request_toolset(state.tools, selection, param="tools")
         raw, instance_id = _open(state, req, chat, model, toolset, conversation.history, approvals)
     except BaseException:
         release()
-        await toolset.aclose()
+        if toolset is not None:
+            await toolset.aclose()
         raise
     response_id = new_id("resp_")
     accumulator = Accumulator()
