@@ -163,3 +163,52 @@ def validate_event(event: dict[str, Any], *, rename_openai_reasoning: bool = Tru
 
 def validate_response(response: dict[str, Any]) -> None:
     validate_schema("ResponseResource", response)
+
+
+# --- MCP items: the Open Responses schema has none, so they are checked by the SDK's types ---
+
+MCP_ITEM_TYPES = {"mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_response"}
+
+
+@cache
+def _sdk_event_classes() -> dict[str, Any]:
+    from typing import get_args
+
+    from openai.types.responses import ResponseStreamEvent
+
+    (union, *_) = get_args(ResponseStreamEvent)
+    return {cls.model_fields["type"].annotation.__args__[0]: cls for cls in get_args(union)}
+
+
+def validate_sdk_event(event: dict[str, Any]) -> None:
+    """The event validates as the openai SDK's own class for its type (field names and types)."""
+    from pydantic import TypeAdapter
+
+    classes = _sdk_event_classes()
+    assert event["type"] in classes, f"the openai SDK has no event of type {event['type']!r}"
+    TypeAdapter(classes[event["type"]]).validate_python(event)
+
+
+def _without_mcp(response: dict[str, Any]) -> dict[str, Any]:
+    return {
+        **response,
+        "output": [i for i in response["output"] if i.get("type") not in MCP_ITEM_TYPES],
+        "tools": [t for t in response["tools"] if t.get("type") != "mcp"],
+    }
+
+
+def validate_mixed_event(event: dict[str, Any]) -> None:
+    """Every event against the SDK's types; and against the Open Responses schema too, except
+    for the MCP events and items it does not define (response objects are checked without their
+    MCP items and tools)."""
+    validate_sdk_event(event)
+    _, by_type = _schema()
+    kind = OPENAI_REASONING_NAMES.get(event["type"], event["type"])
+    if kind not in by_type:
+        assert event["type"].startswith(("response.mcp_call", "response.mcp_list_tools")), event["type"]
+        return
+    if event.get("item", {}).get("type") in MCP_ITEM_TYPES:
+        return
+    if "response" in event:
+        event = {**event, "response": _without_mcp(event["response"])}
+    validate_event(event)

@@ -86,12 +86,19 @@ BAD: dict[str, tuple[dict[str, Any], int, str | None, str | None, list[str]]] = 
         None,
         [],
     ),
-    "mcp_tool": (
+    "mcp_tool_while_request_servers_are_off": (
         {"input": "hi", "tools": [{"type": "mcp", "server_label": "x", "server_url": "http://localhost:1"}]},
-        501,
-        "tools[0].type",
-        "not_implemented",
-        ["mcp"],
+        400,
+        "tools",
+        "request_servers_disabled",
+        ["allow_request_servers"],
+    ),
+    "mcp_tool_without_a_label": (
+        {"input": "hi", "tools": [{"type": "mcp", "server_url": "http://localhost:1"}]},
+        400,
+        "tools[0].server_label",
+        "missing_required_parameter",
+        [],
     ),
     "tool_choice_names_a_missing_tool": (
         {"input": "hi", "tools": [FUNCTION], "tool_choice": {"type": "function", "name": "nope"}},

@@ -145,7 +145,7 @@ def test_text_message_frames() -> None:
     assert final["output"][0]["content"][0]["text"] == "Hello"
     assert final["usage"] == {
         "input_tokens": 7,
-        "input_tokens_details": {"cached_tokens": 2},
+        "input_tokens_details": {"cached_tokens": 2, "cache_write_tokens": 0},
         "output_tokens": 3,
         "output_tokens_details": {"reasoning_tokens": 1},
         "total_tokens": 10,
@@ -307,7 +307,7 @@ def test_without_a_usage_report_the_usage_is_still_complete() -> None:
     usage = run.events[-1]["response"]["usage"]
     assert usage == {
         "input_tokens": 0,
-        "input_tokens_details": {"cached_tokens": 0},
+        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
         "output_tokens": 1,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": 1,

@@ -2,10 +2,18 @@
 response object (`ResponseResource`) every lifecycle event, GET and stored record carries.
 
 Per item: `output_item.added` → (`content_part.added` → deltas → `*.done` → `content_part.done`)
-→ `output_item.done`; `output_index` is the canonical item index (contiguous, in added order),
-`item_id` is the item's id, and the terminal event's `output` has the same ids. Every event gets
-the next `sequence_number`, starting at 0. Frames are returned one per event, so a log of them
-is indexed by sequence number.
+→ `output_item.done`; `output_index` counts output items contiguously in added order, `item_id`
+is the item's id, and the terminal event's `output` has the same ids. Every event gets the next
+`sequence_number`, starting at 0. Frames are returned one per event, so a log of them is indexed
+by sequence number.
+
+Server-side tools (see `responses_mcp`): a listing is `output_item.added` →
+`mcp_list_tools.in_progress` → `.completed`/`.failed` → `output_item.done`; a server call is
+`output_item.added` → `mcp_call.in_progress` → `mcp_call_arguments.delta`… → `.done`, and its
+`output_item.done` waits for the TOOL_RESULT with its call_id (→ `mcp_call.completed`/`.failed`
+first). A result adds no output item, which is why output indexes are counted here rather than
+taken from the canonical index. Calls still running when the response ends are closed as
+`incomplete` (`mcp_call.failed`) before the terminal event.
 """
 
 from __future__ import annotations
@@ -32,6 +40,14 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.dialects.responses_items import logprob_entries, output_item
+from sluicegate.dialects.responses_mcp import (
+    is_server_call,
+    is_server_result,
+    mcp_call_item,
+    mcp_list_tools_item,
+    orphan_result_item,
+    output_items,
+)
 from sluicegate.dialects.responses_request import ResponsesRequest
 
 Json = dict[str, Any]
@@ -48,7 +64,7 @@ RESPONSE_ERROR_CODE = {
 def usage_object(usage: Usage) -> Json:
     return {
         "input_tokens": usage.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": usage.cached_tokens},
+        "input_tokens_details": {"cached_tokens": usage.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": usage.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
         "total_tokens": usage.total_tokens,
@@ -109,10 +125,12 @@ class ResponseState:
 
 def items_output(items: list[Item], open_status: str = "incomplete") -> list[Json]:
     """Items as output; `open_status` for items not done yet (`in_progress` while running)."""
-    return [
-        output_item(item, ("incomplete" if item.cut_short else "completed") if item.done else open_status)
-        for item in items
-    ]
+
+    def one(item: Item) -> Json:
+        done_status = "incomplete" if item.cut_short else "completed"
+        return output_item(item, done_status if item.done else open_status)
+
+    return output_items(items, one, open_status)
 
 
 class ResponsesEncoder:
@@ -126,6 +144,8 @@ class ResponsesEncoder:
         self.reasoning_delta = prefix + ".delta"
         self.reasoning_done = prefix + ".done"
         self.final: Json | None = None  # the response object once a terminal event was sent
+        self.output_index: dict[int, int] = {}  # canonical item index → output index
+        self.running_calls: dict[str, Item] = {}  # server calls waiting for their result, by call_id
 
     def _frame(self, kind: str, fields: Json) -> bytes:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
@@ -166,16 +186,34 @@ class ResponsesEncoder:
         return []
 
     def _where(self, item: Item) -> Json:
-        return {"item_id": item.id, "output_index": item.index}
+        return {"item_id": item.id, "output_index": self.output_index[item.index]}
+
+    def _item_frame(self, kind: str, item: Item, body: Json) -> bytes:
+        return self._frame(kind, {"output_index": self.output_index[item.index], "item": body})
 
     def _added(self, item: Item) -> list[bytes]:
+        if is_server_result(item):
+            return []  # it completes its call, at done
+        self.output_index[item.index] = len(self.output_index)
+        if is_server_call(item):
+            shell = mcp_call_item(item, None, "in_progress")
+            shell["arguments"] = ""
+            return [
+                self._item_frame("response.output_item.added", item, shell),
+                self._frame("response.mcp_call.in_progress", self._where(item)),
+            ]
+        if item.kind is ItemKind.TOOL_LIST:
+            return [
+                self._item_frame("response.output_item.added", item, mcp_list_tools_item(item, empty=True)),
+                self._frame("response.mcp_list_tools.in_progress", self._where(item)),
+            ]
         shell = output_item(item, "in_progress")
         # The item may already hold its first delta (segmented together): the shell starts empty.
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL, ItemKind.REASONING):
             shell["content"] = []
         elif item.kind is ItemKind.TOOL_CALL:
             shell["arguments"] = ""
-        frames = [self._frame("response.output_item.added", {"output_index": item.index, "item": shell})]
+        frames = [self._item_frame("response.output_item.added", item, shell)]
         part = _empty_part(item.kind)
         if part is not None:
             frames.append(
@@ -193,9 +231,8 @@ class ResponsesEncoder:
             fields = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": lp}
             return self._frame("response.output_text.delta", fields)
         if kind is ItemKind.TOOL_CALL:
-            return self._frame(
-                "response.function_call_arguments.delta", {**self._where(item), "delta": event.text}
-            )
+            name = "mcp_call_arguments" if item.provider is not None else "function_call_arguments"
+            return self._frame(f"response.{name}.delta", {**self._where(item), "delta": event.text})
         if kind is ItemKind.REASONING:
             return self._frame(
                 self.reasoning_delta, {**self._where(item), "content_index": 0, "delta": event.text}
@@ -205,6 +242,18 @@ class ResponsesEncoder:
         )
 
     def _done(self, item: Item) -> list[bytes]:
+        if is_server_result(item):
+            return self._result(item)
+        if is_server_call(item):
+            self.running_calls[item.call_id or ""] = item
+            fields = {**self._where(item), "arguments": item.text}
+            return [self._frame("response.mcp_call_arguments.done", fields)]
+        if item.kind is ItemKind.TOOL_LIST:
+            outcome = "failed" if item.error is not None else "completed"
+            return [
+                self._frame(f"response.mcp_list_tools.{outcome}", self._where(item)),
+                self._item_frame("response.output_item.done", item, mcp_list_tools_item(item)),
+            ]
         where = self._where(item)
         final = output_item(item, "incomplete" if item.cut_short else "completed")
         frames: list[bytes] = []
@@ -231,7 +280,39 @@ class ResponsesEncoder:
             frames.append(
                 self._frame("response.content_part.done", {**where, "content_index": 0, "part": part})
             )
-        frames.append(self._frame("response.output_item.done", {"output_index": item.index, "item": final}))
+        frames.append(self._item_frame("response.output_item.done", item, final))
+        return frames
+
+    def _result(self, result: Item) -> list[bytes]:
+        """A server call's outcome: the call it answers is done now."""
+        outcome = "failed" if result.error is not None else "completed"
+        call = self.running_calls.pop(result.call_id or "", None)
+        if call is not None:
+            body = mcp_call_item(call, result, "in_progress")
+            return [
+                self._frame(f"response.mcp_call.{outcome}", self._where(call)),
+                self._item_frame("response.output_item.done", call, body),
+            ]
+        self.output_index[result.index] = len(self.output_index)
+        body = orphan_result_item(result)
+        shell = {**body, "output": None, "error": None, "status": "in_progress"}
+        return [
+            self._item_frame("response.output_item.added", result, shell),
+            self._frame("response.mcp_call.in_progress", self._where(result)),
+            self._frame(f"response.mcp_call.{outcome}", self._where(result)),
+            self._item_frame("response.output_item.done", result, body),
+        ]
+
+    def _close_running_calls(self) -> list[bytes]:
+        """Calls the response ended without (a failure, a cancel): `incomplete`, as the final
+        `output` has them."""
+        frames: list[bytes] = []
+        for call in self.running_calls.values():
+            frames.append(self._frame("response.mcp_call.failed", self._where(call)))
+            frames.append(
+                self._item_frame("response.output_item.done", call, mcp_call_item(call, None, "incomplete"))
+            )
+        self.running_calls.clear()
         return frames
 
     def _finish_object(self) -> Json:
@@ -242,27 +323,30 @@ class ResponsesEncoder:
         return self.final
 
     def _finished(self, reason: FinishReason) -> list[bytes]:
+        frames = self._close_running_calls()
         if reason in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
             self.state.status = "incomplete"
             why = "max_output_tokens" if reason is FinishReason.LENGTH else "content_filter"
             self.state.incomplete_details = {"reason": why}
-            return [self._frame("response.incomplete", {"response": self._finish_object()})]
+            return [*frames, self._frame("response.incomplete", {"response": self._finish_object()})]
         self.state.status = "completed"
-        return [self._frame("response.completed", {"response": self._finish_object()})]
+        return [*frames, self._frame("response.completed", {"response": self._finish_object()})]
 
     def _failed(self, error: ErrorInfo) -> list[bytes]:
+        frames = self._close_running_calls()
         self.state.status = "failed"
         self.state.error = {
             "code": RESPONSE_ERROR_CODE.get(error.kind, "server_error"),
             "message": error.message,
         }
-        return [self._frame("response.failed", {"response": self._finish_object()})]
+        return [*frames, self._frame("response.failed", {"response": self._finish_object()})]
 
     def cancelled(self, reason: str) -> list[bytes]:
         """The response was cancelled (by `/cancel` or a foreground client leaving)."""
+        frames = self._close_running_calls()
         self.state.status = "cancelled"
         self.state.incomplete_details = {"reason": reason}
-        return [self._frame("response.incomplete", {"response": self._finish_object()})]
+        return [*frames, self._frame("response.incomplete", {"response": self._finish_object()})]
 
 
 def _empty_part(kind: ItemKind) -> Json | None:

@@ -6,6 +6,12 @@ rides along with the following assistant turn, duplicate tool results and tool r
 call before them are dropped, and a tool result whose call is nowhere in the history gets a
 synthesised assistant call in front of it (so a client may send results without
 `previous_response_id`).
+
+Server-side tool items: an `mcp_call` is an assistant tool call and its result (consecutive calls
+share one assistant turn, as parallel calls do); `mcp_list_tools` and unanswered
+`mcp_approval_request`s are not messages; a request answered by a denying
+`mcp_approval_response` becomes the call and a result saying it was denied. An approved one is
+run by the route at the start of the turn and appears as the `mcp_call` that answers it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 from sluicegate.core.events import Item, ItemKind, TokenLogprob
 from sluicegate.core.request import ContentPart, Message, ToolCall
+from sluicegate.dialects.responses_mcp import error_text, mcp_approval_request_item, mcp_list_tools_item
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -44,9 +51,23 @@ def items_to_messages(
     if instructions:
         messages.append(Message(role="system", content=instructions))
     pending_reasoning: list[str] = []
+    approvals: dict[str, Json] = {}  # mcp_approval_request items by id
+    mcp_turn: Message | None = None  # the assistant turn consecutive mcp_calls join
     for item in items:
         kind = item.get("type")
-        if kind == "message":
+        if kind == "mcp_call":
+            mcp_turn = _mcp_call(item, messages, mcp_turn, pending_reasoning)
+            continue
+        if kind == "mcp_list_tools":
+            continue
+        mcp_turn = None
+        if kind == "mcp_approval_request":
+            approvals[item["id"]] = item
+        elif kind == "mcp_approval_response" and not item.get("approve"):
+            request = approvals.get(item["approval_request_id"])
+            if request is not None:
+                _denied(request, item.get("reason"), messages)
+        elif kind == "message":
             message = Message(role=item["role"], content=_content(item.get("content", [])))
             if item["role"] == "assistant" and pending_reasoning:
                 message.reasoning = "".join(pending_reasoning)
@@ -70,6 +91,37 @@ def items_to_messages(
                 Message(role="tool", content=item.get("output", ""), tool_call_id=item["call_id"])
             )
     return validate_sequence(messages, known_calls or {})
+
+
+def _mcp_call(
+    item: Json, messages: list[Message], turn: Message | None, reasoning: list[str]
+) -> Message | None:
+    """An `mcp_call` → its assistant call (joining the turn it follows) and its result.
+    A call that never finished (no output, no error) is left out: it has no result to give."""
+    output, error = item.get("output"), item.get("error")
+    if output is None and error is None:
+        return turn
+    call = ToolCall(item["id"], item.get("name") or "", item.get("arguments") or "")
+    last = messages[-1] if messages else None
+    if turn is None and last is not None and last.role == "assistant":
+        turn = last
+    if turn is None:
+        turn = Message(role="assistant", content="")
+        messages.append(turn)
+    turn.tool_calls.append(call)
+    if reasoning and turn.reasoning is None:
+        turn.reasoning = "".join(reasoning)
+        reasoning.clear()
+    result = output if output is not None else error_text(error)
+    messages.append(Message(role="tool", content=result, tool_call_id=call.id))
+    return turn
+
+
+def _denied(request: Json, reason: str | None, messages: list[Message]) -> None:
+    call = ToolCall(request["id"], request.get("name") or "", request.get("arguments") or "")
+    text = "The user did not approve this tool call" + (f": {reason}" if reason else ".")
+    messages.append(Message(role="assistant", content="", tool_calls=[call]))
+    messages.append(Message(role="tool", content=text, tool_call_id=call.id))
 
 
 def validate_sequence(messages: list[Message], known_calls: dict[str, Json]) -> list[Message]:
@@ -199,6 +251,10 @@ def output_item(item: Item, status: str) -> Json:
             "arguments": text,
             "status": status,
         }
+    if kind is ItemKind.TOOL_LIST:
+        return mcp_list_tools_item(item)
+    if kind is ItemKind.APPROVAL_REQUEST:
+        return mcp_approval_request_item(item)
     return {
         "type": "function_call_output",
         "id": item.id,

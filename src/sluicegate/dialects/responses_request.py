@@ -15,6 +15,12 @@ from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import SamplingParams, ToolSpec
 from sluicegate.core.validation import Fields
+from sluicegate.dialects.responses_mcp_request import (
+    MCP_ITEM_TYPES,
+    McpServerParam,
+    parse_mcp_item,
+    parse_mcp_tool,
+)
 
 Json = dict[str, Any]
 
@@ -28,9 +34,15 @@ INPUT_PART_TYPES = (
     "summary_text",
     "reasoning_text",
 )
-ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning", "item_reference")
+ITEM_TYPES = (
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "item_reference",
+    *MCP_ITEM_TYPES,
+)
 MISSING = "missing_required_parameter"  # the code OpenAI gives every missing parameter
-LATER_TOOL_TYPES = ("mcp",)  # server-side tool types that arrive with the tools work
 
 
 @dataclass(slots=True)
@@ -45,6 +57,7 @@ class ResponsesRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     tools: list[Json] = field(default_factory=list)  # echoed back in the response object
     tool_specs: list[ToolSpec] = field(default_factory=list)
+    mcp_servers: list[McpServerParam] = field(default_factory=list)  # the `{type: "mcp"}` tools
     tool_choice: Any = "auto"  # as the client sent it, echoed back
     canonical_tool_choice: str = "auto"
     parallel_tool_calls: bool = True
@@ -78,12 +91,30 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     req.metadata = _metadata(f)
     raw_tools = f.array("tools") or []
     for tool in f.items("tools", raw_tools):
-        req.tools.append(_tool(tool))
+        if tool.obj.get("type") == "mcp":
+            server, echo = parse_mcp_tool(tool)
+            if any(s.server_label == server.server_label for s in req.mcp_servers):
+                tool.fail(
+                    "server_label",
+                    f"Invalid '{tool.where('server_label')}': '{server.server_label}' is used by another MCP tool.",
+                )
+            req.mcp_servers.append(server)
+            req.tools.append(echo)
+        else:
+            req.tools.append(_tool(tool))
     req.tool_specs = [
         ToolSpec(t["name"], t["description"] or "", t["parameters"] or {}, bool(t["strict"]))
         for t in req.tools
+        if t["type"] == "function"
     ]
     req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req.tool_specs)
+    if isinstance(req.tool_choice, dict) and req.tool_choice["type"] == "mcp":
+        label = req.tool_choice["server_label"]
+        if label not in {s.server_label for s in req.mcp_servers}:
+            f.fail(
+                "tool_choice",
+                f"Invalid value for 'tool_choice.server_label': no MCP tool with server_label '{label}' is in 'tools'.",
+            )
     req.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
     s = req.sampling
     s.temperature = f.number("temperature", low=0, high=2)
@@ -146,16 +177,10 @@ def _metadata(f: Fields) -> dict[str, str]:
 
 def _tool(t: Fields) -> Json:
     kind = t.string("type", required=True)
-    if kind in LATER_TOOL_TYPES:
-        raise SluicegateError(
-            ErrorKind.NOT_IMPLEMENTED,
-            f"Tools of type '{kind}' are not available on this server yet.",
-            param=t.where("type"),
-            code="not_implemented",
-        )
     if kind != "function":
         t.fail(
-            "type", f"Invalid value for '{t.where('type')}': '{kind}'. Supported tool types are: 'function'."
+            "type",
+            f"Invalid value for '{t.where('type')}': '{kind}'. Supported tool types are: 'function', 'mcp'.",
         )
     parameters = t.object("parameters")
     return {
@@ -176,7 +201,11 @@ def _tool_choice(f: Fields, tools: list[ToolSpec]) -> tuple[Any, str]:
         return choice, choice
     c = f.object("tool_choice")
     assert c is not None
-    c.string("type", required=True, choices=("function",))
+    if c.string("type", required=True, choices=("function", "mcp")) == "mcp":
+        # An MCP server's tools are only known once listed: the name is checked by the engine.
+        label = c.string("server_label", required=True)
+        mcp_name = c.string("name")
+        return {"type": "mcp", "server_label": label, "name": mcp_name}, mcp_name or "required"
     name = c.string("name", required=True) or ""
     if name not in {t.name for t in tools}:
         c.fail(
@@ -260,6 +289,8 @@ def _item(i: Fields) -> Json:
         if content:
             item["content"] = content
         return item
+    if kind in MCP_ITEM_TYPES:
+        return parse_mcp_item(i, kind, item_id)
     # item_reference: resolved against the store by the route
     return {"type": "item_reference", "id": i.string("id", required=True)}
 

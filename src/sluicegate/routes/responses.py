@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -9,6 +10,7 @@ from starlette.responses import Response
 
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.events import RawEvent
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.core.request import ChatRequest
@@ -16,6 +18,7 @@ from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
 from sluicegate.dialects.responses_request import ResponsesRequest, not_found, parse_responses_request
+from sluicegate.engines.registry import Model
 from sluicegate.routes.common import (
     INSTANCE_HEADER,
     AppState,
@@ -27,6 +30,10 @@ from sluicegate.routes.common import (
     wait_for_disconnect,
 )
 from sluicegate.routes.responses_runs import Conversation, ResponseRun
+from sluicegate.routes.responses_tools import Approvals, ToolRun, resolve_approvals, tool_selection
+from sluicegate.routes.server_tools import request_toolset
+from sluicegate.tools.catalog import ToolSet
+from sluicegate.tools.loop import with_server_tools
 from sluicegate.transport.replay import replay
 from sluicegate.transport.sse import EventStreamResponse
 
@@ -82,6 +89,11 @@ async def create_response(request: Request) -> Response:
     req = parse_responses_request(await read_json(request, state.settings.max_body_bytes))
     model = state.registry.get(req.model)
     conversation = await _resolve_conversation(state, req)
+    approvals = await resolve_approvals(conversation.history, conversation.input_items, state.store)
+    if approvals.fetched:  # requests answered without their history: the model needs them first
+        history = conversation.history
+        cut = len(history) - len(conversation.input_items)
+        conversation.history = [*history[:cut], *approvals.fetched, *history[cut:]]
     known_calls: dict[str, Json] = {}
     for call_id in orphan_call_ids(conversation.history):
         if (call := await state.store.find_call(call_id)) is not None:
@@ -89,11 +101,17 @@ async def create_response(request: Request) -> Response:
     messages = items_to_messages(conversation.history, req.instructions, known_calls)
     if not messages:
         raise invalid("The input has no messages to respond to.", "input")
+    chat = _chat_request(req, messages)
     release = state.admission.take()
+    toolset: ToolSet | None = None
     try:
-        generation = model.open(_chat_request(req, messages))
+        selection = tool_selection(req, state.tools.plugin_ids())
+        toolset = await request_toolset(state.tools, selection, param="tools")
+        raw, instance_id = _open(state, req, chat, model, toolset, conversation.history, approvals)
     except BaseException:
         release()
+        if toolset is not None:
+            await toolset.aclose()
         raise
     response_id = new_id("resp_")
     accumulator = Accumulator()
@@ -103,18 +121,19 @@ async def create_response(request: Request) -> Response:
         reasoning_names=state.settings.responses_reasoning_events,
     )
     run = ResponseRun(
-        canonical_events(generation.events, state.limits),
+        canonical_events(raw, state.limits),
         encoder,
         accumulator,
         conversation,
         store=state.store,
         retention_seconds=state.settings.responses_retention_days * 86400,
         runs=state.runs,
+        on_end=toolset.aclose,
     )
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: generation.instance_id}
+    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id}
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:
@@ -129,6 +148,28 @@ async def create_response(request: Request) -> Response:
         info = SluicegateError(kind, final["error"]["message"], code=final["error"]["code"]).info
         return error_response(info, openai_error, headers)
     return JSONResponse(final, headers=headers)
+
+
+def _open(
+    state: AppState,
+    req: ResponsesRequest,
+    chat: ChatRequest,
+    model: Model,
+    toolset: ToolSet,
+    history: list[Json],
+    approvals: Approvals,
+) -> tuple[AsyncIterator[RawEvent], str]:
+    """The raw events of this response and the instance serving it. Without server tools, the
+    engine's own; with them, the tool loop's. The first round is admitted here, so a full queue
+    is refused before the response starts, unless approved calls must run before it."""
+    if not toolset.listings and not approvals.approved:
+        generation = model.open(chat)
+        return generation.events, generation.instance_id
+    tools = ToolRun(req, chat, toolset, model, state.tools.max_rounds, history, approvals.approved)
+    if approvals.approved:
+        return tools.events(None), model.instance_id
+    first = model.open(with_server_tools(chat, toolset))
+    return tools.events(first), first.instance_id
 
 
 def _stream(

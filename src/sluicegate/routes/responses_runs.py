@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +44,7 @@ class ResponseRun:
         store: Store | None,
         retention_seconds: float,
         runs: dict[str, ResponseRun],
+        on_end: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.id = encoder.state.id
         self.events = events
@@ -54,6 +55,7 @@ class ResponseRun:
         self.store = store
         self.retention_seconds = retention_seconds
         self.runs = runs
+        self.on_end = on_end  # releases what the run held (a request's MCP sessions)
         self.log = FrameLog()
         self.cancel_reason = "cancelled"
         self.task: asyncio.Task[None] | None = None
@@ -115,6 +117,11 @@ class ResponseRun:
             finally:
                 frames.close()
                 self.runs.pop(self.id, None)
+                if self.on_end is not None:
+                    try:
+                        await self.on_end()
+                    except Exception:
+                        log.exception("releasing what response %s held failed", self.id)
 
     async def _persist(self) -> None:
         if self.store is None or not self.encoder.state.request.store:
