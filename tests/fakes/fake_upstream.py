@@ -295,6 +295,7 @@ class FakeUpstream:
             return False
         finally:
             gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
 
     @staticmethod
     async def _pause(gone: asyncio.Future[bytes], seconds: float, observed: Observed) -> bool:

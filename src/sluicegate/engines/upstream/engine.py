@@ -3,7 +3,8 @@ LM Studio, OpenAI) generates; Sluicegate adds the dialects, tools, state and rob
 
 Per request: `PromptStarted` as the request goes out; the least busy replica is asked, and a
 connection failure or a 5xx before the answer moves on to the next replica; `Answered` (naming
-the replica) once one accepted; `PromptFinished` at its first byte; then the decoded stream.
+the replica) once one accepted; `PromptFinished` with the first generated output (after any
+prompt progress llama-server reports); then the decoded stream.
 Closing the stream (client gone, timeout) closes the upstream connection at once, which is how
 upstreams learn to stop generating.
 """
@@ -18,7 +19,14 @@ from typing import Any, ClassVar
 import orjson
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
-from sluicegate.core.events import Answered, Failed, PromptFinished, PromptStarted, RawEvent
+from sluicegate.core.events import (
+    Answered,
+    Failed,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+)
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, ModelInfo
 from sluicegate.engines.upstream.config import UpstreamConfig, parse_config
@@ -82,6 +90,7 @@ class OpenAIUpstreamEngine(Engine):
         response: StreamingResponse | None = None
         try:
             yield PromptStarted()
+            yield PromptProgress(0.0)
             try:
                 replica, response, refusal = await self._send(body, clocks)
             except asyncio.CancelledError:
@@ -150,7 +159,7 @@ class OpenAIUpstreamEngine(Engine):
     ) -> AsyncIterator[RawEvent]:
         reader = SSEReader()
         chunks = response.chunks()
-        first = True
+        prompting = True  # until the first generated event (llama-server reports progress first)
         while True:
             if clocks.expired is not None:
                 for event in decoder.cut(clocks.expired):
@@ -173,11 +182,12 @@ class OpenAIUpstreamEngine(Engine):
                     yield event
                 return
             clocks.chunk()
-            if first:
-                first = False
-                yield PromptFinished()
             for name, data in reader.feed(chunk):
                 for event in decoder.frame(name, data):
+                    if prompting and type(event) is not PromptProgress:
+                        prompting = False
+                        yield PromptProgress(1.0)
+                        yield PromptFinished()
                     yield event
             if decoder.over:
                 return
