@@ -36,14 +36,16 @@ from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser, SSEReader
+from sluicegate.tools.parsing import THINK, OutputParser
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 CHAT_PATH = "/chat/completions"
 
 
 def content_parser(config: UpstreamConfig) -> ContentParser | None:
-    """`<think>` tags in content become reasoning when configured (not yet wired: see docs)."""
-    return None
+    """With `think_tags`, `<think>...</think>` an upstream leaves in `content` (one started
+    without a reasoning parser) becomes reasoning; text without a tag passes straight through."""
+    return OutputParser(reasoning=THINK) if config.think_tags else None
 
 
 class OpenAIUpstreamEngine(Engine):
