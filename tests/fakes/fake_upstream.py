@@ -3,7 +3,8 @@
 It speaks streaming Chat Completions byte for byte as vLLM and llama-server do (compact JSON,
 `data: ...\\n\\n` frames, chunked transfer encoding, `data: [DONE]`), and can be told, per
 request, to misbehave in every way real upstreams do: the request's `model` names a `Scenario`
-registered on the server (unknown names get a plain greeting). It records what it observed:
+registered on the server (unknown names get a plain greeting), or a last user message
+`@name` does. It records what it observed:
 every request's body and headers, and when the client went away while it was still answering.
 
 Written on raw asyncio streams (no framework) so it controls every byte: it can stall before
@@ -223,6 +224,9 @@ class FakeUpstream:
             await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')
             return True
         model = body.get("model", "") if isinstance(body, dict) else ""
+        last = (body.get("messages") or [{}])[-1].get("content") if isinstance(body, dict) else None
+        if isinstance(last, str) and last.startswith("@"):  # "@name": that scenario, whatever the model
+            model = last[1:].split()[0]
         scenario = self.scenarios.get(model) or Scenario(
             frames=list(text_stream(["Hello", " from", f" {self.name}"]))
         )
