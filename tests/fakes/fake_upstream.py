@@ -110,7 +110,7 @@ class Observed:
 
 
 class FakeUpstream:
-    def __init__(self, *, name: str = "fake") -> None:
+    def __init__(self, *, name: str = "fake", port: int = 0) -> None:
         self.name = name
         self.scenarios: dict[str, Scenario] = {}
         self.models: list[str] = ["fake-model"]
@@ -120,7 +120,7 @@ class FakeUpstream:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
-        self.port = 0
+        self.port = port  # 0: any free port
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -135,7 +135,9 @@ class FakeUpstream:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._connection, "127.0.0.1", self.port)
+            )
             self.port = self._server.sockets[0].getsockname()[1]
             started.set()
             loop.run_forever()

@@ -28,8 +28,9 @@ from sluicegate.core.events import (
     RawEvent,
 )
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Engine, ModelInfo
+from sluicegate.engines.base import Discovery, Engine, ModelInfo
 from sluicegate.engines.upstream.config import UpstreamConfig, parse_config
+from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
@@ -61,6 +62,11 @@ class OpenAIUpstreamEngine(Engine):
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> OpenAIUpstreamEngine:
         return cls(parse_config(table))
+
+    @classmethod
+    def discovery(cls, table: dict[str, Any], base_dir: Path) -> Discovery | None:
+        config = parse_config(table)
+        return UpstreamDiscovery(config, cls) if config.discover else None
 
     def info(self) -> ModelInfo:
         return ModelInfo(
