@@ -312,6 +312,15 @@ def test_frames_split_across_writes_and_the_replica_header(server: Server, fake:
     assert plain.status_code == 200 and plain.headers[REPLICA_HEADER] == fake.base_url
 
 
+def test_connections_to_the_upstream_are_reused(client: openai.OpenAI, fake: FakeUpstream) -> None:
+    client.chat.completions.create(model="plain", messages=ask())  # a connection in the pool
+    before = fake.connections
+    for _ in range(3):
+        with client.chat.completions.stream(model="plain", messages=ask()) as stream:
+            stream.get_final_completion()
+    assert fake.connections == before
+
+
 # --- Responses -------------------------------------------------------------------------------
 
 

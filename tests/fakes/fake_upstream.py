@@ -116,6 +116,7 @@ class FakeUpstream:
         self.models: list[str] = ["fake-model"]
         self.healthy = True  # False: GET /v1/models answers 503
         self.requests: list[Observed] = []
+        self.connections = 0  # TCP connections accepted (keep-alive reuse shows here)
         self._served: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -191,6 +192,7 @@ class FakeUpstream:
     # --- HTTP ----------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while await self._one_request(reader, writer):
                 pass

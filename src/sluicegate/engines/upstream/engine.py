@@ -12,6 +12,7 @@ upstreams learn to stop generating.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +42,19 @@ from sluicegate.tools.parsing import THINK, OutputParser
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 CHAT_PATH = "/chat/completions"
+DRAIN_SECONDS = 0.05  # how long the end of a body may take after [DONE] before we hang up
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body's end after `[DONE]` (it is normally there already), so the connection
+    goes back to the pool instead of being closed; an upstream that keeps it open is cut off."""
+
+    async def rest() -> None:
+        async for _ in chunks:
+            pass
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rest(), DRAIN_SECONDS)
 
 
 def content_parser(config: UpstreamConfig) -> ContentParser | None:
@@ -198,6 +212,8 @@ class OpenAIUpstreamEngine(Engine):
                         yield PromptFinished()
                     yield event
             if decoder.over:
+                if decoder.done:
+                    await _drain(chunks)
                 return
         clocks.idle()
         for name, data in reader.close():
