@@ -90,7 +90,6 @@ class OpenAIUpstreamEngine(Engine):
             owned_by="upstream",
             context_length=self.config.context_length,
             capabilities=self.config.capabilities,
-            details={"upstream_model": self.config.upstream_model, "replicas": self.config.base_urls},
         )
 
     async def start(self) -> None:
