@@ -20,7 +20,7 @@ from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
-from sluicegate.engines.registry import Registry, build_model
+from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (
@@ -57,7 +57,7 @@ DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
 def build_registry(settings: Settings) -> Registry:
     registry = Registry()
     for table in settings.models or [DEMO_MODEL]:
-        registry.add(build_model(table, settings.base_dir))
+        add_table(registry, table, settings.base_dir)
     return registry
 
 
@@ -120,6 +120,7 @@ def create_app(settings: Settings) -> Starlette:
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
+        await registry.start()
         try:
             yield
         finally:

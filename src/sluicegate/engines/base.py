@@ -49,12 +49,36 @@ class ModelInfo:
 ProgressCallback = Callable[[float], None]
 
 
+class Discovery(ABC):
+    """Models that a `[[models]]` table stands for but that are only known at runtime (e.g.
+    an upstream's `/v1/models`). The registry asks at startup and every `interval` seconds;
+    a failure is logged and retried, never fatal."""
+
+    interval: float = 60.0
+
+    @abstractmethod
+    async def engines(self) -> list[Engine]:
+        """One engine per model found now; raise when the source cannot be reached."""
+
+    async def start(self) -> None:
+        """Start background work the found engines share (e.g. health checks)."""
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Engine(ABC):
     """One model's generator. `kind` is the `engine = ...` name used in the config."""
 
     kind: ClassVar[str]
     # Engines with nothing to load (an upstream) say False and never emit load events.
     needs_load: ClassVar[bool] = False
+    # Engines that reach a remote server say True: their stream then yields `Answered` once the
+    # server accepted the request, or `Failed` if it refused before sending anything. Routes
+    # wait for that (bounded) before sending their own status line, so a refusal is an HTTP
+    # error in the client's dialect and the headers can name who serves the request.
+    answers_first: ClassVar[bool] = False
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
@@ -64,6 +88,11 @@ class Engine(ABC):
     @abstractmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> Engine:
         """Build from a `[[models]]` table; relative paths resolve against `base_dir`."""
+
+    @classmethod
+    def discovery(cls, table: dict[str, Any], base_dir: Path) -> Discovery | None:
+        """A `Discovery` when `table` asks for its models to be found at runtime, else None."""
+        return None
 
     @abstractmethod
     def info(self) -> ModelInfo: ...
@@ -90,6 +119,10 @@ class Engine(ABC):
                 param="n",
                 code="unsupported_parameter",
             )
+
+    async def start(self) -> None:
+        """Start background work (health checks, discovery) once the server runs."""
+        return None
 
     async def load(self, on_progress: ProgressCallback) -> None:
         """Load weights (or whatever this engine needs), reporting progress 0..1."""

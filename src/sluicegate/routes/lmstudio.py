@@ -28,6 +28,7 @@ from sluicegate.routes.common import (
     JSONResponse,
     app_state,
     dialect_endpoint,
+    engine_answer,
     error_response,
     read_json,
     wait_for_disconnect,
@@ -157,6 +158,7 @@ async def lmstudio_chat(request: Request) -> Response:
             selection = tool_selection(req.integrations)
             toolset = await request_toolset(state.tools, selection, param="integrations")
         generation = open_generation(chat, model, toolset, state.tools)
+        opened = await engine_answer(request, model, generation.events, state.limits, stream=req.stream)
         response_id = new_id("resp_") if req.store else None
         accumulator = Accumulator()
         encoder = LMStudioEncoder(
@@ -166,8 +168,8 @@ async def lmstudio_chat(request: Request) -> Response:
             vocabulary=events_vocabulary,
             providers=_providers(toolset),
         )
-        events = canonical_events(generation.events, state.limits)
-        headers = {INSTANCE_HEADER: generation.instance_id}
+        events = canonical_events(opened.events, state.limits)
+        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
         if response_id:
             headers["X-Request-ID"] = response_id
 

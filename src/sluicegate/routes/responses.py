@@ -25,6 +25,7 @@ from sluicegate.routes.common import (
     JSONResponse,
     app_state,
     dialect_endpoint,
+    engine_answer,
     error_response,
     read_json,
     wait_for_disconnect,
@@ -34,6 +35,7 @@ from sluicegate.routes.responses_tools import Approvals, ToolRun, resolve_approv
 from sluicegate.routes.server_tools import request_toolset
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.tools.loop import with_server_tools
+from sluicegate.transport.answer import Opened
 from sluicegate.transport.replay import replay
 from sluicegate.transport.sse import EventStreamResponse
 
@@ -108,6 +110,9 @@ async def create_response(request: Request) -> Response:
         selection = tool_selection(req, state.tools.plugin_ids())
         toolset = await request_toolset(state.tools, selection, param="tools")
         raw, instance_id = _open(state, req, chat, model, toolset, conversation.history, approvals)
+        opened = Opened(raw)
+        if not req.background:  # a background response answers at once, whatever the upstream does
+            opened = await engine_answer(request, model, raw, state.limits, stream=req.stream)
     except BaseException:
         release()
         if toolset is not None:
@@ -121,7 +126,7 @@ async def create_response(request: Request) -> Response:
         reasoning_names=state.settings.responses_reasoning_events,
     )
     run = ResponseRun(
-        canonical_events(raw, state.limits),
+        canonical_events(opened.events, state.limits),
         encoder,
         accumulator,
         conversation,
@@ -133,7 +138,7 @@ async def create_response(request: Request) -> Response:
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id}
+    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id, **opened.headers}
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:
