@@ -55,6 +55,11 @@ class Engine(ABC):
     kind: ClassVar[str]
     # Engines with nothing to load (an upstream) say False and never emit load events.
     needs_load: ClassVar[bool] = False
+    # Requests one instance runs at once unless the config says (`max_concurrency`): a llama.cpp
+    # context runs one sequence, an upstream takes many.
+    default_max_concurrency: ClassVar[int] = 64
+    # Instances built up front (an engine's `parallel = N` config key sets it).
+    parallel: int = 1
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id

@@ -233,6 +233,9 @@ class Model:
         self.instances = [
             Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
         ]
+        for _ in range(engine.parallel - 1):
+            self.add_instance()
+        self.fixed = len(self.instances)  # built up front: unloading keeps them, loadable
 
     @property
     def engine(self) -> Engine:
@@ -254,8 +257,9 @@ class Model:
         return [i for i in self.instances if i.loaded]
 
     def pick(self) -> Instance:
-        loaded = self.loaded_instances()
-        return min(loaded, key=lambda i: i.pending) if loaded else self.instances[0]
+        """The least busy instance; among equals a loaded one (an idle unloaded one beats
+        queueing: that is how `parallel` instances load just in time)."""
+        return min(self.instances, key=lambda i: (i.pending, not i.loaded))
 
     def open(self, request: ChatRequest) -> Generation:
         """Admit a request or refuse it at once; nothing here waits."""
@@ -269,6 +273,24 @@ class Model:
         instance.engine.check(request)
         return instance.generation(request)
 
+    def add_instance(self) -> Instance:
+        """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""
+        if self.factory is None:
+            raise SluicegateError(
+                ErrorKind.INVALID_REQUEST, f"model {self.id!r} cannot run a second instance", param="model"
+            )
+        number = len(self.instances) + 1
+        while self.instance(f"{self.id}:{number}") is not None:
+            number += 1
+        instance = Instance(
+            self.factory(),
+            f"{self.id}:{number}",
+            max_concurrency=self.max_concurrency,
+            max_queue=self.max_queue,
+        )
+        self.instances.append(instance)
+        return instance
+
     def instance(self, instance_id: str) -> Instance | None:
         return next((i for i in self.instances if i.instance_id == instance_id), None)
 
@@ -278,22 +300,7 @@ class Model:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
-            if self.factory is None:
-                raise SluicegateError(
-                    ErrorKind.INVALID_REQUEST,
-                    f"model {self.id!r} cannot run a second instance",
-                    param="model",
-                )
-            number = len(self.instances) + 1
-            while self.instance(f"{self.id}:{number}") is not None:
-                number += 1
-            target = Instance(
-                self.factory(),
-                f"{self.id}:{number}",
-                max_concurrency=self.max_concurrency,
-                max_queue=self.max_queue,
-            )
-            self.instances.append(target)
+            target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
         if config:
             target.config.update(config)
         return target, await target.load_now()
@@ -303,7 +310,7 @@ class Model:
         targets = [i for i in self.instances if instance_id in (None, i.instance_id)]
         for target in targets:
             await target.unload()
-            if target is not self.instances[0]:
+            if target not in self.instances[: self.fixed]:
                 self.instances.remove(target)
         return [t.instance_id for t in targets]
 
@@ -352,7 +359,7 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     cls = engine_class(table["engine"])
     own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue")}
     engine = cls.from_config(own, base_dir)
-    max_concurrency = table.get("max_concurrency", 64)
+    max_concurrency = table.get("max_concurrency", cls.default_max_concurrency)
     max_queue = table.get("max_queue", 256)
     for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):

@@ -45,7 +45,7 @@ def model_entry(model: Model) -> Json:
             "allowed_options": caps.reasoning_options,
             "default": caps.reasoning_default,
         }
-    return {
+    entry: Json = {
         "type": "llm",
         "publisher": details.get("publisher", info.owned_by),
         "key": info.id,
@@ -61,6 +61,9 @@ def model_entry(model: Model) -> Json:
         "format": details.get("format"),
         "capabilities": capabilities,
     }
+    if details.get("description"):
+        entry["description"] = details["description"]
+    return entry
 
 
 @endpoint
