@@ -1,4 +1,4 @@
-"""Command line: `sluicegate serve`, `sluicegate models list`, `sluicegate --version`."""
+"""Command line: `sluicegate serve`, `sluicegate models list|make-demo`, `sluicegate --version`."""
 
 from __future__ import annotations
 
@@ -26,6 +26,17 @@ def _parser() -> argparse.ArgumentParser:
     models_commands = models.add_subparsers(dest="models_command", required=True)
     listing = models_commands.add_parser("list", help="list configured models")
     listing.add_argument("--config", help="TOML config file")
+    demo = models_commands.add_parser(
+        "make-demo", help="write a tiny GGUF with random weights (it talks nonsense) for trying things out"
+    )
+    demo.add_argument("path", help="where to write the .gguf file")
+    demo.add_argument(
+        "--size", choices=["tiny", "bench"], default="tiny", help="tiny: ~2.5 MB, bench: ~70 MB"
+    )
+    demo.add_argument("--seed", type=int, default=0, help="the same seed writes the same file")
+    demo.add_argument(
+        "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
+    )
     return parser
 
 
@@ -48,6 +59,14 @@ def _serve(settings: Settings) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from sluicegate.engines.model_files import ensure_demo_model
+
+    demo = ensure_demo_model(settings)
+    if demo is not None:
+        print(
+            f"No models yet: wrote a tiny demo model to {demo} (random weights, it talks nonsense).",
+            flush=True,
+        )
     app = create_app(settings)
     print(
         f"Sluicegate {__version__} on http://{settings.host}:{settings.port}  models: {', '.join(app.state.sluicegate.registry.models)}",
@@ -73,8 +92,18 @@ def _list_models(settings: Settings) -> int:
     return 0
 
 
+def _make_demo(args: argparse.Namespace) -> int:
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+    path = make_demo_gguf(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+    print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "models_command", None) == "make-demo":
+        return _make_demo(args)
     try:
         settings = _settings(args)
         if args.command == "serve":

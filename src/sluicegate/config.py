@@ -11,6 +11,7 @@ idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
 data_dir = "~/.local/share/sluicegate"
+models_dir = "~/models"         # every *.gguf under it is a model; default: <data_dir>/models
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -67,6 +68,7 @@ class Settings:
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
+    models_dir: Path | None = None  # None: <data_dir>/models
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
     base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
@@ -83,6 +85,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_body_bytes": int,
     "max_concurrent_requests": int,
     "data_dir": str,
+    "models_dir": str,
     "log_level": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
@@ -104,6 +107,9 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.api_keys = list(value)
         elif key == "data_dir":
             settings.data_dir = Path(value).expanduser()
+        elif key == "models_dir":
+            path = Path(value).expanduser()
+            settings.models_dir = path if path.is_absolute() else settings.base_dir / path
         else:
             if isinstance(value, int | float) and value < 0:
                 raise ConfigError(f"{source}: [server].{key} must not be negative")
@@ -198,6 +204,12 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> None:
         settings.api_keys = [key]
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
+    if models := env.get(ENV_PREFIX + "MODELS_DIR"):
+        settings.models_dir = Path(models).expanduser()
+
+
+def models_dir(settings: Settings) -> Path:
+    return settings.models_dir or settings.data_dir / "models"
 
 
 def store_path(settings: Settings) -> Path:
