@@ -62,6 +62,7 @@ def test_relative_path_parallel_and_overrides(gguf: Path) -> None:
         ({"n_gpu_layers": -2}, "`n_gpu_layers` must be an integer >= -1"),
         ({"tool_call_format": "xml"}, "tool_call_format must be one of"),
         ({"reasoning": "maybe"}, "reasoning must be"),
+        ({"flash_attention": "yes"}, "`flash_attention` must be true or false"),
         ({"chat_template": "no-such-file.jinja"}, "cannot read chat_template"),
         ({"chat_template": "{% if %}"}, "not a valid Jinja2 template"),
     ],

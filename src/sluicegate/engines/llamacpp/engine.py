@@ -150,6 +150,7 @@ class LlamaCppEngine(Engine):
                 n_gpu_layers=settings.n_gpu_layers,
                 threads=settings.threads,
                 batch_size=settings.batch_size,
+                flash_attention=settings.flash_attention,
                 on_progress=on_progress,
             )
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import ctypes
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,7 @@ class LlamaRuntime:
         n_gpu_layers: int,
         threads: int | None,
         batch_size: int,
+        flash_attention: bool | None,
         on_progress: Callable[[float], None],
     ) -> None:
         _init_backend()
@@ -104,9 +106,16 @@ class LlamaRuntime:
         ctx_params.n_ctx = context_length
         ctx_params.n_batch = batch_size
         ctx_params.n_ubatch = batch_size
-        if threads:
-            ctx_params.n_threads = threads
-            ctx_params.n_threads_batch = threads
+        if flash_attention is not None:
+            ctx_params.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attention
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        # Unset: llama-cpp-python's choice (half the cores to decode, all of them for prompts).
+        cores = os.cpu_count() or 1
+        ctx_params.n_threads = threads or max(cores // 2, 1)
+        ctx_params.n_threads_batch = threads or cores
         self.context = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=True)
         self.batch = _internals.LlamaBatch(n_tokens=batch_size, embd=0, n_seq_max=1, verbose=True)
         self.batch_size = batch_size

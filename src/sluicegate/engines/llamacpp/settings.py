@@ -24,6 +24,7 @@ KEYS = frozenset(
         "chat_template",
         "parallel",
         "seed",
+        "flash_attention",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -36,7 +37,7 @@ class LlamaCppSettings:
     path: Path
     context_length: int | None = None  # None: the model's own, capped at MAX_DEFAULT_CONTEXT
     n_gpu_layers: int = 0  # -1: all
-    threads: int | None = None  # None: llama.cpp's default
+    threads: int | None = None  # None: half the cores to decode, all of them for prompts
     batch_size: int = DEFAULT_BATCH_SIZE
     tool_call_format: ToolCallFormat | None = None  # None: detected from the chat template
     reasoning: ReasoningStyle | None = None
@@ -44,6 +45,7 @@ class LlamaCppSettings:
     chat_template: str | None = None  # None: the GGUF's own
     parallel: int = 1
     seed: int | None = None
+    flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -75,6 +77,10 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     for key, low in (("context_length", 16), ("threads", 1), ("batch_size", 1), ("parallel", 1), ("seed", 0)):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
+    if "flash_attention" in table:
+        if not isinstance(table["flash_attention"], bool):
+            raise ConfigError(f"model {model!r}: `flash_attention` must be true or false")
+        values["flash_attention"] = table["flash_attention"]
     if "n_gpu_layers" in table:
         values["n_gpu_layers"] = _integer(model, "n_gpu_layers", table["n_gpu_layers"], -1)
     try:
