@@ -125,3 +125,23 @@ def test_listings_show_the_gguf(llama_server: Server) -> None:
         "Q5_0",
         gguf.stat().st_size,
     )
+
+
+def test_tools_render_and_what_cannot_be_honoured_is_a_400(llama_server: Server, sdk: openai.OpenAI) -> None:
+    tools: list[openai.types.chat.ChatCompletionToolParam] = [
+        {
+            "type": "function",
+            "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}},
+        }
+    ]
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "Weather?"}]
+    reply = sdk.chat.completions.create(model=MODEL, messages=messages, tools=tools, max_tokens=4)
+    assert reply.choices[0].finish_reason == "length" and reply.usage is not None
+    assert reply.usage.prompt_tokens > 100  # the template rendered the tool block
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.chat.completions.create(model=MODEL, messages=messages, tools=tools, tool_choice="required")
+    assert caught.value.code == "unsupported_parameter"
+    long = "Tell me about the weather in Paris, Rome, Berlin and every other city you know. " * 200
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long}], max_tokens=4)
+    assert caught.value.code == "context_length_exceeded"
