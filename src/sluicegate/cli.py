@@ -1,4 +1,4 @@
-"""Command line: `sluicegate serve`, `sluicegate models list|load|unload|download`, `--version`."""
+"""Command line: `sluicegate serve`, `sluicegate models list|load|unload|download|make-demo`, `--version`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from sluicegate import __version__
 from sluicegate.cli_models import add_commands as add_model_commands
+from sluicegate.cli_models import make_demo
 from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.engines.base import ConfigError
@@ -48,6 +49,14 @@ def _serve(settings: Settings) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from sluicegate.engines.model_files import ensure_demo_model
+
+    demo = ensure_demo_model(settings)
+    if demo is not None:
+        print(
+            f"No models yet: wrote a tiny demo model to {demo} (random weights, it talks nonsense).",
+            flush=True,
+        )
     app = create_app(settings)
     print(
         f"Sluicegate {__version__} on http://{settings.host}:{settings.port}  models: {', '.join(app.state.sluicegate.registry.models)}",
@@ -66,6 +75,8 @@ def _serve(settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if getattr(args, "models_command", None) == "make-demo":
+        return make_demo(args)  # needs no config
     try:
         settings = _settings(args)
         if args.command == "serve":

@@ -1,4 +1,5 @@
-"""`sluicegate models ...`: list, load and unload on a running server, download without one.
+"""`sluicegate models ...`: list, load and unload on a running server; download and make-demo
+without one.
 
 The server commands are thin clients of the LM Studio models API (`/api/v1/models`, `…/load`,
 `…/unload`) at `--url` (default: the configured host and port), sending the configured API key
@@ -15,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from sluicegate.config import Settings
+from sluicegate.config import Settings, models_dir
 from sluicegate.downloads import DownloadError, describe, fetch, is_present, resolve
 
 Json = dict[str, Any]
@@ -47,6 +48,25 @@ def add_commands(commands: Any) -> None:
     download.add_argument("--quantization", help="which file, e.g. Q4_K_M (needed when there are several)")
     download.add_argument("--models-dir", help="where to put it (default: [server] models_dir)")
     download.add_argument("--config", help="TOML config file (env SLUICEGATE_CONFIG)")
+    demo = commands.add_parser(
+        "make-demo", help="write a tiny GGUF with random weights (it talks nonsense) for trying things out"
+    )
+    demo.add_argument("path", help="where to write the .gguf file")
+    demo.add_argument(
+        "--size", choices=["tiny", "bench"], default="tiny", help="tiny: ~2.5 MB, bench: ~70 MB"
+    )
+    demo.add_argument("--seed", type=int, default=0, help="the same seed writes the same file")
+    demo.add_argument(
+        "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
+    )
+
+
+def make_demo(args: argparse.Namespace) -> int:
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
+
+    path = make_demo_gguf(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+    print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
+    return 0
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -128,9 +148,9 @@ def _unload(client: httpx.Client, instance: str | None, every: bool) -> int:
 
 
 def _download(args: argparse.Namespace, settings: Settings) -> int:
-    models_dir = Path(args.models_dir).expanduser().resolve() if args.models_dir else settings.models_dir
+    folder = Path(args.models_dir).expanduser().resolve() if args.models_dir else models_dir(settings)
     try:
-        target = resolve(args.model, args.quantization, models_dir)
+        target = resolve(args.model, args.quantization, folder)
     except DownloadError as exc:
         raise CommandError(str(exc)) from exc
     except Exception as exc:

@@ -11,7 +11,7 @@ idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
 data_dir = "~/.local/share/sluicegate"
-models_dir = "~/models"         # downloads go here; default: <data_dir>/models
+models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
@@ -78,7 +78,6 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512
     data_dir: Path = field(default_factory=default_data_dir)
-    models_dir: Path = field(default_factory=lambda: default_data_dir() / "models")
     jit_ttl_seconds: float = 3600.0
     jit_auto_evict: bool = False
     reaper_interval_seconds: float = 5.0
@@ -87,6 +86,7 @@ class Settings:
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
+    models_dir: Path | None = None  # None: <data_dir>/models
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
     tools_mcp_config: Path | None = None
@@ -288,6 +288,11 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.models_dir = Path(models_dir).expanduser().resolve()
         return True
     return False
+
+
+def models_dir(settings: Settings) -> Path:
+    """Where GGUF files are found and downloads go (a Settings built in code may leave it unset)."""
+    return settings.models_dir or settings.data_dir / "models"
 
 
 def store_path(settings: Settings) -> Path:

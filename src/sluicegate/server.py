@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -13,13 +14,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sluicegate.config import Settings, store_path
+from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
+from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
 from sluicegate.routes.chat_completions import chat_completions
@@ -55,9 +57,16 @@ DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
 
 
 def build_registry(settings: Settings) -> Registry:
+    """The declared models (or the scripted demo), then every GGUF in the models directory
+    that is not declared already (by id or by file)."""
     registry = Registry()
-    for table in settings.models or [DEMO_MODEL]:
+    declared = settings.models or [DEMO_MODEL]
+    for table in declared:
         add_table(registry, table, settings.base_dir)
+    files = {(settings.base_dir / t["path"]).resolve() for t in declared if isinstance(t.get("path"), str)}
+    for table in discover(models_dir(settings)):
+        if table["id"] not in registry.models and Path(table["path"]).resolve() not in files:
+            add_table(registry, table, settings.base_dir)
     return registry
 
 
@@ -100,7 +109,7 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = SQLiteStore(store_path(settings))
-    downloads = Downloads(settings.models_dir)
+    downloads = Downloads(models_dir(settings))
     state = AppState(
         settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads, tools=tools
     )

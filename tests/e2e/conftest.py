@@ -56,3 +56,25 @@ def server(start_server: StartServer) -> Server:
 def client(server: Server) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=30.0) as sdk:
         yield sdk
+
+
+@pytest.fixture(scope="session")
+def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """One server with llama.cpp models, all from ONE tiny random-weight GGUF built here.
+
+    End-of-turn is never sampled (`ends_replies=False`), so every reply runs to `max_tokens`;
+    `batch_size` is small so an ordinary prompt takes several batches. One model per test that
+    reads a metric, so their numbers never mix.
+    """
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
+    common = {"engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 2048}
+    return start_server(
+        models=[
+            {"id": "tiny", **common},
+            {"id": "tiny-cancel", **common},
+            {"id": "tiny-lms", **common},
+            {"id": "tiny-parallel", **common, "parallel": 2},
+        ]
+    )

@@ -19,6 +19,7 @@ import sluicegate
 pytestmark = pytest.mark.e2e
 
 DEMO = "scripted-demo"
+GGUF_DEMO = "sluicegate/demo-nonsense"  # written on first start
 
 
 def _console_script() -> list[str]:
@@ -60,11 +61,33 @@ def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield server
 
 
-def test_no_config_lists_the_demo_model(bare_server: Server) -> None:
+def test_no_config_lists_the_demo_models(bare_server: Server) -> None:
     models = httpx.get(bare_server.api_url + "/models", timeout=10).json()
     assert models["object"] == "list"
-    assert [m["id"] for m in models["data"]] == [DEMO]
-    assert DEMO in bare_server.stdout_path.read_text()  # the startup line names it
+    assert [m["id"] for m in models["data"]] == [DEMO, GGUF_DEMO]
+    output = bare_server.stdout_path.read_text()
+    assert DEMO in output and GGUF_DEMO in output  # the startup line names them
+    assert "wrote a tiny demo model" in output and "nonsense" in output
+    gguf = bare_server.folder / "xdg-data" / "sluicegate" / "models" / f"{GGUF_DEMO}.gguf"
+    assert models["data"][1]["meta"]["size_bytes"] == gguf.stat().st_size
+
+
+def test_no_config_gguf_demo_streams_nonsense(bare_server: Server) -> None:
+    """The demo GGUF is a real llama.cpp model: it streams (nonsense) and counts its tokens."""
+    messages: list[openai.types.chat.ChatCompletionMessageParam] = [{"role": "user", "content": "Hello!"}]
+    with openai.OpenAI(base_url=bare_server.api_url, api_key="anything", max_retries=0, timeout=60) as sdk:
+        chunks = list(
+            sdk.chat.completions.create(
+                model=GGUF_DEMO,
+                messages=messages,
+                max_tokens=8,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    usage = chunks[-1].usage
+    assert usage is not None and 0 < usage.completion_tokens <= 8
 
 
 def test_no_config_demo_model_answers(bare_server: Server) -> None:

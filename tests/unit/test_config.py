@@ -221,8 +221,8 @@ def test_duplicate_model_ids(tmp_path: Path) -> None:
         build_registry(settings)
 
 
-def test_no_models_gives_the_demo_model() -> None:
-    registry = build_registry(Settings())
+def test_no_models_gives_the_demo_model(tmp_path: Path) -> None:
+    registry = build_registry(Settings(data_dir=tmp_path))
     assert list(registry.models) == ["scripted-demo"]
 
 

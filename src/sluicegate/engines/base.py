@@ -79,6 +79,11 @@ class Engine(ABC):
     # wait for that (bounded) before sending their own status line, so a refusal is an HTTP
     # error in the client's dialect and the headers can name who serves the request.
     answers_first: ClassVar[bool] = False
+    # Requests one instance runs at once unless the config says (`max_concurrency`): a llama.cpp
+    # context runs one sequence, an upstream takes many.
+    default_max_concurrency: ClassVar[int] = 64
+    # Instances built up front (an engine's `parallel = N` config key sets it).
+    parallel: int = 1
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id

@@ -289,6 +289,9 @@ class Model:
         self.instances = [
             Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
         ]
+        for _ in range(engine.parallel - 1):
+            self.add_instance()
+        self.fixed = len(self.instances)  # built up front: unloading keeps them, loadable
 
     @property
     def hooks(self) -> InstanceHooks:
@@ -320,8 +323,9 @@ class Model:
         return [i for i in self.instances if i.loaded]
 
     def pick(self) -> Instance:
-        loaded = self.loaded_instances()
-        return min(loaded, key=lambda i: i.pending) if loaded else self.instances[0]
+        """The least busy instance; among equals a loaded one (an idle unloaded one beats
+        queueing: that is how `parallel` instances load just in time)."""
+        return min(self.instances, key=lambda i: (i.pending, not i.loaded))
 
     def open(self, request: ChatRequest) -> Generation:
         """Admit a request or refuse it at once; nothing here waits."""
@@ -334,6 +338,25 @@ class Model:
             )
         instance.engine.check(request)
         return instance.generation(request)
+
+    def add_instance(self) -> Instance:
+        """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""
+        if self.factory is None:
+            raise SluicegateError(
+                ErrorKind.INVALID_REQUEST, f"model {self.id!r} cannot run a second instance", param="model"
+            )
+        number = len(self.instances) + 1
+        while self.instance(f"{self.id}:{number}") is not None:
+            number += 1
+        instance = Instance(
+            self.factory(),
+            f"{self.id}:{number}",
+            max_concurrency=self.max_concurrency,
+            max_queue=self.max_queue,
+        )
+        instance.hooks = self._hooks
+        self.instances.append(instance)
+        return instance
 
     def instance(self, instance_id: str) -> Instance | None:
         return next((i for i in self.instances if i.instance_id == instance_id), None)
@@ -348,23 +371,7 @@ class Model:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
-            if self.factory is None:
-                raise SluicegateError(
-                    ErrorKind.INVALID_REQUEST,
-                    f"model {self.id!r} cannot run a second instance",
-                    param="model",
-                )
-            number = len(self.instances) + 1
-            while self.instance(f"{self.id}:{number}") is not None:
-                number += 1
-            target = Instance(
-                self.factory(),
-                f"{self.id}:{number}",
-                max_concurrency=self.max_concurrency,
-                max_queue=self.max_queue,
-            )
-            target.hooks = self._hooks
-            self.instances.append(target)
+            target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
         if config:
             target.config.update(config)
         return target, await target.load_now(ttl)
@@ -374,7 +381,7 @@ class Model:
         targets = [i for i in self.instances if instance_id in (None, i.instance_id)]
         for target in targets:
             await target.unload()
-            if target is not self.instances[0]:
+            if target not in self.instances[: self.fixed]:
                 self.instances.remove(target)
         return [t.instance_id for t in targets]
 
@@ -490,8 +497,8 @@ class Registry:
                 log.exception("closing model %s failed", model.id)
 
 
-def _limits(table: dict[str, Any]) -> tuple[int, int]:
-    max_concurrency = table.get("max_concurrency", 64)
+def _limits(table: dict[str, Any], default_concurrency: int) -> tuple[int, int]:
+    max_concurrency = table.get("max_concurrency", default_concurrency)
     max_queue = table.get("max_queue", 256)
     for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
         if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
@@ -503,9 +510,10 @@ def add_table(registry: Registry, table: dict[str, Any], base_dir: Path) -> None
     """A `[[models]]` table → a model in `registry`, or a discovery source of models."""
     if isinstance(table.get("engine"), str):
         own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
-        discovery = engine_class(table["engine"]).discovery(own, base_dir)
+        cls = engine_class(table["engine"])
+        discovery = cls.discovery(own, base_dir)
         if discovery is not None:
-            registry.sources.append(_Source(discovery, *_limits(table), set()))
+            registry.sources.append(_Source(discovery, *_limits(table, cls.default_max_concurrency), set()))
             return
     registry.add(build_model(table, base_dir))
 
@@ -518,7 +526,7 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     cls = engine_class(table["engine"])
     own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
     engine = cls.from_config(own, base_dir)
-    max_concurrency, max_queue = _limits(table)
+    max_concurrency, max_queue = _limits(table, cls.default_max_concurrency)
     ttl = table.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 0):
         raise ConfigError(f"model {table['id']!r}: `ttl` must be a non-negative number of seconds")

@@ -49,7 +49,7 @@ def model_entry(model: Model) -> Json:
             "allowed_options": caps.reasoning_options,
             "default": caps.reasoning_default,
         }
-    return {
+    entry: Json = {
         "type": "llm",
         "publisher": details.get("publisher", info.owned_by),
         "key": info.id,
@@ -65,6 +65,9 @@ def model_entry(model: Model) -> Json:
         "format": details.get("format"),
         "capabilities": capabilities,
     }
+    if details.get("description"):
+        entry["description"] = details["description"]
+    return entry
 
 
 @endpoint

@@ -14,7 +14,27 @@ from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
 
 def model_object(model: Model) -> dict[str, Any]:
     info = model.engine.info()
-    return {"id": info.id, "object": "model", "created": info.created, "owned_by": info.owned_by}
+    body: dict[str, Any] = {
+        "id": info.id,
+        "object": "model",
+        "created": info.created,
+        "owned_by": info.owned_by,
+    }
+    details = info.details
+    if details.get("format"):  # a local model file: what it is, as llama-server's `meta` tells
+        quantization = details.get("quantization") or {}
+        body["meta"] = {
+            "format": details["format"],
+            "architecture": details.get("architecture"),
+            "quantization": quantization.get("name"),
+            "size_bytes": details.get("size_bytes"),
+            "params_string": details.get("params_string"),
+            "context_length": info.context_length,
+            "tool_use": info.capabilities.tool_use,
+            "reasoning": info.capabilities.reasoning,
+            "description": details.get("description"),
+        }
+    return body
 
 
 @dialect_endpoint("models", openai_error)

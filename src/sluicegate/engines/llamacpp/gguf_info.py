@@ -1,0 +1,114 @@
+"""What a GGUF file says about itself, read from its header without loading the weights.
+
+The model listings show these facts (architecture, quantization, size, context length, whether
+the chat template knows tools and reasoning), so they must be available before any load.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gguf
+
+from sluicegate.engines.base import ConfigError
+
+# Markers of a template that can render tools, and of one that knows reasoning blocks.
+_TOOL_MARKERS = ("tools", "tool_calls")
+_REASONING_MARKERS = ("<think>", "reasoning_content", "enable_thinking", "<|channel|>")
+
+
+@dataclass(frozen=True, slots=True)
+class GGUFInfo:
+    path: Path
+    architecture: str
+    name: str | None
+    description: str | None
+    organization: str | None
+    quantization: str | None  # e.g. "Q8_0", "Q4_K_M", "F16"
+    size_bytes: int
+    parameters: int
+    context_length: int | None
+    chat_template: str | None
+    bos_token: str
+    eos_token: str
+
+    @property
+    def supports_tools(self) -> bool:
+        return self.chat_template is not None and any(m in self.chat_template for m in _TOOL_MARKERS)
+
+    @property
+    def supports_reasoning(self) -> bool:
+        return self.chat_template is not None and any(m in self.chat_template for m in _REASONING_MARKERS)
+
+    @property
+    def bits_per_weight(self) -> int | None:
+        """The nominal bits of the quantization's name (Q4_K_M → 4, F16 → 16), as LM Studio lists it."""
+        found = re.search(r"(\d+)", self.quantization or "")
+        return int(found.group(1)) if found else None
+
+    @property
+    def params_string(self) -> str | None:
+        if not self.parameters:
+            return None
+        for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+            if self.parameters >= scale:
+                value = self.parameters / scale
+                return f"{value:.0f}{unit}" if value >= 10 else f"{value:.1f}".rstrip("0").rstrip(".") + unit
+        return str(self.parameters)
+
+
+def _value(reader: gguf.GGUFReader, key: str) -> Any:
+    field = reader.fields.get(key)
+    if field is None or not field.types:
+        return None
+    return field.contents()
+
+
+def _quantization(reader: gguf.GGUFReader) -> str | None:
+    """The file type's name, or failing that the type most of the weights are stored in."""
+    file_type = _value(reader, "general.file_type")
+    if isinstance(file_type, int):
+        try:
+            return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+        except ValueError:
+            pass
+    counts: dict[str, int] = {}
+    for tensor in reader.tensors:
+        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    return max(counts, key=lambda name: counts[name]) if counts else None
+
+
+def read_gguf_info(path: Path) -> GGUFInfo:
+    """Read a GGUF's header; a file that is not a readable GGUF is a configuration error."""
+    try:
+        reader = gguf.GGUFReader(path, "r")
+    except (OSError, ValueError, KeyError) as exc:
+        raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from exc
+    architecture = str(_value(reader, "general.architecture") or "unknown")
+    context = _value(reader, f"{architecture}.context_length")
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+
+    def token_text(key: str) -> str:
+        token_id = _value(reader, key)
+        if tokens is None or not isinstance(token_id, int) or token_id >= len(tokens.data):
+            return ""
+        return str(tokens.contents(token_id))
+
+    template = _value(reader, "tokenizer.chat_template")
+    return GGUFInfo(
+        path=path,
+        architecture=architecture,
+        name=_value(reader, "general.name"),
+        description=_value(reader, "general.description"),
+        organization=_value(reader, "general.organization"),
+        quantization=_quantization(reader),
+        size_bytes=path.stat().st_size,
+        parameters=sum(int(t.n_elements) for t in reader.tensors),
+        context_length=int(context) if isinstance(context, int) else None,
+        chat_template=template if isinstance(template, str) else None,
+        bos_token=token_text("tokenizer.ggml.bos_token_id"),
+        eos_token=token_text("tokenizer.ggml.eos_token_id"),
+    )

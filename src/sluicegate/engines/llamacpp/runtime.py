@@ -1,0 +1,311 @@
+"""One loaded GGUF with one llama.cpp context, driven from a single worker thread.
+
+Built from llama-cpp-python's low-level bindings rather than its `Llama` class, because
+serving needs what that class hides: the model-load progress callback, prompt decoding in
+batches we can report on, and a per-token loop with nothing in it but sampling, detokenizing
+and the checks a server must make (cancelled? stop string? limit?).
+
+The context holds one sequence. `evaluated` lists the tokens whose keys and values are in the
+KV cache, so a prompt that starts the same way (the next turn of a chat) only decodes the rest.
+"""
+
+from __future__ import annotations
+
+import codecs
+import ctypes
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _internals, _logger
+
+from sluicegate.core.errors import EngineFailure
+from sluicegate.core.events import (
+    Finished,
+    FinishReason,
+    ItemKind,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+    TextDelta,
+    TokenLogprob,
+    TopLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.request import SamplingParams
+from sluicegate.engines.llamacpp.stops import StopScanner
+from sluicegate.metrics import METRICS
+from sluicegate.tools.parsing import OutputParser
+
+_backend_ready = False
+
+# llama.cpp's own defaults (and llama-cpp-python's), for what a request leaves unset.
+DEFAULT_TEMPERATURE = 0.8
+DEFAULT_TOP_K = 40
+DEFAULT_TOP_P = 0.95
+DEFAULT_MIN_P = 0.05
+PENALTY_LAST_N = 64
+
+
+def _init_backend() -> None:
+    global _backend_ready
+    if not _backend_ready:
+        _logger.set_verbose(False)  # llama.cpp's chatter only for errors
+        llama_cpp.llama_backend_init()
+        _backend_ready = True
+
+
+@dataclass(slots=True)
+class Job:
+    """One generation. The consumer sets `cancelled`; the worker checks it before every token."""
+
+    tokens: list[int]
+    sampling: SamplingParams
+    seed: int
+    parser: OutputParser
+    emit: Callable[[list[RawEvent]], None]
+    tokens_key: tuple[str, Any]
+    cancelled: bool = False
+    usage: Usage = field(default_factory=Usage)
+
+
+class LlamaRuntime:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        context_length: int,
+        n_gpu_layers: int,
+        threads: int | None,
+        batch_size: int,
+        flash_attention: bool | None,
+        on_progress: Callable[[float], None],
+    ) -> None:
+        _init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+
+        def progress(value: float, _user: ctypes.c_void_p) -> bool:
+            on_progress(float(value))
+            return True
+
+        # Kept referenced until the load returns: llama.cpp calls it from C.
+        callback = llama_cpp.llama_progress_callback(progress)
+        params.progress_callback = callback
+        # verbose=True only means "do not redirect fds 1 and 2 while loading" (that would swallow
+        # the server's own logs); llama.cpp's log level is set in `_init_backend`.
+        self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+        ctx_params = llama_cpp.llama_context_default_params()
+        ctx_params.n_ctx = context_length
+        ctx_params.n_batch = batch_size
+        ctx_params.n_ubatch = batch_size
+        if flash_attention is not None:
+            ctx_params.flash_attn_type = (
+                llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attention
+                else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        # Unset: llama-cpp-python's choice (half the cores to decode, all of them for prompts).
+        cores = os.cpu_count() or 1
+        ctx_params.n_threads = threads or max(cores // 2, 1)
+        ctx_params.n_threads_batch = threads or cores
+        self.context = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=True)
+        self.batch = _internals.LlamaBatch(n_tokens=batch_size, embd=0, n_seq_max=1, verbose=True)
+        self.batch_size = batch_size
+        self.n_ctx = llama_cpp.llama_n_ctx(self.context.ctx)
+        self.n_vocab = self.model.n_vocab()
+        self.evaluated: list[int] = []
+        self._pieces: dict[int, bytes] = {}
+        self._piece_buffer = ctypes.create_string_buffer(256)
+
+    def close(self) -> None:
+        """Free the batch, the context and the weights now, not whenever the GC gets to them."""
+        parts: list[Any] = [self.batch, self.context, self.model]
+        for part in parts:
+            part.close()
+
+    def forget(self) -> None:
+        """Drop the KV cache (after a failure left it in an unknown state)."""
+        llama_cpp.llama_memory_clear(self.context.memory, True)
+        self.evaluated.clear()
+
+    # --- tokens ----------------------------------------------------------------------------
+
+    def tokenize(self, text: str) -> list[int]:
+        """Read-only use of the vocabulary: safe from any thread."""
+        tokens: list[int] = self.model.tokenize(
+            text.encode("utf-8"), add_bos=self.model.add_bos_token(), special=True
+        )
+        return tokens
+
+    def piece(self, token: int) -> bytes:
+        """The token's bytes; control tokens (end of turn) are empty, text markers are text."""
+        cached = self._pieces.get(token)
+        if cached is None:
+            buffer = self._piece_buffer
+            size = llama_cpp.llama_token_to_piece(self.model.vocab, token, buffer, len(buffer), 0, False)
+            cached = self._pieces[token] = buffer.raw[: max(size, 0)]
+        return cached
+
+    # --- decoding --------------------------------------------------------------------------
+
+    def _decode(self, tokens: list[int]) -> None:
+        self.batch.set_batch(tokens, n_past=len(self.evaluated), logits_all=False)
+        status = llama_cpp.llama_decode(self.context.ctx, self.batch.batch)
+        if status != 0:
+            raise EngineFailure(f"llama_decode failed ({status})", code="decode_failed")
+        self.evaluated.extend(tokens)
+
+    def _reuse(self, prompt: list[int]) -> int:
+        """Keep the cached prefix the prompt shares (minus one: its last token must be decoded
+        again for fresh logits) and drop the rest from the KV cache."""
+        same = 0
+        for a, b in zip(self.evaluated, prompt, strict=False):
+            if a != b:
+                break
+            same += 1
+        keep = min(same, len(prompt) - 1)
+        if keep < len(self.evaluated):
+            if not llama_cpp.llama_memory_seq_rm(self.context.memory, 0, keep, -1):
+                keep = 0
+                llama_cpp.llama_memory_clear(self.context.memory, True)
+            del self.evaluated[keep:]
+        return keep
+
+    def prefill(self, job: Job) -> bool:
+        """Decode the prompt in batches, reporting progress; False when cancelled."""
+        prompt = job.tokens
+        cached = self._reuse(prompt)
+        job.emit([PromptStarted()])
+        todo = prompt[cached:]
+        for start in range(0, len(todo), self.batch_size):
+            if job.cancelled:
+                return False
+            chunk = todo[start : start + self.batch_size]
+            self._decode(chunk)
+            job.emit([PromptProgress((start + len(chunk)) / len(todo))])
+        job.usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached)
+        job.emit([PromptFinished(), UsageReport(Usage(len(prompt), 0, cached))])
+        return True
+
+    def _sampler(self, sampling: SamplingParams, seed: int) -> Any:
+        """A llama.cpp sampler chain for the request; the caller frees it."""
+        chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
+
+        def add(sampler: Any) -> None:
+            llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+        repeat = sampling.repeat_penalty if sampling.repeat_penalty is not None else 1.0
+        frequency = sampling.frequency_penalty or 0.0
+        presence = sampling.presence_penalty or 0.0
+        if repeat != 1.0 or frequency or presence:
+            add(
+                llama_cpp.llama_sampler_init_penalties(
+                    self.n_vocab, PENALTY_LAST_N, repeat, frequency, presence
+                )
+            )
+        temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
+        if temperature <= 0:
+            add(llama_cpp.llama_sampler_init_greedy())
+            return chain
+        top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
+        if top_k > 0:
+            add(llama_cpp.llama_sampler_init_top_k(top_k))
+        add(
+            llama_cpp.llama_sampler_init_top_p(
+                sampling.top_p if sampling.top_p is not None else DEFAULT_TOP_P, 1
+            )
+        )
+        add(
+            llama_cpp.llama_sampler_init_min_p(
+                sampling.min_p if sampling.min_p is not None else DEFAULT_MIN_P, 1
+            )
+        )
+        add(llama_cpp.llama_sampler_init_temp(temperature))
+        add(llama_cpp.llama_sampler_init_dist(seed))
+        return chain
+
+    def _logprob(self, token: int, top: int) -> TokenLogprob:
+        """The token's log-probability under the model (raw logits, before any sampler)."""
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(self.context.ctx, -1), shape=(self.n_vocab,)
+        )
+        peak = float(logits.max())
+        total = peak + math.log(float(np.exp(logits - peak).sum()))
+        alternatives: list[TopLogprob] = []
+        if top:
+            best = np.argpartition(-logits, top)[:top] if top < self.n_vocab else np.arange(self.n_vocab)
+            for index in sorted(best.tolist(), key=lambda i: -logits[i]):
+                raw = self.piece(index)
+                alternatives.append(
+                    TopLogprob(raw.decode("utf-8", "replace"), float(logits[index]) - total, list(raw))
+                )
+        raw = self.piece(token)
+        return TokenLogprob(
+            raw.decode("utf-8", "replace"), float(logits[token]) - total, list(raw), alternatives
+        )
+
+    def generate(self, job: Job) -> None:
+        """Prefill, then sample until end of turn, a stop string, the limit or a cancel."""
+        if not self.prefill(job):
+            return
+        sampling = job.sampling
+        sampler = self._sampler(sampling, job.seed)
+        try:
+            self._sample_loop(job, sampler)
+        finally:
+            llama_cpp.llama_sampler_free(sampler)
+
+    def _sample_loop(self, job: Job, sampler: Any) -> None:
+        sampling, parser, emit, usage = job.sampling, job.parser, job.emit, job.usage
+        room = self.n_ctx - len(self.evaluated)
+        limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
+        top = (sampling.top_logprobs or 0) if sampling.logprobs else -1
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        stops = StopScanner(sampling.stop)
+        counters, key = METRICS.counters, job.tokens_key
+        ctx, vocab, smpl = self.context.ctx, self.model.vocab, sampler
+        sample, is_eog, piece = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog, self.piece
+        pending: list[TokenLogprob] = []
+        finish, stopped = FinishReason.STOP, False
+        while True:
+            if job.cancelled:
+                return
+            token = sample(smpl, ctx, -1)
+            if is_eog(vocab, token):
+                break
+            usage.completion_tokens += 1
+            counters[key] += 1
+            if top >= 0:
+                pending.append(self._logprob(token, top))
+            text, stopped = stops.feed(decoder.decode(piece(token)))
+            if text:
+                events = parser.feed(text, pending or None)
+                pending = []
+                if events:
+                    usage.reasoning_tokens += any(
+                        type(e) is TextDelta and e.channel is ItemKind.REASONING for e in events
+                    )
+                    emit(events)
+            if stopped:
+                break
+            if usage.completion_tokens >= limit:
+                finish = FinishReason.LENGTH
+                break
+            self._decode([token])
+        # Text held back for a possible stop string, or an unfinished UTF-8 sequence, is text.
+        tail = "" if stopped else stops.flush() + decoder.decode(b"", final=True)
+        events = (parser.feed(tail, pending or None) if tail else []) + parser.finish()
+        if finish is FinishReason.STOP and parser.saw_tool_calls:
+            finish = FinishReason.TOOL_CALLS
+        final = Usage(
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
+        )
+        emit([*events, UsageReport(final), Finished(finish)])

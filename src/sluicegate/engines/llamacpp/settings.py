@@ -1,0 +1,102 @@
+"""The `[[models]]` keys of the llamacpp engine, validated once at startup."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.template import template_source
+from sluicegate.tools.parsing import ReasoningStyle, ToolCallFormat, reasoning_setting, tool_format_setting
+
+KEYS = frozenset(
+    {
+        "id",
+        "engine",
+        "path",
+        "context_length",
+        "n_gpu_layers",
+        "threads",
+        "batch_size",
+        "tool_call_format",
+        "reasoning",
+        "chat_template",
+        "parallel",
+        "seed",
+        "flash_attention",
+    }
+)
+DEFAULT_BATCH_SIZE = 512
+# A context as long as the model was trained for can need many GB of KV cache; start smaller.
+MAX_DEFAULT_CONTEXT = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppSettings:
+    path: Path
+    context_length: int | None = None  # None: the model's own, capped at MAX_DEFAULT_CONTEXT
+    n_gpu_layers: int = 0  # -1: all
+    threads: int | None = None  # None: half the cores to decode, all of them for prompts
+    batch_size: int = DEFAULT_BATCH_SIZE
+    tool_call_format: ToolCallFormat | None = None  # None: detected from the chat template
+    reasoning: ReasoningStyle | None = None
+    reasoning_set: bool = False  # whether `reasoning` came from the config (None can mean "none")
+    chat_template: str | None = None  # None: the GGUF's own
+    parallel: int = 1
+    seed: int | None = None
+    flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
+
+
+def _integer(model: str, key: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"model {model!r}: `{key}` must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _string(model: str, key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"model {model!r}: `{key}` must be a non-empty string, got {value!r}")
+    return value
+
+
+def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
+    model = str(table.get("id"))
+    unknown = set(table) - KEYS
+    if unknown:
+        raise ConfigError(
+            f"model {model!r}: unknown keys {sorted(unknown)} for engine llamacpp; known: {sorted(KEYS)}"
+        )
+    if "path" not in table:
+        raise ConfigError(f"model {model!r}: engine llamacpp needs `path`, the GGUF file")
+    path = Path(_string(model, "path", table["path"])).expanduser()
+    path = path if path.is_absolute() else base_dir / path
+    if not path.is_file():
+        raise ConfigError(f"model {model!r}: no GGUF file at {path}")
+    values: dict[str, Any] = {"path": path}
+    for key, low in (("context_length", 16), ("threads", 1), ("batch_size", 1), ("parallel", 1), ("seed", 0)):
+        if key in table:
+            values[key] = _integer(model, key, table[key], low)
+    if "flash_attention" in table:
+        if not isinstance(table["flash_attention"], bool):
+            raise ConfigError(f"model {model!r}: `flash_attention` must be true or false")
+        values["flash_attention"] = table["flash_attention"]
+    if "n_gpu_layers" in table:
+        values["n_gpu_layers"] = _integer(model, "n_gpu_layers", table["n_gpu_layers"], -1)
+    try:
+        if "tool_call_format" in table:
+            values["tool_call_format"] = tool_format_setting(
+                _string(model, "tool_call_format", table["tool_call_format"])
+            )
+        if "reasoning" in table:
+            values["reasoning"] = reasoning_setting(_string(model, "reasoning", table["reasoning"]))
+            values["reasoning_set"] = True
+    except ValueError as exc:
+        raise ConfigError(f"model {model!r}: {exc}") from exc
+    if "chat_template" in table:
+        source = _string(model, "chat_template", table["chat_template"])
+        try:
+            values["chat_template"] = template_source(source, base_dir)
+        except ConfigError as exc:
+            raise ConfigError(f"model {model!r}: {exc}") from exc
+    return LlamaCppSettings(**values)
