@@ -26,7 +26,7 @@ reasoning_events = "openai"             # or "open_responses" (response.reasonin
 [lmstudio]
 events = "current"                      # or "v0": tool_call.result instead of success/failure
 
-[tools]                                 # server-side tools (docs/mcp-providers.md)
+[tools]                                 # server-side tools (docs/tools.md)
 mcp_config = "mcp.json"                 # Claude Desktop format; relative to this file's folder
 call_timeout_seconds = 60               # per tool call; an mcp.json server's "timeout" overrides
 max_rounds = 25                         # tool rounds per response
@@ -137,8 +137,9 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             if not all(isinstance(k, str) and k for k in value):
                 raise ConfigError(f"{source}: [server].api_keys must be a list of non-empty strings")
             settings.api_keys = list(value)
-        elif key == "data_dir":
-            settings.data_dir = Path(value).expanduser()
+        elif key == "data_dir":  # relative to the config file, like every other path in it
+            data_dir = Path(value).expanduser()
+            settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path

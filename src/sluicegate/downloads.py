@@ -15,6 +15,7 @@ import logging
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -280,10 +281,18 @@ def _progress_for(job: DownloadJob) -> type:
 class Downloads:
     """The server's download jobs, by id; one job per file at a time."""
 
-    def __init__(self, models_dir: Path, endpoint: str | None = None) -> None:
+    def __init__(
+        self,
+        models_dir: Path,
+        endpoint: str | None = None,
+        on_downloaded: Callable[[Path], None] | None = None,
+    ) -> None:
         self.models_dir = models_dir
         self.endpoint = endpoint
         self.jobs: dict[str, DownloadJob] = {}
+        # Called on the event loop with each finished file, so the server can serve it at once.
+        self.on_downloaded = on_downloaded
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def get(self, job_id: str) -> DownloadJob | None:
         return self.jobs.get(job_id)
@@ -294,6 +303,7 @@ class Downloads:
         `DownloadError` (the caller's mistake) propagates; a Hub that does not know the repo or
         cannot be reached gives a job that has already failed, with the reason.
         """
+        self._loop = asyncio.get_running_loop()
         job = DownloadJob(new_id("job_", 10), ref, None)
         try:
             target = await asyncio.to_thread(resolve, ref, quantization, self.models_dir, self.endpoint)
@@ -305,6 +315,8 @@ class Downloads:
             self.jobs[job.job_id] = job
             return job
         if is_present(target):
+            if self.on_downloaded is not None:
+                self.on_downloaded(target.destination)
             return target
         for running in self.jobs.values():
             if running.status == "downloading" and running.target == target:
@@ -324,6 +336,8 @@ class Downloads:
             job.finish(describe(exc, job.ref, self.endpoint))
             return
         log.info("downloaded %s to %s", target.filename, target.destination)
+        if self.on_downloaded is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(self.on_downloaded, target.destination)
         job.finish()
 
     def close(self) -> None:

@@ -20,6 +20,7 @@ from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
+from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
@@ -57,17 +58,43 @@ DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
 
 
 def build_registry(settings: Settings) -> Registry:
-    """The declared models (or the scripted demo), then every GGUF in the models directory
-    that is not declared already (by id or by file)."""
+    """The declared models (or the scripted demo), then every GGUF in the models directory."""
     registry = Registry()
-    declared = settings.models or [DEMO_MODEL]
-    for table in declared:
+    for table in settings.models or [DEMO_MODEL]:
         add_table(registry, table, settings.base_dir)
-    files = {(settings.base_dir / t["path"]).resolve() for t in declared if isinstance(t.get("path"), str)}
-    for table in discover(models_dir(settings)):
-        if table["id"] not in registry.models and Path(table["path"]).resolve() not in files:
-            add_table(registry, table, settings.base_dir)
+    add_model_files(registry, settings)
     return registry
+
+
+def add_model_files(registry: Registry, settings: Settings) -> list[str]:
+    """Serve the GGUF files in the models directory not served already (by id or by file).
+
+    Runs at startup and after each download. A file that cannot be read as a model (half
+    copied, not a GGUF) is logged and skipped: a scanned folder must not stop the server.
+    """
+    declared = settings.models or [DEMO_MODEL]
+    files = {(settings.base_dir / t["path"]).resolve() for t in declared if isinstance(t.get("path"), str)}
+    files |= {
+        Path(path).resolve()
+        for model in registry.models.values()
+        if isinstance(path := model.engine.info().details.get("path"), str)
+    }
+    added: list[str] = []
+    for table in discover(models_dir(settings)):
+        if table["id"] in registry.models or Path(table["path"]).resolve() in files:
+            continue
+        try:
+            add_table(registry, table, settings.base_dir)
+        except ConfigError as exc:
+            log.warning("skipping %s in the models folder: %s", table["path"], exc)
+            continue
+        added.append(table["id"])
+    return added
+
+
+def _log_added(model_ids: list[str]) -> None:
+    if model_ids:
+        log.info("now serving downloaded models: %s", ", ".join(model_ids))
 
 
 async def health(request: Request) -> Response:
@@ -109,7 +136,9 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = SQLiteStore(store_path(settings))
-    downloads = Downloads(models_dir(settings))
+    downloads = Downloads(
+        models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
+    )
     state = AppState(
         settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads, tools=tools
     )

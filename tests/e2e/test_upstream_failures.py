@@ -237,7 +237,7 @@ def test_timeouts_end_chat_streams_with_an_error_event_after_heartbeats(
     assert frames[-1].is_done
     if model != "dribble-total":
         assert (
-            sum(f.is_heartbeat for f in frames) >= 2
+            sum(f.is_heartbeat for f in frames) >= 1
         )  # the client heard from us while the upstream was silent
 
 

@@ -265,3 +265,12 @@ ttl = 90
     assert build_registry(settings).models["a"].ttl == 90.0
     env = {"SLUICEGATE_MODELS_DIR": str(tmp_path / "elsewhere")}
     assert load_settings(path, env=env).models_dir == tmp_path / "elsewhere"
+
+
+def test_a_relative_data_dir_is_relative_to_the_config_file(tmp_path: Path) -> None:
+    path = tmp_path / "conf" / "sluicegate.toml"
+    path.parent.mkdir()
+    path.write_text('[server]\ndata_dir = "state"\n')
+    settings = load_settings(path, env={})
+    assert settings.data_dir == tmp_path / "conf" / "state"
+    assert settings.models_dir == tmp_path / "conf" / "state" / "models"

@@ -135,7 +135,8 @@ def test_resolve_takes_the_file_a_url_names(hub: FakeHub, tmp_path: Path) -> Non
 
 
 async def test_a_job_downloads_and_reports_progress(hub: FakeHub, tmp_path: Path) -> None:
-    downloads = Downloads(tmp_path, hub.url)
+    finished: list[Path] = []
+    downloads = Downloads(tmp_path, hub.url, on_downloaded=finished.append)
     hub.repos[REPO].gate.clear()  # the fake Hub holds back the second half of the file
     job = await downloads.start(REPO, "Q4_K_M")
     assert isinstance(job, DownloadJob) and job.job_id.startswith("job_")
@@ -154,9 +155,12 @@ async def test_a_job_downloads_and_reports_progress(hub: FakeHub, tmp_path: Path
     assert body["completed_at"] >= body["started_at"]
     assert (tmp_path / REPO / "tiny-Q4_K_M.gguf").read_bytes() == Q4
     assert downloads.get(job.job_id) is job
+    path = tmp_path / REPO / "tiny-Q4_K_M.gguf"
+    await until(lambda: finished == [path], "the server hears of the new file, on its loop")
 
     present = await downloads.start(REPO, "Q4_K_M")
     assert isinstance(present, Target)  # already there: no job, no second transfer
+    assert finished == [path, path]  # and the server is told again (served already: no-op)
     assert hub.downloads_of(REPO, "tiny-Q4_K_M.gguf") == 1
 
 

@@ -147,6 +147,15 @@ async def test_zero_server_ttl_keeps_jit_loads() -> None:
     assert a.loaded
 
 
+async def test_zero_model_ttl_keeps_jit_loads_too() -> None:
+    life = setup("a", jit_ttl=60)
+    a = life.registry.models["a"]
+    a.ttl = 0
+    await run(a.open(request("a")))
+    assert await life.reap(time.monotonic() + 1000 * HOUR) == []
+    assert a.loaded
+
+
 async def test_explicit_loads_have_no_ttl_unless_given_one() -> None:
     life = setup("a", jit_ttl=1)
     a = life.registry.models["a"]

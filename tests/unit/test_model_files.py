@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 
 from sluicegate.config import Settings, load_settings
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.model_files import DEMO_ID, discover, ensure_demo_model
-from sluicegate.server import build_registry
+from sluicegate.server import add_model_files, build_registry
 
 
 def test_ids_from_the_layout(tmp_path: Path) -> None:
@@ -59,3 +60,17 @@ def test_models_dir_setting_and_declared_files_are_not_listed_twice(tmp_path: Pa
     assert list(build_registry(settings).models) == ["declared"]  # mine.gguf is declared
     env_settings = load_settings(None, env={"SLUICEGATE_MODELS_DIR": str(library)})
     assert list(build_registry(env_settings).models) == ["scripted-demo", "mine"]
+
+
+def test_a_broken_file_is_skipped_and_a_new_one_is_served_without_a_restart(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path)
+    folder = tmp_path / "models"
+    (folder / "acme" / "repo").mkdir(parents=True)
+    (folder / "acme" / "repo" / "half-copied.gguf").write_bytes(b"GGUF\x03\x00")  # not a model
+    registry = build_registry(settings)
+    assert list(registry.models) == ["scripted-demo"]  # skipped, not fatal
+    assert ensure_demo_model(settings) is None  # a file is there: no demo over the user's folder
+    demo = make_demo_gguf(folder / "acme" / "repo" / "Fresh-Q5_0.gguf")
+    assert add_model_files(registry, settings) == ["acme/Fresh-Q5_0"]  # what a download triggers
+    assert registry.models["acme/Fresh-Q5_0"].engine.info().details["path"] == str(demo)
+    assert add_model_files(registry, settings) == []  # served once

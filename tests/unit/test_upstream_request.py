@@ -137,6 +137,12 @@ def test_config_defaults_and_api_key_from_the_environment() -> None:
         None,
     )
     assert parsed.think_tags and parsed.health_path == "/models"
+    assert parsed.capabilities.reasoning_options == []
+
+
+def test_a_reasoning_upstream_offers_lmstudio_reasoning_efforts() -> None:
+    caps = parse_config(config(reasoning=True), env={}).capabilities
+    assert caps.reasoning and caps.reasoning_options == ["low", "medium", "high"]
 
 
 @pytest.mark.parametrize(

@@ -48,7 +48,9 @@ class Lifecycle(InstanceHooks):
         if instance.ttl is not None:
             return instance.ttl
         if instance.jit:
-            return model.ttl if model.ttl is not None else self.jit_ttl
+            if model.ttl is not None:
+                return model.ttl or None  # 0 means never, as for jit_ttl_seconds
+            return self.jit_ttl
         return None
 
     def _due(self, model: Model, instance: Instance, now: float) -> bool:

@@ -172,6 +172,8 @@ def parse_config(table: dict[str, Any], env: dict[str, str] | None = None) -> Up
     caps = config.capabilities
     caps.vision = _bool(f"{where}: vision", table.get("vision", False))
     caps.reasoning = _bool(f"{where}: reasoning", table.get("reasoning", False))
+    if caps.reasoning:  # LM Studio's `reasoning` values, passed on as `reasoning_effort`
+        caps.reasoning_options = ["low", "medium", "high"]
     caps.tool_use = _bool(f"{where}: tool_use", table.get("tool_use", True))
     caps.logprobs = True
     if "context_length" in table:
