@@ -105,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         purger = asyncio.create_task(purge_expired_forever())
+        await registry.start()
         try:
             yield
         finally:

@@ -22,6 +22,7 @@ class ErrorKind(StrEnum):
     TIMEOUT = "timeout"  # the whole-request deadline passed
     IDLE_TIMEOUT = "idle_timeout"  # the engine went silent for too long
     ENGINE = "engine"  # the engine failed while generating
+    UPSTREAM = "upstream"  # an upstream server (gateway mode) failed or refused our credentials
     CANCELLED = "cancelled"  # the server (not the client) cancelled the request
     INTERNAL = "internal"
 
@@ -37,6 +38,7 @@ HTTP_STATUS: dict[ErrorKind, int] = {
     ErrorKind.TIMEOUT: 504,
     ErrorKind.IDLE_TIMEOUT: 504,
     ErrorKind.ENGINE: 500,
+    ErrorKind.UPSTREAM: 502,
     ErrorKind.CANCELLED: 499,
     ErrorKind.INTERNAL: 500,
 }

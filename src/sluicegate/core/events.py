@@ -107,6 +107,17 @@ class PromptFinished:
 
 
 @dataclass(slots=True)
+class Answered:
+    """A remote engine's upstream accepted the request (see `Engine.answers_first`).
+
+    `headers` are for the client's response (which replica serves it). Routes that wait for the
+    answer consume this event; the segmenter drops it anywhere else.
+    """
+
+    headers: dict[str, str]
+
+
+@dataclass(slots=True)
 class TextDelta:
     """Text on one channel: reasoning, message or refusal."""
 
@@ -182,5 +193,5 @@ class ItemDone:
 
 
 ProgressEvent = LoadStarted | LoadProgress | LoadFinished | PromptStarted | PromptProgress | PromptFinished
-RawEvent = ProgressEvent | TextDelta | ToolCallDelta | UsageReport | Finished | Failed
+RawEvent = ProgressEvent | Answered | TextDelta | ToolCallDelta | UsageReport | Finished | Failed
 Event = ProgressEvent | ItemAdded | ItemDelta | ItemDone | UsageReport | Finished | Failed

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
+    Answered,
     Event,
     Failed,
     Finished,
@@ -186,6 +187,8 @@ async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
                 case Failed():
                     failure = event
                     break
+                case Answered():
+                    continue  # for the route, which did not wait for it
                 case _:
                     yield event  # load and prompt progress pass through unchanged
                     continue

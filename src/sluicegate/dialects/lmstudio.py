@@ -49,6 +49,7 @@ LMSTUDIO_ERROR_TYPE = {
     ErrorKind.TIMEOUT: "internal_error",
     ErrorKind.IDLE_TIMEOUT: "internal_error",
     ErrorKind.ENGINE: "internal_error",
+    ErrorKind.UPSTREAM: "internal_error",
     ErrorKind.CANCELLED: "unknown",
     ErrorKind.INTERNAL: "internal_error",
 }

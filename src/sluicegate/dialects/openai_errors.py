@@ -19,6 +19,7 @@ OPENAI_ERROR_TYPE: dict[ErrorKind, tuple[str | None, str | None]] = {
     ErrorKind.TIMEOUT: ("timeout_error", "timeout"),
     ErrorKind.IDLE_TIMEOUT: ("stream_idle_timeout", "stream_idle_timeout"),
     ErrorKind.ENGINE: ("api_error", "engine_error"),
+    ErrorKind.UPSTREAM: ("api_error", "upstream_error"),
     ErrorKind.CANCELLED: (None, "cancelled"),
     ErrorKind.INTERNAL: ("api_error", "internal_error"),
 }

@@ -55,6 +55,11 @@ class Engine(ABC):
     kind: ClassVar[str]
     # Engines with nothing to load (an upstream) say False and never emit load events.
     needs_load: ClassVar[bool] = False
+    # Engines that reach a remote server say True: their stream then yields `Answered` once the
+    # server accepted the request, or `Failed` if it refused before sending anything. Routes
+    # wait for that (bounded) before sending their own status line, so a refusal is an HTTP
+    # error in the client's dialect and the headers can name who serves the request.
+    answers_first: ClassVar[bool] = False
 
     def __init__(self, model_id: str) -> None:
         self.model_id = model_id
@@ -90,6 +95,10 @@ class Engine(ABC):
                 param="n",
                 code="unsupported_parameter",
             )
+
+    async def start(self) -> None:
+        """Start background work (health checks, discovery) once the server runs."""
+        return None
 
     async def load(self, on_progress: ProgressCallback) -> None:
         """Load weights (or whatever this engine needs), reporting progress 0..1."""

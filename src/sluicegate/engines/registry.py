@@ -335,6 +335,12 @@ class Registry:
             )
         return model
 
+    async def start(self) -> None:
+        """Let every engine start its background work (health checks, discovery)."""
+        for model in self.models.values():
+            for instance in model.instances:
+                await instance.engine.start()
+
     async def aclose(self) -> None:
         for model in self.models.values():
             try:

@@ -21,6 +21,7 @@ from sluicegate.routes.common import (
     JSONResponse,
     app_state,
     dialect_endpoint,
+    engine_answer,
     error_response,
     read_json,
     wait_for_disconnect,
@@ -38,10 +39,11 @@ async def chat_completions(request: Request) -> Response:
     streaming = False
     try:
         generation = model.open(chat)
+        opened = await engine_answer(request, model, generation.events, state.limits, stream=options.stream)
         completion_id = new_id("chatcmpl-", 32)
         created = int(time.time())
-        headers = {"X-Request-ID": completion_id, INSTANCE_HEADER: generation.instance_id}
-        events = canonical_events(generation.events, state.limits)
+        headers = {"X-Request-ID": completion_id, INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        events = canonical_events(opened.events, state.limits)
         reasoning_field: ReasoningField = state.settings.reasoning_field  # type: ignore[assignment]
         if options.stream:
             encoder = ChatCompletionsEncoder(

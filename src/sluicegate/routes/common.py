@@ -7,7 +7,7 @@ formats (dialects do) nor frame bytes (the transport does).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import wraps
 from typing import TYPE_CHECKING, Any
@@ -18,10 +18,12 @@ from starlette.responses import Response
 
 from sluicegate.config import Settings
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.events import RawEvent
 from sluicegate.core.pipeline import StreamLimits
-from sluicegate.engines.registry import Registry
+from sluicegate.engines.registry import Model, Registry
 from sluicegate.metrics import METRICS
 from sluicegate.store.base import Store
+from sluicegate.transport.answer import Opened, await_answer
 
 if TYPE_CHECKING:
     from sluicegate.routes.responses_runs import ResponseRun
@@ -154,3 +156,18 @@ def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint]
 async def wait_for_disconnect(request: Request) -> None:
     while (await request.receive())["type"] != "http.disconnect":
         pass
+
+
+ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
+
+
+async def engine_answer(
+    request: Request, model: Model, events: AsyncIterator[RawEvent], limits: StreamLimits, *, stream: bool
+) -> Opened:
+    """For engines that reach an upstream, wait for it to accept the request before answering
+    (see `transport/answer.py`): a stream waits at most one heartbeat interval, a non-streaming
+    request as long as it takes (nothing is sent before the end anyway)."""
+    if not type(model.engine).answers_first:
+        return Opened(events)
+    bound = (limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
+    return await await_answer(events, bound=bound, disconnected=lambda: wait_for_disconnect(request))

@@ -28,6 +28,7 @@ from sluicegate.routes.common import (
     JSONResponse,
     app_state,
     dialect_endpoint,
+    engine_answer,
     error_response,
     read_json,
     wait_for_disconnect,
@@ -158,13 +159,14 @@ async def lmstudio_chat(request: Request) -> Response:
     streaming = False
     try:
         generation = model.open(chat)
+        opened = await engine_answer(request, model, generation.events, state.limits, stream=req.stream)
         response_id = new_id("resp_") if req.store else None
         accumulator = Accumulator()
         encoder = LMStudioEncoder(
             generation.instance_id, accumulator, response_id=response_id, vocabulary=events_vocabulary
         )
-        events = canonical_events(generation.events, state.limits)
-        headers = {INSTANCE_HEADER: generation.instance_id}
+        events = canonical_events(opened.events, state.limits)
+        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
         if response_id:
             headers["X-Request-ID"] = response_id
 

@@ -22,11 +22,13 @@ from sluicegate.routes.common import (
     JSONResponse,
     app_state,
     dialect_endpoint,
+    engine_answer,
     error_response,
     read_json,
     wait_for_disconnect,
 )
 from sluicegate.routes.responses_runs import Conversation, ResponseRun
+from sluicegate.transport.answer import Opened
 from sluicegate.transport.replay import replay
 from sluicegate.transport.sse import EventStreamResponse
 
@@ -92,6 +94,9 @@ async def create_response(request: Request) -> Response:
     release = state.admission.take()
     try:
         generation = model.open(_chat_request(req, messages))
+        opened = Opened(generation.events)
+        if not req.background:  # a background response answers at once, whatever the upstream does
+            opened = await engine_answer(request, model, generation.events, state.limits, stream=req.stream)
     except BaseException:
         release()
         raise
@@ -103,7 +108,7 @@ async def create_response(request: Request) -> Response:
         reasoning_names=state.settings.responses_reasoning_events,
     )
     run = ResponseRun(
-        canonical_events(generation.events, state.limits),
+        canonical_events(opened.events, state.limits),
         encoder,
         accumulator,
         conversation,
@@ -114,7 +119,7 @@ async def create_response(request: Request) -> Response:
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: generation.instance_id}
+    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: generation.instance_id, **opened.headers}
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:

@@ -1,0 +1,108 @@
+"""The upstream request's clocks: first byte, idle between chunks, and total.
+
+One timer per request, re-armed lazily like `transport/deadline.py`: a chunk only records the
+time. When a limit passes while the engine waits on the upstream, the waiting task is cancelled
+(the engine turns that into a `Failed` event); when it passes at any other moment, the engine
+sees `expired` at its next wait. The stream may be iterated by more than one task in turn (the
+route waits for the upstream's answer in a task of its own), so the task to cancel is the one
+that is waiting now, not the one that started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+
+
+class Clocks:
+    __slots__ = (
+        "_cancelled",
+        "_first_byte",
+        "_handle",
+        "_idle",
+        "_loop",
+        "_phase_at",
+        "_total",
+        "_total_at",
+        "_waiting",
+        "expired",
+        "first_byte_seen",
+    )
+
+    def __init__(self, *, first_byte: float | None, idle: float | None, total: float | None) -> None:
+        self._loop = asyncio.get_running_loop()
+        now = self._loop.time()
+        self._first_byte = first_byte
+        self._idle = idle or math.inf
+        self._total = total
+        self._total_at = now + total if total else math.inf
+        self._phase_at = now + first_byte if first_byte else math.inf
+        self._waiting: asyncio.Task[object] | None = None
+        self._cancelled = False
+        self._handle: asyncio.TimerHandle | None = None
+        self.expired: ErrorInfo | None = None
+        self.first_byte_seen = False
+        self._arm()
+
+    def _arm(self) -> None:
+        due = min(self._total_at, self._phase_at)
+        if due != math.inf:
+            self._handle = self._loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        if now < min(self._total_at, self._phase_at):
+            self._arm()
+            return
+        self._handle = None
+        if self._total_at <= self._phase_at:
+            self.expired = ErrorInfo(
+                ErrorKind.TIMEOUT,
+                f"The upstream did not finish within {self._total:g}s (total_timeout).",
+                code="upstream_total_timeout",
+            )
+        elif self.first_byte_seen:
+            self.expired = ErrorInfo(
+                ErrorKind.TIMEOUT,
+                f"The upstream sent nothing for {self._idle:g}s (idle_timeout).",
+                code="upstream_idle_timeout",
+            )
+        else:
+            self.expired = ErrorInfo(
+                ErrorKind.TIMEOUT,
+                f"The upstream sent no first byte within {self._first_byte:g}s (first_byte_timeout).",
+                code="upstream_first_byte_timeout",
+            )
+        if self._waiting is not None:
+            self._cancelled = True
+            self._waiting.cancel()
+
+    def waiting(self) -> None:
+        """The engine is about to wait on the upstream (call right before the await)."""
+        self._waiting = asyncio.current_task()
+
+    def chunk(self) -> None:
+        """Something arrived: the upstream is alive."""
+        self._waiting = None
+        self.first_byte_seen = True
+        self._phase_at = self._loop.time() + self._idle
+
+    def idle(self) -> None:
+        """Not waiting on the upstream any more (the answer came, or the stream is over)."""
+        self._waiting = None
+
+    def owns(self, task: asyncio.Task[object] | None) -> bool:
+        """Whether a cancellation of `task` came from these clocks, not from a client leaving;
+        consumes that one cancellation if so."""
+        if not self._cancelled or task is None:
+            return False
+        self._cancelled = False
+        return task.uncancel() == 0
+
+    def stop(self) -> None:
+        self._waiting = None
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

@@ -1,0 +1,259 @@
+"""Streamed Chat Completions, as real upstreams send them, → raw canonical events.
+
+Two pure pieces, no I/O: `SSEReader` splits body bytes into SSE frames (only the lines, nothing
+else is parsed), and `ChunkDecoder` turns each frame's JSON into raw events. They understand
+what vLLM, SGLang, llama-server, Ollama, LM Studio and OpenAI send (see
+`specs/notes-openai-wire-and-sdk.md` sections 3-5): reasoning as `reasoning_content` or `reasoning`,
+tool-call deltas by `index` (id and name once, repeated or never), the legacy `function_call`,
+`refusal`, per-chunk `logprobs`, usage on the finish chunk, on a `choices: []` chunk or on every
+chunk (the last one counts), llama-server's `prompt_progress`, error frames in every shape, and a
+stream that ends without `[DONE]`.
+
+Usage is reported once, at the end: the segmenter would pass every intermediate count on.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.events import (
+    Failed,
+    Finished,
+    FinishReason,
+    ItemKind,
+    PromptProgress,
+    RawEvent,
+    TextDelta,
+    TokenLogprob,
+    ToolCallDelta,
+    TopLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.engines.upstream.errors import stream_error
+
+FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+    "content_filter": FinishReason.CONTENT_FILTER,
+}
+LEGACY_CALL_INDEX = 0  # the one call a legacy `function_call` delta describes
+CLOSED_EARLY = "The upstream closed the stream before it finished (no finish_reason, no [DONE])."
+
+
+class SSEReader:
+    """Bytes → (event name, data) frames, per the SSE rules the upstreams follow: `data:` lines
+    of one frame are joined with newlines, a blank line ends the frame, comments are skipped.
+    Very old llama-server versions wrote `error: {...}` lines; those become `error` frames."""
+
+    __slots__ = ("_data", "_event", "_tail")
+
+    def __init__(self) -> None:
+        self._tail = b""
+        self._event: str | None = None
+        self._data: list[bytes] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
+        if self._tail:
+            chunk = self._tail + chunk
+        lines = chunk.split(b"\n")
+        self._tail = lines.pop()
+        frames: list[tuple[str | None, bytes]] = []
+        data = self._data
+        for line in lines:
+            if line[-1:] == b"\r":
+                line = line[:-1]
+            if not line:
+                if data:
+                    frames.append((self._event, data[0] if len(data) == 1 else b"\n".join(data)))
+                    data = self._data = []
+                self._event = None
+            elif line[:5] == b"data:":
+                data.append(line[6:] if line[5:6] == b" " else line[5:])
+            elif line[:6] == b"event:":
+                self._event = line[6:].strip().decode("utf-8", "replace")
+            elif line[:6] == b"error:":
+                self._event = "error"
+                data.append(line[6:].strip())
+            # comments (":"), `id:`, `retry:` and unknown fields are ignored
+        return frames
+
+    def close(self) -> list[tuple[str | None, bytes]]:
+        """A last frame the upstream did not end with a blank line."""
+        frames = self.feed(b"\n\n") if self._tail or self._data else []
+        return frames
+
+
+class ContentParser(Protocol):
+    """Splits content text further, e.g. `<think>` tags into reasoning (tools/parsing.py)."""
+
+    def feed(self, text: str, logprobs: list[TokenLogprob] | None) -> list[RawEvent]: ...
+
+    def finish(self) -> list[RawEvent]: ...
+
+
+def _logprobs(entries: Any) -> list[TokenLogprob] | None:
+    if not entries:
+        return None
+    return [
+        TokenLogprob(
+            e.get("token", ""),
+            e.get("logprob", 0.0),
+            e.get("bytes"),
+            [
+                TopLogprob(t.get("token", ""), t.get("logprob", 0.0), t.get("bytes"))
+                for t in e.get("top_logprobs") or ()
+            ],
+        )
+        for e in entries
+    ]
+
+
+def usage_from(body: dict[str, Any]) -> Usage:
+    prompt = body.get("prompt_tokens_details") or {}
+    completion = body.get("completion_tokens_details") or {}
+    return Usage(
+        prompt_tokens=body.get("prompt_tokens") or 0,
+        completion_tokens=body.get("completion_tokens") or 0,
+        cached_tokens=prompt.get("cached_tokens") or 0,
+        reasoning_tokens=completion.get("reasoning_tokens") or 0,
+    )
+
+
+class ChunkDecoder:
+    """One upstream stream's state: feed it SSE frames, then `end()` when the body ends."""
+
+    __slots__ = ("_call_ids", "_content", "_last_index", "done", "failed", "finish", "usage")
+
+    def __init__(self, content_parser: ContentParser | None = None) -> None:
+        self._content = content_parser
+        self.usage: dict[str, Any] | None = None
+        self.finish: FinishReason | None = None
+        self.done = False  # `[DONE]` seen
+        self.failed = False  # an error frame ended the stream
+        self._call_ids: dict[str, int] = {}  # for tool-call deltas without an `index`
+        self._last_index = -1
+
+    @property
+    def over(self) -> bool:
+        return self.done or self.failed
+
+    def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
+        if self.over:
+            return []
+        if data == b"[DONE]":
+            self.done = True
+            return self._tail()
+        try:
+            chunk = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            if event == "error":
+                return self._fail(stream_error({"message": data.decode("utf-8", "replace")}))
+            preview = data[:200].decode("utf-8", "replace")
+            return self._fail(
+                ErrorInfo(ErrorKind.UPSTREAM, f"The upstream sent a chunk that is not JSON: {preview}")
+            )
+        if not isinstance(chunk, dict):
+            return []
+        if event == "error" or chunk.get("error") or chunk.get("object") == "error":
+            return self._fail(stream_error(chunk))
+        out: list[RawEvent] = []
+        usage = chunk.get("usage")
+        if usage:
+            self.usage = usage
+        choices = chunk.get("choices")
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta:
+                self._delta(delta, choice.get("logprobs"), out)
+            reason = choice.get("finish_reason")
+            if reason:
+                self.finish = FINISH_REASONS.get(reason, FinishReason.STOP)
+                if self._content is not None:
+                    out.extend(self._content.finish())
+                out.append(Finished(self.finish))
+        progress = chunk.get("prompt_progress")
+        if progress:
+            total = progress.get("total") or 0
+            out.append(PromptProgress(min(1.0, progress.get("processed", 0) / total) if total else 0.0))
+        return out
+
+    def _delta(self, delta: dict[str, Any], logprobs: dict[str, Any] | None, out: list[RawEvent]) -> None:
+        content_lp = refusal_lp = None
+        if logprobs:
+            content_lp = _logprobs(logprobs.get("content"))
+            refusal_lp = _logprobs(logprobs.get("refusal"))
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+        content = delta.get("content")
+        if reasoning:
+            # Logprobs of a reasoning-only chunk belong to its reasoning tokens.
+            out.append(TextDelta(ItemKind.REASONING, reasoning, None if content else content_lp))
+        if content:
+            if self._content is not None:
+                out.extend(self._content.feed(content, content_lp))
+            else:
+                out.append(TextDelta(ItemKind.MESSAGE, content, content_lp))
+        refusal = delta.get("refusal")
+        if refusal:
+            out.append(TextDelta(ItemKind.REFUSAL, refusal, refusal_lp))
+        calls = delta.get("tool_calls")
+        if calls:
+            for call in calls:
+                self._tool_call(call, out)
+        legacy = delta.get("function_call")
+        if legacy:
+            out.append(
+                ToolCallDelta(
+                    LEGACY_CALL_INDEX, legacy.get("arguments") or "", name=legacy.get("name") or None
+                )
+            )
+
+    def _tool_call(self, call: dict[str, Any], out: list[RawEvent]) -> None:
+        function = call.get("function") or {}
+        call_id = call.get("id") or None
+        index = call.get("index")
+        if not isinstance(index, int):
+            # No index (some Ollama versions): a new id starts a new call, else it continues.
+            if call_id is not None and call_id not in self._call_ids:
+                self._call_ids[call_id] = self._last_index + 1
+            index = self._call_ids[call_id] if call_id is not None else max(self._last_index, 0)
+        self._last_index = max(self._last_index, index)
+        name = function.get("name") or None
+        arguments = function.get("arguments") or ""
+        if not isinstance(arguments, str):  # a few servers send the arguments as an object
+            arguments = orjson.dumps(arguments).decode()
+        if arguments or name or call_id:
+            out.append(ToolCallDelta(index, arguments, call_id, name))
+
+    def _tail(self) -> list[RawEvent]:
+        out: list[RawEvent] = []
+        if self._content is not None and self.finish is None:
+            out.extend(self._content.finish())
+        if self.usage is not None:
+            out.append(UsageReport(usage_from(self.usage)))
+        return out
+
+    def _fail(self, error: ErrorInfo) -> list[RawEvent]:
+        self.failed = True
+        return [*self._tail(), Failed(error)]
+
+    def end(self) -> list[RawEvent]:
+        """The body ended. Without `[DONE]` that is fine after a finish_reason, else a failure."""
+        if self.over:
+            return []
+        if self.finish is not None:
+            self.done = True
+            return self._tail()
+        return self._fail(ErrorInfo(ErrorKind.UPSTREAM, CLOSED_EARLY, code="upstream_closed_early"))
+
+    def cut(self, error: ErrorInfo) -> list[RawEvent]:
+        """The stream is ending with `error` (a timeout): report what usage we have, then fail."""
+        if self.over:
+            return []
+        return self._fail(error)

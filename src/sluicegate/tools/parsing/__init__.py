@@ -1,0 +1,28 @@
+"""Reasoning and tool calls parsed out of generated text while it streams.
+
+Engines that see raw model text (llama.cpp; an upstream that leaves `<think>` in `content`)
+feed it to an `OutputParser` and yield the raw events it returns. See docs/parsing.md.
+"""
+
+from sluicegate.tools.parsing.formats import (
+    THINK,
+    ReasoningStyle,
+    ToolCallFormat,
+    detect_reasoning,
+    detect_tool_format,
+    reasoning_setting,
+    tool_format_setting,
+)
+from sluicegate.tools.parsing.parser import OutputParser, new_call_id
+
+__all__ = [
+    "THINK",
+    "OutputParser",
+    "ReasoningStyle",
+    "ToolCallFormat",
+    "detect_reasoning",
+    "detect_tool_format",
+    "new_call_id",
+    "reasoning_setting",
+    "tool_format_setting",
+]

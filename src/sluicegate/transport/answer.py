@@ -1,0 +1,142 @@
+"""Waiting for a remote engine's answer before a response's status line goes out.
+
+The transport sends headers at once and heartbeats from then on; for an engine that reaches an
+upstream (`Engine.answers_first`), the route first waits — bounded — for the upstream to accept
+the request. That way an upstream's refusal before its first byte becomes an HTTP error in the
+client's dialect, and the headers can name the replica that serves the request. The client
+leaving while we wait cancels the upstream request at once. If the bound passes first, the
+response starts as usual (heartbeats flow) and the stream carries on from where it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.events import (
+    Answered,
+    Failed,
+    LoadFinished,
+    LoadProgress,
+    LoadStarted,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+)
+
+_PROGRESS = (LoadStarted, LoadProgress, LoadFinished, PromptStarted, PromptProgress, PromptFinished)
+
+
+async def _next(raw: AsyncIterator[RawEvent]) -> RawEvent | None:
+    try:
+        return await raw.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+class _Resumed:
+    """The stream after the wait: the events pulled meanwhile, then the one in flight, then
+    the rest, iterated by whoever consumes it next."""
+
+    __slots__ = ("_buffered", "_pending", "_raw")
+
+    def __init__(
+        self,
+        buffered: deque[RawEvent],
+        pending: asyncio.Future[RawEvent | None] | None,
+        raw: AsyncIterator[RawEvent],
+    ) -> None:
+        self._buffered = buffered
+        self._pending = pending
+        self._raw = raw
+
+    def __aiter__(self) -> _Resumed:
+        return self
+
+    async def __anext__(self) -> RawEvent:
+        if self._buffered:
+            return self._buffered.popleft()
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            event = await pending  # cancelling the consumer cancels this too
+            if event is None:
+                raise StopAsyncIteration
+            return event
+        return await self._raw.__anext__()
+
+    async def aclose(self) -> None:
+        if self._pending is not None:
+            self._pending.cancel()
+            await asyncio.gather(self._pending, return_exceptions=True)
+            self._pending = None
+        aclose = getattr(self._raw, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@dataclass(slots=True)
+class Opened:
+    events: AsyncIterator[RawEvent]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def await_answer(
+    raw: AsyncIterator[RawEvent],
+    *,
+    bound: float | None,
+    disconnected: Callable[[], Awaitable[object]],
+) -> Opened:
+    """Pull `raw` until the engine's `Answered` (whose headers are returned), at most `bound`
+    seconds (None: no bound). Raises `SluicegateError` for a `Failed` before the answer (nothing
+    was sent yet) and CANCELLED when the client left while waiting."""
+    loop = asyncio.get_running_loop()
+    deadline = None if bound is None else loop.time() + bound
+    buffered: deque[RawEvent] = deque()
+    watcher = asyncio.ensure_future(disconnected())
+    try:
+        while True:
+            pending = asyncio.ensure_future(_next(raw))
+            timeout = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                done, _ = await asyncio.wait(
+                    {pending, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+            except asyncio.CancelledError:  # the server is shutting down
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+                await _close(raw)
+                raise
+            if pending in done:
+                event = pending.result()
+                if isinstance(event, Answered):
+                    return Opened(_Resumed(buffered, None, raw), event.headers)
+                if isinstance(event, Failed):
+                    await _close(raw)
+                    info = event.error
+                    raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
+                if event is not None:
+                    buffered.append(event)
+                    if isinstance(event, _PROGRESS):
+                        continue
+                    return Opened(_Resumed(buffered, None, raw))  # an engine that never answers
+                buffered_end: asyncio.Future[RawEvent | None] = loop.create_future()
+                buffered_end.set_result(None)
+                return Opened(_Resumed(buffered, buffered_end, raw))
+            if watcher in done:
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+                await _close(raw)
+                raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
+            return Opened(_Resumed(buffered, pending, raw))  # the bound passed: start anyway
+    finally:
+        watcher.cancel()
+
+
+async def _close(raw: AsyncIterator[RawEvent]) -> None:
+    aclose = getattr(raw, "aclose", None)
+    if aclose is not None:
+        await aclose()

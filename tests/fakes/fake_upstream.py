@@ -1,0 +1,315 @@
+"""A fake OpenAI-compatible upstream: a real HTTP/1.1 server on loopback, for the gateway tests.
+
+It speaks streaming Chat Completions byte for byte as vLLM and llama-server do (compact JSON,
+`data: ...\\n\\n` frames, chunked transfer encoding, `data: [DONE]`), and can be told, per
+request, to misbehave in every way real upstreams do: the request's `model` names a `Scenario`
+registered on the server (unknown names get a plain greeting). It records what it observed:
+every request's body and headers, and when the client went away while it was still answering.
+
+Written on raw asyncio streams (no framework) so it controls every byte: it can stall before
+the status line, close without the chunked terminator, or answer 503 on the first try only.
+It runs its own event loop in a thread, so sync tests and async tests use it alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+CREATED = 1_760_000_000
+
+
+def chunk(
+    delta: dict[str, Any] | None = None,
+    *,
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    logprobs: dict[str, Any] | None = None,
+    choices: bool = True,
+    model: str = "fake-model",
+    extra: dict[str, Any] | None = None,
+) -> bytes:
+    """One `chat.completion.chunk` frame in vLLM's exact shape (compact JSON, null fields kept)."""
+    body: dict[str, Any] = {
+        "id": "chatcmpl-fake0123456789",
+        "object": "chat.completion.chunk",
+        "created": CREATED,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta or {}, "logprobs": logprobs, "finish_reason": finish_reason}]
+        if choices
+        else [],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    body.update(extra or {})
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def usage(
+    prompt: int, completion: int, *, cached: int | None = None, reasoning: int | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+    }
+    if cached is not None:
+        body["prompt_tokens_details"] = {"cached_tokens": cached}
+    if reasoning is not None:
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return body
+
+
+def text_stream(words: list[str], *, finish: str = "stop", use: dict[str, Any] | None = None) -> list[bytes]:
+    """vLLM's shape: a role chunk with empty content, a chunk per word, the finish chunk, then
+    (include_usage) a separate `choices: []` usage chunk."""
+    frames = [chunk({"role": "assistant", "content": ""})]
+    frames += [chunk({"content": w}) for w in words]
+    frames.append(chunk(finish_reason=finish))
+    frames.append(chunk(choices=False, usage=use or usage(10, len(words))))
+    return frames
+
+
+@dataclass
+class Scenario:
+    """What to answer. Frames are sent as given; `None` in `frames` means "stall here forever"."""
+
+    frames: list[bytes | None] = field(default_factory=list)
+    status: int = 200
+    body: bytes = b""  # for a non-2xx answer
+    content_type: str = "application/json"
+    headers_delay: float = 0.0  # before the status line
+    body_delay: float = 0.0  # after the headers, before the first frame
+    frame_delay: float = 0.0  # between frames
+    done: bool = True  # end with `data: [DONE]`
+    abrupt: bool = False  # close the socket without the chunked terminator
+    fail_first: int = 0  # answer 503 to the first N requests, then this scenario
+    split: bool = False  # send every frame in two TCP writes, split mid-line
+
+
+@dataclass
+class Observed:
+    path: str
+    method: str
+    headers: dict[str, str]
+    body: Any
+    received_at: float
+    answered_status: int | None = None
+    disconnected_at: float | None = None  # the client left before we were done
+    finished: bool = False
+
+
+class FakeUpstream:
+    def __init__(self, *, name: str = "fake") -> None:
+        self.name = name
+        self.scenarios: dict[str, Scenario] = {}
+        self.models: list[str] = ["fake-model"]
+        self.healthy = True  # False: GET /v1/models answers 503
+        self.requests: list[Observed] = []
+        self._served: dict[str, int] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        """What a client passes as its OpenAI base URL."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> FakeUpstream:
+        started = threading.Event()
+
+        def run() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._server = loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
+            self.port = self._server.sockets[0].getsockname()[1]
+            started.set()
+            loop.run_forever()
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+        self._thread = threading.Thread(target=run, name=f"fake-upstream-{self.name}", daemon=True)
+        self._thread.start()
+        started.wait(10)
+        return self
+
+    def stop(self) -> None:
+        loop, server = self._loop, self._server
+        if loop is None or server is None:
+            return
+
+        async def close() -> None:
+            server.close()
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(close(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+        assert self._thread is not None
+        self._thread.join(5)
+
+    def __enter__(self) -> FakeUpstream:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- observations --------------------------------------------------------------------
+
+    def chat_requests(self, model: str | None = None) -> list[Observed]:
+        return [
+            r
+            for r in self.requests
+            if r.path.endswith("/chat/completions") and (model is None or r.body.get("model") == model)
+        ]
+
+    def wait_for(self, check: Callable[[], Any], timeout: float = 10.0) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if result := check():
+                return result
+            time.sleep(0.01)
+        raise AssertionError(f"fake upstream {self.name}: condition not met within {timeout}s")
+
+    # --- HTTP ----------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while await self._one_request(reader, writer):
+                pass
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        head = await reader.readuntil(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        method, path, _ = lines[0].split(" ", 2)
+        headers = {
+            k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:] if line)
+        }
+        raw = await reader.readexactly(int(headers.get("content-length", "0")))
+        body = json.loads(raw) if raw else None
+        observed = Observed(path, method, headers, body, time.monotonic())
+        self.requests.append(observed)
+        if method == "GET" and path.endswith("/models"):
+            if self.healthy:
+                listing = {
+                    "object": "list",
+                    "data": [{"id": m, "object": "model", "owned_by": "fake"} for m in self.models],
+                }
+                await self._plain(writer, observed, 200, json.dumps(listing).encode())
+            else:
+                await self._plain(writer, observed, 503, b'{"error":{"message":"warming up"}}')
+            return True
+        if method != "POST" or not path.endswith("/chat/completions"):
+            await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')
+            return True
+        model = body.get("model", "") if isinstance(body, dict) else ""
+        scenario = self.scenarios.get(model) or Scenario(
+            frames=list(text_stream(["Hello", " from", f" {self.name}"]))
+        )
+        count = self._served.get(model, 0)
+        self._served[model] = count + 1
+        if count < scenario.fail_first:
+            await self._plain(writer, observed, 503, b'{"error":{"message":"overloaded, try again"}}')
+            return True
+        return await self._answer(reader, writer, observed, scenario)
+
+    async def _plain(
+        self,
+        writer: asyncio.StreamWriter,
+        observed: Observed,
+        status: int,
+        body: bytes,
+        content_type: str = "application/json",
+    ) -> None:
+        observed.answered_status = status
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+        observed.finished = True
+
+    async def _answer(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        observed: Observed,
+        scenario: Scenario,
+    ) -> bool:
+        # Watch for the client leaving while we answer (it sends nothing more on this connection).
+        gone = asyncio.ensure_future(reader.read(1))
+        try:
+            if not await self._pause(gone, scenario.headers_delay, observed):
+                return False
+            if scenario.status != 200:
+                await self._plain(writer, observed, scenario.status, scenario.body, scenario.content_type)
+                return True
+            observed.answered_status = 200
+            writer.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                b"cache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+            )
+            await writer.drain()
+            if not await self._pause(gone, scenario.body_delay, observed):
+                return False
+            frames = list(scenario.frames) + ([DONE] if scenario.done else [])
+            for i, frame in enumerate(frames):
+                if i and not await self._pause(gone, scenario.frame_delay, observed):
+                    return False
+                if frame is None:  # stall until the client leaves
+                    await self._pause(gone, 3600.0, observed)
+                    return False
+                parts = [frame[: len(frame) // 2], frame[len(frame) // 2 :]] if scenario.split else [frame]
+                for part in parts:
+                    writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    await writer.drain()
+            if scenario.abrupt:
+                observed.finished = True
+                return False
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            observed.finished = True
+            return True
+        except ConnectionError:
+            observed.disconnected_at = observed.disconnected_at or time.monotonic()
+            return False
+        finally:
+            gone.cancel()
+            await asyncio.gather(gone, return_exceptions=True)
+
+    @staticmethod
+    async def _pause(gone: asyncio.Future[bytes], seconds: float, observed: Observed) -> bool:
+        """Wait `seconds`; False (and the time noted) if the client left meanwhile."""
+        if seconds <= 0 and not gone.done():
+            return True
+        done, _ = await asyncio.wait({gone}, timeout=seconds)
+        if done:
+            observed.disconnected_at = time.monotonic()
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def fake_upstream(name: str = "fake") -> Iterator[FakeUpstream]:
+    with FakeUpstream(name=name) as fake:
+        yield fake

@@ -1,0 +1,307 @@
+"""wire.py: every shape real upstreams send becomes the right raw events.
+
+Frames are built by the fake upstream's own helpers, so these tests and the e2e tests feed the
+decoder the same bytes a real vLLM / llama-server stream has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fake_upstream import DONE, chunk, text_stream, usage
+
+from sluicegate.core.errors import ErrorKind
+from sluicegate.core.events import (
+    Failed,
+    Finished,
+    FinishReason,
+    ItemKind,
+    PromptProgress,
+    RawEvent,
+    TextDelta,
+    ToolCallDelta,
+    UsageReport,
+)
+from sluicegate.engines.upstream.wire import ChunkDecoder, SSEReader
+
+
+def decode(frames: list[bytes], *, end: bool = True, split: int | None = None) -> list[RawEvent]:
+    """Run bytes through reader and decoder, optionally re-split every `split` bytes."""
+    data = b"".join(frames)
+    pieces = [data[i : i + split] for i in range(0, len(data), split)] if split else [data]
+    reader, decoder = SSEReader(), ChunkDecoder()
+    events: list[RawEvent] = []
+    for piece in pieces:
+        for name, payload in reader.feed(piece):
+            events += decoder.frame(name, payload)
+    if end:
+        for name, payload in reader.close():
+            events += decoder.frame(name, payload)
+        events += decoder.end()
+    return events
+
+
+def texts(events: list[RawEvent], channel: ItemKind) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta) and e.channel is channel)
+
+
+def test_content_usage_and_finish_in_vllm_shape() -> None:
+    events = decode([*text_stream(["Hel", "lo"], use=usage(7, 2, cached=3)), DONE])
+    assert texts(events, ItemKind.MESSAGE) == "Hello"
+    assert [type(e) for e in events] == [TextDelta, TextDelta, Finished, UsageReport]
+    report = events[-1]
+    assert isinstance(report, UsageReport)
+    assert (report.usage.prompt_tokens, report.usage.completion_tokens, report.usage.cached_tokens) == (
+        7,
+        2,
+        3,
+    )
+
+
+def test_byte_by_byte_delivery_and_crlf_lines_decode_the_same() -> None:
+    frames = [*text_stream(["a", "é", "c"]), DONE]
+    whole = decode(frames)
+    assert decode(frames, split=1) == whole
+    crlf = [f.replace(b"\n", b"\r\n") for f in frames]
+    assert decode(crlf, split=3) == whole
+
+
+def test_reasoning_in_either_field_and_reasoning_tokens() -> None:
+    frames = [
+        chunk({"role": "assistant", "content": None}),
+        chunk({"reasoning_content": "Let me"}),
+        chunk({"reasoning": " think."}),
+        chunk({"content": "42"}),
+        chunk(finish_reason="stop", usage=usage(5, 9, reasoning=6)),  # usage on the finish chunk
+        DONE,
+    ]
+    events = decode(frames)
+    assert texts(events, ItemKind.REASONING) == "Let me think."
+    assert texts(events, ItemKind.MESSAGE) == "42"
+    report = events[-1]
+    assert isinstance(report, UsageReport) and report.usage.reasoning_tokens == 6
+
+
+def test_a_field_sent_under_both_names_counts_once() -> None:
+    events = decode([chunk({"reasoning_content": "x", "reasoning": "x"}), chunk(finish_reason="stop"), DONE])
+    assert texts(events, ItemKind.REASONING) == "x"
+
+
+def test_usage_on_every_chunk_reports_only_the_last() -> None:
+    frames = [
+        chunk({"content": "a"}, usage=usage(3, 1)),
+        chunk({"content": "b"}, usage=usage(3, 2)),
+        chunk(finish_reason="length", usage=usage(3, 2)),
+        chunk(choices=False, usage=usage(3, 2)),
+        DONE,
+    ]
+    events = decode(frames)
+    reports = [e for e in events if isinstance(e, UsageReport)]
+    assert len(reports) == 1 and reports[0].usage.completion_tokens == 2
+    assert Finished(FinishReason.LENGTH) in events
+
+
+def tool_deltas(events: list[RawEvent]) -> list[tuple[int, str, str | None, str | None]]:
+    return [(e.index, e.arguments, e.call_id, e.name) for e in events if isinstance(e, ToolCallDelta)]
+
+
+def test_tool_calls_by_index_with_id_and_name_once() -> None:
+    frames = [
+        chunk(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "get", "arguments": ""},
+                    }
+                ],
+            }
+        ),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"q":'}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": ""}}]}),  # empty delta: nothing
+        chunk({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 1,
+                        "id": "call_b",
+                        "type": "function",
+                        "function": {"name": "put", "arguments": "{}"},
+                    }
+                ]
+            }
+        ),
+        chunk(finish_reason="tool_calls"),
+        DONE,
+    ]
+    events = decode(frames)
+    assert tool_deltas(events) == [
+        (0, "", "call_a", "get"),
+        (0, '{"q":', None, None),
+        (0, "1}", None, None),
+        (1, "{}", "call_b", "put"),
+    ]
+    assert Finished(FinishReason.TOOL_CALLS) in events
+
+
+def test_tool_calls_without_ids_with_repeated_names_and_arguments_at_the_end() -> None:
+    frames = [
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "get"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "get"}}]}),
+        chunk({"tool_calls": [{"index": 0, "function": {"name": "get", "arguments": '{"a":1}'}}]}),
+        chunk(finish_reason="tool_calls"),
+        DONE,
+    ]
+    assert tool_deltas(decode(frames)) == [
+        (0, "", None, "get"),
+        (0, "", None, "get"),
+        (0, '{"a":1}', None, "get"),
+    ]
+
+
+def test_tool_calls_without_index_are_told_apart_by_id() -> None:
+    frames = [
+        chunk(
+            {
+                "tool_calls": [
+                    {"id": "c1", "function": {"name": "a", "arguments": "{}"}},
+                    {"id": "c2", "function": {"name": "b", "arguments": {"x": 1}}},  # arguments as an object
+                ]
+            }
+        ),
+        chunk(finish_reason="tool_calls"),
+        DONE,
+    ]
+    assert tool_deltas(decode(frames)) == [(0, "{}", "c1", "a"), (1, '{"x":1}', "c2", "b")]
+
+
+def test_legacy_function_call_delta() -> None:
+    frames = [
+        chunk({"role": "assistant", "content": None, "function_call": {"name": "lookup", "arguments": ""}}),
+        chunk({"function_call": {"arguments": '{"id":'}}),
+        chunk({"function_call": {"arguments": "3}"}}),
+        chunk(finish_reason="function_call"),
+        DONE,
+    ]
+    events = decode(frames)
+    assert tool_deltas(events) == [(0, "", None, "lookup"), (0, '{"id":', None, None), (0, "3}", None, None)]
+    assert Finished(FinishReason.TOOL_CALLS) in events
+
+
+def test_refusal_and_its_logprobs() -> None:
+    entry: dict[str, Any] = {"token": "No", "logprob": -0.5, "bytes": [78, 111], "top_logprobs": []}
+    frames = [
+        chunk({"role": "assistant", "content": None, "refusal": ""}),
+        chunk({"refusal": "No"}, logprobs={"content": None, "refusal": [entry]}),
+        chunk(finish_reason="stop"),
+        DONE,
+    ]
+    events = decode(frames)
+    refusal = [e for e in events if isinstance(e, TextDelta)]
+    assert len(refusal) == 1 and refusal[0].channel is ItemKind.REFUSAL
+    assert refusal[0].logprobs is not None and refusal[0].logprobs[0].logprob == -0.5
+
+
+def test_content_logprobs_with_top_alternatives() -> None:
+    entry = {
+        "token": "Hi",
+        "logprob": -0.1,
+        "bytes": [72, 105],
+        "top_logprobs": [
+            {"token": "Hi", "logprob": -0.1, "bytes": [72, 105]},
+            {"token": "Yo", "logprob": -2.5, "bytes": None},
+        ],
+    }
+    events = decode(
+        [
+            chunk({"content": "Hi"}, logprobs={"content": [entry], "refusal": None}),
+            chunk(finish_reason="stop"),
+            DONE,
+        ]
+    )
+    delta = events[0]
+    assert isinstance(delta, TextDelta) and delta.logprobs is not None
+    assert delta.logprobs[0].token == "Hi"
+    assert [t.token for t in delta.logprobs[0].top] == ["Hi", "Yo"]
+
+
+def test_error_frame_in_data_ends_the_stream_with_the_upstream_message() -> None:
+    frames = [
+        chunk({"content": "partial"}),
+        b'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","code":500}}\n\n',
+        DONE,
+        chunk({"content": "ignored"}),
+    ]
+    events = decode(frames)
+    failed = events[-1]
+    assert isinstance(failed, Failed)
+    assert failed.error.kind is ErrorKind.UPSTREAM and "CUDA out of memory" in failed.error.message
+    assert texts(events, ItemKind.MESSAGE) == "partial"
+
+
+def test_event_error_frame_and_old_llama_error_lines() -> None:
+    named = decode([chunk({"content": "a"}), b'event: error\ndata: {"message":"slot crashed"}\n\n'])
+    assert isinstance(named[-1], Failed) and "slot crashed" in named[-1].error.message
+    old = decode([b'error: {"code":500,"message":"llama decode failed","type":"server_error"}\n\n'])
+    assert isinstance(old[-1], Failed) and "llama decode failed" in old[-1].error.message
+
+
+def test_vllm_old_error_object_and_usage_before_the_failure() -> None:
+    frames = [
+        chunk({"content": "a"}, usage=usage(4, 1)),
+        b'data: {"object":"error","message":"bad things","type":"BadRequestError","param":null,"code":400}\n\n',
+    ]
+    events = decode(frames, end=False)
+    assert isinstance(events[-2], UsageReport)
+    assert isinstance(events[-1], Failed) and events[-1].error.kind is ErrorKind.INVALID_REQUEST
+
+
+def test_end_without_done_after_a_finish_reason_is_fine() -> None:
+    events = decode(text_stream(["ok"]))
+    assert not any(isinstance(e, Failed) for e in events)
+    assert isinstance(events[-1], UsageReport)
+
+
+def test_end_without_done_before_a_finish_reason_fails() -> None:
+    events = decode([chunk({"content": "cut"})])
+    assert isinstance(events[-1], Failed)
+    assert events[-1].error.code == "upstream_closed_early"
+
+
+def test_last_frame_without_blank_line_still_counts() -> None:
+    events = decode([chunk({"content": "x"}), chunk(finish_reason="stop")[:-2]])
+    assert Finished(FinishReason.STOP) in events and not any(isinstance(e, Failed) for e in events)
+
+
+def test_not_json_is_a_failure_not_an_exception() -> None:
+    events = decode([b"data: {oops\n\n"], end=False)
+    assert isinstance(events[-1], Failed) and "not JSON" in events[-1].error.message
+
+
+def test_llama_server_prompt_progress_and_comments() -> None:
+    frames = [
+        b": keep-alive\n\n",
+        chunk(
+            {"role": "assistant", "content": None},
+            extra={"prompt_progress": {"total": 200, "cache": 0, "processed": 50}},
+        ),
+        chunk({"content": "x"}),
+        chunk(finish_reason="stop"),
+        DONE,
+    ]
+    events = decode(frames)
+    assert events[0] == PromptProgress(0.25)
+
+
+def test_nothing_after_done_is_decoded() -> None:
+    reader, decoder = SSEReader(), ChunkDecoder()
+    events: list[RawEvent] = []
+    for name, payload in reader.feed(b"".join([*text_stream(["a"]), DONE, chunk({"content": "late"})])):
+        events += decoder.frame(name, payload)
+    assert decoder.done and texts(events, ItemKind.MESSAGE) == "a"
+    assert decoder.end() == []
