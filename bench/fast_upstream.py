@@ -48,7 +48,12 @@ class Frames:
 
     def __init__(self, model: str, max_tokens: int) -> None:
         head = orjson.dumps(
-            {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+            {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+            }
         )[:-1]
         self.role = _chunk(
             head + b',"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
@@ -71,7 +76,11 @@ class Frames:
         self.done = _chunk(b"[DONE]") + b"0\r\n\r\n"
 
     def usage(self, completion_tokens: int) -> bytes:
-        usage = {"prompt_tokens": 8, "completion_tokens": completion_tokens, "total_tokens": 8 + completion_tokens}
+        usage = {
+            "prompt_tokens": 8,
+            "completion_tokens": completion_tokens,
+            "total_tokens": 8 + completion_tokens,
+        }
         return _chunk(self.head + b',"choices":[],"usage":' + orjson.dumps(usage) + b"}")
 
 
@@ -101,8 +110,12 @@ STREAM_HEADERS = (
 
 def _plain(status: bytes, body: bytes, content_type: bytes = b"application/json") -> bytes:
     return (
-        b"HTTP/1.1 " + status + b"\r\ncontent-type: " + content_type
-        + b"\r\ncontent-length: %d\r\n\r\n" % len(body) + body
+        b"HTTP/1.1 "
+        + status
+        + b"\r\ncontent-type: "
+        + content_type
+        + b"\r\ncontent-length: %d\r\n\r\n" % len(body)
+        + body
     )
 
 
@@ -175,7 +188,10 @@ class Connection(asyncio.Protocol):
         assert transport is not None
         path = url.split(b"?", 1)[0]
         if method == b"GET" and path in (b"/health", b"/v1/models", b"/models"):
-            listing = {"object": "list", "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "bench"}]}
+            listing = {
+                "object": "list",
+                "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "bench"}],
+            }
             transport.write(_plain(b"200 OK", orjson.dumps(listing) if path != b"/health" else b"{}"))
             return
         if method != b"POST" or not path.endswith(b"/chat/completions"):
@@ -183,7 +199,9 @@ class Connection(asyncio.Protocol):
             return
         request = orjson.loads(body)
         model = str(request.get("model", "fake"))
-        tokens = int(request.get("max_tokens") or request.get("max_completion_tokens") or self.upstream.default_tokens)
+        tokens = int(
+            request.get("max_tokens") or request.get("max_completion_tokens") or self.upstream.default_tokens
+        )
         delay = self.upstream.delay_for(model)
         frames = self.upstream.frames_for(model, tokens)
         if not request.get("stream"):
@@ -221,7 +239,12 @@ def _completion(model: str, text: str, tokens: int) -> dict[str, object]:
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": "length"}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "length",
+            }
         ],
         "usage": {"prompt_tokens": 8, "completion_tokens": tokens, "total_tokens": 8 + tokens},
     }
@@ -246,11 +269,15 @@ async def amain(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9000)
     parser.add_argument("--tokens", type=int, default=256, help="tokens per reply without max_tokens")
-    parser.add_argument("--delay-ms", type=float, default=0.0, help="inter-token delay without -d<ms> in the model")
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.0, help="inter-token delay without -d<ms> in the model"
+    )
     args = parser.parse_args()
     raise_fd_limit()
     try:

@@ -39,7 +39,6 @@ import tempfile
 import textwrap
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -131,10 +130,9 @@ def wait_ready(proc: Proc, url: str, seconds: float = 120) -> None:
     while True:
         if proc.popen.poll() is not None:
             raise RuntimeError(f"{proc.name} exited at start:\n{proc.log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError):
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
         if time.monotonic() > deadline:
             raise RuntimeError(f"{proc.name} not ready after {seconds:.0f}s:\n{proc.log.read_text()[-3000:]}")
         time.sleep(0.2)
@@ -193,8 +191,10 @@ def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Pr
 
 
 def find_nginx(given: str | None) -> str | None:
-    return given or shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    return (
+        given
+        or shutil.which("nginx")
+        or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
     )
 
 
@@ -202,7 +202,9 @@ def start_nginx(binary: str, folder: Path, upstream: int, workers: int) -> tuple
     port = free_port()
     home = folder / "nginx"
     home.mkdir()
-    temps = "\n".join(f"  {k}_temp_path {home / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    temps = "\n".join(
+        f"  {k}_temp_path {home / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
     conf = home / "nginx.conf"
     conf.write_text(
         textwrap.dedent(
@@ -307,15 +309,29 @@ class Run:
             "requests": self.requests,
             "tokens_per_request": self.tokens,
             "tokens_per_second": self.tps,
-            "ttft_ms": {"mean": mean(self.ttft) * ms, "p50": pct(self.ttft, 50) * ms, "p99": pct(self.ttft, 99) * ms},
-            "itl_ms": {"mean": mean(self.itl) * ms, "p50": pct(self.itl, 50) * ms, "p99": pct(self.itl, 99) * ms},
-            "e2e_ms": {"mean": mean(self.e2e) * ms, "p50": pct(self.e2e, 50) * ms, "p99": pct(self.e2e, 99) * ms},
+            "ttft_ms": {
+                "mean": mean(self.ttft) * ms,
+                "p50": pct(self.ttft, 50) * ms,
+                "p99": pct(self.ttft, 99) * ms,
+            },
+            "itl_ms": {
+                "mean": mean(self.itl) * ms,
+                "p50": pct(self.itl, 50) * ms,
+                "p99": pct(self.itl, 99) * ms,
+            },
+            "e2e_ms": {
+                "mean": mean(self.e2e) * ms,
+                "p50": pct(self.e2e, 50) * ms,
+                "p99": pct(self.e2e, 99) * ms,
+            },
             "cpu_cores": self.cpu,
             "errors": self.errors[:5],
         }
 
 
-def client_cmd(target: Target, mode: str, model: str, tokens: int, concurrency: int, requests: int) -> list[str]:
+def client_cmd(
+    target: Target, mode: str, model: str, tokens: int, concurrency: int, requests: int
+) -> list[str]:
     return [
         sys.executable,
         str(HERE / "load_client.py"),
@@ -330,13 +346,22 @@ def client_cmd(target: Target, mode: str, model: str, tokens: int, concurrency: 
 
 
 def load(
-    target: Target, upstream: Proc, model: str, tokens: int, concurrency: int, requests: int, duration: float = 0.0
+    target: Target,
+    upstream: Proc,
+    model: str,
+    tokens: int,
+    concurrency: int,
+    requests: int,
+    duration: float = 0.0,
 ) -> Run:
     """One client process: it connects, then runs on our word, so CPU is read over its run only."""
     watched = {"upstream": upstream.pids(), "gateway": target.proc.pids() if target.proc else []}
     cmd = client_cmd(target, "run", model, tokens, concurrency, requests)
     client = subprocess.Popen(
-        [*cmd, "--duration", str(duration)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [*cmd, "--duration", str(duration)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert client.stdin is not None and client.stdout is not None
     ready = client.stdout.readline()
@@ -355,7 +380,11 @@ def load(
     cpu["client"] = out["client_cpu"] / out["wall"]
     streams = out["streams"]
     errors = [s["error"] for s in streams if s["error"]]
-    errors += [f"{s['tokens']} content chunks, expected {tokens}" for s in streams if not s["error"] and s["tokens"] != tokens]
+    errors += [
+        f"{s['tokens']} content chunks, expected {tokens}"
+        for s in streams
+        if not s["error"] and s["tokens"] != tokens
+    ]
     ok = [s for s in streams if s["tokens"]]
     return Run(
         concurrency=concurrency,
@@ -425,7 +454,13 @@ def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, res
         results.latency[target.key][c] = run
         print(f"  {target.key:<13} c={c:<3} {_latency_line(run)}", flush=True)
     run = load(
-        target, upstream, thr_model, args.throughput_tokens, args.throughput_concurrency, 0, args.throughput_seconds
+        target,
+        upstream,
+        thr_model,
+        args.throughput_tokens,
+        args.throughput_concurrency,
+        0,
+        args.throughput_seconds,
     )
     results.throughput[target.key] = run
     cpu = " ".join(f"{k} {v * 100:.0f}%" for k, v in run.cpu.items())
@@ -471,7 +506,9 @@ def run_all(args: argparse.Namespace) -> Results:
     with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
         folder = Path(tmp)
         up_port = free_port()
-        upstream = start("upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder)
+        upstream = start(
+            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
+        )
         procs = [upstream]
         try:
             wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
@@ -492,7 +529,13 @@ _sluicegate: dict[str, tuple[Proc, int]] = {}
 
 
 def make_target(
-    key: str, args: argparse.Namespace, folder: Path, upstream: int, models: list[str], results: Results, procs: list[Proc]
+    key: str,
+    args: argparse.Namespace,
+    folder: Path,
+    upstream: int,
+    models: list[str],
+    results: Results,
+    procs: list[Proc],
 ) -> Target | None:
     def skip(why: str) -> None:
         results.skipped[key] = why
@@ -523,7 +566,9 @@ def make_target(
     if key == "litellm":
         binary = find_litellm(args.litellm)
         if binary is None:
-            skip("litellm not found: pip install 'litellm[proxy]' (in a venv of its own) and pass --litellm PATH")
+            skip(
+                "litellm not found: pip install 'litellm[proxy]' (in a venv of its own) and pass --litellm PATH"
+            )
             return None
         print("  litellm       starting (slow to import)...", flush=True)
         proc, port = start_litellm(binary, folder, upstream, models)
@@ -537,14 +582,20 @@ def make_target(
 
 def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
     base = r.latency.get("direct", {})
-    out: dict[str, Any] = {"meta": r.meta, "skipped": r.skipped, "latency": {}, "throughput": {}, "memory": r.memory}
+    out: dict[str, Any] = {
+        "meta": r.meta,
+        "skipped": r.skipped,
+        "latency": {},
+        "throughput": {},
+        "memory": r.memory,
+    }
     print(
         f"\nLatency: {args.tokens} tokens per reply, {args.delay_ms:g} ms between tokens; "
-        "added = target − (a), ratios = target / (a)"
+        "added = target - (a), ratios = target / (a)"
     )
     print(
         f"  {'target':<26}{'c':>4}{'TTFT p50':>10}{'p99':>8}{'+p50':>8}{'+p99':>8}"
-        f"{'ITL mean':>10}{'p99':>8}{'E2E p50':>9}{'×(a)':>7}"
+        f"{'ITL mean':>10}{'p99':>8}{'E2E p50':>9}{'x(a)':>7}"
     )
     for key, runs in r.latency.items():
         out["latency"][key] = {}
@@ -570,7 +621,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
         f"{args.throughput_concurrency}, {args.throughput_seconds:g} s; CPU in cores (1.0 = one core busy)"
     )
     print(
-        f"  {'target':<26}{'tokens/s':>10}{'×(a)':>7}{'×nginx':>8}{'×LiteLLM':>10}"
+        f"  {'target':<26}{'tokens/s':>10}{'x(a)':>7}{'xnginx':>8}{'xLiteLLM':>10}"
         "   CPU: gateway upstream client   gateway µs/token"
     )
     for key, run in r.throughput.items():
@@ -606,22 +657,36 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--targets", default="direct,sg-chat,sg-responses,nginx,litellm", help="comma-separated, in order")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--targets", default="direct,sg-chat,sg-responses,nginx,litellm", help="comma-separated, in order"
+    )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per reply in the latency runs")
     parser.add_argument("--concurrency", default="1,16,64", help="latency-run concurrencies")
     parser.add_argument("--requests-c1", type=int, default=40, help="requests at concurrency 1")
-    parser.add_argument("--waves", type=int, default=3, help="requests = concurrency × waves above concurrency 1")
+    parser.add_argument(
+        "--waves", type=int, default=3, help="requests = concurrency x waves above concurrency 1"
+    )
     parser.add_argument("--throughput-tokens", type=int, default=2000)
     parser.add_argument("--throughput-concurrency", type=int, default=16)
     parser.add_argument("--throughput-seconds", type=float, default=4.0, help="length of the throughput run")
-    parser.add_argument("--hold-streams", type=int, default=1000, help="open streams for the memory figure (0: skip)")
-    parser.add_argument("--hold-delay-ms", type=float, default=1000.0, help="inter-token delay of the held streams")
+    parser.add_argument(
+        "--hold-streams", type=int, default=1000, help="open streams for the memory figure (0: skip)"
+    )
+    parser.add_argument(
+        "--hold-delay-ms", type=float, default=1000.0, help="inter-token delay of the held streams"
+    )
     parser.add_argument("--hold-settle", type=float, default=2.0, help="seconds to wait before reading RSS")
-    parser.add_argument("--hold-targets", default="sg-chat,nginx,litellm", help="targets whose memory is measured")
+    parser.add_argument(
+        "--hold-targets", default="sg-chat,nginx,litellm", help="targets whose memory is measured"
+    )
     parser.add_argument("--nginx", help="nginx binary (default: found on PATH or in /usr/sbin)")
-    parser.add_argument("--nginx-workers", type=int, default=1, help="nginx worker processes (1: like one Python process)")
+    parser.add_argument(
+        "--nginx-workers", type=int, default=1, help="nginx worker processes (1: like one Python process)"
+    )
     parser.add_argument("--litellm", help="litellm CLI (default: found on PATH)")
     parser.add_argument("--json", default="gateway-bench.json", help="where to write the results")
     args = parser.parse_args()
@@ -631,7 +696,9 @@ def main() -> None:
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
     args.hold_targets = set(args.hold_targets.split(","))
-    print(f"Gateway bench: python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs")
+    print(
+        f"Gateway bench: python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs"
+    )
     started = time.perf_counter()
     results = run_all(args)
     out = report(results, args)

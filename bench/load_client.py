@@ -209,7 +209,9 @@ async def hold(args: argparse.Namespace, request: bytes) -> dict[str, object]:
     """Open `requests` streams at once, report when all are flowing, close them on request."""
     conns: list[Connection] = []
     for i in range(0, args.requests, 100):  # connect in batches: no SYN storm against the backlog
-        conns += await asyncio.gather(*(connect(args, keep_itl=False) for _ in range(min(100, args.requests - i))))
+        conns += await asyncio.gather(
+            *(connect(args, keep_itl=False) for _ in range(min(100, args.requests - i)))
+        )
     dones = [conn.send(request) for conn in conns]
     firsts = [conn.first_seen for conn in conns]
     assert all(f is not None for f in firsts)
@@ -228,7 +230,9 @@ async def hold(args: argparse.Namespace, request: bytes) -> dict[str, object]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("mode", choices=["run", "hold"])
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
