@@ -57,16 +57,21 @@ class _Resumed:
     def __aiter__(self) -> _Resumed:
         return self
 
-    async def __anext__(self) -> RawEvent:
+    def __anext__(self) -> Awaitable[RawEvent]:
+        # Once caught up, the inner iterator's own awaitable: no frame of ours per event.
+        if self._buffered or self._pending is not None:
+            return self._catch_up()
+        return self._raw.__anext__()
+
+    async def _catch_up(self) -> RawEvent:
         if self._buffered:
             return self._buffered.popleft()
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            event = await pending  # cancelling the consumer cancels this too
-            if event is None:
-                raise StopAsyncIteration
-            return event
-        return await self._raw.__anext__()
+        assert self._pending is not None
+        pending, self._pending = self._pending, None
+        event = await pending  # cancelling the consumer cancels this too
+        if event is None:
+            raise StopAsyncIteration
+        return event
 
     async def aclose(self) -> None:
         if self._pending is not None:
