@@ -68,6 +68,7 @@ class EventStreamResponse(StreamingResponse):
         if interval > 0:
             timer = loop.call_later(interval, beat)
         finished = False
+        last = b""  # frames that came with the end: they go out with it, in one write
         try:
             while True:
                 frame = await queue.get()
@@ -80,10 +81,16 @@ class EventStreamResponse(StreamingResponse):
                 chunks = [frame]
                 while not queue.empty():
                     more = queue.get_nowait()
-                    if more is _END or more is _GONE:
+                    if more is _END:
+                        finished = True
+                        break
+                    if more is _GONE:
                         queue.put_nowait(more)
                         break
                     chunks.append(more)
+                if finished:
+                    last = b"".join(chunks)
+                    break
                 await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
                 last_sent = loop.time()
         except OSError:  # the client vanished mid-write
@@ -99,7 +106,7 @@ class EventStreamResponse(StreamingResponse):
             if self.on_close is not None:
                 self.on_close()
         if finished:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            await send({"type": "http.response.body", "body": last, "more_body": False})
 
     async def _produce(self, queue: asyncio.Queue[bytes]) -> None:
         try:
