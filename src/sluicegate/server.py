@@ -18,7 +18,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.engines.registry import Registry, build_model
+from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (
@@ -54,7 +54,7 @@ DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
 def build_registry(settings: Settings) -> Registry:
     registry = Registry()
     for table in settings.models or [DEMO_MODEL]:
-        registry.add(build_model(table, settings.base_dir))
+        add_table(registry, table, settings.base_dir)
     return registry
 
 

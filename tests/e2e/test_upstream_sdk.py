@@ -139,6 +139,16 @@ SCENARIOS = {
         ]
     ),
     "length": Scenario(frames=text_stream(["cut", " off"], finish="length")),
+    "think": Scenario(
+        frames=[
+            chunk({"role": "assistant", "content": ""}),
+            chunk({"content": "<think>"}),
+            chunk({"content": "Weighing it."}),
+            chunk({"content": "</think>"}),
+            chunk({"content": "Yes."}),
+            chunk(finish_reason="stop"),
+        ]
+    ),
     "slow-prompt": Scenario(frames=text_stream(["ready"]), body_delay=0.4),
     "split": Scenario(frames=text_stream(["split", " across", " writes"]), split=True),
 }
@@ -155,6 +165,9 @@ def fake() -> Iterator[FakeUpstream]:
 def server(start_server: StartServer, fake: FakeUpstream) -> Server:
     models = [upstream_model(name, fake, health_check_interval=0) for name in SCENARIOS]
     models.append(upstream_model("plain", fake, scenario="hello", health_check_interval=0))
+    models.append(
+        upstream_model("think-raw", fake, scenario="think", think_tags=False, health_check_interval=0)
+    )
     return start_server({"heartbeat_seconds": 5}, models)
 
 
@@ -211,6 +224,18 @@ def test_chat_vllm_reasoning_field_and_usage_on_every_chunk(client: openai.OpenA
     assert message.content == "Done."
     assert (message.model_extra or {}).get("reasoning_content") == "Hmm."
     assert completion.usage is not None and completion.usage.completion_tokens == 2
+
+
+def test_think_tags_in_content_are_reasoning_unless_turned_off(client: openai.OpenAI) -> None:
+    parsed = client.chat.completions.create(model="think", messages=ask()).choices[0].message
+    assert (parsed.content, (parsed.model_extra or {}).get("reasoning_content")) == ("Yes.", "Weighing it.")
+    raw = client.chat.completions.create(model="think-raw", messages=ask()).choices[0].message
+    assert raw.content == "<think>Weighing it.</think>Yes."
+    with client.responses.stream(model="think", input="Hi") as stream:
+        for _ in stream:
+            pass
+        final = stream.get_final_response()
+    assert [o.type for o in final.output] == ["reasoning", "message"] and final.output_text == "Yes."
 
 
 def test_chat_parallel_tool_calls_keep_the_upstream_ids(client: openai.OpenAI, fake: FakeUpstream) -> None:
@@ -285,6 +310,15 @@ def test_frames_split_across_writes_and_the_replica_header(server: Server, fake:
         server.api_url + "/chat/completions", json={"model": "split", "messages": ask()}, timeout=10
     )
     assert plain.status_code == 200 and plain.headers[REPLICA_HEADER] == fake.base_url
+
+
+def test_connections_to_the_upstream_are_reused(client: openai.OpenAI, fake: FakeUpstream) -> None:
+    client.chat.completions.create(model="plain", messages=ask())  # a connection in the pool
+    before = fake.connections
+    for _ in range(3):
+        with client.chat.completions.stream(model="plain", messages=ask()) as stream:
+            stream.get_final_completion()
+    assert fake.connections == before
 
 
 # --- Responses -------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 It speaks streaming Chat Completions byte for byte as vLLM and llama-server do (compact JSON,
 `data: ...\\n\\n` frames, chunked transfer encoding, `data: [DONE]`), and can be told, per
 request, to misbehave in every way real upstreams do: the request's `model` names a `Scenario`
-registered on the server (unknown names get a plain greeting). It records what it observed:
+registered on the server (unknown names get a plain greeting), or a last user message
+`@name` does. It records what it observed:
 every request's body and headers, and when the client went away while it was still answering.
 
 Written on raw asyncio streams (no framework) so it controls every byte: it can stall before
@@ -109,17 +110,18 @@ class Observed:
 
 
 class FakeUpstream:
-    def __init__(self, *, name: str = "fake") -> None:
+    def __init__(self, *, name: str = "fake", port: int = 0) -> None:
         self.name = name
         self.scenarios: dict[str, Scenario] = {}
         self.models: list[str] = ["fake-model"]
         self.healthy = True  # False: GET /v1/models answers 503
         self.requests: list[Observed] = []
+        self.connections = 0  # TCP connections accepted (keep-alive reuse shows here)
         self._served: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
-        self.port = 0
+        self.port = port  # 0: any free port
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -134,7 +136,9 @@ class FakeUpstream:
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
-            self._server = loop.run_until_complete(asyncio.start_server(self._connection, "127.0.0.1", 0))
+            self._server = loop.run_until_complete(
+                asyncio.start_server(self._connection, "127.0.0.1", self.port)
+            )
             self.port = self._server.sockets[0].getsockname()[1]
             started.set()
             loop.run_forever()
@@ -188,6 +192,7 @@ class FakeUpstream:
     # --- HTTP ----------------------------------------------------------------------------
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while await self._one_request(reader, writer):
                 pass
@@ -223,6 +228,9 @@ class FakeUpstream:
             await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')
             return True
         model = body.get("model", "") if isinstance(body, dict) else ""
+        last = (body.get("messages") or [{}])[-1].get("content") if isinstance(body, dict) else None
+        if isinstance(last, str) and last.startswith("@"):  # "@name": that scenario, whatever the model
+            model = last[1:].split()[0]
         scenario = self.scenarios.get(model) or Scenario(
             frames=list(text_stream(["Hello", " from", f" {self.name}"]))
         )

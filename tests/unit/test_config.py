@@ -170,7 +170,7 @@ def test_bad_env_port() -> None:
         ({"id": 3, "engine": "scripted"}, "needs a string `id`"),
         ({"id": "m"}, "needs a string `engine`"),
         ({"id": "m", "engine": ["scripted"]}, "needs a string `engine`"),
-        ({"id": "m", "engine": "gguf-magic"}, "unknown engine 'gguf-magic'; installed engines: scripted"),
+        ({"id": "m", "engine": "gguf-magic"}, "unknown engine 'gguf-magic'; installed engines: "),
         ({"id": "m", "engine": "scripted", "max_concurrency": 0}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": -1}, "`max_queue` must be"),

@@ -305,3 +305,25 @@ def test_nothing_after_done_is_decoded() -> None:
         events += decoder.frame(name, payload)
     assert decoder.done and texts(events, ItemKind.MESSAGE) == "a"
     assert decoder.end() == []
+
+
+def test_think_tags_in_content_become_reasoning_when_configured() -> None:
+    from sluicegate.tools.parsing import THINK, OutputParser
+
+    frames = [
+        chunk({"role": "assistant", "content": ""}),
+        chunk({"content": "<thi"}),
+        chunk({"content": "nk>Plan it"}),
+        chunk({"content": ".</think>\n\nAnswer"}),
+        chunk({"content": " <think> stays"}),
+        chunk(finish_reason="stop"),
+        DONE,
+    ]
+    reader, decoder = SSEReader(), ChunkDecoder(OutputParser(reasoning=THINK))
+    events: list[RawEvent] = []
+    for name, payload in reader.feed(b"".join(frames)):
+        events += decoder.frame(name, payload)
+    events += decoder.end()
+    assert texts(events, ItemKind.REASONING) == "Plan it."
+    assert texts(events, ItemKind.MESSAGE) == "Answer <think> stays"
+    assert texts(decode(frames), ItemKind.MESSAGE).startswith("<think>Plan it.</think>")  # not configured

@@ -49,6 +49,25 @@ class ModelInfo:
 ProgressCallback = Callable[[float], None]
 
 
+class Discovery(ABC):
+    """Models that a `[[models]]` table stands for but that are only known at runtime (e.g.
+    an upstream's `/v1/models`). The registry asks at startup and every `interval` seconds;
+    a failure is logged and retried, never fatal."""
+
+    interval: float = 60.0
+
+    @abstractmethod
+    async def engines(self) -> list[Engine]:
+        """One engine per model found now; raise when the source cannot be reached."""
+
+    async def start(self) -> None:
+        """Start background work the found engines share (e.g. health checks)."""
+        return None
+
+    async def aclose(self) -> None:
+        return None
+
+
 class Engine(ABC):
     """One model's generator. `kind` is the `engine = ...` name used in the config."""
 
@@ -69,6 +88,11 @@ class Engine(ABC):
     @abstractmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> Engine:
         """Build from a `[[models]]` table; relative paths resolve against `base_dir`."""
+
+    @classmethod
+    def discovery(cls, table: dict[str, Any], base_dir: Path) -> Discovery | None:
+        """A `Discovery` when `table` asks for its models to be found at runtime, else None."""
+        return None
 
     @abstractmethod
     def info(self) -> ModelInfo: ...

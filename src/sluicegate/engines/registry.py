@@ -26,7 +26,7 @@ from sluicegate.core.events import (
     ToolCallDelta,
 )
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import ConfigError, Engine
+from sluicegate.engines.base import ConfigError, Discovery, Engine
 from sluicegate.metrics import METRICS
 
 log = logging.getLogger(__name__)
@@ -309,9 +309,25 @@ class Model:
         return [t.instance_id for t in targets]
 
 
+@dataclass(slots=True)
+class _Source:
+    """A discovery and what its models get: the table's limits, and the ids it added."""
+
+    discovery: Discovery
+    max_concurrency: int
+    max_queue: int
+    ids: set[str]
+
+
+DISCOVERY_FIRST_WAIT = 5.0  # seconds startup waits for each discovery's first answer
+DISCOVERY_RETRY = 5.0  # seconds between attempts while a source cannot be reached
+
+
 class Registry:
     def __init__(self) -> None:
         self.models: dict[str, Model] = {}
+        self.sources: list[_Source] = []
+        self._refreshers: list[asyncio.Task[None]] = []
 
     def add(self, model: Model) -> None:
         if model.id in self.models:
@@ -337,18 +353,83 @@ class Registry:
         return model
 
     async def start(self) -> None:
-        """Let every engine start its background work (health checks, discovery)."""
+        """Let every engine start its background work (health checks), and discover the
+        models of discovery tables: once now (bounded), then in the background."""
         for model in self.models.values():
             for instance in model.instances:
                 await instance.engine.start()
+        for source in self.sources:
+            await source.discovery.start()
+            try:
+                found = await asyncio.wait_for(self.discover(source), DISCOVERY_FIRST_WAIT)
+            except TimeoutError:
+                found = False
+            loop = asyncio.get_running_loop()
+            self._refreshers.append(loop.create_task(self._refresh_forever(source, found)))
+
+    async def discover(self, source: _Source) -> bool:
+        """Add the models the source lists now, drop idle ones it no longer lists."""
+        try:
+            engines = await source.discovery.engines()
+        except Exception as exc:
+            log.warning("model discovery failed (%s); retrying in the background", exc)
+            return False
+        listed = set()
+        for engine in engines:
+            listed.add(engine.model_id)
+            if engine.model_id in self.models:
+                continue  # a configured model of that id wins; a known one stays as it is
+            self.models[engine.model_id] = Model(
+                engine, max_concurrency=source.max_concurrency, max_queue=source.max_queue
+            )
+            source.ids.add(engine.model_id)
+            log.info("discovered model %s", engine.model_id)
+        for model_id in sorted(source.ids - listed):
+            model = self.models.get(model_id)
+            if model is not None and not model.busy:
+                del self.models[model_id]
+                source.ids.discard(model_id)
+                log.info("model %s is no longer listed upstream; removed", model_id)
+        return True
+
+    async def _refresh_forever(self, source: _Source, found: bool) -> None:
+        while True:
+            interval = source.discovery.interval
+            await asyncio.sleep(interval if found else min(interval, DISCOVERY_RETRY))
+            found = await self.discover(source)
 
     async def aclose(self) -> None:
+        for task in self._refreshers:
+            task.cancel()
+        await asyncio.gather(*self._refreshers, return_exceptions=True)
+        for source in self.sources:
+            await source.discovery.aclose()
         for model in self.models.values():
             try:
                 for instance in model.instances:
                     await instance.engine.aclose()
             except Exception:
                 log.exception("closing model %s failed", model.id)
+
+
+def _limits(table: dict[str, Any]) -> tuple[int, int]:
+    max_concurrency = table.get("max_concurrency", 64)
+    max_queue = table.get("max_queue", 256)
+    for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
+            raise ConfigError(f"model {table.get('id')!r}: `{key}` must be a non-negative integer")
+    return max_concurrency, max_queue
+
+
+def add_table(registry: Registry, table: dict[str, Any], base_dir: Path) -> None:
+    """A `[[models]]` table → a model in `registry`, or a discovery source of models."""
+    if isinstance(table.get("engine"), str):
+        own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue")}
+        discovery = engine_class(table["engine"]).discovery(own, base_dir)
+        if discovery is not None:
+            registry.sources.append(_Source(discovery, *_limits(table), set()))
+            return
+    registry.add(build_model(table, base_dir))
 
 
 def build_model(table: dict[str, Any], base_dir: Path) -> Model:
@@ -359,11 +440,7 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     cls = engine_class(table["engine"])
     own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue")}
     engine = cls.from_config(own, base_dir)
-    max_concurrency = table.get("max_concurrency", 64)
-    max_queue = table.get("max_queue", 256)
-    for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
-            raise ConfigError(f"model {table['id']!r}: `{key}` must be a non-negative integer")
+    max_concurrency, max_queue = _limits(table)
     return Model(
         engine,
         max_concurrency=max_concurrency,

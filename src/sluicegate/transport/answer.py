@@ -123,14 +123,12 @@ async def await_answer(
                     await _close(raw)
                     info = event.error
                     raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
-                if event is not None:
-                    buffered.append(event)
-                    if isinstance(event, _PROGRESS):
-                        continue
-                    return Opened(_Resumed(buffered, None, raw))  # an engine that never answers
-                buffered_end: asyncio.Future[RawEvent | None] = loop.create_future()
-                buffered_end.set_result(None)
-                return Opened(_Resumed(buffered, buffered_end, raw))
+                if event is None:  # the stream ended without an answer
+                    return Opened(_Resumed(buffered, None, raw))
+                buffered.append(event)
+                if isinstance(event, _PROGRESS):
+                    continue
+                return Opened(_Resumed(buffered, None, raw))  # an engine that never answers
             if watcher in done:
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)

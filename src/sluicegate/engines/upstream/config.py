@@ -2,7 +2,7 @@
 
 ```toml
 [[models]]
-id = "qwen"                         # with discover = true: optional, the prefix when no `prefix`
+id = "qwen"                         # with discover = true: optional; "<id>/" is then the prefix
 engine = "openai"
 base_url = "http://10.0.0.5:8000/v1"   # or base_urls = [...] for replicas
 api_key_env = "UPSTREAM_KEY"        # or api_key = "..."
@@ -16,7 +16,7 @@ think_tags = true                   # `<think>` in content becomes reasoning
 health_check_interval = 10          # 0: no active checks
 health_path = "/models"             # relative to base_url
 discover = false                    # list the upstream's models and serve each
-prefix = ""                         # discovered ids become prefix + upstream id
+prefix = ""                         # discovered ids become prefix + upstream id (default "<id>/")
 discover_interval = 60
 vision = false                      # capability overrides
 reasoning = false
@@ -162,7 +162,7 @@ def parse_config(table: dict[str, Any], env: dict[str, str] | None = None) -> Up
         raise ConfigError(f"{where}: health_path must be a path starting with '/', relative to base_url")
     config.health_path = health_path
     config.discover = discover
-    prefix = table.get("prefix", model_id if discover else "")
+    prefix = table.get("prefix", f"{model_id}/" if discover and model_id else "")
     if not isinstance(prefix, str):
         raise ConfigError(f"{where}: prefix must be a string")
     if "prefix" in table and not discover:

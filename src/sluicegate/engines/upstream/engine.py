@@ -12,6 +12,7 @@ upstreams learn to stop generating.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -28,22 +29,38 @@ from sluicegate.core.events import (
     RawEvent,
 )
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Engine, ModelInfo
+from sluicegate.engines.base import Discovery, Engine, ModelInfo
 from sluicegate.engines.upstream.config import UpstreamConfig, parse_config
+from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser, SSEReader
+from sluicegate.tools.parsing import THINK, OutputParser
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 CHAT_PATH = "/chat/completions"
+DRAIN_SECONDS = 0.05  # how long the end of a body may take after [DONE] before we hang up
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body's end after `[DONE]` (it is normally there already), so the connection
+    goes back to the pool instead of being closed; an upstream that keeps it open is cut off."""
+
+    async def rest() -> None:
+        async for _ in chunks:
+            pass
+
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(rest(), DRAIN_SECONDS)
 
 
 def content_parser(config: UpstreamConfig) -> ContentParser | None:
-    """`<think>` tags in content become reasoning when configured (not yet wired: see docs)."""
-    return None
+    """With `think_tags`, `<think>...</think>` an upstream leaves in `content` (one started
+    without a reasoning parser) becomes reasoning; text without a tag passes straight through."""
+    return OutputParser(reasoning=THINK) if config.think_tags else None
 
 
 class OpenAIUpstreamEngine(Engine):
@@ -60,6 +77,11 @@ class OpenAIUpstreamEngine(Engine):
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> OpenAIUpstreamEngine:
         return cls(parse_config(table))
 
+    @classmethod
+    def discovery(cls, table: dict[str, Any], base_dir: Path) -> Discovery | None:
+        config = parse_config(table)
+        return UpstreamDiscovery(config, cls) if config.discover else None
+
     def info(self) -> ModelInfo:
         return ModelInfo(
             id=self.model_id,
@@ -68,7 +90,6 @@ class OpenAIUpstreamEngine(Engine):
             owned_by="upstream",
             context_length=self.config.context_length,
             capabilities=self.config.capabilities,
-            details={"upstream_model": self.config.upstream_model, "replicas": self.config.base_urls},
         )
 
     async def start(self) -> None:
@@ -190,6 +211,8 @@ class OpenAIUpstreamEngine(Engine):
                         yield PromptFinished()
                     yield event
             if decoder.over:
+                if decoder.done:
+                    await _drain(chunks)
                 return
         clocks.idle()
         for name, data in reader.close():
