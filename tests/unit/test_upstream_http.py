@@ -1,15 +1,20 @@
 """The upstream engine's HTTP client against a real loopback socket server that answers with
 scripted bytes: keep-alive reuse, chunked and EOF-delimited bodies, a stale kept-alive
-connection, refused and broken connections, and closing mid-body closing the connection."""
+connection, refused and broken connections, closing mid-body closing the connection, and TLS."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import ipaddress
 import socket
+import ssl
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
+from sluicegate.engines.upstream import http
 from sluicegate.engines.upstream.http import ConnectFailed, HttpPool
 
 Answer = Callable[[bytes], list[bytes] | None]  # request bytes → pieces to write (None: close)
@@ -188,3 +193,62 @@ async def test_a_slow_reader_pauses_the_socket_and_still_gets_everything() -> No
         assert await body(response.chunks()) == b"".join(frames)
         await response.aclose()
         await pool.aclose()
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return cert_file, key_file
+
+
+async def test_an_https_upstream_is_verified_and_streamed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = self_signed(tmp_path)
+    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_side.load_cert_chain(cert, key)
+    server = ScriptedServer(lambda _: chunked(b"data: 1\n\n"))
+    server.server = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=server_side)
+    url = f"https://127.0.0.1:{server.server.sockets[0].getsockname()[1]}/v1"
+    try:
+        # Not trusted by default: refused before anything is sent.
+        with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
+            await HttpPool(url, {}, connect_timeout=5).post_stream("/chat/completions", b"{}")
+        trusting = ssl.create_default_context(cafile=str(cert))
+        monkeypatch.setattr(http, "tls_context", lambda: trusting)
+        pool = HttpPool(url, {}, connect_timeout=5)
+        response = await pool.post_stream("/chat/completions", b"{}")
+        assert await body(response.chunks()) == b"data: 1\n\n"
+        await response.aclose()
+        await pool.aclose()
+    finally:
+        server.server.close()
+    assert b"Host: 127.0.0.1:" in server.requests[-1]

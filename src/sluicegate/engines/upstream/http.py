@@ -210,6 +210,16 @@ class _Chunks:
         return data
 
 
+def tls_context() -> ssl.SSLContext:
+    """Verify upstreams against certifi's CA bundle when it is installed (as httpx did, so an
+    https upstream that worked before still does), else against the system's."""
+    try:
+        import certifi
+    except ImportError:
+        return ssl.create_default_context()
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
@@ -222,7 +232,7 @@ class HttpPool:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = ssl.create_default_context() if url.scheme == "https" else None
+        self._ssl = tls_context() if url.scheme == "https" else None
         self._prefix = url.path
         host = url.netloc.rsplit("@", 1)[-1]
         fixed = {"Host": host, "User-Agent": f"sluicegate/{__version__}", **headers}
