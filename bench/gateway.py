@@ -191,10 +191,10 @@ def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Pr
 
 
 def find_nginx(given: str | None) -> str | None:
-    return (
-        given
-        or shutil.which("nginx")
-        or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+    if given:
+        return shutil.which(given)
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
     )
 
 
@@ -240,7 +240,7 @@ def start_nginx(binary: str, folder: Path, upstream: int, workers: int) -> tuple
 
 
 def find_litellm(given: str | None) -> str | None:
-    return given or shutil.which("litellm")
+    return shutil.which(given or "litellm")
 
 
 def start_litellm(binary: str, folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
@@ -513,7 +513,12 @@ def run_all(args: argparse.Namespace) -> Results:
         try:
             wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
             for key in args.targets:
-                target = make_target(key, args, folder, up_port, models, results, procs)
+                try:
+                    target = make_target(key, args, folder, up_port, models, results, procs)
+                except RuntimeError as exc:  # it would not start: say why, measure the others
+                    results.skipped[key] = f"did not start: {exc}"
+                    print(f"  {key:<13} SKIPPED: did not start: {exc}", flush=True)
+                    continue
                 if target is None:
                     continue
                 measure_target(target, upstream, args, results)
@@ -558,7 +563,9 @@ def make_target(
     if key == "nginx":
         binary = find_nginx(args.nginx)
         if binary is None:
-            skip("nginx not found: install it (Debian: apt-get install nginx) or pass --nginx PATH")
+            skip(
+                f"nginx not found ({args.nginx or 'PATH, /usr/sbin'}): install it (Debian: apt-get install nginx) or pass --nginx PATH"
+            )
             return None
         proc, port = start_nginx(binary, folder, upstream, args.nginx_workers)
         procs.append(proc)
@@ -567,7 +574,8 @@ def make_target(
         binary = find_litellm(args.litellm)
         if binary is None:
             skip(
-                "litellm not found: pip install 'litellm[proxy]' (in a venv of its own) and pass --litellm PATH"
+                f"litellm not found ({args.litellm or 'PATH'}): pip install 'litellm[proxy]' "
+                "(in a venv of its own) and pass --litellm PATH"
             )
             return None
         print("  litellm       starting (slow to import)...", flush=True)
