@@ -25,27 +25,36 @@ message, when not installed; so is Sluicegate when its `openai` engine is missin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import platform
 import resource
-import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
-import urllib.request
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
+from gateway_targets import (
+    Proc,
+    Target,
+    cpu_seconds,
+    find_litellm,
+    find_nginx,
+    free_port,
+    rss_bytes,
+    sluicegate_missing,
+    start,
+    start_litellm,
+    start_nginx,
+    start_sluicegate,
+    wait_ready,
+)
+
 HERE = Path(__file__).resolve().parent
-PROMPT = "Tell me a long story."
 TITLES = {
     "direct": "(a) upstream direct",
     "sg-chat": "(b) Sluicegate chat",
@@ -53,216 +62,6 @@ TITLES = {
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
-
-
-# --- processes ---------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def children(pid: int) -> list[int]:
-    """`pid` and all its descendants (Linux /proc)."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                parents.setdefault(ppid, []).append(int(entry.name))
-    tree, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        tree.append(p)
-        todo += parents.get(p, [])
-    return tree
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0.0
-    for pid in pids:
-        with contextlib.suppress(OSError, IndexError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
-    return total
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-
-    def pids(self) -> list[int]:
-        return children(self.popen.pid)
-
-    def stop(self) -> None:
-        if self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
-
-
-def start(name: str, cmd: list[str], folder: Path, env: dict[str, str] | None = None) -> Proc:
-    log = folder / f"{name}.log"
-    with log.open("wb") as out:
-        popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
-    return Proc(name, popen, log)
-
-
-def wait_ready(proc: Proc, url: str, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        if proc.popen.poll() is not None:
-            raise RuntimeError(f"{proc.name} exited at start:\n{proc.log.read_text()[-3000:]}")
-        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
-            if r.status == 200:
-                return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{proc.name} not ready after {seconds:.0f}s:\n{proc.log.read_text()[-3000:]}")
-        time.sleep(0.2)
-
-
-# --- targets -----------------------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    key: str
-    port: int
-    path: str = "/v1/chat/completions"
-    dialect: str = "chat"
-    proc: Proc | None = None  # None: the upstream itself
-
-    def body(self, model: str, tokens: int) -> str:
-        if self.dialect == "responses":
-            return json.dumps(
-                {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}
-            )
-        return json.dumps(
-            {
-                "model": model,
-                "messages": [{"role": "user", "content": PROMPT}],
-                "stream": True,
-                "stream_options": {"include_usage": True},
-                "max_tokens": tokens,
-            }
-        )
-
-
-def sluicegate_missing() -> str | None:
-    if not any(ep.name == "openai" for ep in entry_points(group="sluicegate.engines")):
-        return "no `openai` engine entry point (is sluicegate installed?)"
-    try:
-        next(ep for ep in entry_points(group="sluicegate.engines") if ep.name == "openai").load()
-    except ImportError as exc:
-        return f"the `openai` engine does not import yet ({exc})"
-    return None
-
-
-def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
-    port = free_port()
-    tables = "".join(
-        f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
-        f'upstream_model = "{m}"\nmax_concurrency = 4096\nmax_queue = 4096\n'
-        for m in models
-    )
-    config = folder / "sluicegate.toml"
-    config.write_text(f'[server]\ndata_dir = "{folder / "data"}"\nmax_concurrent_requests = 8192\n{tables}')
-    cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", str(port)]
-    proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder)
-    wait_ready(proc, f"http://127.0.0.1:{port}/health")
-    return proc, port
-
-
-def find_nginx(given: str | None) -> str | None:
-    if given:
-        return shutil.which(given)
-    return shutil.which("nginx") or next(
-        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
-    )
-
-
-def start_nginx(binary: str, folder: Path, upstream: int, workers: int) -> tuple[Proc, int]:
-    port = free_port()
-    home = folder / "nginx"
-    home.mkdir()
-    temps = "\n".join(
-        f"  {k}_temp_path {home / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    conf = home / "nginx.conf"
-    conf.write_text(
-        textwrap.dedent(
-            f"""\
-            daemon off;
-            worker_processes {workers};
-            worker_rlimit_nofile 65536;
-            pid {home / "nginx.pid"};
-            error_log {home / "error.log"} warn;
-            events {{ worker_connections 16384; }}
-            http {{
-              access_log off;
-            {temps}
-              upstream fake {{ server 127.0.0.1:{upstream}; keepalive 256; }}
-              server {{
-                listen 127.0.0.1:{port} backlog=4096;
-                location / {{
-                  proxy_pass http://fake;
-                  proxy_http_version 1.1;
-                  proxy_set_header Connection "";
-                  proxy_buffering off;
-                  proxy_cache off;
-                  proxy_read_timeout 600s;
-                }}
-              }}
-            }}
-            """
-        )
-    )
-    proc = start("nginx", [binary, "-c", str(conf), "-p", str(home)], folder)
-    wait_ready(proc, f"http://127.0.0.1:{port}/health")
-    return proc, port
-
-
-def find_litellm(given: str | None) -> str | None:
-    return shutil.which(given or "litellm")
-
-
-def start_litellm(binary: str, folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
-    port = free_port()
-    entries = "".join(
-        f"  - model_name: {m}\n    litellm_params:\n      model: openai/{m}\n"
-        f"      api_base: http://127.0.0.1:{upstream}/v1\n      api_key: bench\n"
-        for m in models
-    )
-    config = folder / "litellm.yaml"
-    config.write_text(f"model_list:\n{entries}litellm_settings:\n  drop_params: true\n  telemetry: false\n")
-    env = {
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch from GitHub at start
-        "LITELLM_LOG": "ERROR",
-        "LITELLM_TELEMETRY": "False",
-        # No auth, as Sluicegate and nginx run here (loopback only); LiteLLM refuses that otherwise.
-        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
-    }
-    cmd = [binary, "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
-    proc = start("litellm", cmd, folder, env)
-    wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", seconds=180)
-    return proc, port
 
 
 # --- measuring ---------------------------------------------------------------------------------
@@ -510,11 +309,12 @@ def run_all(args: argparse.Namespace) -> Results:
             "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
         )
         procs = [upstream]
+        servers: dict[str, tuple[Proc, int]] = {}
         try:
             wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
             for key in args.targets:
                 try:
-                    target = make_target(key, args, folder, up_port, models, results, procs)
+                    target = make_target(key, args, folder, up_port, models, results, procs, servers)
                 except RuntimeError as exc:  # it would not start: say why, measure the others
                     results.skipped[key] = f"did not start: {exc}"
                     print(f"  {key:<13} SKIPPED: did not start: {exc}", flush=True)
@@ -530,9 +330,6 @@ def run_all(args: argparse.Namespace) -> Results:
     return results
 
 
-_sluicegate: dict[str, tuple[Proc, int]] = {}
-
-
 def make_target(
     key: str,
     args: argparse.Namespace,
@@ -541,7 +338,10 @@ def make_target(
     models: list[str],
     results: Results,
     procs: list[Proc],
+    servers: dict[str, tuple[Proc, int]],
 ) -> Target | None:
+    """Start what `key` needs (once per run: sg-chat and sg-responses share one server)."""
+
     def skip(why: str) -> None:
         results.skipped[key] = why
         print(f"  {key:<13} SKIPPED: {why}", flush=True)
@@ -553,10 +353,10 @@ def make_target(
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
             return None
-        if "server" not in _sluicegate:
-            _sluicegate["server"] = start_sluicegate(folder, upstream, models)
-            procs.append(_sluicegate["server"][0])
-        proc, port = _sluicegate["server"]
+        if "sluicegate" not in servers:
+            servers["sluicegate"] = start_sluicegate(folder, upstream, models)
+            procs.append(servers["sluicegate"][0])
+        proc, port = servers["sluicegate"]
         if key == "sg-responses":
             return Target(key, port, "/v1/responses", "responses", proc)
         return Target(key, port, proc=proc)
@@ -664,6 +464,60 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures over several runs: median (min-max)."""
+
+    def show(x: dict[str, float], digits: int) -> str:
+        return f"{x['median']:.{digits}f} ({x['min']:.{digits}f}-{x['max']:.{digits}f})"
+
+    out: dict[str, Any] = {"latency": {}, "throughput": {}, "memory": {}}
+    print(f"\nMedians of {len(runs)} runs (min-max)")
+    print(f"  {'target':<26}{'c':>4}  {'added TTFT p50 ms':<22}{'added TTFT p99 ms':<22}E2E p50 x(a)")
+    for key in runs[0]["latency"]:
+        out["latency"][key] = {}
+        for c in runs[0]["latency"][key]:
+            stats = [r["latency"][key][c] for r in runs if c in r["latency"].get(key, {})]
+            row = {
+                "added_ttft_p50_ms": spread([s["added_ttft_ms"]["p50"] for s in stats]),
+                "added_ttft_p99_ms": spread([s["added_ttft_ms"]["p99"] for s in stats]),
+                "e2e_p50_vs_direct": spread([s["e2e_p50_vs_direct"] for s in stats]),
+            }
+            out["latency"][key][c] = row
+            print(
+                f"  {TITLES[key]:<26}{c:>4}  {show(row['added_ttft_p50_ms'], 2):<22}"
+                f"{show(row['added_ttft_p99_ms'], 2):<22}{show(row['e2e_p50_vs_direct'], 3)}"
+            )
+    print(f"\n  {'target':<26}{'tokens/s':<28}{'x nginx':<22}{'x LiteLLM':<22}gateway µs/token")
+    for key in runs[0]["throughput"]:
+        stats = [r["throughput"][key] for r in runs if key in r["throughput"]]
+        row = {
+            name: spread([s[name] for s in stats if s.get(name) is not None])
+            for name in (
+                "tokens_per_second",
+                "vs_direct",
+                "vs_nginx",
+                "vs_litellm",
+                "gateway_cpu_us_per_token",
+            )
+            if any(s.get(name) is not None for s in stats)
+        }
+        out["throughput"][key] = row
+        cells = [show(row[n], d) if n in row else "-" for n, d in (("vs_nginx", 3), ("vs_litellm", 1))]
+        print(
+            f"  {TITLES[key]:<26}{show(row['tokens_per_second'], 0):<28}{cells[0]:<22}{cells[1]:<22}"
+            f"{show(row['gateway_cpu_us_per_token'], 2)}"
+        )
+    for key in runs[0]["memory"]:
+        row = spread([r["memory"][key]["kib_per_stream"] for r in runs if key in r["memory"]])
+        out["memory"][key] = {"kib_per_stream": row}
+        print(f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -697,6 +551,7 @@ def main() -> None:
     )
     parser.add_argument("--litellm", help="litellm CLI (default: found on PATH)")
     parser.add_argument("--json", default="gateway-bench.json", help="where to write the results")
+    parser.add_argument("--runs", type=int, default=1, help="whole runs back to back; medians at the end")
     args = parser.parse_args()
     args.targets = [t for t in args.targets.split(",") if t]
     unknown = set(args.targets) - set(TITLES)
@@ -708,8 +563,12 @@ def main() -> None:
         f"Gateway bench: python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs"
     )
     started = time.perf_counter()
-    results = run_all(args)
-    out = report(results, args)
+    runs = []
+    for i in range(args.runs):
+        if args.runs > 1:
+            print(f"\n=== run {i + 1} of {args.runs}", flush=True)
+        runs.append(report(run_all(args), args))
+    out = runs[0] if args.runs == 1 else {"runs": runs, "median": summarize(runs)}
     Path(args.json).write_text(json.dumps(out, indent=1))
     print(f"\nresults: {args.json}  ({time.perf_counter() - started:.0f}s)")
 
