@@ -8,7 +8,15 @@ from collections.abc import AsyncIterator
 import pytest
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.core.events import Answered, Failed, ItemKind, PromptStarted, RawEvent, TextDelta
+from sluicegate.core.events import (
+    Answered,
+    Failed,
+    ItemKind,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+    TextDelta,
+)
 from sluicegate.transport.answer import await_answer
 
 
@@ -84,3 +92,23 @@ async def test_engines_that_never_answer_start_at_their_first_output() -> None:
     engine = Engine(PromptStarted(), TEXT)
     opened = await await_answer(engine.run(), bound=None, disconnected=never)
     assert opened.headers == {} and await drain(opened.events) == [PromptStarted(), TEXT]
+
+
+async def test_progress_after_the_bound_passed_is_delivered_as_it_comes() -> None:
+    """Once the stream is handed over, progress is not held back until the answer."""
+    later = asyncio.Event()
+
+    async def run() -> AsyncIterator[RawEvent]:
+        yield PromptStarted()
+        await asyncio.sleep(0.1)  # past the bound
+        yield PromptProgress(0.5)
+        await later.wait()
+        yield Answered({})
+        yield TEXT
+
+    opened = await await_answer(run(), bound=0.05, disconnected=never)
+    events = opened.events
+    assert await anext(events) == PromptStarted()
+    assert await asyncio.wait_for(anext(events), 1) == PromptProgress(0.5)  # before `later`
+    later.set()
+    assert await drain(events) == [Answered({}), TEXT]

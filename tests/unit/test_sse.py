@@ -71,6 +71,16 @@ def test_sse_frame() -> None:
     assert sse_frame(b"{}", event="error") == b"event: error\ndata: {}\n\n"
 
 
+async def test_frames_ready_with_the_end_go_out_with_it_in_one_message() -> None:
+    client = Client()
+    await serve(
+        EventStreamResponse(frames_of([b"data: 1\n\n", b"data: [DONE]\n\n"]), heartbeat_seconds=15), client
+    )
+    assert client.sent[1:] == [
+        {"type": "http.response.body", "body": b"data: 1\n\ndata: [DONE]\n\n", "more_body": False}
+    ]
+
+
 async def test_headers_first_then_frames_then_end() -> None:
     closed: list[bool] = []
     response = EventStreamResponse(
@@ -91,7 +101,8 @@ async def test_headers_first_then_frames_then_end() -> None:
     assert headers["x-request-id"] == "chatcmpl-1"
     assert all(m["type"] == "http.response.body" for m in client.sent[1:])
     assert client.body == b"data: 1\n\ndata: 2\n\n"
-    assert client.sent[-1] == {"type": "http.response.body", "body": b"", "more_body": False}
+    # The body ends exactly once, with the last message (which may carry the last frames).
+    assert client.sent[-1]["more_body"] is False
     assert all(m["more_body"] for m in client.sent[1:-1])
     assert closed == [True]
     assert response.client_disconnected is False

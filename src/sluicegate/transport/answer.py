@@ -29,8 +29,8 @@ from sluicegate.core.events import (
     ToolsListed,
 )
 
-# What may come before the upstream's answer without it: progress, and the tool loop's listings.
-_BEFORE_ANSWER = (
+# What may come before the upstream's answer without being it: progress, the tool loop's listings.
+_PROGRESS = (
     LoadStarted,
     LoadProgress,
     LoadFinished,
@@ -46,6 +46,27 @@ async def _next(raw: AsyncIterator[RawEvent]) -> RawEvent | None:
         return await raw.__anext__()
     except StopAsyncIteration:
         return None
+
+
+class _Puller:
+    """Pulls progress into `buffered` until the first other event (or the end), which it
+    returns; once `handed_over`, it returns the next event whatever it is. One task for the
+    whole wait, not one per event: an upstream request yields two progress events before its
+    answer, and a task and an `asyncio.wait` each were a measurable part of a request's cost."""
+
+    __slots__ = ("buffered", "handed_over", "raw")
+
+    def __init__(self, raw: AsyncIterator[RawEvent], buffered: deque[RawEvent]) -> None:
+        self.raw = raw
+        self.buffered = buffered
+        self.handed_over = False
+
+    async def pull(self) -> RawEvent | None:
+        while True:
+            event = await _next(self.raw)
+            if self.handed_over or event is None or not isinstance(event, _PROGRESS):
+                return event
+            self.buffered.append(event)
 
 
 class _Resumed:
@@ -67,16 +88,21 @@ class _Resumed:
     def __aiter__(self) -> _Resumed:
         return self
 
-    async def __anext__(self) -> RawEvent:
+    def __anext__(self) -> Awaitable[RawEvent]:
+        # Once caught up, the inner iterator's own awaitable: no frame of ours per event.
+        if self._buffered or self._pending is not None:
+            return self._catch_up()
+        return self._raw.__anext__()
+
+    async def _catch_up(self) -> RawEvent:
         if self._buffered:
             return self._buffered.popleft()
-        if self._pending is not None:
-            pending, self._pending = self._pending, None
-            event = await pending  # cancelling the consumer cancels this too
-            if event is None:
-                raise StopAsyncIteration
-            return event
-        return await self._raw.__anext__()
+        assert self._pending is not None
+        pending, self._pending = self._pending, None
+        event = await pending  # cancelling the consumer cancels this too
+        if event is None:
+            raise StopAsyncIteration
+        return event
 
     async def aclose(self) -> None:
         if self._pending is not None:
@@ -103,43 +129,38 @@ async def await_answer(
     """Pull `raw` until the engine's `Answered` (whose headers are returned), at most `bound`
     seconds (None: no bound). Raises `SluicegateError` for a `Failed` before the answer (nothing
     was sent yet) and CANCELLED when the client left while waiting."""
-    loop = asyncio.get_running_loop()
-    deadline = None if bound is None else loop.time() + bound
     buffered: deque[RawEvent] = deque()
+    puller = _Puller(raw, buffered)
     watcher = asyncio.ensure_future(disconnected())
+    pending = asyncio.ensure_future(puller.pull())
     try:
-        while True:
-            pending = asyncio.ensure_future(_next(raw))
-            timeout = None if deadline is None else max(0.0, deadline - loop.time())
-            try:
-                done, _ = await asyncio.wait(
-                    {pending, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
-                )
-            except asyncio.CancelledError:  # the server is shutting down
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
+        try:
+            done, _ = await asyncio.wait(
+                {pending, watcher}, timeout=bound, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:  # the server is shutting down
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+            await _close(raw)
+            raise
+        if pending in done:
+            event = pending.result()
+            if isinstance(event, Answered):
+                return Opened(_Resumed(buffered, None, raw), event.headers)
+            if isinstance(event, Failed):
                 await _close(raw)
-                raise
-            if pending in done:
-                event = pending.result()
-                if isinstance(event, Answered):
-                    return Opened(_Resumed(buffered, None, raw), event.headers)
-                if isinstance(event, Failed):
-                    await _close(raw)
-                    info = event.error
-                    raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
-                if event is None:  # the stream ended without an answer
-                    return Opened(_Resumed(buffered, None, raw))
+                info = event.error
+                raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
+            if event is not None:  # an engine that never answers: start at its first output
                 buffered.append(event)
-                if isinstance(event, _BEFORE_ANSWER):
-                    continue
-                return Opened(_Resumed(buffered, None, raw))  # an engine that never answers
-            if watcher in done:
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
-                await _close(raw)
-                raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
-            return Opened(_Resumed(buffered, pending, raw))  # the bound passed: start anyway
+            return Opened(_Resumed(buffered, None, raw))
+        if watcher in done:
+            pending.cancel()
+            await asyncio.gather(pending, return_exceptions=True)
+            await _close(raw)
+            raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
+        puller.handed_over = True  # the bound passed: start anyway, from where the stream is
+        return Opened(_Resumed(buffered, pending, raw))
     finally:
         watcher.cancel()
 

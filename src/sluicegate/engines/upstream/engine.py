@@ -49,12 +49,11 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
     """Read the body's end after `[DONE]` (it is normally there already), so the connection
     goes back to the pool instead of being closed; an upstream that keeps it open is cut off."""
 
-    async def rest() -> None:
-        async for _ in chunks:
-            pass
-
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a task of its own.
     with contextlib.suppress(Exception):
-        await asyncio.wait_for(rest(), DRAIN_SECONDS)
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in chunks:
+                pass
 
 
 def content_parser(config: UpstreamConfig) -> ContentParser | None:

@@ -1,0 +1,577 @@
+"""Gateway benchmark: what a relay adds to a fast OpenAI-compatible upstream, against the
+upstream itself, nginx and LiteLLM, all in one run on loopback.
+
+Run from the repository root (venv active):
+
+    python bench/gateway.py [--litellm PATH] [--json results.json]
+
+Processes (each its own): a fake upstream (`bench/fast_upstream.py`), the gateways under test,
+and the load generator (`bench/load_client.py`, one process per measurement). Targets:
+
+  (a) direct        the fake upstream itself: the baseline every ratio is taken against
+  (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
+  (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
+  (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
+  (e) litellm       LiteLLM's proxy pointed at the upstream
+
+Measurements, like vLLM's serving benchmark (TTFT to the first content-bearing chunk, ITL,
+end-to-end), with the upstream pacing tokens (--delay-ms) at concurrency 1, 16 and 64; relay
+throughput (tokens/s) with no inter-token delay; and the memory of --hold-streams open slow
+streams (RSS delta of the gateway's process tree / streams). CPU time of every process is
+recorded, so a saturated upstream or client shows. nginx and LiteLLM are skipped, with a
+message, when not installed; so is Sluicegate when its `openai` engine is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gateway_targets import (
+    Proc,
+    Target,
+    cpu_seconds,
+    find_litellm,
+    find_nginx,
+    free_port,
+    rss_bytes,
+    sluicegate_missing,
+    start,
+    start_litellm,
+    start_nginx,
+    start_sluicegate,
+    wait_ready,
+)
+
+HERE = Path(__file__).resolve().parent
+TITLES = {
+    "direct": "(a) upstream direct",
+    "sg-chat": "(b) Sluicegate chat",
+    "sg-responses": "(c) Sluicegate responses",
+    "nginx": "(d) nginx",
+    "litellm": "(e) LiteLLM",
+}
+
+
+# --- measuring ---------------------------------------------------------------------------------
+
+
+def mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else float("nan")
+
+
+def pct(values: list[float], q: float) -> float:
+    """Percentile with linear interpolation (numpy's default)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+@dataclass
+class Run:
+    """One load-client run against one target."""
+
+    concurrency: int
+    requests: int
+    tokens: int
+    wall: float
+    ttft: list[float]
+    itl: list[float]
+    e2e: list[float]
+    received: int
+    errors: list[str]
+    cpu: dict[str, float]  # process → CPU seconds / wall (1.0 = one core)
+
+    @property
+    def tps(self) -> float:
+        return self.received / self.wall
+
+    def stats(self) -> dict[str, Any]:
+        ms = 1000.0
+        return {
+            "concurrency": self.concurrency,
+            "requests": self.requests,
+            "tokens_per_request": self.tokens,
+            "tokens_per_second": self.tps,
+            "ttft_ms": {
+                "mean": mean(self.ttft) * ms,
+                "p50": pct(self.ttft, 50) * ms,
+                "p99": pct(self.ttft, 99) * ms,
+            },
+            "itl_ms": {
+                "mean": mean(self.itl) * ms,
+                "p50": pct(self.itl, 50) * ms,
+                "p99": pct(self.itl, 99) * ms,
+            },
+            "e2e_ms": {
+                "mean": mean(self.e2e) * ms,
+                "p50": pct(self.e2e, 50) * ms,
+                "p99": pct(self.e2e, 99) * ms,
+            },
+            "cpu_cores": self.cpu,
+            "errors": self.errors[:5],
+        }
+
+
+def client_cmd(
+    target: Target, mode: str, model: str, tokens: int, concurrency: int, requests: int
+) -> list[str]:
+    return [
+        sys.executable,
+        str(HERE / "load_client.py"),
+        mode,
+        "--port", str(target.port),
+        "--path", target.path,
+        "--dialect", target.dialect,
+        "--body", target.body(model, tokens),
+        "--concurrency", str(concurrency),
+        "--requests", str(requests),
+    ]  # fmt: skip
+
+
+def load(
+    target: Target,
+    upstream: Proc,
+    model: str,
+    tokens: int,
+    concurrency: int,
+    requests: int,
+    duration: float = 0.0,
+) -> Run:
+    """One client process: it connects, then runs on our word, so CPU is read over its run only."""
+    watched = {"upstream": upstream.pids(), "gateway": target.proc.pids() if target.proc else []}
+    cmd = client_cmd(target, "run", model, tokens, concurrency, requests)
+    client = subprocess.Popen(
+        [*cmd, "--duration", str(duration)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert client.stdin is not None and client.stdout is not None
+    ready = client.stdout.readline()
+    before = {k: cpu_seconds(v) for k, v in watched.items()}
+    started = time.perf_counter()
+    client.stdin.write(b"go\n")
+    client.stdin.flush()
+    line = client.stdout.readline()
+    wall = time.perf_counter() - started
+    after = {k: cpu_seconds(v) for k, v in watched.items()}
+    rest, err = client.communicate(timeout=60)
+    if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
+        raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
+    out = json.loads(line + rest)
+    cpu = {k: (after[k] - before[k]) / wall for k, v in watched.items() if v}
+    cpu["client"] = out["client_cpu"] / out["wall"]
+    streams = out["streams"]
+    errors = [s["error"] for s in streams if s["error"]]
+    errors += [
+        f"{s['tokens']} content chunks, expected {tokens}"
+        for s in streams
+        if not s["error"] and s["tokens"] != tokens
+    ]
+    ok = [s for s in streams if s["tokens"]]
+    return Run(
+        concurrency=concurrency,
+        requests=len(streams),
+        tokens=tokens,
+        wall=out["wall"],
+        ttft=[s["ttft"] for s in ok],
+        itl=[x for s in ok for x in s["itl"]],
+        e2e=[s["e2e"] for s in ok],
+        received=out["received"],
+        errors=errors,
+        cpu=cpu,
+    )
+
+
+def hold(target: Target, model: str, streams: int, settle: float) -> dict[str, Any]:
+    """RSS of the gateway's processes before, and with `streams` slow streams open and flowing."""
+    assert target.proc is not None
+    base = rss_bytes(target.proc.pids())
+    client = subprocess.Popen(
+        client_cmd(target, "hold", model, 100_000, streams, streams),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert client.stdout is not None and client.stdin is not None
+    line = client.stdout.readline().decode()
+    flowing = int(line.split()[1]) if line.startswith("READY") else 0
+    time.sleep(settle)
+    held = rss_bytes(target.proc.pids())
+    client.stdin.write(b"\n")
+    client.stdin.flush()
+    out, err = client.communicate(timeout=120)
+    if client.returncode != 0:
+        raise RuntimeError(f"hold client failed on {target.key}:\n{err.decode()[-3000:]}")
+    result = json.loads(out)
+    return {
+        "streams": streams,
+        "flowing": flowing,
+        "rss_before_mib": base / 2**20,
+        "rss_open_mib": held / 2**20,
+        "kib_per_stream": (held - base) / 1024 / max(flowing, 1),
+        "errors": result["errors"],
+    }
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    meta: dict[str, Any]
+    latency: dict[str, dict[int, Run]] = field(default_factory=dict)
+    throughput: dict[str, Run] = field(default_factory=dict)
+    memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, results: Results) -> None:
+    lat_model, thr_model = f"fake-d{args.delay_ms:g}", "fake-d0"
+    load(target, upstream, lat_model, 8, 16, 32)  # warm up: connections, first-call costs
+    load(target, upstream, thr_model, 256, 16, 32)
+    results.latency[target.key] = {}
+    for c in args.concurrency:
+        requests = max(args.requests_c1 if c == 1 else 0, c * args.waves)
+        run = load(target, upstream, lat_model, args.tokens, c, requests)
+        results.latency[target.key][c] = run
+        print(f"  {target.key:<13} c={c:<3} {_latency_line(run)}", flush=True)
+    run = load(
+        target,
+        upstream,
+        thr_model,
+        args.throughput_tokens,
+        args.throughput_concurrency,
+        0,
+        args.throughput_seconds,
+    )
+    results.throughput[target.key] = run
+    cpu = " ".join(f"{k} {v * 100:.0f}%" for k, v in run.cpu.items())
+    print(f"  {target.key:<13} throughput {run.tps:>9,.0f} tokens/s  CPU: {cpu}{_errors(run)}", flush=True)
+    if target.proc is not None and target.key in args.hold_targets and args.hold_streams:
+        mem = hold(target, f"fake-d{args.hold_delay_ms:g}", args.hold_streams, args.hold_settle)
+        results.memory[target.key] = mem
+        print(
+            f"  {target.key:<13} {mem['flowing']}/{mem['streams']} streams open: RSS {mem['rss_before_mib']:.1f}"
+            f" → {mem['rss_open_mib']:.1f} MiB, {mem['kib_per_stream']:.1f} KiB per stream",
+            flush=True,
+        )
+
+
+def _errors(run: Run) -> str:
+    return f"  ERRORS ({len(run.errors)}): {run.errors[:2]}" if run.errors else ""
+
+
+def _latency_line(run: Run) -> str:
+    s = run.stats()
+    return (
+        f"TTFT p50 {s['ttft_ms']['p50']:7.2f} p99 {s['ttft_ms']['p99']:7.2f} ms | "
+        f"ITL p50 {s['itl_ms']['p50']:6.2f} p99 {s['itl_ms']['p99']:6.2f} ms | "
+        f"E2E p50 {s['e2e_ms']['p50']:8.1f} ms{_errors(run)}"
+    )
+
+
+def run_all(args: argparse.Namespace) -> Results:
+    results = Results(
+        meta={
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "argv": sys.argv[1:],
+            "delay_ms": args.delay_ms,
+            "tokens": args.tokens,
+        }
+    )
+    models = sorted({f"fake-d{args.delay_ms:g}", "fake-d0", f"fake-d{args.hold_delay_ms:g}"})
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # children inherit it: 1,000 streams need it
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    with tempfile.TemporaryDirectory(prefix="gateway-bench-") as tmp:
+        folder = Path(tmp)
+        up_port = free_port()
+        upstream = start(
+            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
+        )
+        procs = [upstream]
+        servers: dict[str, tuple[Proc, int]] = {}
+        try:
+            wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
+            for key in args.targets:
+                try:
+                    target = make_target(key, args, folder, up_port, models, results, procs, servers)
+                except RuntimeError as exc:  # it would not start: say why, measure the others
+                    results.skipped[key] = f"did not start: {exc}"
+                    print(f"  {key:<13} SKIPPED: did not start: {exc}", flush=True)
+                    continue
+                if target is None:
+                    continue
+                measure_target(target, upstream, args, results)
+                if target.proc is not None and key != "sg-chat":  # sg-responses reuses sg-chat's server
+                    target.proc.stop()
+        finally:
+            for proc in procs:
+                proc.stop()
+    return results
+
+
+def make_target(
+    key: str,
+    args: argparse.Namespace,
+    folder: Path,
+    upstream: int,
+    models: list[str],
+    results: Results,
+    procs: list[Proc],
+    servers: dict[str, tuple[Proc, int]],
+) -> Target | None:
+    """Start what `key` needs (once per run: sg-chat and sg-responses share one server)."""
+
+    def skip(why: str) -> None:
+        results.skipped[key] = why
+        print(f"  {key:<13} SKIPPED: {why}", flush=True)
+
+    if key == "direct":
+        return Target(key, upstream)
+    if key in ("sg-chat", "sg-responses"):
+        missing = sluicegate_missing()
+        if missing:
+            skip(f"Sluicegate cannot serve an upstream: {missing}")
+            return None
+        if "sluicegate" not in servers:
+            servers["sluicegate"] = start_sluicegate(folder, upstream, models)
+            procs.append(servers["sluicegate"][0])
+        proc, port = servers["sluicegate"]
+        if key == "sg-responses":
+            return Target(key, port, "/v1/responses", "responses", proc)
+        return Target(key, port, proc=proc)
+    if key == "nginx":
+        binary = find_nginx(args.nginx)
+        if binary is None:
+            skip(
+                f"nginx not found ({args.nginx or 'PATH, /usr/sbin'}): install it (Debian: apt-get install nginx) or pass --nginx PATH"
+            )
+            return None
+        proc, port = start_nginx(binary, folder, upstream, args.nginx_workers)
+        procs.append(proc)
+        return Target(key, port, proc=proc)
+    if key == "litellm":
+        binary = find_litellm(args.litellm)
+        if binary is None:
+            skip(
+                f"litellm not found ({args.litellm or 'PATH'}): pip install 'litellm[proxy]' "
+                "(in a venv of its own) and pass --litellm PATH"
+            )
+            return None
+        print("  litellm       starting (slow to import)...", flush=True)
+        proc, port = start_litellm(binary, folder, upstream, models)
+        procs.append(proc)
+        return Target(key, port, proc=proc)
+    raise ValueError(key)
+
+
+# --- the report --------------------------------------------------------------------------------
+
+
+def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
+    base = r.latency.get("direct", {})
+    out: dict[str, Any] = {
+        "meta": r.meta,
+        "skipped": r.skipped,
+        "latency": {},
+        "throughput": {},
+        "memory": r.memory,
+    }
+    print(
+        f"\nLatency: {args.tokens} tokens per reply, {args.delay_ms:g} ms between tokens; "
+        "added = target - (a), ratios = target / (a)"
+    )
+    print(
+        f"  {'target':<26}{'c':>4}{'TTFT p50':>10}{'p99':>8}{'+p50':>8}{'+p99':>8}"
+        f"{'ITL mean':>10}{'p99':>8}{'E2E p50':>9}{'x(a)':>7}"
+    )
+    for key, runs in r.latency.items():
+        out["latency"][key] = {}
+        for c, run in runs.items():
+            s = run.stats()
+            a = base[c].stats() if c in base else None
+            added50 = s["ttft_ms"]["p50"] - a["ttft_ms"]["p50"] if a else float("nan")
+            added99 = s["ttft_ms"]["p99"] - a["ttft_ms"]["p99"] if a else float("nan")
+            e2e_ratio = s["e2e_ms"]["p50"] / a["e2e_ms"]["p50"] if a else float("nan")
+            s["added_ttft_ms"] = {"p50": added50, "p99": added99}
+            s["e2e_p50_vs_direct"] = e2e_ratio
+            out["latency"][key][c] = s
+            print(
+                f"  {TITLES[key]:<26}{c:>4}{s['ttft_ms']['p50']:>10.2f}{s['ttft_ms']['p99']:>8.2f}"
+                f"{added50:>8.2f}{added99:>8.2f}{s['itl_ms']['mean']:>10.2f}{s['itl_ms']['p99']:>8.2f}"
+                f"{s['e2e_ms']['p50']:>9.1f}{e2e_ratio:>7.3f}"
+            )
+    direct = r.throughput.get("direct")
+    nginx = r.throughput.get("nginx")
+    litellm = r.throughput.get("litellm")
+    print(
+        f"\nRelay throughput: {args.throughput_tokens} tokens per reply, no delay, concurrency "
+        f"{args.throughput_concurrency}, {args.throughput_seconds:g} s; CPU in cores (1.0 = one core busy)"
+    )
+    print(
+        f"  {'target':<26}{'tokens/s':>10}{'x(a)':>7}{'xnginx':>8}{'xLiteLLM':>10}"
+        "   CPU: gateway upstream client   gateway µs/token"
+    )
+    for key, run in r.throughput.items():
+        s = run.stats()
+        ratios = {
+            "vs_direct": run.tps / direct.tps if direct else None,
+            "vs_nginx": run.tps / nginx.tps if nginx else None,
+            "vs_litellm": run.tps / litellm.tps if litellm else None,
+        }
+        s.update(ratios)
+        s["gateway_cpu_us_per_token"] = run.cpu.get("gateway", 0) * 1e6 / run.tps
+        out["throughput"][key] = s
+
+        def f(x: float | None, w: int) -> str:
+            return f"{x:>{w}.3f}" if x is not None else " " * (w - 1) + "-"
+
+        cpu = run.cpu
+        print(
+            f"  {TITLES[key]:<26}{run.tps:>10,.0f}{f(ratios['vs_direct'], 7)}{f(ratios['vs_nginx'], 8)}"
+            f"{f(ratios['vs_litellm'], 10)}   {cpu.get('gateway', 0):>7.2f} {cpu.get('upstream', 0):>8.2f}"
+            f" {cpu.get('client', 0):>6.2f}   {cpu.get('gateway', 0) * 1e6 / run.tps:>10.2f}{_errors(run)}"
+        )
+    if r.memory:
+        print(f"\nMemory: {args.hold_streams} open streams, {args.hold_delay_ms:g} ms between tokens")
+        for key, mem in r.memory.items():
+            print(
+                f"  {TITLES[key]:<26}{mem['flowing']:>5} flowing  RSS {mem['rss_before_mib']:7.1f} → "
+                f"{mem['rss_open_mib']:7.1f} MiB  {mem['kib_per_stream']:6.1f} KiB per stream"
+            )
+    for key, why in r.skipped.items():
+        print(f"\n  {TITLES[key]} skipped: {why}")
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures over several runs: median (min-max)."""
+
+    def show(x: dict[str, float], digits: int) -> str:
+        return f"{x['median']:.{digits}f} ({x['min']:.{digits}f}-{x['max']:.{digits}f})"
+
+    out: dict[str, Any] = {"latency": {}, "throughput": {}, "memory": {}}
+    print(f"\nMedians of {len(runs)} runs (min-max)")
+    print(f"  {'target':<26}{'c':>4}  {'added TTFT p50 ms':<22}{'added TTFT p99 ms':<22}E2E p50 x(a)")
+    for key in runs[0]["latency"]:
+        out["latency"][key] = {}
+        for c in runs[0]["latency"][key]:
+            stats = [r["latency"][key][c] for r in runs if c in r["latency"].get(key, {})]
+            row = {
+                "added_ttft_p50_ms": spread([s["added_ttft_ms"]["p50"] for s in stats]),
+                "added_ttft_p99_ms": spread([s["added_ttft_ms"]["p99"] for s in stats]),
+                "e2e_p50_vs_direct": spread([s["e2e_p50_vs_direct"] for s in stats]),
+            }
+            out["latency"][key][c] = row
+            print(
+                f"  {TITLES[key]:<26}{c:>4}  {show(row['added_ttft_p50_ms'], 2):<22}"
+                f"{show(row['added_ttft_p99_ms'], 2):<22}{show(row['e2e_p50_vs_direct'], 3)}"
+            )
+    print(f"\n  {'target':<26}{'tokens/s':<28}{'x nginx':<22}{'x LiteLLM':<22}gateway µs/token")
+    for key in runs[0]["throughput"]:
+        stats = [r["throughput"][key] for r in runs if key in r["throughput"]]
+        row = {
+            name: spread([s[name] for s in stats if s.get(name) is not None])
+            for name in (
+                "tokens_per_second",
+                "vs_direct",
+                "vs_nginx",
+                "vs_litellm",
+                "gateway_cpu_us_per_token",
+            )
+            if any(s.get(name) is not None for s in stats)
+        }
+        out["throughput"][key] = row
+        cells = [show(row[n], d) if n in row else "-" for n, d in (("vs_nginx", 3), ("vs_litellm", 1))]
+        print(
+            f"  {TITLES[key]:<26}{show(row['tokens_per_second'], 0):<28}{cells[0]:<22}{cells[1]:<22}"
+            f"{show(row['gateway_cpu_us_per_token'], 2)}"
+        )
+    for key in runs[0]["memory"]:
+        row = spread([r["memory"][key]["kib_per_stream"] for r in runs if key in r["memory"]])
+        out["memory"][key] = {"kib_per_stream": row}
+        print(f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--targets", default="direct,sg-chat,sg-responses,nginx,litellm", help="comma-separated, in order"
+    )
+    parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")
+    parser.add_argument("--tokens", type=int, default=64, help="tokens per reply in the latency runs")
+    parser.add_argument("--concurrency", default="1,16,64", help="latency-run concurrencies")
+    parser.add_argument("--requests-c1", type=int, default=40, help="requests at concurrency 1")
+    parser.add_argument(
+        "--waves", type=int, default=3, help="requests = concurrency x waves above concurrency 1"
+    )
+    parser.add_argument("--throughput-tokens", type=int, default=2000)
+    parser.add_argument("--throughput-concurrency", type=int, default=16)
+    parser.add_argument("--throughput-seconds", type=float, default=4.0, help="length of the throughput run")
+    parser.add_argument(
+        "--hold-streams", type=int, default=1000, help="open streams for the memory figure (0: skip)"
+    )
+    parser.add_argument(
+        "--hold-delay-ms", type=float, default=1000.0, help="inter-token delay of the held streams"
+    )
+    parser.add_argument("--hold-settle", type=float, default=2.0, help="seconds to wait before reading RSS")
+    parser.add_argument(
+        "--hold-targets", default="sg-chat,nginx,litellm", help="targets whose memory is measured"
+    )
+    parser.add_argument("--nginx", help="nginx binary (default: found on PATH or in /usr/sbin)")
+    parser.add_argument(
+        "--nginx-workers", type=int, default=1, help="nginx worker processes (1: like one Python process)"
+    )
+    parser.add_argument("--litellm", help="litellm CLI (default: found on PATH)")
+    parser.add_argument("--json", default="gateway-bench.json", help="where to write the results")
+    parser.add_argument("--runs", type=int, default=1, help="whole runs back to back; medians at the end")
+    args = parser.parse_args()
+    args.targets = [t for t in args.targets.split(",") if t]
+    unknown = set(args.targets) - set(TITLES)
+    if unknown:
+        parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
+    args.concurrency = [int(c) for c in args.concurrency.split(",")]
+    args.hold_targets = set(args.hold_targets.split(","))
+    print(
+        f"Gateway bench: python {platform.python_version()} on {platform.platform()}, {os.cpu_count()} CPUs"
+    )
+    started = time.perf_counter()
+    runs = []
+    for i in range(args.runs):
+        if args.runs > 1:
+            print(f"\n=== run {i + 1} of {args.runs}", flush=True)
+        runs.append(report(run_all(args), args))
+    out = runs[0] if args.runs == 1 else {"runs": runs, "median": summarize(runs)}
+    Path(args.json).write_text(json.dumps(out, indent=1))
+    print(f"\nresults: {args.json}  ({time.perf_counter() - started:.0f}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""The processes `bench/gateway.py` measures: the fake upstream, Sluicegate, nginx and LiteLLM
+(started from generated configs in a temp dir, each in the foreground), and what is read from
+/proc about them (CPU time and RSS of a process tree)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.request
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+
+PROMPT = "Tell me a long story."
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def children(pid: int) -> list[int]:
+    """`pid` and all its descendants (Linux /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                parents.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        tree.append(p)
+        todo += parents.get(p, [])
+    return tree
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def rss_bytes(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+    return total
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def pids(self) -> list[int]:
+        return children(self.popen.pid)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+
+
+def start(name: str, cmd: list[str], folder: Path, env: dict[str, str] | None = None) -> Proc:
+    log = folder / f"{name}.log"
+    with log.open("wb") as out:
+        popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+    return Proc(name, popen, log)
+
+
+def wait_ready(proc: Proc, url: str, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc.popen.poll() is not None:
+            raise RuntimeError(f"{proc.name} exited at start:\n{proc.log.read_text()[-3000:]}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as r:
+            if r.status == 200:
+                return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{proc.name} not ready after {seconds:.0f}s:\n{proc.log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+# --- targets -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    key: str
+    port: int
+    path: str = "/v1/chat/completions"
+    dialect: str = "chat"
+    proc: Proc | None = None  # None: the upstream itself
+
+    def body(self, model: str, tokens: int) -> str:
+        if self.dialect == "responses":
+            return json.dumps(
+                {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}
+            )
+        return json.dumps(
+            {
+                "model": model,
+                "messages": [{"role": "user", "content": PROMPT}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "max_tokens": tokens,
+            }
+        )
+
+
+def sluicegate_missing() -> str | None:
+    if not any(ep.name == "openai" for ep in entry_points(group="sluicegate.engines")):
+        return "no `openai` engine entry point (is sluicegate installed?)"
+    try:
+        next(ep for ep in entry_points(group="sluicegate.engines") if ep.name == "openai").load()
+    except ImportError as exc:
+        return f"the `openai` engine does not import yet ({exc})"
+    return None
+
+
+def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
+    port = free_port()
+    tables = "".join(
+        f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
+        f'upstream_model = "{m}"\nmax_concurrency = 4096\nmax_queue = 4096\n'
+        for m in models
+    )
+    config = folder / "sluicegate.toml"
+    config.write_text(f'[server]\ndata_dir = "{folder / "data"}"\nmax_concurrent_requests = 8192\n{tables}')
+    cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", str(port)]
+    proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder)
+    wait_ready(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
+def find_nginx(given: str | None) -> str | None:
+    if given:
+        return shutil.which(given)
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
+
+
+def start_nginx(binary: str, folder: Path, upstream: int, workers: int) -> tuple[Proc, int]:
+    port = free_port()
+    home = folder / "nginx"
+    home.mkdir()
+    temps = "\n".join(
+        f"  {k}_temp_path {home / k};" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    conf = home / "nginx.conf"
+    conf.write_text(
+        textwrap.dedent(
+            f"""\
+            daemon off;
+            worker_processes {workers};
+            worker_rlimit_nofile 65536;
+            pid {home / "nginx.pid"};
+            error_log {home / "error.log"} warn;
+            events {{ worker_connections 16384; }}
+            http {{
+              access_log off;
+            {temps}
+              upstream fake {{ server 127.0.0.1:{upstream}; keepalive 256; }}
+              server {{
+                listen 127.0.0.1:{port} backlog=4096;
+                location / {{
+                  proxy_pass http://fake;
+                  proxy_http_version 1.1;
+                  proxy_set_header Connection "";
+                  proxy_buffering off;
+                  proxy_cache off;
+                  proxy_read_timeout 600s;
+                }}
+              }}
+            }}
+            """
+        )
+    )
+    proc = start("nginx", [binary, "-c", str(conf), "-p", str(home)], folder)
+    wait_ready(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
+def find_litellm(given: str | None) -> str | None:
+    return shutil.which(given or "litellm")
+
+
+def start_litellm(binary: str, folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
+    port = free_port()
+    entries = "".join(
+        f"  - model_name: {m}\n    litellm_params:\n      model: openai/{m}\n"
+        f"      api_base: http://127.0.0.1:{upstream}/v1\n      api_key: bench\n"
+        for m in models
+    )
+    config = folder / "litellm.yaml"
+    config.write_text(f"model_list:\n{entries}litellm_settings:\n  drop_params: true\n  telemetry: false\n")
+    env = {
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch from GitHub at start
+        "LITELLM_LOG": "ERROR",
+        "LITELLM_TELEMETRY": "False",
+        # No auth, as Sluicegate and nginx run here (loopback only); LiteLLM refuses that otherwise.
+        "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true",
+    }
+    cmd = [binary, "--config", str(config), "--host", "127.0.0.1", "--port", str(port), "--num_workers", "1"]
+    proc = start("litellm", cmd, folder, env)
+    wait_ready(proc, f"http://127.0.0.1:{port}/health/liveliness", seconds=180)
+    return proc, port
