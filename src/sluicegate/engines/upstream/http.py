@@ -57,6 +57,8 @@ class _Connection(asyncio.Protocol):
         self._reading = True
         self.complete = False
         self.reusable = False
+        self._chunked = False
+        self._length: bytes | None = None
         self._until_eof = False  # neither a length nor chunked: the body ends with the connection
         self._error: Exception | None = None
 
@@ -165,9 +167,6 @@ class _Connection(asyncio.Protocol):
     def _wakeup(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
-
-    _chunked: bool = False
-    _length: bytes | None = None
 
 
 class StreamingResponse:
