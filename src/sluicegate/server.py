@@ -72,9 +72,7 @@ def add_model_files(registry: Registry, settings: Settings) -> list[str]:
     Runs at startup and after each download. A file that cannot be read as a model (half
     copied, not a GGUF) is logged and skipped: a scanned folder must not stop the server.
     """
-    declared = settings.models or [DEMO_MODEL]
-    files = {(settings.base_dir / t["path"]).resolve() for t in declared if isinstance(t.get("path"), str)}
-    files |= {
+    files = {  # declared GGUFs are served already: their engines know their (resolved) paths
         Path(path).resolve()
         for model in registry.models.values()
         if isinstance(path := model.engine.info().details.get("path"), str)

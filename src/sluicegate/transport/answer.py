@@ -14,31 +14,13 @@ import asyncio
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import get_args
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.core.events import (
-    Answered,
-    Failed,
-    LoadFinished,
-    LoadProgress,
-    LoadStarted,
-    PromptFinished,
-    PromptProgress,
-    PromptStarted,
-    RawEvent,
-    ToolsListed,
-)
+from sluicegate.core.events import Answered, Failed, ProgressEvent, RawEvent, ToolsListed
 
 # What may come before the upstream's answer without being it: progress, the tool loop's listings.
-_PROGRESS = (
-    LoadStarted,
-    LoadProgress,
-    LoadFinished,
-    PromptStarted,
-    PromptProgress,
-    PromptFinished,
-    ToolsListed,
-)
+_PROGRESS = (*get_args(ProgressEvent), ToolsListed)
 
 
 async def _next(raw: AsyncIterator[RawEvent]) -> RawEvent | None:
