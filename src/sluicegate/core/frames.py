@@ -1,0 +1,22 @@
+"""What an encoder yields: a frame object, written to the wire by the transport alone.
+
+A dialect's encoder turns canonical events into `Frame`s: an optional SSE event name and one
+line of pre-serialised JSON. Only the transport turns them into bytes (`event:`/`data:` lines,
+the blank line, `[DONE]`), so the SSE framing lives in one place and a WebSocket transport can
+send the same frames as text messages. `data` stays bytes so the per-token fast path is one
+orjson call and a few concatenations, never a second serialisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    data: bytes  # one line of JSON (orjson output is), or b"[DONE]"
+    event: str | None = None  # the SSE `event:` name; None for data-only dialects
+
+
+DONE: Final = Frame(b"[DONE]")  # Chat Completions' and Responses' end-of-stream sentinel
