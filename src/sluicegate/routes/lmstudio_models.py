@@ -14,7 +14,17 @@ from sluicegate.dialects.lmstudio_request import reject_unknown_keys
 from sluicegate.downloads import DownloadError, Target
 from sluicegate.engines.registry import Instance, Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
-from sluicegate.routes.lmstudio import check_context_length
+
+
+def check_context_length(model: Model, context_length: int | None) -> None:
+    maximum = model.engine.info().context_length
+    if context_length is not None and maximum is not None and context_length > maximum:
+        raise invalid(
+            f"context_length {context_length} is above the maximum of model '{model.id}' ({maximum}).",
+            "context_length",
+            code="invalid_value",
+        )
+
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("lmstudio", lmstudio_error)
