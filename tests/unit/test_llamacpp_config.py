@@ -11,7 +11,7 @@ from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.registry import build_model
-from sluicegate.tools.parsing import ToolCallFormat
+from sluicegate.parsing import ToolCallFormat
 
 
 @pytest.fixture(scope="module")

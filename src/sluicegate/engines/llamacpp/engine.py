@@ -25,7 +25,7 @@ from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
 from sluicegate.engines.llamacpp.settings import MAX_DEFAULT_CONTEXT, LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.metrics import METRICS
-from sluicegate.tools.parsing import OutputParser, detect_reasoning, detect_tool_format
+from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 
