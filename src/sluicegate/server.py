@@ -22,8 +22,9 @@ from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lifecycle import Lifecycle
+from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
-from sluicegate.engines.registry import Registry, add_table
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (

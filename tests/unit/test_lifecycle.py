@@ -11,8 +11,10 @@ import pytest
 
 from sluicegate.core.events import Finished, LoadFinished, LoadStarted, RawEvent, TextDelta
 from sluicegate.core.request import ChatRequest, Message
+from sluicegate.engines.instances import Generation
 from sluicegate.engines.lifecycle import Lifecycle
-from sluicegate.engines.registry import Generation, Model, Registry
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.engines.scripted import Reply, Script, ScriptedEngine
 
 LIMIT = 10  # seconds: a hang fails the test instead of blocking the suite

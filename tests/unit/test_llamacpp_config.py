@@ -10,7 +10,7 @@ import pytest
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
-from sluicegate.engines.registry import build_model
+from sluicegate.engines.lookup import build_model
 from sluicegate.parsing import ToolCallFormat
 
 

@@ -1,4 +1,5 @@
-"""engines/registry.py: admission (queue + concurrency), just-in-time loading, cancellation."""
+"""engines/instances.py, models.py, registry.py: admission (queue + concurrency), just-in-time
+loading, cancellation."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest, ContentPart, Message, Role
 from sluicegate.core.segment import segment
 from sluicegate.engines.base import Capabilities, Engine, ModelInfo, ProgressCallback
-from sluicegate.engines.registry import Model, Registry
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 
 LIMIT = 10  # seconds: a safety net so a hang fails the test instead of blocking the suite
@@ -445,11 +447,29 @@ async def test_a_burst_of_admissions_cannot_overrun_the_queue() -> None:
         model.open(request())
     assert caught.value.info.kind is ErrorKind.OVERLOADED
     for generation in admitted:
-        await generation.events.aclose()  # type: ignore[attr-defined]
-    assert model.instances[0]._waiting == 0
-    del admitted
-    dropped = model.open(request())
-    del dropped  # a stream dropped before it started gives its queue place back
+        await generation.aclose()
     assert model.instances[0]._waiting == 0
     engine.release.set()
     await collect(first.events)
+
+
+async def test_an_unstarted_generation_closed_by_its_owner_gives_its_queue_place_back() -> None:
+    model, engine = make(max_concurrency=1, max_queue=1)
+    first = model.open(request())
+    await with_timeout(anext(first.events))  # holds the only slot
+    unstarted = model.open(request())  # takes the only queue place, never iterated
+    with pytest.raises(SluicegateError) as caught:
+        model.open(request())
+    assert caught.value.info.kind is ErrorKind.OVERLOADED
+    await unstarted.aclose()  # what a turn that fails before its first event does
+    assert model.instances[0]._waiting == 0
+    again = model.open(request())  # the place is free again
+    await again.aclose()
+    await again.aclose()  # closing twice is harmless
+    assert model.instances[0]._waiting == 0
+    assert engine.log.count("started") == 1  # the closed ones never reached the engine
+    engine.release.set()
+    await collect(first.events)
+    await first.aclose()  # closing after iterating is harmless too
+    assert not model.busy
+    assert gauge("sluicegate_generations_active", model.id) == 0

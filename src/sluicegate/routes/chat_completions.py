@@ -16,6 +16,7 @@ from sluicegate.dialects.chat_completions import (
 )
 from sluicegate.dialects.chat_completions_request import parse_chat_request
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.instances import Generation
 from sluicegate.routes.common import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -40,6 +41,7 @@ async def chat_completions(request: Request) -> Response:
     release = state.admission.take()
     streaming = False
     toolset: ToolSet | None = None
+    generation: Generation | None = None
     try:
         if state.tools.providers:  # configured MCP servers and plugins run server-side
             toolset = await request_toolset(state.tools, ToolSelection(all_configured=True), param="tools")
@@ -64,7 +66,7 @@ async def chat_completions(request: Request) -> Response:
                 encoded_frames(events, encoder.encode),
                 heartbeat_seconds=state.limits.heartbeat_seconds,
                 headers=headers,
-                on_close=closing(release, toolset),
+                on_close=closing(release, toolset, generation),
             )
         result = await unless_disconnected(collect(events), lambda: wait_for_disconnect(request))
         if result.error is not None:
@@ -81,5 +83,9 @@ async def chat_completions(request: Request) -> Response:
     finally:
         if not streaming:
             release()
-            if toolset is not None:
-                await toolset.aclose()
+            try:
+                if generation is not None:  # the owner closes it, iterated or not
+                    await generation.aclose()
+            finally:
+                if toolset is not None:
+                    await toolset.aclose()

@@ -21,7 +21,8 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invali
 from sluicegate.core.events import RawEvent
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.downloads import Downloads
-from sluicegate.engines.registry import Model, Registry
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.store.base import Store
 from sluicegate.tools.catalog import ToolCatalog

@@ -21,7 +21,8 @@ from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmst
 from sluicegate.dialects.responses import ResponseState, items_output, usage_object
 from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import ResponsesRequest
-from sluicegate.engines.registry import Model
+from sluicegate.engines.instances import Generation
+from sluicegate.engines.models import Model
 from sluicegate.routes.common import (
     INSTANCE_HEADER,
     AppState,
@@ -151,6 +152,7 @@ async def lmstudio_chat(request: Request) -> Response:
     if req.context_length is not None:
         chat.extra["context_length"] = req.context_length
     toolset: ToolSet | None = None
+    generation: Generation | None = None
     release = state.admission.take()
     streaming = False
     try:
@@ -183,7 +185,7 @@ async def lmstudio_chat(request: Request) -> Response:
                 _frames(events, encoder, accumulator, persist),
                 heartbeat_seconds=state.limits.heartbeat_seconds,
                 headers=headers,
-                on_close=closing(release, toolset),
+                on_close=closing(release, toolset, generation),
             )
         try:
             result = await unless_disconnected(
@@ -197,8 +199,12 @@ async def lmstudio_chat(request: Request) -> Response:
     finally:
         if not streaming:
             release()
-            if toolset is not None:
-                await toolset.aclose()
+            try:
+                if generation is not None:  # the owner closes it, iterated or not
+                    await generation.aclose()
+            finally:
+                if toolset is not None:
+                    await toolset.aclose()
 
 
 def _providers(toolset: ToolSet | None) -> ToolProviders:

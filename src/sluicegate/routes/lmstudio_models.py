@@ -12,7 +12,8 @@ from sluicegate.core.validation import Fields
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
 from sluicegate.downloads import DownloadError, Target
-from sluicegate.engines.registry import Instance, Model
+from sluicegate.engines.instances import Instance
+from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.routes.lmstudio import check_context_length
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -10,7 +10,6 @@ from starlette.responses import Response
 
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.events import RawEvent
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.core.request import ChatRequest
@@ -18,7 +17,8 @@ from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
 from sluicegate.dialects.responses_request import ResponsesRequest, not_found, parse_responses_request
-from sluicegate.engines.registry import Model
+from sluicegate.engines.instances import Generation
+from sluicegate.engines.models import Model
 from sluicegate.routes.common import (
     INSTANCE_HEADER,
     AppState,
@@ -34,7 +34,7 @@ from sluicegate.routes.responses_runs import Conversation, ResponseRun
 from sluicegate.routes.responses_tools import Approvals, ToolRun, resolve_approvals, tool_selection
 from sluicegate.routes.server_tools import request_toolset
 from sluicegate.tools.catalog import ToolSet
-from sluicegate.tools.loop import with_server_tools
+from sluicegate.tools.loop import loop_generation, with_server_tools
 from sluicegate.transport.answer import Opened
 from sluicegate.transport.replay import replay
 from sluicegate.transport.sse import EventStreamResponse
@@ -106,17 +106,22 @@ async def create_response(request: Request) -> Response:
     chat = _chat_request(req, messages)
     release = state.admission.take()
     toolset: ToolSet | None = None
+    generation: Generation | None = None
     try:
         selection = tool_selection(req, state.tools.plugin_ids())
         toolset = await request_toolset(state.tools, selection, param="tools")
-        raw, instance_id = _open(state, req, chat, model, toolset, conversation.history, approvals)
-        opened = Opened(raw)
+        generation = _open(state, req, chat, model, toolset, conversation.history, approvals)
+        opened = Opened(generation.events)
         if not req.background:  # a background response answers at once, whatever the upstream does
-            opened = await engine_answer(request, model, raw, state.limits, stream=req.stream)
+            opened = await engine_answer(request, model, generation.events, state.limits, stream=req.stream)
     except BaseException:
         release()
-        if toolset is not None:
-            await toolset.aclose()
+        try:
+            if generation is not None:  # its owner closes it: it may never have started
+                await generation.aclose()
+        finally:
+            if toolset is not None:
+                await toolset.aclose()
         raise
     response_id = new_id("resp_")
     accumulator = Accumulator()
@@ -133,12 +138,12 @@ async def create_response(request: Request) -> Response:
         store=state.store,
         retention_seconds=state.settings.responses_retention_days * 86400,
         runs=state.runs,
-        on_end=toolset.aclose,
+        on_end=_closing(generation, toolset),
     )
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id, **opened.headers}
+    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: generation.instance_id, **opened.headers}
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:
@@ -163,18 +168,30 @@ def _open(
     toolset: ToolSet,
     history: list[Json],
     approvals: Approvals,
-) -> tuple[AsyncIterator[RawEvent], str]:
+) -> Generation:
     """The raw events of this response and the instance serving it. Without server tools, the
     engine's own; with them, the tool loop's. The first round is admitted here, so a full queue
     is refused before the response starts, unless approved calls must run before it."""
     if not toolset.listings and not approvals.approved:
-        generation = model.open(chat)
-        return generation.events, generation.instance_id
+        return model.open(chat)
     tools = ToolRun(req, chat, toolset, model, state.tools.max_rounds, history, approvals.approved)
     if approvals.approved:
-        return tools.events(None), model.instance_id
+        return Generation(model.instance_id, tools.events(None))
     first = model.open(with_server_tools(chat, toolset))
-    return tools.events(first), first.instance_id
+    return loop_generation(first, tools.events(first))
+
+
+def _closing(generation: Generation, toolset: ToolSet) -> Callable[[], Awaitable[None]]:
+    """What the run releases when it ends: the generation (closed by its owner, even if the run
+    never iterated it) and the request's tool set."""
+
+    async def close() -> None:
+        try:
+            await generation.aclose()
+        finally:
+            await toolset.aclose()
+
+    return close
 
 
 def _stream(

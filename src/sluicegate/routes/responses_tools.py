@@ -21,7 +21,8 @@ from sluicegate.core.events import RawEvent, ToolCallDelta, ToolResult, ToolsLis
 from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ToolCall
 from sluicegate.dialects.responses_mcp_request import approval_policy
 from sluicegate.dialects.responses_request import ResponsesRequest
-from sluicegate.engines.registry import Generation, Model
+from sluicegate.engines.instances import Generation
+from sluicegate.engines.models import Model
 from sluicegate.store.base import Store
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection, ToolSet
 from sluicegate.tools.loop import OpenRound, model_rounds, run_tool_loop

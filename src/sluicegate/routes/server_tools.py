@@ -4,13 +4,17 @@ and closing the set (request-scoped MCP sessions) however the response ends."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.registry import Generation, Model
+from sluicegate.engines.instances import Generation
+from sluicegate.engines.models import Model
 from sluicegate.tools.catalog import ToolCatalog, ToolSelection, ToolSet
-from sluicegate.tools.loop import model_rounds, run_tool_loop, with_server_tools
+from sluicegate.tools.loop import loop_generation, model_rounds, run_tool_loop, with_server_tools
+
+log = logging.getLogger(__name__)
 
 _closing: set[asyncio.Task[None]] = set()  # close tasks, kept referenced until done
 
@@ -34,19 +38,33 @@ def open_generation(
     first = model.open(with_server_tools(chat, toolset))
     # The loop gets the client's own request: it tells client functions from server tools by it.
     rounds = run_tool_loop(chat, toolset, model_rounds(model, first), max_rounds=catalog.max_rounds)
-    return Generation(first.instance_id, rounds)
+    return loop_generation(first, rounds)
 
 
-def closing(release: Callable[[], None], toolset: ToolSet | None) -> Callable[[], None]:
-    """`release`, plus closing the set in the background: a sync callback for
-    `EventStreamResponse.on_close`, which runs however the stream ends, even unstarted."""
-    if toolset is None:
+def closing(
+    release: Callable[[], None], toolset: ToolSet | None, generation: Generation | None = None
+) -> Callable[[], None]:
+    """`release`, plus closing the generation (a stream that never started never iterated it)
+    and the set in the background: a sync callback for `EventStreamResponse.on_close`, which
+    runs however the stream ends, even unstarted."""
+    if toolset is None and generation is None:
         return release
 
     def close() -> None:
         release()
-        task = asyncio.get_running_loop().create_task(toolset.aclose())
+        task = asyncio.get_running_loop().create_task(_close(toolset, generation))
         _closing.add(task)
         task.add_done_callback(_closing.discard)
 
     return close
+
+
+async def _close(toolset: ToolSet | None, generation: Generation | None) -> None:
+    try:
+        if generation is not None:
+            await generation.aclose()
+    except Exception:
+        log.exception("closing a generation failed")
+    finally:
+        if toolset is not None:
+            await toolset.aclose()
