@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,9 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
 )
-from sluicegate.core.request import ChatRequest, ContentPart, Message, Role
+from sluicegate.core.request import ChatRequest, ContentPart, Message, RequestOptions, Role
 from sluicegate.core.segment import segment
-from sluicegate.engines.base import Capabilities, Engine, ModelInfo, ProgressCallback
+from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
@@ -55,6 +56,7 @@ class FakeEngine(Engine):
         self.load_gate.set()
         self.load_calls = 0
         self.load_error: Exception | None = None
+        self.load_configs: list[LoadConfig] = []  # what each load was configured with
         self.log: list[str] = []
 
     @classmethod
@@ -63,6 +65,9 @@ class FakeEngine(Engine):
 
     def info(self) -> ModelInfo:
         return ModelInfo(id=self.model_id, engine=self.kind, capabilities=Capabilities(vision=self.vision))
+
+    def configure_load(self, config: LoadConfig) -> None:
+        self.load_configs.append(replace(config))
 
     async def load(self, on_progress: ProgressCallback) -> None:
         self.load_calls += 1
@@ -102,6 +107,10 @@ def make(
 
 def request() -> ChatRequest:
     return ChatRequest(model="m", messages=[Message("user", "hi")])
+
+
+def with_options(**options: Any) -> ChatRequest:
+    return ChatRequest(model="m", messages=[Message("user", "hi")], options=RequestOptions(**options))
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -349,6 +358,44 @@ async def test_explicit_load_and_second_instance() -> None:
 
     assert await model.unload(f"{model_id}:2") == [f"{model_id}:2"]
     assert [i.instance_id for i in model.instances] == [model_id]
+
+
+# --- load config: context_length -----------------------------------------------------------------
+
+
+async def test_the_request_that_loads_just_in_time_loads_with_its_context_length() -> None:
+    model, engine = make(needs_load=True)
+    engine.release.set()
+    await collect(model.open(with_options(context_length=512)).events)
+    assert engine.load_configs == [LoadConfig(context_length=512)]
+    assert model.instances[0].config == LoadConfig(context_length=512)  # shown in the listings
+    await collect(model.open(with_options(context_length=128)).events)  # loaded: no reload
+    assert engine.load_calls == 1
+    await model.unload()
+    assert model.instances[0].config == LoadConfig()
+    await collect(model.open(request()).events)  # the next JIT load starts from the defaults
+    assert engine.load_configs[-1] == LoadConfig()
+
+
+async def test_a_request_waiting_for_anothers_load_does_not_change_its_config() -> None:
+    model, engine = make(needs_load=True, max_concurrency=2)
+    engine.release.set()
+    engine.load_gate.clear()
+    first = asyncio.create_task(collect(model.open(with_options(context_length=512)).events))
+    await until(lambda: engine.load_calls == 1, "the first request is loading")
+    second = asyncio.create_task(collect(model.open(with_options(context_length=64)).events))
+    await until(lambda: model.instances[0]._active == 2, "the second request waits for the load")
+    engine.load_gate.set()
+    await with_timeout(asyncio.gather(first, second))
+    assert engine.load_configs == [LoadConfig(context_length=512)]
+    assert model.instances[0].config.context_length == 512
+
+
+async def test_an_explicit_load_uses_its_config() -> None:
+    model, engine = make(needs_load=True)
+    instance, _ = await model.load(config=LoadConfig(context_length=1024))
+    assert engine.load_configs == [LoadConfig(context_length=1024)]
+    assert instance.config.context_length == 1024
 
 
 # --- cancellation --------------------------------------------------------------------------------

@@ -49,6 +49,15 @@ class ModelInfo:
 ProgressCallback = Callable[[float], None]
 
 
+@dataclass(slots=True)
+class LoadConfig:
+    """Settings a client asked one load of an instance for: LM Studio's load config, or the
+    per-request `context_length` of the request that loads it just in time. None: the engine's
+    own configured value."""
+
+    context_length: int | None = None
+
+
 class Discovery(ABC):
     """Models that a `[[models]]` table stands for but that are only known at runtime (e.g.
     an upstream's `/v1/models`). The registry asks at startup and every `interval` seconds;
@@ -127,6 +136,11 @@ class Engine(ABC):
 
     async def start(self) -> None:
         """Start background work (health checks, discovery) once the server runs."""
+        return None
+
+    def configure_load(self, config: LoadConfig) -> None:
+        """Use `config` for the next `load()`; called before every load (an engine with nothing
+        to configure ignores it). Values were checked against `info()` already."""
         return None
 
     async def load(self, on_progress: ProgressCallback) -> None:

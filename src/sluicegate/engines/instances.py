@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import Any
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -26,7 +25,7 @@ from sluicegate.core.events import (
     ToolCallDelta,
 )
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Engine
+from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.metrics import METRICS
 
 log = logging.getLogger(__name__)
@@ -100,7 +99,7 @@ class Instance:
         self.engine = engine
         self.id = engine.model_id  # the model id, for metrics labels
         self.instance_id = instance_id
-        self.config: dict[str, Any] = {}  # load settings asked for (e.g. context_length)
+        self.config = LoadConfig()  # load settings asked for (e.g. context_length)
         self.max_queue = max_queue
         self._slots = asyncio.Semaphore(max_concurrency)
         self._waiting = 0
@@ -157,9 +156,11 @@ class Instance:
         engine_events: AsyncIterator[RawEvent] | None = None
         try:
             if not self.loaded:
+                if self._loading is None and request.options.context_length is not None:
+                    self.config.context_length = request.options.context_length  # this request loads it
                 async for load_event in self._ensure_loaded(jit=True):
                     yield load_event
-            if (ttl := request.extra.get("ttl")) is not None:
+            if (ttl := request.options.ttl) is not None:
                 self.ttl = float(ttl)  # the dialect checked it; it governs the instance it used
             engine_events = self.engine.generate(request)
             counters, key = METRICS.counters, self._deltas_key  # live: watch it stop on cancel
@@ -202,6 +203,7 @@ class Instance:
                 if jit:
                     await self.hooks.before_jit_load(self)  # auto-evict makes room first
                 async with self._lifecycle:
+                    self.engine.configure_load(self.config)
                     await self.engine.load(on_progress)
                 self.loaded = True
                 self.last_used = time.monotonic()
@@ -251,5 +253,5 @@ class Instance:
             self.loaded = False  # first: a request arriving now loads again (after the lock)
             async with self._lifecycle:
                 await self.engine.unload()
-        self.config = {}  # a later (JIT) load starts from the model's defaults
+        self.config = LoadConfig()  # a later (JIT) load starts from the model's defaults
         self.jit, self.ttl, self.evict_when_idle = False, None, False

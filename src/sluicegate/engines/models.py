@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Engine
+from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.engines.instances import NO_HOOKS, Generation, Instance, InstanceHooks
 
 
@@ -113,15 +112,15 @@ class Model:
         self,
         *,
         new_instance: bool = False,
-        config: dict[str, Any] | None = None,
+        config: LoadConfig | None = None,
         ttl: float | None = None,
     ) -> tuple[Instance, float]:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
             target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
-        if config:
-            target.config.update(config)
+        if config is not None and config.context_length is not None:
+            target.config.context_length = config.context_length
         return target, await target.load_now(ttl)
 
     async def unload(self, instance_id: str | None = None) -> list[str]:

@@ -15,7 +15,7 @@ from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import Event
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, collect, encoded_frames, unless_disconnected
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.dialects.lmstudio import LMStudioEncoder, ToolProviders, Vocabulary, lmstudio_error, no_tools
 from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmstudio_chat, tool_selection
 from sluicegate.dialects.responses import ResponseState, items_output, usage_object
@@ -148,9 +148,8 @@ async def lmstudio_chat(request: Request) -> Response:
         messages=items_to_messages(conversation.history, None),
         sampling=req.sampling,
         reasoning_effort=req.reasoning,
+        options=RequestOptions(context_length=req.context_length),
     )
-    if req.context_length is not None:
-        chat.extra["context_length"] = req.context_length
     toolset: ToolSet | None = None
     generation: Generation | None = None
     release = state.admission.take()

@@ -12,7 +12,7 @@ from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
@@ -81,7 +81,7 @@ def _chat_request(req: ResponsesRequest, messages: list[Any]) -> ChatRequest:
         sampling=req.sampling,
         reasoning_effort=(req.reasoning or {}).get("effort"),
         response_format=fmt if fmt.get("type") != "text" else None,
-        extra=req.extra,
+        options=RequestOptions(ttl=req.ttl),
     )
 
 
