@@ -15,12 +15,11 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, models_dir, store_path
-from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
-from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from tool_fakes import PROVIDER, FakeToolSet, echo
 
+from sluicegate.core.deadlines import with_deadlines
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     ApprovalRequested,
@@ -31,7 +32,6 @@ from sluicegate.core.segment import segment
 from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.tools.loop import MAX_ROUNDS_CODE, loop_generation, model_rounds, run_tool_loop
-from sluicegate.transport.deadline import with_deadlines
 
 CALL_WEATHER = {"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}
 ANSWER = {"when": {"last_role": "tool"}, "content": "It is sunny."}

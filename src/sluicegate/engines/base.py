@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
 from sluicegate.core.errors import invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
-
-
-class ConfigError(Exception):
-    """A configuration problem, reported at startup with the offending key."""
 
 
 @dataclass(slots=True)
