@@ -85,7 +85,7 @@ class _Admitted:
         return self._gen.__anext__()
 
     async def aclose(self) -> None:
-        if not self._started:  # never started: `_run` never counted it, so give its place back here
+        if not self._started:  # `_run` never took its waiting count over: give the place back here
             self._started = True
             self._instance._waiting -= 1
             self._instance._settle()
