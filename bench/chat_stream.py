@@ -54,7 +54,7 @@ from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import parse_responses_request
-from sluicegate.engines.registry import Model
+from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.store.sqlite import SQLiteStore
 from sluicegate.transport.sse import frames_bytes

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 from sluicegate.tools.ssrf import AllowList
 
 DEFAULT_PORT = 8321

@@ -15,7 +15,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, models_dir, store_path
-from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions_dialect import ChatCompletionsDialect
@@ -24,10 +24,10 @@ from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_dialect import ResponsesDialect
 from sluicegate.downloads import Downloads
-from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lifecycle import Lifecycle
+from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
-from sluicegate.engines.registry import Registry, add_table
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (

@@ -9,7 +9,9 @@ import pytest
 
 from sluicegate.config import DEFAULT_PORT, Settings, load_settings
 from sluicegate.engines.base import ConfigError
-from sluicegate.engines.registry import Model, Registry, build_model, engine_class
+from sluicegate.engines.lookup import build_model, engine_class
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.engines.scripted import ScriptedEngine
 from sluicegate.server import build_registry
 

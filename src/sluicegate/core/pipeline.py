@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.deadlines import with_deadlines
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, RawEvent
 from sluicegate.core.segment import segment
-from sluicegate.transport.deadline import with_deadlines
 
 T = TypeVar("T")
 

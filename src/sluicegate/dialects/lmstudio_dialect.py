@@ -9,7 +9,7 @@ from typing import Any
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.dialects.base import ConversationInput, Dialect, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.lmstudio import LMStudioEncoder, Vocabulary, lmstudio_error
 from sluicegate.dialects.lmstudio_request import LMStudioChatRequest, parse_lmstudio_chat, tool_selection
@@ -50,10 +50,12 @@ class LMStudioDialect(Dialect):
             items.append(_message("system", [{"type": "input_text", "text": req.system_prompt}]))
         items.append(_message("user", req.input_parts))
         chat = ChatRequest(
-            model=req.model, messages=[], sampling=req.sampling, reasoning_effort=req.reasoning
+            model=req.model,
+            messages=[],
+            sampling=req.sampling,
+            reasoning_effort=req.reasoning,
+            options=RequestOptions(context_length=req.context_length),
         )
-        if req.context_length is not None:
-            chat.extra["context_length"] = req.context_length
         tools = (
             ServerTools(tool_selection(req.integrations), param="integrations") if req.integrations else None
         )

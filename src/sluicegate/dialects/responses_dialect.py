@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.dialects.base import ConversationInput, Dialect, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ReasoningNames, ResponsesEncoder, ResponseState
@@ -55,7 +55,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         sampling=req.sampling,
         reasoning_effort=(req.reasoning or {}).get("effort"),
         response_format=fmt if fmt.get("type") != "text" else None,
-        extra=dict(req.extra),
+        options=RequestOptions(ttl=req.ttl),
     )
 
 

@@ -32,7 +32,7 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
-from sluicegate.engines.registry import Model
+from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer

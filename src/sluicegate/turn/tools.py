@@ -15,9 +15,10 @@ from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import RawEvent, ToolCallDelta, ToolResult, ToolsListed
 from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ToolCall
 from sluicegate.dialects.base import ServerTools
-from sluicegate.engines.registry import Generation, Model
+from sluicegate.engines.instances import Generation
+from sluicegate.engines.models import Model
 from sluicegate.tools.catalog import ToolCatalog, ToolSet
-from sluicegate.tools.loop import OpenRound, model_rounds, run_tool_loop, with_server_tools
+from sluicegate.tools.loop import OpenRound, loop_generation, model_rounds, run_tool_loop, with_server_tools
 
 Json = dict[str, Any]
 
@@ -58,9 +59,8 @@ def open_model(
         )
     first = model.open(with_server_tools(chat, toolset))
     # The loop gets the client's own request: it tells client functions from server tools by it.
-    return Generation(
-        first.instance_id, _tool_turn(chat, model, toolset, tools, max_rounds, history, [], first)
-    )
+    # Closing the turn closes `first` too, even when the loop never reached it.
+    return loop_generation(first, _tool_turn(chat, model, toolset, tools, max_rounds, history, [], first))
 
 
 async def _tool_turn(
@@ -105,9 +105,7 @@ async def _tool_turn(
             yield event
     finally:
         if first is not None:  # never iterated when an approved call failed first
-            aclose = getattr(first.events, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await first.aclose()
 
 
 def _shown(listing: ToolsListed, tools: ServerTools, already: set[tuple[str, tuple[str, ...]]]) -> bool:

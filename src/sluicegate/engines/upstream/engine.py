@@ -38,7 +38,7 @@ from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser, SSEReader
-from sluicegate.tools.parsing import THINK, OutputParser
+from sluicegate.parsing import THINK, OutputParser
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 CHAT_PATH = "/chat/completions"
