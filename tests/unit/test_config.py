@@ -181,7 +181,7 @@ def test_bad_env_port() -> None:
             {"id": "m", "engine": "gguf-magic"},
             "unknown engine 'gguf-magic'; installed engines: llamacpp, openai, scripted",
         ),
-        ({"id": "m", "engine": "scripted", "max_concurrency": 0}, "`max_concurrency` must be"),
+        ({"id": "m", "engine": "scripted", "max_concurrency": -1}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": -1}, "`max_queue` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": True}, "`max_queue` must be"),

@@ -197,6 +197,29 @@ async def test_max_concurrency_runs_that_many_at_once() -> None:
     assert gauge("sluicegate_generations_active", model.id) == 0
 
 
+async def test_max_concurrency_zero_runs_everything_at_once_and_never_queues() -> None:
+    """No cap (the `openai` engine's default): a gateway never holds requests back."""
+    model, engine = make(max_concurrency=0, max_queue=0)
+    generations = [model.open(request()) for _ in range(300)]
+    assert not model.instances[0].full
+    tasks = [asyncio.create_task(anext(g.events)) for g in generations]
+    await until(lambda: engine.log.count("started") == 300, "all 300 run at once")
+    assert model.instances[0]._waiting == 0
+    engine.release.set()
+    for task, g in zip(tasks, generations, strict=True):
+        await with_timeout(task)
+        await collect(g.events)
+    assert gauge("sluicegate_generations_active", model.id) == 0
+
+
+def test_upstream_models_are_not_capped_by_default() -> None:
+    from sluicegate.engines.llamacpp import LlamaCppEngine
+    from sluicegate.engines.upstream import OpenAIUpstreamEngine
+
+    assert OpenAIUpstreamEngine.default_max_concurrency == 0
+    assert LlamaCppEngine.default_max_concurrency == 1
+
+
 async def test_engine_check_runs_at_open() -> None:
     model, _ = make()
     req = request()

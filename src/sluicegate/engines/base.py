@@ -85,8 +85,9 @@ class Engine(ABC):
     # wait for that (bounded) before sending their own status line, so a refusal is an HTTP
     # error in the client's dialect and the headers can name who serves the request.
     answers_first: ClassVar[bool] = False
-    # Requests one instance runs at once unless the config says (`max_concurrency`): a llama.cpp
-    # context runs one sequence, an upstream takes many.
+    # Requests one instance runs at once unless the config says (`max_concurrency`; 0: no cap):
+    # a llama.cpp context runs one sequence; an upstream that batches (vLLM, SGLang) is not
+    # capped by default, so a gateway never holds requests in its queue while the upstream idles.
     default_max_concurrency: ClassVar[int] = 64
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1

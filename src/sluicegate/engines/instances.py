@@ -101,7 +101,8 @@ class Instance:
         self.instance_id = instance_id
         self.config = LoadConfig()  # load settings asked for (e.g. context_length)
         self.max_queue = max_queue
-        self._slots = asyncio.Semaphore(max_concurrency)
+        # 0: no cap (an upstream that batches decides how many it runs at once).
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency > 0 else None
         self._waiting = 0
         self._active = 0
         self.loaded = not engine.needs_load
@@ -126,7 +127,7 @@ class Instance:
 
     @property
     def full(self) -> bool:
-        return self._waiting >= self.max_queue and self._slots.locked()
+        return self._slots is not None and self._waiting >= self.max_queue and self._slots.locked()
 
     @property
     def loading(self) -> bool:
@@ -144,8 +145,10 @@ class Instance:
             self.hooks.went_idle(self)
 
     async def _run(self, request: ChatRequest) -> AsyncGenerator[RawEvent, None]:
+        slots = self._slots
         try:
-            await self._slots.acquire()
+            if slots is not None:
+                await slots.acquire()
         except BaseException:  # gone while queued
             self._waiting -= 1
             self._settle()
@@ -178,7 +181,8 @@ class Instance:
                     await aclose()
             self._active -= 1
             METRICS.add_gauge("sluicegate_generations_active", -1, model=self.id)
-            self._slots.release()
+            if slots is not None:
+                slots.release()
             self._settle()
 
     async def _ensure_loaded(self, *, jit: bool) -> AsyncIterator[RawEvent]:

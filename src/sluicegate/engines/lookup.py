@@ -31,7 +31,7 @@ def _limits(table: dict[str, Any], default_concurrency: int) -> tuple[int, int]:
     max_concurrency = table.get("max_concurrency", default_concurrency)
     max_queue = table.get("max_queue", 256)
     for key, value in (("max_concurrency", max_concurrency), ("max_queue", max_queue)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < (key == "max_concurrency"):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ConfigError(f"model {table.get('id')!r}: `{key}` must be a non-negative integer")
     return max_concurrency, max_queue
 

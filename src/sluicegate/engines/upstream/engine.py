@@ -65,6 +65,7 @@ def content_parser(config: UpstreamConfig) -> ContentParser | None:
 class OpenAIUpstreamEngine(Engine):
     kind: ClassVar[str] = "openai"
     answers_first: ClassVar[bool] = True
+    default_max_concurrency: ClassVar[int] = 0  # no cap: the upstream batches (issue 16)
 
     def __init__(self, config: UpstreamConfig, replicas: ReplicaSet | None = None) -> None:
         super().__init__(config.model_id)
