@@ -112,6 +112,9 @@ class ChatRequest:
     response_format: dict[str, Any] | None = None
     # Engine-specific knobs a dialect passed through untouched (e.g. an upstream's extra_body).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Headers the engine adds to the response, set while it checks the request (e.g. how many
+    # messages a context-overflow policy dropped).
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_user_text(self) -> str:

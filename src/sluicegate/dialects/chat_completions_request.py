@@ -24,7 +24,7 @@ from sluicegate.core.validation import Fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and forwarded in `ChatRequest.extra` for engines that understand them.
-EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt")
+EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt", "context_overflow")
 
 
 @dataclass(slots=True)

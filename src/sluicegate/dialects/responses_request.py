@@ -157,6 +157,9 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
     if (ttl := f.number("ttl", low=1)) is not None:
         req.extra["ttl"] = ttl
+    # What a model that dropped turns to fit its context does (engines that have a policy).
+    if (overflow := f.string("context_overflow")) is not None:
+        req.extra["context_overflow"] = overflow
     return req
 
 

@@ -47,7 +47,12 @@ async def chat_completions(request: Request) -> Response:
         opened = await engine_answer(request, model, generation.events, state.limits, stream=options.stream)
         completion_id = new_id("chatcmpl-", 32)
         created = int(time.time())
-        headers = {"X-Request-ID": completion_id, INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        headers = {
+            "X-Request-ID": completion_id,
+            INSTANCE_HEADER: generation.instance_id,
+            **opened.headers,
+            **chat.response_headers,
+        }
         events = canonical_events(opened.events, state.limits)
         reasoning_field: ReasoningField = state.settings.reasoning_field  # type: ignore[assignment]
         if options.stream:

@@ -150,6 +150,8 @@ async def lmstudio_chat(request: Request) -> Response:
     )
     if req.context_length is not None:
         chat.extra["context_length"] = req.context_length
+    if req.context_overflow is not None:
+        chat.extra["context_overflow"] = req.context_overflow
     toolset: ToolSet | None = None
     release = state.admission.take()
     streaming = False
@@ -169,7 +171,7 @@ async def lmstudio_chat(request: Request) -> Response:
             providers=_providers(toolset),
         )
         events = canonical_events(opened.events, state.limits)
-        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers, **chat.response_headers}
         if response_id:
             headers["X-Request-ID"] = response_id
 

@@ -138,7 +138,12 @@ async def create_response(request: Request) -> Response:
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id, **opened.headers}
+    headers = {
+        "X-Request-ID": response_id,
+        INSTANCE_HEADER: instance_id,
+        **opened.headers,
+        **chat.response_headers,
+    }
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:
