@@ -25,6 +25,7 @@ from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
+from sluicegate.routes import embeddings
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (
     Admission,
@@ -187,6 +188,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
+        *embeddings.ROUTES,
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.sluicegate = state

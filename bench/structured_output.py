@@ -1,0 +1,130 @@
+"""Benchmark: what grammar-constrained decoding costs in the llamacpp engine.
+
+Run from the repository root (venv active):
+
+    python bench/structured_output.py
+
+One Sluicegate server, one GGUF (by default the ~70 MB random-weight bench model from
+`make_demo_gguf(size="bench", ends_replies=False)`), streaming Chat Completions requests with
+greedy sampling, alternating in the same run between a plain request and the same request
+with a `json_schema` response_format. The schema (an object with at least 200 short strings)
+cannot close within `max_tokens`, so both kinds of reply run to exactly `max_tokens` tokens.
+Each request starts with its run number, so no prompt is reused from the KV cache.
+
+Per request: decode tokens/s = (max_tokens - 1) / (last delta - first delta); it prints the
+medians and the ratio with / without a grammar. Absolute numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from local_engine import STORY, free_port, serving
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+MODEL = "bench"
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "notes": {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 200},
+        "done": {"type": "boolean"},
+    },
+    "required": ["notes", "done"],
+    "additionalProperties": False,
+}
+
+
+def measure(base_url: str, run: int, max_tokens: int, grammar: bool) -> float:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Run {run}. {STORY}"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    if grammar:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "notes", "schema": SCHEMA}}
+    times: list[float] = []
+    text, finish = "", None
+    with (
+        httpx.Client(timeout=600) as client,
+        client.stream("POST", base_url + "/v1/chat/completions", json=body) as response,
+    ):
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[6:]).get("choices", []):
+                if content := choice["delta"].get("content"):
+                    times.append(time.perf_counter())
+                    text += content
+                finish = choice.get("finish_reason") or finish
+    if finish != "length":
+        raise RuntimeError(f"the reply ended with {finish!r}, not 'length'")
+    if grammar and not text.startswith('{"notes":'):
+        raise RuntimeError(f"the grammar did not hold: {text[:80]!r}")
+    return (max_tokens - 1) / (times[-1] - times[0])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gguf", type=Path, help="default: write the bench demo model to a temp folder")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
+        folder = Path(tmp)
+        gguf = args.gguf or make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        config = folder / "sluicegate.toml"
+        config.write_text(
+            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+            f'path = "{gguf}"\ncontext_length = 2048\nthreads = {args.threads}\n'
+        )
+        base_url = f"http://127.0.0.1:{free_port()}"
+        env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
+        env.pop("SLUICEGATE_CONFIG", None)
+        command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
+        command += ["--port", base_url.rsplit(":", 1)[1]]
+        plain: list[float] = []
+        constrained: list[float] = []
+        with serving(command, base_url, folder / "sluicegate.log", env):
+            measure(base_url, -1, 8, grammar=False)  # warm-up: loads the model
+            measure(base_url, -2, 8, grammar=True)
+            for run in range(args.runs):
+                for grammar in (False, True) if run % 2 == 0 else (True, False):
+                    rate = measure(base_url, run, args.max_tokens, grammar)
+                    (constrained if grammar else plain).append(rate)
+                    print(
+                        f"run {run} {'grammar' if grammar else 'plain':8} decode {rate:6.1f} tok/s",
+                        flush=True,
+                    )
+
+    per_run = statistics.median(g / p for g, p in zip(constrained, plain, strict=True))
+    print(f"\nGGUF {gguf.name}, {args.runs} runs each, alternating, max_tokens {args.max_tokens}, greedy")
+    print(
+        f"median decode tokens/s: plain {statistics.median(plain):.1f}, json_schema {statistics.median(constrained):.1f}"
+    )
+    print(
+        f"with / without grammar: {statistics.median(constrained) / statistics.median(plain):.3f}x"
+        f" (median of per-run ratios {per_run:.3f}x)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
