@@ -9,7 +9,10 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from conftest import StartServer
 from e2e_support import Server
+from fake_upstream import FakeUpstream
+from upstream_support import upstream_model
 
 pytestmark = pytest.mark.e2e
 
@@ -87,3 +90,30 @@ def test_listed_as_embedding_models(sdk: openai.OpenAI, llama_server: Server) ->
     with httpx.Client(base_url=llama_server.base_url, timeout=30.0) as client:
         models = {m["key"]: m for m in client.get("/api/v1/models").json()["models"]}
     assert models[EMBED]["type"] == "embedding" and models["tiny"]["type"] == "llm"
+    # No context_length in its config: the trained 4096 (its KV cache, 4 KiB a token, fits the
+    # default budget); the chat model's comes from its config. Both listings say so.
+    context = {"loaded": 4096, "source": "trained", "trained": 4096, "kv_cache_bytes_per_token": 4096}
+    assert (
+        context.items() <= meta[EMBED]["context"].items()
+        and context.items() <= models[EMBED]["context"].items()
+    )
+    assert (
+        models[EMBED]["max_context_length"] == 4096
+        and meta[EMBED]["context"]["kv_cache_bytes"] == 4096 * 4096
+    )
+    assert meta["tiny"]["context"]["source"] == "config" and meta["tiny"]["context"]["loaded"] == 2048
+
+
+def test_openai_upstream_models_pass_through(start_server: StartServer) -> None:
+    with FakeUpstream(name="embed") as fake:
+        server = start_server(models=[upstream_model("up-embed", fake, scenario="text-embedding-fake")])
+        with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=30.0) as sdk:
+            result = sdk.embeddings.create(model="up-embed", input=["odd", "even"])  # the SDK asks base64
+            floats = sdk.embeddings.create(model="up-embed", input="odd", encoding_format="float")
+        seen = [r.body for r in fake.requests if r.path.endswith("/embeddings")]
+    assert [seen[0]["model"], seen[0]["input"]] == ["text-embedding-fake", ["odd", "even"]]
+    assert result.model == "up-embed" and result.usage.prompt_tokens == 7
+    assert np.allclose(result.data[0].embedding, [0.6, 0.8, 0.0]) and np.allclose(
+        result.data[1].embedding, [0.0, 0.6, 0.8]
+    )
+    assert floats.data[0].embedding == pytest.approx([0.6, 0.8, 0.0])

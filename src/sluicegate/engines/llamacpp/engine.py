@@ -246,6 +246,12 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
+        self._close_vocabulary()  # the loaded model tokenizes now
+
+    def _close_vocabulary(self) -> None:
+        vocabulary, self._vocabulary = self._vocabulary, None
+        if vocabulary is not None:
+            vocabulary.close()
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
@@ -255,9 +261,7 @@ class LlamaCppEngine(Engine):
 
     async def aclose(self) -> None:
         await self.unload()
-        vocabulary, self._vocabulary = self._vocabulary, None
-        if vocabulary is not None:
-            vocabulary.close()
+        self._close_vocabulary()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
