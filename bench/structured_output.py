@@ -11,8 +11,10 @@ with a `json_schema` response_format. The schema (an object with at least 200 sh
 cannot close within `max_tokens`, so both kinds of reply run to exactly `max_tokens` tokens.
 Each request starts with its run number, so no prompt is reused from the KV cache.
 
-Per request: decode tokens/s = (max_tokens - 1) / (last delta - first delta); it prints the
-medians and the ratio with / without a grammar. Absolute numbers depend on the machine.
+Per request: decode tokens/s = (max_tokens - 1) / (last delta - first delta), and the server's
+CPU time per token (all its threads, from /proc: the view that a busy machine disturbs least).
+It prints the medians and the ratios with / without a grammar. Absolute numbers depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).parent))
-from local_engine import STORY, free_port, serving
+from local_engine import STORY, cpu_seconds, free_port, serving
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 
 MODEL = "bench"
@@ -45,7 +47,7 @@ SCHEMA: dict[str, Any] = {
 }
 
 
-def measure(base_url: str, run: int, max_tokens: int, grammar: bool) -> float:
+def measure(base_url: str, pid: int, run: int, max_tokens: int, grammar: bool) -> tuple[float, float]:
     body: dict[str, Any] = {
         "model": MODEL,
         "messages": [{"role": "user", "content": f"Run {run}. {STORY}"}],
@@ -57,6 +59,7 @@ def measure(base_url: str, run: int, max_tokens: int, grammar: bool) -> float:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "notes", "schema": SCHEMA}}
     times: list[float] = []
     text, finish = "", None
+    cpu = cpu_seconds(pid)
     with (
         httpx.Client(timeout=600) as client,
         client.stream("POST", base_url + "/v1/chat/completions", json=body) as response,
@@ -70,11 +73,12 @@ def measure(base_url: str, run: int, max_tokens: int, grammar: bool) -> float:
                     times.append(time.perf_counter())
                     text += content
                 finish = choice.get("finish_reason") or finish
+    cpu = cpu_seconds(pid) - cpu
     if finish != "length":
         raise RuntimeError(f"the reply ended with {finish!r}, not 'length'")
     if grammar and not (text.startswith("{") and '"notes"' in text):
         raise RuntimeError(f"the grammar did not hold: {text[:80]!r}")
-    return (max_tokens - 1) / (times[-1] - times[0])
+    return (max_tokens - 1) / (times[-1] - times[0]), cpu / max_tokens
 
 
 def main() -> int:
@@ -100,29 +104,34 @@ def main() -> int:
         env.pop("SLUICEGATE_CONFIG", None)
         command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
         command += ["--port", base_url.rsplit(":", 1)[1]]
-        plain: list[float] = []
-        constrained: list[float] = []
-        with serving(command, base_url, folder / "sluicegate.log", env):
-            measure(base_url, -1, 8, grammar=False)  # warm-up: loads the model
-            measure(base_url, -2, 8, grammar=True)
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        cpus: dict[bool, list[float]] = {False: [], True: []}
+        with serving(command, base_url, folder / "sluicegate.log", env) as pid:
+            measure(base_url, pid, -1, 8, grammar=False)  # warm-up: loads the model
+            measure(base_url, pid, -2, 8, grammar=True)
             for run in range(args.runs):
                 for grammar in (False, True) if run % 2 == 0 else (True, False):
-                    rate = measure(base_url, run, args.max_tokens, grammar)
-                    (constrained if grammar else plain).append(rate)
+                    rate, cpu = measure(base_url, pid, run, args.max_tokens, grammar)
+                    rates[grammar].append(rate)
+                    cpus[grammar].append(cpu)
                     print(
-                        f"run {run} {'grammar' if grammar else 'plain':8} decode {rate:6.1f} tok/s",
+                        f"run {run} {'grammar' if grammar else 'plain':8} decode {rate:6.1f} tok/s"
+                        f"  server CPU {cpu * 1000:7.2f} ms/token",
                         flush=True,
                     )
 
-    per_run = statistics.median(g / p for g, p in zip(constrained, plain, strict=True))
+    def ratio(values: dict[bool, list[float]]) -> str:
+        of_medians = statistics.median(values[True]) / statistics.median(values[False])
+        # Neighbouring runs share the machine's load of the moment: their ratios are less noisy.
+        per_run = statistics.median(g / p for g, p in zip(values[True], values[False], strict=True))
+        return f"{of_medians:.3f}x (median of per-run ratios {per_run:.3f}x)"
+
     print(f"\nGGUF {gguf.name}, {args.runs} runs each, alternating, max_tokens {args.max_tokens}, greedy")
-    print(
-        f"median decode tokens/s: plain {statistics.median(plain):.1f}, json_schema {statistics.median(constrained):.1f}"
-    )
-    print(
-        f"with / without grammar: {statistics.median(constrained) / statistics.median(plain):.3f}x"
-        f" (median of per-run ratios {per_run:.3f}x)"
-    )
+    for name, values, scale in (("decode tokens/s", rates, 1), ("server CPU ms/token", cpus, 1000)):
+        plain, constrained = (statistics.median(values[g]) * scale for g in (False, True))
+        print(
+            f"median {name}: plain {plain:.2f}, json_schema {constrained:.2f}; json_schema / plain {ratio(values)}"
+        )
     return 0
 
 
