@@ -49,6 +49,7 @@ from sluicegate.routes.responses import (
     list_input_items,
     retrieve_response,
 )
+from sluicegate.routes.responses_compact import compact_response
 from sluicegate.store.sqlite import SQLiteStore
 from sluicegate.tools.catalog import ToolCatalog
 
@@ -177,6 +178,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),

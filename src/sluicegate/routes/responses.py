@@ -16,8 +16,10 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.core.request import ChatRequest
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
+from sluicegate.dialects.responses_hosted import resolve_hosted
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
 from sluicegate.dialects.responses_request import ResponsesRequest, not_found, parse_responses_request
+from sluicegate.dialects.responses_sealed import expand_sealed, reasoning_sealer
 from sluicegate.engines.registry import Model
 from sluicegate.routes.common import (
     INSTANCE_HEADER,
@@ -31,6 +33,7 @@ from sluicegate.routes.common import (
     wait_for_disconnect,
 )
 from sluicegate.routes.responses_runs import Conversation, ResponseRun
+from sluicegate.routes.responses_sealing import request_scope, sealer
 from sluicegate.routes.responses_tools import Approvals, ToolRun, resolve_approvals, tool_selection
 from sluicegate.routes.server_tools import request_toolset
 from sluicegate.tools.catalog import ToolSet
@@ -41,6 +44,14 @@ from sluicegate.transport.sse import EventStreamResponse
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("responses", openai_error)
+# A failed non-streamed response's HTTP status, by its error code (500 for the rest).
+FAILED_STATUS_KIND = {
+    "request_timeout": ErrorKind.TIMEOUT,
+    "context_length_exceeded": ErrorKind.INVALID_REQUEST,
+    "invalid_prompt": ErrorKind.INVALID_REQUEST,
+    "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
+    "server_is_overloaded": ErrorKind.OVERLOADED,
+}
 
 
 async def _resolve_conversation(state: AppState, req: ResponsesRequest) -> Conversation:
@@ -89,6 +100,7 @@ def _chat_request(req: ResponsesRequest, messages: list[Any]) -> ChatRequest:
 async def create_response(request: Request) -> Response:
     state = app_state(request)
     req = parse_responses_request(await read_json(request, state.settings.max_body_bytes))
+    hosted = resolve_hosted(req, state.settings.responses_hosted_tools, state.tools.plugin_ids())
     model = state.registry.get(req.model)
     conversation = await _resolve_conversation(state, req)
     approvals = await resolve_approvals(conversation.history, conversation.input_items, state.store)
@@ -100,7 +112,9 @@ async def create_response(request: Request) -> Response:
     for call_id in orphan_call_ids(conversation.history):
         if (call := await state.store.find_call(call_id)) is not None:
             known_calls[call_id] = call
-    messages = items_to_messages(conversation.history, req.instructions, known_calls)
+    scope = request_scope(request)
+    readable = expand_sealed(conversation.history, sealer(state), scope)
+    messages = items_to_messages(readable, req.instructions, known_calls)
     if not messages:
         raise invalid("The input has no messages to respond to.", "input")
     chat = _chat_request(req, messages)
@@ -121,7 +135,7 @@ async def create_response(request: Request) -> Response:
     response_id = new_id("resp_")
     accumulator = Accumulator()
     encoder = ResponsesEncoder(
-        ResponseState(response_id, req),
+        ResponseState(response_id, req, seal_reasoning=reasoning_sealer(sealer(state), scope)),
         accumulator,
         reasoning_names=state.settings.responses_reasoning_events,
     )
@@ -138,7 +152,12 @@ async def create_response(request: Request) -> Response:
     run.start()
     assert run.task is not None
     run.task.add_done_callback(lambda _: release())
-    headers = {"X-Request-ID": response_id, INSTANCE_HEADER: instance_id, **opened.headers}
+    headers = {
+        "X-Request-ID": response_id,
+        INSTANCE_HEADER: instance_id,
+        **opened.headers,
+        **hosted.headers(),
+    }
     if req.stream:
         return _stream(state, run, -1, headers, cancel_on_disconnect=not req.background)
     if req.background:
@@ -149,7 +168,7 @@ async def create_response(request: Request) -> Response:
         run.cancel("client_disconnected")
         raise
     if final["status"] == "failed":
-        kind = ErrorKind.TIMEOUT if final["error"]["code"] == "request_timeout" else ErrorKind.ENGINE
+        kind = FAILED_STATUS_KIND.get(final["error"]["code"], ErrorKind.ENGINE)
         info = SluicegateError(kind, final["error"]["message"], code=final["error"]["code"]).info
         return error_response(info, openai_error, headers)
     return JSONResponse(final, headers=headers)
