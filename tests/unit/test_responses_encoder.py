@@ -284,6 +284,7 @@ def test_length_and_content_filter_end_incomplete(reason: FinishReason, why: str
     ("kind", "code", "expected"),
     [
         (ErrorKind.ENGINE, None, "model_error"),
+        (ErrorKind.ENGINE, "max_tool_rounds", "server_error"),
         (ErrorKind.ENGINE, "context_length_exceeded", "context_length_exceeded"),
         (ErrorKind.UPSTREAM, "rate_limit_exceeded", "rate_limit_exceeded"),
         (ErrorKind.UPSTREAM, "upstream_closed_early", "server_error"),

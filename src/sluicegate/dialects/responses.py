@@ -84,6 +84,8 @@ def response_error_code(error: ErrorInfo) -> str:
     else one derived from the kind (`server_error` for what is left)."""
     if error.code in SPECIFIC_CODES:
         return error.code
+    if error.code == "max_tool_rounds":  # the server's own limit on its tool loop
+        return "server_error"
     return RESPONSE_ERROR_CODE.get(error.kind, "server_error")
 
 
