@@ -10,7 +10,10 @@ from typing import Any
 import httpx
 import openai
 import pytest
+from e2e_support import run_server, scripted, write_config
 from responses_support import Server, running_server
+
+from mcp_fixtures import stdio_entry, write_mcp_json
 
 pytestmark = pytest.mark.e2e
 
@@ -220,3 +223,60 @@ def test_reasoning_encrypted_content_is_sealed_and_accepted_back(server: Server)
         sdk(server, "key-b").responses.create(
             model=MODEL, store=False, input=[*history, {"role": "user", "content": "hello"}]
         )
+
+
+HOSTED_CLIENT_TOOLS: list[Any] = [{"type": "apply_patch"}, {"type": "tool_search", "execution": "client"}]
+
+
+def test_apply_patch_and_tool_search_calls_go_to_the_client_and_back(server: Server) -> None:
+    client = sdk(server)
+    edit = client.responses.create(model=MODEL, input="structured edit please", tools=HOSTED_CLIENT_TOOLS)
+    (call,) = edit.output
+    assert call.type == "apply_patch_call"
+    assert (call.operation.type, call.operation.path, call.operation.diff) == (
+        "update_file",
+        "a.py",
+        "@@\n-a\n+b\n",
+    )
+    done = client.responses.create(
+        model=MODEL,
+        previous_response_id=edit.id,
+        tools=HOSTED_CLIENT_TOOLS,
+        input=[{"type": "apply_patch_call_output", "call_id": call.call_id, "status": "completed"}],
+    )
+    assert done.output_text == "Done with the tool."
+    search = client.responses.create(model=MODEL, input="search tools please", tools=HOSTED_CLIENT_TOOLS)
+    (found,) = search.output
+    assert found.type == "tool_search_call" and found.execution == "client"
+    assert found.arguments == {"query": "calendar"}
+    back = client.responses.create(
+        model=MODEL,
+        previous_response_id=search.id,
+        tools=HOSTED_CLIENT_TOOLS,
+        input=[{"type": "tool_search_output", "call_id": found.call_id, "execution": "client", "tools": []}],
+    )
+    assert back.output_text == "Done with the tool."
+
+
+def test_a_hosted_tool_mapped_to_a_provider_is_served_by_it(tmp_path_factory: pytest.TempPathFactory) -> None:
+    folder = tmp_path_factory.mktemp("hosted")
+    mcp_json = write_mcp_json(folder, {"calc": stdio_entry()})
+    tables = {"tools": {"mcp_config": str(mcp_json)}, "responses.hosted_tools": {"web_search": "mcp/calc"}}
+    config = write_config(
+        folder, {"data_dir": str(folder / "data")}, [scripted(MODEL, "openresp.yaml")], tables
+    )
+    with run_server(folder, config) as hosted:
+        client = openai.OpenAI(
+            base_url=hosted.base_url + "/v1", api_key="unused", max_retries=0, timeout=30.0
+        )
+        raw = client.responses.with_raw_response.create(
+            model=MODEL,
+            input="hosted search please",
+            tools=[{"type": "web_search"}],
+            tool_choice={"type": "web_search"},
+        )
+    assert "x-sluicegate-ignored-tools" not in raw.headers
+    response = raw.parse()
+    calls = [item for item in response.output if item.type == "mcp_call"]
+    assert [(c.name, c.output) for c in calls] == [("add", "5")]
+    assert response.output_text == "Done with the tool."
