@@ -296,3 +296,40 @@ def test_with_summary_reasoning_streams_as_summary_events() -> None:
 def test_without_summary_reasoning_events_stay() -> None:
     run = Run().feed(item(0, ItemKind.REASONING, "hm"), ending())
     assert "reasoning_text.delta" in run.types and "reasoning_summary_text.delta" not in run.types
+
+
+def test_tools_that_input_items_make_available_are_offered_too() -> None:
+    req = parse(
+        {
+            "input": [
+                {
+                    "type": "additional_tools",
+                    "role": "developer",
+                    "tools": [
+                        {
+                            "type": "namespace",
+                            "name": "functions",
+                            "description": "",
+                            "tools": [{"type": "custom", "name": "exec", "description": "Run JS."}],
+                        }
+                    ],
+                },
+                {"role": "user", "content": "hi"},
+                {
+                    "type": "tool_search_call",
+                    "call_id": "c1",
+                    "arguments": {"query": "x"},
+                    "execution": "client",
+                },
+                {
+                    "type": "tool_search_output",
+                    "call_id": "c1",
+                    "execution": "client",
+                    "tools": [{"type": "function", "name": "calendar", "parameters": {"type": "object"}}],
+                },
+            ]
+        }
+    )
+    assert [spec.name for spec in req.tool_specs] == ["functions__exec", "calendar"]
+    assert req.tool_kinds["functions__exec"].kind == "custom" and req.tools == []  # offered, not echoed
+    assert items_to_messages(req.input_items, None)[0].role == "user"  # the tools item is no message

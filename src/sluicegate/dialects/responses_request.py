@@ -49,6 +49,7 @@ ITEM_TYPES = (
     "reasoning",
     "item_reference",
     "compaction",
+    "additional_tools",
     *MCP_ITEM_TYPES,
     *TOOL_ITEM_TYPES,
 )
@@ -115,6 +116,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
             req.tools.append(echo)
         else:
             parse_tool(tool, offer)
+    _input_tools(f, req, offer)
     req.tool_specs, req.tool_kinds, req.hosted_tools = offer.specs, offer.kinds, offer.hosted
     req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req)
     if isinstance(req.tool_choice, dict) and req.tool_choice["type"] == "mcp":
@@ -182,6 +184,18 @@ def _metadata(f: Fields) -> dict[str, str]:
                 f"Invalid '{meta.where(key)}': metadata values must be strings of at most 512 characters.",
             )
     return dict(meta.obj)
+
+
+def _input_tools(f: Fields, req: ResponsesRequest, offer: ToolOffer) -> None:
+    """Tools that input items make available from where they stand (`additional_tools`, and
+    the tools a client-run `tool_search` found): offered to the model like `tools`, not echoed."""
+    found = ToolOffer(specs=offer.specs, kinds=offer.kinds, hosted=offer.hosted)
+    for index, item in enumerate(req.input_items):
+        if item["type"] in ("additional_tools", "tool_search_output") and isinstance(item.get("tools"), list):
+            where = Fields(item, f.where("input") + f"[{index}]")
+            for tool in where.items("tools", item.get("tools") or []):
+                if tool.obj.get("type") != "mcp":
+                    parse_tool(tool, found)
 
 
 def _tool_choice(f: Fields, req: ResponsesRequest) -> tuple[Any, str]:
@@ -304,6 +318,15 @@ def _item(i: Fields) -> Json:
         if (sealed := i.string("encrypted_content")) is not None:
             item["encrypted_content"] = sealed  # unsealed before the model sees it
         return item
+    if kind == "additional_tools":
+        i.string("role", required=True, choices=("developer",))
+        i.array("tools", required=True)
+        return {
+            "type": "additional_tools",
+            "id": item_id or new_id("at_"),
+            "role": "developer",
+            "tools": i.obj["tools"],
+        }
     if kind == "compaction":
         blob = i.string("encrypted_content", required=True)
         return {"type": "compaction", "id": item_id or new_id("cmp_"), "encrypted_content": blob}
