@@ -24,6 +24,9 @@ reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 retention_days = 30                     # stored responses expire after this
 reasoning_events = "openai"             # or "open_responses" (response.reasoning.delta/.done)
 
+[responses.hosted_tools]                # hosted tool type → the server-side provider serving it
+web_search = "mcp/search"               # (others the client does not run are left out, with a warning)
+
 [lmstudio]
 events = "current"                      # or "v0": tool_call.result instead of success/failure
 
@@ -87,6 +90,7 @@ class Settings:
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
+    responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
     models_dir: Path | None = None  # None: <data_dir>/models
     lmstudio_events: Literal["current", "v0"] = "current"
@@ -219,6 +223,14 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
                     f"{source}: [responses].reasoning_events must be 'openai' or 'open_responses'"
                 )
             settings.responses_reasoning_events = value
+        elif key == "hosted_tools":
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+            ):
+                raise ConfigError(
+                    f"{source}: [responses.hosted_tools] maps tool types to provider ids (strings)"
+                )
+            settings.responses_hosted_tools = dict(value)
         else:
             raise ConfigError(f"{source}: unknown key [responses].{key}")
 

@@ -17,6 +17,7 @@ from starlette.routing import Route
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.core.sealing import sealer_for
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions_dialect import ChatCompletionsDialect
 from sluicegate.dialects.lmstudio import lmstudio_error
@@ -39,6 +40,7 @@ from sluicegate.routes.lmstudio_models import (
     unload_model,
 )
 from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.responses_compact import compact_response
 from sluicegate.routes.responses_stored import (
     cancel_response,
     delete_response,
@@ -136,8 +138,16 @@ def create_app(settings: Settings) -> Starlette:
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
+    sealer = sealer_for(settings.data_dir)  # the key that seals compactions and reasoning for clients
     state = AppState(
-        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads, tools=tools
+        settings,
+        registry,
+        limits,
+        Admission(settings.max_concurrent_requests),
+        store,
+        downloads,
+        tools=tools,
+        sealer=sealer,
     )
 
     async def purge_expired_forever() -> None:
@@ -172,7 +182,12 @@ def create_app(settings: Settings) -> Starlette:
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
     dialects: list[Dialect] = [
         ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        ResponsesDialect(tools.plugin_ids, settings.responses_reasoning_events),
+        ResponsesDialect(
+            tools.plugin_ids,
+            settings.responses_reasoning_events,
+            hosted_tools=settings.responses_hosted_tools,
+            sealer=sealer,
+        ),
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
     ]
     routes = [
@@ -181,6 +196,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),

@@ -276,3 +276,13 @@ def test_a_relative_data_dir_is_relative_to_the_config_file(tmp_path: Path) -> N
     settings = load_settings(path, env={})
     assert settings.data_dir == tmp_path / "conf" / "state"
     assert settings.models_dir == tmp_path / "conf" / "state" / "models"
+
+
+def test_responses_hosted_tools_map_types_to_providers(tmp_path: Path) -> None:
+    path = tmp_path / "hosted.toml"
+    path.write_text('[responses.hosted_tools]\nweb_search = "mcp/search"\n', encoding="utf-8")
+    assert load_settings(path, env={}).responses_hosted_tools == {"web_search": "mcp/search"}
+    assert load_settings(None, env={}).responses_hosted_tools == {}
+    path.write_text("[responses.hosted_tools]\nweb_search = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="hosted_tools"):
+        load_settings(path, env={})
