@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from sluicegate.config import Settings, models_dir, store_path
+from sluicegate.config import Settings, models_dir
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.lmstudio import lmstudio_error
@@ -49,7 +49,7 @@ from sluicegate.routes.responses import (
     list_input_items,
     retrieve_response,
 )
-from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,7 @@ def create_app(settings: Settings) -> Starlette:
         interval=settings.reaper_interval_seconds,
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
-    store = SQLiteStore(store_path(settings))
+    store = open_store(settings)
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -153,6 +153,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
