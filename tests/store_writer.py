@@ -19,7 +19,14 @@ SCOPE = "4b1d"
 
 def deterministic(n: int) -> StoredResponse:
     text = f"answer {n} " * (n % 7 + 1)
-    output = [{"type": "message", "id": f"msg_{n}", "role": "assistant", "content": [{"type": "output_text", "text": text}]}]
+    output = [
+        {
+            "type": "message",
+            "id": f"msg_{n}",
+            "role": "assistant",
+            "content": [{"type": "output_text", "text": text}],
+        }
+    ]
     return StoredResponse(
         id=f"resp_{n}",
         response={"id": f"resp_{n}", "object": "response", "status": "completed", "output": output},
@@ -45,7 +52,9 @@ async def main(kind: str, target: str, prefix: str = "") -> None:
 
         store = RedisStore(target, prefix=prefix, lease_seconds=0.5, renew_seconds=0.1)
         await store.start()
-    run = StoredResponse("resp_run", {"id": "resp_run", "status": "in_progress", "output": []}, [], [], 1.0, 4e9)
+    run = StoredResponse(
+        "resp_run", {"id": "resp_run", "status": "in_progress", "output": []}, [], [], 1.0, 4e9
+    )
     await store.create_run(run, scope=SCOPE)
     print("run", flush=True)
     seq = 0

@@ -18,15 +18,18 @@ from typing import Any
 
 import orjson
 import pytest
-from redis_support import RedisServer, redis_server
 
+from redis_support import RedisServer, redis_server
 from sluicegate.store.base import DONE, Store, StoredResponse, scope_of
 from sluicegate.store.runlog import RunLog
 from sluicegate.store.sqlite import SQLiteStore
 
 Json = dict[str, Any]
 A, B = scope_of("key-a"), scope_of("key-b")
-TOOLS = [{"type": "function", "name": f"tool_{i}", "parameters": {"type": "object", "x": "y" * 200}} for i in range(5)]
+TOOLS = [
+    {"type": "function", "name": f"tool_{i}", "parameters": {"type": "object", "x": "y" * 200}}
+    for i in range(5)
+]
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +68,9 @@ def snapshot(response_id: str, status: str = "completed", output: list[Json] | N
     }
 
 
-def record(response_id: str, *, status: str = "completed", expires_in: float = 3600.0, tag: str = "") -> StoredResponse:
+def record(
+    response_id: str, *, status: str = "completed", expires_in: float = 3600.0, tag: str = ""
+) -> StoredResponse:
     now = time.time()
     inputs: list[Json] = [
         {"type": "message", "id": "msg_1", "role": "user", "content": [{"type": "input_text", "text": tag}]},
@@ -153,7 +158,9 @@ async def test_put_then_get_round_trips_a_record_and_its_log(store: Store) -> No
         got += frames
         after += len(frames)
     assert got == original.events[300:]
-    assert await collect(store.follow_events("resp_1", 597, scope=A)) == b"".join(original.events[598:]) + DONE
+    assert (
+        await collect(store.follow_events("resp_1", 597, scope=A)) == b"".join(original.events[598:]) + DONE
+    )
 
 
 async def test_expired_records_are_gone(store: Store) -> None:
@@ -280,7 +287,7 @@ async def test_a_run_log_shows_live_frames_and_its_end_only_once_stored(store: S
 
 
 async def test_stored_logs_do_not_repeat_the_request(store: Store) -> None:
-    frames = run_frames("resp_big", 5) + [frame("response.completed", 5, response=snapshot("resp_big"))]
+    frames = [*run_frames("resp_big", 5), frame("response.completed", 5, response=snapshot("resp_big"))]
     raw = sum(len(f) for f in frames)
     await store.create_run(record("resp_big", status="queued"), scope=A)
     await store.append_events("resp_big", 0, frames, scope=A)

@@ -18,12 +18,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from redis_support import RedisServer, redis_server
-from store_writer import SCOPE, deterministic
 
+from redis_support import RedisServer, redis_server
 from sluicegate.store.base import Store
 from sluicegate.store.redis import RedisStore
 from sluicegate.store.sqlite import SQLiteStore
+from store_writer import SCOPE, deterministic
 
 WRITER = Path(__file__).resolve().parent.parent / "store_writer.py"
 ROUNDS = 5
@@ -65,7 +65,7 @@ async def check(store: Store, last_put: int, events: int) -> None:
     while chunk := await store.events_after("resp_run", len(frames) - 1, scope=SCOPE):
         frames += chunk
     assert len(frames) >= events
-    assert all(f"\"sequence_number\":{i}".encode() in f for i, f in enumerate(frames))
+    assert all(f'"sequence_number":{i}'.encode() in f for i, f in enumerate(frames))
 
 
 @pytest.mark.parametrize("round_", range(ROUNDS))

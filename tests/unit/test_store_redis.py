@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from redis_support import RedisServer, redis_server
 
+from redis_support import RedisServer, redis_server
 from sluicegate.core.errors import ErrorKind
 from sluicegate.store.base import DONE, StoredResponse, StoreUnavailable, scope_of
 from sluicegate.store.redis import RedisStore
@@ -38,7 +38,9 @@ async def replicas(shared_redis: RedisServer) -> AsyncIterator[tuple[RedisStore,
 
 def run(response_id: str, status: str = "in_progress") -> StoredResponse:
     now = time.time()
-    return StoredResponse(response_id, {"id": response_id, "status": status, "output": []}, [], [], now, now + 60)
+    return StoredResponse(
+        response_id, {"id": response_id, "status": status, "output": []}, [], [], now, now + 60
+    )
 
 
 async def collect(chunks: AsyncIterator[bytes]) -> bytes:
@@ -46,7 +48,7 @@ async def collect(chunks: AsyncIterator[bytes]) -> bytes:
 
 
 def frames(first: int, n: int) -> list[bytes]:
-    return [b"event: e\ndata: {\"sequence_number\":%d}\n\n" % i for i in range(first, first + n)]
+    return [b'event: e\ndata: {"sequence_number":%d}\n\n' % i for i in range(first, first + n)]
 
 
 async def test_a_run_started_on_one_replica_is_followed_and_cancelled_from_another(
@@ -70,7 +72,9 @@ async def test_a_run_started_on_one_replica_is_followed_and_cancelled_from_anoth
     assert await b.request_cancel("resp_x", scope=S) is False  # finished: nothing to cancel
 
 
-async def test_a_live_owner_keeps_its_run_and_a_dead_one_loses_it(replicas: tuple[RedisStore, RedisStore]) -> None:
+async def test_a_live_owner_keeps_its_run_and_a_dead_one_loses_it(
+    replicas: tuple[RedisStore, RedisStore],
+) -> None:
     a, b = replicas
     await a.create_run(run("resp_kept"), scope=S)
     for _ in range(3 * 5):  # three lease lengths: renewed all along, never taken

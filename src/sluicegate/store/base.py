@@ -203,7 +203,9 @@ class Store(ABC):
     async def run_in_flight(self, response_id: str, *, scope: str = "") -> bool:
         """True while a run with this id is neither finished nor marked lost."""
 
-    async def follow_events(self, response_id: str, after: int = -1, *, scope: str = "") -> AsyncIterator[bytes]:
+    async def follow_events(
+        self, response_id: str, after: int = -1, *, scope: str = ""
+    ) -> AsyncIterator[bytes]:
         """Frames after `after`, then new ones while the run is in flight, then `DONE`.
 
         Works on any replica; yields nothing but DONE for an unknown id (callers check first)."""

@@ -1,4 +1,5 @@
 """Which store the settings name."""
+
 from __future__ import annotations
 
 from sluicegate.config import Settings, store_path

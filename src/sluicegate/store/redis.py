@@ -52,7 +52,14 @@ from sluicegate.store.base import (
     failed_snapshot,
     indexed_items,
 )
-from sluicegate.store.codec import batches, dump_template, load_template, pack_batch, template_of, unpack_batch
+from sluicegate.store.codec import (
+    batches,
+    dump_template,
+    load_template,
+    pack_batch,
+    template_of,
+    unpack_batch,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,7 +89,9 @@ class RedisStore(Store):
         self.lease_seconds = lease_seconds
         self.renew_seconds = renew_seconds
         self.replica = replica or uuid.uuid4().hex
-        self.redis: Redis = Redis.from_url(
+        # Typed as Any: redis-py types every reply as bytes | str | None (decode_responses
+        # is a runtime switch); with decode_responses off every reply here is bytes.
+        self.redis: Any = Redis.from_url(
             url,
             socket_connect_timeout=2.0,
             socket_timeout=max(10.0, BLOCK_MS / 1000 + 5),
@@ -137,7 +146,11 @@ class RedisStore(Store):
         key, stream = self._key("r", scope, r.id), self._key("e", scope, r.id)
         template = template_of(r.response)
         expire_ms = _ms(r.expires_at)
-        old = await self.redis.hmget(key, ["template", "next_seq", "in_flight"]) if not in_flight else [None] * 3
+        old = (
+            await self.redis.hmget(key, ["template", "next_seq", "in_flight"])
+            if not in_flight
+            else [None] * 3
+        )
         keep_log = not in_flight and not r.events and old[0] is not None
         fields: dict[str, Any] = {
             "response": orjson.dumps(r.response),
@@ -162,7 +175,9 @@ class RedisStore(Store):
                 pipe.delete(stream)
                 for n, batch in enumerate(batches(r.events, PUT_BATCH)):
                     first = n * PUT_BATCH
-                    pipe.xadd(stream, {"f": first, "d": pack_batch(batch, template)}, id=f"{first + len(batch)}-0")
+                    pipe.xadd(
+                        stream, {"f": first, "d": pack_batch(batch, template)}, id=f"{first + len(batch)}-0"
+                    )
             for item in indexed_items(r):
                 value = orjson.dumps({"r": r.id, "item": item})
                 pipe.set(self._key("i", scope, item["id"]), value, pxat=expire_ms)
@@ -229,7 +244,9 @@ class RedisStore(Store):
             if isinstance(item.get("call_id"), str):
                 stale.append(self._key("c", scope, item["call_id"]))
         owners = await self.redis.mget(stale) if stale else []
-        mine = [k for k, v in zip(stale, owners, strict=True) if v and orjson.loads(v).get("r") == response_id]
+        mine = [
+            k for k, v in zip(stale, owners, strict=True) if v and orjson.loads(v).get("r") == response_id
+        ]
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.delete(key, *mine)
             pipe.xadd(self._key("e", scope, response_id), {"end": 1}, id="*")  # ends followers
@@ -268,11 +285,15 @@ class RedisStore(Store):
 
     async def _append(self, scope: str, response_id: str, first_seq: int, frames: list[bytes]) -> None:
         key = self._key("r", scope, response_id)
-        template_blob, next_seq, expires_at = await self.redis.hmget(key, ["template", "next_seq", "expires_at"])
+        template_blob, next_seq, expires_at = await self.redis.hmget(
+            key, ["template", "next_seq", "expires_at"]
+        )
         if next_seq is None:
             raise KeyError(f"no stored run {response_id!r} in this scope")
         if first_seq != int(next_seq):
-            raise ValueError(f"frames of {response_id} must follow {int(next_seq) - 1}, got first_seq={first_seq}")
+            raise ValueError(
+                f"frames of {response_id} must follow {int(next_seq) - 1}, got first_seq={first_seq}"
+            )
         blob = pack_batch(frames, load_template(template_blob))
         stream = self._key("e", scope, response_id)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -281,7 +302,9 @@ class RedisStore(Store):
             pipe.pexpireat(stream, _ms(float(expires_at)))
             await pipe.execute()
 
-    async def append_events(self, response_id: str, first_seq: int, frames: list[bytes], *, scope: str = "") -> None:
+    async def append_events(
+        self, response_id: str, first_seq: int, frames: list[bytes], *, scope: str = ""
+    ) -> None:
         if frames:
             await self._do(lambda: self._append(scope, response_id, first_seq, list(frames)))
 
@@ -315,7 +338,7 @@ class RedisStore(Store):
 
     async def run_in_flight(self, response_id: str, *, scope: str = "") -> bool:
         flag = await self._do(lambda: self.redis.hget(self._key("r", scope, response_id), "in_flight"))
-        return flag == b"1"
+        return bool(flag == b"1")
 
     async def wait_for_events(self, response_id: str, after: int, *, scope: str = "") -> None:
         stream = self._key("e", scope, response_id)
@@ -410,7 +433,10 @@ class RedisStore(Store):
                 blob = pack_batch(frames, load_template(template))
                 pipe.xadd(stream, {"f": seq, "d": blob}, id=f"{seq + len(frames)}-0")
             pipe.xadd(stream, {"end": 1}, id=f"{seq + len(frames)}-1")
-            pipe.hset(key, mapping={"response": orjson.dumps(failed), "in_flight": "0", "next_seq": seq + len(frames)})
+            pipe.hset(
+                key,
+                mapping={"response": orjson.dumps(failed), "in_flight": "0", "next_seq": seq + len(frames)},
+            )
             pipe.srem(self._running, f"{scope}:{response_id}")
             await pipe.execute()
             return True
@@ -430,6 +456,8 @@ class RedisStore(Store):
                 continue  # its owner or another replica changed it meanwhile
         return lost
 
-    async def follow_events(self, response_id: str, after: int = -1, *, scope: str = "") -> AsyncIterator[bytes]:
+    async def follow_events(
+        self, response_id: str, after: int = -1, *, scope: str = ""
+    ) -> AsyncIterator[bytes]:
         async for chunk in super().follow_events(response_id, after, scope=scope):
             yield chunk

@@ -40,7 +40,14 @@ from sluicegate.store.base import (
     failed_snapshot,
     indexed_items,
 )
-from sluicegate.store.codec import batches, dump_template, load_template, pack_batch, template_of, unpack_batch
+from sluicegate.store.codec import (
+    batches,
+    dump_template,
+    load_template,
+    pack_batch,
+    template_of,
+    unpack_batch,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -115,7 +122,9 @@ class SQLiteStore(Store):
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            old = db.execute("SELECT name FROM sqlite_master WHERE type='table' AND name='responses'").fetchone()
+            old = db.execute(
+                "SELECT name FROM sqlite_master WHERE type='table' AND name='responses'"
+            ).fetchone()
             if version < SCHEMA_VERSION and old is not None:
                 self._migrate_v1(db)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -213,13 +222,22 @@ class SQLiteStore(Store):
             db.executemany(
                 "INSERT OR REPLACE INTO stored_items VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    (scope, r.id, item["id"], item.get("call_id"), item.get("type", "message"), orjson.dumps(item))
+                    (
+                        scope,
+                        r.id,
+                        item["id"],
+                        item.get("call_id"),
+                        item.get("type", "message"),
+                        orjson.dumps(item),
+                    )
                     for item in indexed_items(r)
                 ],
             )
 
     @staticmethod
-    def _write_log(db: sqlite3.Connection, scope: str, rid: str, frames: list[bytes], template: list[bytes]) -> None:
+    def _write_log(
+        db: sqlite3.Connection, scope: str, rid: str, frames: list[bytes], template: list[bytes]
+    ) -> None:
         rows = []
         for n, batch in enumerate(batches(frames, PUT_BATCH)):
             rows.append((scope, rid, n * PUT_BATCH, len(batch), pack_batch(batch, template)))
@@ -260,8 +278,11 @@ class SQLiteStore(Store):
 
     def _delete(self, scope: str, response_id: str) -> bool:
         with self._transaction() as db:
-            cursor = db.execute("DELETE FROM stored_responses WHERE scope = ? AND id = ?", (scope, response_id))
-            return cursor.rowcount > 0
+            cursor = db.execute(
+                "DELETE FROM stored_responses WHERE scope = ? AND id = ?", (scope, response_id)
+            )
+            deleted: bool = cursor.rowcount > 0
+            return deleted
 
     async def delete(self, response_id: str, *, scope: str = "") -> bool:
         deleted = await self._call(self._delete, scope, response_id)
@@ -290,7 +311,8 @@ class SQLiteStore(Store):
     def _purge(self) -> int:
         with self._transaction() as db:
             cursor = db.execute("DELETE FROM stored_responses WHERE expires_at <= ?", (time.time(),))
-            return cursor.rowcount
+            purged: int = cursor.rowcount
+            return purged
 
     async def purge_expired(self) -> int:
         return await self._call(self._purge)
@@ -303,20 +325,28 @@ class SQLiteStore(Store):
     def _append(self, scope: str, response_id: str, first_seq: int, frames: list[bytes]) -> None:
         with self._transaction(durable=False) as db:
             row = db.execute(
-                "SELECT template, next_seq FROM stored_responses WHERE scope = ? AND id = ?", (scope, response_id)
+                "SELECT template, next_seq FROM stored_responses WHERE scope = ? AND id = ?",
+                (scope, response_id),
             ).fetchone()
             if row is None:
                 raise KeyError(f"no stored run {response_id!r} in this scope")
             if first_seq != row[1]:
-                raise ValueError(f"frames of {response_id} must follow {row[1] - 1}, got first_seq={first_seq}")
+                raise ValueError(
+                    f"frames of {response_id} must follow {row[1] - 1}, got first_seq={first_seq}"
+                )
             blob = pack_batch(frames, load_template(row[0]))
-            db.execute("INSERT INTO run_events VALUES (?, ?, ?, ?, ?)", (scope, response_id, first_seq, len(frames), blob))
+            db.execute(
+                "INSERT INTO run_events VALUES (?, ?, ?, ?, ?)",
+                (scope, response_id, first_seq, len(frames), blob),
+            )
             db.execute(
                 "UPDATE stored_responses SET next_seq = ? WHERE scope = ? AND id = ?",
                 (first_seq + len(frames), scope, response_id),
             )
 
-    async def append_events(self, response_id: str, first_seq: int, frames: list[bytes], *, scope: str = "") -> None:
+    async def append_events(
+        self, response_id: str, first_seq: int, frames: list[bytes], *, scope: str = ""
+    ) -> None:
         if frames:
             await self._call(self._append, scope, response_id, first_seq, list(frames))
             self._wake(scope, response_id)
@@ -379,12 +409,17 @@ class SQLiteStore(Store):
             "SELECT scope, id, response, template, next_seq FROM stored_responses WHERE in_flight"
         ).fetchall()
         for scope, rid, response, template, next_seq in lost:
-            failed = failed_snapshot(orjson.loads(response), "server_restarted", LOST_MESSAGES["server_restarted"])
+            failed = failed_snapshot(
+                orjson.loads(response), "server_restarted", LOST_MESSAGES["server_restarted"]
+            )
             frames = self.lost_run_frames(failed, next_seq) if self.lost_run_frames is not None else []
             with self._transaction() as db:
                 if frames:
                     blob = pack_batch(frames, load_template(template))
-                    db.execute("INSERT INTO run_events VALUES (?, ?, ?, ?, ?)", (scope, rid, next_seq, len(frames), blob))
+                    db.execute(
+                        "INSERT INTO run_events VALUES (?, ?, ?, ?, ?)",
+                        (scope, rid, next_seq, len(frames), blob),
+                    )
                 db.execute(
                     "UPDATE stored_responses SET response = ?, in_flight = 0, next_seq = ? WHERE scope = ? AND id = ?",
                     (orjson.dumps(failed), next_seq + len(frames), scope, rid),
