@@ -325,3 +325,57 @@ async def test_store_calls_never_wait_for_a_saturated_default_executor(store: St
     finally:
         release.set()
         await asyncio.gather(*blockers)
+
+
+# -- migration ---------------------------------------------------------------------------------
+
+OLD_SCHEMA = """
+CREATE TABLE responses (id TEXT PRIMARY KEY, response BLOB NOT NULL, input_items BLOB NOT NULL,
+    conversation BLOB NOT NULL, events BLOB, created_at REAL NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE items (id TEXT NOT NULL, response_id TEXT NOT NULL REFERENCES responses(id) ON DELETE CASCADE,
+    call_id TEXT, type TEXT NOT NULL, item BLOB NOT NULL, PRIMARY KEY (response_id, id));
+"""
+
+
+async def test_a_file_of_the_unscoped_store_opens_with_everything_in_the_keyless_scope(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    old = record("resp_old")
+    old.events = run_frames("resp_old", 300)
+    path = tmp_path / "store.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(OLD_SCHEMA)
+    db.execute(
+        "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            old.id,
+            orjson.dumps(old.response),
+            orjson.dumps(old.input_items),
+            orjson.dumps(old.conversation),
+            orjson.dumps([e.decode() for e in old.events]),
+            old.created_at,
+            old.expires_at,
+        ),
+    )
+    call = old.response["output"][0]
+    db.execute(
+        "INSERT INTO items VALUES (?, ?, ?, ?, ?)",
+        ("fc_1", old.id, "call_1", "function_call", orjson.dumps(call)),
+    )
+    db.commit()
+    db.close()
+    store = SQLiteStore(path)
+    try:
+        assert await store.get("resp_old") == old
+        assert await store.find_call("call_1") == call
+        assert await store.get("resp_old", scope=A) is None
+        assert await store.integrity_check() == "ok"
+    finally:
+        await store.aclose()
+    reopened = SQLiteStore(path)  # a second open does not migrate again
+    try:
+        assert await reopened.get("resp_old") == old
+    finally:
+        await reopened.aclose()

@@ -43,11 +43,12 @@ def template_of(response: Json) -> list[bytes]:
 
 
 def dump_template(fragments: list[bytes]) -> bytes:
-    return orjson.dumps([f.decode() for f in fragments])
+    # Compressed: the response column holds the same tools in the clear already.
+    return zlib.compress(orjson.dumps([f.decode() for f in fragments]), 6)
 
 
 def load_template(blob: bytes | None) -> list[bytes]:
-    return [f.encode() for f in orjson.loads(blob)] if blob else []
+    return [f.encode() for f in orjson.loads(zlib.decompress(blob))] if blob else []
 
 
 def _marker(index: int) -> bytes:
