@@ -121,7 +121,12 @@ class RedisStore(Store):
             raise StoreUnavailable(str(e)) from e
 
     async def start(self) -> None:
-        await super().start()
+        try:
+            await super().start()
+        except StoreUnavailable:  # serve anyway: requests get 503s, the sweep recovers later
+            log.warning(
+                "Redis at %s is unreachable; runs left in flight are recovered once it is back", self.url
+            )
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._keep_leases(), name="store leases"),
