@@ -110,7 +110,6 @@ async def collect(chunks: AsyncIterator[bytes]) -> bytes:
 async def test_scope_of_hashes_the_key_and_is_empty_without_keys() -> None:
     assert scope_of(None) == scope_of("") == ""
     assert scope_of("k") == scope_of("k") != scope_of("k2")
-    assert "k" not in scope_of("k") or len(scope_of("k")) == 32
     assert len(scope_of("secret-key")) == 32 and "secret" not in scope_of("secret-key")
 
 
@@ -151,7 +150,8 @@ async def test_put_then_get_round_trips_a_record_and_its_log(store: Store) -> No
     assert await store.get("resp_1", scope=A) == original
     without = await store.get("resp_1", scope=A, events=False)
     assert without is not None and without.events == [] and without.response == original.response
-    assert await store.events_after("resp_1", 299, scope=A) == original.events[300:316] or True
+    first_read = await store.events_after("resp_1", 299, scope=A)
+    assert first_read and first_read == original.events[300 : 300 + len(first_read)]  # a bounded prefix
     got: list[bytes] = []
     after = 299
     while frames := await store.events_after("resp_1", after, scope=A):

@@ -32,7 +32,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import orjson
@@ -460,9 +460,3 @@ class RedisStore(Store):
             except WatchError:
                 continue  # its owner or another replica changed it meanwhile
         return lost
-
-    async def follow_events(
-        self, response_id: str, after: int = -1, *, scope: str = ""
-    ) -> AsyncIterator[bytes]:
-        async for chunk in super().follow_events(response_id, after, scope=scope):
-            yield chunk
