@@ -118,6 +118,8 @@ async def test_another_scopes_id_behaves_like_a_missing_one(store: Store) -> Non
     assert (await store.get("resp_1", scope=A)) is not None
     assert await store.get("resp_1", scope=B) is None
     assert await store.get("resp_1") is None  # the unscoped default is a scope of its own
+    assert await store.input_items("resp_1", scope=A) == record("resp_1", tag="a's text").input_items
+    assert await store.input_items("resp_1", scope=B) is None
     assert await store.find_item("msg_1", scope=B) is None
     assert await store.find_call("call_1", scope=B) is None
     assert await store.events_after("resp_1", -1, scope=B) is None

@@ -158,6 +158,10 @@ class Store(ABC):
         should pass it and replay with `follow_events`."""
 
     @abstractmethod
+    async def input_items(self, response_id: str, *, scope: str = "") -> list[Json] | None:
+        """The input items of a stored response (for `GET …/input_items`), without the rest."""
+
+    @abstractmethod
     async def delete(self, response_id: str, *, scope: str = "") -> bool:
         """True when something was deleted (with its items and event log)."""
 

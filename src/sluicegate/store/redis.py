@@ -237,6 +237,18 @@ class RedisStore(Store):
     async def get(self, response_id: str, *, scope: str = "", events: bool = True) -> StoredResponse | None:
         return await self._do(lambda: self._read(scope, response_id, events))
 
+    async def _input_items(self, scope: str, response_id: str) -> list[Json] | None:
+        raw, expires_at = await self.redis.hmget(
+            self._key("r", scope, response_id), ["input_items", "expires_at"]
+        )
+        if raw is None or float(expires_at) <= time.time():
+            return None
+        items: list[Json] = orjson.loads(raw)
+        return items
+
+    async def input_items(self, response_id: str, *, scope: str = "") -> list[Json] | None:
+        return await self._do(lambda: self._input_items(scope, response_id))
+
     async def _remove(self, scope: str, response_id: str) -> bool:
         key = self._key("r", scope, response_id)
         raw = await self.redis.hmget(key, ["response", "input_items"])

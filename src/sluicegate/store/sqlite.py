@@ -276,6 +276,16 @@ class SQLiteStore(Store):
     async def get(self, response_id: str, *, scope: str = "", events: bool = True) -> StoredResponse | None:
         return await self._call(self._get, scope, response_id, events)
 
+    def _input_items(self, scope: str, response_id: str) -> list[Json] | None:
+        row = self.db.execute(
+            "SELECT input_items FROM stored_responses WHERE scope = ? AND id = ? AND expires_at > ?",
+            (scope, response_id, time.time()),
+        ).fetchone()
+        return None if row is None else orjson.loads(row[0])
+
+    async def input_items(self, response_id: str, *, scope: str = "") -> list[Json] | None:
+        return await self._call(self._input_items, scope, response_id)
+
     def _delete(self, scope: str, response_id: str) -> bool:
         with self._transaction() as db:
             cursor = db.execute(
