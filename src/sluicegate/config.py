@@ -239,8 +239,10 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
             settings.store_backend = value
         elif key == "url" and isinstance(value, str) and value.startswith(_REDIS_SCHEMES):
             settings.store_url = value
-        elif key == "retention_days":
-            _apply_responses(settings, {"retention_days": value}, source)
+        elif key == "retention_days":  # the same setting as [responses].retention_days
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{source}: [store].retention_days must be a positive number")
+            settings.responses_retention_days = float(value)
         else:
             raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
 
