@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from redis_support import RedisServer, redis_server
-from sluicegate.store.base import DONE, Store, StoredResponse, scope_of
+from sluicegate.store.base import DONE, Store, StoredResponse, StoreUnavailable, scope_of
 from sluicegate.store.runlog import RunLog
 from sluicegate.store.sqlite import SQLiteStore
 
@@ -381,3 +381,19 @@ async def test_a_file_of_the_unscoped_store_opens_with_everything_in_the_keyless
         assert await reopened.get("resp_old") == old
     finally:
         await reopened.aclose()
+
+
+async def test_a_run_log_whose_ending_cannot_be_stored_never_shows_it(store: Store) -> None:
+    await store.create_run(record("resp_fail", status="queued"), scope=A)
+    log = RunLog(store, "resp_fail", scope=A, batch_frames=8)
+    frames = run_frames("resp_fail", 12)
+    await log.extend(frames[:11])
+    follower = asyncio.ensure_future(collect(log.follow()))
+
+    async def unavailable(r: StoredResponse, *, scope: str = "") -> None:
+        raise StoreUnavailable("down")
+
+    store.finish_run = unavailable  # type: ignore[method-assign]
+    with pytest.raises(StoreUnavailable):
+        await log.finish(frames[11:], record("resp_fail"))
+    assert await follower == b"".join(frames[:11]) + DONE

@@ -25,10 +25,13 @@ def shared_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture
-async def replicas(shared_redis: RedisServer) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
+async def replicas(
+    shared_redis: RedisServer, request: pytest.FixtureRequest
+) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
     prefix = f"r{uuid.uuid4().hex[:8]}:"
-    a = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=1.0, renew_seconds=0.2)
-    b = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=1.0, renew_seconds=0.2)
+    lease, renew = getattr(request, "param", (1.0, 0.2))
+    a = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=lease, renew_seconds=renew)
+    b = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=lease, renew_seconds=renew)
     await a.start()
     await b.start()
     yield a, b
@@ -51,6 +54,8 @@ def frames(first: int, n: int) -> list[bytes]:
     return [b'event: e\ndata: {"sequence_number":%d}\n\n' % i for i in range(first, first + n)]
 
 
+# Leases renewed once a minute: the cancel request can only arrive by pub/sub.
+@pytest.mark.parametrize("replicas", [(120.0, 60.0)], indirect=True)
 async def test_a_run_started_on_one_replica_is_followed_and_cancelled_from_another(
     replicas: tuple[RedisStore, RedisStore],
 ) -> None:

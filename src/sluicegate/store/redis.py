@@ -100,6 +100,7 @@ class RedisStore(Store):
         )
         self._owned: set[tuple[str, str]] = set()
         self._tasks: list[asyncio.Task[None]] = []
+        self._subscribed = asyncio.Event()
 
     # -- plumbing --------------------------------------------------------------------------
 
@@ -132,6 +133,9 @@ class RedisStore(Store):
             loop.create_task(self._keep_leases(), name="store leases"),
             loop.create_task(self._watch_cancels(), name="store cancels"),
         ]
+        # Cancels published before the subscription would wait for the lease loop's check.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._subscribed.wait(), 5.0)
 
     async def aclose(self) -> None:
         for task in self._tasks:
@@ -389,6 +393,7 @@ class RedisStore(Store):
             try:
                 async with self.redis.pubsub() as pubsub:
                     await pubsub.subscribe(self._channel)
+                    self._subscribed.set()
                     while True:
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                         if message is not None and message.get("type") == "message":

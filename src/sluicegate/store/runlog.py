@@ -87,7 +87,9 @@ class RunLog:
                 self._stored += len(batch)
 
     async def finish(self, frames: list[bytes], record: StoredResponse | None = None) -> None:
-        """Store the terminal frames (and the final record), then show them and end the log."""
+        """Store the terminal frames (and the final record), then show them and end the log.
+
+        When the store fails this raises, and followers end without the terminal frames."""
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
             flusher.cancel()
@@ -102,8 +104,10 @@ class RunLog:
                     self._stored += len(frames)
             if record is not None:
                 await self.store.finish_run(record, scope=self.scope)
+            self._held = None  # stored: now they may be shown
         finally:
-            self._held = None
+            # Failed to store: followers end without the terminal frames, which never
+            # became durable (a client must not be told `completed` of what is not stored).
             self.closed = True
             self._wake()
 
@@ -133,7 +137,7 @@ class RunLog:
                 position += len(chunk)
                 yield b"".join(chunk)
                 continue
-            if self.closed and self._held is None:
+            if self.closed and position >= end:
                 yield DONE
                 return
             signal = self._signal
