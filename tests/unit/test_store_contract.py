@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from redis_support import RedisServer, redis_server
-from sluicegate.store.base import DONE, Store, StoredResponse, StoreUnavailable, scope_of
+from sluicegate.store.base import DONE, Store, StoredResponse, StoreUnavailable, request_scope, scope_of
 from sluicegate.store.runlog import RunLog
 from sluicegate.store.sqlite import SQLiteStore
 
@@ -111,6 +111,8 @@ async def test_scope_of_hashes_the_key_and_is_empty_without_keys() -> None:
     assert scope_of(None) == scope_of("") == ""
     assert scope_of("k") == scope_of("k") != scope_of("k2")
     assert len(scope_of("secret-key")) == 32 and "secret" not in scope_of("secret-key")
+    assert request_scope("anything", []) == request_scope(None, []) == ""  # no keys: one scope
+    assert request_scope("k", ["k", "k2"]) == scope_of("k") != request_scope("k2", ["k", "k2"])
 
 
 async def test_another_scopes_id_behaves_like_a_missing_one(store: Store) -> None:

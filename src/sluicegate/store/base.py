@@ -83,6 +83,12 @@ def scope_of(api_key: str | None) -> str:
     return hashlib.sha256(api_key.encode()).hexdigest()[:32]
 
 
+def request_scope(presented_key: str | None, api_keys: list[str]) -> str:
+    """The scope of a request: its (already checked) key's, or `""` when no keys are configured
+    (whatever key a client then sends, `unused` or `sk-…`, everyone shares one scope)."""
+    return scope_of(presented_key) if api_keys else ""
+
+
 class StoreUnavailable(SluicegateError):
     """The store's backend cannot be reached: 503, and the next call may work again."""
 
