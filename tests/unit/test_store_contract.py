@@ -374,6 +374,8 @@ async def test_a_file_of_the_unscoped_store_opens_with_everything_in_the_keyless
     try:
         assert await store.get("resp_old") == old
         assert await store.find_call("call_1") == call
+        assert await store.events_after("resp_old", 297) == old.events[298:]
+        assert await collect(store.follow_events("resp_old", 298)) == old.events[299] + DONE
         assert await store.get("resp_old", scope=A) is None
         assert await store.integrity_check() == "ok"
     finally:

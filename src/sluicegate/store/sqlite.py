@@ -54,7 +54,7 @@ T = TypeVar("T")
 
 SCHEMA_VERSION = 2
 SCHEMA = """
-CREATE TABLE IF NOT EXISTS stored_responses (
+CREATE TABLE IF NOT EXISTS responses (
     scope TEXT NOT NULL,
     id TEXT NOT NULL,
     response BLOB NOT NULL,
@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS stored_responses (
     expires_at REAL NOT NULL,
     PRIMARY KEY (scope, id)
 );
-CREATE TABLE IF NOT EXISTS stored_items (
+CREATE TABLE IF NOT EXISTS items (
     scope TEXT NOT NULL,
     response_id TEXT NOT NULL,
     id TEXT NOT NULL,
@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS stored_items (
     type TEXT NOT NULL,
     item BLOB NOT NULL,
     PRIMARY KEY (scope, response_id, id),
-    FOREIGN KEY (scope, response_id) REFERENCES stored_responses(scope, id) ON DELETE CASCADE
+    FOREIGN KEY (scope, response_id) REFERENCES responses(scope, id) ON DELETE CASCADE
 );
 CREATE TABLE IF NOT EXISTS run_events (
     scope TEXT NOT NULL,
@@ -84,12 +84,12 @@ CREATE TABLE IF NOT EXISTS run_events (
     count INTEGER NOT NULL,
     frames BLOB NOT NULL,               -- codec.pack_batch
     PRIMARY KEY (scope, response_id, first_seq),
-    FOREIGN KEY (scope, response_id) REFERENCES stored_responses(scope, id) ON DELETE CASCADE
+    FOREIGN KEY (scope, response_id) REFERENCES responses(scope, id) ON DELETE CASCADE
 );
-CREATE INDEX IF NOT EXISTS stored_items_by_id ON stored_items(scope, id);
-CREATE INDEX IF NOT EXISTS stored_items_by_call ON stored_items(scope, call_id);
-CREATE INDEX IF NOT EXISTS stored_responses_by_expiry ON stored_responses(expires_at);
-CREATE INDEX IF NOT EXISTS stored_responses_in_flight ON stored_responses(in_flight) WHERE in_flight;
+CREATE INDEX IF NOT EXISTS items_scope_id ON items(scope, id);
+CREATE INDEX IF NOT EXISTS items_scope_call ON items(scope, call_id);
+CREATE INDEX IF NOT EXISTS responses_expiry ON responses(expires_at);
+CREATE INDEX IF NOT EXISTS responses_in_flight ON responses(in_flight) WHERE in_flight;
 """
 PUT_BATCH = 256  # frames per row when a whole log is stored at once
 READ_BATCHES = 16  # batches per events_after call: replay memory stays bounded
@@ -117,15 +117,16 @@ class SQLiteStore(Store):
         self._migrate(db)
 
     def _migrate(self, db: sqlite3.Connection) -> None:
-        (version,) = db.execute("PRAGMA user_version").fetchone()
         with self._transaction():
+            columns = [row[1] for row in db.execute("PRAGMA table_info(responses)")]
+            unscoped = bool(columns) and "scope" not in columns  # the file of version 1
+            if unscoped:
+                db.execute("ALTER TABLE items RENAME TO items_v1")
+                db.execute("ALTER TABLE responses RENAME TO responses_v1")
             for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
-            old = db.execute(
-                "SELECT name FROM sqlite_master WHERE type='table' AND name='responses'"
-            ).fetchone()
-            if version < SCHEMA_VERSION and old is not None:
+            if unscoped:
                 self._migrate_v1(db)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
@@ -133,21 +134,19 @@ class SQLiteStore(Store):
     def _migrate_v1(db: sqlite3.Connection) -> None:
         """Version 1 (unscoped, events as one JSON list) → scope "" and batched events."""
         rows = db.execute(
-            "SELECT id, response, input_items, conversation, events, created_at, expires_at FROM responses"
+            "SELECT id, response, input_items, conversation, events, created_at, expires_at FROM responses_v1"
         ).fetchall()
         for rid, response, inputs, conversation, events, created, expires in rows:
             template = template_of(orjson.loads(response))
-            db.execute(
-                "INSERT OR REPLACE INTO stored_responses VALUES ('', ?, ?, ?, ?, ?, 0, 0, ?, ?)",
-                (rid, response, inputs, conversation, dump_template(template), created, expires),
-            )
             frames = [e.encode() for e in orjson.loads(events)] if events else []
+            db.execute(
+                "INSERT INTO responses VALUES ('', ?, ?, ?, ?, ?, 0, ?, ?, ?)",
+                (rid, response, inputs, conversation, dump_template(template), len(frames), created, expires),
+            )
             SQLiteStore._write_log(db, "", rid, frames, template)
-        db.execute(
-            "INSERT OR REPLACE INTO stored_items SELECT '', response_id, id, call_id, type, item FROM items"
-        )
-        db.execute("DROP TABLE items")
-        db.execute("DROP TABLE responses")
+        db.execute("INSERT INTO items SELECT '', response_id, id, call_id, type, item FROM items_v1")
+        db.execute("DROP TABLE items_v1")
+        db.execute("DROP TABLE responses_v1")
 
     @property
     def db(self) -> sqlite3.Connection:
@@ -189,16 +188,16 @@ class SQLiteStore(Store):
         template = template_of(r.response)
         with self._transaction() as db:
             row = db.execute(
-                "SELECT template, next_seq FROM stored_responses WHERE scope = ? AND id = ?", (scope, r.id)
+                "SELECT template, next_seq FROM responses WHERE scope = ? AND id = ?", (scope, r.id)
             ).fetchone()
             if row is not None and keep_log and not r.events:
                 template_blob, next_seq = row[0], row[1]  # the log's frames were shrunk with it
             else:
                 template_blob, next_seq = dump_template(template), len(r.events)
                 db.execute("DELETE FROM run_events WHERE scope = ? AND response_id = ?", (scope, r.id))
-            db.execute("DELETE FROM stored_items WHERE scope = ? AND response_id = ?", (scope, r.id))
+            db.execute("DELETE FROM items WHERE scope = ? AND response_id = ?", (scope, r.id))
             db.execute(
-                "INSERT INTO stored_responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (scope, id) DO UPDATE SET response = excluded.response, "
                 "input_items = excluded.input_items, conversation = excluded.conversation, "
                 "template = excluded.template, in_flight = excluded.in_flight, "
@@ -220,7 +219,7 @@ class SQLiteStore(Store):
             if r.events:
                 self._write_log(db, scope, r.id, r.events, template)
             db.executemany(
-                "INSERT OR REPLACE INTO stored_items VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO items VALUES (?, ?, ?, ?, ?, ?)",
                 [
                     (
                         scope,
@@ -250,7 +249,7 @@ class SQLiteStore(Store):
     def _get(self, scope: str, response_id: str, events: bool) -> StoredResponse | None:
         row = self.db.execute(
             "SELECT response, input_items, conversation, created_at, expires_at, template "
-            "FROM stored_responses WHERE scope = ? AND id = ? AND expires_at > ?",
+            "FROM responses WHERE scope = ? AND id = ? AND expires_at > ?",
             (scope, response_id, time.time()),
         ).fetchone()
         if row is None:
@@ -278,7 +277,7 @@ class SQLiteStore(Store):
 
     def _input_items(self, scope: str, response_id: str) -> list[Json] | None:
         row = self.db.execute(
-            "SELECT input_items FROM stored_responses WHERE scope = ? AND id = ? AND expires_at > ?",
+            "SELECT input_items FROM responses WHERE scope = ? AND id = ? AND expires_at > ?",
             (scope, response_id, time.time()),
         ).fetchone()
         return None if row is None else orjson.loads(row[0])
@@ -288,9 +287,7 @@ class SQLiteStore(Store):
 
     def _delete(self, scope: str, response_id: str) -> bool:
         with self._transaction() as db:
-            cursor = db.execute(
-                "DELETE FROM stored_responses WHERE scope = ? AND id = ?", (scope, response_id)
-            )
+            cursor = db.execute("DELETE FROM responses WHERE scope = ? AND id = ?", (scope, response_id))
             deleted: bool = cursor.rowcount > 0
             return deleted
 
@@ -301,7 +298,7 @@ class SQLiteStore(Store):
 
     def _find(self, scope: str, column: str, value: str, type_: str | None) -> Json | None:
         query = (
-            "SELECT i.item FROM stored_items i JOIN stored_responses r "
+            "SELECT i.item FROM items i JOIN responses r "
             "ON r.scope = i.scope AND r.id = i.response_id "
             f"WHERE i.scope = ? AND i.{column} = ? AND r.expires_at > ?"
         )
@@ -320,7 +317,7 @@ class SQLiteStore(Store):
 
     def _purge(self) -> int:
         with self._transaction() as db:
-            cursor = db.execute("DELETE FROM stored_responses WHERE expires_at <= ?", (time.time(),))
+            cursor = db.execute("DELETE FROM responses WHERE expires_at <= ?", (time.time(),))
             purged: int = cursor.rowcount
             return purged
 
@@ -335,7 +332,7 @@ class SQLiteStore(Store):
     def _append(self, scope: str, response_id: str, first_seq: int, frames: list[bytes]) -> None:
         with self._transaction(durable=False) as db:
             row = db.execute(
-                "SELECT template, next_seq FROM stored_responses WHERE scope = ? AND id = ?",
+                "SELECT template, next_seq FROM responses WHERE scope = ? AND id = ?",
                 (scope, response_id),
             ).fetchone()
             if row is None:
@@ -350,7 +347,7 @@ class SQLiteStore(Store):
                 (scope, response_id, first_seq, len(frames), blob),
             )
             db.execute(
-                "UPDATE stored_responses SET next_seq = ? WHERE scope = ? AND id = ?",
+                "UPDATE responses SET next_seq = ? WHERE scope = ? AND id = ?",
                 (first_seq + len(frames), scope, response_id),
             )
 
@@ -364,7 +361,7 @@ class SQLiteStore(Store):
     def _update(self, scope: str, response_id: str, response: Json) -> None:
         with self._transaction() as db:
             db.execute(
-                "UPDATE stored_responses SET response = ? WHERE scope = ? AND id = ? AND in_flight",
+                "UPDATE responses SET response = ? WHERE scope = ? AND id = ? AND in_flight",
                 (orjson.dumps(response), scope, response_id),
             )
 
@@ -373,7 +370,7 @@ class SQLiteStore(Store):
 
     def _events_after(self, scope: str, response_id: str, after: int) -> list[bytes] | None:
         row = self.db.execute(
-            "SELECT template FROM stored_responses WHERE scope = ? AND id = ? AND expires_at > ?",
+            "SELECT template FROM responses WHERE scope = ? AND id = ? AND expires_at > ?",
             (scope, response_id, time.time()),
         ).fetchone()
         if row is None:
@@ -394,7 +391,7 @@ class SQLiteStore(Store):
 
     def _in_flight(self, scope: str, response_id: str) -> bool:
         row = self.db.execute(
-            "SELECT in_flight FROM stored_responses WHERE scope = ? AND id = ?", (scope, response_id)
+            "SELECT in_flight FROM responses WHERE scope = ? AND id = ?", (scope, response_id)
         ).fetchone()
         return bool(row and row[0])
 
@@ -416,7 +413,7 @@ class SQLiteStore(Store):
 
     def _recover(self) -> list[tuple[str, str]]:
         lost = self.db.execute(
-            "SELECT scope, id, response, template, next_seq FROM stored_responses WHERE in_flight"
+            "SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight"
         ).fetchall()
         for scope, rid, response, template, next_seq in lost:
             failed = failed_snapshot(
@@ -431,7 +428,7 @@ class SQLiteStore(Store):
                         (scope, rid, next_seq, len(frames), blob),
                     )
                 db.execute(
-                    "UPDATE stored_responses SET response = ?, in_flight = 0, next_seq = ? WHERE scope = ? AND id = ?",
+                    "UPDATE responses SET response = ?, in_flight = 0, next_seq = ? WHERE scope = ? AND id = ?",
                     (orjson.dumps(failed), next_seq + len(frames), scope, rid),
                 )
         return [(scope, rid) for scope, rid, *_ in lost]
