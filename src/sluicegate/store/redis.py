@@ -464,12 +464,24 @@ class RedisStore(Store):
             return True
 
     async def recover_in_flight(self) -> int:
-        members = await self._do(lambda: self.redis.smembers(self._running))
+        """Fail the runs in flight whose owner's lease expired (one pipelined check for all)."""
+
+        async def candidates() -> list[tuple[str, str]]:
+            runs = []
+            for raw in await self.redis.smembers(self._running):
+                scope, _, response_id = raw.decode().rpartition(":")
+                if (scope, response_id) not in self._owned:
+                    runs.append((scope, response_id))
+            if not runs:
+                return []
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for scope, response_id in runs:
+                    pipe.exists(self._key("lease", scope, response_id))
+                leased = await pipe.execute()
+            return [run for run, alive in zip(runs, leased, strict=True) if not alive]
+
         lost = 0
-        for raw in members:
-            scope, _, response_id = raw.decode().rpartition(":")
-            if (scope, response_id) in self._owned:
-                continue
+        for scope, response_id in await self._do(candidates):
             try:
                 if await self._do(lambda s=scope, r=response_id: self._mark_lost(s, r)):  # type: ignore[misc]
                     lost += 1
