@@ -113,6 +113,7 @@ class SQLiteStore(Store):
         db.execute("PRAGMA foreign_keys=ON")
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA busy_timeout=5000")
+        db.execute("PRAGMA journal_size_limit=16777216")  # a checkpointed WAL shrinks back to 16 MiB
         self._db = db
         self._migrate(db)
 
