@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.config import load_settings
+from sluicegate.config import load_settings, store_path
 from sluicegate.engines.base import ConfigError
 from sluicegate.store.factory import open_store
 from sluicegate.store.redis import RedisStore
@@ -22,7 +22,7 @@ def settings_from(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
 async def test_sqlite_is_the_default_in_the_data_dir(tmp_path: Path) -> None:
     settings = settings_from(tmp_path, "")
     assert settings.store_backend == "sqlite"
-    store = open_store(settings)
+    store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
     try:
         assert isinstance(store, SQLiteStore) and store.path == tmp_path / "data" / "sluicegate.sqlite3"
     finally:
@@ -35,7 +35,8 @@ async def test_redis_backend_url_and_retention(tmp_path: Path) -> None:
     )
     assert (settings.store_backend, settings.store_url) == ("redis", "redis://10.0.0.5:6380/2")
     assert settings.responses_retention_days == 2.0
-    store = open_store(settings)  # connects lazily: no server needed to build it
+    # connects lazily: no server needed to build it
+    store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
     try:
         assert isinstance(store, RedisStore) and store.url == "redis://10.0.0.5:6380/2"
     finally:

@@ -38,7 +38,7 @@ from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser, SSEReader
-from sluicegate.tools.parsing import THINK, OutputParser
+from sluicegate.parsing import THINK, OutputParser
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 CHAT_PATH = "/chat/completions"
@@ -65,6 +65,7 @@ def content_parser(config: UpstreamConfig) -> ContentParser | None:
 class OpenAIUpstreamEngine(Engine):
     kind: ClassVar[str] = "openai"
     answers_first: ClassVar[bool] = True
+    default_max_concurrency: ClassVar[int] = 0  # no cap: the upstream batches (issue 16)
 
     def __init__(self, config: UpstreamConfig, replicas: ReplicaSet | None = None) -> None:
         super().__init__(config.model_id)
