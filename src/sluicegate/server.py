@@ -29,6 +29,7 @@ from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
+from sluicegate.routes import embeddings
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
     download_model,
@@ -190,6 +191,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
+        *embeddings.ROUTES,
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.sluicegate = state

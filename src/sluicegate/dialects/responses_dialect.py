@@ -55,7 +55,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         sampling=req.sampling,
         reasoning_effort=(req.reasoning or {}).get("effort"),
         response_format=fmt if fmt.get("type") != "text" else None,
-        options=RequestOptions(ttl=req.ttl),
+        options=RequestOptions(ttl=req.ttl, context_overflow=req.context_overflow),
     )
 
 

@@ -72,6 +72,7 @@ class ResponsesRequest:
     service_tier: str = "default"
     include: list[str] = field(default_factory=list)
     ttl: float | None = None  # LM Studio's: idle seconds before the instance used is unloaded
+    context_overflow: str | None = None  # error, rolling_window or truncate_middle (llamacpp)
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -155,6 +156,10 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
                 f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
             )
     req.ttl = f.number("ttl", low=1)
+    # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
+    req.context_overflow = f.string(
+        "context_overflow", choices=("error", "rolling_window", "truncate_middle")
+    )
     return req
 
 

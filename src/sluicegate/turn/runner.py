@@ -190,7 +190,8 @@ class TurnEndpoint:
         persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
         pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
-        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        # The engine may add headers while it checks the request (a context policy's trimming).
+        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers, **chat.response_headers}
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []
