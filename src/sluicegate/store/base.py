@@ -9,47 +9,58 @@ frame (so a client can resume with `starting_after`). Items are also indexed by 
 Scoping
 -------
 Every stored object belongs to a scope: `scope_of(api_key)` of the key that created it (a
-hash, never the key), or `""` when no keys are configured. Every method takes `scope=` and
-only ever sees that scope: another scope's id behaves exactly like a missing one (`get` is
-None, `delete` is False, `find_item`/`find_call` are None, `events_after` is None, ...), so a
-route answers 404 for both. Ids are unique per scope, not globally: two scopes may store the
-same client-chosen item id (`msg_1`, `call_1`) without seeing each other's.
+hash, never the key), or `""` when no keys are configured (`request_scope(key, api_keys)`
+gives the one to use for a request). Every method takes `scope=` and only ever sees that
+scope: another scope's id behaves exactly like a missing one (`get`/`input_items` are None,
+`delete` is False, `find_item`/`find_call` are None, `events_after` is None,
+`run_in_flight`/`request_cancel` are False), so a route answers 404 for both. Ids are unique
+per scope, not globally: two scopes may store the same client-chosen item id (`msg_1`,
+`call_1`) without seeing each other's. `scope` defaults to `""` only so that callers written
+before scoping keep working; every caller should pass it.
 
 Durability
 ----------
-`put`, `create_run` and `finish_run` return only once the record is durable (the SQLite commit
-is fsynced; Redis has acknowledged the write). A route sends `response.completed`, `chat.end`
-or a non-streaming body only after `put`/`finish_run` returned, so a client that saw a
-completed id can always read it back.
+`put`, `create_run`, `update_run`, `finish_run` and `delete` return only once the change is
+durable (the SQLite commit is fsynced; Redis has acknowledged the write). A caller sends
+`response.completed`, `chat.end` or a non-streaming body only after `put`/`finish_run`
+returned, so a client that saw a completed id can always read it back. `append_events` is
+cheaper (not fsynced on its own: the run's next durable write covers it).
 
 Background runs
 ---------------
 A background run is stored from the moment it is accepted, and its event frames as it goes:
 
-    await store.create_run(record, scope=s)       # status queued/in_progress, input items,
-                                                  # history as `conversation`; indexes inputs
-    log = RunLog(store, record.id, scope=s)       # store/runlog.py: FrameLog-like, batches
-    await log.extend(frames)                      #   frames into `append_events`
-    await log.close()                             # flushes what is left
-    await store.finish_run(final_record, scope=s) # terminal snapshot + conversation; followers
-                                                  # on any replica then get the DONE sentinel
+    await store.create_run(accepted, scope=s)     # response = the queued snapshot, input
+                                                  # items, conversation = history before it;
+                                                  # input items findable at once; in flight
+    log = RunLog(store, accepted.id, scope=s)     # store/runlog.py, in place of FrameLog
+    await log.extend(frames)                      # SSE bytes of each event, seq 0, 1, 2...;
+                                                  # shown to local followers at once, stored
+                                                  # in batches of 64 or after 0.2 s
+    await log.finish(terminal_frames, final)      # stores the terminal frames, then
+                                                  # `finish_run(final)`, then shows them
+    log.follow(after)                             # this replica: bytes, then DONE
 
-    async for chunk in store.follow_events(id, after, scope=s): ...   # any replica, any time
+    store.follow_events(id, after, scope=s)       # any replica, any time: stored frames,
+                                                  # live ones while in flight, then DONE
 
 Frames are numbered from 0 (the `sequence_number` of Responses events); `append_events`
-takes consecutive batches. `follow_events` yields frames after `after`, waits for more while
-the run is in flight, and ends with `DONE` once it finished (whatever replica owns it).
+takes consecutive batches (a gap or an overlap is a ValueError). `events_after` returns a
+bounded prefix of the frames after `after` (call again from where it stopped; `[]`: none yet).
+`get(..., events=False)` skips reading the log; `get` with events (the default) reads it all,
+kept for the callers that replay `record.events`.
 
-A run belongs to the replica that created it (`owner`). At startup `start()` runs
+A run belongs to the replica that created it. `start()` (once, in the lifespan) runs
 `recover_in_flight()`: runs left in flight by a crashed process are finished as `failed` with
 error code `server_restarted` (SQLite: every run in flight, one process owns the file) or
-`owner_lost` (Redis: runs whose owner's lease expired; checked again periodically), never
-vanished. `lost_run_frames`, when set, builds the terminal frames appended to such a run's log
-(the Responses dialect's `response.failed`), so followers see an ending the SDKs understand.
+`owner_lost` (Redis: runs whose owner's lease expired; every replica sweeps periodically),
+never vanished. Set `lost_run_frames` before `start()`: it builds the terminal frames appended
+to such a run's log from (failed snapshot, next sequence number), e.g. the Responses
+`event: response.failed` frame, so followers see an ending the SDKs understand.
 
-Cancellation from another replica: `request_cancel` records the wish; the owner's store calls
-`on_cancel(scope, response_id)` (set by the wiring), which cancels the local run task, whose
-normal ending then calls `finish_run`.
+Cancellation: `request_cancel(id, scope=)` on any replica; the owning replica's store calls
+`on_cancel(scope, response_id)` (set by the wiring; called on the event loop), which cancels
+the local run, whose normal ending then stores it with `finish_run`.
 
 Errors: a backend that cannot be reached raises `StoreUnavailable` (a `SluicegateError` of
 kind OVERLOADED, HTTP 503, code `store_unavailable`), never a bare exception that would become
