@@ -29,7 +29,8 @@ async def replicas(
     shared_redis: RedisServer, request: pytest.FixtureRequest
 ) -> AsyncIterator[tuple[RedisStore, RedisStore]]:
     prefix = f"r{uuid.uuid4().hex[:8]}:"
-    lease, renew = getattr(request, "param", (1.0, 0.2))
+    # A lease of 2 s renewed every 0.2 s: only a stall of 1.8 s could lose a live run.
+    lease, renew = getattr(request, "param", (2.0, 0.2))
     a = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=lease, renew_seconds=renew)
     b = RedisStore(shared_redis.url, prefix=prefix, lease_seconds=lease, renew_seconds=renew)
     await a.start()
@@ -82,7 +83,7 @@ async def test_a_live_owner_keeps_its_run_and_a_dead_one_loses_it(
 ) -> None:
     a, b = replicas
     await a.create_run(run("resp_kept"), scope=S)
-    for _ in range(3 * 5):  # three lease lengths: renewed all along, never taken
+    for _ in range(2 * 10):  # two lease lengths: renewed all along, never taken
         await asyncio.sleep(0.2)
         assert await b.recover_in_flight() == 0
     assert await b.run_in_flight("resp_kept", scope=S)
