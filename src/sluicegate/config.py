@@ -41,7 +41,10 @@ allowed_hosts = []                      # non-public hosts request servers may u
 root = "shared"
 
 [store]
-path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sluicegate.sqlite3
+backend = "sqlite"              # or "redis": state shared by several replicas
+path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # sqlite; default: <data_dir>/sluicegate.sqlite3
+url = "redis://127.0.0.1:6379/0"                        # redis
+retention_days = 30             # the same setting as [responses] retention_days
 
 [[models]]
 id = "my-model"
@@ -92,6 +95,8 @@ class Settings:
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
+    store_backend: Literal["sqlite", "redis"] = "sqlite"
+    store_url: str = "redis://127.0.0.1:6379/0"  # the redis backend's server
     models_dir: Path | None = None  # None: <data_dir>/models
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -235,6 +240,9 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
             raise ConfigError(f"{source}: unknown key [responses].{key}")
 
 
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 def _apply_store(settings: Settings, table: Any, source: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [store] must be a table")
@@ -242,8 +250,14 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
         if key == "path" and isinstance(value, str) and value:
             path = Path(value).expanduser()
             settings.store_path = path if path.is_absolute() else settings.base_dir / path
-        elif key == "backend" and value == "sqlite":
-            pass
+        elif key == "backend" and value in ("sqlite", "redis"):
+            settings.store_backend = value
+        elif key == "url" and isinstance(value, str) and value.startswith(_REDIS_SCHEMES):
+            settings.store_url = value
+        elif key == "retention_days":  # the same setting as [responses].retention_days
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{source}: [store].retention_days must be a positive number")
+            settings.responses_retention_days = float(value)
         else:
             raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
 

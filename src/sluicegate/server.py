@@ -47,7 +47,7 @@ from sluicegate.routes.responses_stored import (
     list_input_items,
     retrieve_response,
 )
-from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
@@ -134,7 +134,7 @@ def create_app(settings: Settings) -> Starlette:
         interval=settings.reaper_interval_seconds,
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
-    store = SQLiteStore(store_path(settings))
+    store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -162,6 +162,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
