@@ -14,6 +14,7 @@ from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, RawEvent
 from sluicegate.core.segment import segment
+from sluicegate.observe import observe_events
 from sluicegate.transport.deadline import with_deadlines
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> Asyn
         deadline_seconds=limits.request_timeout_seconds,
         idle_seconds=limits.idle_timeout_seconds,
     )
-    return segment(guarded)
+    return observe_events(segment(guarded))  # metrics and the access line see every request's stream
 
 
 async def encoded_frames(

@@ -29,6 +29,7 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import ConfigError, Discovery, Engine
 from sluicegate.metrics import METRICS
+from sluicegate.observe import note_model
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ class _Admitted:
         if not self._started:
             self._started = True
             self._instance._waiting -= 1
+            METRICS.queue_depth.labels(self._instance.id).dec()
             self._instance._settle()
 
     async def aclose(self) -> None:
@@ -144,6 +146,7 @@ class Instance:
 
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
+        METRICS.queue_depth.labels(self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
@@ -158,9 +161,11 @@ class Instance:
             await self._slots.acquire()
         except BaseException:  # gone while queued
             self._waiting -= 1
+            METRICS.queue_depth.labels(self.id).dec()
             self._settle()
             raise
         self._waiting -= 1
+        METRICS.queue_depth.labels(self.id).dec()
         self._active += 1
         METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
         engine_events: AsyncIterator[RawEvent] | None = None
@@ -216,10 +221,12 @@ class Instance:
                 self.last_used = time.monotonic()
             except BaseException:
                 self.jit = False
+                METRICS.record_load(self.id, time.perf_counter() - started, ok=False)
                 raise
             finally:
                 loop.call_soon_threadsafe(progress.put_nowait, None)
-            return time.perf_counter() - started
+            METRICS.record_load(self.id, seconds := time.perf_counter() - started, ok=True)
+            return seconds
 
         self.jit = jit  # from now on, so a JIT load elsewhere can see this one coming
         # The load outlives a requester that goes away: the next request should not start over.
@@ -436,6 +443,7 @@ class Registry:
                 param="model",
                 code="model_not_found",
             )
+        note_model(model_id)  # the metrics label and access log of the request asking
         return model
 
     async def start(self) -> None:
