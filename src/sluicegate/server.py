@@ -10,8 +10,9 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, models_dir, store_path
@@ -25,6 +26,9 @@ from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
+from sluicegate.metrics_live import RegistryCollector
+from sluicegate.observe import ObserveMiddleware
+from sluicegate.playground import playground_routes
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (
     Admission,
@@ -101,7 +105,7 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -153,6 +157,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        METRICS.add_live(live := RegistryCollector(registry))
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
@@ -169,6 +174,7 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            METRICS.remove_live(live)
 
     routes = [
         Route("/health", health, methods=["GET"]),
@@ -187,7 +193,11 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
+        *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    app = Starlette(
+        routes=routes, middleware=[observe], lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    )
     app.state.sluicegate = state
     return app
