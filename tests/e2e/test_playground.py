@@ -131,6 +131,7 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
     assert "notes.txt" in tool.find_element(By.CSS_SELECTOR, ".args").text
     assert NOTES.strip() in tool.find_element(By.CSS_SELECTOR, ".result").text
     assert "ok" in (tool.get_attribute("class") or "")
+    assert not turn.find_elements(By.CSS_SELECTOR, ".error")
     assert turn.find_element(By.CSS_SELECTOR, ".text").text == NOTES_REPLY
     stats = turn.find_element(By.CSS_SELECTOR, ".stats").text
     assert " in · " in stats and "tokens/s" in stats
@@ -149,4 +150,6 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
         body = turn.find_element(By.CSS_SELECTOR, "details.reasoning .body").get_attribute("textContent")
         assert body == "A plain question; no tool needed.", dialect
         assert " in · " in turn.find_element(By.CSS_SELECTOR, ".stats").text, dialect
+        assert not turn.find_elements(By.CSS_SELECTOR, ".error"), dialect
+        assert not any(bar.is_displayed() for bar in turn.find_elements(By.CSS_SELECTOR, ".progress"))
     browser.save_screenshot(str(ARTIFACTS / "playground-responses.png"))

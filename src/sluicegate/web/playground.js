@@ -169,7 +169,7 @@ class Turn {
       const el = document.createElement("div");
       el.className = "tool";
       el.innerHTML = '<div class="head"></div><pre class="args"></pre>';
-      el.querySelector(".head").textContent = "🔧 " + (name || "tool");
+      el.querySelector(".head").textContent = name || "tool";
       if (where) {
         const span = document.createElement("span");
         span.className = "where";
@@ -183,7 +183,7 @@ class Turn {
       this.tick();
     } else if (name && !view.name) {
       view.name = name;
-      view.el.querySelector(".head").firstChild.textContent = "🔧 " + name;
+      view.el.querySelector(".head").firstChild.textContent = name;
     }
     this.scroll();
     return view;
@@ -256,7 +256,6 @@ const DIALECTS = {
       let usage = null;
       return {
         event(name, data) {
-          if (data === "[DONE]") return;
           const chunk = JSON.parse(data);
           if (chunk.error) { turn.error(chunk.error.message || data); return; }
           if (chunk.usage) usage = chunk.usage;
@@ -379,7 +378,7 @@ const DIALECTS = {
     extraHeaders: { "anthropic-version": "2023-06-01" },
     handler(turn) {
       let input = null, output = null;
-      const blocks = new Map();
+      const calls = new Map(); // tool_use id -> the view's key, for the results that follow
       return {
         event(name, data) {
           const e = JSON.parse(data);
@@ -388,13 +387,12 @@ const DIALECTS = {
             case "message_start": input = e.message && e.message.usage && e.message.usage.input_tokens; break;
             case "content_block_start": {
               const block = e.content_block || {};
-              blocks.set(e.index, block.type);
+              if (block.id) calls.set(block.id, key);
               if (block.type === "tool_use") turn.tool(key, block.name, "for the client");
               else if (block.type === "server_tool_use" || block.type === "mcp_tool_use") {
                 turn.tool(key, block.name, "runs on the server" + (block.server_name ? ": " + block.server_name : ""));
               } else if (block.type && block.type.endsWith("tool_result")) {
-                const call = [...blocks].find(([, t]) => t.endsWith("tool_use"));
-                const target = call ? "b" + call[0] : key;
+                const target = calls.get(block.tool_use_id) || key;
                 const content = Array.isArray(block.content)
                   ? block.content.map((c) => c.text ?? JSON.stringify(c)).join("") : block.content;
                 turn.toolResult(target, content ?? "", !!block.is_error);
@@ -450,6 +448,7 @@ async function send(text) {
     const handler = dialect.handler(turn);
     await readSSE(response, (name, data) => {
       turn.raw(name, data);
+      if (data === "[DONE]") return; // the OpenAI dialects' end marker
       try { handler.event(name, data); } catch (e) { turn.error(`could not read an event: ${e}`); }
     });
     handler.end();
