@@ -12,9 +12,19 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
-from e2e_support import Server, metric, poll, server_env
-from playground_support import API_KEY, MODEL, NOTES_REPLY, PLAIN_REPLY, StartServer, start_playground_server
+from e2e_support import Server, poll, server_env
+from playground_support import (
+    API_KEY,
+    ARTIFACTS,
+    MODEL,
+    NOTES_REPLY,
+    PLAIN_REPLY,
+    StartServer,
+    start_playground_server,
+)
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
 
@@ -86,6 +96,16 @@ def terminal(server: Server, tmp_path: Path) -> Iterator[Terminal]:
         term.close()
 
 
+def metric(server: Server, name: str) -> float:
+    """A sample of the model's, read with the key (this server has one)."""
+    text = httpx.get(server.base_url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == {"model": MODEL}:
+                return float(sample.value)
+    return 0.0
+
+
 def prompt_tokens(screen: str) -> list[int]:
     return [int(n) for n in re.findall(r"(\d+) in · \d+ out", screen)]
 
@@ -109,13 +129,11 @@ def test_a_session(server: Server, terminal: Terminal) -> None:
     terminal.type("crawl along")
     terminal.type('"""')
     terminal.wait_for(r"crawling 1 2 3")
-    assert metric(server.base_url, "sluicegate_generations_active", MODEL) == 1
+    assert metric(server, "sluicegate_generations_active") == 1
     terminal.keys("C-c")  # stops the answer, not the program
     terminal.wait_for(r"\[stopped\]")
-    poll(
-        lambda: metric(server.base_url, "sluicegate_generations_active", MODEL) == 0, timeout=WAIT, fail=True
-    )
-    assert metric(server.base_url, "sluicegate_generations_cancelled_total", MODEL) == 1
+    poll(lambda: metric(server, "sluicegate_generations_active") == 0, timeout=WAIT, fail=True)
+    assert metric(server, "sluicegate_generations_cancelled_total") == 1
 
     terminal.type("/reset")
     terminal.wait_for("new conversation")
@@ -134,5 +152,7 @@ def test_a_session(server: Server, terminal: Terminal) -> None:
 
     terminal.keys("C-d")
     screen = terminal.wait_for(r"EXITED \d+")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "chat-session.txt").write_text(screen)
     assert "EXITED 0" in screen
     assert "Traceback" not in screen
