@@ -40,6 +40,7 @@ from sluicegate.metrics import METRICS
 access_log = logging.getLogger("sluicegate.access")
 
 CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
+QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
 MAX_LOGGED_TEXT = 4096  # --log-prompts: characters of the request body and of the answer kept
 
 _current: contextvars.ContextVar[RequestObserver | None] = contextvars.ContextVar(
@@ -167,7 +168,8 @@ class RequestObserver:
         timing = f"ttft={ttft:.3f}s " if ttft is not None else ""
         tokens = f" tokens={tokens_in}/{tokens_out}" if tokens_in or tokens_out else ""
         model = f" model={self.model}" if self.model else ""
-        access_log.info(
+        access_log.log(
+            logging.DEBUG if self.path in QUIET_PATHS else logging.INFO,
             '"%s %s" %d%s %stotal=%.3fs%s id=%s',
             self.method,
             self.path,
