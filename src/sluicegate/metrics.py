@@ -16,12 +16,13 @@ directory's memory-mapped files and /metrics sums them over the processes (gauge
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
 
@@ -86,16 +87,39 @@ class _Table(MutableMapping[Key, float], Generic[C]):
         return len(self._values)
 
 
+class _DictCollector:
+    """The legacy counters and gauges of one process, as metric families."""
+
+    def __init__(self, counters: Mapping[Key, float], gauges: Mapping[Key, float]) -> None:
+        self.counters, self.gauges = counters, gauges
+
+    def collect(self) -> Iterator[Metric]:
+        for table, family_class in ((self.counters, CounterMetricFamily), (self.gauges, GaugeMetricFamily)):
+            families: dict[str, Metric] = {}
+            for (name, labels), value in sorted(table.items()):
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = family_class(name, name, labels=[k for k, _ in labels])
+                family.add_metric([v for _, v in labels], value)  # type: ignore[attr-defined]
+            yield from families.values()
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         reg = self.registry
-        self.counters: _Table[Counter] = _Table(
-            lambda name, labels: Counter(name, name, labels, registry=reg)
-        )
-        self.gauges: _Table[Gauge] = _Table(
-            lambda name, labels: Gauge(name, name, labels, registry=reg, multiprocess_mode="livesum")
-        )
+        # The small legacy API: plain dicts read at scrape time in one process (a dict increment
+        # is all a per-token counter costs); prometheus-client cells with several processes.
+        self.counters: MutableMapping[Key, float]
+        self.gauges: MutableMapping[Key, float]
+        if multiprocess_dir() is None:
+            self.counters, self.gauges = defaultdict(float), defaultdict(float)
+            reg.register(_DictCollector(self.counters, self.gauges))
+        else:
+            self.counters = _Table(lambda name, labels: Counter(name, name, labels, registry=reg))
+            self.gauges = _Table(
+                lambda name, labels: Gauge(name, name, labels, registry=reg, multiprocess_mode="livesum")
+            )
         self._live: list[Collector] = []  # state read at scrape time (replica health)
 
         by_request = ["dialect", "model", "status"]
@@ -197,6 +221,20 @@ class Metrics:
         return generate_latest(_Joined(fresh, self._live))
 
     content_type = CONTENT_TYPE_PLAIN_0_0_4
+
+
+def observe_counts(histogram: Any, counts: list[int], total: float) -> None:
+    """Add observations already counted per bucket (`counts[i]`: values <= bucket i's bound and
+    above the one before; the last is +Inf) and their `total` to a histogram child at once —
+    what `observe` does per value, without its per-value cost. Uses the child's value cells,
+    which are the same objects in multiprocess mode."""
+    buckets = histogram._buckets
+    if len(buckets) != len(counts):
+        raise ValueError(f"{len(counts)} counts for {len(buckets)} buckets")
+    for cell, count in zip(buckets, counts, strict=True):
+        if count:
+            cell.inc(count)
+    histogram._sum.inc(total)
 
 
 class _Joined:

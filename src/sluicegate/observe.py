@@ -18,6 +18,7 @@ import contextvars
 import logging
 import secrets
 import time
+from bisect import bisect_left
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,7 +36,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
-from sluicegate.metrics import METRICS
+from sluicegate.metrics import METRICS, TOKEN_GAP_BUCKETS, observe_counts
 
 access_log = logging.getLogger("sluicegate.access")
 
@@ -84,7 +85,10 @@ class RequestObserver:
     log_text: bool = False  # --log-prompts
     request_text: list[bytes] = field(default_factory=list)
     answer_text: list[str] = field(default_factory=list)
-    _inter: Any = None  # the inter-token histogram child, resolved at the first token
+    # Inter-token gaps, counted per histogram bucket here and added to the histogram when the
+    # generation ends: a list increment per token instead of a locked observe.
+    gap_counts: list[int] = field(default_factory=lambda: [0] * (len(TOKEN_GAP_BUCKETS) + 1))
+    gap_sum: float = 0.0
 
     # --- generation -----------------------------------------------------------------------
 
@@ -94,17 +98,26 @@ class RequestObserver:
         self.tokens += 1
         if self.dialect:
             METRICS.ttft.labels(self.dialect, self.model).observe(now - self.started)
-            self._inter = METRICS.inter_token.labels(self.dialect, self.model)
 
     def token(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
-        if self.last_token_at is None:
+        last = self.last_token_at
+        if last is None:
             self.first_token(now)
             return
-        if self._inter is not None:
-            self._inter.observe(now - self.last_token_at)
+        gap = now - last
+        self.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, gap)] += 1
+        self.gap_sum += gap
         self.last_token_at = now
         self.tokens += 1
+
+    def _flush_gaps(self) -> None:
+        if self.dialect and any(self.gap_counts):
+            observe_counts(
+                METRICS.inter_token.labels(self.dialect, self.model), self.gap_counts, self.gap_sum
+            )
+        self.gap_counts = [0] * (len(TOKEN_GAP_BUCKETS) + 1)
+        self.gap_sum = 0.0
 
     def usage(self, usage: Usage) -> None:
         self.prompt_tokens = usage.prompt_tokens
@@ -123,6 +136,7 @@ class RequestObserver:
         """A generation ended; one that outlived its HTTP exchange (a background response) had
         its tokens left uncounted by `end`, so they are counted now."""
         self.generating -= 1
+        self._flush_gaps()
         if self.ended and not self.generating and self.dialect:
             out = self.completion_tokens if self.completion_tokens is not None else self.tokens
             self._count_tokens(self.prompt_tokens or 0, out)
@@ -145,6 +159,7 @@ class RequestObserver:
         total = time.perf_counter() - self.started
         tokens_in = self.prompt_tokens or 0
         tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
+        self._flush_gaps()
         if self.dialect:
             METRICS.requests.labels(self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends

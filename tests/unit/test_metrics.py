@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from bisect import bisect_left
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sluicegate import observe
 from sluicegate.core.events import Usage
 from sluicegate.core.request import ProviderInfo
-from sluicegate.metrics import Metrics
+from sluicegate.metrics import TOKEN_GAP_BUCKETS, Metrics, observe_counts
 from sluicegate.observe import CLIENT_GONE, RequestObserver
 
 
@@ -112,3 +113,29 @@ def test_several_processes_are_summed(tmp_path: Path) -> None:
     assert 'sluicegate_model_load_seconds_count{model="m"} 3.0' in rendered
     # A gauge counts live processes only: the two that exited are gone.
     assert 'sluicegate_generations_active{model="m"} 1.0' in rendered
+
+
+def test_counts_added_at_once_equal_observing_each_value() -> None:
+    values = [0.0005, 0.001, 0.003, 0.02, 0.02, 0.5, 2.56, 7.0]
+    metrics = Metrics()
+    one_by_one = metrics.inter_token.labels("a", "m")
+    for value in values:
+        one_by_one.observe(value)
+    observer = RequestObserver("b", model="m")
+    observer.gap_counts = [0] * len(observer.gap_counts)
+    for value in values:
+        observer.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
+    observe_counts(metrics.inter_token.labels("b", "m"), observer.gap_counts, sum(values))
+    got = samples(metrics)
+    for name in ("bucket", "count", "sum"):
+        a = {
+            k[1] - {("dialect", "a")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "a") in k[1]
+        }
+        b = {
+            k[1] - {("dialect", "b")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "b") in k[1]
+        }
+        assert a == b and a, name
