@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from e2e_support import Server
+from e2e_support import Server, poll
 from playground_support import (
     API_KEY,
     ARTIFACTS,
@@ -21,6 +21,7 @@ from playground_support import (
     StartServer,
     start_playground_server,
 )
+from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
 
@@ -82,10 +83,14 @@ def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
     """Pick the dialect, send `text`, and return the assistant turn once it has finished."""
     Select(browser.find_element(By.ID, "dialect")).select_by_value(dialect)
     Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
+    finished = len(browser.find_elements(By.CSS_SELECTOR, ".turn.assistant.finished"))
     prompt = browser.find_element(By.ID, "prompt")
     prompt.send_keys(text)
     prompt.send_keys("\n")  # Enter sends
-    return wait_for(browser, ".turn.assistant.finished")
+    turns: list[WebElement] = WebDriverWait(browser, WAIT).until(
+        lambda b: (t := b.find_elements(By.CSS_SELECTOR, ".turn.assistant.finished"))[finished:] and t
+    )
+    return turns[-1]
 
 
 def test_the_page_and_its_assets_need_no_key(server: Server) -> None:
@@ -152,4 +157,36 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
         assert " in · " in turn.find_element(By.CSS_SELECTOR, ".stats").text, dialect
         assert not turn.find_elements(By.CSS_SELECTOR, ".error"), dialect
         assert not any(bar.is_displayed() for bar in turn.find_elements(By.CSS_SELECTOR, ".progress"))
+
+    # Responses runs the configured plugins too: the call and its result show as mcp_call items.
+    turn = send(browser, "responses", "What do my notes say?")
+    tool = turn.find_element(By.CSS_SELECTOR, ".tool")
+    assert "read_file" in tool.find_element(By.CSS_SELECTOR, ".head").text
+    assert NOTES.strip() in tool.find_element(By.CSS_SELECTOR, ".result").text
+    assert turn.find_element(By.CSS_SELECTOR, ".text").text == NOTES_REPLY
     browser.save_screenshot(str(ARTIFACTS / "playground-responses.png"))
+
+
+def test_stop_cancels_the_generation(server: Server, browser: WebDriver) -> None:
+    browser.get(server.base_url + "/")  # the key is still in localStorage
+    WebDriverWait(browser, WAIT).until(lambda b: MODEL in models_listed(b))
+    browser.find_element(By.ID, "clear").click()
+    Select(browser.find_element(By.ID, "dialect")).select_by_value("chat")
+    Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
+    browser.find_element(By.ID, "prompt").send_keys("crawl along\n")
+    text = wait_for(browser, ".turn.assistant .text")
+    WebDriverWait(browser, WAIT).until(lambda _: "crawling 1 2" in text.text)
+    browser.find_element(By.ID, "stop").click()
+    turn = wait_for(browser, ".turn.assistant.finished")
+    assert "stopped" in turn.find_element(By.CSS_SELECTOR, ".stats").text
+    assert "400 end" not in text.text
+    assert poll(lambda: cancelled(server) == 1, timeout=WAIT)
+
+
+def cancelled(server: Server) -> float:
+    text = httpx.get(server.base_url + "/metrics", headers={"Authorization": f"Bearer {API_KEY}"}).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "sluicegate_generations_cancelled_total" and sample.labels == {"model": MODEL}:
+                return float(sample.value)
+    return 0.0
