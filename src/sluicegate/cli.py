@@ -1,4 +1,5 @@
-"""Command line: `sluicegate serve`, `sluicegate models list|load|unload|download|make-demo`, `--version`."""
+"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo`,
+`--version`."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def _chat(args: argparse.Namespace, settings: Settings) -> int:
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     url = args.url or f"http://{host}:{settings.port}"
     api_key = args.api_key or (settings.api_keys[0] if settings.api_keys else None)
-    return run(args, url.rstrip("/"), api_key)
+    return run(args, url.rstrip("/"), api_key, settings.data_dir / "chat_history")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,8 +20,6 @@ from typing import Any, TextIO
 import httpx
 import orjson
 
-from sluicegate.config import default_data_dir
-
 HELP = """Commands:
   /model NAME    talk to another model (the conversation is kept)
   /models        list the server's models
@@ -242,7 +240,7 @@ def command(session: Session, line: str) -> None:
         session.write(f"unknown command {name}; /help lists them\n")
 
 
-def run(args: argparse.Namespace, url: str, api_key: str | None) -> int:
+def run(args: argparse.Namespace, url: str, api_key: str | None, history: Path) -> int:
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = httpx.Timeout(30.0, read=None)  # an answer may take long between tokens (loads)
     color = args.color == "always" or (
@@ -261,7 +259,7 @@ def run(args: argparse.Namespace, url: str, api_key: str | None) -> int:
         session.write(
             session.style(DIM, f"Chatting with {model} at {url}. /help for commands, Ctrl-D to quit.") + "\n"
         )
-        with readline_history(default_data_dir() / "chat_history"):
+        with readline_history(history):
             while True:
                 try:
                     text = read_message(f"{session.model}> ", "... ")
