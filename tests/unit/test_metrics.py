@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from bisect import bisect_left
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,18 @@ from prometheus_client import multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate import observe
-from sluicegate.core.events import Usage
+from sluicegate.core.events import (
+    Event,
+    Finished,
+    FinishReason,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    Usage,
+    UsageReport,
+)
 from sluicegate.core.request import ProviderInfo
 from sluicegate.metrics import TOKEN_GAP_BUCKETS, Metrics, observe_counts
 from sluicegate.observe import CLIENT_GONE, RequestObserver
@@ -139,3 +151,40 @@ def test_counts_added_at_once_equal_observing_each_value() -> None:
             if k[0].endswith(name) and ("dialect", "b") in k[1]
         }
         assert a == b and a, name
+
+
+async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(observe, "METRICS", Metrics())
+    message = Item(0, ItemKind.MESSAGE, "msg_1")
+    result = Item(1, ItemKind.TOOL_RESULT, "r", provider=ProviderInfo("plugin", "files", "files"), error="x")
+
+    async def stream() -> AsyncIterator[Event]:
+        for event in (
+            ItemAdded(message),
+            ItemDelta(message, "a"),
+            ItemDelta(message, "b"),
+            ItemDone(message),
+            ItemDone(result),
+            UsageReport(Usage(prompt_tokens=4, completion_tokens=2)),
+            Finished(FinishReason.STOP),
+        ):
+            yield event
+
+    observer = RequestObserver("chat_completions", model="m", log_text=True)
+    token = observe._current.set(observer)
+    try:
+        seen = [event async for event in observe.observe_events(stream())]
+        assert len(seen) == 7
+        assert observer.tokens == 2 and observer.first_token_at is not None
+        assert (observer.prompt_tokens, observer.completion_tokens) == (4, 2)
+        assert observer.answer_text == ["a", "b"] and observer.status_override is None
+        assert observer.generating == 0
+
+        cut = RequestObserver("chat_completions", model="m")
+        observe._current.set(cut)
+        tap = observe.observe_events(stream())
+        await anext(tap)
+        await tap.aclose()  # the client went away before the end
+        assert cut.status_override == CLIENT_GONE
+    finally:
+        observe._current.reset(token)
