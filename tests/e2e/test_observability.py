@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from e2e_support import THINK_CONTENT, Server, chat_body, poll, scripted
+from fake_upstream import FakeUpstream
 from prometheus_client.parser import text_string_to_metric_families
+from upstream_support import dead_url, upstream_model
 
 pytestmark = pytest.mark.e2e
 
@@ -120,3 +122,25 @@ def test_prompts_are_logged_only_when_asked(start_server: Any) -> None:
     line = access_line(server, response.headers["x-request-id"])
     assert SECRET in line["request_body"]
     assert line["answer"] == response.json()["choices"][0]["message"]["content"]
+
+
+def test_upstream_replica_health(start_server: Any) -> None:
+    fake = FakeUpstream(name="alive").start()
+    try:
+        dead = dead_url()
+        model = upstream_model("relayed", dead, fake, scenario="hello", health_check_interval=0)
+        server: Server = start_server({"api_key": KEY}, [model])
+        healthy = {"model": "relayed", "replica": fake.base_url}
+        down = {"model": "relayed", "replica": dead}
+        assert sample(server, "sluicegate_upstream_replica_healthy", **healthy) == 1
+        assert sample(server, "sluicegate_upstream_replica_healthy", **down) == 1  # not tried yet
+        for _ in range(2):  # the replicas are tried in turn: one of these goes to the dead one
+            body = chat_body("relayed", "hi")
+            assert (
+                httpx.post(server.api_url + "/chat/completions", json=body, headers=AUTH).status_code == 200
+            )
+        assert sample(server, "sluicegate_upstream_replica_healthy", **down) == 0
+        assert sample(server, "sluicegate_upstream_replica_healthy", **healthy) == 1
+        assert sample(server, "sluicegate_upstream_replica_outstanding", **healthy) == 0
+    finally:
+        fake.stop()
