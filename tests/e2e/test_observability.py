@@ -84,6 +84,8 @@ def test_a_streamed_request_is_measured_and_logged_once(server: Server) -> None:
     assert get("sluicegate_completion_tokens_total") >= line["tokens_out"]
     assert after[("sluicegate_queue_depth", frozenset({"model": "chat"}.items()))] == 0
     assert after[("sluicegate_model_loaded", frozenset({"model": "chat"}.items()))] == 1
+    assert after[("sluicegate_model_loads_total", frozenset({"model": "chat", "outcome": "ok"}.items()))] == 1
+    assert after[("sluicegate_model_load_seconds_count", frozenset({"model": "chat"}.items()))] == 1
     # The series the other e2e tests read are still there.
     assert ("sluicegate_generations_active", frozenset({"model": "chat"}.items())) in after
     assert after[
