@@ -5,6 +5,7 @@ result, the text, usage — in each dialect. A screenshot is kept under tests/ar
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -93,6 +94,17 @@ def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
     return turns[-1]
 
 
+def open_page(browser: WebDriver, server: Server) -> None:
+    """The page with the key typed in (and so kept in localStorage), its models listed."""
+    browser.get(server.base_url + "/")
+    key = browser.find_element(By.ID, "api-key")
+    if key.get_attribute("value") != API_KEY:
+        key.clear()
+        key.send_keys(API_KEY)
+        browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
+    WebDriverWait(browser, WAIT).until(lambda b: MODEL in models_listed(b))
+
+
 def test_the_page_and_its_assets_need_no_key(server: Server) -> None:
     page = httpx.get(server.base_url + "/")
     assert page.status_code == 200 and "Sluicegate playground" in page.text
@@ -168,9 +180,7 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
 
 
 def test_stop_cancels_the_generation(server: Server, browser: WebDriver) -> None:
-    browser.get(server.base_url + "/")  # the key is still in localStorage
-    WebDriverWait(browser, WAIT).until(lambda b: MODEL in models_listed(b))
-    browser.find_element(By.ID, "clear").click()
+    open_page(browser, server)
     Select(browser.find_element(By.ID, "dialect")).select_by_value("chat")
     Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
     browser.find_element(By.ID, "prompt").send_keys("crawl along\n")
@@ -190,3 +200,25 @@ def cancelled(server: Server) -> float:
             if sample.name == "sluicegate_generations_cancelled_total" and sample.labels == {"model": MODEL}:
                 return float(sample.value)
     return 0.0
+
+
+def test_anthropic_messages(server: Server, browser: WebDriver) -> None:
+    probe = httpx.post(
+        server.base_url + "/v1/messages", json={}, headers={"Authorization": f"Bearer {API_KEY}"}
+    )
+    if probe.status_code == 404 and "unknown_route" in probe.text:
+        pytest.skip("POST /v1/messages is not on this branch yet")
+    open_page(browser, server)
+    turn = send(browser, "anthropic", "Hello there")
+    assert turn.find_element(By.CSS_SELECTOR, ".text").text == PLAIN_REPLY
+    body = turn.find_element(By.CSS_SELECTOR, "details.reasoning .body").get_attribute("textContent")
+    assert body == "A plain question; no tool needed."
+    assert " in · " in turn.find_element(By.CSS_SELECTOR, ".stats").text
+    assert not turn.find_elements(By.CSS_SELECTOR, ".error")
+    turn = send(browser, "anthropic", "What do my notes say?")  # the server runs read_file unseen
+    assert turn.find_element(By.CSS_SELECTOR, ".text").text == NOTES_REPLY
+    log = turn.find_element(By.CSS_SELECTOR, ".log").get_attribute("textContent") or ""
+    final = [json.loads(line[6:]) for line in log.splitlines() if '"message_delta"' in line][-1]
+    shown = turn.find_element(By.CSS_SELECTOR, ".stats").text
+    assert shown.startswith(f"{final['usage']['input_tokens']} in · {final['usage']['output_tokens']} out")
+    browser.save_screenshot(str(ARTIFACTS / "playground-anthropic.png"))

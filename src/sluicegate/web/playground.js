@@ -406,7 +406,12 @@ const DIALECTS = {
               else if (d.type === "input_json_delta") turn.toolArgs(key, d.partial_json);
               break;
             }
-            case "message_delta": if (e.usage) output = e.usage.output_tokens; break;
+            case "message_delta": // the final counts (input too, after server-side tool rounds)
+              if (e.usage) {
+                output = e.usage.output_tokens ?? output;
+                input = e.usage.input_tokens ?? input;
+              }
+              break;
             case "error": turn.error((e.error && e.error.message) || data); break;
           }
         },
