@@ -85,6 +85,7 @@ class RequestObserver:
     log_text: bool = False  # --log-prompts
     request_text: list[bytes] = field(default_factory=list)
     answer_text: list[str] = field(default_factory=list)
+    answer_chars: int = 0
     # Inter-token gaps, counted per histogram bucket here and added to the histogram when the
     # generation ends: a list increment per token instead of a locked observe.
     gap_counts: list[int] = field(default_factory=lambda: [0] * (len(TOKEN_GAP_BUCKETS) + 1))
@@ -237,8 +238,13 @@ async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
                     observer.gap_sum += gap
                     observer.last_token_at = now
                     observer.tokens += 1
-                if log_text and event.item.kind is ItemKind.MESSAGE:
-                    observer.answer_text.append(event.text)
+                if (
+                    log_text
+                    and event.item.kind is ItemKind.MESSAGE
+                    and observer.answer_chars < MAX_LOGGED_TEXT
+                ):
+                    observer.answer_text.append(event.text)  # bounded: only what the log keeps
+                    observer.answer_chars += len(event.text)
             elif isinstance(event, ItemDone):
                 item = event.item
                 if item.kind is ItemKind.TOOL_RESULT:
