@@ -16,6 +16,8 @@ models_dir = "~/models"         # *.gguf under it are models, downloads go here;
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
+log_format = "text"             # or "json": one object per line (--log-format)
+log_prompts = false             # true: request bodies and answers in the access log (--log-prompts)
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -90,6 +92,8 @@ class Settings:
     jit_auto_evict: bool = False
     reaper_interval_seconds: float = 5.0
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    log_prompts: bool = False  # request bodies and answers in the access log (off: no prompt text)
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -126,6 +130,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "jit_auto_evict": bool,
     "reaper_interval_seconds": (int, float),
     "log_level": str,
+    "log_format": str,
+    "log_prompts": bool,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
@@ -155,6 +161,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "log_format" and value not in ("text", "json"):
+            raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "reaper_interval_seconds" and value <= 0:  # a zero interval would spin
             raise ConfigError(f"{source}: [server].reaper_interval_seconds must be positive")
         else:
