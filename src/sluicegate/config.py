@@ -10,6 +10,10 @@ request_timeout_seconds = 600   # 0 disables
 idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
+max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
+max_instances = 4               # instances of one model; 0: no cap
+max_loaded_model_bytes = 0      # GGUF bytes loaded at once (idle JIT loads are evicted first);
+                                # default: the machine's physical memory; 0: no cap
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
@@ -55,6 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH
 from sluicegate.engines.base import ConfigError
 from sluicegate.tools.ssrf import AllowList
 
@@ -77,6 +82,9 @@ class Settings:
     idle_timeout_seconds: float = 120.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_instances: int = 4  # instances of one model the models API may load; 0: no cap
+    max_loaded_model_bytes: int | None = None  # GGUF bytes loaded at once; None: physical RAM, 0: no cap
     data_dir: Path = field(default_factory=default_data_dir)
     jit_ttl_seconds: float = 3600.0
     jit_auto_evict: bool = False
@@ -108,6 +116,9 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "idle_timeout_seconds": (int, float),
     "max_body_bytes": int,
     "max_concurrent_requests": int,
+    "max_json_depth": int,
+    "max_instances": int,
+    "max_loaded_model_bytes": int,
     "data_dir": str,
     "models_dir": str,
     "jit_ttl_seconds": (int, float),
@@ -278,7 +289,7 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
     if host := env.get(ENV_PREFIX + "HOST"):
         settings.host = host
     if port := env.get(ENV_PREFIX + "PORT"):
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):
             raise ConfigError(f"{ENV_PREFIX}PORT must be a number, got {port!r}")
         settings.port = int(port)
     if key := env.get(ENV_PREFIX + "API_KEY"):

@@ -10,10 +10,12 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
+from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
@@ -21,6 +23,7 @@ from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.caps import LoadCaps
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
@@ -101,6 +104,7 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
+    METRICS.gauges[METRICS.key("sluicegate_requests_in_flight")] = app_state(request).admission.in_flight
     return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
 
 
@@ -131,6 +135,7 @@ def create_app(settings: Settings) -> Starlette:
         jit_ttl=settings.jit_ttl_seconds,
         auto_evict=settings.jit_auto_evict,
         interval=settings.reaper_interval_seconds,
+        caps=LoadCaps.from_settings(settings.max_instances, settings.max_loaded_model_bytes),
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = SQLiteStore(store_path(settings))
@@ -188,6 +193,11 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+        middleware=[Middleware(APIKeyMiddleware, api_keys=settings.api_keys)],  # before routing
+    )
     app.state.sluicegate = state
     return app

@@ -20,11 +20,12 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import Fields
+from sluicegate.core.validation import INT32_MAX, Fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and forwarded in `ChatRequest.extra` for engines that understand them.
 EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt")
+MAX_REPEAT_PENALTY = 100.0  # llama.cpp takes any float; past this, no token is ever repeated
 
 
 @dataclass(slots=True)
@@ -67,7 +68,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     _refuse_unservable(f)
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
-    if (ttl := f.number("ttl", low=1)) is not None:
+    if (ttl := f.number("ttl", low=1, high=INT32_MAX)) is not None:
         request.extra["ttl"] = ttl
     return request, ChatOptions(stream=stream, include_usage=include_usage)
 
@@ -76,15 +77,15 @@ def _sampling(f: Fields) -> SamplingParams:
     s = SamplingParams()
     s.temperature = f.number("temperature", low=0, high=2)
     s.top_p = f.number("top_p", low=0, high=1)
-    s.top_k = f.integer("top_k", low=-1)
+    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
     s.min_p = f.number("min_p", low=0, high=1)
-    s.repeat_penalty = f.number("repeat_penalty", low=0)
+    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
     s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
     s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
     s.seed = f.integer("seed")
-    s.max_tokens = f.integer("max_completion_tokens", low=1)
+    s.max_tokens = f.integer("max_completion_tokens", low=1, high=INT32_MAX)
     if s.max_tokens is None:
-        s.max_tokens = f.integer("max_tokens", low=1)
+        s.max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)
     s.n = f.integer("n", low=1, high=128) or 1
     s.logprobs = bool(f.boolean("logprobs"))
     s.top_logprobs = f.integer("top_logprobs", low=0, high=20)

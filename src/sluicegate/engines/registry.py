@@ -56,6 +56,13 @@ class InstanceHooks:
     def went_idle(self, instance: Instance) -> None:
         """`instance` has no request running or queued any more."""
 
+    def check_load(self, model: Model, instance: Instance | None) -> None:
+        """`instance` (None: a new instance of `model`) is about to be loaded: raise a
+        `SluicegateError` now if an operator's cap forbids it (`engines/caps.py`)."""
+
+    async def before_load(self, instance: Instance) -> None:
+        """`instance` is loading now: make room for it, or raise a `SluicegateError`."""
+
 
 NO_HOOKS = InstanceHooks()
 
@@ -210,6 +217,7 @@ class Instance:
             try:
                 if jit:
                     await self.hooks.before_jit_load(self)  # auto-evict makes room first
+                await self.hooks.before_load(self)  # then the memory cap
                 async with self._lifecycle:
                     await self.engine.load(on_progress)
                 self.loaded = True
@@ -231,6 +239,8 @@ class Instance:
         try:
             seconds = await asyncio.shield(loading)
         except Exception as exc:
+            if isinstance(exc, SluicegateError) and not jit:
+                raise  # a cap refused an explicit load: the models API answers it as it is
             raise EngineFailure(
                 f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
             ) from exc
@@ -338,6 +348,8 @@ class Model:
                 code="server_overloaded",
             )
         instance.engine.check(request)
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
         return instance.generation(request)
 
     def add_instance(self) -> Instance:
@@ -372,7 +384,12 @@ class Model:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
-            target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
+            spare = next((i for i in self.instances if not i.loaded), None)
+            if spare is None:
+                self._hooks.check_load(self, None)  # caps: instances per model, memory
+            target = spare or self.add_instance()
+        if not target.loaded and not target.loading:
+            self._hooks.check_load(self, target)
         if config:
             target.config.update(config)
         return target, await target.load_now(ttl)

@@ -1,4 +1,4 @@
-"""What every route needs: app state, bounded JSON bodies, auth, admission and error rendering.
+"""What every route needs: app state, bounded JSON bodies, admission and error rendering.
 
 Routes orchestrate (parse → admit → open → stream or collect); they neither translate wire
 formats (dialects do) nor frame bytes (the transport does).
@@ -19,6 +19,7 @@ from starlette.responses import Response
 from sluicegate.config import Settings
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import RawEvent
+from sluicegate.core.json_limits import check_json_depth
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.downloads import Downloads
 from sluicegate.engines.registry import Model, Registry
@@ -94,7 +95,7 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         f"Request body is larger than the limit of {max_bytes} bytes (max_body_bytes).",
         code="request_too_large",
     )
-    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
         raise too_large
     chunks: list[bytes] = []
     size = 0
@@ -107,24 +108,14 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     if not body.strip():
         raise invalid("The request body is empty; expected a JSON object.")
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid(
             f"We could not parse the JSON body of your request ({exc.msg} at position {exc.pos}). "
             "Send valid JSON with Content-Type: application/json."
         ) from exc
-
-
-def check_auth(request: Request, api_keys: list[str]) -> None:
-    if not api_keys:
-        return
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-    if token not in api_keys:
-        message = (
-            "Incorrect API key provided." if token else "Missing API key: send 'Authorization: Bearer <key>'."
-        )
-        raise SluicegateError(ErrorKind.AUTHENTICATION, message, code="invalid_api_key")
+    check_json_depth(value, app_state(request).settings.max_json_depth)
+    return value
 
 
 def error_response(info: ErrorInfo, render: ErrorRenderer, headers: dict[str, str] | None = None) -> Response:
@@ -135,13 +126,13 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint], Endpoint]:
-    """Authenticate, count, and turn every error into this dialect's own shape and status."""
+    """Count, and turn every error into this dialect's own shape and status (API keys are
+    checked before routing: `sluicegate.auth`)."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
         @wraps(endpoint)
         async def wrapped(request: Request) -> Response:
             try:
-                check_auth(request, app_state(request).settings.api_keys)
                 response = await endpoint(request)
             except SluicegateError as exc:
                 response = error_response(exc.info, render)

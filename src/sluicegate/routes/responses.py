@@ -14,6 +14,7 @@ from sluicegate.core.events import RawEvent
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
@@ -208,13 +209,7 @@ async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     if request.query_params.get("stream", "false").lower() != "true":
         return JSONResponse(await _stored(state, response_id))
-    raw_after = request.query_params.get("starting_after", "-1")
-    try:
-        after = int(raw_after)
-    except ValueError:
-        raise invalid(
-            f"Invalid 'starting_after': expected an integer, got '{raw_after}'.", "starting_after"
-        ) from None
+    after = query_int(request.query_params.get("starting_after", "-1"), "starting_after", low=-1, high=INT64_MAX)
     headers = {"X-Request-ID": response_id}
     run = state.runs.get(response_id)
     if run is not None:
@@ -276,16 +271,14 @@ async def list_input_items(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
-    limit_text = params.get("limit", "20")
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= 100:
-        raise invalid("Invalid 'limit': expected an integer between 1 and 100.", "limit")
+    limit = query_int(params.get("limit", "20"), "limit", low=1, high=100)
     ordered = list(reversed(items)) if order == "desc" else list(items)
     if after := params.get("after"):
         ids = [item.get("id") for item in ordered]
         if after not in ids:
             raise not_found("Item", after, "after")
         ordered = ordered[ids.index(after) + 1 :]
-    page = ordered[: int(limit_text)]
+    page = ordered[:limit]
     return JSONResponse(
         {
             "object": "list",
