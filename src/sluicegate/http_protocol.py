@@ -40,7 +40,7 @@ def path_of(url: bytes, head: bytes) -> str:
     return url.split(b"?", 1)[0].decode("latin-1")
 
 
-class JSONHttpToolsProtocol(HttpToolsProtocol):  # type: ignore[misc]
+class JSONHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400."""
 
     _head = b""

@@ -15,7 +15,12 @@ from typing import Any
 import httpx
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))  # the e2e helpers: run_server & co
+# The e2e helpers (a real server process, configs, the fake upstream's model tables), re-exported.
+sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
+from e2e_support import Server, run_server, scripted, write_config
+from upstream_support import dead_url, upstream_model
+
+__all__ = ["Server", "dead_url", "run_server", "scripted", "upstream_model", "write_config"]
 
 API_KEY = "sk-fuzz-0123456789"
 MODELS = ("chat", "up", "nope", "")  # scripted, an `openai` upstream, unknown, empty
@@ -143,7 +148,12 @@ def chat_bodies() -> st.SearchStrategy[dict[str, Any]]:
     message = st.one_of(
         st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer"]), "content": TEXT}),
         st.fixed_dictionaries(
-            {"role": st.just("user"), "content": st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), max_size=2)}
+            {
+                "role": st.just("user"),
+                "content": st.lists(
+                    st.fixed_dictionaries({"type": st.just("text"), "text": TEXT}), max_size=2
+                ),
+            }
         ),
         st.fixed_dictionaries({"role": st.just("assistant"), "content": TEXT}),
         st.fixed_dictionaries(
@@ -157,7 +167,8 @@ def chat_bodies() -> st.SearchStrategy[dict[str, Any]]:
         st.fixed_dictionaries({"role": st.just("tool"), "tool_call_id": st.just("call_1"), "content": TEXT}),
     )
     tool = st.builds(
-        lambda params: {"type": "function", "function": {"name": "f", "parameters": params}}, FUNCTION_TOOL_PARAMS
+        lambda params: {"type": "function", "function": {"name": "f", "parameters": params}},
+        FUNCTION_TOOL_PARAMS,
     )
     required = st.fixed_dictionaries({"model": MODEL, "messages": st.lists(message, min_size=1, max_size=3)})
     optional = _optional(
@@ -186,25 +197,40 @@ def responses_bodies() -> st.SearchStrategy[dict[str, Any]]:
     item = st.one_of(
         st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer"]), "content": TEXT}),
         st.fixed_dictionaries(
-            {"type": st.just("message"), "role": st.just("user"), "content": st.just([{"type": "input_text", "text": "hi"}])}
+            {
+                "type": st.just("message"),
+                "role": st.just("user"),
+                "content": st.just([{"type": "input_text", "text": "hi"}]),
+            }
         ),
         st.fixed_dictionaries(
-            {"type": st.just("function_call"), "call_id": st.just("call_1"), "name": st.just("f"), "arguments": st.just("{}")}
+            {
+                "type": st.just("function_call"),
+                "call_id": st.just("call_1"),
+                "name": st.just("f"),
+                "arguments": st.just("{}"),
+            }
         ),
         st.fixed_dictionaries(
             {
                 "type": st.just("function_call_output"),
                 "call_id": st.just("call_1"),
-                "output": st.one_of(TEXT, st.just({"a": [1, 2]}), st.just([{"type": "input_text", "text": "x"}])),
+                "output": st.one_of(
+                    TEXT, st.just({"a": [1, 2]}), st.just([{"type": "input_text", "text": "x"}])
+                ),
             }
         ),
         st.fixed_dictionaries({"type": st.just("item_reference"), "id": TEXT}),
-        st.fixed_dictionaries({"type": st.just("reasoning"), "summary": st.just([{"type": "summary_text", "text": "s"}])}),
+        st.fixed_dictionaries(
+            {"type": st.just("reasoning"), "summary": st.just([{"type": "summary_text", "text": "s"}])}
+        ),
     )
     tool = st.builds(
         lambda params: {"type": "function", "name": "f", "parameters": params}, FUNCTION_TOOL_PARAMS
     )
-    required = st.fixed_dictionaries({"model": MODEL, "input": st.one_of(TEXT, st.lists(item, min_size=1, max_size=3))})
+    required = st.fixed_dictionaries(
+        {"model": MODEL, "input": st.one_of(TEXT, st.lists(item, min_size=1, max_size=3))}
+    )
     optional = _optional(
         instructions=TEXT,
         stream=st.booleans(),
@@ -220,7 +246,9 @@ def responses_bodies() -> st.SearchStrategy[dict[str, Any]]:
         text=st.just({"format": {"type": "text"}}),
         reasoning=st.just({"effort": "low"}),
         previous_response_id=TEXT,
-        include=st.lists(st.sampled_from(["message.output_text.logprobs", "reasoning.encrypted_content"]), max_size=2),
+        include=st.lists(
+            st.sampled_from(["message.output_text.logprobs", "reasoning.encrypted_content"]), max_size=2
+        ),
     )
     return st.builds(lambda a, b: {**a, **b}, required, optional)
 
@@ -230,7 +258,9 @@ def lmstudio_bodies() -> st.SearchStrategy[dict[str, Any]]:
         st.fixed_dictionaries({"type": st.just("text"), "content": TEXT}),
         st.fixed_dictionaries({"type": st.just("image"), "data_url": st.just("data:image/png;base64,AAAA")}),
     )
-    required = st.fixed_dictionaries({"model": MODEL, "input": st.one_of(TEXT, st.lists(item, min_size=1, max_size=2))})
+    required = st.fixed_dictionaries(
+        {"model": MODEL, "input": st.one_of(TEXT, st.lists(item, min_size=1, max_size=2))}
+    )
     optional = _optional(
         system_prompt=TEXT,
         stream=st.booleans(),

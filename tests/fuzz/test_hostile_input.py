@@ -15,29 +15,33 @@ from __future__ import annotations
 
 import contextlib
 import socket
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from fake_upstream import FakeUpstream
 from fuzz_support import (
     API_KEY,
     CONTENT_TYPES,
+    Server,
     chat_bodies,
     check_answer,
+    dead_url,
     deep,
     dumps,
     lmstudio_bodies,
     models_api_bodies,
     mutated,
     responses_bodies,
+    run_server,
+    scripted,
+    upstream_model,
+    write_config,
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from e2e_support import Server, run_server, scripted, write_config
-from fake_upstream import FakeUpstream
-from upstream_support import dead_url, upstream_model
 
 pytestmark = pytest.mark.e2e
 
@@ -112,7 +116,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         config = write_config(
             folder,
             {"api_keys": [API_KEY, "sk-second-key"], "max_json_depth": 64, "max_instances": 3},
-            [scripted("chat", "chat.yaml"), upstream_model("up", upstream), scripted("loadable", "chat.yaml")],
+            [
+                scripted("chat", "chat.yaml"),
+                upstream_model("up", upstream),
+                scripted("loadable", "chat.yaml"),
+            ],
         )
         # Downloads must fail at once, never reach out: no Hub, offline.
         env = {"HF_ENDPOINT": dead_url().removesuffix("/v1"), "HF_HUB_OFFLINE": "1"}
@@ -163,8 +171,10 @@ def test_mutated_bodies(http: httpx.Client, path: str, bodies: st.SearchStrategy
     @given(data=mutated(bodies), content_type=st.sampled_from(CONTENT_TYPES))
     def attack(data: bytes, content_type: str | None) -> None:
         response = send(http, "POST", path, content=data, content_type=content_type)
-        if response.status_code == 200 and path == "/v1/responses" and "application/json" in response.headers.get(
-            "content-type", ""
+        if (
+            response.status_code == 200
+            and path == "/v1/responses"
+            and "application/json" in response.headers.get("content-type", "")
         ):
             STORED.append(response.json()["id"])
 
@@ -189,7 +199,7 @@ def test_ids_and_query_strings(
     method, template = route
     if STORED and ident == "resp_x":
         ident = STORED[0]
-    quoted = ident if "%" in ident else httpx.URL("/" + ident).raw_path.decode()[1:]
+    quoted = ident if ident in IDS else urllib.parse.quote(ident, safe="")
     path = template.replace("{id}", quoted)
     if query:
         path += "?" + "&".join(f"{k}={v}" for k, v in query)
@@ -210,15 +220,20 @@ def test_every_route_and_method(http: httpx.Client, path: str, method: str, body
 
 @FUZZ
 @given(
-    path=st.sampled_from([*FIXED_PATHS, "/v1/responses/resp_x/input_items", "/api/v1/models/download/status/j"]),
+    path=st.sampled_from(
+        [*FIXED_PATHS, "/v1/responses/resp_x/input_items", "/api/v1/models/download/status/j"]
+    ),
     method=st.sampled_from(METHODS),
     key=st.sampled_from([None, "", "sk-wrong", API_KEY[:-1], API_KEY + "x", "Basic " + API_KEY]),
     header=st.sampled_from(["authorization", "x-api-key"]),
 )
-def test_no_route_answers_without_a_key(http: httpx.Client, path: str, method: str, key: str | None, header: str) -> None:
+def test_no_route_answers_without_a_key(
+    http: httpx.Client, path: str, method: str, key: str | None, header: str
+) -> None:
     headers = {}
     if key is not None:
-        headers[header] = f"Bearer {key}" if header == "authorization" and not key.startswith("Basic") else key
+        bearer = header == "authorization" and not key.startswith("Basic")
+        headers[header] = f"Bearer {key}".strip() if bearer else key
     response = http.request(method, path, headers=headers)
     if path in ("/health", "/"):
         assert response.status_code != 401
@@ -277,14 +292,20 @@ def test_lmstudio_integers_past_64_bits_upstream(http: httpx.Client, param: str)
     ],
 )
 def test_chat_numbers_bounded(http: httpx.Client, param: str, value: float) -> None:
-    response = post(http, "/v1/chat/completions", {"model": "chat", "messages": [{"role": "user", "content": "hi"}], param: value})
+    response = post(
+        http,
+        "/v1/chat/completions",
+        {"model": "chat", "messages": [{"role": "user", "content": "hi"}], param: value},
+    )
     assert response.status_code == 400
     assert error_of(response)["param"] == param
 
 
 @pytest.mark.parametrize("literal", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
 def test_non_finite_literals(http: httpx.Client, literal: bytes) -> None:
-    body = b'{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": ' + literal + b"}"
+    body = (
+        b'{"model": "chat", "messages": [{"role": "user", "content": "hi"}], "temperature": ' + literal + b"}"
+    )
     assert send(http, "POST", "/v1/chat/completions", content=body).status_code == 400
 
 
@@ -292,13 +313,21 @@ def test_seed_limits_are_served(http: httpx.Client) -> None:
     """int64's own limits are seeds like any other: scripted and upstream both answer."""
     for model in ("chat", "up"):
         for seed in (2**63 - 1, -(2**63), -1):
-            response = post(http, "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": "hi"}], "seed": seed})
+            response = post(
+                http,
+                "/v1/chat/completions",
+                {"model": model, "messages": [{"role": "user", "content": "hi"}], "seed": seed},
+            )
             assert response.status_code == 200, response.text
 
 
 @pytest.mark.parametrize("depth", [255, 256, 1000])
 def test_deep_chat_template_kwargs(http: httpx.Client, depth: int) -> None:
-    body = {"model": "up", "messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": deep(depth)}
+    body = {
+        "model": "up",
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": deep(depth),
+    }
     response = post(http, "/v1/chat/completions", body)
     assert response.status_code == 400
     assert "max_json_depth" in error_of(response)["message"]
@@ -314,16 +343,26 @@ def test_deep_function_call_output(http: httpx.Client) -> None:
 
 def test_deep_tool_schema(http: httpx.Client) -> None:
     tool = {"type": "function", "function": {"name": "f", "parameters": deep(300, b"{}")}}
-    response = post(http, "/v1/chat/completions", {"model": "up", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]})
+    response = post(
+        http,
+        "/v1/chat/completions",
+        {"model": "up", "messages": [{"role": "user", "content": "hi"}], "tools": [tool]},
+    )
     assert response.status_code == 400
 
 
 def test_nesting_just_under_the_limit_is_served(http: httpx.Client) -> None:
-    """64 levels in all, the body included: everything that walks client JSON copes with it."""
+    """64 levels in all, the body included (body > tools > [0] > function > parameters > x:
+    5 + 59): everything that walks client JSON copes with it."""
     hi = [{"role": "user", "content": "hi"}]
     # body(1) > chat_template_kwargs(2) > 62 more
-    assert post(http, "/v1/chat/completions", {"model": "up", "messages": hi, "chat_template_kwargs": deep(63)}).status_code == 200
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "x": deep(60)}}}
+    assert (
+        post(
+            http, "/v1/chat/completions", {"model": "up", "messages": hi, "chat_template_kwargs": deep(63)}
+        ).status_code
+        == 200
+    )
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "x": deep(59)}}}
     for model in ("up", "chat"):
         response = post(http, "/v1/chat/completions", {"model": model, "messages": hi, "tools": [tool]})
         assert response.status_code == 200, response.text
@@ -332,7 +371,9 @@ def test_nesting_just_under_the_limit_is_served(http: httpx.Client) -> None:
     for model in ("up", "chat"):
         response = post(http, "/v1/responses", {"model": model, "input": [call, output]})
         assert response.status_code == 200, response.text
-    too_deep = post(http, "/v1/chat/completions", {"model": "up", "messages": hi, "chat_template_kwargs": deep(64)})
+    too_deep = post(
+        http, "/v1/chat/completions", {"model": "up", "messages": hi, "chat_template_kwargs": deep(64)}
+    )
     assert too_deep.status_code == 400
 
 

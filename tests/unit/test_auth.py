@@ -6,6 +6,7 @@ from unittest import mock
 
 import pytest
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -13,7 +14,6 @@ from starlette.testclient import TestClient
 
 from sluicegate import auth
 from sluicegate.auth import APIKeyMiddleware, is_open, key_matches, presented_key
-from starlette.middleware import Middleware
 
 KEYS = ["sk-one", "sk-two"]
 
@@ -34,12 +34,17 @@ def test_no_keys_no_auth() -> None:
     assert client([]).get("/v1/models").status_code == 200
 
 
-@pytest.mark.parametrize("headers", [{"Authorization": "Bearer sk-one"}, {"authorization": "bearer sk-two"}, {"x-api-key": "sk-two"}])
+@pytest.mark.parametrize(
+    "headers",
+    [{"Authorization": "Bearer sk-one"}, {"authorization": "bearer sk-two"}, {"x-api-key": "sk-two"}],
+)
 def test_a_configured_key_passes(headers: dict[str, str]) -> None:
     assert client(KEYS).get("/v1/models", headers=headers).status_code == 200
 
 
-@pytest.mark.parametrize("path", ["/v1/models", "/v1/unknown", "/api/v1/models", "/api/nope", "/v1/messages", "/metrics"])
+@pytest.mark.parametrize(
+    "path", ["/v1/models", "/v1/unknown", "/api/v1/models", "/api/nope", "/v1/messages", "/metrics"]
+)
 @pytest.mark.parametrize("method", ["GET", "POST", "DELETE", "PATCH"])
 def test_everything_else_is_401_first(path: str, method: str) -> None:
     response = client(KEYS).request(method, path, headers={"Authorization": "Bearer sk-three"})
@@ -52,7 +57,12 @@ def test_everything_else_is_401_first(path: str, method: str) -> None:
         assert body["error"]["message"] == auth.INCORRECT and "param" not in body["error"]
     else:
         assert body == {
-            "error": {"message": auth.INCORRECT, "type": "authentication_error", "param": None, "code": "invalid_api_key"}
+            "error": {
+                "message": auth.INCORRECT,
+                "type": "authentication_error",
+                "param": None,
+                "code": "invalid_api_key",
+            }
         }
 
 
@@ -91,7 +101,9 @@ def test_websocket_without_a_key_is_closed() -> None:
 
     from starlette.routing import WebSocketRoute
 
-    app = Starlette(routes=[WebSocketRoute("/v1/responses", ws)], middleware=[Middleware(APIKeyMiddleware, api_keys=KEYS)])
+    app = Starlette(
+        routes=[WebSocketRoute("/v1/responses", ws)], middleware=[Middleware(APIKeyMiddleware, api_keys=KEYS)]
+    )
     with pytest.raises(WebSocketDisconnect) as closed, TestClient(app).websocket_connect("/v1/responses"):
         pass
     assert closed.value.code == 1008

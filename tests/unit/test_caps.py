@@ -36,7 +36,14 @@ class Sized(ScriptedEngine):
 def setup(sizes: dict[str, int], *, max_instances: int = 4, max_bytes: int = 0) -> Lifecycle:
     registry = Registry()
     for model_id, size in sizes.items():
-        registry.add(Model(Sized(model_id, size), max_concurrency=4, max_queue=4, factory=lambda m=model_id, s=size: Sized(m, s)))
+        registry.add(
+            Model(
+                Sized(model_id, size),
+                max_concurrency=4,
+                max_queue=4,
+                factory=lambda m=model_id, s=size: Sized(m, s),
+            )
+        )
     return Lifecycle(registry, jit_ttl=None, interval=60, caps=LoadCaps(max_instances, max_bytes))
 
 

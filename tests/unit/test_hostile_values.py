@@ -26,7 +26,10 @@ def nested(depth: int) -> Any:
     return value
 
 
-@pytest.mark.parametrize(("depth", "limit", "exceeds"), [(0, 0, False), (1, 1, False), (2, 1, True), (64, 64, False), (65, 64, True)])
+@pytest.mark.parametrize(
+    ("depth", "limit", "exceeds"),
+    [(0, 0, False), (1, 1, False), (2, 1, True), (64, 64, False), (65, 64, True)],
+)
 def test_depth(depth: int, limit: int, exceeds: bool) -> None:
     assert json_depth_exceeds(nested(depth), limit) is exceeds
 
@@ -61,7 +64,9 @@ def test_query_int_accepts_ascii_digits(text: str, value: int) -> None:
     assert query_int(text, "limit", low=-1, high=100) == value
 
 
-@pytest.mark.parametrize("text", ["²", "٣", " 5", "5 ", "1_0", "+5", "", "1e3", "0x10", "101", "-2", "9" * 30, "５"])
+@pytest.mark.parametrize(
+    "text", ["²", "٣", " 5", "5 ", "1_0", "+5", "", "1e3", "0x10", "101", "-2", "9" * 30, "\uff15"]
+)
 def test_query_int_refuses_everything_else(text: str) -> None:
     with pytest.raises(SluicegateError) as refused:
         query_int(text, "limit", low=-1, high=100)
@@ -124,12 +129,21 @@ def test_chat_completions_bounds(param: str, value: Any) -> None:
 
 def test_chat_completions_limits_themselves_are_accepted() -> None:
     request, _ = parse_chat_request({**CHAT, "max_tokens": INT32_MAX, "seed": INT64_MIN, "top_k": INT32_MAX})
-    assert (request.sampling.max_tokens, request.sampling.seed, request.sampling.top_k) == (INT32_MAX, INT64_MIN, INT32_MAX)
+    assert (request.sampling.max_tokens, request.sampling.seed, request.sampling.top_k) == (
+        INT32_MAX,
+        INT64_MIN,
+        INT32_MAX,
+    )
 
 
 @pytest.mark.parametrize(
     ("param", "value"),
-    [("max_output_tokens", INT32_MAX + 1), ("seed", -(2**63) - 1), ("max_tool_calls", 2**64), ("ttl", float("inf"))],
+    [
+        ("max_output_tokens", INT32_MAX + 1),
+        ("seed", -(2**63) - 1),
+        ("max_tool_calls", 2**64),
+        ("ttl", float("inf")),
+    ],
 )
 def test_responses_bounds(param: str, value: Any) -> None:
     with pytest.raises(SluicegateError) as refused:

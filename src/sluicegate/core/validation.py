@@ -113,6 +113,12 @@ class Fields:
         if value is None:
             return None
         if isinstance(value, float) and value.is_integer():
+            if abs(value) > FLOAT_LIMIT:  # 1e19, or a literal past int64 the parser rounded to a float
+                self.fail(
+                    key,
+                    f"Invalid '{self.where(key)}': {_show(value)} is out of range "
+                    "(expected a signed 64-bit integer, written as an integer).",
+                )
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             self._type_error(key, "an integer", value)
@@ -177,5 +183,7 @@ def query_int(text: str, param: str, *, low: int, high: int) -> int:
     `int("٣")`, `int(" 3 ")` and `int("1_0")` succeed; none of them is a number a client means.
     """
     if not _ASCII_INT.fullmatch(text) or not low <= int(text) <= high:
-        raise invalid(f"Invalid '{param}': expected an integer between {low} and {high}, got {text[:40]!r}.", param)
+        raise invalid(
+            f"Invalid '{param}': expected an integer between {low} and {high}, got {text[:40]!r}.", param
+        )
     return int(text)

@@ -209,7 +209,9 @@ async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     if request.query_params.get("stream", "false").lower() != "true":
         return JSONResponse(await _stored(state, response_id))
-    after = query_int(request.query_params.get("starting_after", "-1"), "starting_after", low=-1, high=INT64_MAX)
+    after = query_int(
+        request.query_params.get("starting_after", "-1"), "starting_after", low=-1, high=INT64_MAX
+    )
     headers = {"X-Request-ID": response_id}
     run = state.runs.get(response_id)
     if run is not None:
