@@ -23,7 +23,18 @@ from upstream_support import dead_url, upstream_model
 __all__ = ["Server", "dead_url", "run_server", "scripted", "upstream_model", "write_config"]
 
 API_KEY = "sk-fuzz-0123456789"
-MODELS = ("chat", "up", "nope", "")  # scripted, an `openai` upstream, unknown, empty
+# Scripted, an `openai` upstream (whose request body orjson re-encodes), unknown, empty.
+MODELS = ("chat", "up", "chat", "up", "nope", "")
+# Every parameter a dialect reads, for mutations that add one with a hostile value.
+PARAMETERS = (
+    "model", "messages", "input", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p",
+    "repeat_penalty", "presence_penalty", "frequency_penalty", "seed", "max_tokens",
+    "max_completion_tokens", "max_output_tokens", "n", "logprobs", "top_logprobs", "stop", "tools",
+    "tool_choice", "parallel_tool_calls", "response_format", "chat_template_kwargs", "ttl",
+    "reasoning_effort", "instructions", "previous_response_id", "store", "background", "metadata",
+    "max_tool_calls", "truncation", "text", "reasoning", "include", "context_length", "system_prompt",
+    "integrations", "instance_id", "quantization", "echo_load_config", "eval_batch_size", "num_experts",
+)  # fmt: skip
 
 
 # --- a JSON writer for hostile bodies --------------------------------------------------------
@@ -45,8 +56,8 @@ class Pairs:
 
 def deep(depth: int, inner: bytes = b"1") -> Raw:
     """`depth` nested arrays and objects, written without recursion."""
-    opens = b"".join(b'{"a":' if i % 2 else b"[" for i in range(depth))
-    closes = b"".join(b"}" if i % 2 else b"]" for i in reversed(range(depth)))
+    opens = b"".join(b"[" if i % 2 else b'{"a":' for i in range(depth))
+    closes = b"".join(b"]" if i % 2 else b"}" for i in reversed(range(depth)))
     return Raw(opens + inner + closes)
 
 
@@ -120,6 +131,7 @@ def hostile_values() -> st.SearchStrategy[Any]:
     return st.one_of(
         st.sampled_from(HOSTILE_NUMBERS),
         st.sampled_from(HOSTILE_OTHERS),
+        st.sampled_from(HOSTILE_NUMBERS + HOSTILE_OTHERS),
         st.integers(),
         st.floats(allow_nan=True, allow_infinity=True),
         st.text(max_size=50),
@@ -311,38 +323,54 @@ def _replace(value: Any, path: tuple[Any, ...], new: Any) -> Any:
     return copy
 
 
+ACTIONS = [
+    "parameter",
+    "parameter",
+    "parameter",
+    "replace",
+    "replace",
+    "drop",
+    "duplicate",
+    "unknown",
+    "root",
+]
+
+
 @st.composite
 def mutated(draw: st.DrawFn, bodies: st.SearchStrategy[dict[str, Any]]) -> bytes:
-    """A valid body with a few hostile edits: values replaced, keys dropped, duplicated or
-    added, then written (possibly with garbage around it)."""
+    """A valid body with a few hostile edits (a parameter set to a hostile value, a value deep
+    inside replaced, a key dropped, duplicated or unknown, the whole body replaced), then
+    written, possibly with garbage around it."""
     body: Any = draw(bodies)
-    for _ in range(draw(st.integers(0, 3))):
-        paths = _paths(body)
-        path = draw(st.sampled_from(paths))
-        action = draw(st.sampled_from(["replace", "replace", "replace", "drop", "duplicate", "add"]))
-        target: Any = body
-        for step in path:
-            target = target[step]
-        if action == "replace":
-            body = _replace(body, path, draw(hostile_values()))
-        elif action == "drop" and path:
-            parent_path, key = path[:-1], path[-1]
+    for _ in range(draw(st.sampled_from([1, 1, 1, 2, 3, 0]))):
+        action = draw(st.sampled_from(ACTIONS))
+        inner = _paths(body)[1:]
+        if action == "parameter" and isinstance(body, dict):
+            body = {**body, draw(st.sampled_from(PARAMETERS)): draw(hostile_values())}
+        elif action == "unknown" and isinstance(body, dict):
+            body = {**body, draw(st.text(max_size=8)): draw(hostile_values())}
+        elif action == "root":
+            body = draw(hostile_values())
+        elif action == "replace" and inner:
+            body = _replace(body, draw(st.sampled_from(inner)), draw(hostile_values()))
+        elif action == "drop" and inner:
+            path = draw(st.sampled_from(inner))
             parent: Any = body
-            for step in parent_path:
+            for step in path[:-1]:
                 parent = parent[step]
+            key = path[-1]
             if isinstance(parent, dict):
-                body = _replace(body, parent_path, {k: v for k, v in parent.items() if k != key})
-            elif isinstance(parent, list):
-                body = _replace(body, parent_path, [v for i, v in enumerate(parent) if i != key])
-        elif action == "duplicate" and isinstance(target, dict) and target:
-            key = draw(st.sampled_from(sorted(target)))
-            pairs = (*target.items(), (key, draw(hostile_values())))
-            body = _replace(body, path, Pairs(tuple(pairs)))
+                body = _replace(body, path[:-1], {k: v for k, v in parent.items() if k != key})
+            else:
+                body = _replace(body, path[:-1], [v for i, v in enumerate(parent) if i != key])
+        elif action == "duplicate" and isinstance(body, dict) and body:
+            key = draw(st.sampled_from(sorted(body)))
+            body = Pairs((*body.items(), (key, draw(hostile_values()))))
             break  # a Pairs node cannot be walked into
-        elif action == "add" and isinstance(target, dict):
-            body = _replace(body, path, {**target, draw(st.text(max_size=8)): draw(hostile_values())})
     data = dumps(body)
-    framing = draw(st.sampled_from(["plain", "plain", "plain", "truncated", "trailing", "bom", "spaces"]))
+    framing = draw(
+        st.sampled_from(["plain", "plain", "plain", "plain", "truncated", "trailing", "bom", "spaces"])
+    )
     if framing == "truncated":
         data = data[: draw(st.integers(0, max(0, len(data) - 1)))]
     elif framing == "trailing":

@@ -25,6 +25,7 @@ from fake_upstream import FakeUpstream
 from fuzz_support import (
     API_KEY,
     CONTENT_TYPES,
+    Raw,
     Server,
     chat_bodies,
     check_answer,
@@ -46,7 +47,7 @@ from hypothesis import strategies as st
 pytestmark = pytest.mark.e2e
 
 FUZZ = settings(
-    max_examples=60,
+    max_examples=120,
     deadline=None,
     derandomize=True,
     database=None,
@@ -61,13 +62,13 @@ BODY_ROUTES = [
     ("/api/v1/models/unload", models_api_bodies()),
     ("/api/v1/models/download", models_api_bodies()),
 ]
-ID_ROUTES = [
-    ("GET", "/v1/models/{id}"),
-    ("GET", "/v1/responses/{id}"),
-    ("DELETE", "/v1/responses/{id}"),
-    ("POST", "/v1/responses/{id}/cancel"),
-    ("GET", "/v1/responses/{id}/input_items"),
-    ("GET", "/api/v1/models/download/status/{id}"),
+ID_ROUTES = [  # and the query parameters each reads
+    ("GET", "/v1/models/{id}", ()),
+    ("GET", "/v1/responses/{id}", ("stream", "starting_after", "include")),
+    ("DELETE", "/v1/responses/{id}", ()),
+    ("POST", "/v1/responses/{id}/cancel", ()),
+    ("GET", "/v1/responses/{id}/input_items", ("limit", "after", "order", "include")),
+    ("GET", "/api/v1/models/download/status/{id}", ()),
 ]
 FIXED_PATHS = [
     "/health",
@@ -105,6 +106,7 @@ QUERY_VALUES = [
     "x" * 3000,
 ]
 IDS = ["resp_missing", "", "%00", "%FF", "é", "..", "resp_" + "a" * 2000, "chat", "job_x", "%2F", "a%20b"]
+STORED_ID = "<a stored response>"
 STORED: list[str] = []  # ids of responses the suite created, so ids that exist get fuzzed too
 
 
@@ -184,25 +186,23 @@ def test_mutated_bodies(http: httpx.Client, path: str, bodies: st.SearchStrategy
 @FUZZ
 @given(
     route=st.sampled_from(ID_ROUTES),
-    ident=st.one_of(st.sampled_from(IDS), st.text(max_size=20), st.sampled_from(STORED or ["resp_x"])),
+    ident=st.one_of(st.just(STORED_ID), st.sampled_from(IDS), st.text(max_size=20)),
     query=st.lists(
-        st.tuples(
-            st.sampled_from(["limit", "after", "order", "stream", "starting_after", "include", "events", ""]),
-            st.sampled_from(QUERY_VALUES),
-        ),
+        st.tuples(st.integers(0, 5), st.sampled_from([*QUERY_VALUES, *IDS])),
         max_size=3,
     ),
 )
 def test_ids_and_query_strings(
-    http: httpx.Client, route: tuple[str, str], ident: str, query: list[tuple[str, str]]
+    http: httpx.Client, route: tuple[str, str, tuple[str, ...]], ident: str, query: list[tuple[int, str]]
 ) -> None:
-    method, template = route
-    if STORED and ident == "resp_x":
+    method, template, names = route
+    if ident == STORED_ID:
         ident = STORED[0]
+    pairs = [(names[i % len(names)] if names and i < 4 else "events", v) for i, v in query]
     quoted = ident if ident in IDS else urllib.parse.quote(ident, safe="")
     path = template.replace("{id}", quoted)
-    if query:
-        path += "?" + "&".join(f"{k}={v}" for k, v in query)
+    if pairs:
+        path += "?" + "&".join(f"{k}={v}" for k, v in pairs)
     send(http, method, path)
 
 
@@ -241,6 +241,59 @@ def test_no_route_answers_without_a_key(
     assert response.status_code == 401, (method, path, response.status_code, response.text)
     if method != "HEAD":
         check_answer(method, path, response)
+
+
+# Every parameter of every chat dialect, set to each of the values that broke the server once,
+# on both model kinds: a deterministic sweep beside the random search above.
+NEVER_VALID: list[Any] = [  # for any parameter: a 400 naming it (or the depth limit)
+    2**64,
+    -(2**64),
+    2**63,
+    -(2**63) - 1,
+    10**30,
+    1e308,
+    -1e308,
+    Raw(b"NaN"),
+    Raw(b"-Infinity"),
+    Raw(b"1e400"),
+    deep(65),
+    deep(300),
+]
+SOMETIMES_VALID: list[Any] = [2**31, -1, "x" * 20_000, [None], {"a": 2**64}]
+SWEEP = {
+    "/v1/chat/completions": (
+        {"messages": [{"role": "user", "content": "hi"}]},
+        ["temperature", "top_p", "top_k", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty",
+         "seed", "max_tokens", "max_completion_tokens", "n", "top_logprobs", "stop", "ttl", "tools",
+         "tool_choice", "response_format", "chat_template_kwargs", "stream_options", "logit_bias",
+         "messages"],
+    ),
+    "/v1/responses": (
+        {"input": "hi"},
+        ["temperature", "top_p", "presence_penalty", "frequency_penalty", "seed", "max_output_tokens",
+         "top_logprobs", "max_tool_calls", "ttl", "metadata", "tools", "tool_choice", "text", "reasoning",
+         "include", "input", "instructions", "previous_response_id"],
+    ),
+    "/api/v1/chat": (
+        {"input": "hi"},
+        ["temperature", "top_p", "top_k", "min_p", "repeat_penalty", "max_output_tokens", "context_length",
+         "integrations", "input", "system_prompt", "previous_response_id", "reasoning"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", list(SWEEP))
+def test_every_parameter_with_every_hostile_value(http: httpx.Client, path: str) -> None:
+    base, parameters = SWEEP[path]
+    for model in ("up", "chat"):
+        for parameter in parameters:
+            for value in NEVER_VALID + SOMETIMES_VALID:
+                response = send(http, "POST", path, content=dumps({**base, "model": model, parameter: value}))
+                if value in SOMETIMES_VALID:
+                    continue
+                assert response.status_code == 400, (path, model, parameter, value, response.text[:200])
+                param = response.json()["error"].get("param")
+                assert param is None or param.startswith(parameter), (path, parameter, value, param)
 
 
 # --- the issue's reproductions, and what the fuzzing is built on -----------------------------
@@ -377,16 +430,29 @@ def test_nesting_just_under_the_limit_is_served(http: httpx.Client) -> None:
     assert too_deep.status_code == 400
 
 
+def stored_response(http: httpx.Client, *, background: bool = False) -> str:
+    """A fresh stored response (the fuzzing may have deleted the suite's first one)."""
+    response = post(http, "/v1/responses", {"model": "chat", "input": "hi", "background": background})
+    assert response.status_code == 200, response.text
+    response_id: str = response.json()["id"]
+    return response_id
+
+
 def test_input_items_limit_superscript_two(http: httpx.Client) -> None:
-    response = send(http, "GET", f"/v1/responses/{STORED[0]}/input_items?limit=%C2%B2")
+    response_id = stored_response(http)
+    response = send(http, "GET", f"/v1/responses/{response_id}/input_items?limit=%C2%B2")
     assert response.status_code == 400
     assert error_of(response)["param"] == "limit"
-    assert send(http, "GET", f"/v1/responses/{STORED[0]}/input_items?limit=2").status_code == 200
+    assert send(http, "GET", f"/v1/responses/{response_id}/input_items?limit=2").status_code == 200
 
 
 @pytest.mark.parametrize("value", ["%C2%B2", "%D9%A3", "1_0", "%205", "99999999999999999999999", "x"])
 def test_starting_after_is_ascii_digits(http: httpx.Client, value: str) -> None:
-    response = send(http, "GET", f"/v1/responses/{STORED[0]}?stream=true&starting_after={value}")
+    response = send(
+        http,
+        "GET",
+        f"/v1/responses/{stored_response(http, background=True)}?stream=true&starting_after={value}",
+    )
     assert response.status_code == 400
     assert error_of(response)["param"] == "starting_after"
 

@@ -66,6 +66,8 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
         response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
         request.response_format = response_format.obj
     _refuse_unservable(f)
+    f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
+    f.boolean("cache_prompt")
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
     if (ttl := f.number("ttl", low=1, high=INT32_MAX)) is not None:
