@@ -167,3 +167,22 @@ def test_llama_seed_is_a_fixed_uint32_never_random(seed: int) -> None:
     assert 0 <= mapped < 0xFFFFFFFF  # 0xFFFFFFFF is LLAMA_DEFAULT_SEED: "random"
     assert llama_seed(seed) == mapped
     assert llama_seed(12345) == 12345
+
+
+def test_tool_arguments_nested_too_deeply_are_refused_not_validated() -> None:
+    """jsonschema recurses per level; arguments deep enough to exhaust the stack are refused."""
+    from sluicegate.tools.catalog import parse_arguments
+
+    schema = {"type": "object", "properties": {"a": {"type": "object"}}}
+    arguments = '{"a":' * 900 + "1" + "}" * 900  # deeper than orjson would write, not than it reads
+    assert parse_arguments(arguments, schema) == ({}, "they nest more than 64 levels deep")
+    assert parse_arguments(orjson.dumps(nested(61)).decode(), schema)[1] is None  # an object, 61 deep
+
+
+def test_an_absurdly_deep_tool_schema_is_left_to_the_tool() -> None:
+    from sluicegate.tools.catalog import parse_arguments
+
+    schema: Any = {"type": "object"}
+    for _ in range(2000):
+        schema = {"type": "object", "properties": {"a": schema}}
+    assert parse_arguments('{"b": 1}', schema) == ({"b": 1}, None)
