@@ -23,17 +23,18 @@ from upstream_support import dead_url, upstream_model
 __all__ = ["Server", "dead_url", "run_server", "scripted", "upstream_model", "write_config"]
 
 API_KEY = "sk-fuzz-0123456789"
-# Scripted, an `openai` upstream (whose request body orjson re-encodes), unknown, empty.
-MODELS = ("chat", "up", "chat", "up", "nope", "")
-# Every parameter a dialect reads, for mutations that add one with a hostile value.
+# An `openai` upstream (whose request body orjson re-encodes), scripted, unknown, empty.
+MODELS = ("up", "chat", "up", "chat", "nope", "")
+# Every parameter a dialect reads, for mutations that set one to a hostile value. Numbers first:
+# Hypothesis draws early entries more often, and numbers are what broke the server most.
 PARAMETERS = (
-    "model", "messages", "input", "stream", "stream_options", "temperature", "top_p", "top_k", "min_p",
-    "repeat_penalty", "presence_penalty", "frequency_penalty", "seed", "max_tokens",
-    "max_completion_tokens", "max_output_tokens", "n", "logprobs", "top_logprobs", "stop", "tools",
-    "tool_choice", "parallel_tool_calls", "response_format", "chat_template_kwargs", "ttl",
+    "seed", "max_tokens", "top_k", "max_output_tokens", "max_completion_tokens", "n", "top_logprobs",
+    "temperature", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty", "ttl",
+    "context_length", "max_tool_calls", "chat_template_kwargs", "tools", "stop", "messages", "input",
+    "stream", "stream_options", "logprobs", "tool_choice", "parallel_tool_calls", "response_format",
     "reasoning_effort", "instructions", "previous_response_id", "store", "background", "metadata",
-    "max_tool_calls", "truncation", "text", "reasoning", "include", "context_length", "system_prompt",
-    "integrations", "instance_id", "quantization", "echo_load_config", "eval_batch_size", "num_experts",
+    "truncation", "text", "reasoning", "include", "system_prompt", "integrations", "instance_id",
+    "quantization", "echo_load_config", "eval_batch_size", "num_experts", "model",
 )  # fmt: skip
 
 
