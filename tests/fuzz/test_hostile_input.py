@@ -555,6 +555,20 @@ def test_methods_the_parser_knows_reach_the_app(server: Server) -> None:
     assert status == 404, body
 
 
+def test_a_client_gone_mid_body_is_not_an_error(server: Server) -> None:
+    """Headers promise 1000 bytes, 10 come, the connection closes: no traceback in the log
+    (checked at the end of the module), and the server keeps serving."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    for path in ("/v1/chat/completions", "/v1/responses", "/api/v1/chat", "/api/v1/models/load"):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            head = f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+            sock.sendall(
+                head.encode() + b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"model":'
+            )
+    status, _, _ = raw_request(server, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 200
+
+
 # --- caps -----------------------------------------------------------------------------------------
 
 

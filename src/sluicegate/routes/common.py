@@ -13,7 +13,7 @@ from functools import wraps
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from sluicegate.config import Settings
@@ -99,11 +99,14 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise too_large
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone mid-body: nothing to answer, and nothing went wrong here
+        raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled") from None
     body = b"".join(chunks)
     if not body.strip():
         raise invalid("The request body is empty; expected a JSON object.")

@@ -91,7 +91,11 @@ def _ttl_header(request: Request) -> float | None:
     except ValueError:
         ttl = 0.0
     if not 1 <= ttl <= INT32_MAX:
-        raise invalid(f"{TTL_HEADER} must be a number of seconds >= 1, got {text!r}.", "ttl", "invalid_value")
+        raise invalid(
+            f"{TTL_HEADER} must be a number of seconds from 1 to {INT32_MAX}, got {text[:40]!r}.",
+            "ttl",
+            "invalid_value",
+        )
     return ttl
 
 
