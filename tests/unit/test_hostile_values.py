@@ -186,3 +186,22 @@ def test_an_absurdly_deep_tool_schema_is_left_to_the_tool() -> None:
     for _ in range(2000):
         schema = {"type": "object", "properties": {"a": schema}}
     assert parse_arguments('{"b": 1}', schema) == ({"b": 1}, None)
+
+
+@pytest.mark.parametrize("depth", [70, 900, 5000])
+def test_llama_templates_render_deep_client_json(depth: int) -> None:
+    """Tool-call arguments are client text the depth limit never saw: past it they render as
+    text; a tool schema just under the limit renders as JSON."""
+    from sluicegate.core.request import Message, ToolCall, ToolSpec
+    from sluicegate.engines.llamacpp.demo import chat_template
+    from sluicegate.engines.llamacpp.template import render_chat
+
+    arguments = '{"a":' * depth + "1" + "}" * depth
+    messages = [
+        Message("user", "hi"),
+        Message("assistant", "", tool_calls=[ToolCall("call_1", "f", arguments)]),
+        Message("tool", "ok", tool_call_id="call_1"),
+    ]
+    tool = ToolSpec("f", "", {"type": "object", "x": nested(59)})
+    prompt = render_chat(chat_template(), messages, [tool], bos_token="<s>", eos_token="<|im_end|>")
+    assert arguments in prompt or '{\\"a\\"' in prompt
