@@ -3,13 +3,15 @@ playground's static files answers a request without one — not even with a 404 
 routes cannot be enumerated. A pure ASGI middleware: nothing is read from the request but its
 path and two headers.
 
-Keys are compared in constant time against every configured key (no early exit), so neither
-the key nor which key matched leaks through timing. The 401 body takes the error shape of the
+Keys are compared in constant time against every configured key (no early exit), as SHA-256
+digests (equal lengths), so neither the key, its length, nor which key matched leaks through
+timing. The 401 body takes the error shape of the
 API the path belongs to.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from typing import Any
 
@@ -42,11 +44,17 @@ def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     return api_key
 
 
-def key_matches(presented: bytes, keys: list[bytes]) -> bool:
-    """Compare with every key, always all of them: the time taken says nothing about which."""
+def digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
+
+
+def key_matches(presented: bytes, digests: list[bytes]) -> bool:
+    """Compare with every key's digest, always all of them: the time taken says nothing about
+    which matched, or how long the keys are."""
+    wanted = digest(presented)
     matched = False
-    for key in keys:
-        matched |= hmac.compare_digest(presented, key)
+    for key in digests:
+        matched |= hmac.compare_digest(wanted, key)
     return matched
 
 
@@ -69,7 +77,7 @@ class APIKeyMiddleware:
 
     def __init__(self, app: ASGIApp, api_keys: list[str]) -> None:
         self.app = app
-        self.keys = [key.encode() for key in api_keys]
+        self.keys = [digest(key.encode()) for key in api_keys]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self.keys or scope["type"] not in ("http", "websocket") or is_open(scope["path"]):
