@@ -92,7 +92,7 @@ def _ttl_header(request: Request) -> float | None:
         ttl = 0.0
     if not 1 <= ttl <= INT32_MAX:
         raise invalid(
-            f"{TTL_HEADER} must be a number of seconds from 1 to {INT32_MAX}, got {text[:40]!r}.",
+            f"{TTL_HEADER} must be a number of seconds >= 1 (and <= {INT32_MAX}), got {text[:40]!r}.",
             "ttl",
             "invalid_value",
         )
