@@ -12,7 +12,7 @@ max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
 max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
 max_instances = 4               # instances of one model; 0: no cap
-max_loaded_model_bytes = 0      # GGUF bytes loaded at once (idle JIT loads are evicted first);
+max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT loads evicted first;
                                 # default: the machine's physical memory; 0: no cap
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models

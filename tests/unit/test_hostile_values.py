@@ -205,3 +205,9 @@ def test_llama_templates_render_deep_client_json(depth: int) -> None:
     tool = ToolSpec("f", "", {"type": "object", "x": nested(59)})
     prompt = render_chat(chat_template(), messages, [tool], bos_token="<s>", eos_token="<|im_end|>")
     assert arguments in prompt or '{\\"a\\"' in prompt
+
+
+def test_huge_values_are_not_echoed_in_full() -> None:
+    with pytest.raises(SluicegateError) as refused:
+        Fields({"n": 10**5000}).integer("n", low=1, high=128)
+    assert "a number of 16610 bits" in refused.value.info.message and len(refused.value.info.message) < 120

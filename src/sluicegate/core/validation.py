@@ -19,6 +19,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # No sampling or timing parameter means anything near float's range; refusing values past
 # 2**53 (where floats stop counting whole numbers) keeps 1e308 and friends out of engines.
 FLOAT_LIMIT = float(2**53)
+MAX_REPEAT_PENALTY = 100.0  # llama.cpp takes any float; past this, no token is ever repeated
 
 _JSON_TYPE = {
     str: "a string",
@@ -168,8 +169,8 @@ def _show(value: float) -> str:
     """A bound or a value for a message: whole numbers in full (`2147483647`, not `2.14748e+09`),
     huge ones shortened (a client's 5,000-digit integer is not echoed back)."""
     if isinstance(value, int) or value.is_integer():
-        text = str(int(value))
-        return text if len(text) <= 24 else f"{float(value):.6g}"
+        whole = int(value)
+        return str(whole) if abs(whole) < 10**24 else f"a number of {whole.bit_length()} bits"
     return f"{value:g}"
 
 

@@ -20,12 +20,11 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, Fields
+from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and forwarded in `ChatRequest.extra` for engines that understand them.
 EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt")
-MAX_REPEAT_PENALTY = 100.0  # llama.cpp takes any float; past this, no token is ever repeated
 
 
 @dataclass(slots=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import SamplingParams
-from sluicegate.core.validation import INT32_MAX, Fields
+from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
@@ -36,7 +36,6 @@ CHAT_KEYS = frozenset(
         "previous_response_id",
     }
 )
-MAX_REPEAT_PENALTY = 100.0  # as in Chat Completions
 REASONING_OPTIONS = ("off", "low", "medium", "high", "on")
 PLUGIN_KEYS = frozenset({"type", "id", "allowed_tools"})
 EPHEMERAL_MCP_KEYS = frozenset({"type", "server_label", "server_url", "allowed_tools", "headers"})
