@@ -17,6 +17,7 @@ from starlette.routing import Route
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.dialects.anthropic import anthropic_error, anthropic_status
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.downloads import Downloads
@@ -25,6 +26,7 @@ from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry, add_table
 from sluicegate.metrics import METRICS
+from sluicegate.routes.anthropic import count_tokens, create_message
 from sluicegate.routes.chat_completions import chat_completions
 from sluicegate.routes.common import (
     Admission,
@@ -114,6 +116,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
     else:
         message = f"{request.method} is not allowed on {request.url.path}"
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
+    if request.url.path.startswith("/v1/messages"):
+        return JSONResponse(
+            anthropic_error(info), status_code=anthropic_status(info) if missing else exc.status_code
+        )
     render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     return JSONResponse(render(info), status_code=exc.status_code)
 
@@ -177,6 +183,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/responses", create_response, methods=["POST"]),
+        Route("/v1/messages", create_message, methods=["POST"]),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
 ErrorRenderer = Callable[[ErrorInfo], dict[str, Any]]
+StatusOf = Callable[[ErrorInfo], int]  # a dialect whose statuses differ (Anthropic: 529 overloaded)
 
 
 class JSONResponse(Response):
@@ -127,14 +128,21 @@ def check_auth(request: Request, api_keys: list[str]) -> None:
         raise SluicegateError(ErrorKind.AUTHENTICATION, message, code="invalid_api_key")
 
 
-def error_response(info: ErrorInfo, render: ErrorRenderer, headers: dict[str, str] | None = None) -> Response:
-    return JSONResponse(render(info), status_code=info.status, headers=headers)
+def error_response(
+    info: ErrorInfo,
+    render: ErrorRenderer,
+    headers: dict[str, str] | None = None,
+    status: StatusOf | None = None,
+) -> Response:
+    return JSONResponse(render(info), status_code=status(info) if status else info.status, headers=headers)
 
 
 Endpoint = Callable[[Request], Awaitable[Response]]
 
 
-def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint], Endpoint]:
+def dialect_endpoint(
+    dialect: str, render: ErrorRenderer, status: StatusOf | None = None
+) -> Callable[[Endpoint], Endpoint]:
     """Authenticate, count, and turn every error into this dialect's own shape and status."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
@@ -144,11 +152,11 @@ def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint]
                 check_auth(request, app_state(request).settings.api_keys)
                 response = await endpoint(request)
             except SluicegateError as exc:
-                response = error_response(exc.info, render)
+                response = error_response(exc.info, render, status=status)
             except Exception:
                 log.exception("unhandled error in %s %s", request.method, request.url.path)
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
-                response = error_response(info, render)
+                response = error_response(info, render, status=status)
             METRICS.inc("sluicegate_requests_total", dialect=dialect, status=str(response.status_code))
             return response
 

@@ -137,6 +137,11 @@ class LlamaCppEngine(Engine):
                 )
         self._prepared = (request, prompt, tokens)
 
+    def count_tokens(self, request: ChatRequest) -> int | None:
+        """The rendered prompt's tokens, when the model is loaded (its tokenizer is its vocab)."""
+        runtime = self._runtime
+        return len(runtime.tokenize(self._render(request))) if runtime is not None else None
+
     async def load(self, on_progress: ProgressCallback) -> None:
         settings = self.settings
         if self._executor is None:
