@@ -1,0 +1,113 @@
+"""The real Claude Code CLI (npm `@anthropic-ai/claude-code`), unchanged but for
+`ANTHROPIC_BASE_URL` and a key, against a scripted model: a plain answer, a thinking answer
+and a Bash tool round trip whose file really appears. Claude Code runs in a temporary HOME so
+no user configuration leaks in. `.ci/run` installs the CLI into `.tools/claude`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import StartServer
+from e2e_support import Server, scripted
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+KEY = "sk-claude-code"
+MODEL = "local"
+RUN_TIMEOUT = 180
+
+
+def claude_cli() -> str | None:
+    """`$SLUICEGATE_CLAUDE`, the copy `.ci/run` installs, or `claude` on PATH."""
+    candidates = [os.environ.get("SLUICEGATE_CLAUDE"), str(ROOT / ".tools/claude/node_modules/.bin/claude")]
+    for candidate in candidates:
+        if candidate and Path(candidate).exists():
+            return candidate
+    return shutil.which("claude")
+
+
+CLAUDE = claude_cli()
+needs_claude = pytest.mark.skipif(
+    CLAUDE is None,
+    reason="Claude Code is not installed (npm install --prefix .tools/claude @anthropic-ai/claude-code)",
+)
+
+
+@pytest.fixture(scope="module")
+def server(start_server: StartServer) -> Server:
+    return start_server({"api_key": KEY}, [scripted(MODEL, "claude_code.yaml")])
+
+
+def run_claude(server: Server, workdir: Path, prompt: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    assert CLAUDE is not None
+    home = workdir.parent / f"{workdir.name}-home"
+    home.mkdir(exist_ok=True)
+    workdir.mkdir(exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CLAUDE_"))}
+    env |= {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "ANTHROPIC_API_KEY": KEY,
+        "DISABLE_AUTOUPDATER": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    }
+    command = [CLAUDE, "-p", prompt, "--model", MODEL, *extra]
+    return subprocess.run(
+        command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
+    )
+
+
+def result_of(process: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert process.returncode == 0, f"claude failed:\n{process.stdout}\n{process.stderr}"
+    result: dict[str, Any] = json.loads(process.stdout)
+    assert result["type"] == "result" and result["is_error"] is False, result
+    return result
+
+
+@needs_claude
+def test_plain_answer(server: Server, tmp_path: Path) -> None:
+    result = result_of(run_claude(server, tmp_path / "plain", "say hello", "--output-format", "json"))
+    assert result["result"] == "Plain scripted answer."
+    assert result["stop_reason"] == "end_turn"
+    assert result["usage"]["input_tokens"] > 1000  # Claude Code's own prompt, tools included
+    assert result["usage"]["output_tokens"] == 3
+
+
+@needs_claude
+def test_thinking_answer(server: Server, tmp_path: Path) -> None:
+    process = run_claude(
+        server,
+        tmp_path / "think",
+        "think: what is six times seven?",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    )
+    assert process.returncode == 0, f"claude failed:\n{process.stdout}\n{process.stderr}"
+    messages = [json.loads(line) for line in process.stdout.splitlines() if line.strip()]
+    blocks = [block for m in messages if m.get("type") == "assistant" for block in m["message"]["content"]]
+    thinking = [b for b in blocks if b["type"] == "thinking"]
+    assert thinking and thinking[0]["thinking"] == "Six times seven, carefully."
+    assert thinking[0]["signature"]
+    assert messages[-1]["type"] == "result" and messages[-1]["result"] == "It is 42."
+
+
+@needs_claude
+def test_bash_tool_round_trip(server: Server, tmp_path: Path) -> None:
+    workdir = tmp_path / "bash"
+    result = result_of(
+        run_claude(
+            server, workdir, "please make the file", "--allowedTools", "Bash", "--output-format", "json"
+        )
+    )
+    assert (workdir / "made.txt").read_text() == "made-by-claude\n"
+    assert result["result"] == "The file is made."
+    assert result["num_turns"] == 2  # the tool call, then the answer after its result
