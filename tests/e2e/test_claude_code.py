@@ -111,3 +111,28 @@ def test_bash_tool_round_trip(server: Server, tmp_path: Path) -> None:
     assert (workdir / "made.txt").read_text() == "made-by-claude\n"
     assert result["result"] == "The file is made."
     assert result["num_turns"] == 2  # the tool call, then the answer after its result
+
+
+@pytest.fixture(scope="module")
+def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+    gguf = make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+    model = {"id": MODEL, "engine": "llamacpp", "path": str(gguf), "context_length": 16384}
+    return start_server({"api_key": KEY}, [model])
+
+
+@needs_claude
+def test_second_run_reads_the_prompt_from_the_kv_cache(llama_server: Server, tmp_path: Path) -> None:
+    """Two sessions in a row on real llama.cpp: the second reports its prompt as cached, so
+    nothing per session (the billing-header block) breaks the prefix. Claude Code's prompt is
+    trimmed (one tool, a short system prompt) so the tiny demo model reads it in seconds; the
+    request still carries Claude Code's own system blocks, tools, reminders and metadata."""
+    trimmed = ("--tools", "Bash", "--system-prompt", "You are terse.", "--output-format", "json")
+    first = result_of(run_claude(llama_server, tmp_path / "one", "say hi", *trimmed))["usage"]
+    second = result_of(run_claude(llama_server, tmp_path / "two", "say hi", *trimmed))["usage"]
+    prompt = first["input_tokens"] + first["cache_read_input_tokens"]
+    assert prompt > 1000  # Claude Code's prompt, not a toy one
+    assert first["cache_read_input_tokens"] == 0
+    assert second["cache_read_input_tokens"] >= prompt - 16  # all but the last few tokens
+    assert second["input_tokens"] + second["cache_read_input_tokens"] == prompt
