@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import anthropic
 import httpx
 import pytest
-from e2e_support import DEFAULT_REPLY, FAIL_CONTENT_WORDS, FAIL_MESSAGE, Server, stream_raw
+from conftest import StartServer
+from e2e_support import DEFAULT_REPLY, FAIL_CONTENT_WORDS, FAIL_MESSAGE, Server, scripted, stream_raw
 
 pytestmark = pytest.mark.e2e
 
@@ -139,3 +141,20 @@ def test_bad_json_and_count_tokens(server: Server) -> None:
         headers=CLAUDE_CODE_HEADERS,
     )
     assert counted.status_code == 200 and counted.json() == {"input_tokens": 3 + 4}
+
+
+def test_ping_events_while_waiting(start_server: StartServer) -> None:
+    """The engine says nothing for a second: Anthropic `ping` events keep the stream alive from
+    the start (before `message_start` too), and the SDK skips them."""
+    late = start_server({"heartbeat_seconds": 0.2}, [scripted("late", "late.yaml")])
+    payload = {"model": "late", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
+    raw = stream_raw(late.base_url, {**payload, "stream": True}, path="/v1/messages")
+    assert raw.text.startswith('event: ping\ndata: {"type":"ping"}\n\n')
+    names = order(raw.events)
+    assert names[0] == "ping" and "message_start" in names
+    with (
+        anthropic.Anthropic(base_url=late.base_url, api_key="x", max_retries=0) as sdk,
+        sdk.messages.stream(**payload) as stream,  # type: ignore[arg-type]
+    ):
+        message = stream.get_final_message()
+    assert message.content[0].text == "Finally, an answer."  # type: ignore[union-attr]

@@ -64,6 +64,10 @@ STOP_REASON = {
 }
 
 
+# Anthropic's keep-alive event: sent while nothing else is (the transport's heartbeat).
+PING = Frame(b'{"type":"ping"}', "ping")
+
+
 def anthropic_error(info: ErrorInfo) -> dict[str, Any]:
     return {"type": "error", "error": {"type": ANTHROPIC_ERROR[info.kind][0], "message": info.message}}
 

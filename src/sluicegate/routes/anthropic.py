@@ -14,6 +14,7 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, collect, encoded_frames, unless_disconnected
 from sluicegate.dialects.anthropic import (
+    PING,
     AnthropicEncoder,
     anthropic_error,
     anthropic_status,
@@ -75,6 +76,7 @@ async def create_message(request: Request) -> Response:
                 heartbeat_seconds=state.limits.heartbeat_seconds,
                 headers=headers,
                 on_close=closing(release, toolset),
+                heartbeat=sse_frame(PING.data, PING.event),
             )
         result = await unless_disconnected(collect(events), lambda: wait_for_disconnect(request))
         if result.error is not None:

@@ -67,11 +67,13 @@ class EventStreamResponse(StreamingResponse):
         heartbeat_seconds: float,
         headers: Mapping[str, str] | None = None,
         on_close: Callable[[], None] | None = None,
+        heartbeat: bytes = HEARTBEAT,  # a dialect's own keep-alive frame (Anthropic's `ping`)
     ) -> None:
         base = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
         super().__init__(frames, media_type="text/event-stream", headers={**base, **(headers or {})})
         self.frames = frames
         self.heartbeat_seconds = heartbeat_seconds
+        self.heartbeat = heartbeat
         self.client_disconnected = False
         self.on_close = on_close  # runs however the stream ends, even if it never started
 
@@ -89,7 +91,7 @@ class EventStreamResponse(StreamingResponse):
             nonlocal timer
             quiet = loop.time() - last_sent
             if quiet >= interval * 0.999:
-                outbox.put(HEARTBEAT)
+                outbox.put(self.heartbeat)
                 timer = loop.call_later(interval, beat)
             else:
                 timer = loop.call_later(interval - quiet, beat)
