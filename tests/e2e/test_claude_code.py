@@ -136,3 +136,16 @@ def test_second_run_reads_the_prompt_from_the_kv_cache(llama_server: Server, tmp
     assert first["cache_read_input_tokens"] == 0
     assert second["cache_read_input_tokens"] >= prompt - 16  # all but the last few tokens
     assert second["input_tokens"] + second["cache_read_input_tokens"] == prompt
+
+
+def test_count_tokens_uses_the_llamacpp_tokenizer(llama_server: Server) -> None:
+    """Once the model is loaded, count_tokens is its tokenizer's count of the rendered prompt:
+    exactly the prompt tokens a generation reports."""
+    import anthropic
+
+    kwargs: Any = {"model": MODEL, "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+    with anthropic.Anthropic(base_url=llama_server.base_url, api_key=KEY, max_retries=0, timeout=120) as sdk:
+        message = sdk.messages.create(max_tokens=1, **kwargs)
+        counted = sdk.messages.count_tokens(**kwargs)
+    prompt = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == prompt > 10
