@@ -43,18 +43,22 @@ from pathlib import Path
 import httpx
 import orjson
 
+from sluicegate.conversation.record import stored_turn
+from sluicegate.conversation.resolve import Resolved
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import TextDelta
-from sluicegate.core.pipeline import StreamLimits, canonical_events, encoded_frames
+from sluicegate.core.frames import Frame
+from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import parse_responses_request
-from sluicegate.engines.registry import Model
+from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
-from sluicegate.routes.responses_runs import Conversation, ResponseRun
 from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.transport.sse import frames_bytes
+from sluicegate.turn.pipeline import TurnPipeline
 
 MODEL = "bench"
 PROMPT = "Tell me a long story."
@@ -118,7 +122,7 @@ async def run_baseline(engine: ScriptedEngine, repeats: int) -> tuple[int, float
 
 
 async def run_chat_pipeline(model: Model, repeats: int) -> tuple[int, float]:
-    """What `routes/chat_completions.py` does for a stream, up to the bytes handed to the transport."""
+    """What the turn runner does for a Chat Completions stream, up to the bytes the transport writes."""
     limits = StreamLimits()  # the default deadline and idle timeout are on: their cost is part of the path
     tokens = 0
     started = time.perf_counter()
@@ -127,41 +131,39 @@ async def run_chat_pipeline(model: Model, repeats: int) -> tuple[int, float]:
         encoder = ChatCompletionsEncoder(
             f"chatcmpl-bench{i}", int(time.time()), MODEL, include_usage=True, logprobs=False
         )
-        async for frame in encoded_frames(canonical_events(generation.events, limits), encoder.encode):
-            tokens += frame.count(CHAT.mark)
+        pipeline = TurnPipeline(canonical_events(generation.events, limits), encoder, Accumulator())
+        async for frames in pipeline.frames():
+            tokens += frames_bytes(frames).count(CHAT.mark)
     return tokens, time.perf_counter() - started
 
 
 async def run_responses_pipeline(model: Model, store: SQLiteStore, repeats: int) -> tuple[int, float]:
-    """What `routes/responses.py` does for a stream (a `ResponseRun` task writing a frame log,
-    stored when it ends), up to the bytes the transport reads from the log."""
+    """What the turn runner does for a stored Responses stream (the pipeline, the record
+    written before `response.completed`), up to the bytes the transport writes."""
     limits = StreamLimits()
     tokens = 0
-    keep = len(RESPONSES.mark) - 1
     started = time.perf_counter()
     for i in range(repeats):
         req = parse_responses_request(orjson.loads(RESPONSES.body))
-        conversation = Conversation(input_items=req.input_items, history=list(req.input_items))
-        chat = ChatRequest(model=MODEL, messages=items_to_messages(conversation.history, None))
+        resolved = Resolved(input_items=req.input_items, history=list(req.input_items))
+        chat = ChatRequest(model=MODEL, messages=items_to_messages(resolved.history, None))
         generation = model.open(chat)
         accumulator = Accumulator()
         encoder = ResponsesEncoder(ResponseState(f"resp_bench{i}", req), accumulator)
-        run = ResponseRun(
-            canonical_events(generation.events, limits),
-            encoder,
-            accumulator,
-            conversation,
-            store=store,
-            retention_seconds=3600,
-            runs={},
-        )
-        run.start()
-        tail = b""
-        async for chunk in run.log.follow(-1):  # what the SSE transport reads
-            data = tail + chunk
-            tokens += data.count(RESPONSES.mark)
-            tail = data[-keep:]
-        await run.wait()
+
+        async def persist(
+            reason: str | None,
+            final: list[Frame],
+            encoder: ResponsesEncoder = encoder,
+            resolved: Resolved = resolved,
+        ) -> None:
+            response = encoder.response_object()
+            assert response is not None
+            await store.put(stored_turn(response, resolved, 3600))
+
+        pipeline = TurnPipeline(canonical_events(generation.events, limits), encoder, accumulator, persist)
+        async for frames in pipeline.frames():
+            tokens += frames_bytes(frames).count(RESPONSES.mark)
     return tokens, time.perf_counter() - started
 
 
@@ -208,15 +210,17 @@ async def stage_costs(
         (
             "+ Chat Completions encoding",
             lambda: drain(
-                encoded_frames(canonical_events(model.open(request()).events, no_limits), encoder().encode)
+                TurnPipeline(
+                    canonical_events(model.open(request()).events, no_limits), encoder(), Accumulator()
+                ).frames()
             ),
         ),
         (
             "+ request deadline and idle timeout (b)",
             lambda: drain(
-                encoded_frames(
-                    canonical_events(model.open(request()).events, StreamLimits()), encoder().encode
-                )
+                TurnPipeline(
+                    canonical_events(model.open(request()).events, StreamLimits()), encoder(), Accumulator()
+                ).frames()
             ),
         ),
     ]
@@ -227,7 +231,10 @@ async def stage_costs(
             lambda: drain(canonical_events(model.open(request()).events, StreamLimits())),
         ),
         ("+ accumulator and Responses encoding", lambda: encode_responses(model)),
-        ("+ response run: frame log, follower, store (b)", lambda: run_responses_pipeline(model, store, 1)),
+        (
+            "+ turn pipeline: frames, record stored before the end (b)",
+            lambda: run_responses_pipeline(model, store, 1),
+        ),
     ]
     costs: dict[str, list[tuple[str, float]]] = {}
     for name, stages in (("chat", chat), ("responses", responses)):

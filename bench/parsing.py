@@ -1,4 +1,4 @@
-"""Benchmark: what the streaming output parser (tools/parsing) costs per token.
+"""Benchmark: what the streaming output parser (parsing) costs per token.
 
 Run from the repository root (venv active): `python bench/parsing.py`
 
@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from sluicegate.core.events import ItemKind, TextDelta
-from sluicegate.tools.parsing import THINK, OutputParser, ToolCallFormat
+from sluicegate.parsing import THINK, OutputParser, ToolCallFormat
 
 
 def per_token(chunks: list[str], **config: Any) -> float:

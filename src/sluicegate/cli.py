@@ -11,7 +11,7 @@ from sluicegate.cli_models import add_commands as add_model_commands
 from sluicegate.cli_models import make_demo
 from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,6 +10,7 @@ request_timeout_seconds = 600   # 0 disables
 idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
+stream_buffer_bytes = 262144    # per stream: frames waiting for a slow client before generation pauses
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
@@ -55,7 +56,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 from sluicegate.tools.ssrf import AllowList
 
 DEFAULT_PORT = 8321
@@ -77,6 +78,7 @@ class Settings:
     idle_timeout_seconds: float = 120.0
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512
+    stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
     data_dir: Path = field(default_factory=default_data_dir)
     jit_ttl_seconds: float = 3600.0
     jit_auto_evict: bool = False
@@ -108,6 +110,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "idle_timeout_seconds": (int, float),
     "max_body_bytes": int,
     "max_concurrent_requests": int,
+    "stream_buffer_bytes": int,
     "data_dir": str,
     "models_dir": str,
     "jit_ttl_seconds": (int, float),

@@ -15,27 +15,25 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, models_dir, store_path
-from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.dialects.anthropic import anthropic_error, anthropic_status
+from sluicegate.dialects.anthropic_dialect import AnthropicDialect
+from sluicegate.dialects.anthropic_signature import ThinkingSigner
+from sluicegate.dialects.base import Dialect
+from sluicegate.dialects.chat_completions_dialect import ChatCompletionsDialect
 from sluicegate.dialects.lmstudio import lmstudio_error
+from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.responses_dialect import ResponsesDialect
 from sluicegate.downloads import Downloads
-from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lifecycle import Lifecycle
+from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
-from sluicegate.engines.registry import Registry, add_table
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
-from sluicegate.routes.anthropic import count_tokens, create_message
-from sluicegate.routes.chat_completions import chat_completions
-from sluicegate.routes.common import (
-    Admission,
-    AppState,
-    JSONResponse,
-    app_state,
-    dialect_endpoint,
-)
-from sluicegate.routes.lmstudio import lmstudio_chat
+from sluicegate.routes.anthropic_tokens import count_tokens
+from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
     download_model,
     download_status,
@@ -44,15 +42,18 @@ from sluicegate.routes.lmstudio_models import (
     unload_model,
 )
 from sluicegate.routes.models import get_model, list_models
-from sluicegate.routes.responses import (
+from sluicegate.routes.responses_stored import (
     cancel_response,
-    create_response,
     delete_response,
     list_input_items,
     retrieve_response,
 )
+from sluicegate.server_secret import server_secret
 from sluicegate.store.sqlite import SQLiteStore
 from sluicegate.tools.catalog import ToolCatalog
+from sluicegate.turn.http import app_state
+from sluicegate.turn.runner import TurnEndpoint
+from sluicegate.turn.state import Admission, AppState
 
 log = logging.getLogger(__name__)
 
@@ -117,9 +118,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
         message = f"{request.method} is not allowed on {request.url.path}"
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
     if request.url.path.startswith("/v1/messages"):
-        return JSONResponse(
-            anthropic_error(info), status_code=anthropic_status(info) if missing else exc.status_code
-        )
+        status = anthropic_status(info) if missing else exc.status_code
+        return JSONResponse(anthropic_error(info), status_code=status)
     render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     return JSONResponse(render(info), status_code=exc.status_code)
 
@@ -169,27 +169,31 @@ def create_app(settings: Settings) -> Starlette:
             purger.cancel()
             reaper.cancel()
             downloads.close()
-            for run in list(state.runs.values()):
-                run.cancel("server_shutdown")
-                await asyncio.gather(run.wait(), return_exceptions=True)
+            for live in list(state.live.values()):
+                live.cancel("server_shutdown")
+                await asyncio.gather(live.wait(), return_exceptions=True)
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
 
+    # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
+    dialects: list[Dialect] = [
+        ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
+        ResponsesDialect(tools.plugin_ids, settings.responses_reasoning_events),
+        LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
+        AnthropicDialect(ThinkingSigner(server_secret(settings.data_dir))),
+    ]
     routes = [
+        *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/responses", create_response, methods=["POST"]),
-        Route("/v1/messages", create_message, methods=["POST"]),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
         Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
-        Route("/api/v1/chat", lmstudio_chat, methods=["POST"]),
         Route("/api/v1/models", list_lmstudio_models, methods=["GET"]),
         Route("/api/v1/models/load", load_model, methods=["POST"]),
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),

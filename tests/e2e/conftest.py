@@ -76,5 +76,6 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
             {"id": "tiny-cancel", **common},
             {"id": "tiny-lms", **common},
             {"id": "tiny-parallel", **common, "parallel": 2},
+            {"id": "tiny-ctx", **common},
         ]
     )

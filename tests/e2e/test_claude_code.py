@@ -118,8 +118,17 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
     from sluicegate.engines.llamacpp.demo import make_demo_gguf
 
     gguf = make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
-    model = {"id": MODEL, "engine": "llamacpp", "path": str(gguf), "context_length": 16384}
+    model = {"id": MODEL, "engine": "llamacpp", "path": str(gguf), "context_length": 16384, "seed": 7}
     return start_server({"api_key": KEY}, [model])
+
+
+def first_call_usage(process: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The usage of a run's first model call (a run may make more: the random model's nonsense
+    can contain a tool call), from Claude Code's stream-json output."""
+    assert process.returncode == 0, f"claude failed:\n{process.stdout}\n{process.stderr}"
+    messages = [json.loads(line) for line in process.stdout.splitlines() if line.strip()]
+    usage: dict[str, Any] = next(m["message"]["usage"] for m in messages if m.get("type") == "assistant")
+    return usage
 
 
 @needs_claude
@@ -128,14 +137,22 @@ def test_second_run_reads_the_prompt_from_the_kv_cache(llama_server: Server, tmp
     nothing per session (the billing-header block) breaks the prefix. Claude Code's prompt is
     trimmed (one tool, a short system prompt) so the tiny demo model reads it in seconds; the
     request still carries Claude Code's own system blocks, tools, reminders and metadata."""
-    trimmed = ("--tools", "Bash", "--system-prompt", "You are terse.", "--output-format", "json")
-    first = result_of(run_claude(llama_server, tmp_path / "one", "say hi", *trimmed))["usage"]
-    second = result_of(run_claude(llama_server, tmp_path / "two", "say hi", *trimmed))["usage"]
+    trimmed = (
+        "--tools",
+        "Bash",
+        "--system-prompt",
+        "You are terse.",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    )
+    first = first_call_usage(run_claude(llama_server, tmp_path / "one", "say hi", *trimmed))
+    second = first_call_usage(run_claude(llama_server, tmp_path / "two", "say hi", *trimmed))
     prompt = first["input_tokens"] + first["cache_read_input_tokens"]
     assert prompt > 1000  # Claude Code's prompt, not a toy one
     assert first["cache_read_input_tokens"] == 0
-    assert second["cache_read_input_tokens"] >= prompt - 16  # all but the last few tokens
     assert second["input_tokens"] + second["cache_read_input_tokens"] == prompt
+    assert second["cache_read_input_tokens"] >= prompt - 16  # all but the last few tokens
 
 
 def test_count_tokens_uses_the_llamacpp_tokenizer(llama_server: Server) -> None:

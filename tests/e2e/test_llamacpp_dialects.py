@@ -145,3 +145,44 @@ def test_tools_render_and_what_cannot_be_honoured_is_a_400(llama_server: Server,
     with pytest.raises(openai.BadRequestError) as caught:
         sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": long}], max_tokens=4)
     assert caught.value.code == "context_length_exceeded"
+
+
+def test_lmstudio_context_length_loads_just_in_time_then_caps_requests(llama_server: Server) -> None:
+    with httpx.Client(base_url=llama_server.base_url, timeout=60.0) as client:
+        # The chat that loads the model loads it with its `context_length`, not the configured 2048.
+        stream = stream_chat(
+            client, {"model": "tiny-ctx", "input": "hi", "context_length": 256, "max_output_tokens": 2}
+        )
+        assert "model_load.start" in stream.names
+        listed = client.get("/api/v1/models").json()["models"]
+        entry = next(m for m in listed if m["key"] == "tiny-ctx")
+        assert [i["config"]["context_length"] for i in entry["loaded_instances"]] == [256]
+        assert entry["max_context_length"] == 2048  # what a load may still ask for
+        # So a prompt that 2048 would take no longer fits.
+        long = {
+            "model": "tiny-ctx",
+            "messages": [{"role": "user", "content": LONG_PROMPT * 5}],
+            "max_tokens": 2,
+        }
+        refused = client.post("/v1/chat/completions", json=long)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == "context_length_exceeded"
+
+        # On the loaded model, a chat's `context_length` caps that chat: the prompt must fit...
+        capped = client.post(
+            "/api/v1/chat", json={"model": "tiny-ctx", "input": LONG_PROMPT, "context_length": 32}
+        )
+        assert capped.status_code == 400, capped.text
+        assert (capped.json()["error"]["code"], capped.json()["error"]["param"]) == (
+            "context_length_exceeded",
+            "messages",
+        )
+        # ...and prompt plus output stay within it (the model never ends a reply by itself).
+        short = stream_chat(
+            client, {"model": "tiny-ctx", "input": "hi", "context_length": 64, "max_output_tokens": 200}
+        )
+        stats = short.result["stats"]
+        assert 0 < stats["total_output_tokens"] < 200
+        assert stats["input_tokens"] + stats["total_output_tokens"] == 64
+        uncapped = stream_chat(client, {"model": "tiny-ctx", "input": "hi", "max_output_tokens": 100})
+        assert uncapped.result["stats"]["total_output_tokens"] == 100

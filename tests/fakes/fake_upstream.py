@@ -95,6 +95,7 @@ class Scenario:
     abrupt: bool = False  # close the socket without the chunked terminator
     fail_first: int = 0  # answer 503 to the first N requests, then this scenario
     split: bool = False  # send every frame in two TCP writes, split mid-line
+    flood: int = 0  # first send this many one-token content frames, as fast as the client reads
 
 
 @dataclass
@@ -107,6 +108,7 @@ class Observed:
     answered_status: int | None = None
     disconnected_at: float | None = None  # the client left before we were done
     finished: bool = False
+    frames_sent: int = 0  # frames written so far (and accepted by the socket: drain returned)
 
 
 class FakeUpstream:
@@ -293,6 +295,18 @@ class FakeUpstream:
             await writer.drain()
             if not await self._pause(gone, scenario.body_delay, observed):
                 return False
+            if scenario.flood:
+                token = chunk({"content": " tok"})
+                writer.write(b"%x\r\n" % len(frames_head := chunk({"role": "assistant", "content": ""})))
+                writer.write(frames_head + b"\r\n")
+                for _ in range(scenario.flood):
+                    writer.write(b"%x\r\n" % len(token) + token + b"\r\n")
+                    observed.frames_sent += 1
+                    if writer.transport.get_write_buffer_size() > 65536:
+                        await writer.drain()  # waits while the client reads nothing
+                    if gone.done():
+                        observed.disconnected_at = time.monotonic()
+                        return False
             frames = list(scenario.frames) + ([self.end_frame] if scenario.done and self.end_frame else [])
             for i, frame in enumerate(frames):
                 if i and not await self._pause(gone, scenario.frame_delay, observed):
@@ -304,6 +318,7 @@ class FakeUpstream:
                 for part in parts:
                     writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
                     await writer.drain()
+                observed.frames_sent += 1
             if scenario.abrupt:
                 observed.finished = True
                 return False

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from sluicegate.config import Settings
-from sluicegate.core.errors import SluicegateError
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError, SluicegateError
 from sluicegate.tools.builtin_files import FilesPlugin
 from sluicegate.tools.catalog import PluginChoice, ToolCatalog, ToolSelection
 from sluicegate.tools.plugins import ENTRY_POINT_GROUP, load_plugins

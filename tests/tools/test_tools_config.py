@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sluicegate.config import Settings, load_settings
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.tools.mcp_config import McpServerConfig, load_mcp_config, parse_mcp_config
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, ToolCallDelta
-from sluicegate.tools.parsing import OutputParser
+from sluicegate.parsing import OutputParser
 
 Out = tuple[Any, ...]
 

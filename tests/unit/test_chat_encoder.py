@@ -40,6 +40,7 @@ from sluicegate.core.request import ChatRequest, Message, SamplingParams, ToolSp
 from sluicegate.core.segment import segment
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder, completion_body
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
+from sluicegate.transport.sse import frames_bytes
 
 REF_ID = "chatcmpl-abc123"
 REF_CREATED = 1706123456
@@ -94,9 +95,18 @@ def encoder(**kwargs: Any) -> ChatCompletionsEncoder:
     return ChatCompletionsEncoder(REF_ID, REF_CREATED, REF_MODEL, **options)
 
 
+def wire(enc: ChatCompletionsEncoder, event: Event) -> bytes:
+    """An event's frames as the transport writes them; after the terminal event, what the
+    runner sends next (`closing`: `[DONE]`)."""
+    out = frames_bytes(enc.encode(event))
+    if isinstance(event, Finished | Failed):
+        out += frames_bytes(enc.closing())
+    return out
+
+
 def encode_all(events: Iterable[Event], **kwargs: Any) -> bytes:
     enc = encoder(**kwargs)
-    return b"".join(enc.encode(event) for event in events)
+    return b"".join(wire(enc, event) for event in events)
 
 
 async def stream_bytes(raw: Iterable[RawEvent], **kwargs: Any) -> bytes:
@@ -537,7 +547,7 @@ async def test_logprobs_not_requested_are_null_everywhere() -> None:
 def test_failed_gives_error_event_then_done(
     info: ErrorInfo, expected_type: str | None, expected_code: str
 ) -> None:
-    out = encoder().encode(Failed(info))
+    out = wire(encoder(), Failed(info))
     fs = frames(out)
     assert len(fs) == 2
     head, data = fs[0].split("\n")
@@ -568,8 +578,8 @@ async def test_mid_stream_failure_ends_with_error_and_done_without_finish_chunk(
 
 def test_finished_is_finish_chunk_then_done() -> None:
     enc = encoder()
-    enc.encode(ItemAdded(Item(0, ItemKind.MESSAGE, "msg_1")))
-    out = enc.encode(Finished(FinishReason.LENGTH))
+    wire(enc, ItemAdded(Item(0, ItemKind.MESSAGE, "msg_1")))
+    out = wire(enc, Finished(FinishReason.LENGTH))
     fs = frames(out)
     assert len(fs) == 2
     assert json.loads(fs[0][6:])["choices"][0] == {
@@ -584,21 +594,21 @@ def test_finished_is_finish_chunk_then_done() -> None:
 def test_events_without_wire_form_encode_to_nothing() -> None:
     enc = encoder()
     message = Item(0, ItemKind.MESSAGE, "msg_1")
-    assert enc.encode(ItemAdded(message)) != b""
-    assert enc.encode(ItemDone(message)) == b""
-    assert enc.encode(UsageReport(Usage(1, 1))) == b""
+    assert wire(enc, ItemAdded(message)) != b""
+    assert wire(enc, ItemDone(message)) == b""
+    assert wire(enc, UsageReport(Usage(1, 1))) == b""
     # a second item does not repeat the role chunk
-    assert enc.encode(ItemAdded(Item(1, ItemKind.REASONING, "rs_1"))) == b""
+    assert wire(enc, ItemAdded(Item(1, ItemKind.REASONING, "rs_1"))) == b""
     # server-side tool results have no Chat Completions form
-    assert enc.encode(ItemAdded(Item(2, ItemKind.TOOL_RESULT, "fco_1"))) == b""
-    assert enc.encode(ItemDelta(Item(2, ItemKind.TOOL_RESULT, "fco_1"), "result")) == b""
+    assert wire(enc, ItemAdded(Item(2, ItemKind.TOOL_RESULT, "fco_1"))) == b""
+    assert wire(enc, ItemDelta(Item(2, ItemKind.TOOL_RESULT, "fco_1"), "result")) == b""
 
 
 def test_every_chunk_is_valid_for_the_sdk_model() -> None:
     enc = encoder(include_usage=True, logprobs=True)
     item = Item(0, ItemKind.MESSAGE, "msg_1")
-    out = enc.encode(ItemAdded(item)) + enc.encode(ItemDelta(item, "Foo", [FOO]))
-    out += enc.encode(UsageReport(Usage(3, 1))) + enc.encode(Finished(FinishReason.STOP))
+    out = wire(enc, ItemAdded(item)) + wire(enc, ItemDelta(item, "Foo", [FOO]))
+    out += wire(enc, UsageReport(Usage(3, 1))) + wire(enc, Finished(FinishReason.STOP))
     for chunk in chunks(out):
         parsed = ChatCompletionChunk.model_validate(chunk)
         assert parsed.object == "chat.completion.chunk"

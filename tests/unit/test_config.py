@@ -9,7 +9,9 @@ import pytest
 
 from sluicegate.config import DEFAULT_PORT, Settings, load_settings
 from sluicegate.engines.base import ConfigError
-from sluicegate.engines.registry import Model, Registry, build_model, engine_class
+from sluicegate.engines.lookup import build_model, engine_class
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.engines.scripted import ScriptedEngine
 from sluicegate.server import build_registry
 
@@ -179,7 +181,7 @@ def test_bad_env_port() -> None:
             {"id": "m", "engine": "gguf-magic"},
             "unknown engine 'gguf-magic'; installed engines: anthropic, llamacpp, openai, scripted",
         ),
-        ({"id": "m", "engine": "scripted", "max_concurrency": 0}, "`max_concurrency` must be"),
+        ({"id": "m", "engine": "scripted", "max_concurrency": -1}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": -1}, "`max_queue` must be"),
         ({"id": "m", "engine": "scripted", "max_queue": True}, "`max_queue` must be"),

@@ -1,10 +1,11 @@
-"""transport/deadline.py: request deadline and idle timeout end the stream and cancel the engine."""
+"""core/deadlines.py: request deadline and idle timeout end the stream and cancel the engine."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
+from sluicegate.core.deadlines import with_deadlines
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     Event,
@@ -20,7 +21,6 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
-from sluicegate.transport.deadline import with_deadlines
 
 LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
 

@@ -10,9 +10,11 @@ from typing import Any
 import pytest
 
 from sluicegate.core.events import Finished, LoadFinished, LoadStarted, RawEvent, TextDelta
-from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.request import ChatRequest, Message, RequestOptions
+from sluicegate.engines.instances import Generation
 from sluicegate.engines.lifecycle import Lifecycle
-from sluicegate.engines.registry import Generation, Model, Registry
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.engines.scripted import Reply, Script, ScriptedEngine
 
 LIMIT = 10  # seconds: a hang fails the test instead of blocking the suite
@@ -54,8 +56,7 @@ def setup(*ids: str, jit_ttl: float | None = HOUR, auto_evict: bool = False, **k
 
 
 def request(model_id: str, ttl: float | None = None) -> ChatRequest:
-    extra = {} if ttl is None else {"ttl": ttl}
-    return ChatRequest(model=model_id, messages=[Message("user", "hi")], extra=extra)
+    return ChatRequest(model=model_id, messages=[Message("user", "hi")], options=RequestOptions(ttl=ttl))
 
 
 async def run(generation: Generation) -> list[RawEvent]:

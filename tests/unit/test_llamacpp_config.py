@@ -10,8 +10,8 @@ import pytest
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
-from sluicegate.engines.registry import build_model
-from sluicegate.tools.parsing import ToolCallFormat
+from sluicegate.engines.lookup import build_model
+from sluicegate.parsing import ToolCallFormat
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.errors import SluicegateError
-from sluicegate.dialects.lmstudio_request import parse_lmstudio_chat
+from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
 from sluicegate.dialects.responses_items import items_to_messages
-from sluicegate.routes.lmstudio import _conversation
 
 PREVIOUS = "resp_" + "a" * 48
 
@@ -33,9 +33,22 @@ class Store:
     async def get(self, response_id: str) -> Any:
         return SimpleNamespace(conversation=self.conversation) if response_id == PREVIOUS else None
 
+    async def find_item(self, item_id: str) -> Any:
+        return None
 
-def state(conversation: list[dict[str, Any]]) -> Any:
-    return SimpleNamespace(store=Store(conversation), settings=SimpleNamespace(responses_retention_days=30.0))
+    async def find_call(self, call_id: str) -> Any:
+        return None
+
+
+async def _conversation(store: Store, body: dict[str, Any]) -> Resolved:
+    """What the turn runner resolves for an LM Studio chat turn."""
+    turn = LMStudioDialect().parse(body, {}, {})
+    assert turn.conversation is not None
+    return await resolve(store, turn.conversation, lambda _: False)  # type: ignore[arg-type]
+
+
+def state(conversation: list[dict[str, Any]]) -> Store:
+    return Store(conversation)
 
 
 STORED = [
@@ -47,14 +60,12 @@ STORED = [
 
 
 async def roles_and_texts(body: dict[str, Any]) -> list[tuple[str, str]]:
-    conversation = await _conversation(state(STORED), parse_lmstudio_chat(body))
+    conversation = await _conversation(state(STORED), body)
     return [(m.role, m.text) for m in items_to_messages(conversation.history, None)]
 
 
 async def test_a_first_turn_is_system_then_user() -> None:
-    conversation = await _conversation(
-        state([]), parse_lmstudio_chat({"model": "m", "input": "Hi.", "system_prompt": "Be kind."})
-    )
+    conversation = await _conversation(state([]), {"model": "m", "input": "Hi.", "system_prompt": "Be kind."})
     messages = items_to_messages(conversation.history, None)
     assert [(m.role, m.text) for m in messages] == [("system", "Be kind."), ("user", "Hi.")]
     assert [i["role"] for i in conversation.input_items] == ["system", "user"]
@@ -83,14 +94,14 @@ async def test_a_system_prompt_sent_again_replaces_the_old_one_at_the_start() ->
         ("assistant", "Nice to meet you, Ada."),
         ("user", "What is my name?"),
     ]
-    conversation = await _conversation(state(STORED), parse_lmstudio_chat(body))
+    conversation = await _conversation(state(STORED), body)
     assert [i["role"] for i in conversation.input_items] == ["system", "user"]  # this turn's own input
 
 
 async def test_an_unknown_previous_response_is_not_found() -> None:
     body = {"model": "m", "input": "Hi.", "previous_response_id": "resp_" + "0" * 48}
     with pytest.raises(SluicegateError) as caught:
-        await _conversation(state(STORED), parse_lmstudio_chat(body))
+        await _conversation(state(STORED), body)
     assert caught.value.info.status == 404
     assert caught.value.info.param == "previous_response_id"
     assert "resp_" + "0" * 48 in caught.value.info.message

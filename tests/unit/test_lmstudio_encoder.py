@@ -40,6 +40,7 @@ from sluicegate.dialects.lmstudio import (
     lmstudio_error_payload,
     no_tools,
 )
+from sluicegate.transport.sse import frames_bytes
 
 INSTANCE = "openai/gpt-oss-20b"
 RESPONSE_ID = "resp_02b2017dbc06c12bfc353a2ed6c2b802f8cc682884bb5716"
@@ -138,10 +139,10 @@ async def run(
     encoder = LMStudioEncoder(
         INSTANCE, accumulator, response_id=response_id, vocabulary=vocabulary, providers=providers
     )
-    out = [encoder.start()]
+    out = [frames_bytes(encoder.opening())]
     async for event in segment(_agen(raw)):
         accumulator.feed(event)
-        out.append(encoder.encode(event))
+        out.append(frames_bytes(encoder.encode(event)))
     return Run(b"".join(out), encoder)
 
 

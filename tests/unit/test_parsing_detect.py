@@ -1,10 +1,10 @@
-"""tools/parsing: picking the tool-call and reasoning format from real chat-template snippets."""
+"""parsing: picking the tool-call and reasoning format from real chat-template snippets."""
 
 from __future__ import annotations
 
 import pytest
 
-from sluicegate.tools.parsing import (
+from sluicegate.parsing import (
     THINK,
     ReasoningStyle,
     ToolCallFormat,

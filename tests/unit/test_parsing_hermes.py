@@ -1,4 +1,4 @@
-"""tools/parsing: <think> reasoning and Hermes/Qwen <tool_call> markup, in adversarial chunkings."""
+"""parsing: <think> reasoning and Hermes/Qwen <tool_call> markup, in adversarial chunkings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from parsing_support import M, R, collapse, make_parser, parse_all_ways, run
 
 from sluicegate.core.events import ItemKind, TextDelta, TokenLogprob, ToolCallDelta
-from sluicegate.tools.parsing import THINK, OutputParser, ReasoningStyle, ToolCallFormat
+from sluicegate.parsing import THINK, OutputParser, ReasoningStyle, ToolCallFormat
 
 HERMES = {"tool_format": ToolCallFormat.HERMES}
 THINKING = {"reasoning": THINK}

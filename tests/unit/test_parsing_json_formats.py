@@ -1,11 +1,11 @@
-"""tools/parsing: Llama 3 JSON tool calls and Mistral [TOOL_CALLS], in adversarial chunkings."""
+"""parsing: Llama 3 JSON tool calls and Mistral [TOOL_CALLS], in adversarial chunkings."""
 
 from __future__ import annotations
 
 import orjson
 from parsing_support import M, R, parse_all_ways
 
-from sluicegate.tools.parsing import THINK, ToolCallFormat
+from sluicegate.parsing import THINK, ToolCallFormat
 
 LLAMA = {"tool_format": ToolCallFormat.LLAMA3_JSON}
 MISTRAL = {"tool_format": ToolCallFormat.MISTRAL}

@@ -1,4 +1,4 @@
-"""tools/parsing: however the text is chunked, the parse is the same as the one-shot parse."""
+"""parsing: however the text is chunked, the parse is the same as the one-shot parse."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from parsing_support import M, collapse, run
 
-from sluicegate.tools.parsing import THINK, ToolCallFormat
+from sluicegate.parsing import THINK, ToolCallFormat
 
 FRAGMENTS = [
     "<think>",

@@ -1,9 +1,11 @@
-"""engines/registry.py: admission (queue + concurrency), just-in-time loading, cancellation."""
+"""engines/instances.py, models.py, registry.py: admission (queue + concurrency), just-in-time
+loading, cancellation."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,11 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
 )
-from sluicegate.core.request import ChatRequest, ContentPart, Message, Role
+from sluicegate.core.request import ChatRequest, ContentPart, Message, RequestOptions, Role
 from sluicegate.core.segment import segment
-from sluicegate.engines.base import Capabilities, Engine, ModelInfo, ProgressCallback
-from sluicegate.engines.registry import Model, Registry
+from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
 
 LIMIT = 10  # seconds: a safety net so a hang fails the test instead of blocking the suite
@@ -53,6 +56,7 @@ class FakeEngine(Engine):
         self.load_gate.set()
         self.load_calls = 0
         self.load_error: Exception | None = None
+        self.load_configs: list[LoadConfig] = []  # what each load was configured with
         self.log: list[str] = []
 
     @classmethod
@@ -61,6 +65,9 @@ class FakeEngine(Engine):
 
     def info(self) -> ModelInfo:
         return ModelInfo(id=self.model_id, engine=self.kind, capabilities=Capabilities(vision=self.vision))
+
+    def configure_load(self, config: LoadConfig) -> None:
+        self.load_configs.append(replace(config))
 
     async def load(self, on_progress: ProgressCallback) -> None:
         self.load_calls += 1
@@ -100,6 +107,10 @@ def make(
 
 def request() -> ChatRequest:
     return ChatRequest(model="m", messages=[Message("user", "hi")])
+
+
+def with_options(**options: Any) -> ChatRequest:
+    return ChatRequest(model="m", messages=[Message("user", "hi")], options=RequestOptions(**options))
 
 
 async def until(condition: Callable[[], bool], what: str) -> None:
@@ -184,6 +195,29 @@ async def test_max_concurrency_runs_that_many_at_once() -> None:
     await collect(generations[2].events)
     assert engine.log.count("finished") == 3
     assert gauge("sluicegate_generations_active", model.id) == 0
+
+
+async def test_max_concurrency_zero_runs_everything_at_once_and_never_queues() -> None:
+    """No cap (the `openai` engine's default): a gateway never holds requests back."""
+    model, engine = make(max_concurrency=0, max_queue=0)
+    generations = [model.open(request()) for _ in range(300)]
+    assert not model.instances[0].full
+    tasks = [asyncio.create_task(anext(g.events)) for g in generations]
+    await until(lambda: engine.log.count("started") == 300, "all 300 run at once")
+    assert model.instances[0]._waiting == 0
+    engine.release.set()
+    for task, g in zip(tasks, generations, strict=True):
+        await with_timeout(task)
+        await collect(g.events)
+    assert gauge("sluicegate_generations_active", model.id) == 0
+
+
+def test_upstream_models_are_not_capped_by_default() -> None:
+    from sluicegate.engines.llamacpp import LlamaCppEngine
+    from sluicegate.engines.upstream import OpenAIUpstreamEngine
+
+    assert OpenAIUpstreamEngine.default_max_concurrency == 0
+    assert LlamaCppEngine.default_max_concurrency == 1
 
 
 async def test_engine_check_runs_at_open() -> None:
@@ -349,6 +383,44 @@ async def test_explicit_load_and_second_instance() -> None:
     assert [i.instance_id for i in model.instances] == [model_id]
 
 
+# --- load config: context_length -----------------------------------------------------------------
+
+
+async def test_the_request_that_loads_just_in_time_loads_with_its_context_length() -> None:
+    model, engine = make(needs_load=True)
+    engine.release.set()
+    await collect(model.open(with_options(context_length=512)).events)
+    assert engine.load_configs == [LoadConfig(context_length=512)]
+    assert model.instances[0].config == LoadConfig(context_length=512)  # shown in the listings
+    await collect(model.open(with_options(context_length=128)).events)  # loaded: no reload
+    assert engine.load_calls == 1
+    await model.unload()
+    assert model.instances[0].config == LoadConfig()
+    await collect(model.open(request()).events)  # the next JIT load starts from the defaults
+    assert engine.load_configs[-1] == LoadConfig()
+
+
+async def test_a_request_waiting_for_anothers_load_does_not_change_its_config() -> None:
+    model, engine = make(needs_load=True, max_concurrency=2)
+    engine.release.set()
+    engine.load_gate.clear()
+    first = asyncio.create_task(collect(model.open(with_options(context_length=512)).events))
+    await until(lambda: engine.load_calls == 1, "the first request is loading")
+    second = asyncio.create_task(collect(model.open(with_options(context_length=64)).events))
+    await until(lambda: model.instances[0]._active == 2, "the second request waits for the load")
+    engine.load_gate.set()
+    await with_timeout(asyncio.gather(first, second))
+    assert engine.load_configs == [LoadConfig(context_length=512)]
+    assert model.instances[0].config.context_length == 512
+
+
+async def test_an_explicit_load_uses_its_config() -> None:
+    model, engine = make(needs_load=True)
+    instance, _ = await model.load(config=LoadConfig(context_length=1024))
+    assert engine.load_configs == [LoadConfig(context_length=1024)]
+    assert instance.config.context_length == 1024
+
+
 # --- cancellation --------------------------------------------------------------------------------
 
 
@@ -445,11 +517,29 @@ async def test_a_burst_of_admissions_cannot_overrun_the_queue() -> None:
         model.open(request())
     assert caught.value.info.kind is ErrorKind.OVERLOADED
     for generation in admitted:
-        await generation.events.aclose()  # type: ignore[attr-defined]
-    assert model.instances[0]._waiting == 0
-    del admitted
-    dropped = model.open(request())
-    del dropped  # a stream dropped before it started gives its queue place back
+        await generation.aclose()
     assert model.instances[0]._waiting == 0
     engine.release.set()
     await collect(first.events)
+
+
+async def test_an_unstarted_generation_closed_by_its_owner_gives_its_queue_place_back() -> None:
+    model, engine = make(max_concurrency=1, max_queue=1)
+    first = model.open(request())
+    await with_timeout(anext(first.events))  # holds the only slot
+    unstarted = model.open(request())  # takes the only queue place, never iterated
+    with pytest.raises(SluicegateError) as caught:
+        model.open(request())
+    assert caught.value.info.kind is ErrorKind.OVERLOADED
+    await unstarted.aclose()  # what a turn that fails before its first event does
+    assert model.instances[0]._waiting == 0
+    again = model.open(request())  # the place is free again
+    await again.aclose()
+    await again.aclose()  # closing twice is harmless
+    assert model.instances[0]._waiting == 0
+    assert engine.log.count("started") == 1  # the closed ones never reached the engine
+    engine.release.set()
+    await collect(first.events)
+    await first.aclose()  # closing after iterating is harmless too
+    assert not model.busy
+    assert gauge("sluicegate_generations_active", model.id) == 0

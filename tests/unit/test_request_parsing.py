@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.core.request import ContentPart, Message, ToolCall, ToolSpec
+from sluicegate.core.request import ContentPart, Message, RequestOptions, ToolCall, ToolSpec
 from sluicegate.dialects.chat_completions_request import parse_chat_request
 
 WEATHER_TOOL = {
@@ -117,7 +117,8 @@ def test_full_request_maps_to_chat_request() -> None:
     assert request.parallel_tool_calls is False
     assert request.reasoning_effort == "low"
     assert request.response_format == {"type": "json_object"}
-    assert request.extra == {"ttl": 300, "cache_prompt": True}
+    assert request.extra == {"cache_prompt": True}
+    assert request.options == RequestOptions(ttl=300)
 
     system, developer, user, assistant, tool = request.messages
     assert system == Message("system", "Be brief.")
@@ -144,6 +145,7 @@ def test_minimal_request_defaults() -> None:
     assert s.logprobs is False and s.top_logprobs is None
     assert request.tools == [] and request.tool_choice == "auto" and request.parallel_tool_calls is True
     assert request.extra == {}
+    assert request.options == RequestOptions()
     assert request.response_format is None
 
 
@@ -191,13 +193,14 @@ def test_image_url_as_a_plain_string_and_assistant_refusal_part() -> None:
     assert request.messages[2].text == "Still no."
 
 
-def test_extension_params_land_in_extra_and_unknown_keys_are_ignored() -> None:
+def test_extension_params_land_in_extra_ttl_in_options_and_unknown_keys_are_ignored() -> None:
     request, _ = parse_chat_request(
         minimal(
             ttl=60, chat_template_kwargs={"enable_thinking": False}, metadata={"a": "b"}, store=True, foo=1
         )
     )
-    assert request.extra == {"ttl": 60, "chat_template_kwargs": {"enable_thinking": False}}
+    assert request.extra == {"chat_template_kwargs": {"enable_thinking": False}}  # passed through
+    assert request.options.ttl == 60  # read by the server itself
 
 
 def test_null_optional_params_are_treated_as_absent() -> None:

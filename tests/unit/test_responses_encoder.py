@@ -26,6 +26,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses_request import parse_responses_request
+from sluicegate.transport.sse import frame_bytes
 
 Json = dict[str, Any]
 PREFIX = {
@@ -70,13 +71,13 @@ class Run:
             self.accumulator,
             reasoning_names=names,  # type: ignore[arg-type]
         )
-        self.frames: list[bytes] = [*self.encoder.opening(queued=background), *self.encoder.in_progress()]
+        self.frames: list[bytes] = [frame_bytes(f) for f in self.encoder.opening()]
 
     def feed(self, *streams: Iterable[Event]) -> Run:
         for stream in streams:
             for event in stream:
                 self.accumulator.feed(event)
-                self.frames.extend(self.encoder.encode(event))
+                self.frames.extend(frame_bytes(f) for f in self.encoder.encode(event))
         return self
 
     @property
@@ -317,7 +318,7 @@ def test_without_a_usage_report_the_usage_is_still_complete() -> None:
 def test_a_cancelled_response_keeps_the_usage_of_what_streamed() -> None:
     usage = Usage(prompt_tokens=6)  # the engine's early, prompt-only report
     run = Run().feed([UsageReport(usage)], item(0, ItemKind.MESSAGE, "a", " b", close=False))
-    run.frames.extend(run.encoder.cancelled("cancelled"))
+    run.frames.extend(frame_bytes(f) for f in run.encoder.cancelled("cancelled"))
     final = run.events[-1]["response"]
     assert final["status"] == "cancelled"
     assert final["output"][0]["content"][0]["text"] == "a b"
@@ -331,8 +332,11 @@ def test_progress_events_make_no_frames() -> None:
     assert len(run.frames) == before
 
 
-def test_background_opening_is_created_then_queued() -> None:
+def test_background_opening_is_created_then_queued_then_in_progress_with_the_first_event() -> None:
     run = Run(background=True)
+    assert run.types == ["created", "queued"]
+    assert run.encoder.snapshot()["status"] == "queued"
+    run.feed([PromptProgress(0.5)])
     assert run.types == ["created", "queued", "in_progress"]
     assert [e["response"]["status"] for e in run.events] == ["queued", "queued", "in_progress"]
     assert all(e["response"]["background"] is True for e in run.events)
@@ -348,7 +352,7 @@ def test_live_snapshot_marks_open_items_in_progress_and_cancel_marks_them_incomp
         ("completed", "done"),
         ("in_progress", "still going"),
     ]
-    run.frames.extend(run.encoder.cancelled("client_disconnected"))
+    run.frames.extend(frame_bytes(f) for f in run.encoder.cancelled("client_disconnected"))
     final = run.events[-1]
     assert final["type"] == "response.incomplete"
     response = final["response"]

@@ -33,6 +33,7 @@ from sluicegate.core.request import ProviderInfo, ServerTool
 from sluicegate.core.segment import segment
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState, items_output
 from sluicegate.dialects.responses_request import parse_responses_request
+from sluicegate.transport.sse import frame_bytes
 
 Json = dict[str, Any]
 DOCS = ProviderInfo("ephemeral_mcp", "docs", "docs")
@@ -71,12 +72,12 @@ class Run:
         self.accumulator = Accumulator()
         self.encoder = ResponsesEncoder(ResponseState("resp_test", self.request), self.accumulator)
         self.raw = raw
-        self.frames: list[bytes] = [*self.encoder.opening(queued=False), *self.encoder.in_progress()]
+        self.frames: list[bytes] = [frame_bytes(f) for f in self.encoder.opening()]
 
     async def run(self, *, stop_after_first_done: bool = False) -> Run:
         async for event in segment(_aiter(self.raw)):
             self.accumulator.feed(event)
-            self.frames.extend(self.encoder.encode(event))
+            self.frames.extend(frame_bytes(f) for f in self.encoder.encode(event))
             if stop_after_first_done and isinstance(event, ItemDone):
                 break
         return self
@@ -333,7 +334,7 @@ async def test_a_cancel_while_a_call_runs_closes_it_incomplete() -> None:
     run = await Run([*call(0, "call_a", "search", "{}"), Finished(FinishReason.STOP)]).run(
         stop_after_first_done=True
     )
-    run.frames.extend(run.encoder.cancelled("cancelled"))
+    run.frames.extend(frame_bytes(f) for f in run.encoder.cancelled("cancelled"))
     assert run.types[-3:] == ["mcp_call.failed", "output_item.done", "incomplete"]
     final = run.events[-1]["response"]
     assert final["status"] == "cancelled" and final["output"] == run.done_items()

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from sluicegate.conversation.approvals import resolve_approvals
 from sluicegate.core.errors import SluicegateError
+from sluicegate.dialects.responses_dialect import tool_selection
 from sluicegate.dialects.responses_request import parse_responses_request
-from sluicegate.routes.responses_tools import resolve_approvals, tool_selection
 from sluicegate.store.base import StoredResponse
 from sluicegate.store.sqlite import SQLiteStore
 from sluicegate.tools.catalog import PluginChoice, RequestServer

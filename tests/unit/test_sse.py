@@ -1,4 +1,5 @@
-"""transport/sse.py: EventStreamResponse driven through its ASGI interface with fake receive/send."""
+"""transport/sse.py: `stream_sse` driven through fake ASGI receive/send, alone and behind the
+turn pipeline."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ from typing import Any
 
 import pytest
 
+from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta
-from sluicegate.core.pipeline import StreamLimits, canonical_events, encoded_frames
+from sluicegate.core.frames import DONE, Frame
+from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
-from sluicegate.transport.sse import HEARTBEAT, EventStreamResponse, sse_frame
+from sluicegate.transport.sse import HEARTBEAT, StreamOutcome, frame_bytes, stream_sse
+from sluicegate.turn.pipeline import TurnPipeline
 
 LIMIT = 10  # seconds: a safety net so a hang fails the test instead of blocking the suite
-SCOPE: dict[str, Any] = {"type": "http", "method": "POST", "path": "/v1/chat/completions", "headers": []}
 
 
 class Client:
@@ -54,9 +57,28 @@ class Client:
         return [m["body"] for m in self.sent if m["type"] == "http.response.body"]
 
 
-async def serve(response: EventStreamResponse, client: Client) -> None:
+async def serve(
+    chunks: AsyncIterator[Any],
+    client: Client,
+    *,
+    heartbeat_seconds: float,
+    headers: dict[str, str] | None = None,
+    buffer_bytes: int = 256 * 1024,
+) -> StreamOutcome:
     async with asyncio.timeout(LIMIT):
-        await response(SCOPE, client.receive, client.send)
+        return await stream_sse(
+            chunks,
+            client.send,
+            client.receive,
+            heartbeat_seconds=heartbeat_seconds,
+            headers=headers,
+            buffer_bytes=buffer_bytes,
+        )
+
+
+def chat_frames(engine: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[list[Frame]]:
+    encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
+    return TurnPipeline(canonical_events(engine, limits), encoder, Accumulator()).frames()
 
 
 async def frames_of(items: list[bytes], delay: float = 0.0) -> AsyncIterator[bytes]:
@@ -66,31 +88,39 @@ async def frames_of(items: list[bytes], delay: float = 0.0) -> AsyncIterator[byt
         yield item
 
 
-def test_sse_frame() -> None:
-    assert sse_frame(b'{"a":1}') == b'data: {"a":1}\n\n'
-    assert sse_frame(b"{}", event="error") == b"event: error\ndata: {}\n\n"
+def test_frame_bytes_is_the_one_place_sse_is_written() -> None:
+    assert frame_bytes(Frame(b'{"a":1}')) == b'data: {"a":1}\n\n'
+    assert frame_bytes(Frame(b"{}", "error")) == b"event: error\ndata: {}\n\n"
+    assert frame_bytes(DONE) == b"data: [DONE]\n\n"
 
 
 async def test_frames_ready_with_the_end_go_out_with_it_in_one_message() -> None:
     client = Client()
-    await serve(
-        EventStreamResponse(frames_of([b"data: 1\n\n", b"data: [DONE]\n\n"]), heartbeat_seconds=15), client
-    )
+    await serve(frames_of([b"data: 1\n\n", b"data: [DONE]\n\n"]), client, heartbeat_seconds=15)
     assert client.sent[1:] == [
         {"type": "http.response.body", "body": b"data: 1\n\ndata: [DONE]\n\n", "more_body": False}
     ]
 
 
+async def test_frame_lists_are_written_as_sse() -> None:
+    async def chunks() -> AsyncIterator[list[Frame]]:
+        yield [Frame(b'{"a":1}', "one"), Frame(b'{"b":2}')]
+        yield []
+        yield [DONE]
+
+    client = Client()
+    await serve(chunks(), client, heartbeat_seconds=15)
+    assert client.body == b'event: one\ndata: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n'
+
+
 async def test_headers_first_then_frames_then_end() -> None:
-    closed: list[bool] = []
-    response = EventStreamResponse(
+    client = Client()
+    outcome = await serve(
         frames_of([b"data: 1\n\n", b"", b"data: 2\n\n"]),
+        client,
         heartbeat_seconds=15,
         headers={"X-Request-ID": "chatcmpl-1"},
-        on_close=lambda: closed.append(True),
     )
-    client = Client()
-    await serve(response, client)
     start = client.sent[0]
     assert start["type"] == "http.response.start"
     assert start["status"] == 200
@@ -104,8 +134,7 @@ async def test_headers_first_then_frames_then_end() -> None:
     # The body ends exactly once, with the last message (which may carry the last frames).
     assert client.sent[-1]["more_body"] is False
     assert all(m["more_body"] for m in client.sent[1:-1])
-    assert closed == [True]
-    assert response.client_disconnected is False
+    assert outcome == StreamOutcome(finished=True, client_gone=False)
 
 
 async def test_headers_go_out_before_the_first_frame_exists() -> None:
@@ -116,7 +145,7 @@ async def test_headers_go_out_before_the_first_frame_exists() -> None:
         yield b"data: late\n\n"
 
     client = Client()
-    task = asyncio.create_task(serve(EventStreamResponse(frames(), heartbeat_seconds=0), client))
+    task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=0))
     for _ in range(20):
         await asyncio.sleep(0.01)
         if client.sent:
@@ -133,7 +162,7 @@ async def test_heartbeats_while_the_engine_is_silent() -> None:
         yield b"data: x\n\n"
 
     client = Client()
-    await serve(EventStreamResponse(frames(), heartbeat_seconds=0.05), client)
+    await serve(frames(), client, heartbeat_seconds=0.05)
     body = client.body
     before, after = body.split(b"data: x\n\n")
     assert after == b""
@@ -145,7 +174,7 @@ async def test_heartbeats_while_the_engine_is_silent() -> None:
 async def test_no_heartbeats_while_frames_flow() -> None:
     client = Client()
     frames = [f"data: {i}\n\n".encode() for i in range(10)]
-    await serve(EventStreamResponse(frames_of(frames, delay=0.01), heartbeat_seconds=5), client)
+    await serve(frames_of(frames, delay=0.01), client, heartbeat_seconds=5)
     assert HEARTBEAT not in client.body
     assert client.body == b"".join(frames)
 
@@ -156,13 +185,12 @@ async def test_heartbeats_disabled_with_zero_interval() -> None:
         yield b"data: x\n\n"
 
     client = Client()
-    await serve(EventStreamResponse(frames(), heartbeat_seconds=0), client)
+    await serve(frames(), client, heartbeat_seconds=0)
     assert client.body == b"data: x\n\n"
 
 
-async def test_disconnect_cancels_the_producer_and_runs_on_close() -> None:
+async def test_disconnect_cancels_the_producer() -> None:
     log: list[str] = []
-    closed: list[bool] = []
 
     async def frames() -> AsyncIterator[bytes]:
         try:
@@ -174,17 +202,12 @@ async def test_disconnect_cancels_the_producer_and_runs_on_close() -> None:
             raise
 
     client = Client()
-    response = EventStreamResponse(frames(), heartbeat_seconds=15, on_close=lambda: closed.append(True))
-    task = asyncio.create_task(serve(response, client))
+    task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=15))
     await asyncio.wait_for(client.body_sent.wait(), LIMIT)
     client.disconnect()
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
-    await task
-    assert loop.time() - t0 < 2  # promptly: no waiting for the producer to finish on its own
-    assert log == ["cancelled"]
-    assert closed == [True]
-    assert response.client_disconnected is True
+    outcome = await task
+    assert log == ["cancelled"]  # the stream returned only after the producer was cancelled
+    assert outcome == StreamOutcome(finished=False, client_gone=True)
     assert client.body == b"data: 1\n\n"
     assert not any(m.get("more_body") is False for m in client.sent)  # no normal end after a disconnect
 
@@ -201,20 +224,15 @@ async def test_disconnect_before_any_frame_cancels_the_producer() -> None:
             raise
 
     client = Client()
-    closed: list[bool] = []
-    task = asyncio.create_task(
-        serve(
-            EventStreamResponse(frames(), heartbeat_seconds=15, on_close=lambda: closed.append(True)), client
-        )
-    )
+    task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=15))
     await asyncio.sleep(0.05)
     client.disconnect()
-    await task
+    outcome = await task
     assert log == ["cancelled"]
-    assert closed == [True]
+    assert outcome.client_gone
 
 
-async def test_write_failure_cancels_the_producer_and_runs_on_close() -> None:
+async def test_write_failure_cancels_the_producer() -> None:
     log: list[str] = []
 
     async def frames() -> AsyncIterator[bytes]:
@@ -227,32 +245,67 @@ async def test_write_failure_cancels_the_producer_and_runs_on_close() -> None:
             raise
 
     client = Client(fail_on_body=1)
-    closed: list[bool] = []
-    response = EventStreamResponse(frames(), heartbeat_seconds=15, on_close=lambda: closed.append(True))
-    await serve(response, client)
+    outcome = await serve(frames(), client, heartbeat_seconds=15)
     assert log == ["cancelled"]
-    assert closed == [True]
+    assert outcome.client_gone
     assert len(client.bodies()) == 1
 
 
-async def test_on_close_runs_when_the_producer_raises() -> None:
+async def test_the_stream_ends_when_the_producer_raises() -> None:
     async def frames() -> AsyncIterator[bytes]:
         yield b"data: 1\n\n"
         raise RuntimeError("encoder bug")
 
-    closed: list[bool] = []
     client = Client()
-    await serve(
-        EventStreamResponse(frames(), heartbeat_seconds=15, on_close=lambda: closed.append(True)), client
-    )
+    await serve(frames(), client, heartbeat_seconds=15)
     assert client.body == b"data: 1\n\n"
-    assert closed == [True]
     assert client.sent[-1]["more_body"] is False
+
+
+class StalledClient(Client):
+    """A client that stops reading: the first body write does not complete, as uvicorn's `send`
+    waits while the socket's write buffer is above its high-water mark — until the connection
+    is lost, which releases it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stalled = asyncio.Event()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.sent.append(message)
+        if message["type"] == "http.response.body":
+            self.stalled.set()
+            await self._gone.wait()
+
+
+async def test_a_client_that_stops_reading_stops_the_producer() -> None:
+    """Backpressure: while the client reads nothing, the producer is pulled only until the
+    outbox holds `buffer_bytes`; it is not drained."""
+    produced = 0
+    frame = b"data: " + b"x" * 1000 + b"\n\n"
+
+    async def frames() -> AsyncIterator[bytes]:
+        nonlocal produced
+        for _ in range(100_000):
+            produced += 1
+            yield frame
+
+    client = StalledClient()
+    task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=15, buffer_bytes=16 * 1024))
+    await asyncio.wait_for(client.stalled.wait(), LIMIT)
+    for _ in range(50):  # let the producer run as far as it can
+        await asyncio.sleep(0)
+    # One write in flight plus at most one outbox's worth, then the producer waits.
+    assert produced <= 2 * (16 * 1024 // len(frame)) + 3
+    client.disconnect()
+    outcome = await task
+    assert outcome.client_gone
+    assert produced < 100
 
 
 @pytest.mark.parametrize("silent_engine", [False, True])
 async def test_disconnect_cancels_the_engine_through_the_whole_chain(silent_engine: bool) -> None:
-    """Client gone → response → encoder frames → segmenter → deadlines → the engine itself."""
+    """Client gone → stream → pipeline frames → segmenter → deadlines → the engine itself."""
     log: list[str] = []
     started = asyncio.Event()
 
@@ -271,17 +324,12 @@ async def test_disconnect_cancels_the_engine_through_the_whole_chain(silent_engi
             raise
 
     limits = StreamLimits(heartbeat_seconds=0.05, request_timeout_seconds=60, idle_timeout_seconds=60)
-    encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
-    frames = encoded_frames(canonical_events(engine(), limits), encoder.encode)
     client = Client()
-    task = asyncio.create_task(serve(EventStreamResponse(frames, heartbeat_seconds=0.05), client))
+    task = asyncio.create_task(serve(chat_frames(engine(), limits), client, heartbeat_seconds=0.05))
     await asyncio.wait_for(started.wait(), LIMIT)
     await asyncio.wait_for(client.body_sent.wait(), LIMIT)  # a chunk or a heartbeat went out
     client.disconnect()
-    loop = asyncio.get_running_loop()
-    t0 = loop.time()
     await task
-    assert loop.time() - t0 < 2
     assert log == ["cancelled"]
     body = client.body
     assert b"[DONE]" not in body and b"event: error" not in body
@@ -294,10 +342,8 @@ async def test_full_chain_normal_end() -> None:
         yield TextDelta(ItemKind.MESSAGE, "Hi")
         yield Finished(FinishReason.STOP)
 
-    encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
-    frames = encoded_frames(canonical_events(engine(), StreamLimits()), encoder.encode)
     client = Client()
-    await serve(EventStreamResponse(frames, heartbeat_seconds=15), client)
+    await serve(chat_frames(engine(), StreamLimits()), client, heartbeat_seconds=15)
     assert client.body.endswith(b"data: [DONE]\n\n")
     assert b'"content":"Hi"' in client.body
     assert client.sent[-1]["more_body"] is False
@@ -310,10 +356,8 @@ async def test_full_chain_timeout_ends_with_error_frame() -> None:
         yield Finished(FinishReason.STOP)  # never reached
 
     limits = StreamLimits(heartbeat_seconds=15, request_timeout_seconds=None, idle_timeout_seconds=0.1)
-    encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
-    frames = encoded_frames(canonical_events(engine(), limits), encoder.encode)
     client = Client()
-    await serve(EventStreamResponse(frames, heartbeat_seconds=15), client)
+    await serve(chat_frames(engine(), limits), client, heartbeat_seconds=15)
     assert client.body.endswith(
         b'event: error\ndata: {"error":{"message":"No output from the model for 0.1s (idle_timeout_seconds).",'
         b'"type":"stream_idle_timeout","param":null,"code":"stream_idle_timeout"}}\n\ndata: [DONE]\n\n'
@@ -326,10 +370,8 @@ async def test_heartbeats_do_not_reset_the_idle_timeout() -> None:
         yield Finished(FinishReason.STOP)  # never reached
 
     limits = StreamLimits(heartbeat_seconds=0.02, request_timeout_seconds=None, idle_timeout_seconds=0.25)
-    encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
-    frames = encoded_frames(canonical_events(engine(), limits), encoder.encode)
     client = Client()
-    await serve(EventStreamResponse(frames, heartbeat_seconds=0.02), client)
+    await serve(chat_frames(engine(), limits), client, heartbeat_seconds=0.02)
     body = client.body
     assert body.count(HEARTBEAT) >= 2  # heartbeats went out while waiting ...
     assert b'"type":"stream_idle_timeout"' in body  # ... and the idle timeout still fired

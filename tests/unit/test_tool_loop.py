@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from tool_fakes import PROVIDER, FakeToolSet, echo
 
+from sluicegate.core.deadlines import with_deadlines
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     ApprovalRequested,
@@ -28,10 +29,9 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message, ServerTool, ToolSpec
 from sluicegate.core.segment import segment
-from sluicegate.engines.registry import Model
+from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
-from sluicegate.tools.loop import MAX_ROUNDS_CODE, model_rounds, run_tool_loop
-from sluicegate.transport.deadline import with_deadlines
+from sluicegate.tools.loop import MAX_ROUNDS_CODE, loop_generation, model_rounds, run_tool_loop
 
 CALL_WEATHER = {"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}
 ANSWER = {"when": {"last_role": "tool"}, "content": "It is sunny."}
@@ -345,6 +345,30 @@ async def test_the_models_slot_is_free_while_tools_run() -> None:
     assert seen == [0], "no generation holds the slot while the tool runs"
     assert events[-1] == Finished(FinishReason.STOP)
     assert model.instances[0]._active == 0
+
+
+async def test_a_loop_closed_before_it_started_gives_the_first_rounds_queue_place_back() -> None:
+    engine = ScriptedEngine("m", parse_script({"replies": [ANSWER, CALL_WEATHER]}, "t"))
+    model = Model(engine, max_concurrency=1, max_queue=1)
+    first = model.open(chat())
+    rounds = run_tool_loop(chat(), FakeToolSet({"weather": echo}), model_rounds(model, first), max_rounds=5)
+    generation = loop_generation(first, rounds)
+    assert (generation.instance_id, model.instances[0]._waiting) == (first.instance_id, 1)
+    await generation.aclose()  # never iterated: the loop never reached its first round
+    assert model.instances[0]._waiting == 0
+    assert not model.busy
+
+
+async def test_a_loop_generation_iterated_to_the_end_then_closed_is_fine() -> None:
+    engine = ScriptedEngine("m", parse_script({"replies": [ANSWER, CALL_WEATHER]}, "t"))
+    model = Model(engine, max_concurrency=1, max_queue=1)
+    first = model.open(chat())
+    rounds = run_tool_loop(chat(), FakeToolSet({"weather": echo}), model_rounds(model, first), max_rounds=5)
+    generation = loop_generation(first, rounds)
+    events = [e async for e in generation.events]
+    await generation.aclose()
+    assert events[-1] == Finished(FinishReason.STOP)
+    assert not model.busy
 
 
 async def test_cancelling_the_response_cancels_running_tool_calls() -> None:

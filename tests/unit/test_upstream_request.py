@@ -10,6 +10,7 @@ from sluicegate.core.request import (
     ChatRequest,
     ContentPart,
     Message,
+    RequestOptions,
     SamplingParams,
     ToolCall,
     ToolSpec,
@@ -79,12 +80,8 @@ def test_tools_choice_sampling_and_extras() -> None:
         ),
         reasoning_effort="low",
         response_format={"type": "json_object"},
-        extra={
-            "chat_template_kwargs": {"enable_thinking": False},
-            "ttl": 60,
-            "context_length": 4096,
-            "model": "no",
-        },
+        options=RequestOptions(ttl=60, context_length=4096),
+        extra={"chat_template_kwargs": {"enable_thinking": False}, "model": "no"},
     )
     body = request_body(request, "up")
     assert body["tools"] == [

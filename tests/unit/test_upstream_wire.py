@@ -308,7 +308,7 @@ def test_nothing_after_done_is_decoded() -> None:
 
 
 def test_think_tags_in_content_become_reasoning_when_configured() -> None:
-    from sluicegate.tools.parsing import THINK, OutputParser
+    from sluicegate.parsing import THINK, OutputParser
 
     frames = [
         chunk({"role": "assistant", "content": ""}),

@@ -70,6 +70,10 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return SluicegateError(ErrorKind.INVALID_REQUEST, message, param=param, code=code)
 
 
+class ConfigError(Exception):
+    """A configuration problem, reported at startup with the offending key."""
+
+
 class EngineFailure(Exception):
     """Raised by an engine mid-generation; the core turns it into a `Failed` event."""
 

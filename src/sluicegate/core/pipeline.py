@@ -1,6 +1,7 @@
 """The path every request takes from engine to dialect, composed once.
 
-engine raw events → deadlines (transport) → segmentation → accumulator + encoder → frames
+engine raw events → deadlines → segmentation → canonical events (the turn runner takes it
+from there: accumulator + encoder → frames, `sluicegate/turn/pipeline.py`).
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.deadlines import with_deadlines
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, RawEvent
 from sluicegate.core.segment import segment
-from sluicegate.transport.deadline import with_deadlines
 
 T = TypeVar("T")
 
@@ -33,26 +34,6 @@ def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> Asyn
         idle_seconds=limits.idle_timeout_seconds,
     )
     return segment(guarded)
-
-
-async def encoded_frames(
-    events: AsyncIterator[Event],
-    encode: Callable[[Event], bytes],
-    accumulator: Accumulator | None = None,
-) -> AsyncIterator[bytes]:
-    """Feed each event to the accumulator and the dialect's encoder; yield non-empty frames."""
-    feed = accumulator.feed if accumulator is not None else None
-    try:
-        async for event in events:
-            if feed is not None:
-                feed(event)
-            frame = encode(event)
-            if frame:
-                yield frame
-    finally:
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 async def collect(events: AsyncIterator[Event], accumulator: Accumulator | None = None) -> ChatResult:

@@ -101,6 +101,19 @@ ToolChoice = Literal["auto", "none", "required"] | str  # a str other than the t
 
 
 @dataclass(slots=True)
+class RequestOptions:
+    """How the server serves a request, as opposed to what the model generates: settings the
+    registry and engines read themselves (never sent on to an upstream)."""
+
+    # LM Studio's `ttl`: idle seconds before the instance this request used is unloaded.
+    ttl: float | None = None
+    # LM Studio's per-request `context_length` (the dialect checked it against the model's
+    # maximum). An instance this request loads just in time loads with it; an engine that
+    # already runs also caps this request's context (prompt + output) at it (llamacpp).
+    context_length: int | None = None
+
+
+@dataclass(slots=True)
 class ChatRequest:
     model: str
     messages: list[Message]
@@ -110,7 +123,10 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
-    # Engine-specific knobs a dialect passed through untouched (e.g. an upstream's extra_body).
+    options: RequestOptions = field(default_factory=RequestOptions)
+    # Pass-through only: a client's extension parameters sent on untouched to an upstream that
+    # understands them (e.g. `chat_template_kwargs`, `cache_prompt` from an `extra_body`). The
+    # server itself reads nothing here; what it reads is a typed field (`options`).
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

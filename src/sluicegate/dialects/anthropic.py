@@ -101,7 +101,8 @@ def _frame(event: str, body: dict[str, Any]) -> Frame:
 
 
 class AnthropicEncoder:
-    """One response's state machine. `encode` returns the frames for one canonical event."""
+    """One response's state machine (the `Encoder` of dialects/base.py): `encode` returns the
+    frames for one canonical event, `body` the non-streaming message."""
 
     def __init__(
         self, message_id: str, model: str, signer: ThinkingSigner, *, omit_thinking: bool = False
@@ -117,6 +118,30 @@ class AnthropicEncoder:
         self.refused = False
         # Blocks closed by a limit or a failure: stopped only if the stream does not fail.
         self.held: list[Frame] = []
+
+    def opening(self) -> list[Frame]:
+        return []  # message_start waits for the first block, so it can carry the prompt's usage
+
+    def closing(self) -> list[Frame]:
+        return []  # no end-of-stream sentinel in this dialect
+
+    def cancelled(self, reason: str) -> list[Frame]:
+        """Cancelled by the server (shutdown): an `error` event, the dialect's only bad ending."""
+        self.held.clear()
+        info = ErrorInfo(ErrorKind.CANCELLED, f"The response was cancelled ({reason}).")
+        return [_frame("error", anthropic_error(info))]
+
+    def body(self, result: ChatResult) -> dict[str, Any]:
+        return message_body(
+            result,
+            message_id=self.message_id,
+            model=self.model,
+            signer=self.signer,
+            omit_thinking=self.omit_thinking,
+        )
+
+    def response_object(self) -> dict[str, Any] | None:
+        return None  # nothing of this dialect is stored
 
     def encode(self, event: Event) -> list[Frame]:
         match event:

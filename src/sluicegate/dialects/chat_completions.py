@@ -14,7 +14,6 @@ from typing import Any, Literal
 import orjson
 
 from sluicegate.core.accumulate import ChatResult
-from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import (
     Event,
     Failed,
@@ -27,11 +26,10 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.frames import DONE, Frame
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.transport.sse import sse_frame
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
-DONE = b"data: [DONE]\n\n"
 # Items of tools the server runs itself (tool loop): not part of this dialect.
 SERVER_SIDE = frozenset({ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST})
 
@@ -88,20 +86,22 @@ class ChatCompletionsEncoder:
                 "system_fingerprint": None,
             }
         )
-        self._head = b"data: " + envelope[:-1] + b',"choices":[{"index":0,"delta":'
-        self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}\n\n"
+        self._head = envelope[:-1] + b',"choices":[{"index":0,"delta":'
+        self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}"
         self._envelope = envelope
+        self.completion_id, self.created, self.model = completion_id, created, model
+        self.reasoning_field = reasoning_field
         self.include_usage = include_usage
         self.logprobs = logprobs
         self.reasoning_keys = reasoning_keys(reasoning_field)
         self.started = False
         self.usage = Usage()
 
-    def _chunk(self, delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> bytes:
+    def _chunk(self, delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> Frame:
         lp = b"null" if logprobs is None else orjson.dumps(logprobs)
-        return self._head + orjson.dumps(delta) + b',"logprobs":' + lp + self._tail
+        return Frame(self._head + orjson.dumps(delta) + b',"logprobs":' + lp + self._tail)
 
-    def _role_chunk(self, first: Item | None) -> bytes:
+    def _role_chunk(self, first: Item | None) -> Frame:
         self.started = True
         if first is not None and first.kind is ItemKind.REFUSAL:
             return self._chunk({"role": "assistant", "content": None, "refusal": ""})
@@ -111,23 +111,34 @@ class ChatCompletionsEncoder:
         # accumulators end with "" where the non-streaming body has null.
         return self._chunk({"role": "assistant", "content": None})
 
-    def encode(self, event: Event) -> bytes:
+    def opening(self) -> list[Frame]:
+        return []
+
+    def encode(self, event: Event) -> list[Frame]:
         match event:
             case ItemDelta():
-                return self._delta(event)
+                frame = self._delta(event)
+                return [frame] if frame is not None else []
             case ItemAdded():
-                return self._added(event.item)
+                frame = self._added(event.item)
+                return [frame] if frame is not None else []
             case UsageReport():
                 self.usage = event.usage
             case Finished():
                 return self._finish(event.reason.value)
             case Failed():
-                return self._failed(event.error)
-        return b""
+                return [Frame(orjson.dumps(openai_error(event.error)), "error")]
+        return []
 
-    def _added(self, item: Item) -> bytes:
+    def cancelled(self, reason: str) -> list[Frame]:
+        return []
+
+    def closing(self) -> list[Frame]:
+        return [DONE]
+
+    def _added(self, item: Item) -> Frame | None:
         if item.kind in SERVER_SIDE or item.provider is not None:
-            return b""  # the server runs its own tools: the client sees their text rounds only
+            return None  # the server runs its own tools: the client sees their text rounds only
         if item.kind is ItemKind.TOOL_CALL:
             call = {
                 "index": item.tool_index,
@@ -140,10 +151,10 @@ class ChatCompletionsEncoder:
             self.started = True
             return self._chunk({"role": "assistant", "content": None, "tool_calls": [call]})
         if self.started:
-            return b""
+            return None
         return self._role_chunk(item)
 
-    def _delta(self, event: ItemDelta) -> bytes:
+    def _delta(self, event: ItemDelta) -> Frame | None:
         item = event.item
         kind = item.kind
         if kind is ItemKind.MESSAGE:
@@ -158,18 +169,28 @@ class ChatCompletionsEncoder:
         if kind is ItemKind.REFUSAL:
             lp = {"content": None, "refusal": logprobs_body(event.logprobs or [])} if self.logprobs else None
             return self._chunk({"refusal": event.text}, lp)
-        return b""
+        return None
 
-    def _finish(self, reason: str) -> bytes:
-        head = b"" if self.started else self._role_chunk(None)
+    def _finish(self, reason: str) -> list[Frame]:
+        head = [] if self.started else [self._role_chunk(None)]
         choice = (
             b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]'
         )
         usage = b',"usage":' + orjson.dumps(usage_body(self.usage)) if self.include_usage else b""
-        return head + b"data: " + self._envelope[:-1] + choice + usage + b"}\n\n" + DONE
+        return [*head, Frame(self._envelope[:-1] + choice + usage + b"}")]
 
-    def _failed(self, error: ErrorInfo) -> bytes:
-        return sse_frame(orjson.dumps(openai_error(error)), event="error") + DONE
+    def body(self, result: ChatResult) -> dict[str, Any]:
+        return completion_body(
+            result,
+            completion_id=self.completion_id,
+            created=self.created,
+            model=self.model,
+            logprobs=self.logprobs,
+            reasoning_field=self.reasoning_field,
+        )
+
+    def response_object(self) -> dict[str, Any] | None:
+        return None
 
 
 def completion_body(

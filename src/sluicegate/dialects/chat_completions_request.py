@@ -23,8 +23,8 @@ from sluicegate.core.request import (
 from sluicegate.core.validation import Fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
-# Accepted and forwarded in `ChatRequest.extra` for engines that understand them.
-EXTENSION_PARAMS = ("ttl", "chat_template_kwargs", "cache_prompt")
+# Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
+EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt")
 
 
 @dataclass(slots=True)
@@ -67,8 +67,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     _refuse_unservable(f)
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
-    if (ttl := f.number("ttl", low=1)) is not None:
-        request.extra["ttl"] = ttl
+    request.options.ttl = f.number("ttl", low=1)
     return request, ChatOptions(stream=stream, include_usage=include_usage)
 
 

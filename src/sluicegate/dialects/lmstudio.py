@@ -32,6 +32,7 @@ from sluicegate.core.events import (
     PromptProgress,
     PromptStarted,
 )
+from sluicegate.core.frames import Frame
 
 Json = dict[str, Any]
 Vocabulary = Literal["current", "v0"]
@@ -177,9 +178,9 @@ def chat_result_body(
     return body
 
 
-def _frame(kind: str, fields: Json | None = None) -> bytes:
+def _frame(kind: str, fields: Json | None = None) -> Frame:
     payload = {"type": kind, **fields} if fields else {"type": kind}
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+    return Frame(orjson.dumps(payload), kind)
 
 
 class LMStudioEncoder:
@@ -200,10 +201,19 @@ class LMStudioEncoder:
         self.result: Json | None = None  # chat.end's result, once sent
         self.calls: dict[str | None, Item] = {}  # server-side calls awaiting their result
 
-    def start(self) -> bytes:
-        return _frame("chat.start", {"model_instance_id": self.instance_id})
+    def opening(self) -> list[Frame]:
+        return [_frame("chat.start", {"model_instance_id": self.instance_id})]
 
-    def body(self) -> Json:
+    def cancelled(self, reason: str) -> list[Frame]:
+        return []
+
+    def closing(self) -> list[Frame]:
+        return []
+
+    def response_object(self) -> Json | None:
+        return None  # stored in the Responses shape by the conversation package
+
+    def body(self, result: ChatResult | None = None) -> Json:
         return chat_result_body(
             self.accumulator.result,
             self.accumulator.snapshot(),
@@ -212,11 +222,17 @@ class LMStudioEncoder:
             providers=self.providers,
         )
 
-    def encode(self, event: Event) -> bytes:
+    def encode(self, event: Event) -> list[Frame]:
+        frame = self._encode(event)
+        if frame is None:
+            return []
+        return frame if isinstance(frame, list) else [frame]
+
+    def _encode(self, event: Event) -> Frame | list[Frame] | None:
         match event:
             case ItemDelta(item=item, text=text):
                 kind = "reasoning.delta" if item.kind is ItemKind.REASONING else "message.delta"
-                return b"" if item.kind is ItemKind.TOOL_CALL else _frame(kind, {"content": text})
+                return None if item.kind is ItemKind.TOOL_CALL else _frame(kind, {"content": text})
             case ItemAdded(item=item):
                 return self._added(item)
             case ItemDone(item=item):
@@ -239,23 +255,23 @@ class LMStudioEncoder:
             case Finished():
                 return self.end()
             case Failed(error=error):
-                return _frame("error", {"error": lmstudio_error_payload(error)}) + self.end()
-        return b""
+                return [_frame("error", {"error": lmstudio_error_payload(error)}), self.end()]
+        return None
 
-    def end(self) -> bytes:
+    def end(self) -> Frame:
         self.result = self.body()
         return _frame("chat.end", {"result": self.result})
 
-    def _added(self, item: Item) -> bytes:
+    def _added(self, item: Item) -> Frame | None:
         if item.kind is ItemKind.REASONING:
             return _frame("reasoning.start")
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
             return _frame("message.start")
         if item.kind is ItemKind.TOOL_CALL and (provider := self.providers(item.name or "")) is not None:
             return _frame("tool_call.start", {"tool": item.name, "provider_info": provider})
-        return b""
+        return None
 
-    def _done(self, item: Item) -> bytes:
+    def _done(self, item: Item) -> Frame | None:
         if item.kind is ItemKind.REASONING:
             return _frame("reasoning.end")
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL):
@@ -263,7 +279,7 @@ class LMStudioEncoder:
         if item.kind is ItemKind.TOOL_RESULT:
             return self._result(item)
         if item.kind is not ItemKind.TOOL_CALL:
-            return b""
+            return None
         failure = tool_failure(item, self.providers)
         if failure is None:
             self.calls[item.call_id] = item
@@ -284,11 +300,11 @@ class LMStudioEncoder:
             return _frame("tool_call.result", fields)
         return _frame("tool_call.failure", {"reason": reason, "metadata": metadata})
 
-    def _result(self, result: Item) -> bytes:
+    def _result(self, result: Item) -> Frame | None:
         """A server-side call's outcome; calls that failed on their own were reported already."""
         call = self.calls.pop(result.call_id, None)
         if call is None:
-            return b""
+            return None
         failure = result_failure(call, result)
         if failure is not None and self.vocabulary == "current":
             reason, metadata = failure

@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import orjson
 
-from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import (
     Event,
@@ -39,6 +39,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.frames import DONE, Frame
 from sluicegate.dialects.responses_items import logprob_entries, output_item
 from sluicegate.dialects.responses_mcp import (
     is_server_call,
@@ -147,29 +148,47 @@ class ResponsesEncoder:
         self.output_index: dict[int, int] = {}  # canonical item index → output index
         self.running_calls: dict[str, Item] = {}  # server calls waiting for their result, by call_id
 
-    def _frame(self, kind: str, fields: Json) -> bytes:
+    def _frame(self, kind: str, fields: Json) -> Frame:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
-        return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(payload) + b"\n\n"
+        return Frame(orjson.dumps(payload), kind)
 
     def snapshot(self) -> Json:
         running = self.state.status in ("queued", "in_progress")
         open_status = "in_progress" if running else "incomplete"
         return self.state.object(items_output(self.accumulator.snapshot(), open_status))
 
-    def opening(self, queued: bool) -> list[bytes]:
-        """`response.created` (and `response.queued` for background), before any output."""
+    def opening(self) -> list[Frame]:
+        """`response.created`, then `response.in_progress` — or, for a background response,
+        `response.queued` (it goes in progress with the engine's first event)."""
+        queued = self.state.request.background
         self.state.status = "queued" if queued else "in_progress"
         frames = [self._frame("response.created", {"response": self.state.object([])})]
         if queued:
             frames.append(self._frame("response.queued", {"response": self.state.object([])}))
+        else:
+            frames.append(self._frame("response.in_progress", {"response": self.state.object([])}))
         return frames
 
-    def in_progress(self) -> list[bytes]:
+    def _in_progress(self) -> list[Frame]:
         self.state.status = "in_progress"
         return [self._frame("response.in_progress", {"response": self.state.object([])})]
 
-    def encode(self, event: Event) -> list[bytes]:
+    def closing(self) -> list[Frame]:
+        return [DONE]
+
+    def body(self, result: ChatResult) -> Json:
+        return self.final or self.snapshot()
+
+    def response_object(self) -> Json | None:
+        return self.final or self.snapshot()
+
+    def encode(self, event: Event) -> list[Frame]:
+        if self.state.status == "queued":
+            return [*self._in_progress(), *self.encode_running(event)]
+        return self.encode_running(event)
+
+    def encode_running(self, event: Event) -> list[Frame]:
         match event:
             case ItemDelta():
                 return [self._delta(event)]
@@ -188,10 +207,10 @@ class ResponsesEncoder:
     def _where(self, item: Item) -> Json:
         return {"item_id": item.id, "output_index": self.output_index[item.index]}
 
-    def _item_frame(self, kind: str, item: Item, body: Json) -> bytes:
+    def _item_frame(self, kind: str, item: Item, body: Json) -> Frame:
         return self._frame(kind, {"output_index": self.output_index[item.index], "item": body})
 
-    def _added(self, item: Item) -> list[bytes]:
+    def _added(self, item: Item) -> list[Frame]:
         if is_server_result(item):
             return []  # it completes its call, at done
         self.output_index[item.index] = len(self.output_index)
@@ -223,7 +242,7 @@ class ResponsesEncoder:
             )
         return frames
 
-    def _delta(self, event: ItemDelta) -> bytes:
+    def _delta(self, event: ItemDelta) -> Frame:
         item = event.item
         kind = item.kind
         if kind is ItemKind.MESSAGE:
@@ -241,7 +260,7 @@ class ResponsesEncoder:
             "response.refusal.delta", {**self._where(item), "content_index": 0, "delta": event.text}
         )
 
-    def _done(self, item: Item) -> list[bytes]:
+    def _done(self, item: Item) -> list[Frame]:
         if is_server_result(item):
             return self._result(item)
         if is_server_call(item):
@@ -256,7 +275,7 @@ class ResponsesEncoder:
             ]
         where = self._where(item)
         final = output_item(item, "incomplete" if item.cut_short else "completed")
-        frames: list[bytes] = []
+        frames: list[Frame] = []
         kind = item.kind
         if kind is ItemKind.MESSAGE:
             lp = final["content"][0]["logprobs"]
@@ -283,7 +302,7 @@ class ResponsesEncoder:
         frames.append(self._item_frame("response.output_item.done", item, final))
         return frames
 
-    def _result(self, result: Item) -> list[bytes]:
+    def _result(self, result: Item) -> list[Frame]:
         """A server call's outcome: the call it answers is done now."""
         outcome = "failed" if result.error is not None else "completed"
         call = self.running_calls.pop(result.call_id or "", None)
@@ -303,10 +322,10 @@ class ResponsesEncoder:
             self._item_frame("response.output_item.done", result, body),
         ]
 
-    def _close_running_calls(self) -> list[bytes]:
+    def _close_running_calls(self) -> list[Frame]:
         """Calls the response ended without (a failure, a cancel): `incomplete`, as the final
         `output` has them."""
-        frames: list[bytes] = []
+        frames: list[Frame] = []
         for call in self.running_calls.values():
             frames.append(self._frame("response.mcp_call.failed", self._where(call)))
             frames.append(
@@ -322,7 +341,7 @@ class ResponsesEncoder:
         self.final = self.snapshot()
         return self.final
 
-    def _finished(self, reason: FinishReason) -> list[bytes]:
+    def _finished(self, reason: FinishReason) -> list[Frame]:
         frames = self._close_running_calls()
         if reason in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
             self.state.status = "incomplete"
@@ -332,7 +351,7 @@ class ResponsesEncoder:
         self.state.status = "completed"
         return [*frames, self._frame("response.completed", {"response": self._finish_object()})]
 
-    def _failed(self, error: ErrorInfo) -> list[bytes]:
+    def _failed(self, error: ErrorInfo) -> list[Frame]:
         frames = self._close_running_calls()
         self.state.status = "failed"
         self.state.error = {
@@ -341,9 +360,10 @@ class ResponsesEncoder:
         }
         return [*frames, self._frame("response.failed", {"response": self._finish_object()})]
 
-    def cancelled(self, reason: str) -> list[bytes]:
+    def cancelled(self, reason: str) -> list[Frame]:
         """The response was cancelled (by `/cancel` or a foreground client leaving)."""
-        frames = self._close_running_calls()
+        frames = [] if self.state.status != "queued" else self._in_progress()
+        frames += self._close_running_calls()
         self.state.status = "cancelled"
         self.state.incomplete_details = {"reason": reason}
         return [*frames, self._frame("response.incomplete", {"response": self._finish_object()})]

@@ -71,7 +71,7 @@ class ResponsesRequest:
     prompt_cache_key: str | None = None
     service_tier: str = "default"
     include: list[str] = field(default_factory=list)
-    extra: Json = field(default_factory=dict)
+    ttl: float | None = None  # LM Studio's: idle seconds before the instance used is unloaded
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -154,9 +154,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
                 key,
                 f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
             )
-    # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
-    if (ttl := f.number("ttl", low=1)) is not None:
-        req.extra["ttl"] = ttl
+    req.ttl = f.number("ttl", low=1)
     return req
 
 

@@ -14,13 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
 from sluicegate.core.errors import invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
-
-
-class ConfigError(Exception):
-    """A configuration problem, reported at startup with the offending key."""
 
 
 @dataclass(slots=True)
@@ -47,6 +44,15 @@ class ModelInfo:
 
 
 ProgressCallback = Callable[[float], None]
+
+
+@dataclass(slots=True)
+class LoadConfig:
+    """Settings a client asked one load of an instance for: LM Studio's load config, or the
+    per-request `context_length` of the request that loads it just in time. None: the engine's
+    own configured value."""
+
+    context_length: int | None = None
 
 
 class Discovery(ABC):
@@ -79,8 +85,9 @@ class Engine(ABC):
     # wait for that (bounded) before sending their own status line, so a refusal is an HTTP
     # error in the client's dialect and the headers can name who serves the request.
     answers_first: ClassVar[bool] = False
-    # Requests one instance runs at once unless the config says (`max_concurrency`): a llama.cpp
-    # context runs one sequence, an upstream takes many.
+    # Requests one instance runs at once unless the config says (`max_concurrency`; 0: no cap):
+    # a llama.cpp context runs one sequence; an upstream that batches (vLLM, SGLang) is not
+    # capped by default, so a gateway never holds requests in its queue while the upstream idles.
     default_max_concurrency: ClassVar[int] = 64
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1
@@ -131,6 +138,11 @@ class Engine(ABC):
 
     async def start(self) -> None:
         """Start background work (health checks, discovery) once the server runs."""
+        return None
+
+    def configure_load(self, config: LoadConfig) -> None:
+        """Use `config` for the next `load()`; called before every load (an engine with nothing
+        to configure ignores it). Values were checked against `info()` already."""
         return None
 
     async def load(self, on_progress: ProgressCallback) -> None:

@@ -20,7 +20,9 @@ import contextlib
 import logging
 import time
 
-from sluicegate.engines.registry import Instance, InstanceHooks, Model, Registry
+from sluicegate.engines.instances import Instance, InstanceHooks
+from sluicegate.engines.models import Model
+from sluicegate.engines.registry import Registry
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,21 @@ from sluicegate.core.validation import Fields
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
 from sluicegate.downloads import DownloadError, Target
-from sluicegate.engines.registry import Instance, Model
+from sluicegate.engines.base import LoadConfig
+from sluicegate.engines.instances import Instance
+from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
-from sluicegate.routes.lmstudio import check_context_length
+
+
+def check_context_length(model: Model, context_length: int | None) -> None:
+    maximum = model.engine.info().context_length
+    if context_length is not None and maximum is not None and context_length > maximum:
+        raise invalid(
+            f"context_length {context_length} is above the maximum of model '{model.id}' ({maximum}).",
+            "context_length",
+            code="invalid_value",
+        )
+
 
 Json = dict[str, Any]
 endpoint = dialect_endpoint("lmstudio", lmstudio_error)
@@ -36,7 +48,8 @@ LOAD_KEYS = frozenset(
 
 def _instance_config(model: Model, instance: Instance) -> Json:
     info = instance.engine.info()
-    return {"context_length": info.context_length, "parallel": model.max_concurrency, **instance.config}
+    context_length = instance.config.context_length or info.context_length
+    return {"context_length": context_length, "parallel": model.max_concurrency}
 
 
 def model_entry(model: Model) -> Json:
@@ -112,7 +125,7 @@ async def load_model(request: Request) -> Response:
     if model is None:
         raise _model_not_found(model_id, "model")
     check_context_length(model, context_length)
-    config = {"context_length": context_length} if context_length is not None else {}
+    config = LoadConfig(context_length=context_length)
     instance, seconds = await model.load(new_instance=True, config=config, ttl=ttl)
     body: Json = {
         "type": "llm",

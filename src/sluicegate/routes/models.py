@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.engines.registry import Model
+from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
 
 

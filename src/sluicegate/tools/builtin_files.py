@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 from sluicegate.tools.base import ServerTool, ToolOutcome
 from sluicegate.tools.plugins import ToolPlugin
 

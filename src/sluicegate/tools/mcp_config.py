@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 
 Transport = Literal["stdio", "streamable_http", "sse"]
 

@@ -22,7 +22,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sluicegate.engines.base import ConfigError
+from sluicegate.core.errors import ConfigError
 from sluicegate.tools.base import ProviderInfo, ToolProvider
 
 log = logging.getLogger(__name__)

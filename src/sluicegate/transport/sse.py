@@ -1,44 +1,96 @@
-"""The one class that owns Server-Sent Events: framing, heartbeats and disconnects.
+"""The one place that owns Server-Sent Events: framing, heartbeats, backpressure, disconnects.
 
-Everything else just yields encoded frames. Headers go out at once; from then on a
-`: heartbeat` comment is sent whenever nothing else was sent for `heartbeat_seconds`, also
-while the engine has produced nothing yet. When the client goes away, the frame producer (and
-with it the whole generator chain down to the engine) is cancelled immediately.
+Encoders yield `Frame`s; only this module writes them as bytes (`event:`/`data:` lines, the
+blank line, `[DONE]`). Headers go out at once; from then on a `: heartbeat` comment is sent
+whenever nothing else was sent for `heartbeat_seconds`, also while the engine has produced
+nothing yet.
+
+Backpressure: frames wait in a per-stream outbox bounded in bytes (`buffer_bytes`). The sender
+writes them as fast as the client reads — uvicorn's `send` waits while the socket's write
+buffer is above its high-water mark — and the producer stops pulling from the pipeline while
+the outbox is full, so a client that stops reading stops the engine (llama.cpp pauses between
+tokens, an upstream connection stops being read and TCP flow control reaches it). Memory per
+stream is the outbox bound plus the transport's write buffer, however long the answer.
+
+When the client goes away the producer (and with it the whole generator chain down to the
+engine) is cancelled at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Final
 
-from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Receive, Send
+
+from sluicegate.core.frames import Frame
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT: Final = b": heartbeat\n\n"
+DEFAULT_BUFFER_BYTES: Final = 256 * 1024
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
 _END: Final = b"\x00end"  # producer finished (identity-compared, never sent)
 _GONE: Final = b"\x00gone"  # client disconnected
 
+# What a frame producer yields: frames to write, or bytes already framed (a stored replay).
+Chunk = list[Frame] | bytes
+
+
+def frame_bytes(frame: Frame) -> bytes:
+    """One SSE frame; `frame.data` is a single line (orjson output is)."""
+    if frame.event is None:
+        return b"data: " + frame.data + b"\n\n"
+    return b"event: " + frame.event.encode() + b"\ndata: " + frame.data + b"\n\n"
+
+
+def frames_bytes(frames: Iterable[Frame]) -> bytes:
+    return b"".join([frame_bytes(f) for f in frames])
+
 
 class _Outbox:
-    """Frames waiting to be sent, for one consumer: a list and a future. Per frame it costs
-    about half of what an `asyncio.Queue` hand-off does, and the consumer takes everything
-    waiting at once, which is how frames that are ready together go out in one write."""
+    """Frames waiting to be sent, for one consumer: a list, a byte count and two futures.
 
-    __slots__ = ("_items", "_waiter")
+    `put` never waits (control items — heartbeats, the end, a disconnect — must always get
+    through); the producer checks `full` and waits for `room` itself. The consumer takes
+    everything waiting at once, which is how frames that are ready together go out in one write.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_items", "_room", "_size", "_waiter", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
         self._items: list[bytes] = []
-        self._waiter: asyncio.Future[None] | None = None
+        self._size = 0
+        self._waiter: asyncio.Future[None] | None = None  # the consumer, waiting for items
+        self._room: asyncio.Future[None] | None = None  # the producer, waiting for space
+
+    @property
+    def full(self) -> bool:
+        return self._size >= self.limit
+
+    @property
+    def empty(self) -> bool:
+        return not self._items
 
     def put(self, item: bytes) -> None:
         self._items.append(item)
+        self._size += len(item)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    async def room(self) -> None:
+        """Wait until the consumer has taken what is waiting."""
+        if self.full:
+            self._room = asyncio.get_running_loop().create_future()
+            try:
+                await self._room
+            finally:
+                self._room = None
 
     async def take(self) -> list[bytes]:
         """Everything waiting, in order; waits for at least one item."""
@@ -48,101 +100,123 @@ class _Outbox:
                 await self._waiter
             finally:
                 self._waiter = None
-        items, self._items = self._items, []
+        items, self._items, self._size = self._items, [], 0
+        room = self._room
+        if room is not None and not room.done():
+            room.set_result(None)
         return items
 
 
-def sse_frame(data: bytes, event: str | None = None) -> bytes:
-    """One SSE frame; `data` must be a single line (orjson output is)."""
-    if event is None:
-        return b"data: " + data + b"\n\n"
-    return b"event: " + event.encode() + b"\ndata: " + data + b"\n\n"
+@dataclass(slots=True)
+class StreamOutcome:
+    finished: bool  # the producer ran to its end and everything was sent
+    client_gone: bool  # the client disconnected (or vanished mid-write) first
 
 
-class EventStreamResponse(StreamingResponse):
-    def __init__(
-        self,
-        frames: AsyncIterator[bytes],
-        *,
-        heartbeat_seconds: float,
-        headers: Mapping[str, str] | None = None,
-        on_close: Callable[[], None] | None = None,
-        heartbeat: bytes = HEARTBEAT,  # a dialect's own keep-alive frame (Anthropic's `ping`)
-    ) -> None:
-        base = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
-        super().__init__(frames, media_type="text/event-stream", headers={**base, **(headers or {})})
-        self.frames = frames
-        self.heartbeat_seconds = heartbeat_seconds
-        self.heartbeat = heartbeat
-        self.client_disconnected = False
-        self.on_close = on_close  # runs however the stream ends, even if it never started
+async def stream_sse(
+    chunks: AsyncIterator[Chunk],
+    send: Send,
+    receive: Receive,
+    *,
+    heartbeat_seconds: float,
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+    status: int = 200,
+    headers: Mapping[str, str] | None = None,
+    heartbeat: Frame | None = None,  # a dialect's own keep-alive event (Anthropic's `ping`)
+) -> StreamOutcome:
+    """Send the response head, then every chunk as SSE, with heartbeats and backpressure.
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-        loop = asyncio.get_running_loop()
-        outbox = _Outbox()
-        producer = loop.create_task(self._produce(outbox))
-        watcher = loop.create_task(_watch_disconnect(receive, outbox))
-        interval = self.heartbeat_seconds
-        last_sent = loop.time()
-        timer: asyncio.TimerHandle | None = None
+    Returns once the stream ended or the client left; either way the producer has been run
+    to completion or cancelled and awaited, so whatever it holds is released by then.
+    """
+    raw_headers = [
+        (k.lower().encode("latin-1"), v.encode("latin-1"))
+        for k, v in {
+            "content-type": "text/event-stream; charset=utf-8",
+            **SSE_HEADERS,
+            **(headers or {}),
+        }.items()
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    loop = asyncio.get_running_loop()
+    outbox = _Outbox(max(buffer_bytes, 1))
+    producer = loop.create_task(_produce(chunks, outbox))
+    watcher = loop.create_task(_watch_disconnect(receive, outbox))
+    interval = heartbeat_seconds
+    beat_bytes = frame_bytes(heartbeat) if heartbeat is not None else HEARTBEAT
+    last_sent = loop.time()
+    timer: asyncio.TimerHandle | None = None
 
-        def beat() -> None:
-            nonlocal timer
-            quiet = loop.time() - last_sent
-            if quiet >= interval * 0.999:
-                outbox.put(self.heartbeat)
-                timer = loop.call_later(interval, beat)
-            else:
-                timer = loop.call_later(interval - quiet, beat)
-
-        if interval > 0:
+    def beat() -> None:
+        nonlocal timer
+        quiet = loop.time() - last_sent
+        if quiet >= interval * 0.999:
+            if outbox.empty:  # a client that reads nothing gets no pile of heartbeats either
+                outbox.put(beat_bytes)
             timer = loop.call_later(interval, beat)
-        finished = False
-        last = b""  # frames that came with the end: they go out with it, in one write
-        gone = False
-        try:
-            while not (gone or finished):
-                # Whatever is waiting goes out in one write.
-                chunks: list[bytes] = []
-                for item in await outbox.take():
-                    if item is _GONE:
-                        gone = True
-                        break
-                    if item is _END:
-                        finished = True
-                        break
-                    chunks.append(item)
-                if finished:
-                    last = b"".join(chunks)
-                elif chunks:
-                    await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
-                    last_sent = loop.time()
-        except OSError:  # the client vanished mid-write
-            pass
-        finally:
-            if timer is not None:
-                timer.cancel()
-            watcher.cancel()
-            if not producer.done():
-                self.client_disconnected = True
-                producer.cancel()
-            await asyncio.gather(producer, watcher, return_exceptions=True)
-            if self.on_close is not None:
-                self.on_close()
-        if finished:
-            await send({"type": "http.response.body", "body": last, "more_body": False})
+        else:
+            timer = loop.call_later(interval - quiet, beat)
 
-    async def _produce(self, outbox: _Outbox) -> None:
-        put = outbox.put
+    if interval > 0:
+        timer = loop.call_later(interval, beat)
+    finished = False
+    gone = False
+    last = b""  # frames that came with the end: they go out with it, in one write
+    try:
+        while not (gone or finished):
+            chunks_out: list[bytes] = []
+            for item in await outbox.take():
+                if item is _GONE:
+                    gone = True
+                    break
+                if item is _END:
+                    finished = True
+                    break
+                chunks_out.append(item)
+            if finished:
+                last = b"".join(chunks_out)
+            elif chunks_out and not gone:
+                await send({"type": "http.response.body", "body": b"".join(chunks_out), "more_body": True})
+                last_sent = loop.time()
+    except OSError:  # the client vanished mid-write
+        gone = True
+    finally:
+        if timer is not None:
+            timer.cancel()
+        watcher.cancel()
+        if not producer.done():
+            gone = True
+            producer.cancel()
+        await asyncio.gather(producer, watcher, return_exceptions=True)
+    if finished and not gone:
         try:
-            async for frame in self.frames:
-                if frame:
-                    put(frame)
-        except Exception:  # encoders end streams themselves; this is a bug, not a client matter
-            log.exception("stream producer failed")
-        finally:
-            put(_END)
+            await send({"type": "http.response.body", "body": last, "more_body": False})
+        except OSError:
+            return StreamOutcome(finished=False, client_gone=True)
+    return StreamOutcome(finished=finished and not gone, client_gone=gone)
+
+
+async def _produce(chunks: AsyncIterator[Chunk], outbox: _Outbox) -> None:
+    put = outbox.put
+    try:
+        async for chunk in chunks:
+            if isinstance(chunk, bytes):
+                if chunk:
+                    put(chunk)
+            elif chunk:
+                put(frames_bytes(chunk))
+            if outbox.full:
+                await outbox.room()
+    except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
+        log.exception("stream producer failed")
+    finally:
+        put(_END)
+        aclose = getattr(chunks, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                log.exception("closing a stream producer failed")
 
 
 async def _watch_disconnect(receive: Receive, outbox: _Outbox) -> None:

@@ -12,20 +12,21 @@ import asyncio
 import random
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Capabilities, Engine, ModelInfo, ProgressCallback
+from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.gguf_info import GGUFInfo, read_gguf_info
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
 from sluicegate.engines.llamacpp.settings import MAX_DEFAULT_CONTEXT, LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.metrics import METRICS
-from sluicegate.tools.parsing import OutputParser, detect_reasoning, detect_tool_format
+from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 
@@ -45,9 +46,11 @@ class LlamaCppEngine(Engine):
             self.template, self.gguf.architecture
         )
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
+        # The most a load may ask for (listed as the model's maximum), and what it loads with.
         self.context_length = settings.context_length or min(
             self.gguf.context_length or MAX_DEFAULT_CONTEXT, MAX_DEFAULT_CONTEXT
         )
+        self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -126,12 +129,12 @@ class LlamaCppEngine(Engine):
         tokens = None
         runtime = self._runtime
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
-        if runtime is not None and len(prompt.encode("utf-8")) >= self.context_length:
+        if runtime is not None and len(prompt.encode("utf-8")) >= (limit := _context(runtime, request)):
             tokens = runtime.tokenize(prompt)
-            if len(tokens) >= self.context_length:
+            if len(tokens) >= limit:
                 raise invalid(
                     f"The prompt is {len(tokens)} tokens, more than model {self.model_id!r} can take "
-                    f"(context length {self.context_length}).",
+                    f"(context length {limit}).",
                     param="messages",
                     code="context_length_exceeded",
                 )
@@ -142,8 +145,12 @@ class LlamaCppEngine(Engine):
         runtime = self._runtime
         return len(runtime.tokenize(self._render(request))) if runtime is not None else None
 
+    def configure_load(self, config: LoadConfig) -> None:
+        self._load_context_length = config.context_length
+
     async def load(self, on_progress: ProgressCallback) -> None:
         settings = self.settings
+        context_length = self._load_context_length or self.context_length
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"llamacpp-{self.model_id}")
         loop = asyncio.get_running_loop()
@@ -151,7 +158,7 @@ class LlamaCppEngine(Engine):
         def build() -> LlamaRuntime:
             return LlamaRuntime(
                 settings.path,
-                context_length=self.context_length,
+                context_length=context_length,
                 n_gpu_layers=settings.n_gpu_layers,
                 threads=settings.threads,
                 batch_size=settings.batch_size,
@@ -208,11 +215,18 @@ class LlamaCppEngine(Engine):
             try:
                 if not job.tokens:
                     job.tokens = runtime.tokenize(prompt)
-                if len(job.tokens) >= runtime.n_ctx:
+                limit = _context(runtime, request)
+                if len(job.tokens) >= limit:
                     raise EngineFailure(
                         f"The prompt is {len(job.tokens)} tokens, more than the context length "
-                        f"({runtime.n_ctx}) of model {self.model_id!r}.",
+                        f"({limit}) of model {self.model_id!r}.",
                         code="context_length_exceeded",
+                    )
+                if limit < runtime.n_ctx:  # a per-request cap: prompt and output stay within it
+                    room = limit - len(job.tokens)
+                    asked = job.sampling.max_tokens
+                    job.sampling = replace(
+                        job.sampling, max_tokens=room if asked is None else min(asked, room)
                     )
                 runtime.generate(job)
             except BaseException as exc:
@@ -230,6 +244,13 @@ class LlamaCppEngine(Engine):
                     yield event
         finally:
             job.cancelled = True  # the worker stops before its next token
+
+
+def _context(runtime: LlamaRuntime, request: ChatRequest) -> int:
+    """The context this request may fill: the loaded one, or less if the request caps it."""
+    loaded: int = runtime.n_ctx
+    cap = request.options.context_length
+    return loaded if cap is None else min(cap, loaded)
 
 
 class _Raise:

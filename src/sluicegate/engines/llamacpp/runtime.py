@@ -42,7 +42,7 @@ from sluicegate.core.events import (
 from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.metrics import METRICS
-from sluicegate.tools.parsing import OutputParser
+from sluicegate.parsing import OutputParser
 
 _backend_ready = False
 

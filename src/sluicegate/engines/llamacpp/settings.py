@@ -8,7 +8,7 @@ from typing import Any
 
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.template import template_source
-from sluicegate.tools.parsing import ReasoningStyle, ToolCallFormat, reasoning_setting, tool_format_setting
+from sluicegate.parsing import ReasoningStyle, ToolCallFormat, reasoning_setting, tool_format_setting
 
 KEYS = frozenset(
     {

@@ -78,6 +78,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
 
 class UpstreamEngine(Engine):
     answers_first: ClassVar[bool] = True
+    default_max_concurrency: ClassVar[int] = 0  # no cap: the upstream batches (issue 16)
     auth: ClassVar[Auth] = "bearer"
     path: ClassVar[str]  # relative to each base URL, e.g. "/chat/completions"
 

@@ -16,7 +16,7 @@ from sluicegate.engines.upstream.base import REPLICA_HEADER, UpstreamEngine
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
-from sluicegate.tools.parsing import THINK, OutputParser
+from sluicegate.parsing import THINK, OutputParser
 
 __all__ = ["CHAT_PATH", "REPLICA_HEADER", "OpenAIUpstreamEngine"]
 

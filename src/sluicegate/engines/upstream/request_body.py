@@ -12,9 +12,6 @@ from typing import Any
 
 from sluicegate.core.request import ChatRequest, ContentPart, Message, ToolSpec
 
-# `ChatRequest.extra` keys that are Sluicegate's own (model loading), never an upstream's.
-LOCAL_EXTRA = frozenset({"ttl", "context_length"})
-
 
 def _content(content: str | list[ContentPart]) -> str | list[dict[str, Any]]:
     if isinstance(content, str):
@@ -95,6 +92,6 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
     if s.logprobs:
         body["logprobs"] = True
     for key, value in request.extra.items():  # the client's extras (e.g. chat_template_kwargs)
-        if key not in LOCAL_EXTRA and key not in body:
+        if key not in body:
             body[key] = value
     return body

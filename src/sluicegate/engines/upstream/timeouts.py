@@ -1,6 +1,6 @@
 """The upstream request's clocks: first byte, idle between chunks, and total.
 
-One timer per request, re-armed lazily like `transport/deadline.py`: a chunk only records the
+One timer per request, re-armed lazily like `core/deadlines.py`: a chunk only records the
 time. When a limit passes while the engine waits on the upstream, the waiting task is cancelled
 (the engine turns that into a `Failed` event); when it passes at any other moment, the engine
 sees `expired` at its next wait. The stream may be iterated by more than one task in turn (the

@@ -90,7 +90,7 @@ class SSEReader:
 
 
 class ContentParser(Protocol):
-    """Splits content text further, e.g. `<think>` tags into reasoning (tools/parsing.py)."""
+    """Splits content text further, e.g. `<think>` tags into reasoning (parsing/)."""
 
     def feed(self, text: str, logprobs: list[TokenLogprob] | None) -> list[RawEvent]: ...
 

@@ -15,7 +15,7 @@ from enum import Enum, auto
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, TokenLogprob, ToolCallDelta
 from sluicegate.core.ids import new_id
-from sluicegate.tools.parsing.calls import (
+from sluicegate.parsing.calls import (
     INVALID,
     arguments_text,
     broken_call,
@@ -23,8 +23,8 @@ from sluicegate.tools.parsing.calls import (
     name_in,
     parse_json,
 )
-from sluicegate.tools.parsing.formats import ReasoningStyle, ToolCallFormat
-from sluicegate.tools.parsing.scan import JsonScanner, QuoteTracker, held_from
+from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
+from sluicegate.parsing.scan import JsonScanner, QuoteTracker, held_from
 
 HERMES_OPEN = "<tool_call>"
 HERMES_CLOSE = "</tool_call>"

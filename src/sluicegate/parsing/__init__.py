@@ -4,7 +4,7 @@ Engines that see raw model text (llama.cpp; an upstream that leaves `<think>` in
 feed it to an `OutputParser` and yield the raw events it returns. See docs/parsing.md.
 """
 
-from sluicegate.tools.parsing.formats import (
+from sluicegate.parsing.formats import (
     THINK,
     ReasoningStyle,
     ToolCallFormat,
@@ -13,7 +13,7 @@ from sluicegate.tools.parsing.formats import (
     reasoning_setting,
     tool_format_setting,
 )
-from sluicegate.tools.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.parser import OutputParser, new_call_id
 
 __all__ = [
     "THINK",

@@ -1,0 +1,52 @@
+"""MCP approvals across turns: which approval requests a turn's input answers.
+
+An `mcp_approval_response` must answer a known approval request — in the history, or found in
+the store when the client sent it without `previous_response_id`. An approved request not run
+yet (no `mcp_call` names it) is run at the start of the turn, before the model (`turn/tools.py`);
+one that denies becomes a result saying so (`items_to_messages`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicegate.core.errors import invalid
+from sluicegate.store.base import Store
+
+Json = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Approvals:
+    """Approval requests this turn's input approves (to run first), and requests it answers
+    that were found in the store rather than the history (the model needs them in front)."""
+
+    approved: list[Json] = field(default_factory=list)
+    fetched: list[Json] = field(default_factory=list)
+
+
+async def resolve_approvals(history: list[Json], input_items: list[Json], store: Store) -> Approvals:
+    requests = {i["id"]: i for i in history if i.get("type") == "mcp_approval_request"}
+    done = {i.get("approval_request_id") for i in history if i.get("type") == "mcp_call"}
+    out = Approvals()
+    for index, item in enumerate(input_items):
+        if item.get("type") != "mcp_approval_response":
+            continue
+        request_id = item["approval_request_id"]
+        request = requests.get(request_id)
+        if request is None:
+            found = await store.find_item(request_id)
+            if found is None or found.get("type") != "mcp_approval_request":
+                raise invalid(
+                    f"No MCP approval request with id '{request_id}' was found; pass "
+                    "'previous_response_id' of the response that asked for it.",
+                    f"input[{index}].approval_request_id",
+                    code="approval_request_not_found",
+                )
+            request = requests[request_id] = found
+            out.fetched.append(found)
+        if item["approve"] and request_id not in done:
+            done.add(request_id)
+            out.approved.append(request)
+    return out

@@ -1,0 +1,91 @@
+"""A turn's input resolved against the store: history, input items, messages, approvals.
+
+- `item_reference` items are replaced by the stored item they name;
+- `previous_response_id` brings the stored conversation (a response still running is refused);
+- a system item that replaces the stored one (LM Studio) takes its place at the start;
+- `mcp_approval_response` items must answer a known approval request (`approvals.py`);
+- tool results whose call is nowhere in the history get the stored call (by call_id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluicegate.conversation.approvals import resolve_approvals
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.request import Message
+from sluicegate.dialects.base import ConversationInput
+from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
+from sluicegate.store.base import Store
+
+Json = dict[str, Any]
+
+
+@dataclass(slots=True)
+class Resolved:
+    input_items: list[Json]  # this request's own input items (for the input_items listing)
+    history: list[Json]  # everything before this turn's output, resolved
+    messages: list[Message] = field(default_factory=list)
+    approved: list[Json] = field(default_factory=list)  # approval requests to run first
+
+
+def _not_found(what: str, ident: str, param: str) -> SluicegateError:
+    return SluicegateError(
+        ErrorKind.NOT_FOUND, f"{what} with id '{ident}' not found.", param=param, code="not_found"
+    )
+
+
+async def resolve(store: Store, conv: ConversationInput, running: Callable[[str], bool]) -> Resolved:
+    """Resolve `conv`; `running(id)` tells whether a response is still being generated."""
+    items: list[Json] = []
+    for index, item in enumerate(conv.input_items):
+        if item.get("type") == "item_reference":
+            found = await store.find_item(item["id"])
+            if found is None:
+                raise _not_found("Item", item["id"], f"input[{index}].id")
+            items.append(found)
+        else:
+            items.append(item)
+    history: list[Json] = []
+    if conv.previous_response_id:
+        previous_id = conv.previous_response_id
+        if running(previous_id):
+            raise invalid(
+                f"Previous response '{previous_id}' is still in progress; wait for it to finish.",
+                "previous_response_id",
+                code="previous_response_in_progress",
+            )
+        previous = await store.get(previous_id)
+        if previous is None:
+            if conv.previous_not_found is not None:
+                raise conv.previous_not_found(previous_id)
+            raise _not_found("Previous response", previous_id, "previous_response_id")
+        history = previous.conversation
+    if conv.replace_system and any(_is_system(i) for i in items):
+        # A system prompt sent again replaces the earlier one, in its place at the start: chat
+        # templates refuse a system message mid-chat.
+        systems = [i for i in items if _is_system(i)]
+        rest = [i for i in items if not _is_system(i)]
+        history = [*systems, *(i for i in history if not _is_system(i))]
+        resolved = Resolved(input_items=items, history=[*history, *rest])
+    else:
+        resolved = Resolved(input_items=items, history=[*history, *items])
+    approvals = await resolve_approvals(resolved.history, items, store)
+    if approvals.fetched:  # requests answered without their history: the model needs them first
+        cut = len(resolved.history) - len(items)
+        resolved.history = [*resolved.history[:cut], *approvals.fetched, *resolved.history[cut:]]
+    resolved.approved = approvals.approved
+    known_calls: dict[str, Json] = {}
+    for call_id in orphan_call_ids(resolved.history):
+        if (call := await store.find_call(call_id)) is not None:
+            known_calls[call_id] = call
+    resolved.messages = items_to_messages(resolved.history, conv.instructions, known_calls)
+    if not resolved.messages:
+        raise invalid("The input has no messages to respond to.", "input")
+    return resolved
+
+
+def _is_system(item: Json) -> bool:
+    return item.get("type") == "message" and item.get("role") in ("system", "developer")

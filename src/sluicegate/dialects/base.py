@@ -1,0 +1,140 @@
+"""The Dialect interface: what a wire dialect gives the one turn runner, and nothing more.
+
+A dialect translates. Its parser turns a wire request into a `Turn` (a `ChatRequest` plus the
+few facts the runner needs to orchestrate: stream or not, stored or not, which server-side
+tools, which conversation it continues); its encoder turns canonical events into `Frame`s and
+the accumulated result into the non-streaming body; its error renderer gives the error shape.
+The runner (`sluicegate.turn`) does everything else — admission, conversation, tools, the
+model, the pipeline, streaming or collecting, persisting, releasing — once, for every dialect.
+Adding a dialect is its own modules plus one registration line in `server.py`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.errors import ErrorInfo, SluicegateError
+from sluicegate.core.events import Event, ToolsListed
+from sluicegate.core.frames import Frame
+from sluicegate.core.request import ChatRequest, ServerTool
+from sluicegate.tools.catalog import ToolSelection
+
+Json = dict[str, Any]
+
+
+@dataclass(slots=True)
+class ConversationInput:
+    """A turn that continues stored state (Responses, LM Studio chats): the runner resolves it
+    into messages through `sluicegate.conversation` before the model is opened."""
+
+    input_items: list[Json]  # this turn's own items, in the stored (Responses) item shape
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    replace_system: bool = False  # a system item in the input replaces the stored one (LM Studio)
+    # The dialect's own 404 for an unknown previous_response_id.
+    previous_not_found: Callable[[str], SluicegateError] | None = None
+
+
+@dataclass(slots=True)
+class ServerTools:
+    """The server-side tools a turn gets and how the tool loop treats them."""
+
+    selection: ToolSelection
+    param: str  # the request parameter a refused selection is blamed on
+    needs_approval: Callable[[ServerTool], bool] | None = None  # Responses' MCP `require_approval`
+    # Responses shows `mcp_list_tools` only for the servers the request names: their labels.
+    listed_labels: frozenset[str] | None = None
+
+    def shows(self, listing: ToolsListed) -> bool:
+        return self.listed_labels is None or listing.provider.server_label in self.listed_labels
+
+
+@dataclass(slots=True)
+class Turn:
+    """A parsed request, dialect-neutral where the runner looks, opaque (`request`) elsewhere."""
+
+    request: Any  # the dialect's own parsed request, for its encoder
+    chat: ChatRequest  # messages are filled in by the runner when `conversation` is set
+    stream: bool
+    conversation: ConversationInput | None = None
+    tools: ServerTools | None = None
+    store: bool = False  # persist the turn (and answer with an id that retrieves it)
+    background: bool = False  # run detached from the connection (Responses `background`)
+    id_prefix: str = "resp_"  # the id the turn gets (`chatcmpl-…`, `msg_…`, `resp_…`)
+    id_length: int = 48
+
+
+@dataclass(slots=True)
+class EncoderContext:
+    """What the runner knows once the model is open, for the dialect's encoder."""
+
+    turn_id: str
+    created: int
+    instance_id: str
+    accumulator: Accumulator
+    provider_info: Callable[[str], Json | None]  # LM Studio `provider_info` of a server tool
+    stored: bool  # the turn will be persisted under `turn_id`
+
+
+class Encoder(Protocol):
+    """Canonical events → frames, for one response. `encode` of the terminal event (Finished,
+    Failed) yields the dialect's ending; `closing` what follows it on the wire (`[DONE]`)."""
+
+    def opening(self) -> list[Frame]: ...
+
+    def encode(self, event: Event) -> list[Frame]: ...
+
+    def cancelled(self, reason: str) -> list[Frame]: ...
+
+    def closing(self) -> list[Frame]: ...
+
+    def body(self, result: ChatResult) -> Json:
+        """The non-streaming body, from the same accumulator a stream feeds."""
+        ...
+
+    def response_object(self) -> Json | None:
+        """The stored response object (Responses shape), or None to let the conversation
+        package build it from the accumulator."""
+        ...
+
+
+class Dialect(ABC):
+    """One wire dialect: parse, encode, render errors; the runner serves its chat route."""
+
+    name: str  # metrics and logs label, e.g. "chat_completions"
+    path: str  # the chat route, e.g. "/v1/chat/completions"
+    heartbeat: Frame | None = None  # sent while a stream is quiet; None: an SSE comment
+
+    @abstractmethod
+    def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
+        """Wire request → Turn; invalid input raises `SluicegateError` naming the parameter."""
+
+    def check(self, turn: Turn, capabilities: Any) -> None:  # noqa: B027 - optional hook
+        """Refuse what the chosen model cannot do (its `EngineInfo`); nothing by default."""
+
+    @abstractmethod
+    def encoder(self, turn: Turn, context: EncoderContext) -> Encoder: ...
+
+    @abstractmethod
+    def error(self, info: ErrorInfo) -> Json:
+        """The error body in this dialect's shape (the status is `info.status`)."""
+
+    def status(self, info: ErrorInfo) -> int:
+        """The HTTP status of an error; a dialect may map kinds differently (Anthropic: 529)."""
+        return info.status
+
+    def failure(self, result_error: ErrorInfo, body: Json | None) -> ErrorInfo:
+        """The error a failed non-streaming turn answers with (its body may refine it)."""
+        return result_error
+
+
+@dataclass(slots=True)
+class Registration:
+    """A dialect and the extra (non-turn) routes that come with it."""
+
+    dialect: Dialect
+    extra_routes: list[Any] = field(default_factory=list)

@@ -1,0 +1,261 @@
+"""Instances of a model's engine: admission (a bounded queue in front of a concurrency limit),
+just-in-time loading, and the state its lifecycle decides on.
+
+An instance admits a request or refuses it at once (503 when full, never a hang); a request
+that finds its instance unloaded loads it just in time, and that load's progress becomes load
+events for the request that caused it. Each instance also keeps what its lifecycle (idle TTL,
+auto-evict: `engines/lifecycle.py`) decides on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from dataclasses import dataclass
+
+from sluicegate.core.errors import EngineFailure
+from sluicegate.core.events import (
+    LoadFinished,
+    LoadProgress,
+    LoadStarted,
+    RawEvent,
+    TextDelta,
+    ToolCallDelta,
+)
+from sluicegate.core.request import ChatRequest
+from sluicegate.engines.base import Engine, LoadConfig
+from sluicegate.metrics import METRICS
+
+log = logging.getLogger(__name__)
+
+
+class InstanceHooks:
+    """What an instance tells the lifecycle manager; this base does nothing (no lifecycle)."""
+
+    async def before_jit_load(self, instance: Instance) -> None:
+        """A request is about to load `instance` just in time."""
+
+    def went_idle(self, instance: Instance) -> None:
+        """`instance` has no request running or queued any more."""
+
+
+NO_HOOKS = InstanceHooks()
+
+
+@dataclass(slots=True)
+class Generation:
+    """An admitted request: who serves it, and its raw events (waiting for a slot comes first).
+
+    Whoever obtains a generation owns it: iterate `events`, or `aclose()` it, on every path (a
+    turn that fails before its first event must close it to give its queue place back).
+    Closing after iterating is harmless.
+    """
+
+    instance_id: str
+    events: AsyncIterator[RawEvent]
+
+    async def aclose(self) -> None:
+        aclose = getattr(self.events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class _Admitted:
+    """An instance's event stream, counted as waiting from admission (not from its first
+    iteration, so a burst cannot overrun `max_queue`) until it starts or is closed.
+
+    Its owner must either iterate it or `aclose()` it: a stream dropped unstarted keeps its
+    queue place (nothing here depends on garbage collection to give it back)."""
+
+    __slots__ = ("_gen", "_instance", "_started")
+
+    def __init__(self, instance: Instance, request: ChatRequest) -> None:
+        self._instance = instance
+        self._gen = instance._run(request)
+        self._started = False
+
+    def __aiter__(self) -> _Admitted:
+        return self
+
+    def __anext__(self) -> Awaitable[RawEvent]:
+        # The generator's own awaitable, not a coroutine around it: one frame less per event.
+        self._started = True  # from here on `_run` owns the waiting count
+        return self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        if not self._started:  # `_run` never took its waiting count over: give the place back here
+            self._started = True
+            self._instance._waiting -= 1
+            self._instance._settle()
+        await self._gen.aclose()
+
+
+class Instance:
+    """One loaded (or loadable) copy of a model's engine, with its own slots and load state."""
+
+    def __init__(self, engine: Engine, instance_id: str, *, max_concurrency: int, max_queue: int) -> None:
+        self.engine = engine
+        self.id = engine.model_id  # the model id, for metrics labels
+        self.instance_id = instance_id
+        self.config = LoadConfig()  # load settings asked for (e.g. context_length)
+        self.max_queue = max_queue
+        # 0: no cap (an upstream that batches decides how many it runs at once).
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency > 0 else None
+        self._waiting = 0
+        self._active = 0
+        self.loaded = not engine.needs_load
+        self._loading: asyncio.Task[float] | None = None
+        # Lifecycle: who loaded it, how long it may sit idle, since when it has been.
+        self.jit = False  # loaded just in time by a request (not by the models API or CLI)
+        self.ttl: float | None = None  # idle seconds before unloading, as a request or load set it
+        self.last_used = time.monotonic()
+        self.evict_when_idle = False  # auto-evict wants it gone as soon as nothing uses it
+        self.hooks = NO_HOOKS
+        self._lifecycle = asyncio.Lock()  # a load and an unload of one engine never overlap
+        self._deltas_key = METRICS.key("sluicegate_engine_deltas_total", model=self.id)
+
+    @property
+    def busy(self) -> bool:
+        return self._active > 0 or self._waiting > 0
+
+    @property
+    def pending(self) -> int:
+        """Requests running or waiting here: the routing weight."""
+        return self._active + self._waiting
+
+    @property
+    def full(self) -> bool:
+        return self._slots is not None and self._waiting >= self.max_queue and self._slots.locked()
+
+    @property
+    def loading(self) -> bool:
+        return self._loading is not None
+
+    def generation(self, request: ChatRequest) -> Generation:
+        self._waiting += 1
+        self.last_used = time.monotonic()  # a request arriving resets the idle clock
+        return Generation(self.instance_id, _Admitted(self, request))
+
+    def _settle(self) -> None:
+        """A request left: restart the idle clock, and say so when nothing else is here."""
+        self.last_used = time.monotonic()
+        if not self.busy:
+            self.hooks.went_idle(self)
+
+    async def _run(self, request: ChatRequest) -> AsyncGenerator[RawEvent, None]:
+        slots = self._slots
+        try:
+            if slots is not None:
+                await slots.acquire()
+        except BaseException:  # gone while queued
+            self._waiting -= 1
+            self._settle()
+            raise
+        self._waiting -= 1
+        self._active += 1
+        METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
+        engine_events: AsyncIterator[RawEvent] | None = None
+        try:
+            if not self.loaded:
+                if self._loading is None and request.options.context_length is not None:
+                    self.config.context_length = request.options.context_length  # this request loads it
+                async for load_event in self._ensure_loaded(jit=True):
+                    yield load_event
+            if (ttl := request.options.ttl) is not None:
+                self.ttl = float(ttl)  # the dialect checked it; it governs the instance it used
+            engine_events = self.engine.generate(request)
+            counters, key = METRICS.counters, self._deltas_key  # live: watch it stop on cancel
+            async for event in engine_events:
+                if type(event) is TextDelta or type(event) is ToolCallDelta:
+                    counters[key] += 1
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+            raise
+        finally:
+            if engine_events is not None:
+                aclose = getattr(engine_events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            self._active -= 1
+            METRICS.add_gauge("sluicegate_generations_active", -1, model=self.id)
+            if slots is not None:
+                slots.release()
+            self._settle()
+
+    async def _ensure_loaded(self, *, jit: bool) -> AsyncIterator[RawEvent]:
+        """Load the model; only the request that starts the load sees its events."""
+        if self._loading is not None:  # someone else is loading: wait quietly
+            try:
+                await asyncio.shield(self._loading)
+            except Exception as exc:
+                raise EngineFailure(
+                    f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
+                ) from exc
+            return
+        progress: asyncio.Queue[float | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        def on_progress(value: float) -> None:  # may be called from a loader thread
+            loop.call_soon_threadsafe(progress.put_nowait, value)
+
+        async def load() -> float:
+            started = time.perf_counter()
+            try:
+                if jit:
+                    await self.hooks.before_jit_load(self)  # auto-evict makes room first
+                async with self._lifecycle:
+                    self.engine.configure_load(self.config)
+                    await self.engine.load(on_progress)
+                self.loaded = True
+                self.last_used = time.monotonic()
+            except BaseException:
+                self.jit = False
+                raise
+            finally:
+                loop.call_soon_threadsafe(progress.put_nowait, None)
+            return time.perf_counter() - started
+
+        self.jit = jit  # from now on, so a JIT load elsewhere can see this one coming
+        # The load outlives a requester that goes away: the next request should not start over.
+        self._loading = loading = asyncio.ensure_future(load())
+        loading.add_done_callback(self._load_done)
+        yield LoadStarted(self.instance_id)
+        while (value := await progress.get()) is not None:
+            yield LoadProgress(min(max(value, 0.0), 1.0))
+        try:
+            seconds = await asyncio.shield(loading)
+        except Exception as exc:
+            raise EngineFailure(
+                f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
+            ) from exc
+        yield LoadFinished(seconds)
+
+    def _load_done(self, task: asyncio.Task[float]) -> None:
+        self._loading = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("loading model %s failed: %s", self.id, task.exception())
+
+    async def load_now(self, ttl: float | None = None) -> float:
+        """Explicit load (models API, CLI); returns the load time in seconds (0 if loaded).
+
+        An explicitly loaded instance is never auto-evicted and has no idle TTL unless `ttl`
+        gives it one.
+        """
+        seconds = 0.0
+        if not self.loaded:
+            async for event in self._ensure_loaded(jit=False):
+                if isinstance(event, LoadFinished):
+                    seconds = event.seconds
+        self.jit, self.ttl, self.evict_when_idle = False, ttl, False
+        return seconds
+
+    async def unload(self) -> None:
+        if self.engine.needs_load and self.loaded:
+            self.loaded = False  # first: a request arriving now loads again (after the lock)
+            async with self._lifecycle:
+                await self.engine.unload()
+        self.config = LoadConfig()  # a later (JIT) load starts from the model's defaults
+        self.jit, self.ttl, self.evict_when_idle = False, None, False

@@ -1,0 +1,133 @@
+"""Models: the instances behind one id, which one a request goes to, and loading more."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.request import ChatRequest
+from sluicegate.engines.base import Engine, LoadConfig
+from sluicegate.engines.instances import NO_HOOKS, Generation, Instance, InstanceHooks
+
+
+class Model:
+    """A configured model: one or more instances of its engine behind one id.
+
+    Requests go to the least busy loaded instance, or just-in-time load the first one. Another
+    instance can be loaded explicitly (LM Studio's `:2` ids); instances beyond the first are
+    built with `factory`, so each has an engine of its own.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        max_concurrency: int,
+        max_queue: int,
+        factory: Callable[[], Engine] | None = None,
+        ttl: float | None = None,
+    ) -> None:
+        self.id = engine.model_id
+        self.max_concurrency = max_concurrency
+        self.max_queue = max_queue
+        self.factory = factory
+        self.ttl = ttl  # idle TTL of its JIT loads (None: the server's `jit_ttl_seconds`)
+        self._hooks = NO_HOOKS
+        self.instances = [
+            Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
+        ]
+        for _ in range(engine.parallel - 1):
+            self.add_instance()
+        self.fixed = len(self.instances)  # built up front: unloading keeps them, loadable
+
+    @property
+    def hooks(self) -> InstanceHooks:
+        return self._hooks
+
+    @hooks.setter
+    def hooks(self, hooks: InstanceHooks) -> None:
+        self._hooks = hooks
+        for instance in self.instances:
+            instance.hooks = hooks
+
+    @property
+    def engine(self) -> Engine:
+        return self.instances[0].engine
+
+    @property
+    def instance_id(self) -> str:
+        return self.instances[0].instance_id
+
+    @property
+    def loaded(self) -> bool:
+        return any(i.loaded for i in self.instances)
+
+    @property
+    def busy(self) -> bool:
+        return any(i.busy for i in self.instances)
+
+    def loaded_instances(self) -> list[Instance]:
+        return [i for i in self.instances if i.loaded]
+
+    def pick(self) -> Instance:
+        """The least busy instance; among equals a loaded one (an idle unloaded one beats
+        queueing: that is how `parallel` instances load just in time)."""
+        return min(self.instances, key=lambda i: (i.pending, not i.loaded))
+
+    def open(self, request: ChatRequest) -> Generation:
+        """Admit a request or refuse it at once; nothing here waits."""
+        instance = self.pick()
+        if instance.full:
+            raise SluicegateError(
+                ErrorKind.OVERLOADED,
+                f"model {self.id!r} has {instance._waiting} requests queued (max_queue); retry later",
+                code="server_overloaded",
+            )
+        instance.engine.check(request)
+        return instance.generation(request)
+
+    def add_instance(self) -> Instance:
+        """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""
+        if self.factory is None:
+            raise SluicegateError(
+                ErrorKind.INVALID_REQUEST, f"model {self.id!r} cannot run a second instance", param="model"
+            )
+        number = len(self.instances) + 1
+        while self.instance(f"{self.id}:{number}") is not None:
+            number += 1
+        instance = Instance(
+            self.factory(),
+            f"{self.id}:{number}",
+            max_concurrency=self.max_concurrency,
+            max_queue=self.max_queue,
+        )
+        instance.hooks = self._hooks
+        self.instances.append(instance)
+        return instance
+
+    def instance(self, instance_id: str) -> Instance | None:
+        return next((i for i in self.instances if i.instance_id == instance_id), None)
+
+    async def load(
+        self,
+        *,
+        new_instance: bool = False,
+        config: LoadConfig | None = None,
+        ttl: float | None = None,
+    ) -> tuple[Instance, float]:
+        """Load the first instance, or (when one is loaded and asked for) another one."""
+        target = self.instances[0]
+        if new_instance and target.loaded:
+            target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
+        if config is not None and config.context_length is not None:
+            target.config.context_length = config.context_length
+        return target, await target.load_now(ttl)
+
+    async def unload(self, instance_id: str | None = None) -> list[str]:
+        """Unload one instance (or all); extra instances go away, the first stays loadable."""
+        targets = [i for i in self.instances if instance_id in (None, i.instance_id)]
+        for target in targets:
+            await target.unload()
+            if target not in self.instances[: self.fixed]:
+                self.instances.remove(target)
+        return [t.instance_id for t in targets]

@@ -1,0 +1,72 @@
+"""HTTP pieces every endpoint needs: bounded JSON bodies, auth, JSON responses, disconnects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.turn.state import AppState
+
+INSTANCE_HEADER = "X-Sluicegate-Instance"
+
+
+class JSONResponse(Response):
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)
+
+
+def app_state(request: Request) -> AppState:
+    state: AppState = request.app.state.sluicegate
+    return state
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The body as JSON, refusing oversize bodies before reading them whole."""
+    declared = request.headers.get("content-length")
+    too_large = SluicegateError(
+        ErrorKind.PAYLOAD_TOO_LARGE,
+        f"Request body is larger than the limit of {max_bytes} bytes (max_body_bytes).",
+        code="request_too_large",
+    )
+    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+        raise too_large
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if not body.strip():
+        raise invalid("The request body is empty; expected a JSON object.")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(
+            f"We could not parse the JSON body of your request ({exc.msg} at position {exc.pos}). "
+            "Send valid JSON with Content-Type: application/json."
+        ) from exc
+
+
+def check_auth(request: Request, api_keys: list[str]) -> None:
+    if not api_keys:
+        return
+    header = request.headers.get("authorization", "")
+    token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    if token not in api_keys:
+        message = (
+            "Incorrect API key provided." if token else "Missing API key: send 'Authorization: Bearer <key>'."
+        )
+        raise SluicegateError(ErrorKind.AUTHENTICATION, message, code="invalid_api_key")
+
+
+async def wait_for_disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass

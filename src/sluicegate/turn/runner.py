@@ -1,0 +1,318 @@
+"""The one turn runner: every dialect's chat route, from request bytes to the last frame.
+
+parse → model → conversation → admit → tool set → open the model → (wait for an upstream's
+answer) → pipeline → stream or collect → persist → release.
+
+Everything a turn takes — its admission place, its tool set (request-scoped MCP sessions), its
+engine generation (a queue place or a slot) — is pushed onto one `AsyncExitStack` the moment it
+is taken, and released by that stack however the request ends: a parse error, a refusal, an
+exception before the first byte, a client gone mid-stream. A background run takes the stack
+over (`pop_all`) and releases it when the run ends. Nothing depends on garbage collection.
+
+The runner is an ASGI app (one per dialect), so the whole request — including streaming — runs
+in one coroutine inside that `async with`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.requests import Request
+from starlette.types import Receive, Scope, Send
+
+from sluicegate.conversation.record import built_response, stored_turn
+from sluicegate.conversation.resolve import Resolved, resolve
+from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
+from sluicegate.core.frames import Frame
+from sluicegate.core.ids import new_id
+from sluicegate.core.pipeline import canonical_events, unless_disconnected
+from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
+from sluicegate.engines.models import Model
+from sluicegate.metrics import METRICS
+from sluicegate.tools.catalog import ToolSet
+from sluicegate.transport.answer import Opened, await_answer
+from sluicegate.transport.sse import frame_bytes, stream_sse
+from sluicegate.turn.http import INSTANCE_HEADER, JSONResponse, app_state, check_auth, read_json
+from sluicegate.turn.live import BackgroundRun, LiveTurn
+from sluicegate.turn.pipeline import Persist, TurnPipeline
+from sluicegate.turn.state import AppState
+from sluicegate.turn.tools import open_model, request_toolset
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A turn ready to run: everything it holds is on the runner's exit stack."""
+
+    turn: Turn
+    turn_id: str
+    encoder: Encoder
+    pipeline: TurnPipeline
+    headers: dict[str, str]
+    input_items: list[Json]
+
+
+class TurnEndpoint:
+    """The ASGI endpoint of one dialect's chat route."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request = Request(scope, receive)
+        state = app_state(request)
+        status = 500
+        try:
+            status = await self._serve(state, request, _Send(send))
+        finally:
+            METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
+
+    async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
+        async with AsyncExitStack() as owned:
+            try:
+                check_auth(request, state.settings.api_keys)
+                prepared = await self._prepare(state, request, owned)
+            except SluicegateError as exc:
+                return await self._send_error(exc.info, send)
+            except Exception:
+                log.exception("unhandled error in %s %s", request.method, request.url.path)
+                info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
+                return await self._send_error(info, send)
+            try:
+                return await self._run(state, request, send, prepared, owned)
+            except Exception:
+                log.exception("unhandled error in %s %s", request.method, request.url.path)
+                if send.started:  # a stream that started has ended itself (`stream_sse`)
+                    return 200
+                info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
+                return await self._send_error(info, send)
+
+    async def _run(
+        self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: AsyncExitStack
+    ) -> int:
+        turn, pipeline = prepared.turn, prepared.pipeline
+        if turn.background:
+            run = BackgroundRun(
+                prepared.turn_id,
+                pipeline,
+                prepared.encoder,
+                state.live,
+                owned.pop_all(),
+                prepared.input_items,
+            )
+            await run.start()  # from here on the run owns the turn's resources
+            if turn.stream:
+                await stream_sse(
+                    run.log.follow(-1),
+                    send,
+                    request.receive,
+                    heartbeat_seconds=state.limits.heartbeat_seconds,
+                    heartbeat=self.dialect.heartbeat,
+                    buffer_bytes=state.settings.stream_buffer_bytes,
+                    headers=prepared.headers,
+                )
+                return 200
+            return await self._send_json(run.snapshot(), send, prepared.headers)
+        live = LiveTurn(prepared.turn_id, pipeline, prepared.encoder, state.live, prepared.input_items)
+        registered = turn.store and prepared.encoder.response_object() is not None
+        if turn.stream:
+            with _maybe(live, registered):
+                await stream_sse(
+                    pipeline.frames(),
+                    send,
+                    request.receive,
+                    heartbeat_seconds=state.limits.heartbeat_seconds,
+                    heartbeat=self.dialect.heartbeat,
+                    buffer_bytes=state.settings.stream_buffer_bytes,
+                    headers=prepared.headers,
+                )
+                await pipeline.abandon("client_disconnected")  # a no-op when it ended
+            return 200
+        with _maybe(live, registered):
+            try:
+                result = await unless_disconnected(pipeline.collect(), lambda: _disconnect(request))
+            except SluicegateError:  # the client left: keep what was generated
+                await pipeline.abandon("client_disconnected")
+                return 499
+        if result.error is not None:
+            body = prepared.encoder.body(result)
+            info = self.dialect.failure(result.error, body)
+            return await self._send_error(info, send, prepared.headers)
+        return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
+
+    async def _prepare(self, state: AppState, request: Request, owned: AsyncExitStack) -> Prepared:
+        dialect = self.dialect
+        body = await read_json(request, state.settings.max_body_bytes)
+        turn = dialect.parse(body, request.query_params, request.headers)
+        model = state.registry.get(turn.chat.model)
+        dialect.check(turn, model.engine.info())
+        chat = turn.chat
+        resolved: Resolved | None = None
+        if turn.conversation is not None:
+            resolved = await resolve(state.store, turn.conversation, lambda i: i in state.live)
+            chat = replace(chat, messages=resolved.messages)
+        owned.callback(state.admission.take())
+        toolset: ToolSet | None = None
+        if turn.tools is not None and _wants_tools(turn, state):
+            toolset = await request_toolset(state.tools, turn.tools)
+            owned.push_async_callback(toolset.aclose)
+        generation = open_model(
+            chat,
+            model,
+            toolset,
+            turn.tools,
+            max_rounds=state.tools.max_rounds,
+            history=resolved.history if resolved is not None else [],
+            approved=resolved.approved if resolved is not None else [],
+        )
+        owned.push_async_callback(_aclose, generation.events)
+        opened = Opened(generation.events)
+        if not turn.background:  # a background response answers at once, whatever the upstream does
+            opened = await _engine_answer(request, model, opened, state, stream=turn.stream)
+        turn_id = new_id(turn.id_prefix, turn.id_length) if turn.id_prefix else ""
+        accumulator = Accumulator()
+        context = EncoderContext(
+            turn_id=turn_id,
+            created=int(time.time()),
+            instance_id=generation.instance_id,
+            accumulator=accumulator,
+            provider_info=_provider_info(toolset),
+            stored=turn.store,
+        )
+        encoder = dialect.encoder(turn, context)
+        persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
+        pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
+        pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
+        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        if turn_id:
+            headers["X-Request-ID"] = turn_id
+        items = resolved.input_items if resolved is not None else []
+        return Prepared(turn, turn_id, encoder, pipeline, headers, items)
+
+    async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
+        status = self.dialect.status(info)
+        response = JSONResponse(self.dialect.error(info), status_code=status, headers=headers)
+        await response({"type": "http"}, _no_receive, send)
+        return status
+
+    async def _send_json(self, body: Json, send: Send, headers: dict[str, str]) -> int:
+        await JSONResponse(body, headers=headers)({"type": "http"}, _no_receive, send)
+        return 200
+
+
+class _Send:
+    """The ASGI `send`, remembering whether the response has started."""
+
+    __slots__ = ("_send", "started")
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self.started = False
+
+    async def __call__(self, message: Any) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        await self._send(message)
+
+
+class _maybe:
+    """`with live:` when the turn is registered as live, else nothing."""
+
+    __slots__ = ("live", "on")
+
+    def __init__(self, live: LiveTurn, on: bool) -> None:
+        self.live, self.on = live, on
+
+    def __enter__(self) -> None:
+        if self.on:
+            self.live.__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on:
+            self.live.__exit__()
+
+
+async def _no_receive() -> Any:  # a JSON response never reads the request
+    raise RuntimeError("not used")
+
+
+async def _disconnect(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _aclose(events: Any) -> None:
+    aclose = getattr(events, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _wants_tools(turn: Turn, state: AppState) -> bool:
+    """Configured tools only when some are configured; anything the request names, always."""
+    selection = turn.tools.selection if turn.tools is not None else None
+    if selection is None:
+        return False
+    named = bool(selection.plugins or selection.servers)
+    return named or (selection.all_configured and bool(state.tools.providers))
+
+
+def _provider_info(toolset: ToolSet | None) -> Any:
+    def provider_info(name: str) -> Json | None:
+        info = toolset.provider(name) if toolset is not None else None
+        return info.lmstudio() if info is not None else None
+
+    return provider_info
+
+
+async def _engine_answer(
+    request: Request, model: Model, opened: Opened, state: AppState, *, stream: bool
+) -> Opened:
+    """For engines that reach an upstream, wait for it to accept the request before answering
+    (see `transport/answer.py`): a stream waits at most one heartbeat interval, a non-streaming
+    request as long as it takes (nothing is sent before the end anyway)."""
+    if not type(model.engine).answers_first:
+        return opened
+    bound = (state.limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
+    return await await_answer(opened.events, bound=bound, disconnected=lambda: _disconnect(request))
+
+
+def _persister(
+    state: AppState,
+    turn: Turn,
+    turn_id: str,
+    encoder: Encoder,
+    accumulator: Accumulator,
+    resolved: Resolved | None,
+) -> Persist:
+    """Store the turn in the Responses shape, so any stateful dialect can continue it."""
+    retention = state.settings.responses_retention_days * 86400
+    empty = Resolved(input_items=[], history=[])
+
+    async def persist(cancel_reason: str | None, final: list[Frame]) -> None:
+        response = encoder.response_object()
+        if response is None:
+            conv = turn.conversation
+            response = built_response(
+                turn_id,
+                turn.chat.model,
+                resolved or empty,
+                conv.previous_response_id if conv is not None else None,
+                accumulator,
+                cancel_reason=cancel_reason,
+            )
+        events: list[bytes] | None = None
+        live = state.live.get(turn_id)
+        if isinstance(live, BackgroundRun):
+            events = [*live.log.frames, *(frame_bytes(f) for f in final)]
+        await state.store.put(stored_turn(response, resolved or empty, retention, events))
+
+    return persist

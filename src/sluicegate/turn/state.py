@@ -1,0 +1,60 @@
+"""What the runner and the routes share for the life of the app."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sluicegate.config import Settings
+from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.pipeline import StreamLimits
+from sluicegate.downloads import Downloads
+from sluicegate.engines.registry import Registry
+from sluicegate.metrics import METRICS
+from sluicegate.store.base import Store
+from sluicegate.tools.catalog import ToolCatalog
+
+if TYPE_CHECKING:
+    from sluicegate.turn.live import LiveTurn
+
+
+class Admission:
+    """A server-wide cap on requests in flight; above it, 429 instead of a pile-up."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+
+    def take(self) -> Callable[[], None]:
+        """Take a place; the returned callable gives it back (once, however often called)."""
+        if self.limit and self.in_flight >= self.limit:
+            raise SluicegateError(
+                ErrorKind.RATE_LIMITED,
+                f"Too many requests in flight ({self.in_flight}, max_concurrent_requests); retry shortly.",
+                code="rate_limit_exceeded",
+            )
+        self.in_flight += 1
+        METRICS.add_gauge("sluicegate_requests_in_flight", 1)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+                METRICS.add_gauge("sluicegate_requests_in_flight", -1)
+
+        return release
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: Settings
+    registry: Registry
+    limits: StreamLimits
+    admission: Admission
+    store: Store
+    downloads: Downloads
+    live: dict[str, LiveTurn] = field(default_factory=dict)  # stored turns being generated, by id
+    tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
