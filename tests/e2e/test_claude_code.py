@@ -45,7 +45,9 @@ def server(start_server: StartServer) -> Server:
     return start_server({"api_key": KEY}, [scripted(MODEL, "claude_code.yaml")])
 
 
-def run_claude(server: Server, workdir: Path, prompt: str, *extra: str) -> subprocess.CompletedProcess[str]:
+def run_claude(
+    server: Server, workdir: Path, prompt: str, *extra: str, env_extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     assert CLAUDE is not None
     home = workdir.parent / f"{workdir.name}-home"
     home.mkdir(exist_ok=True)
@@ -59,6 +61,7 @@ def run_claude(server: Server, workdir: Path, prompt: str, *extra: str) -> subpr
         "DISABLE_AUTOUPDATER": "1",
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
     }
+    env |= env_extra or {}
     command = [CLAUDE, "-p", prompt, "--model", MODEL, *extra]
     return subprocess.run(
         command, cwd=workdir, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False
@@ -111,6 +114,27 @@ def test_bash_tool_round_trip(server: Server, tmp_path: Path) -> None:
     assert (workdir / "made.txt").read_text() == "made-by-claude\n"
     assert result["result"] == "The file is made."
     assert result["num_turns"] == 2  # the tool call, then the answer after its result
+
+
+@needs_claude
+def test_a_call_cut_off_by_a_failure_never_runs(server: Server, tmp_path: Path) -> None:
+    """The model fails inside the Bash call's arguments (after `echo cut > cut.txt",` streamed):
+    Claude Code reports the failure and runs nothing, streaming or in its non-streaming retry."""
+    workdir = tmp_path / "cut"
+    process = run_claude(
+        server,
+        workdir,
+        "cut the call",
+        "--allowedTools",
+        "Bash",
+        "--output-format",
+        "json",
+        env_extra={"CLAUDE_CODE_MAX_RETRIES": "0"},
+    )
+    assert not (workdir / "cut.txt").exists()
+    result = json.loads(process.stdout)
+    assert result["is_error"] is True, result
+    assert "the model crashed mid-call" in process.stdout + process.stderr
 
 
 @pytest.fixture(scope="module")
