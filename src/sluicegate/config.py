@@ -16,6 +16,8 @@ models_dir = "~/models"         # *.gguf under it are models, downloads go here;
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
+log_format = "text"             # or "json": one object per line (--log-format)
+log_prompts = false             # true: request bodies and answers in the access log (--log-prompts)
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -23,6 +25,9 @@ reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 [responses]
 retention_days = 30                     # stored responses expire after this
 reasoning_events = "openai"             # or "open_responses" (response.reasoning.delta/.done)
+
+[responses.hosted_tools]                # hosted tool type → the server-side provider serving it
+web_search = "mcp/search"               # (others the client does not run are left out, with a warning)
 
 [lmstudio]
 events = "current"                      # or "v0": tool_call.result instead of success/failure
@@ -38,7 +43,10 @@ allowed_hosts = []                      # non-public hosts request servers may u
 root = "shared"
 
 [store]
-path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # default: <data_dir>/sluicegate.sqlite3
+backend = "sqlite"              # or "redis": state shared by several replicas
+path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # sqlite; default: <data_dir>/sluicegate.sqlite3
+url = "redis://127.0.0.1:6379/0"                        # redis
+retention_days = 30             # the same setting as [responses] retention_days
 
 [[models]]
 id = "my-model"
@@ -84,10 +92,15 @@ class Settings:
     jit_auto_evict: bool = False
     reaper_interval_seconds: float = 5.0
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    log_prompts: bool = False  # request bodies and answers in the access log (off: no prompt text)
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
+    responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
+    store_backend: Literal["sqlite", "redis"] = "sqlite"
+    store_url: str = "redis://127.0.0.1:6379/0"  # the redis backend's server
     models_dir: Path | None = None  # None: <data_dir>/models
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
@@ -117,6 +130,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "jit_auto_evict": bool,
     "reaper_interval_seconds": (int, float),
     "log_level": str,
+    "log_format": str,
+    "log_prompts": bool,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
@@ -146,6 +161,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "log_format" and value not in ("text", "json"):
+            raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "reaper_interval_seconds" and value <= 0:  # a zero interval would spin
             raise ConfigError(f"{source}: [server].reaper_interval_seconds must be positive")
         else:
@@ -219,8 +236,19 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
                     f"{source}: [responses].reasoning_events must be 'openai' or 'open_responses'"
                 )
             settings.responses_reasoning_events = value
+        elif key == "hosted_tools":
+            if not isinstance(value, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) and v for k, v in value.items()
+            ):
+                raise ConfigError(
+                    f"{source}: [responses.hosted_tools] maps tool types to provider ids (strings)"
+                )
+            settings.responses_hosted_tools = dict(value)
         else:
             raise ConfigError(f"{source}: unknown key [responses].{key}")
+
+
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 def _apply_store(settings: Settings, table: Any, source: str) -> None:
@@ -230,8 +258,14 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
         if key == "path" and isinstance(value, str) and value:
             path = Path(value).expanduser()
             settings.store_path = path if path.is_absolute() else settings.base_dir / path
-        elif key == "backend" and value == "sqlite":
-            pass
+        elif key == "backend" and value in ("sqlite", "redis"):
+            settings.store_backend = value
+        elif key == "url" and isinstance(value, str) and value.startswith(_REDIS_SCHEMES):
+            settings.store_url = value
+        elif key == "retention_days":  # the same setting as [responses].retention_days
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{source}: [store].retention_days must be a positive number")
+            settings.responses_retention_days = float(value)
         else:
             raise ConfigError(f"{source}: [store].{key} is unknown or has a bad value ({value!r})")
 

@@ -10,13 +10,15 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.core.sealing import load_key, sealer_for
 from sluicegate.dialects.anthropic import anthropic_error, anthropic_status
 from sluicegate.dialects.anthropic_dialect import AnthropicDialect
 from sluicegate.dialects.anthropic_signature import ThinkingSigner
@@ -32,6 +34,10 @@ from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
+from sluicegate.metrics_live import RegistryCollector
+from sluicegate.observe import ObserveMiddleware
+from sluicegate.playground import playground_routes
+from sluicegate.routes import embeddings
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -42,14 +48,14 @@ from sluicegate.routes.lmstudio_models import (
     unload_model,
 )
 from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.responses_compact import compact_response
 from sluicegate.routes.responses_stored import (
     cancel_response,
     delete_response,
     list_input_items,
     retrieve_response,
 )
-from sluicegate.server_secret import server_secret
-from sluicegate.store.sqlite import SQLiteStore
+from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
@@ -104,7 +110,7 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -139,12 +145,20 @@ def create_app(settings: Settings) -> Starlette:
         interval=settings.reaper_interval_seconds,
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
-    store = SQLiteStore(store_path(settings))
+    store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
+    sealer = sealer_for(settings.data_dir)  # the key that seals compactions and reasoning for clients
     state = AppState(
-        settings, registry, limits, Admission(settings.max_concurrent_requests), store, downloads, tools=tools
+        settings,
+        registry,
+        limits,
+        Admission(settings.max_concurrent_requests),
+        store,
+        downloads,
+        tools=tools,
+        sealer=sealer,
     )
 
     async def purge_expired_forever() -> None:
@@ -159,6 +173,8 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        METRICS.add_live(collector := RegistryCollector(registry))
+        await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
@@ -175,13 +191,19 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            METRICS.remove_live(collector)
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
     dialects: list[Dialect] = [
         ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        ResponsesDialect(tools.plugin_ids, settings.responses_reasoning_events),
+        ResponsesDialect(
+            tools.plugin_ids,
+            settings.responses_reasoning_events,
+            hosted_tools=settings.responses_hosted_tools,
+            sealer=sealer,
+        ),
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
-        AnthropicDialect(ThinkingSigner(server_secret(settings.data_dir))),
+        AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
     ]
     routes = [
         *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
@@ -190,6 +212,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
         Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
         Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
         Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
@@ -199,7 +222,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
+        *embeddings.ROUTES,
+        *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    app = Starlette(
+        routes=routes, middleware=[observe], lifespan=lifespan, exception_handlers={HTTPException: http_error}
+    )
     app.state.sluicegate = state
     return app

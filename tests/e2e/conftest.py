@@ -68,7 +68,11 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
     """
     from sluicegate.engines.llamacpp.demo import make_demo_gguf
 
-    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
+    folder = tmp_path_factory.mktemp("gguf")
+    gguf = str(make_demo_gguf(folder / "tiny.gguf", ends_replies=False))
+    # Its prompt opens <think>, and the model closes it after a few dozen tokens.
+    thinking = str(make_demo_gguf(folder / "think.gguf", ends_replies=False, thinks=True))
+    embedder = str(make_demo_gguf(folder / "embed.gguf", embedding=True))
     common = {"engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 2048}
     return start_server(
         models=[
@@ -77,5 +81,10 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
             {"id": "tiny-lms", **common},
             {"id": "tiny-parallel", **common, "parallel": 2},
             {"id": "tiny-ctx", **common},
+            {"id": "tiny-think", **common, "path": thinking},
+            # A short context for the overflow tests: refused by default, trimmed when asked.
+            {"id": "tiny-short", **common, "context_length": 256},
+            {"id": "tiny-window", **common, "context_length": 256, "context_overflow": "rolling_window"},
+            {"id": "tiny-embed", "engine": "llamacpp", "path": embedder},  # mean pooling, from its GGUF
         ]
     )

@@ -265,8 +265,9 @@ _TRANSITIONS: dict[str, dict[str, str]] = {
         "error": "errored",
         "chat.end": "ended",
     },
-    "reasoning": {"reasoning.delta": "reasoning", "reasoning.end": "blocks"},
-    "message": {"message.delta": "message", "message.end": "blocks"},
+    # A block cut off by an error is not ended: the error comes straight after its last delta.
+    "reasoning": {"reasoning.delta": "reasoning", "reasoning.end": "blocks", "error": "errored"},
+    "message": {"message.delta": "message", "message.end": "blocks", "error": "errored"},
     "tool": {"tool_call.arguments": "tool_arguments"},
     "tool_arguments": {"error": "errored"},  # a response that fails while its tools run
     "errored": {"chat.end": "ended"},
@@ -279,7 +280,7 @@ class EventOrder:
 
     chat.start → [model_load.start, progress*, end] → prompt_processing.start, progress+, end →
     any sequence of reasoning.start/delta*/end, message.start/delta*/end and tool calls →
-    [error] → chat.end, exactly once and last. A tool call is tool_call.start → tool_call.arguments
+    [error] → chat.end, exactly once and last (a block an error cuts off has no end). A tool call is tool_call.start → tool_call.arguments
     → its result (success | failure, or v0's result); parallel calls may all start before their
     results come, in call order. A call to a tool no provider offers is a lone failure (v0: a lone
     result); a call whose arguments do not parse may fail right after its start. After a tool

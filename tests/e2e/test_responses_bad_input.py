@@ -79,8 +79,8 @@ BAD: dict[str, tuple[dict[str, Any], int, str | None, str | None, list[str]]] = 
         MISSING,
         [],
     ),
-    "tool_of_unknown_type": (
-        {"input": "hi", "tools": [{"type": "web_search"}]},
+    "tool_of_unknown_type": (  # a hosted tool such as web_search is accepted; a non-string type is not
+        {"input": "hi", "tools": [{"type": 3}]},
         400,
         "tools[0].type",
         None,

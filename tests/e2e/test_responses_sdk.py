@@ -450,15 +450,15 @@ def test_mid_stream_engine_error_fails_the_response(sdk: openai.OpenAI) -> None:
     response = last.response
     assert response.status == "failed"
     assert response.error is not None
-    assert response.error.code == "server_error" and response.error.message == FAIL_MESSAGE
+    assert response.error.code == "model_error" and response.error.message == FAIL_MESSAGE
     stored = sdk.responses.retrieve(response.id)
-    assert stored.status == "failed" and stored.error is not None and stored.error.code == "server_error"
+    assert stored.status == "failed" and stored.error is not None and stored.error.code == "model_error"
     assert stored.output_text == "This will break"
 
     with pytest.raises(openai.InternalServerError) as caught:
         sdk.responses.create(model=MODEL, input="this will fail")
     assert caught.value.status_code == 500
-    assert caught.value.code == "server_error" and FAIL_MESSAGE in caught.value.message
+    assert caught.value.code == "model_error" and FAIL_MESSAGE in caught.value.message
     # The failed non-streamed response is stored too, under the id the error carries.
     failed_id = caught.value.response.headers["x-request-id"]
     assert failed_id.startswith("resp_")

@@ -15,8 +15,10 @@ It runs its own event loop in a thread, so sync tests and async tests use it ali
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -96,6 +98,30 @@ class Scenario:
     fail_first: int = 0  # answer 503 to the first N requests, then this scenario
     split: bool = False  # send every frame in two TCP writes, split mid-line
     flood: int = 0  # first send this many one-token content frames, as fast as the client reads
+
+
+def embeddings(body: Any) -> dict[str, Any]:
+    """OpenAI's embeddings answer: for each input, a unit vector of 3 floats that depends on its
+    length (float32 little-endian in base64 when asked, as OpenAI sends it)."""
+    inputs = (
+        body["input"]
+        if isinstance(body["input"], list) and not isinstance(body["input"][0], int)
+        else [body["input"]]
+    )
+    data = []
+    for index, item in enumerate(inputs):
+        vector = [0.6, 0.8, 0.0] if len(item) % 2 else [0.0, 0.6, 0.8]
+        encoded: Any = vector
+        if body.get("encoding_format") == "base64":
+            encoded = base64.b64encode(struct.pack("<3f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": encoded})
+    tokens = sum(len(item) for item in inputs)
+    return {
+        "object": "list",
+        "data": data,
+        "model": body["model"],
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
 
 
 @dataclass
@@ -230,6 +256,9 @@ class FakeUpstream:
                 await self._plain(writer, observed, 200, json.dumps(listing).encode())
             else:
                 await self._plain(writer, observed, 503, b'{"error":{"message":"warming up"}}')
+            return True
+        if method == "POST" and path.endswith("/embeddings"):
+            await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
             return True
         if method != "POST" or not path.split("?")[0].endswith(self.api_path):
             await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')

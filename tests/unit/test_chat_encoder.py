@@ -576,6 +576,18 @@ async def test_mid_stream_failure_ends_with_error_and_done_without_finish_chunk(
     assert stream.count(b"data: [DONE]") == 1
 
 
+async def test_a_tool_call_cut_off_by_a_failure_never_gets_finish_reason_tool_calls() -> None:
+    async def engine() -> AsyncIterator[RawEvent]:
+        yield ToolCallDelta(0, '{"location":', "call_abc", "get_weather")
+        yield Failed(ErrorInfo(ErrorKind.ENGINE, "boom"))
+
+    stream = encode_all([event async for event in segment(engine())], include_usage=True)
+    fs = frames(stream)
+    assert '"tool_calls":[{"index":0' in fs[0]  # the call started streaming
+    assert b'"finish_reason":"' not in stream  # but it is never reported complete
+    assert fs[-2].startswith("event: error\ndata: ") and fs[-1] == REF_DONE
+
+
 def test_finished_is_finish_chunk_then_done() -> None:
     enc = encoder()
     wire(enc, ItemAdded(Item(0, ItemKind.MESSAGE, "msg_1")))

@@ -12,6 +12,7 @@ from sluicegate.core.events import (
     Failed,
     Finished,
     FinishReason,
+    ItemDelta,
     ItemDone,
     ItemKind,
     PromptProgress,
@@ -145,11 +146,13 @@ async def test_closing_early_closes_the_engine() -> None:
     assert engine.log == ["closed"]
 
 
-async def test_canonical_events_close_open_items_then_fail_on_timeout() -> None:
+async def test_canonical_events_leave_the_cut_off_item_open_then_fail_on_timeout() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "partial")], then_sleep=30)
     limits = StreamLimits(request_timeout_seconds=None, idle_timeout_seconds=0.1)
     out = await drain(canonical_events(engine.run(), limits))
-    assert isinstance(out[-3], ItemDone) and out[-3].item.text == "partial"
+    assert not any(isinstance(e, ItemDone) for e in out)  # cut off: never reported done
+    assert isinstance(out[-3], ItemDelta) and out[-3].item.text_so_far == "partial"
+    assert out[-3].item.cut_short
     # the engine never got to report usage: what streamed before the deadline is counted
     assert out[-2] == UsageReport(Usage(completion_tokens=1))
     assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.IDLE_TIMEOUT

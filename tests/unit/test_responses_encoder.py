@@ -282,24 +282,42 @@ def test_length_and_content_filter_end_incomplete(reason: FinishReason, why: str
 
 
 @pytest.mark.parametrize(
-    ("kind", "code"),
+    ("kind", "code", "expected"),
     [
-        (ErrorKind.ENGINE, "server_error"),
-        (ErrorKind.INTERNAL, "server_error"),
-        (ErrorKind.TIMEOUT, "request_timeout"),
-        (ErrorKind.IDLE_TIMEOUT, "request_timeout"),
+        (ErrorKind.ENGINE, None, "model_error"),
+        (ErrorKind.ENGINE, "max_tool_rounds", "server_error"),
+        (ErrorKind.ENGINE, "context_length_exceeded", "context_length_exceeded"),
+        (ErrorKind.UPSTREAM, "rate_limit_exceeded", "rate_limit_exceeded"),
+        (ErrorKind.UPSTREAM, "upstream_closed_early", "server_error"),
+        (ErrorKind.RATE_LIMITED, None, "rate_limit_exceeded"),
+        (ErrorKind.INTERNAL, None, "server_error"),
+        (ErrorKind.TIMEOUT, None, "request_timeout"),
+        (ErrorKind.IDLE_TIMEOUT, None, "request_timeout"),
     ],
 )
-def test_failure_ends_with_response_failed(kind: ErrorKind, code: str) -> None:
+def test_failure_ends_with_response_failed(kind: ErrorKind, code: str | None, expected: str) -> None:
     usage = Usage(prompt_tokens=4, completion_tokens=1)
-    failure = [UsageReport(usage), Failed(ErrorInfo(kind, "it broke"))]
-    run = Run().feed(item(0, ItemKind.MESSAGE, "partial"), failure)
-    assert run.types[-2:] == ["output_item.done", "failed"]
+    failure = [UsageReport(usage), Failed(ErrorInfo(kind, "it broke", code=code))]
+    # The segmenter leaves an item cut off by a failure open: it is never reported done.
+    run = Run().feed(item(0, ItemKind.MESSAGE, "partial", close=False), failure)
+    assert run.types[-2:] == ["output_text.delta", "failed"]
     final = run.events[-1]["response"]
     assert final["status"] == "failed"
-    assert final["error"] == {"code": code, "message": "it broke"}
+    assert final["error"] == {"code": expected, "message": "it broke"}
     assert final["output"][0]["content"][0]["text"] == "partial"
+    assert final["output"][0]["status"] == "incomplete"
     assert final["usage"]["input_tokens"] == 4 and final["usage"]["output_tokens"] == 1
+
+
+def test_a_tool_call_cut_off_by_a_failure_is_never_done() -> None:
+    failure = [Failed(ErrorInfo(ErrorKind.ENGINE, "boom"))]
+    run = Run({"tools": [{"type": "function", "name": "f"}]}).feed(
+        item(0, ItemKind.TOOL_CALL, '{"pa', name="f", close=False), failure
+    )
+    assert "output_item.done" not in run.types and "function_call_arguments.done" not in run.types
+    assert run.types[-2:] == ["function_call_arguments.delta", "failed"]
+    final = run.events[-1]["response"]
+    assert final["output"][0]["status"] == "incomplete"
 
 
 def test_without_a_usage_report_the_usage_is_still_complete() -> None:

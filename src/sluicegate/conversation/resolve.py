@@ -4,7 +4,9 @@
 - `previous_response_id` brings the stored conversation (a response still running is refused);
 - a system item that replaces the stored one (LM Studio) takes its place at the start;
 - `mcp_approval_response` items must answer a known approval request (`approvals.py`);
-- tool results whose call is nowhere in the history get the stored call (by call_id).
+- tool results whose call is nowhere in the history get the stored call (by call_id);
+- sealed items (compactions, encrypted reasoning) are opened for the model, in every dialect,
+  with the requester's scope: another key's blob is a 400.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 from sluicegate.conversation.approvals import resolve_approvals
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.request import Message
+from sluicegate.core.sealing import Sealer
 from sluicegate.dialects.base import ConversationInput
 from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
+from sluicegate.dialects.responses_sealed import expand_sealed
 from sluicegate.store.base import Store
 
 Json = dict[str, Any]
@@ -37,7 +41,14 @@ def _not_found(what: str, ident: str, param: str) -> SluicegateError:
     )
 
 
-async def resolve(store: Store, conv: ConversationInput, running: Callable[[str], bool]) -> Resolved:
+async def resolve(
+    store: Store,
+    conv: ConversationInput,
+    running: Callable[[str], bool],
+    *,
+    sealer: Sealer | None = None,
+    scope: str = "",
+) -> Resolved:
     """Resolve `conv`; `running(id)` tells whether a response is still being generated."""
     items: list[Json] = []
     for index, item in enumerate(conv.input_items):
@@ -81,7 +92,8 @@ async def resolve(store: Store, conv: ConversationInput, running: Callable[[str]
     for call_id in orphan_call_ids(resolved.history):
         if (call := await store.find_call(call_id)) is not None:
             known_calls[call_id] = call
-    resolved.messages = items_to_messages(resolved.history, conv.instructions, known_calls)
+    readable = expand_sealed(resolved.history, sealer, scope) if sealer is not None else resolved.history
+    resolved.messages = items_to_messages(readable, conv.instructions, known_calls)
     if not resolved.messages:
         raise invalid("The input has no messages to respond to.", "input")
     return resolved

@@ -39,7 +39,7 @@ class ChatResult:
 
     def text_of(self, kind: ItemKind) -> str | None:
         """All text of one kind joined, or None when there was none."""
-        texts = [item.text for item in self.items if item.kind is kind]
+        texts = [item.text_so_far for item in self.items if item.kind is kind]
         return "".join(texts) if texts else None
 
     def of_kind(self, kind: ItemKind) -> list[Item]:
@@ -82,6 +82,10 @@ class Accumulator:
                 self._stop_clock()
             case Failed(error=error):
                 self.result.error = error
+                # Items a failure cut off stay open (never done) but are part of the result.
+                self.result.items.extend(sorted(self.open_items.values(), key=lambda item: item.index))
+                self.result.items.sort(key=lambda item: item.index)
+                self.open_items.clear()
                 self._stop_clock()
             case LoadFinished(seconds=seconds):
                 self.result.load_seconds = seconds

@@ -107,6 +107,9 @@ class RequestOptions:
 
     # LM Studio's `ttl`: idle seconds before the instance this request used is unloaded.
     ttl: float | None = None
+    # What an engine with a policy does with a prompt longer than its context: "error" (a 400,
+    # the default), "rolling_window" or "truncate_middle" (llamacpp; None: the model's setting).
+    context_overflow: str | None = None
     # LM Studio's per-request `context_length` (the dialect checked it against the model's
     # maximum). An instance this request loads just in time loads with it; an engine that
     # already runs also caps this request's context (prompt + output) at it (llamacpp).
@@ -128,6 +131,9 @@ class ChatRequest:
     # understands them (e.g. `chat_template_kwargs`, `cache_prompt` from an `extra_body`). The
     # server itself reads nothing here; what it reads is a typed field (`options`).
     extra: dict[str, Any] = field(default_factory=dict)
+    # Headers the engine adds to the response, set while it checks the request (e.g. how many
+    # messages a context-overflow policy dropped).
+    response_headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def last_user_text(self) -> str:

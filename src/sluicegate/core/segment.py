@@ -1,8 +1,9 @@
 """Segmentation: raw engine deltas become items that open, take deltas and close.
 
 This is the only place block boundaries are decided, so no dialect re-derives them. It also
-gives every stream the same ending: open items are closed, the last usage is reported, then
-exactly one terminal event (`Finished` or `Failed`) — whatever the engine did or failed to do.
+gives every stream the same ending: open items are closed (unless the stream failed: then they
+stay open, never reported done), the last usage is reported, then exactly one terminal event
+(`Finished` or `Failed`) — whatever the engine did or failed to do.
 """
 
 from __future__ import annotations
@@ -171,8 +172,14 @@ class _Segmenter:
             for item in (self.text_item, self.tool_item):
                 if item is not None:
                     item.cut_short = True
-        self.close_text(out)
-        self.close_tool(out)
+        # On a failure the open items stay open: an item cut off by an error is never reported
+        # done (a client would run a cut-off call); the stream goes straight to its error ending.
+        # A server-side call is the exception: the tool loop runs it (or not) itself, and its
+        # dialects show it ending with the response.
+        if failure is None:
+            self.close_text(out)
+        if failure is None or (self.tool_item is not None and self.tool_item.provider is not None):
+            self.close_tool(out)
         usage = usage_with_fallback(
             self.usage.usage if self.usage is not None else None, self.deltas, self.reasoning_deltas
         )

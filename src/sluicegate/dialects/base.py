@@ -66,6 +66,7 @@ class Turn:
     background: bool = False  # run detached from the connection (Responses `background`)
     id_prefix: str = "resp_"  # the id the turn gets (`chatcmpl-…`, `msg_…`, `resp_…`)
     id_length: int = 48
+    headers: dict[str, str] = field(default_factory=dict)  # the dialect's own response headers
 
 
 @dataclass(slots=True)
@@ -78,6 +79,7 @@ class EncoderContext:
     accumulator: Accumulator
     provider_info: Callable[[str], Json | None]  # LM Studio `provider_info` of a server tool
     stored: bool  # the turn will be persisted under `turn_id`
+    scope: str = ""  # whose turn it is (a hash of the API key): what sealed content is bound to
 
 
 class Encoder(Protocol):

@@ -25,6 +25,7 @@ from sluicegate.core.validation import Fields
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
 EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt")
+OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 
 
 @dataclass(slots=True)
@@ -68,6 +69,8 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
     request.options.ttl = f.number("ttl", low=1)
+    # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
+    request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
     return request, ChatOptions(stream=stream, include_usage=include_usage)
 
 

@@ -54,7 +54,7 @@ class LMStudioDialect(Dialect):
             messages=[],
             sampling=req.sampling,
             reasoning_effort=req.reasoning,
-            options=RequestOptions(context_length=req.context_length),
+            options=RequestOptions(context_length=req.context_length, context_overflow=req.context_overflow),
         )
         tools = (
             ServerTools(tool_selection(req.integrations), param="integrations") if req.integrations else None

@@ -32,6 +32,7 @@ CHAT_KEYS = frozenset(
         "max_output_tokens",
         "reasoning",
         "context_length",
+        "context_overflow",
         "store",
         "previous_response_id",
     }
@@ -51,6 +52,9 @@ class LMStudioChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning: str | None = None
     context_length: int | None = None
+    context_overflow: str | None = (
+        None  # a Sluicegate extension: "error", "rolling_window", "truncate_middle"
+    )
     store: bool = True
     previous_response_id: str | None = None
 
@@ -79,6 +83,9 @@ def parse_lmstudio_chat(body: Any) -> LMStudioChatRequest:
     s.max_tokens = f.integer("max_output_tokens", low=1)
     req.reasoning = f.string("reasoning", choices=REASONING_OPTIONS)
     req.context_length = f.integer("context_length", low=1)
+    req.context_overflow = f.string(
+        "context_overflow", choices=("error", "rolling_window", "truncate_middle")
+    )
     store = f.boolean("store")
     req.store = True if store is None else store
     req.previous_response_id = f.string("previous_response_id")

@@ -19,6 +19,7 @@ taken from the canonical index. Calls still running when the response ends are c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -50,6 +51,7 @@ from sluicegate.dialects.responses_mcp import (
     output_items,
 )
 from sluicegate.dialects.responses_request import ResponsesRequest
+from sluicegate.dialects.responses_tool_types import ClientTool, custom_input
 
 Json = dict[str, Any]
 ReasoningNames = Literal["openai", "open_responses"]
@@ -59,7 +61,33 @@ RESPONSE_ERROR_CODE = {
     ErrorKind.IDLE_TIMEOUT: "request_timeout",
     ErrorKind.CANCELLED: "cancelled",
     ErrorKind.RATE_LIMITED: "rate_limit_exceeded",
+    ErrorKind.OVERLOADED: "server_is_overloaded",
+    ErrorKind.ENGINE: "model_error",
+    ErrorKind.INVALID_REQUEST: "invalid_prompt",
 }
+# Specific codes clients act on (Codex: context_length_exceeded and insufficient_quota are
+# final, the others retryable), passed through whatever the kind.
+SPECIFIC_CODES = frozenset(
+    {
+        "context_length_exceeded",
+        "rate_limit_exceeded",
+        "insufficient_quota",
+        "invalid_prompt",
+        "server_is_overloaded",
+        "vector_store_timeout",
+        "invalid_image",
+    }
+)
+
+
+def response_error_code(error: ErrorInfo) -> str:
+    """The `error.code` of a failed response: the specific code when a client acts on it,
+    else one derived from the kind (`server_error` for what is left)."""
+    if error.code in SPECIFIC_CODES:
+        return error.code
+    if error.code == "max_tool_rounds":  # the server's own limit on its tool loop
+        return "server_error"
+    return RESPONSE_ERROR_CODE.get(error.kind, "server_error")
 
 
 def usage_object(usage: Usage) -> Json:
@@ -84,6 +112,8 @@ class ResponseState:
     error: Json | None = None
     incomplete_details: Json | None = None
     usage: Json | None = None
+    # seals a reasoning item's text for `include: ["reasoning.encrypted_content"]`
+    seal_reasoning: Callable[[str], str] | None = None
 
     def object(self, output: list[Json]) -> Json:
         r = self.request
@@ -124,12 +154,28 @@ class ResponseState:
         }
 
 
-def items_output(items: list[Item], open_status: str = "incomplete") -> list[Json]:
-    """Items as output; `open_status` for items not done yet (`in_progress` while running)."""
+def summarized(reasoning: Json) -> Json:
+    """A reasoning item as it is when `reasoning.summary` was asked for: a local model has no
+    separate summarizer, so its summary is its reasoning text (docs/responses.md)."""
+    text = "".join(part.get("text", "") for part in reasoning.get("content") or [])
+    return {"type": "reasoning", "id": reasoning["id"], "summary": [{"type": "summary_text", "text": text}]}
+
+
+def items_output(
+    items: list[Item],
+    open_status: str = "incomplete",
+    tools: dict[str, ClientTool] | None = None,
+    *,
+    reasoning: Callable[[Json], Json] | None = None,
+) -> list[Json]:
+    """Items as output; `open_status` for items not done yet (`in_progress` while running);
+    `tools` renders calls of the request's client tools by their kind; `reasoning` finishes
+    reasoning items (summaries, sealed content) as the request asked."""
 
     def one(item: Item) -> Json:
         done_status = "incomplete" if item.cut_short else "completed"
-        return output_item(item, done_status if item.done else open_status)
+        out = output_item(item, done_status if item.done else open_status, tools)
+        return reasoning(out) if reasoning is not None and item.kind is ItemKind.REASONING else out
 
     return output_items(items, one, open_status)
 
@@ -147,6 +193,8 @@ class ResponsesEncoder:
         self.final: Json | None = None  # the response object once a terminal event was sent
         self.output_index: dict[int, int] = {}  # canonical item index → output index
         self.running_calls: dict[str, Item] = {}  # server calls waiting for their result, by call_id
+        # `reasoning.summary` asked for: reasoning streams as summary events, not reasoning_text.
+        self.summaries = bool((state.request.reasoning or {}).get("summary"))
 
     def _frame(self, kind: str, fields: Json) -> Frame:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
@@ -156,7 +204,9 @@ class ResponsesEncoder:
     def snapshot(self) -> Json:
         running = self.state.status in ("queued", "in_progress")
         open_status = "in_progress" if running else "incomplete"
-        return self.state.object(items_output(self.accumulator.snapshot(), open_status))
+        tools = self.state.request.tool_kinds
+        output = items_output(self.accumulator.snapshot(), open_status, tools, reasoning=self._reasoning)
+        return self.state.object(output)
 
     def opening(self) -> list[Frame]:
         """`response.created`, then `response.in_progress` — or, for a background response,
@@ -191,7 +241,8 @@ class ResponsesEncoder:
     def encode_running(self, event: Event) -> list[Frame]:
         match event:
             case ItemDelta():
-                return [self._delta(event)]
+                frame = self._delta(event)
+                return [frame] if frame is not None else []
             case ItemAdded():
                 return self._added(event.item)
             case ItemDone():
@@ -203,6 +254,21 @@ class ResponsesEncoder:
             case Failed():
                 return self._failed(event.error)
         return []
+
+    def _reasoning(self, item: Json) -> Json:
+        """A reasoning item as the request asked: as a summary, with its content sealed."""
+        text = "".join(part.get("text", "") for part in item.get("content") or [])
+        if self.summaries:
+            item = summarized(item)
+        seal = self.state.seal_reasoning
+        if seal is not None and "reasoning.encrypted_content" in self.state.request.include:
+            item["encrypted_content"] = seal(text)
+        return item
+
+    def _client_tool(self, item: Item) -> ClientTool | None:
+        if item.kind is not ItemKind.TOOL_CALL or item.provider is not None:
+            return None
+        return self.state.request.tool_kinds.get(item.name or "")
 
     def _where(self, item: Item) -> Json:
         return {"item_id": item.id, "output_index": self.output_index[item.index]}
@@ -226,12 +292,25 @@ class ResponsesEncoder:
                 self._item_frame("response.output_item.added", item, mcp_list_tools_item(item, empty=True)),
                 self._frame("response.mcp_list_tools.in_progress", self._where(item)),
             ]
-        shell = output_item(item, "in_progress")
+        tool = self._client_tool(item)
+        if tool is not None and tool.kind not in ("function", "custom"):
+            return []  # its fields are known once its arguments are: added and done together
+        shell = output_item(item, "in_progress", self.state.request.tool_kinds)
         # The item may already hold its first delta (segmented together): the shell starts empty.
         if item.kind in (ItemKind.MESSAGE, ItemKind.REFUSAL, ItemKind.REASONING):
             shell["content"] = []
+        elif tool is not None and tool.kind == "custom":
+            shell["input"] = ""
         elif item.kind is ItemKind.TOOL_CALL:
             shell["arguments"] = ""
+        if item.kind is ItemKind.REASONING and self.summaries:
+            shell = {"type": "reasoning", "id": item.id, "summary": []}
+            summary_part = {"type": "summary_text", "text": ""}
+            fields = {**self._where(item), "summary_index": 0, "part": summary_part}
+            return [
+                self._item_frame("response.output_item.added", item, shell),
+                self._frame("response.reasoning_summary_part.added", fields),
+            ]
         frames = [self._item_frame("response.output_item.added", item, shell)]
         part = _empty_part(item.kind)
         if part is not None:
@@ -242,9 +321,14 @@ class ResponsesEncoder:
             )
         return frames
 
-    def _delta(self, event: ItemDelta) -> Frame:
+    def _delta(self, event: ItemDelta) -> Frame | None:
         item = event.item
         kind = item.kind
+        tool = self._client_tool(item)
+        if tool is not None and tool.kind != "function":
+            # A custom call's input is the model's arguments unwrapped, and a hosted call's
+            # fields are parsed from them: both are only known whole, at done.
+            return None
         if kind is ItemKind.MESSAGE:
             lp = logprob_entries(event.logprobs) if event.logprobs else []
             fields = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": lp}
@@ -253,6 +337,9 @@ class ResponsesEncoder:
             name = "mcp_call_arguments" if item.provider is not None else "function_call_arguments"
             return self._frame(f"response.{name}.delta", {**self._where(item), "delta": event.text})
         if kind is ItemKind.REASONING:
+            if self.summaries:
+                fields = {**self._where(item), "summary_index": 0, "delta": event.text}
+                return self._frame("response.reasoning_summary_text.delta", fields)
             return self._frame(
                 self.reasoning_delta, {**self._where(item), "content_index": 0, "delta": event.text}
             )
@@ -274,9 +361,24 @@ class ResponsesEncoder:
                 self._item_frame("response.output_item.done", item, mcp_list_tools_item(item)),
             ]
         where = self._where(item)
-        final = output_item(item, "incomplete" if item.cut_short else "completed")
+        final = output_item(
+            item, "incomplete" if item.cut_short else "completed", self.state.request.tool_kinds
+        )
         frames: list[Frame] = []
         kind = item.kind
+        tool = self._client_tool(item)
+        if tool is not None and tool.kind == "custom":
+            text = custom_input(item.text)
+            frames.append(self._frame("response.custom_tool_call_input.delta", {**where, "delta": text}))
+            frames.append(self._frame("response.custom_tool_call_input.done", {**where, "input": text}))
+            frames.append(self._item_frame("response.output_item.done", item, final))
+            return frames
+        if tool is not None and tool.kind != "function":
+            frames.append(
+                self._item_frame("response.output_item.added", item, {**final, "status": "in_progress"})
+            )
+            frames.append(self._item_frame("response.output_item.done", item, final))
+            return frames
         if kind is ItemKind.MESSAGE:
             lp = final["content"][0]["logprobs"]
             frames.append(
@@ -289,7 +391,23 @@ class ResponsesEncoder:
             frames.append(
                 self._frame("response.refusal.done", {**where, "content_index": 0, "refusal": item.text})
             )
+        elif kind is ItemKind.REASONING and self.summaries:
+            final = self._reasoning(final)
+            part = final["summary"][0]
+            frames.append(
+                self._frame(
+                    "response.reasoning_summary_text.done", {**where, "summary_index": 0, "text": item.text}
+                )
+            )
+            frames.append(
+                self._frame(
+                    "response.reasoning_summary_part.done", {**where, "summary_index": 0, "part": part}
+                )
+            )
+            frames.append(self._item_frame("response.output_item.done", item, final))
+            return frames
         elif kind is ItemKind.REASONING:
+            final = self._reasoning(final)
             frames.append(self._frame(self.reasoning_done, {**where, "content_index": 0, "text": item.text}))
         elif kind is ItemKind.TOOL_CALL:
             fields = {**where, "name": item.name or "", "arguments": item.text}
@@ -354,10 +472,7 @@ class ResponsesEncoder:
     def _failed(self, error: ErrorInfo) -> list[Frame]:
         frames = self._close_running_calls()
         self.state.status = "failed"
-        self.state.error = {
-            "code": RESPONSE_ERROR_CODE.get(error.kind, "server_error"),
-            "message": error.message,
-        }
+        self.state.error = {"code": response_error_code(error), "message": error.message}
         return [*frames, self._frame("response.failed", {"response": self._finish_object()})]
 
     def cancelled(self, reason: str) -> list[Frame]:

@@ -10,14 +10,25 @@ from typing import Any
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.request import ChatRequest, RequestOptions
+from sluicegate.core.sealing import Sealer
 from sluicegate.dialects.base import ConversationInput, Dialect, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses import ReasoningNames, ResponsesEncoder, ResponseState
+from sluicegate.dialects.responses_hosted import resolve_hosted
 from sluicegate.dialects.responses_mcp_request import approval_policy
 from sluicegate.dialects.responses_request import ResponsesRequest, parse_responses_request
+from sluicegate.dialects.responses_sealed import reasoning_sealer
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
+# A failed non-streamed response's HTTP status, by its error code (500 for the rest).
+FAILED_STATUS_KIND = {
+    "request_timeout": ErrorKind.TIMEOUT,
+    "context_length_exceeded": ErrorKind.INVALID_REQUEST,
+    "invalid_prompt": ErrorKind.INVALID_REQUEST,
+    "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
+    "server_is_overloaded": ErrorKind.OVERLOADED,
+}
 
 
 def tool_selection(req: ResponsesRequest, configured: list[str]) -> ToolSelection:
@@ -55,7 +66,7 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
         sampling=req.sampling,
         reasoning_effort=(req.reasoning or {}).get("effort"),
         response_format=fmt if fmt.get("type") != "text" else None,
-        options=RequestOptions(ttl=req.ttl),
+        options=RequestOptions(ttl=req.ttl, context_overflow=req.context_overflow),
     )
 
 
@@ -64,14 +75,23 @@ class ResponsesDialect(Dialect):
     path = "/v1/responses"
 
     def __init__(
-        self, configured_plugins: Callable[[], list[str]], reasoning_names: ReasoningNames = "openai"
+        self,
+        configured_plugins: Callable[[], list[str]],
+        reasoning_names: ReasoningNames = "openai",
+        *,
+        hosted_tools: dict[str, str] | None = None,
+        sealer: Sealer | None = None,
     ) -> None:
         self.configured_plugins = configured_plugins
         self.reasoning_names = reasoning_names
+        self.hosted_tools = hosted_tools or {}  # hosted tool type → the server-side provider serving it
+        self.sealer = sealer
 
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
         req = parse_responses_request(body)
+        hosted = resolve_hosted(req, self.hosted_tools, self.configured_plugins())
         return Turn(
+            headers=hosted.headers(),
             request=req,
             chat=chat_request(req),
             stream=req.stream,
@@ -91,7 +111,8 @@ class ResponsesDialect(Dialect):
         )
 
     def encoder(self, turn: Turn, context: EncoderContext) -> ResponsesEncoder:
-        state = ResponseState(context.turn_id, turn.request, created_at=context.created)
+        seal = reasoning_sealer(self.sealer, context.scope) if self.sealer is not None else None
+        state = ResponseState(context.turn_id, turn.request, created_at=context.created, seal_reasoning=seal)
         return ResponsesEncoder(state, context.accumulator, reasoning_names=self.reasoning_names)
 
     def error(self, info: ErrorInfo) -> Json:
@@ -101,7 +122,7 @@ class ResponsesDialect(Dialect):
         """A failed non-streaming response answers with the error its object carries."""
         error = (body or {}).get("error") or {}
         code = error.get("code") or result_error.code
-        kind = ErrorKind.TIMEOUT if code == "request_timeout" else ErrorKind.ENGINE
+        kind = FAILED_STATUS_KIND.get(code or "", ErrorKind.ENGINE)
         return replace(
             result_error, kind=kind, message=error.get("message") or result_error.message, code=code
         )

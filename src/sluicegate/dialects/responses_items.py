@@ -22,6 +22,13 @@ from typing import Any
 from sluicegate.core.events import Item, ItemKind, TokenLogprob
 from sluicegate.core.request import ContentPart, Message, ToolCall
 from sluicegate.dialects.responses_mcp import error_text, mcp_approval_request_item, mcp_list_tools_item
+from sluicegate.dialects.responses_tool_items import (
+    CALL_ITEM_TYPES,
+    OUTPUT_ITEM_TYPES,
+    item_call,
+    item_output,
+)
+from sluicegate.dialects.responses_tool_types import ClientTool, call_item, model_name
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -76,8 +83,12 @@ def items_to_messages(
         elif kind == "reasoning":
             parts = item.get("content") or item.get("summary") or []
             pending_reasoning.append(_text_of(parts))
-        elif kind == "function_call":
-            call = ToolCall(item["call_id"], item["name"], item.get("arguments", ""))
+        elif kind == "function_call" or kind in CALL_ITEM_TYPES:
+            if kind == "function_call":
+                name = model_name(item["name"], item.get("namespace"))
+                call = ToolCall(item["call_id"], name, item.get("arguments", ""))
+            else:
+                call = item_call(item)
             last = messages[-1] if messages else None
             if last is not None and last.role == "assistant":
                 last.tool_calls.append(call)  # text and calls of one turn stay one message
@@ -90,6 +101,8 @@ def items_to_messages(
             messages.append(
                 Message(role="tool", content=item.get("output", ""), tool_call_id=item["call_id"])
             )
+        elif kind in OUTPUT_ITEM_TYPES and item.get("call_id"):
+            messages.append(Message(role="tool", content=item_output(item), tool_call_id=item["call_id"]))
     return validate_sequence(messages, known_calls or {})
 
 
@@ -200,11 +213,12 @@ def _drop_unanswered_calls(messages: list[Message]) -> list[Message]:
 
 def orphan_call_ids(items: list[Json]) -> list[str]:
     """call_ids of tool results whose call is not among `items` (to look up in the store)."""
-    calls = {i.get("call_id") for i in items if i.get("type") == "function_call"}
+    calls = {i.get("call_id") for i in items if i.get("type") in ("function_call", *CALL_ITEM_TYPES)}
+    outputs = ("function_call_output", *OUTPUT_ITEM_TYPES)
     return [
         i["call_id"]
         for i in items
-        if i.get("type") == "function_call_output" and i.get("call_id") not in calls
+        if i.get("type") in outputs and i.get("call_id") and i.get("call_id") not in calls
     ]
 
 
@@ -220,8 +234,9 @@ def logprob_entries(entries: list[TokenLogprob]) -> list[Json]:
     ]
 
 
-def output_item(item: Item, status: str) -> Json:
-    """A canonical item as a Responses output item, in its final (or current) state."""
+def output_item(item: Item, status: str, tools: dict[str, ClientTool] | None = None) -> Json:
+    """A canonical item as a Responses output item, in its final (or current) state; `tools`
+    says how the request's client tools render their calls (`function_call` by default)."""
     text = item.text_so_far
     kind = item.kind
     if kind is ItemKind.MESSAGE:
@@ -242,6 +257,8 @@ def output_item(item: Item, status: str) -> Json:
             "summary": [],
             "content": [{"type": "reasoning_text", "text": text}],
         }
+    if kind is ItemKind.TOOL_CALL and tools and item.provider is None and (item.name or "") in tools:
+        return call_item(tools[item.name or ""], item.id, item.call_id or "", text, status)
     if kind is ItemKind.TOOL_CALL:
         return {
             "type": "function_call",

@@ -21,6 +21,14 @@ from sluicegate.dialects.responses_mcp_request import (
     parse_mcp_item,
     parse_mcp_tool,
 )
+from sluicegate.dialects.responses_tool_items import TOOL_ITEM_TYPES, parse_tool_item
+from sluicegate.dialects.responses_tool_types import (
+    CLIENT_HOSTED,
+    ClientTool,
+    ToolOffer,
+    model_name,
+    parse_tool,
+)
 
 Json = dict[str, Any]
 
@@ -40,7 +48,10 @@ ITEM_TYPES = (
     "function_call_output",
     "reasoning",
     "item_reference",
+    "compaction",
+    "additional_tools",
     *MCP_ITEM_TYPES,
+    *TOOL_ITEM_TYPES,
 )
 MISSING = "missing_required_parameter"  # the code OpenAI gives every missing parameter
 
@@ -57,6 +68,8 @@ class ResponsesRequest:
     metadata: dict[str, str] = field(default_factory=dict)
     tools: list[Json] = field(default_factory=list)  # echoed back in the response object
     tool_specs: list[ToolSpec] = field(default_factory=list)
+    tool_kinds: dict[str, ClientTool] = field(default_factory=dict)  # model-facing name → tool
+    hosted_tools: list[str] = field(default_factory=list)  # hosted types not run by the client
     mcp_servers: list[McpServerParam] = field(default_factory=list)  # the `{type: "mcp"}` tools
     tool_choice: Any = "auto"  # as the client sent it, echoed back
     canonical_tool_choice: str = "auto"
@@ -72,6 +85,7 @@ class ResponsesRequest:
     service_tier: str = "default"
     include: list[str] = field(default_factory=list)
     ttl: float | None = None  # LM Studio's: idle seconds before the instance used is unloaded
+    context_overflow: str | None = None  # error, rolling_window or truncate_middle (llamacpp)
 
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
@@ -90,6 +104,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         f.fail("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
     req.metadata = _metadata(f)
     raw_tools = f.array("tools") or []
+    offer = ToolOffer(echo=req.tools)
     for tool in f.items("tools", raw_tools):
         if tool.obj.get("type") == "mcp":
             server, echo = parse_mcp_tool(tool)
@@ -101,13 +116,10 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
             req.mcp_servers.append(server)
             req.tools.append(echo)
         else:
-            req.tools.append(_tool(tool))
-    req.tool_specs = [
-        ToolSpec(t["name"], t["description"] or "", t["parameters"] or {}, bool(t["strict"]))
-        for t in req.tools
-        if t["type"] == "function"
-    ]
-    req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req.tool_specs)
+            parse_tool(tool, offer)
+    _input_tools(f, req, offer)
+    req.tool_specs, req.tool_kinds, req.hosted_tools = offer.specs, offer.kinds, offer.hosted
+    req.tool_choice, req.canonical_tool_choice = _tool_choice(f, req)
     if isinstance(req.tool_choice, dict) and req.tool_choice["type"] == "mcp":
         label = req.tool_choice["server_label"]
         if label not in {s.server_label for s in req.mcp_servers}:
@@ -155,6 +167,10 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
                 f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
             )
     req.ttl = f.number("ttl", low=1)
+    # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
+    req.context_overflow = f.string(
+        "context_overflow", choices=("error", "rolling_window", "truncate_middle")
+    )
     return req
 
 
@@ -173,24 +189,22 @@ def _metadata(f: Fields) -> dict[str, str]:
     return dict(meta.obj)
 
 
-def _tool(t: Fields) -> Json:
-    kind = t.string("type", required=True)
-    if kind != "function":
-        t.fail(
-            "type",
-            f"Invalid value for '{t.where('type')}': '{kind}'. Supported tool types are: 'function', 'mcp'.",
-        )
-    parameters = t.object("parameters")
-    return {
-        "type": "function",
-        "name": t.string("name", required=True),
-        "description": t.string("description"),
-        "parameters": parameters.obj if parameters is not None else None,
-        "strict": t.boolean("strict"),
-    }
+def _input_tools(f: Fields, req: ResponsesRequest, offer: ToolOffer) -> None:
+    """Tools that input items make available from where they stand (`additional_tools`, and
+    the tools a client-run `tool_search` found): offered to the model like `tools`, not echoed."""
+    found = ToolOffer(specs=offer.specs, kinds=offer.kinds, hosted=offer.hosted)
+    for index, item in enumerate(req.input_items):
+        if item["type"] in ("additional_tools", "tool_search_output") and isinstance(item.get("tools"), list):
+            where = Fields(item, f.where("input") + f"[{index}]")
+            for tool in where.items("tools", item.get("tools") or []):
+                if tool.obj.get("type") != "mcp":
+                    parse_tool(tool, found)
 
 
-def _tool_choice(f: Fields, tools: list[ToolSpec]) -> tuple[Any, str]:
+def _tool_choice(f: Fields, req: ResponsesRequest) -> tuple[Any, str]:
+    """The choice as sent (echoed back) and as the engine takes it. A hosted tool's choice
+    (`{"type": "web_search"}`) names that type; the route refuses it when the tool is not
+    served (`hosted_tools.check_choice`)."""
     choice = f.obj.get("tool_choice")
     if choice is None:
         return "auto", "auto"
@@ -199,17 +213,32 @@ def _tool_choice(f: Fields, tools: list[ToolSpec]) -> tuple[Any, str]:
         return choice, choice
     c = f.object("tool_choice")
     assert c is not None
-    if c.string("type", required=True, choices=("function", "mcp")) == "mcp":
+    kind = c.string("type", required=True) or ""
+    if kind == "mcp":
         # An MCP server's tools are only known once listed: the name is checked by the engine.
         label = c.string("server_label", required=True)
         mcp_name = c.string("name")
         return {"type": "mcp", "server_label": label, "name": mcp_name}, mcp_name or "required"
-    name = c.string("name", required=True) or ""
-    if name not in {t.name for t in tools}:
-        c.fail(
-            "name", f"Invalid value for '{c.where('name')}': no function tool named '{name}' is in 'tools'."
-        )
-    return {"type": "function", "name": name}, name
+    if kind == "allowed_tools":
+        c.array("tools", required=True, non_empty=True)
+        mode = c.string("mode", choices=("auto", "required")) or "auto"
+        return c.obj, mode
+    if kind in ("function", "custom"):
+        name = c.string("name", required=True) or ""
+        wanted = model_name(name, c.string("namespace"))
+        if req.tool_kinds.get(wanted) is None or req.tool_kinds[wanted].kind != kind:
+            c.fail(
+                "name", f"Invalid value for '{c.where('name')}': no {kind} tool named '{name}' is in 'tools'."
+            )
+        echo: Json = {"type": kind, "name": name}
+        if wanted != name:
+            echo["namespace"] = c.obj["namespace"]
+        return echo, wanted
+    if kind in CLIENT_HOSTED and kind in req.tool_kinds:
+        return c.obj, kind
+    if kind in req.hosted_tools:
+        return c.obj, "required"  # a hosted tool: served or refused by the route
+    c.fail("type", f"Invalid value for '{c.where('type')}': '{kind}' names no tool in 'tools'.")
 
 
 def _input(f: Fields) -> list[Json]:
@@ -254,7 +283,7 @@ def _item(i: Fields) -> Json:
         role = i.string("role", required=True, choices=MESSAGE_ROLES) or "user"
         return _message_item(role, _parts(i, role), item_id, i.string("status") or "completed")
     if kind == "function_call":
-        return {
+        call: Json = {
             "type": "function_call",
             "id": item_id or new_id("fc_"),
             "call_id": i.string("call_id", required=True),
@@ -262,6 +291,9 @@ def _item(i: Fields) -> Json:
             "arguments": i.string("arguments") or "",
             "status": "completed",
         }
+        if (namespace := i.string("namespace")) is not None:
+            call["namespace"] = namespace
+        return call
     if kind == "function_call_output":
         output = i.obj.get("output")
         if output is None:
@@ -286,9 +318,25 @@ def _item(i: Fields) -> Json:
         item: Json = {"type": "reasoning", "id": item_id or new_id("rs_"), "summary": summary}
         if content:
             item["content"] = content
+        if (sealed := i.string("encrypted_content")) is not None:
+            item["encrypted_content"] = sealed  # unsealed before the model sees it
         return item
+    if kind == "additional_tools":
+        i.string("role", required=True, choices=("developer",))
+        i.array("tools", required=True)
+        return {
+            "type": "additional_tools",
+            "id": item_id or new_id("at_"),
+            "role": "developer",
+            "tools": i.obj["tools"],
+        }
+    if kind == "compaction":
+        blob = i.string("encrypted_content", required=True)
+        return {"type": "compaction", "id": item_id or new_id("cmp_"), "encrypted_content": blob}
     if kind in MCP_ITEM_TYPES:
         return parse_mcp_item(i, kind, item_id)
+    if kind in TOOL_ITEM_TYPES:
+        return parse_tool_item(i, kind, item_id)
     # item_reference: resolved against the store by the route
     return {"type": "item_reference", "id": i.string("id", required=True)}
 

@@ -88,6 +88,7 @@ class _Admitted:
         if not self._started:  # `_run` never took its waiting count over: give the place back here
             self._started = True
             self._instance._waiting -= 1
+            METRICS.queue_depth.labels(self._instance.id).dec()
             self._instance._settle()
         await self._gen.aclose()
 
@@ -135,6 +136,7 @@ class Instance:
 
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
+        METRICS.queue_depth.labels(self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
@@ -151,9 +153,11 @@ class Instance:
                 await slots.acquire()
         except BaseException:  # gone while queued
             self._waiting -= 1
+            METRICS.queue_depth.labels(self.id).dec()
             self._settle()
             raise
         self._waiting -= 1
+        METRICS.queue_depth.labels(self.id).dec()
         self._active += 1
         METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
         engine_events: AsyncIterator[RawEvent] | None = None
@@ -213,10 +217,12 @@ class Instance:
                 self.last_used = time.monotonic()
             except BaseException:
                 self.jit = False
+                METRICS.record_load(self.id, time.perf_counter() - started, ok=False)
                 raise
             finally:
                 loop.call_soon_threadsafe(progress.put_nowait, None)
-            return time.perf_counter() - started
+            METRICS.record_load(self.id, seconds := time.perf_counter() - started, ok=True)
+            return seconds
 
         self.jit = jit  # from now on, so a JIT load elsewhere can see this one coming
         # The load outlives a requester that goes away: the next request should not start over.

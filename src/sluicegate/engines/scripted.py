@@ -55,6 +55,7 @@ _REPLY_KEYS = _PACING_KEYS | {
     "usage",
     "error_after_deltas",
     "error_message",
+    "error_code",
 }
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
@@ -84,6 +85,7 @@ class Reply:
     usage: dict[str, int] = field(default_factory=dict)
     error_after_deltas: int | None = None
     error_message: str | None = None
+    error_code: str | None = None  # e.g. context_length_exceeded, to test how clients react
     token_delay_ms: float | None = None
     first_token_delay_ms: float | None = None
 
@@ -175,7 +177,7 @@ def _parse_reply(where: str, raw: Any) -> Reply:
         except (re.error, TypeError) as exc:
             raise ConfigError(f"{where}: `user_matches` is not a valid regex: {exc}") from exc
     reply.when = when
-    for key in ("reasoning", "content", "refusal", "error_message"):
+    for key in ("reasoning", "content", "refusal", "error_message", "error_code"):
         if key in raw:
             setattr(reply, key, _text(where, key, raw[key]))
     calls = raw.get("tool_calls", [])
@@ -332,7 +334,7 @@ class ScriptedEngine(Engine):
                 yield UsageReport(_override(usage, reply))
                 raise EngineFailure(
                     reply.error_message or f"scripted failure after {count} deltas",
-                    code="scripted_failure",
+                    code=reply.error_code or "scripted_failure",
                 )
             if count:
                 # Even with no delay, give the loop a turn per token, as a real model does: the

@@ -63,7 +63,7 @@ def model_entry(model: Model) -> Json:
             "default": caps.reasoning_default,
         }
     entry: Json = {
-        "type": "llm",
+        "type": details.get("type", "llm"),
         "publisher": details.get("publisher", info.owned_by),
         "key": info.id,
         "display_name": info.display_name or info.id,
@@ -80,6 +80,8 @@ def model_entry(model: Model) -> Json:
     }
     if details.get("description"):
         entry["description"] = details["description"]
+    if details.get("context"):  # how the loaded context was chosen (llamacpp)
+        entry["context"] = details["context"]
     return entry
 
 

@@ -33,6 +33,8 @@ def model_object(model: Model) -> dict[str, Any]:
             "tool_use": info.capabilities.tool_use,
             "reasoning": info.capabilities.reasoning,
             "description": details.get("description"),
+            "type": "embeddings" if details.get("type") == "embedding" else "llm",
+            "context": details.get("context"),
         }
     return body
 

@@ -9,6 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.sealing import scope_of
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -55,11 +56,21 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         ) from exc
 
 
+def presented_key(request: Request) -> str:
+    """The API key a request presents: `Authorization: Bearer` or `x-api-key`."""
+    header = request.headers.get("authorization", "")
+    return header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+
+
+def request_scope(request: Request, api_keys: list[str]) -> str:
+    """Whose data a request may see and seal: a hash of its API key; one scope without keys."""
+    return scope_of(presented_key(request) if api_keys else None)
+
+
 def check_auth(request: Request, api_keys: list[str]) -> None:
     if not api_keys:
         return
-    header = request.headers.get("authorization", "")
-    token = header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    token = presented_key(request)
     if token not in api_keys:
         message = (
             "Incorrect API key provided." if token else "Missing API key: send 'Authorization: Bearer <key>'."

@@ -34,10 +34,18 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
+from sluicegate.observe import observe_events
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
 from sluicegate.transport.sse import frame_bytes, stream_sse
-from sluicegate.turn.http import INSTANCE_HEADER, JSONResponse, app_state, check_auth, read_json
+from sluicegate.turn.http import (
+    INSTANCE_HEADER,
+    JSONResponse,
+    app_state,
+    check_auth,
+    read_json,
+    request_scope,
+)
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
 from sluicegate.turn.state import AppState
@@ -155,10 +163,13 @@ class TurnEndpoint:
         turn = dialect.parse(body, request.query_params, request.headers)
         model = state.registry.get(turn.chat.model)
         dialect.check(turn, model.engine.info())
+        scope = request_scope(request, state.settings.api_keys)
         chat = turn.chat
         resolved: Resolved | None = None
         if turn.conversation is not None:
-            resolved = await resolve(state.store, turn.conversation, lambda i: i in state.live)
+            resolved = await resolve(
+                state.store, turn.conversation, lambda i: i in state.live, sealer=state.sealer, scope=scope
+            )
             chat = replace(chat, messages=resolved.messages)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
@@ -187,12 +198,21 @@ class TurnEndpoint:
             accumulator=accumulator,
             provider_info=_provider_info(toolset),
             stored=turn.store,
+            scope=scope,
         )
         encoder = dialect.encoder(turn, context)
         persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
-        pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
+        # Metrics and the access line see every turn's canonical stream.
+        events = observe_events(canonical_events(opened.events, state.limits))
+        pipeline = TurnPipeline(events, encoder, accumulator, persist)
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
-        headers = {INSTANCE_HEADER: generation.instance_id, **opened.headers}
+        # The engine may add headers while it checks the request (a context policy's trimming).
+        headers = {
+            INSTANCE_HEADER: generation.instance_id,
+            **opened.headers,
+            **chat.response_headers,
+            **turn.headers,
+        }
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []

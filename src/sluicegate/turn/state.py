@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from sluicegate.config import Settings
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.pipeline import StreamLimits
+from sluicegate.core.sealing import Sealer
 from sluicegate.downloads import Downloads
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
@@ -58,3 +59,4 @@ class AppState:
     downloads: Downloads
     live: dict[str, LiveTurn] = field(default_factory=dict)  # stored turns being generated, by id
     tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
+    sealer: Sealer | None = None  # seals what clients carry for us (compactions, reasoning)

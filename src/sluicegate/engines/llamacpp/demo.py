@@ -128,20 +128,53 @@ def chat_template() -> str:
     return resources.files(__package__).joinpath("demo_template.jinja").read_text(encoding="utf-8")
 
 
-# Q5_0, not Q8_0 or Q4_0: llama.cpp repacks those two for its CPU kernels, and that path
-# crashes on some AVX-512 machines; a demo must run everywhere, with default settings.
+# Q5_0 by default: llama.cpp has no CPU "repack" kernels for it, so it ran even before the
+# engine turned repacking off (Q4_0 and Q8_0 repacked crashed on an AVX-512 machine). Tests
+# build Q4_0 and Q8_0 variants to prove they no longer do.
 QUANTIZATION = gguf.GGMLQuantizationType.Q5_0
+QUANTIZATIONS = {
+    "Q5_0": (gguf.GGMLQuantizationType.Q5_0, gguf.LlamaFileType.MOSTLY_Q5_0),
+    "Q4_0": (gguf.GGMLQuantizationType.Q4_0, gguf.LlamaFileType.MOSTLY_Q4_0),
+    "Q8_0": (gguf.GGMLQuantizationType.Q8_0, gguf.LlamaFileType.MOSTLY_Q8_0),
+}
+# How much the reasoning close tag likes the shared direction when `thinks`: reasoning of a few
+# dozen tokens, then the answer.
+THINK_PULL = 1.3
+# The generation prompt of a `thinks` demo opens the reasoning block, as Qwen3-thinking's does.
+_OPEN_THINKING = r"""{%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- endif %}"""
+_OPENS_THINKING = r"""{%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}"""
 
 
-def _quantized(writer: gguf.GGUFWriter, name: str, weights: np.ndarray) -> None:
-    data = gguf.quants.quantize(weights.astype(np.float32), QUANTIZATION)
-    writer.add_tensor(name, data, raw_dtype=QUANTIZATION)
+def _quantized(
+    writer: gguf.GGUFWriter, name: str, weights: np.ndarray, kind: gguf.GGMLQuantizationType
+) -> None:
+    data = gguf.quants.quantize(weights.astype(np.float32), kind)
+    writer.add_tensor(name, data, raw_dtype=kind)
 
 
-def make_demo_gguf(path: str | Path, *, size: str = "tiny", seed: int = 0, ends_replies: bool = True) -> Path:
+def make_demo_gguf(
+    path: str | Path,
+    *,
+    size: str = "tiny",
+    seed: int = 0,
+    ends_replies: bool = True,
+    quantization: str = "Q5_0",
+    thinks: bool = False,
+    embedding: bool = False,
+) -> Path:
     """Write the demo model to `path` and return it. `ends_replies=False` makes end-of-turn as
-    unlikely as the other special tokens, so every reply runs to its token limit (tests, bench)."""
+    unlikely as the other special tokens, so every reply runs to its token limit (tests, bench).
+    `quantization`: "Q5_0", "Q4_0" or "Q8_0". `thinks`: the generation prompt opens `<think>`
+    and the model closes it after a few dozen tokens. `embedding`: an embedding model (mean
+    pooling, no chat template), as llama.cpp serves with `embeddings = true`."""
     shape = SHAPES[size]
+    kind, file_type = QUANTIZATIONS[quantization]
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -170,6 +203,8 @@ def make_demo_gguf(path: str | Path, *, size: str = "tiny", seed: int = 0, ends_
     output[unlikely] = -pull * bias
     if ends_replies:
         output[eos_id] = EOS_PULL * pull * bias
+    if thinks:
+        output[tokens.index("</think>")] = THINK_PULL * pull * bias
 
     tmp = path.with_name(path.name + ".partial")  # written whole, then renamed into place
     writer = gguf.GGUFWriter(str(tmp), "llama")
@@ -186,7 +221,9 @@ def make_demo_gguf(path: str | Path, *, size: str = "tiny", seed: int = 0, ends_
     writer.add_rope_freq_base(10000.0)
     writer.add_layer_norm_rms_eps(1e-5)
     writer.add_vocab_size(n_vocab)
-    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q5_0)
+    writer.add_file_type(file_type)
+    if embedding:
+        writer.add_pooling_type(gguf.PoolingType.MEAN)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -196,21 +233,24 @@ def make_demo_gguf(path: str | Path, *, size: str = "tiny", seed: int = 0, ends_
     writer.add_eos_token_id(eos_id)
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
-    writer.add_chat_template(chat_template())
+    if not embedding:
+        template = chat_template()
+        assert not thinks or _OPEN_THINKING in template, "demo_template.jinja changed: update _OPEN_THINKING"
+        writer.add_chat_template(template.replace(_OPEN_THINKING, _OPENS_THINKING) if thinks else template)
 
     small = 0.02
-    _quantized(writer, "token_embd.weight", embeddings)
+    _quantized(writer, "token_embd.weight", embeddings, kind)
     for layer in range(shape.n_layers):
         blk = f"blk.{layer}"
         writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(n, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            _quantized(writer, f"{blk}.{name}.weight", rng.standard_normal((n, n)) * small)
+            _quantized(writer, f"{blk}.{name}.weight", rng.standard_normal((n, n)) * small, kind)
         writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(n, dtype=np.float32))
-        _quantized(writer, f"{blk}.ffn_gate.weight", rng.standard_normal((shape.n_ff, n)) * small)
-        _quantized(writer, f"{blk}.ffn_up.weight", rng.standard_normal((shape.n_ff, n)) * small)
-        _quantized(writer, f"{blk}.ffn_down.weight", rng.standard_normal((n, shape.n_ff)) * small)
+        _quantized(writer, f"{blk}.ffn_gate.weight", rng.standard_normal((shape.n_ff, n)) * small, kind)
+        _quantized(writer, f"{blk}.ffn_up.weight", rng.standard_normal((shape.n_ff, n)) * small, kind)
+        _quantized(writer, f"{blk}.ffn_down.weight", rng.standard_normal((n, shape.n_ff)) * small, kind)
     writer.add_tensor("output_norm.weight", np.ones(n, dtype=np.float32))
-    _quantized(writer, "output.weight", output)
+    _quantized(writer, "output.weight", output, kind)
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -9,25 +9,49 @@ instance admits one request at a time (`default_max_concurrency`); `parallel = N
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
+from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
 from sluicegate.core.errors import EngineFailure, invalid
-from sluicegate.core.events import RawEvent
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.events import (
+    Finished,
+    FinishReason,
+    PromptFinished,
+    PromptStarted,
+    RawEvent,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.llamacpp.channel import Channel
-from sluicegate.engines.llamacpp.gguf_info import GGUFInfo, read_gguf_info
-from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
-from sluicegate.engines.llamacpp.settings import MAX_DEFAULT_CONTEXT, LlamaCppSettings, parse_settings
+from sluicegate.engines.llamacpp.context import choose_context
+from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
+from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.overflow import (
+    TRUNCATED_HEADER,
+    Policy,
+    answer_room,
+    fit,
+    policy_value,
+    too_long,
+)
+from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
+from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.metrics import METRICS
 from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
+log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 
 
@@ -46,15 +70,20 @@ class LlamaCppEngine(Engine):
             self.template, self.gguf.architecture
         )
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
+        # An embedding model: said so by the config, or by a pooling type (mean, cls, last) in the GGUF.
+        self.pooling: int | None = None
+        if settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
+            self.pooling = self.gguf.pooling if self.gguf.pooling in POOLING_TYPES else POOLING_MEAN
         # The most a load may ask for (listed as the model's maximum), and what it loads with.
-        self.context_length = settings.context_length or min(
-            self.gguf.context_length or MAX_DEFAULT_CONTEXT, MAX_DEFAULT_CONTEXT
-        )
+        self.context = choose_context(self.gguf, settings.context_length, settings.kv_cache_budget_mib)
+        self.context_length = self.context.length
         self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
+        self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
+        self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: tuple[ChatRequest, str, list[int] | None] | None = None
+        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None] | None = None
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
 
     @classmethod
@@ -65,6 +94,7 @@ class LlamaCppEngine(Engine):
         gguf = self.gguf
         reasoning = self.reasoning is not None
         options = ["off", "on"] if reasoning and self._thinking_switch else ["on"] if reasoning else []
+        embedding = self.pooling is not None
         return ModelInfo(
             id=self.model_id,
             engine=self.kind,
@@ -73,7 +103,7 @@ class LlamaCppEngine(Engine):
             display_name=gguf.name,
             context_length=self.context_length,
             capabilities=Capabilities(
-                tool_use=self.template is not None and gguf.supports_tools,
+                tool_use=self.template is not None and gguf.supports_tools and not embedding,
                 reasoning=reasoning,
                 vision=False,
                 logprobs=True,
@@ -81,6 +111,7 @@ class LlamaCppEngine(Engine):
                 reasoning_default="on" if reasoning else None,
             ),
             details={
+                "type": "embedding" if embedding else "llm",
                 "publisher": gguf.organization or "local",
                 "architecture": gguf.architecture,
                 "quantization": {"name": gguf.quantization, "bits_per_weight": gguf.bits_per_weight}
@@ -91,12 +122,13 @@ class LlamaCppEngine(Engine):
                 "format": "gguf",
                 "path": str(gguf.path),
                 "description": gguf.description,
+                "context": self.context.details(),
             },
         )
 
     # --- requests --------------------------------------------------------------------------
 
-    def _render(self, request: ChatRequest) -> str:
+    def _render(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
         if self.template is None:
             raise invalid(f"Model {self.model_id!r} has no chat template; set `chat_template` in its config.")
         effort = request.reasoning_effort
@@ -104,41 +136,102 @@ class LlamaCppEngine(Engine):
         tools = request.tools if request.tool_choice != "none" else []
         return render_chat(
             self.template,
-            request.messages,
+            request.messages if messages is None else messages,
             tools,
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
             enable_thinking=thinking,
         )
 
+    def _tokenize(self, text: str) -> list[int]:
+        """With the loaded model's vocabulary, or before the load with the tokenizer alone."""
+        if self._runtime is not None:
+            return self._runtime.tokenize(text)
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.settings.path)
+        return self._vocabulary.tokenize(text)
+
+    def _policy(self, request: ChatRequest) -> Policy:
+        value = request.options.context_overflow
+        return self.settings.context_overflow if value is None else policy_value(value, "context_overflow")
+
     def check(self, request: ChatRequest) -> None:
         super().check(request)
-        if request.tool_choice not in ("auto", "none"):
+        job = request.extra.get(EMBED)
+        if (job is not None) != (self.pooling is not None):
             raise invalid(
-                f"tool_choice {request.tool_choice!r} cannot be enforced by the llamacpp engine; use 'auto'.",
-                param="tool_choice",
-                code="unsupported_parameter",
+                f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
+                if job is None
+                else f"Model {self.model_id!r} is not an embedding model.",
+                param="model",
+                code="model_not_supported",
             )
-        if request.response_format and request.response_format.get("type", "text") != "text":
-            raise invalid(
-                "Structured output (response_format) is not supported by the llamacpp engine yet.",
-                param="response_format",
-                code="unsupported_parameter",
-            )
+        if isinstance(job, EmbeddingJob):
+            self._check_embedding(request, job)
+            return
+        grammar = request_grammar(request, self.tool_format, self.model_id)
+        policy = self._policy(request)
         prompt = self._render(request)
         tokens = None
-        runtime = self._runtime
+        n_ctx = self._limit(request)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
-        if runtime is not None and len(prompt.encode("utf-8")) >= (limit := _context(runtime, request)):
-            tokens = runtime.tokenize(prompt)
-            if len(tokens) >= limit:
+        if len(prompt.encode("utf-8")) >= n_ctx:
+            tokens = self._tokenize(prompt)
+            if len(tokens) >= n_ctx:
+                if policy == "error":
+                    raise too_long(len(tokens), n_ctx, self.model_id)
+                budget = n_ctx - answer_room(n_ctx, request.sampling.max_tokens)
+                fitted = fit(
+                    request.messages, policy, budget, lambda kept: self._tokenize(self._render(request, kept))
+                )
+                if fitted is None:
+                    raise too_long(len(tokens), n_ctx, self.model_id)
+                log.info(
+                    "%s: %s dropped %d of %d messages (%d -> %d prompt tokens)",
+                    self.model_id,
+                    policy,
+                    fitted.dropped,
+                    len(request.messages),
+                    len(tokens),
+                    len(fitted.tokens),
+                )
+                request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
+                prompt, tokens = self._render(request, fitted.messages), fitted.tokens
+        self._prepared = (request, prompt, tokens, grammar)
+
+    def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
+        if job.dimensions is not None and job.dimensions > self.gguf.embedding_length:
+            raise invalid(
+                f"Model {self.model_id!r} makes embeddings of {self.gguf.embedding_length} dimensions; "
+                f"'dimensions' cannot be {job.dimensions}.",
+                param="dimensions",
+            )
+        inputs: list[list[int]] = []
+        for text in job.inputs:
+            tokens = self._tokenize(text) if isinstance(text, str) else text
+            if isinstance(text, list) and any(not 0 <= t < self.gguf.vocab_size for t in text):
                 raise invalid(
-                    f"The prompt is {len(tokens)} tokens, more than model {self.model_id!r} can take "
-                    f"(context length {limit}).",
-                    param="messages",
+                    f"Invalid 'input': token ids must be in [0, {self.gguf.vocab_size}).", param="input"
+                )
+            if len(tokens) > self.context_length:
+                raise invalid(
+                    f"An input is {len(tokens)} tokens, more than model {self.model_id!r} can embed "
+                    f"(its context is {self.context_length} tokens).",
+                    param="input",
                     code="context_length_exceeded",
                 )
-        self._prepared = (request, prompt, tokens)
+            inputs.append(tokens)
+        self._embedding_inputs = (request, inputs)
+
+    def _limit(self, request: ChatRequest) -> int:
+        """The context this request may fill: the loaded one (or the one a load will give),
+        or less if the request caps it."""
+        runtime = self._runtime
+        if runtime is not None:
+            return _context(runtime, request)
+        loaded = self._load_context_length or self.context_length
+        cap = request.options.context_length
+        return loaded if cap is None else min(cap, loaded)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The rendered prompt's tokens, when the model is loaded (its tokenizer is its vocab)."""
@@ -164,14 +257,23 @@ class LlamaCppEngine(Engine):
                 batch_size=settings.batch_size,
                 flash_attention=settings.flash_attention,
                 on_progress=on_progress,
+                repack=settings.repack,
+                pooling=self.pooling,
             )
 
+        log.info("loading %s: %s", self.model_id, self.context.describe())
         try:
             self._runtime = await loop.run_in_executor(self._executor, build)
         except ValueError as exc:  # llama-cpp-python's way of saying the load failed
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
+        self._close_vocabulary()  # the loaded model tokenizes now
+
+    def _close_vocabulary(self) -> None:
+        vocabulary, self._vocabulary = self._vocabulary, None
+        if vocabulary is not None:
+            vocabulary.close()
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
@@ -181,6 +283,7 @@ class LlamaCppEngine(Engine):
 
     async def aclose(self) -> None:
         await self.unload()
+        self._close_vocabulary()
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -189,15 +292,22 @@ class LlamaCppEngine(Engine):
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
+        job = request.extra.get(EMBED)
+        if isinstance(job, EmbeddingJob):
+            async for embedded in self._embed(runtime, executor, request, job):
+                yield embedded
+            return
         prepared = self._prepared
         if prepared is not None and prepared[0] is request:
-            _, prompt, tokens = prepared
+            _, prompt, tokens, grammar = prepared
             self._prepared = None
         else:
             prompt, tokens = self._render(request), None
+            grammar = request_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
         channel: Channel[RawEvent | _Raise] = Channel(loop)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
+        in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
         job = Job(
             tokens=tokens or [],
             sampling=request.sampling,
@@ -205,10 +315,13 @@ class LlamaCppEngine(Engine):
             parser=OutputParser(
                 tool_format=self.tool_format,
                 reasoning=self.reasoning,
-                starts_in_reasoning=self.reasoning is not None and self.reasoning.opened_by(prompt),
+                starts_in_reasoning=in_reasoning,
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,
+            grammar=grammar,
+            reasoning=self.reasoning,
+            in_reasoning=in_reasoning,
         )
 
         def work() -> None:
@@ -244,6 +357,49 @@ class LlamaCppEngine(Engine):
                     yield event
         finally:
             job.cancelled = True  # the worker stops before its next token
+
+    async def _embed(
+        self, runtime: LlamaRuntime, executor: ThreadPoolExecutor, request: ChatRequest, job: EmbeddingJob
+    ) -> AsyncIterator[RawEvent]:
+        prepared = self._embedding_inputs
+        self._embedding_inputs = None
+        if prepared is None or prepared[0] is not request:
+            self._check_embedding(request, job)
+            prepared = self._embedding_inputs
+            assert prepared is not None
+        inputs = prepared[1]
+        cancelled = threading.Event()
+
+        def work() -> Embedded:
+            vectors = []
+            for tokens in inputs:
+                if cancelled.is_set():
+                    raise EngineFailure("cancelled", code="cancelled")
+                vectors.append(normalised(runtime.embed(tokens), job.dimensions))
+            return Embedded(vectors, sum(len(t) for t in inputs))
+
+        yield PromptStarted()
+        try:
+            job.result = await asyncio.get_running_loop().run_in_executor(executor, work)
+        except EngineFailure:
+            raise
+        except Exception as exc:
+            raise EngineFailure(f"llama.cpp failed: {exc}", code="engine_error") from exc
+        finally:
+            cancelled.set()  # a client gone: the worker stops before the next input
+        yield PromptFinished()
+        yield UsageReport(Usage(prompt_tokens=job.result.prompt_tokens))
+        yield Finished(FinishReason.STOP)
+
+
+def normalised(vector: np.ndarray, dimensions: int | None) -> list[float]:
+    """L2-normalised, after truncating to `dimensions` (Matryoshka-style, as OpenAI's
+    text-embedding-3 models do)."""
+    if dimensions is not None:
+        vector = vector[:dimensions]
+    norm = float(np.linalg.norm(vector))
+    values: list[float] = (vector / norm if norm > 0 else vector).tolist()
+    return values
 
 
 def _context(runtime: LlamaRuntime, request: ChatRequest) -> int:

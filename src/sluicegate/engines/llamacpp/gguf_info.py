@@ -15,6 +15,10 @@ import gguf
 
 from sluicegate.engines.base import ConfigError
 
+# llama.cpp's pooling types that make an embedding model (NONE = 0 and RANK = 4 do not).
+POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
+POOLING_TYPES = (POOLING_MEAN, POOLING_CLS, POOLING_LAST)
+
 # Markers of a template that can render tools, and of one that knows reasoning blocks.
 _TOOL_MARKERS = ("tools", "tool_calls")
 _REASONING_MARKERS = ("<think>", "reasoning_content", "enable_thinking", "<|channel|>")
@@ -34,6 +38,22 @@ class GGUFInfo:
     chat_template: str | None
     bos_token: str
     eos_token: str
+    # The KV cache's shape, for the context a memory budget allows (None when the header is silent).
+    n_layers: int | None = None
+    n_head_kv: int | None = None
+    head_dim_k: int | None = None
+    head_dim_v: int | None = None
+    pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
+    embedding_length: int = 0
+    vocab_size: int = 0
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        """KV-cache bytes one token of context costs: n_layer x n_head_kv x (k + v head dims) x
+        2 bytes (llama.cpp's default f16 cache)."""
+        if not (self.n_layers and self.n_head_kv and self.head_dim_k and self.head_dim_v):
+            return None
+        return self.n_layers * self.n_head_kv * (self.head_dim_k + self.head_dim_v) * 2
 
     @property
     def supports_tools(self) -> bool:
@@ -98,6 +118,15 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         return str(tokens.contents(token_id))
 
     template = _value(reader, "tokenizer.chat_template")
+
+    def integer(key: str) -> int | None:
+        value = _value(reader, f"{architecture}.{key}")
+        if isinstance(value, list):  # per-layer counts (some architectures): the largest
+            value = max((v for v in value if isinstance(v, int)), default=None)
+        return int(value) if isinstance(value, int) and value > 0 else None
+
+    n_embd, n_head = integer("embedding_length"), integer("attention.head_count")
+    head_dim = n_embd // n_head if n_embd and n_head else None
     return GGUFInfo(
         path=path,
         architecture=architecture,
@@ -111,4 +140,11 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         chat_template=template if isinstance(template, str) else None,
         bos_token=token_text("tokenizer.ggml.bos_token_id"),
         eos_token=token_text("tokenizer.ggml.eos_token_id"),
+        n_layers=integer("block_count"),
+        n_head_kv=integer("attention.head_count_kv") or n_head,
+        head_dim_k=integer("attention.key_length") or head_dim,
+        head_dim_v=integer("attention.value_length") or head_dim,
+        pooling=_value(reader, f"{architecture}.pooling_type"),
+        embedding_length=n_embd or 0,
+        vocab_size=len(tokens.data) if tokens is not None else 0,
     )

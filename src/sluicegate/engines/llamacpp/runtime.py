@@ -40,9 +40,10 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import SamplingParams
+from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.metrics import METRICS
-from sluicegate.parsing import OutputParser
+from sluicegate.parsing import OutputParser, ReasoningStyle
 
 _backend_ready = False
 
@@ -74,6 +75,32 @@ class Job:
     tokens_key: tuple[str, Any]
     cancelled: bool = False
     usage: Usage = field(default_factory=Usage)
+    # Constrained decoding: the grammar applies to the answer, never to a reasoning block. With
+    # `reasoning`, it waits while the output is inside the block: from the start when the
+    # prompt opened it (`in_reasoning`), or from a first token that opens it.
+    grammar: Grammar | None = None
+    reasoning: ReasoningStyle | None = None
+    in_reasoning: bool = False
+
+
+class Vocabulary:
+    """A GGUF's tokenizer alone (llama.cpp's `vocab_only` load: no weights, no context), to
+    count a prompt's tokens before the model is loaded."""
+
+    def __init__(self, path: Path) -> None:
+        _init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        self.model: Any = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+
+    def tokenize(self, text: str) -> list[int]:
+        tokens: list[int] = self.model.tokenize(
+            text.encode("utf-8"), add_bos=self.model.add_bos_token(), special=True
+        )
+        return tokens
+
+    def close(self) -> None:
+        self.model.close()
 
 
 class LlamaRuntime:
@@ -87,10 +114,15 @@ class LlamaRuntime:
         batch_size: int,
         flash_attention: bool | None,
         on_progress: Callable[[float], None],
+        repack: bool = False,
+        pooling: int | None = None,
     ) -> None:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.n_gpu_layers = 0x7FFFFFFF if n_gpu_layers < 0 else n_gpu_layers
+        # Off by default: the CPU_REPACK buffer type (Q4_0, Q8_0, IQ4_NL, Q4_K weights
+        # interleaved for its kernels) segfaulted in llama_decode on an AVX-512 machine.
+        params.use_extra_bufts = repack
 
         def progress(value: float, _user: ctypes.c_void_p) -> bool:
             on_progress(float(value))
@@ -104,6 +136,10 @@ class LlamaRuntime:
         self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
         ctx_params = llama_cpp.llama_context_default_params()
         ctx_params.n_ctx = context_length
+        if pooling is not None:  # an embedding model: one input is one batch (pooling needs it whole)
+            ctx_params.embeddings = True
+            ctx_params.pooling_type = pooling
+            batch_size = context_length
         ctx_params.n_batch = batch_size
         ctx_params.n_ubatch = batch_size
         if flash_attention is not None:
@@ -133,7 +169,8 @@ class LlamaRuntime:
 
     def forget(self) -> None:
         """Drop the KV cache (after a failure left it in an unknown state)."""
-        llama_cpp.llama_memory_clear(self.context.memory, True)
+        if self.context.memory:  # encoder-only embedding models have none
+            llama_cpp.llama_memory_clear(self.context.memory, True)
         self.evaluated.clear()
 
     # --- tokens ----------------------------------------------------------------------------
@@ -162,6 +199,19 @@ class LlamaRuntime:
         if status != 0:
             raise EngineFailure(f"llama_decode failed ({status})", code="decode_failed")
         self.evaluated.extend(tokens)
+
+    def embed(self, tokens: list[int]) -> np.ndarray:
+        """The pooled embedding of one input (as llama.cpp computes it, not normalised)."""
+        self.forget()
+        self.batch.set_batch(tokens, n_past=0, logits_all=True)
+        status = llama_cpp.llama_decode(self.context.ctx, self.batch.batch)
+        if status != 0:
+            raise EngineFailure(f"llama_decode failed ({status})", code="decode_failed")
+        pointer = llama_cpp.llama_get_embeddings_seq(self.context.ctx, 0)
+        if not pointer:
+            raise EngineFailure("llama.cpp returned no pooled embedding", code="engine_error")
+        size = llama_cpp.llama_model_n_embd(self.model.model)
+        return np.ctypeslib.as_array(pointer, shape=(size,)).astype(np.float64)
 
     def _reuse(self, prompt: list[int]) -> int:
         """Keep the cached prefix the prompt shares (minus one: its last token must be decoded
@@ -195,12 +245,22 @@ class LlamaRuntime:
         job.emit([PromptFinished(), UsageReport(Usage(len(prompt), 0, cached))])
         return True
 
-    def _sampler(self, sampling: SamplingParams, seed: int) -> Any:
-        """A llama.cpp sampler chain for the request; the caller frees it."""
+    def _sampler(self, sampling: SamplingParams, seed: int, grammar: str | None = None) -> Any:
+        """A llama.cpp sampler chain for the request; the caller frees it. A grammar comes
+        first: the other samplers only ever see tokens it allows."""
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
 
         def add(sampler: Any) -> None:
             llama_cpp.llama_sampler_chain_add(chain, sampler)
+
+        if grammar is not None:
+            constraint = llama_cpp.llama_sampler_init_grammar(
+                self.model.vocab, grammar.encode("utf-8"), ROOT.encode()
+            )
+            if not constraint:
+                llama_cpp.llama_sampler_free(chain)
+                raise EngineFailure("llama.cpp could not parse the grammar", code="grammar_error")
+            add(constraint)
 
         repeat = sampling.repeat_penalty if sampling.repeat_penalty is not None else 1.0
         frequency = sampling.frequency_penalty or 0.0
@@ -256,14 +316,13 @@ class LlamaRuntime:
         """Prefill, then sample until end of turn, a stop string, the limit or a cancel."""
         if not self.prefill(job):
             return
-        sampling = job.sampling
-        sampler = self._sampler(sampling, job.seed)
+        samplers = _Samplers(self, job)
         try:
-            self._sample_loop(job, sampler)
+            self._sample_loop(job, samplers)
         finally:
-            llama_cpp.llama_sampler_free(sampler)
+            samplers.free()
 
-    def _sample_loop(self, job: Job, sampler: Any) -> None:
+    def _sample_loop(self, job: Job, samplers: _Samplers) -> None:
         sampling, parser, emit, usage = job.sampling, job.parser, job.emit, job.usage
         room = self.n_ctx - len(self.evaluated)
         limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
@@ -271,7 +330,7 @@ class LlamaRuntime:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopScanner(sampling.stop)
         counters, key = METRICS.counters, job.tokens_key
-        ctx, vocab, smpl = self.context.ctx, self.model.vocab, sampler
+        ctx, vocab, smpl = self.context.ctx, self.model.vocab, samplers.current
         sample, is_eog, piece = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog, self.piece
         pending: list[TokenLogprob] = []
         finish, stopped = FinishReason.STOP, False
@@ -279,6 +338,9 @@ class LlamaRuntime:
             if job.cancelled:
                 return
             token = sample(smpl, ctx, -1)
+            if samplers.watching:
+                token = samplers.watch(token, ctx)
+                smpl = samplers.current
             if is_eog(vocab, token):
                 break
             usage.completion_tokens += 1
@@ -309,3 +371,65 @@ class LlamaRuntime:
             usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
         )
         emit([*events, UsageReport(final), Finished(finish)])
+
+
+class _Samplers:
+    """The sampler chain of a job, and the switch to its grammar-constrained chain.
+
+    Without a grammar, or with one that applies from the first token, there is one chain. With
+    a reasoning model, the plain chain runs while the output is inside the reasoning block, and
+    the constrained one from the token after the close tag. A model whose prompt leaves the
+    block closed may still open it with its first token: that token is drawn from the plain
+    chain, and redrawn from the constrained one unless it is the open tag.
+    """
+
+    __slots__ = (
+        "_first",
+        "_job",
+        "_runtime",
+        "_seen",
+        "_tail",
+        "constrained",
+        "current",
+        "plain",
+        "watching",
+    )
+
+    def __init__(self, runtime: LlamaRuntime, job: Job) -> None:
+        self._runtime, self._job = runtime, job
+        self.plain: Any = runtime._sampler(job.sampling, job.seed)
+        self.constrained: Any = None
+        self.current: Any = self.plain
+        grammar, reasoning = job.grammar, job.reasoning
+        self._first = grammar is not None and reasoning is not None and not job.in_reasoning
+        self.watching = grammar is not None and (job.in_reasoning or self._first)
+        self._tail = ""
+        if grammar is not None and not self.watching:
+            self._constrain(grammar.text)
+
+    def _constrain(self, text: str) -> None:
+        self.constrained = self._runtime._sampler(self._job.sampling, self._job.seed, grammar=text)
+        self.current = self.constrained
+
+    def watch(self, token: int, ctx: Any) -> int:
+        """See a token drawn by the plain chain; switch to the grammar where the answer starts."""
+        reasoning, grammar = self._job.reasoning, self._job.grammar
+        assert reasoning is not None and grammar is not None
+        text = self._runtime.piece(token).decode("utf-8", "replace")
+        if self._first:
+            self._first = False
+            if text.strip() != reasoning.open_tag:  # no reasoning: this token must obey the grammar
+                self.watching = False
+                self._constrain(grammar.text)
+                return int(llama_cpp.llama_sampler_sample(self.constrained, ctx, -1))
+            return token
+        self._tail = (self._tail + text)[-4 * len(reasoning.close_tag) :]
+        if reasoning.close_tag in self._tail:
+            self.watching = False
+            self._constrain(grammar.after_reasoning().text)
+        return token
+
+    def free(self) -> None:
+        for chain in (self.plain, self.constrained):
+            if chain is not None:
+                llama_cpp.llama_sampler_free(chain)

@@ -6,7 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sluicegate.core.errors import SluicegateError
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.overflow import Policy, policy_value
 from sluicegate.engines.llamacpp.template import template_source
 from sluicegate.parsing import ReasoningStyle, ToolCallFormat, reasoning_setting, tool_format_setting
 
@@ -25,17 +27,22 @@ KEYS = frozenset(
         "parallel",
         "seed",
         "flash_attention",
+        "repack",
+        "kv_cache_budget_mib",
+        "context_overflow",
+        "embedding",
     }
 )
 DEFAULT_BATCH_SIZE = 512
-# A context as long as the model was trained for can need many GB of KV cache; start smaller.
-MAX_DEFAULT_CONTEXT = 8192
 
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppSettings:
     path: Path
-    context_length: int | None = None  # None: the model's own, capped at MAX_DEFAULT_CONTEXT
+    context_length: int | None = None  # None: the model's own, capped by kv_cache_budget_mib
+    kv_cache_budget_mib: int | None = None  # None: context.default_budget_mib()
+    context_overflow: Policy = "error"  # or "rolling_window", "truncate_middle" (overflow.py)
+    embedding: bool | None = None  # None: an embedding model when the GGUF states a pooling type
     n_gpu_layers: int = 0  # -1: all
     threads: int | None = None  # None: half the cores to decode, all of them for prompts
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -46,6 +53,10 @@ class LlamaCppSettings:
     parallel: int = 1
     seed: int | None = None
     flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
+    # llama.cpp's CPU "repack" of Q4_0/Q8_0/... weights into interleaved layouts (its "extra
+    # buffer types"): faster prompts, but it crashed in llama_decode on an AVX-512 machine, so
+    # it is opt-in.
+    repack: bool = False
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -74,13 +85,26 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     if not path.is_file():
         raise ConfigError(f"model {model!r}: no GGUF file at {path}")
     values: dict[str, Any] = {"path": path}
-    for key, low in (("context_length", 16), ("threads", 1), ("batch_size", 1), ("parallel", 1), ("seed", 0)):
+    for key, low in (
+        ("context_length", 16),
+        ("threads", 1),
+        ("batch_size", 1),
+        ("parallel", 1),
+        ("seed", 0),
+        ("kv_cache_budget_mib", 1),
+    ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
-    if "flash_attention" in table:
-        if not isinstance(table["flash_attention"], bool):
-            raise ConfigError(f"model {model!r}: `flash_attention` must be true or false")
-        values["flash_attention"] = table["flash_attention"]
+    for key in ("flash_attention", "repack", "embedding"):
+        if key in table:
+            if not isinstance(table[key], bool):
+                raise ConfigError(f"model {model!r}: `{key}` must be true or false")
+            values[key] = table[key]
+    if "context_overflow" in table:
+        try:
+            values["context_overflow"] = policy_value(table["context_overflow"], "context_overflow")
+        except SluicegateError as exc:
+            raise ConfigError(f"model {model!r}: {exc}") from exc
     if "n_gpu_layers" in table:
         values["n_gpu_layers"] = _integer(model, "n_gpu_layers", table["n_gpu_layers"], -1)
     try:

@@ -1,0 +1,139 @@
+"""Benchmark: what grammar-constrained decoding costs in the llamacpp engine.
+
+Run from the repository root (venv active):
+
+    python bench/structured_output.py
+
+One Sluicegate server, one GGUF (by default the ~70 MB random-weight bench model from
+`make_demo_gguf(size="bench", ends_replies=False)`), streaming Chat Completions requests with
+greedy sampling, alternating in the same run between a plain request and the same request
+with a `json_schema` response_format. The schema (an object with at least 200 short strings)
+cannot close within `max_tokens`, so both kinds of reply run to exactly `max_tokens` tokens.
+Each request starts with its run number, so no prompt is reused from the KV cache.
+
+Per request: decode tokens/s = (max_tokens - 1) / (last delta - first delta), and the server's
+CPU time per token (all its threads, from /proc: the view that a busy machine disturbs least).
+It prints the medians and the ratios with / without a grammar. Absolute numbers depend on the
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).parent))
+from local_engine import STORY, cpu_seconds, free_port, serving
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+MODEL = "bench"
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "notes": {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 200},
+        "done": {"type": "boolean"},
+    },
+    "required": ["notes", "done"],
+    "additionalProperties": False,
+}
+
+
+def measure(base_url: str, pid: int, run: int, max_tokens: int, grammar: bool) -> tuple[float, float]:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Run {run}. {STORY}"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "stream": True,
+    }
+    if grammar:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "notes", "schema": SCHEMA}}
+    times: list[float] = []
+    text, finish = "", None
+    cpu = cpu_seconds(pid)
+    with (
+        httpx.Client(timeout=600) as client,
+        client.stream("POST", base_url + "/v1/chat/completions", json=body) as response,
+    ):
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            for choice in json.loads(line[6:]).get("choices", []):
+                if content := choice["delta"].get("content"):
+                    times.append(time.perf_counter())
+                    text += content
+                finish = choice.get("finish_reason") or finish
+    cpu = cpu_seconds(pid) - cpu
+    if finish != "length":
+        raise RuntimeError(f"the reply ended with {finish!r}, not 'length'")
+    if grammar and not (text.startswith("{") and '"notes"' in text):
+        raise RuntimeError(f"the grammar did not hold: {text[:80]!r}")
+    return (max_tokens - 1) / (times[-1] - times[0]), cpu / max_tokens
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--gguf", type=Path, help="default: write the bench demo model to a temp folder")
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
+        folder = Path(tmp)
+        gguf = args.gguf or make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        config = folder / "sluicegate.toml"
+        config.write_text(
+            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+            f'path = "{gguf}"\ncontext_length = 2048\nthreads = {args.threads}\n'
+        )
+        base_url = f"http://127.0.0.1:{free_port()}"
+        env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
+        env.pop("SLUICEGATE_CONFIG", None)
+        command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
+        command += ["--port", base_url.rsplit(":", 1)[1]]
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        cpus: dict[bool, list[float]] = {False: [], True: []}
+        with serving(command, base_url, folder / "sluicegate.log", env) as pid:
+            measure(base_url, pid, -1, 8, grammar=False)  # warm-up: loads the model
+            measure(base_url, pid, -2, 8, grammar=True)
+            for run in range(args.runs):
+                for grammar in (False, True) if run % 2 == 0 else (True, False):
+                    rate, cpu = measure(base_url, pid, run, args.max_tokens, grammar)
+                    rates[grammar].append(rate)
+                    cpus[grammar].append(cpu)
+                    print(
+                        f"run {run} {'grammar' if grammar else 'plain':8} decode {rate:6.1f} tok/s"
+                        f"  server CPU {cpu * 1000:7.2f} ms/token",
+                        flush=True,
+                    )
+
+    def ratio(values: dict[bool, list[float]]) -> str:
+        of_medians = statistics.median(values[True]) / statistics.median(values[False])
+        # Neighbouring runs share the machine's load of the moment: their ratios are less noisy.
+        per_run = statistics.median(g / p for g, p in zip(values[True], values[False], strict=True))
+        return f"{of_medians:.3f}x (median of per-run ratios {per_run:.3f}x)"
+
+    print(f"\nGGUF {gguf.name}, {args.runs} runs each, alternating, max_tokens {args.max_tokens}, greedy")
+    for name, values, scale in (("decode tokens/s", rates, 1), ("server CPU ms/token", cpus, 1000)):
+        plain, constrained = (statistics.median(values[g]) * scale for g in (False, True))
+        print(
+            f"median {name}: plain {plain:.2f}, json_schema {constrained:.2f}; json_schema / plain {ratio(values)}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

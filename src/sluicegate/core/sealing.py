@@ -1,0 +1,97 @@
+"""Sealed blobs: state a client carries for the server (`compaction` items' and reasoning items'
+`encrypted_content`), opaque to it and really sealed.
+
+AES-256-GCM with a server key, bound to a *scope* (a hash of the API key the request used) and a
+*purpose* (what the blob holds) as associated data: a blob opens only for the key that sealed it
+and only as what it was sealed as. A tampered, truncated, foreign or other-key blob is a 400,
+never a 500. The server key lives in `<data_dir>/sealing.key` (created once, mode 0600), so blobs
+survive restarts and are shared by replicas that share the data directory.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from sluicegate.core.errors import invalid
+
+PREFIX = "sg1."  # format version: a later format can be told apart
+NONCE_BYTES = 12
+KEY_FILE = "sealing.key"
+Json = dict[str, Any]
+
+
+def scope_of(api_key: str | None) -> str:
+    """A request's scope: which API key it used (hashed; none when the server has no keys)."""
+    return hashlib.sha256((api_key or "").encode()).hexdigest()
+
+
+class Sealer:
+    def __init__(self, key: bytes) -> None:
+        if len(key) != 32:
+            raise ValueError("a sealing key is 32 bytes")
+        self._aead = AESGCM(key)
+
+    @staticmethod
+    def _aad(purpose: str, scope: str) -> bytes:
+        return b"sluicegate-seal-v1\x00" + purpose.encode() + b"\x00" + scope.encode()
+
+    def seal(self, payload: Json, *, purpose: str, scope: str) -> str:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, orjson.dumps(payload), self._aad(purpose, scope))
+        return PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode()
+
+    def unseal(self, blob: str, *, purpose: str, scope: str, param: str) -> Json:
+        """The payload, or a 400 naming `param` when the blob is not one this key sealed."""
+        refused = invalid(
+            f"Invalid '{param}': the encrypted content could not be verified (tampered with, or sealed "
+            "by another server or API key).",
+            param,
+            code="invalid_encrypted_content",
+        )
+        if not blob.startswith(PREFIX):
+            raise refused
+        try:
+            raw = base64.urlsafe_b64decode(blob[len(PREFIX) :].encode())
+            opened = self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], self._aad(purpose, scope))
+            payload = orjson.loads(opened)
+        except (ValueError, InvalidTag, orjson.JSONDecodeError):
+            raise refused from None
+        if not isinstance(payload, dict):
+            raise refused
+        return payload
+
+
+def load_key(data_dir: Path) -> bytes:
+    """The server's sealing key, created on first use."""
+    path = data_dir / KEY_FILE
+    try:
+        key = path.read_bytes()
+    except FileNotFoundError:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        key = AESGCM.generate_key(bit_length=256)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # another process created it first: use theirs
+            return path.read_bytes()
+        with os.fdopen(fd, "wb") as out:
+            out.write(key)
+    return key
+
+
+_SEALERS: dict[Path, Sealer] = {}
+
+
+def sealer_for(data_dir: Path) -> Sealer:
+    """One sealer per data directory, for the process's lifetime."""
+    sealer = _SEALERS.get(data_dir)
+    if sealer is None:
+        sealer = _SEALERS[data_dir] = Sealer(load_key(data_dir))
+    return sealer

@@ -1,0 +1,88 @@
+"""The OpenAI embeddings wire format (`POST /v1/embeddings`, LM Studio's `/api/v0/embeddings`).
+
+Input: a string, a list of strings, a list of token ids, or a list of such lists (as OpenAI
+takes them); `encoding_format` `float` (default) or `base64` (little-endian float32, as OpenAI
+sends it); `dimensions`.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sluicegate.core.embeddings import Embedded, EmbeddingJob
+from sluicegate.core.errors import invalid
+from sluicegate.core.validation import Fields
+
+MAX_INPUTS = 2048  # OpenAI's limit on the number of inputs in one request
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingsRequest:
+    model: str
+    job: EmbeddingJob
+    encoding_format: str  # "float" or "base64"
+
+
+def _is_tokens(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+    )
+
+
+def _inputs(value: Any) -> list[str | list[int]]:
+    if isinstance(value, str):
+        return [value]
+    if _is_tokens(value):
+        return [list(value)]
+    if (
+        isinstance(value, list)
+        and value
+        and (all(isinstance(v, str) for v in value) or all(_is_tokens(v) for v in value))
+    ):
+        return list(value)
+    raise invalid(
+        "Invalid 'input': expected a string, an array of strings, an array of token ids, or an "
+        "array of token-id arrays (none of them empty).",
+        param="input",
+    )
+
+
+def parse_embeddings_request(body: Any) -> EmbeddingsRequest:
+    f = Fields(body)
+    model = f.string("model", required=True)
+    assert model is not None
+    if "input" not in f.obj:
+        f.fail("input", "Missing required parameter: 'input'.")
+    inputs = _inputs(f.obj["input"])
+    if len(inputs) > MAX_INPUTS:
+        f.fail("input", f"Invalid 'input': at most {MAX_INPUTS} inputs per request, got {len(inputs)}.")
+    if any(isinstance(text, str) and not text for text in inputs):
+        f.fail("input", "Invalid 'input': empty strings cannot be embedded.")
+    encoding = f.string("encoding_format", choices=("float", "base64")) or "float"
+    dimensions = f.integer("dimensions", low=1)
+    f.string("user")
+    return EmbeddingsRequest(model, EmbeddingJob(inputs, dimensions), encoding)
+
+
+def _encode(vector: list[float], encoding_format: str) -> list[float] | str:
+    if encoding_format == "base64":
+        return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    return vector
+
+
+def embeddings_body(model: str, result: Embedded, encoding_format: str) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {"object": "embedding", "index": index, "embedding": _encode(vector, encoding_format)}
+            for index, vector in enumerate(result.vectors)
+        ],
+        "model": model,
+        "usage": {"prompt_tokens": result.prompt_tokens, "total_tokens": result.prompt_tokens},
+    }
