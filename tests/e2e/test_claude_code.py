@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 KEY = "sk-claude-code"
 MODEL = "local"
 RUN_TIMEOUT = 180
+COUNT_MODEL = "local-count"  # the same GGUF, not loaded until the count_tokens test loads it
 
 
 def claude_cli() -> str | None:
@@ -143,7 +144,7 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
 
     gguf = make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
     model = {"id": MODEL, "engine": "llamacpp", "path": str(gguf), "context_length": 16384, "seed": 7}
-    return start_server({"api_key": KEY}, [model])
+    return start_server({"api_key": KEY}, [model, {**model, "id": COUNT_MODEL}])
 
 
 def first_call_usage(process: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -180,13 +181,16 @@ def test_second_run_reads_the_prompt_from_the_kv_cache(llama_server: Server, tmp
 
 
 def test_count_tokens_uses_the_llamacpp_tokenizer(llama_server: Server) -> None:
-    """Once the model is loaded, count_tokens is its tokenizer's count of the rendered prompt:
-    exactly the prompt tokens a generation reports."""
+    """count_tokens is the tokenizer's count of the rendered prompt: exactly the prompt tokens a
+    generation reports (counted before and after the request that loads the model)."""
     import anthropic
 
-    kwargs: Any = {"model": MODEL, "messages": [{"role": "user", "content": "What is the weather in Paris?"}]}
+    question = [{"role": "user", "content": "What is the weather in Paris?"}]
+    kwargs: Any = {"model": COUNT_MODEL, "messages": question}
     with anthropic.Anthropic(base_url=llama_server.base_url, api_key=KEY, max_retries=0, timeout=120) as sdk:
+        before = sdk.messages.count_tokens(**kwargs)
         message = sdk.messages.create(max_tokens=1, **kwargs)
         counted = sdk.messages.count_tokens(**kwargs)
+    assert before.input_tokens == counted.input_tokens
     prompt = message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0)
     assert counted.input_tokens == prompt > 10

@@ -1,5 +1,5 @@
 """POST /v1/messages/count_tokens: the prompt's tokens by the model's own tokenizer where the
-engine has one at hand (llama.cpp once loaded, scripted), else a stated estimate."""
+engine has one (llama.cpp, loaded or not; scripted), else a stated estimate."""
 
 from __future__ import annotations
 

@@ -234,9 +234,8 @@ class LlamaCppEngine(Engine):
         return loaded if cap is None else min(cap, loaded)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
-        """The rendered prompt's tokens, when the model is loaded (its tokenizer is its vocab)."""
-        runtime = self._runtime
-        return len(runtime.tokenize(self._render(request))) if runtime is not None else None
+        """The rendered prompt's tokens: by the loaded model, or its tokenizer alone."""
+        return len(self._tokenize(self._render(request)))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
