@@ -61,6 +61,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 def _serve(settings: Settings) -> int:
     import uvicorn
 
+    from sluicegate.http_protocol import JSONHttpToolsProtocol
     from sluicegate.server import create_app
 
     configure_logging(settings.log_level, settings.log_format)
@@ -79,6 +80,7 @@ def _serve(settings: Settings) -> int:
     )
     uvicorn.run(
         app,
+        http=JSONHttpToolsProtocol,  # unparseable requests get a JSON 400, not uvicorn's plain text
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
@@ -29,6 +30,7 @@ from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_dialect import ResponsesDialect
 from sluicegate.downloads import Downloads
+from sluicegate.engines.caps import LoadCaps
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
@@ -143,6 +145,7 @@ def create_app(settings: Settings) -> Starlette:
         jit_ttl=settings.jit_ttl_seconds,
         auto_evict=settings.jit_auto_evict,
         interval=settings.reaper_interval_seconds,
+        caps=LoadCaps.from_settings(settings.max_instances, settings.max_loaded_model_bytes),
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
@@ -226,8 +229,14 @@ def create_app(settings: Settings) -> Starlette:
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
     observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    auth = Middleware(
+        APIKeyMiddleware, api_keys=settings.api_keys
+    )  # before routing: every path but the open ones
     app = Starlette(
-        routes=routes, middleware=[observe], lifespan=lifespan, exception_handlers={HTTPException: http_error}
+        routes=routes,
+        middleware=[observe, auth],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
     )
     app.state.sluicegate = state
     return app

@@ -14,8 +14,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sluicegate.core.errors import EngineFailure
+from sluicegate.core.errors import EngineFailure, SluicegateError
 from sluicegate.core.events import (
     LoadFinished,
     LoadProgress,
@@ -28,6 +29,9 @@ from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.metrics import METRICS
 
+if TYPE_CHECKING:
+    from sluicegate.engines.models import Model
+
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +43,13 @@ class InstanceHooks:
 
     def went_idle(self, instance: Instance) -> None:
         """`instance` has no request running or queued any more."""
+
+    def check_load(self, model: Model, instance: Instance | None) -> None:
+        """`instance` (None: a new instance of `model`) is about to be loaded: raise a
+        `SluicegateError` now if an operator's cap forbids it (`engines/caps.py`)."""
+
+    async def before_load(self, instance: Instance) -> None:
+        """`instance` is loading now: make room for it, or raise a `SluicegateError`."""
 
 
 NO_HOOKS = InstanceHooks()
@@ -210,6 +221,7 @@ class Instance:
             try:
                 if jit:
                     await self.hooks.before_jit_load(self)  # auto-evict makes room first
+                await self.hooks.before_load(self)  # then the memory cap
                 async with self._lifecycle:
                     self.engine.configure_load(self.config)
                     await self.engine.load(on_progress)
@@ -234,6 +246,8 @@ class Instance:
         try:
             seconds = await asyncio.shield(loading)
         except Exception as exc:
+            if isinstance(exc, SluicegateError) and not jit:
+                raise  # a cap refused an explicit load: the models API answers it as it is
             raise EngineFailure(
                 f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
             ) from exc

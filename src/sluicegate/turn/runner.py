@@ -42,7 +42,6 @@ from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     app_state,
-    check_auth,
     read_json,
     request_scope,
 )
@@ -87,7 +86,6 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with AsyncExitStack() as owned:
             try:
-                check_auth(request, state.settings.api_keys)
                 prepared = await self._prepare(state, request, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)

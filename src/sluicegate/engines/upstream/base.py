@@ -21,6 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+import orjson
+
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import (
     Answered,
@@ -125,7 +127,11 @@ class UpstreamEngine(Engine):
 
     async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         config = self.config
-        body = self.request_body(request)
+        try:
+            body = self.request_body(request)
+        except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
+            yield Failed(ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}."))
+            return
         clocks = Clocks(
             first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
         )
