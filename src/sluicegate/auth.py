@@ -19,6 +19,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.dialects.anthropic import anthropic_error
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.metrics import METRICS
@@ -56,12 +57,6 @@ def key_matches(presented: bytes, digests: list[bytes]) -> bool:
     for key in digests:
         matched |= hmac.compare_digest(wanted, key)
     return matched
-
-
-def anthropic_error(info: ErrorInfo) -> dict[str, Any]:
-    """Anthropic's error shape, for `/v1/messages` (the Anthropic dialect's own renderer should
-    replace this once that dialect exists)."""
-    return {"type": "error", "error": {"type": "authentication_error", "message": info.message}}
 
 
 def error_body(path: str, info: ErrorInfo) -> dict[str, Any]:

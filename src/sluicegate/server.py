@@ -19,7 +19,10 @@ from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.pipeline import StreamLimits
-from sluicegate.core.sealing import sealer_for
+from sluicegate.core.sealing import load_key, sealer_for
+from sluicegate.dialects.anthropic import anthropic_error, anthropic_status
+from sluicegate.dialects.anthropic_dialect import AnthropicDialect
+from sluicegate.dialects.anthropic_signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions_dialect import ChatCompletionsDialect
 from sluicegate.dialects.lmstudio import lmstudio_error
@@ -37,6 +40,7 @@ from sluicegate.metrics_live import RegistryCollector
 from sluicegate.observe import ObserveMiddleware
 from sluicegate.playground import playground_routes
 from sluicegate.routes import embeddings
+from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
     download_model,
@@ -121,6 +125,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     else:
         message = f"{request.method} is not allowed on {request.url.path}"
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
+    if request.url.path.startswith("/v1/messages"):
+        status = anthropic_status(info) if missing else exc.status_code
+        return JSONResponse(anthropic_error(info), status_code=status)
     render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     return JSONResponse(render(info), status_code=exc.status_code)
 
@@ -199,9 +206,11 @@ def create_app(settings: Settings) -> Starlette:
             sealer=sealer,
         ),
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
+        AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
     ]
     routes = [
         *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),

@@ -138,6 +138,11 @@ class Observed:
 
 
 class FakeUpstream:
+    # What differs in fake_anthropic.py's subclass: the API path, the stream's end marker, the
+    # default answer and where a "@scenario" message is found.
+    api_path = "/chat/completions"
+    end_frame = DONE
+
     def __init__(self, *, name: str = "fake", port: int = 0) -> None:
         self.name = name
         self.scenarios: dict[str, Scenario] = {}
@@ -206,7 +211,7 @@ class FakeUpstream:
         return [
             r
             for r in self.requests
-            if r.path.endswith("/chat/completions") and (model is None or r.body.get("model") == model)
+            if r.path.endswith(self.api_path) and (model is None or r.body.get("model") == model)
         ]
 
     def wait_for(self, check: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -255,22 +260,30 @@ class FakeUpstream:
         if method == "POST" and path.endswith("/embeddings"):
             await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
             return True
-        if method != "POST" or not path.endswith("/chat/completions"):
+        if method != "POST" or not path.split("?")[0].endswith(self.api_path):
             await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')
             return True
-        model = body.get("model", "") if isinstance(body, dict) else ""
-        last = (body.get("messages") or [{}])[-1].get("content") if isinstance(body, dict) else None
-        if isinstance(last, str) and last.startswith("@"):  # "@name": that scenario, whatever the model
-            model = last[1:].split()[0]
-        scenario = self.scenarios.get(model) or Scenario(
-            frames=list(text_stream(["Hello", " from", f" {self.name}"]))
-        )
+        model = self.scenario_name(body)
+        scenario = self.scenarios.get(model) or Scenario(frames=self.default_frames())
         count = self._served.get(model, 0)
         self._served[model] = count + 1
         if count < scenario.fail_first:
             await self._plain(writer, observed, 503, b'{"error":{"message":"overloaded, try again"}}')
             return True
         return await self._answer(reader, writer, observed, scenario)
+
+    def scenario_name(self, body: Any) -> str:
+        """The request's model, or "@name" at the start of the last message: that scenario."""
+        model = body.get("model", "") if isinstance(body, dict) else ""
+        last = (body.get("messages") or [{}])[-1].get("content") if isinstance(body, dict) else None
+        if isinstance(last, list) and last and isinstance(last[-1], dict):
+            last = last[-1].get("text")
+        if isinstance(last, str) and last.startswith("@"):
+            return last[1:].split()[0]
+        return str(model)
+
+    def default_frames(self) -> list[bytes | None]:
+        return list(text_stream(["Hello", " from", f" {self.name}"]))
 
     async def _plain(
         self,
@@ -323,7 +336,7 @@ class FakeUpstream:
                     if gone.done():
                         observed.disconnected_at = time.monotonic()
                         return False
-            frames = list(scenario.frames) + ([DONE] if scenario.done else [])
+            frames = list(scenario.frames) + ([self.end_frame] if scenario.done and self.end_frame else [])
             for i, frame in enumerate(frames):
                 if i and not await self._pause(gone, scenario.frame_delay, observed):
                     return False

@@ -206,6 +206,89 @@ def chat_bodies() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda a, b: {**a, **b}, required, optional)
 
 
+def anthropic_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """Anthropic Messages bodies: what Claude Code sends, and the block types around it."""
+    text_block = st.fixed_dictionaries({"type": st.just("text"), "text": TEXT})
+    user_block = st.one_of(
+        text_block,
+        st.fixed_dictionaries(
+            {
+                "type": st.just("tool_result"),
+                "tool_use_id": st.just("toolu_1"),
+                "content": TEXT,
+                "is_error": st.booleans(),
+            }
+        ),
+        st.fixed_dictionaries(
+            {
+                "type": st.just("image"),
+                "source": st.fixed_dictionaries(
+                    {"type": st.just("base64"), "media_type": st.just("image/png"), "data": TEXT}
+                ),
+            }
+        ),
+    )
+    assistant_block = st.one_of(
+        text_block,
+        st.fixed_dictionaries({"type": st.just("thinking"), "thinking": TEXT, "signature": TEXT}),
+        st.fixed_dictionaries(
+            {
+                "type": st.just("tool_use"),
+                "id": st.just("toolu_1"),
+                "name": st.just("f"),
+                "input": st.just({"a": 1}),
+            }
+        ),
+    )
+    message = st.one_of(
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "system"]), "content": TEXT}),
+        st.fixed_dictionaries(
+            {"role": st.just("user"), "content": st.lists(user_block, min_size=1, max_size=3)}
+        ),
+        st.fixed_dictionaries(
+            {"role": st.just("assistant"), "content": st.lists(assistant_block, max_size=3)}
+        ),
+    )
+    tool = st.builds(lambda params: {"name": "f", "input_schema": params}, FUNCTION_TOOL_PARAMS)
+    required = st.fixed_dictionaries(
+        {
+            "model": MODEL,
+            "max_tokens": st.integers(1, 200000),
+            "messages": st.lists(message, min_size=1, max_size=3),
+        }
+    )
+    optional = _optional(
+        stream=st.booleans(),
+        system=st.one_of(TEXT, st.lists(text_block, max_size=3)),
+        temperature=st.floats(0, 1),
+        top_p=st.floats(0, 1),
+        top_k=st.integers(0, 100),
+        stop_sequences=st.lists(TEXT, max_size=4),
+        tools=st.lists(tool, max_size=2),
+        tool_choice=st.sampled_from(
+            [{"type": "auto"}, {"type": "any"}, {"type": "none"}, {"type": "tool", "name": "f"}]
+        ),
+        thinking=st.sampled_from(
+            [
+                {"type": "adaptive"},
+                {"type": "adaptive", "display": "omitted"},
+                {"type": "enabled", "budget_tokens": 1024},
+                {"type": "disabled"},
+            ]
+        ),
+        output_config=st.sampled_from(
+            [
+                {"effort": "high"},
+                {"effort": "low"},
+                {"format": {"type": "json_schema", "schema": {"type": "object"}}},
+            ]
+        ),
+        metadata=st.fixed_dictionaries({"user_id": TEXT}),
+        context_management=st.just({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]}),
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
 def responses_bodies() -> st.SearchStrategy[dict[str, Any]]:
     item = st.one_of(
         st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "developer"]), "content": TEXT}),

@@ -109,6 +109,7 @@ class Dialect(ABC):
 
     name: str  # metrics and logs label, e.g. "chat_completions"
     path: str  # the chat route, e.g. "/v1/chat/completions"
+    heartbeat: Frame | None = None  # sent while a stream is quiet; None: an SSE comment
 
     @abstractmethod
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:

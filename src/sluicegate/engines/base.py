@@ -132,6 +132,10 @@ class Engine(ABC):
                 code="unsupported_parameter",
             )
 
+    def count_tokens(self, request: ChatRequest) -> int | None:
+        """The prompt's token count by this engine's own tokenizer, or None without one."""
+        return None
+
     async def start(self) -> None:
         """Start background work (health checks, discovery) once the server runs."""
         return None

@@ -297,6 +297,9 @@ class ScriptedEngine(Engine):
         super().check(request)
         self._refresh()
 
+    def count_tokens(self, request: ChatRequest) -> int | None:
+        return prompt_tokens(request)  # the same count its usage reports
+
     async def load(self, on_progress: ProgressCallback) -> None:
         seconds = self.script.load_seconds
         for step in range(1, LOAD_PROGRESS_STEPS + 1):

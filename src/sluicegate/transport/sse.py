@@ -122,6 +122,7 @@ async def stream_sse(
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     status: int = 200,
     headers: Mapping[str, str] | None = None,
+    heartbeat: Frame | None = None,  # a dialect's own keep-alive event (Anthropic's `ping`)
 ) -> StreamOutcome:
     """Send the response head, then every chunk as SSE, with heartbeats and backpressure.
 
@@ -142,6 +143,7 @@ async def stream_sse(
     producer = loop.create_task(_produce(chunks, outbox))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
     interval = heartbeat_seconds
+    beat_bytes = frame_bytes(heartbeat) if heartbeat is not None else HEARTBEAT
     last_sent = loop.time()
     timer: asyncio.TimerHandle | None = None
 
@@ -150,7 +152,7 @@ async def stream_sse(
         quiet = loop.time() - last_sent
         if quiet >= interval * 0.999:
             if outbox.empty:  # a client that reads nothing gets no pile of heartbeats either
-                outbox.put(HEARTBEAT)
+                outbox.put(beat_bytes)
             timer = loop.call_later(interval, beat)
         else:
             timer = loop.call_later(interval - quiet, beat)

@@ -122,6 +122,7 @@ class TurnEndpoint:
                     send,
                     request.receive,
                     heartbeat_seconds=state.limits.heartbeat_seconds,
+                    heartbeat=self.dialect.heartbeat,
                     buffer_bytes=state.settings.stream_buffer_bytes,
                     headers=prepared.headers,
                 )
@@ -136,6 +137,7 @@ class TurnEndpoint:
                     send,
                     request.receive,
                     heartbeat_seconds=state.limits.heartbeat_seconds,
+                    heartbeat=self.dialect.heartbeat,
                     buffer_bytes=state.settings.stream_buffer_bytes,
                     headers=prepared.headers,
                 )

@@ -239,6 +239,10 @@ class LlamaCppEngine(Engine):
         cap = request.options.context_length
         return loaded if cap is None else min(cap, loaded)
 
+    def count_tokens(self, request: ChatRequest) -> int | None:
+        """The rendered prompt's tokens: by the loaded model, or its tokenizer alone."""
+        return len(self._tokenize(self._render(request)))
+
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
 

@@ -1,5 +1,6 @@
-"""The `openai` engine: an OpenAI-compatible upstream behind Sluicegate (see engine.py)."""
+"""Upstream engines: `openai` (Chat Completions) and `anthropic` (Messages) share base.py."""
 
+from sluicegate.engines.upstream.anthropic_engine import AnthropicUpstreamEngine
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 
-__all__ = ["OpenAIUpstreamEngine"]
+__all__ = ["AnthropicUpstreamEngine", "OpenAIUpstreamEngine"]

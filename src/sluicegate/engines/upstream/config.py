@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from sluicegate.engines.base import Capabilities, ConfigError
 
+# How the API key is sent: OpenAI's `Authorization: Bearer`, or Anthropic's `x-api-key`.
+Auth = Literal["bearer", "x-api-key"]
+ANTHROPIC_VERSION = "2023-06-01"
 _TIMEOUTS = {"connect_timeout": 10.0, "first_byte_timeout": 120.0, "idle_timeout": 60.0, "total_timeout": 0.0}
 _KEYS = {
     "id",
@@ -99,13 +102,16 @@ def _bool(where: str, value: Any) -> bool:
     return value
 
 
-def parse_config(table: dict[str, Any], env: dict[str, str] | None = None) -> UpstreamConfig:
+def parse_config(
+    table: dict[str, Any], env: dict[str, str] | None = None, *, auth: Auth = "bearer"
+) -> UpstreamConfig:
     env = dict(os.environ) if env is None else env
     discover = _bool("discover", table.get("discover", False))
     model_id = table.get("id", "")
     if not isinstance(model_id, str) or not (model_id or discover):
         raise ConfigError("every [[models]] table needs a string `id` (optional only with discover = true)")
-    where = f"model {model_id!r}" if model_id else "an `openai` model with discover = true"
+    engine = table.get("engine", "openai")
+    where = f"model {model_id!r}" if model_id else f"an `{engine}` model with discover = true"
     unknown = sorted(set(table) - _KEYS)
     if unknown:
         raise ConfigError(f"{where}: unknown keys {unknown}; known keys: {', '.join(sorted(_KEYS))}")
@@ -141,7 +147,12 @@ def parse_config(table: dict[str, Any], env: dict[str, str] | None = None) -> Up
     if api_key is not None:
         if not isinstance(api_key, str) or not api_key:
             raise ConfigError(f"{where}: api_key must be a non-empty string")
-        headers["Authorization"] = f"Bearer {api_key}"
+        if auth == "bearer":
+            headers["Authorization"] = f"Bearer {api_key}"
+        else:
+            headers["x-api-key"] = api_key
+    if auth == "x-api-key":
+        headers["anthropic-version"] = ANTHROPIC_VERSION
     headers.update(raw_headers)
 
     upstream_model = table.get("upstream_model", model_id)

@@ -30,6 +30,8 @@ def kind_for_status(status: int) -> tuple[ErrorKind, str | None]:
         return ErrorKind.RATE_LIMITED, "rate_limit_exceeded"
     if 400 <= status < 500:
         return ErrorKind.INVALID_REQUEST, None
+    if status == 529:  # Anthropic's "overloaded"
+        return ErrorKind.OVERLOADED, "upstream_overloaded"
     return ErrorKind.UPSTREAM, "upstream_error"
 
 

@@ -1,0 +1,251 @@
+"""What every upstream engine shares: replicas, failover, timeouts, the HTTP client, relaying.
+
+Per request: `PromptStarted` as the request goes out; the least busy replica is asked, and a
+connection failure or a 5xx before the answer moves on to the next replica; `Answered` (naming
+the replica) once one accepted; `PromptFinished` with the first generated output (after any
+prompt progress the upstream reports); then the decoded stream. Closing the stream (client
+gone, timeout) closes the upstream connection at once, which is how upstreams learn to stop
+generating.
+
+A subclass says only what differs between wire formats: the path, the request body, the
+stream decoder, and how its credentials are sent (`openai`: engine.py, `anthropic`:
+anthropic_engine.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import abstractmethod
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+import orjson
+
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.events import (
+    Answered,
+    Failed,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    RawEvent,
+)
+from sluicegate.core.request import ChatRequest
+from sluicegate.engines.base import Discovery, Engine, ModelInfo
+from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
+from sluicegate.engines.upstream.discovery import UpstreamDiscovery
+from sluicegate.engines.upstream.errors import http_error
+from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
+from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
+from sluicegate.engines.upstream.timeouts import Clocks
+from sluicegate.engines.upstream.wire import SSEReader
+
+REPLICA_HEADER = "X-Sluicegate-Replica"
+DRAIN_SECONDS = 0.05  # how long the end of a body may take after its last event before we hang up
+
+
+class StreamDecoder(Protocol):
+    """One upstream stream's state: SSE frames in, raw events out (wire.py, anthropic_wire.py)."""
+
+    @property
+    def over(self) -> bool:
+        """The stream ended (its end marker, or an error frame): nothing more is read."""
+
+    @property
+    def done(self) -> bool:
+        """It ended normally: the body's end can be drained so the connection is reused."""
+
+    def frame(self, event: str | None, data: bytes) -> list[RawEvent]: ...
+
+    def end(self) -> list[RawEvent]:
+        """The body ended."""
+
+    def cut(self, error: ErrorInfo) -> list[RawEvent]:
+        """The stream is ending with `error` (a timeout, a broken connection)."""
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the body's end after its last event (it is normally there already), so the
+    connection goes back to the pool instead of being closed; an upstream that keeps it open is
+    cut off."""
+
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a task of its own.
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in chunks:
+                pass
+
+
+class UpstreamEngine(Engine):
+    answers_first: ClassVar[bool] = True
+    default_max_concurrency: ClassVar[int] = 0  # no cap: the upstream batches (issue 16)
+    auth: ClassVar[Auth] = "bearer"
+    path: ClassVar[str]  # relative to each base URL, e.g. "/chat/completions"
+
+    def __init__(self, config: UpstreamConfig, replicas: ReplicaSet | None = None) -> None:
+        super().__init__(config.model_id)
+        self.config = config
+        self.replicas = replicas or ReplicaSet(config)
+        self._owns_replicas = replicas is None  # discovered models share their table's replicas
+
+    @classmethod
+    def from_config(cls, table: dict[str, Any], base_dir: Path) -> UpstreamEngine:
+        return cls(parse_config(table, auth=cls.auth))
+
+    @classmethod
+    def discovery(cls, table: dict[str, Any], base_dir: Path) -> Discovery | None:
+        config = parse_config(table, auth=cls.auth)
+        return UpstreamDiscovery(config, cls) if config.discover else None
+
+    @abstractmethod
+    def request_body(self, request: ChatRequest) -> bytes:
+        """The upstream's streaming request for `request`, serialised."""
+
+    @abstractmethod
+    def decoder(self) -> StreamDecoder:
+        """A fresh decoder for one response stream."""
+
+    def info(self) -> ModelInfo:
+        return ModelInfo(
+            id=self.model_id,
+            engine=self.kind,
+            created=self.created,
+            owned_by="upstream",
+            context_length=self.config.context_length,
+            capabilities=self.config.capabilities,
+        )
+
+    async def start(self) -> None:
+        if self._owns_replicas:
+            self.replicas.start()
+
+    async def aclose(self) -> None:
+        if self._owns_replicas:
+            await self.replicas.aclose()
+
+    async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        config = self.config
+        try:
+            body = self.request_body(request)
+        except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
+            yield Failed(ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}."))
+            return
+        clocks = Clocks(
+            first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
+        )
+        decoder = self.decoder()
+        replica: Replica | None = None
+        response: StreamingResponse | None = None
+        try:
+            yield PromptStarted()
+            yield PromptProgress(0.0)
+            try:
+                replica, response, refusal = await self._send(body, clocks)
+            except asyncio.CancelledError:
+                if not clocks.owns(asyncio.current_task()):
+                    raise
+                assert clocks.expired is not None
+                yield Failed(clocks.expired)
+                return
+            if refusal is not None:
+                yield Failed(refusal)
+                return
+            assert replica is not None and response is not None
+            yield Answered({REPLICA_HEADER: replica.name})
+            async for event in self._relay(response, decoder, clocks):
+                yield event
+        finally:
+            clocks.stop()
+            if response is not None:
+                await response.aclose()
+            if replica is not None:
+                replica.outstanding -= 1
+
+    async def _send(
+        self, body: bytes, clocks: Clocks
+    ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
+        """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
+        error to fail with. The returned replica's `outstanding` count is held."""
+        tried: set[Replica] = set()
+        error = ErrorInfo(
+            ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
+        )
+        while (replica := self.replicas.pick(tried)) is not None:
+            tried.add(replica)
+            replica.outstanding += 1
+            response: StreamingResponse | None = None
+            try:
+                clocks.waiting()
+                response = await replica.pool.post_stream(self.path, body)
+                clocks.idle()
+                if 200 <= response.status < 300:
+                    self.replicas.answered(replica)
+                    return replica, response, None
+                clocks.waiting()
+                detail = await response.error_body()
+                clocks.idle()
+                error = http_error(response.status, detail, replica.name, self.model_id)
+                if response.status < 500:
+                    return None, None, error
+            except ConnectFailed as exc:
+                self.replicas.connect_failed(replica, str(exc))
+                kind = ErrorKind.TIMEOUT if exc.timed_out else ErrorKind.UPSTREAM
+                code = "upstream_connect_timeout" if exc.timed_out else "upstream_unavailable"
+                error = ErrorInfo(kind, f"Could not reach the upstream {replica.name}: {exc}", code=code)
+            except BaseException:
+                replica.outstanding -= 1
+                if response is not None:
+                    await response.aclose()
+                raise
+            replica.outstanding -= 1
+            if response is not None:
+                await response.aclose()
+        return None, None, error
+
+    async def _relay(
+        self, response: StreamingResponse, decoder: StreamDecoder, clocks: Clocks
+    ) -> AsyncIterator[RawEvent]:
+        reader = SSEReader()
+        chunks = response.chunks()
+        prompting = True  # until the first generated event (llama-server reports progress first)
+        while True:
+            if clocks.expired is not None:
+                for event in decoder.cut(clocks.expired):
+                    yield event
+                return
+            clocks.waiting()
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except asyncio.CancelledError:
+                if not clocks.owns(asyncio.current_task()):
+                    raise
+                continue  # `expired` is set: the loop's top reports it
+            except Exception as exc:  # the connection broke mid-body
+                error = ErrorInfo(
+                    ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
+                )
+                for event in decoder.cut(error):
+                    yield event
+                return
+            clocks.chunk()
+            for name, data in reader.feed(chunk):
+                for event in decoder.frame(name, data):
+                    if prompting and type(event) is not PromptProgress:
+                        prompting = False
+                        yield PromptProgress(1.0)
+                        yield PromptFinished()
+                    yield event
+            if decoder.over:
+                if decoder.done:
+                    await _drain(chunks)
+                return
+        clocks.idle()
+        for name, data in reader.close():
+            for event in decoder.frame(name, data):
+                yield event
+        for event in decoder.end():
+            yield event

@@ -1,0 +1,32 @@
+"""POST /v1/messages/count_tokens: the prompt's tokens by the model's own tokenizer where the
+engine has one (llama.cpp, loaded or not; scripted), else a stated estimate."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sluicegate.core.sealing import load_key
+from sluicegate.dialects.anthropic import anthropic_error, count_tokens_body
+from sluicegate.dialects.anthropic_request import parse_messages_request
+from sluicegate.dialects.anthropic_signature import ThinkingSigner
+from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+
+
+@cache
+def _signer(data_dir: Path) -> ThinkingSigner:
+    """Thinking sent back counts only when it is ours, as the model would see it."""
+    return ThinkingSigner(load_key(data_dir))
+
+
+@dialect_endpoint("anthropic", anthropic_error)
+async def count_tokens(request: Request) -> Response:
+    state = app_state(request)
+    body = await read_json(request, state.settings.max_body_bytes)
+    chat, _ = parse_messages_request(body, _signer(state.settings.data_dir), counting=True)
+    model = state.registry.get(chat.model)
+    engines = [instance.engine for instance in model.loaded_instances()] or [model.engine]
+    return JSONResponse(count_tokens_body(chat, engines[0].count_tokens(chat)))
