@@ -12,7 +12,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
@@ -52,6 +52,7 @@ from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
+from sluicegate.turn.websocket import ResponsesSocket
 
 log = logging.getLogger(__name__)
 
@@ -181,18 +182,21 @@ def create_app(settings: Settings) -> Starlette:
             await store.aclose()
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
+    responses = ResponsesDialect(
+        tools.plugin_ids,
+        settings.responses_reasoning_events,
+        hosted_tools=settings.responses_hosted_tools,
+        sealer=sealer,
+    )
     dialects: list[Dialect] = [
         ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        ResponsesDialect(
-            tools.plugin_ids,
-            settings.responses_reasoning_events,
-            hosted_tools=settings.responses_hosted_tools,
-            sealer=sealer,
-        ),
+        responses,
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
     ]
     routes = [
         *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
+        # The Responses API's WebSocket transport: the same runner, frames as text messages.
+        WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
