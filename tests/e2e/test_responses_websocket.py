@@ -287,15 +287,17 @@ def test_only_the_most_recent_responses_are_kept(server: Server) -> None:
         assert error["code"] == "previous_response_not_found"
 
 
-def test_a_client_that_leaves_mid_turn_leaves_nothing_in_flight(server: Server) -> None:
-    def in_flight() -> float:
-        metrics = read_metrics(server.base_url)
-        return sum(
-            v
-            for (name, _), v in metrics.items()
-            if name in ("sluicegate_requests_in_flight", "sluicegate_generations_active")
-        )
+def in_flight(server: Server) -> float:
+    """Admitted requests plus running generations."""
+    metrics = read_metrics(server.base_url)
+    return sum(
+        v
+        for (name, _), v in metrics.items()
+        if name in ("sluicegate_requests_in_flight", "sluicegate_generations_active")
+    )
 
+
+def test_a_client_that_leaves_mid_turn_leaves_nothing_in_flight(server: Server) -> None:
     ws = open_ws(server)
     try:
         ws.send(
@@ -303,10 +305,10 @@ def test_a_client_that_leaves_mid_turn_leaves_nothing_in_flight(server: Server) 
         )
         while json.loads(ws.recv(timeout=30))["type"] != "response.output_text.delta":
             pass
-        assert in_flight() >= 2  # the turn holds its admission place and its generation now
+        assert in_flight(server) >= 2  # the turn holds its admission place and its generation now
     finally:
         ws.close()
-    poll(lambda: in_flight() == 0, timeout=30)
+    poll(lambda: in_flight(server) == 0, timeout=30)
 
 
 def test_a_stored_turn_is_live_while_it_streams(server: Server) -> None:
@@ -334,3 +336,22 @@ def test_a_stored_turn_is_live_while_it_streams(server: Server) -> None:
         return status if status not in ("queued", "in_progress") else None
 
     assert poll(stored_status, timeout=30) != "completed"
+
+
+def test_a_client_that_piles_up_messages_is_closed_not_buffered(server: Server) -> None:
+    """Sixteen messages may wait for the turn in flight; the seventeenth closes the connection
+    (1008) and cancels that turn."""
+    with open_ws(server) as ws:
+        create = json.dumps(
+            {"type": "response.create", "model": HOLD, "store": False, "input": "Talk slowly."}
+        )
+        ws.send(create)
+        assert json.loads(ws.recv(timeout=30))["type"] == "response.created"
+        for _ in range(16):
+            ws.send(json.dumps({"type": "response.create", "model": MODEL, "store": False, "input": "Hi."}))
+        ws.send(create)
+        with pytest.raises(ConnectionClosed):
+            while True:
+                ws.recv(timeout=30)
+        assert ws.close_code == 1008
+    poll(lambda: in_flight(server) == 0, timeout=30)

@@ -9,8 +9,9 @@ ends with its terminal `response.*` event, or with an `error` envelope
 `{"type": "error", "status", "error": {"type", "code", "message", "param"}}` when it cannot
 start (bad JSON, validation, an unknown `previous_response_id`); the connection stays open.
 
-- One response in flight per connection: messages that arrive during a turn wait (a few;
-  beyond that the socket is not read, so TCP pushes back) and run after it, in order.
+- One response in flight per connection: messages that arrive during a turn wait and run after
+  it, in order. At most `PENDING_MESSAGES` wait: the socket is always read (that is how a
+  disconnect is seen at once), so a client that piles up more is closed (1008), not buffered.
 - Connection-local state: every turn's conversation is remembered for the connection
   (`conversation/local.py`, the most recent few), so `previous_response_id` continues a
   `store: false` response without it being written anywhere. An id this connection does not
@@ -50,7 +51,7 @@ Json = dict[str, Any]
 
 CREATE = "response.create"
 HTTP_ONLY = ("stream", "stream_options")  # dropped: a WebSocket turn always streams
-PENDING_MESSAGES = 4  # messages read ahead while a turn runs; past it, the socket is not read
+PENDING_MESSAGES = 16  # messages waiting for the turn in flight; one more closes the connection
 LIMIT_CODE = "websocket_connection_limit_reached"
 POLICY_VIOLATION = 1008  # the close code of a refused handshake where no HTTP answer can be sent
 
@@ -110,6 +111,7 @@ class _Connection:
         self.local = ConnectionResponses(state.settings.responses_websocket_cached_responses)
         self.scope = request_scope(websocket, state.settings.api_keys)
         self.inbox: asyncio.Queue[str] = asyncio.Queue(PENDING_MESSAGES)
+        self.closing: tuple[int, str] | None = None  # why the server closes the connection
         self.gone = asyncio.Event()  # the client disconnected
 
     async def run(self) -> None:
@@ -127,6 +129,9 @@ class _Connection:
         finally:
             reader.cancel()
             await asyncio.gather(reader, return_exceptions=True)
+            if self.closing is not None:
+                with contextlib.suppress(OSError, WebSocketDisconnect, RuntimeError):
+                    await self.websocket.close(*self.closing)
 
     async def _next(self, remaining: float) -> str | None:
         """The next message; None when the client left or the connection's time is up."""
@@ -157,11 +162,18 @@ class _Connection:
                 if text is None:
                     data = message.get("bytes") or b""
                     text = data.decode("utf-8", "replace")
-                await self.inbox.put(text)
+                try:
+                    self.inbox.put_nowait(text)
+                except asyncio.QueueFull:
+                    reason = (
+                        f"more than {PENDING_MESSAGES} response.create messages waiting; send one at a time"
+                    )
+                    self.closing = (POLICY_VIOLATION, reason)
+                    return
         except (OSError, WebSocketDisconnect, RuntimeError):
             return
         finally:
-            self.gone.set()
+            self.gone.set()  # cancels the turn in flight
 
     async def _send(self, text: str) -> None:
         with contextlib.suppress(OSError, WebSocketDisconnect, RuntimeError):
