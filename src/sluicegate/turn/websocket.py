@@ -33,7 +33,6 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
-from starlette.datastructures import QueryParams
 from starlette.types import Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -253,7 +252,7 @@ class _Connection:
         async with AsyncExitStack() as owned:
             source = TurnSource(
                 body,
-                QueryParams(),
+                self.websocket.query_params,
                 self.websocket.headers,
                 self.scope,
                 self.gone.wait,
