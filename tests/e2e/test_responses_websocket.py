@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import openai
 import pytest
 from e2e_support import read_metrics
 from responses_support import Server, poll, running_server, stream_raw
@@ -355,3 +356,40 @@ def test_a_client_that_piles_up_messages_is_closed_not_buffered(server: Server) 
                 ws.recv(timeout=30)
         assert ws.close_code == 1008
     poll(lambda: in_flight(server) == 0, timeout=30)
+
+
+def test_the_openai_sdk_websocket_client_runs_a_store_false_chain(keyed: Server) -> None:
+    """`client.responses.connect()` of the official SDK: typed events, a tool round trip on
+    connection-local state, and `previous_response_not_found` as its typed error event."""
+    client = openai.OpenAI(base_url=keyed.base_url + "/v1", api_key=KEY, max_retries=0)
+
+    def until_end(connection: Any) -> list[Any]:
+        events = []
+        for event in connection:
+            events.append(event)
+            if event.type in TERMINAL or event.type == "error":
+                return events
+        raise AssertionError("the connection closed mid-turn")
+
+    with client.responses.connect() as connection:
+        connection.response.create(
+            model=MODEL, input="What is the weather in Paris?", store=False, tools=[WEATHER_TOOL]
+        )
+        first = until_end(connection)[-1].response
+        call = next(item for item in first.output if item.type == "function_call")
+        connection.response.create(
+            model=MODEL,
+            store=False,
+            previous_response_id=first.id,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "sunny"}],
+            tools=[WEATHER_TOOL],
+        )
+        events = until_end(connection)
+        assert events[-1].type == "response.completed"
+        assert events[-1].response.output_text == "It is sunny in Paris."
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+    with client.responses.connect() as connection:
+        connection.response.create(model=MODEL, store=False, previous_response_id=first.id, input="Again.")
+        (error,) = until_end(connection)
+        assert error.type == "error"
+        assert error.error.code == "previous_response_not_found"
