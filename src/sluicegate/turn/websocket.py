@@ -207,6 +207,10 @@ class _Connection:
             status = await self._run(body)
         except SluicegateError as exc:
             status = await self._send_error(exc.info)
+        except Exception:  # a bug: the turn ends with an error envelope, the connection goes on
+            log.exception("unhandled error in a WebSocket turn")
+            info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
+            status = await self._send_error(info)
         finally:
             if status >= 400 and previous is not None:
                 self.local.evict(previous)  # the spec: a failed continuation evicts what it continued
@@ -259,14 +263,7 @@ class _Connection:
                 adapt=self._adapt,
                 remember=self.local.remember,
             )
-            try:
-                prepared = await runner.prepare(state, source, owned)
-            except SluicegateError:
-                raise
-            except Exception:
-                log.exception("unhandled error preparing a WebSocket turn")
-                info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
-                return await self._send_error(info)
+            prepared = await runner.prepare(state, source, owned)
             pipeline = prepared.pipeline
             with runner.live(state, prepared):
                 outcome = await stream_websocket(pipeline.frames(), self.websocket.send_text, self.gone)
