@@ -394,3 +394,27 @@ def test_the_openai_sdk_websocket_client_runs_a_store_false_chain(keyed: Server)
         (error,) = until_end(connection)
         assert error.type == "error"
         assert error.error.code == "previous_response_not_found"
+
+
+def test_each_turn_is_observed_like_an_http_request(server: Server) -> None:
+    """Time to first token and the request duration count every WebSocket turn, labelled with
+    the Responses dialect and the model (`observe.py`)."""
+
+    def count(name: str, **labels: str) -> float:
+        wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        for line in httpx.get(server.base_url + "/metrics").text.splitlines():
+            if line.startswith(f"{name}{{") and line.split("}")[0][len(name) + 1 :] == wanted:
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    ttft = ("sluicegate_time_to_first_token_seconds_count", {"dialect": "responses", "model": MODEL})
+    duration = (
+        "sluicegate_request_duration_seconds_count",
+        {"dialect": "responses", "model": MODEL, "status": "200"},
+    )
+    before = count(ttft[0], **ttft[1]), count(duration[0], **duration[1])
+    with open_ws(server) as ws:
+        for _ in range(2):
+            assert final(turn(ws, store=False, input="Say hello."))["status"] == "completed"
+    after = count(ttft[0], **ttft[1]), count(duration[0], **duration[1])
+    assert (after[0] - before[0], after[1] - before[1]) == (2, 2)
