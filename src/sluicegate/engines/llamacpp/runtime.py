@@ -40,6 +40,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import SamplingParams
+from sluicegate.engines.llamacpp.constrained import GrammarSampler
 from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.metrics import METRICS
@@ -245,22 +246,12 @@ class LlamaRuntime:
         job.emit([PromptFinished(), UsageReport(Usage(len(prompt), 0, cached))])
         return True
 
-    def _sampler(self, sampling: SamplingParams, seed: int, grammar: str | None = None) -> Any:
-        """A llama.cpp sampler chain for the request; the caller frees it. A grammar comes
-        first: the other samplers only ever see tokens it allows."""
+    def _sampler(self, sampling: SamplingParams, seed: int) -> Any:
+        """A llama.cpp sampler chain for the request; the caller frees it."""
         chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
 
         def add(sampler: Any) -> None:
             llama_cpp.llama_sampler_chain_add(chain, sampler)
-
-        if grammar is not None:
-            constraint = llama_cpp.llama_sampler_init_grammar(
-                self.model.vocab, grammar.encode("utf-8"), ROOT.encode()
-            )
-            if not constraint:
-                llama_cpp.llama_sampler_free(chain)
-                raise EngineFailure("llama.cpp could not parse the grammar", code="grammar_error")
-            add(constraint)
 
         repeat = sampling.repeat_penalty if sampling.repeat_penalty is not None else 1.0
         frequency = sampling.frequency_penalty or 0.0
@@ -330,17 +321,17 @@ class LlamaRuntime:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopScanner(sampling.stop)
         counters, key = METRICS.counters, job.tokens_key
-        ctx, vocab, smpl = self.context.ctx, self.model.vocab, samplers.current
+        ctx, vocab, smpl, constrained = self.context.ctx, self.model.vocab, samplers.plain, samplers.grammar
         sample, is_eog, piece = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog, self.piece
         pending: list[TokenLogprob] = []
         finish, stopped = FinishReason.STOP, False
         while True:
             if job.cancelled:
                 return
-            token = sample(smpl, ctx, -1)
+            token = sample(smpl, ctx, -1) if constrained is None else constrained.sample(ctx)
             if samplers.watching:
                 token = samplers.watch(token, ctx)
-                smpl = samplers.current
+                constrained = samplers.grammar
             if is_eog(vocab, token):
                 break
             usage.completion_tokens += 1
@@ -374,31 +365,22 @@ class LlamaRuntime:
 
 
 class _Samplers:
-    """The sampler chain of a job, and the switch to its grammar-constrained chain.
+    """The sampler chain of a job, and the switch to sampling under its grammar.
 
-    Without a grammar, or with one that applies from the first token, there is one chain. With
-    a reasoning model, the plain chain runs while the output is inside the reasoning block, and
-    the constrained one from the token after the close tag. A model whose prompt leaves the
-    block closed may still open it with its first token: that token is drawn from the plain
-    chain, and redrawn from the constrained one unless it is the open tag.
+    Without a grammar there is one chain. With one that applies from the first token, there is
+    a `GrammarSampler` from the start. With a reasoning model, the plain chain runs while the
+    output is inside the reasoning block, and the grammar from the token after the close tag. A
+    model whose prompt leaves the block closed may still open it with its first token: that
+    token is drawn from the plain chain, and drawn again under the grammar unless it is the
+    open tag.
     """
 
-    __slots__ = (
-        "_first",
-        "_job",
-        "_runtime",
-        "_tail",
-        "constrained",
-        "current",
-        "plain",
-        "watching",
-    )
+    __slots__ = ("_first", "_job", "_runtime", "_tail", "grammar", "plain", "watching")
 
     def __init__(self, runtime: LlamaRuntime, job: Job) -> None:
         self._runtime, self._job = runtime, job
         self.plain: Any = runtime._sampler(job.sampling, job.seed)
-        self.constrained: Any = None
-        self.current: Any = self.plain
+        self.grammar: GrammarSampler | None = None
         grammar, reasoning = job.grammar, job.reasoning
         self._first = grammar is not None and reasoning is not None and not job.in_reasoning
         self.watching = grammar is not None and (job.in_reasoning or self._first)
@@ -406,9 +388,11 @@ class _Samplers:
         if grammar is not None and not self.watching:
             self._constrain(grammar.text)
 
-    def _constrain(self, text: str) -> None:
-        self.constrained = self._runtime._sampler(self._job.sampling, self._job.seed, grammar=text)
-        self.current = self.constrained
+    def _constrain(self, text: str) -> GrammarSampler:
+        runtime, job = self._runtime, self._job
+        chain = runtime._sampler(job.sampling, job.seed)
+        self.grammar = GrammarSampler(runtime.model.vocab, runtime.n_vocab, text, ROOT, chain)
+        return self.grammar
 
     def watch(self, token: int, ctx: Any) -> int:
         """See a token drawn by the plain chain; switch to the grammar where the answer starts."""
@@ -419,8 +403,7 @@ class _Samplers:
             self._first = False
             if text.strip() != reasoning.open_tag:  # no reasoning: this token must obey the grammar
                 self.watching = False
-                self._constrain(grammar.text)
-                return int(llama_cpp.llama_sampler_sample(self.constrained, ctx, -1))
+                return self._constrain(grammar.text).sample(ctx)
             return token
         self._tail = (self._tail + text)[-4 * len(reasoning.close_tag) :]
         if reasoning.close_tag in self._tail:
@@ -429,6 +412,6 @@ class _Samplers:
         return token
 
     def free(self) -> None:
-        for chain in (self.plain, self.constrained):
-            if chain is not None:
-                llama_cpp.llama_sampler_free(chain)
+        llama_cpp.llama_sampler_free(self.plain)
+        if self.grammar is not None:
+            self.grammar.free()
