@@ -29,6 +29,8 @@ reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 [responses]
 retention_days = 30                     # stored responses expire after this
 reasoning_events = "openai"             # or "open_responses" (response.reasoning.delta/.done)
+websocket_max_seconds = 3600            # a WebSocket connection ends after this (websocket_connection_limit_reached)
+websocket_cached_responses = 8          # per WebSocket: recent responses kept for store:false continuation
 
 [responses.hosted_tools]                # hosted tool type → the server-side provider serving it
 web_search = "mcp/search"               # (others the client does not run are left out, with a warning)
@@ -106,6 +108,8 @@ class Settings:
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
+    responses_websocket_max_seconds: float = 3600.0  # the spec's 60-minute connection limit
+    responses_websocket_cached_responses: int = 8  # per connection, for store:false continuation
     store_path: Path | None = None  # None: <data_dir>/sluicegate.sqlite3
     store_backend: Literal["sqlite", "redis"] = "sqlite"
     store_url: str = "redis://127.0.0.1:6379/0"  # the redis backend's server
@@ -255,6 +259,16 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
                     f"{source}: [responses.hosted_tools] maps tool types to provider ids (strings)"
                 )
             settings.responses_hosted_tools = dict(value)
+        elif key == "websocket_max_seconds":
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ConfigError(f"{source}: [responses].websocket_max_seconds must be a positive number")
+            settings.responses_websocket_max_seconds = float(value)
+        elif key == "websocket_cached_responses":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{source}: [responses].websocket_cached_responses must be a positive integer"
+                )
+            settings.responses_websocket_cached_responses = value
         else:
             raise ConfigError(f"{source}: unknown key [responses].{key}")
 

@@ -14,12 +14,13 @@ Timings are `time.perf_counter()` seconds.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import secrets
 import time
 from bisect import bisect_left
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +202,17 @@ class RequestObserver:
 
 def current() -> RequestObserver | None:
     return _current.get()
+
+
+@contextlib.contextmanager
+def observing(observer: RequestObserver) -> Iterator[RequestObserver]:
+    """Make `observer` the current one: for a turn without an HTTP request of its own (a
+    WebSocket turn); the caller ends it."""
+    token = _current.set(observer)
+    try:
+        yield observer
+    finally:
+        _current.reset(token)
 
 
 def note_model(model_id: str) -> None:

@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
@@ -62,6 +62,7 @@ from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
+from sluicegate.turn.websocket import ResponsesSocket
 
 log = logging.getLogger(__name__)
 
@@ -197,20 +198,23 @@ def create_app(settings: Settings) -> Starlette:
             METRICS.remove_live(collector)
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
+    responses = ResponsesDialect(
+        tools.plugin_ids,
+        settings.responses_reasoning_events,
+        hosted_tools=settings.responses_hosted_tools,
+        sealer=sealer,
+    )
     dialects: list[Dialect] = [
         ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        ResponsesDialect(
-            tools.plugin_ids,
-            settings.responses_reasoning_events,
-            hosted_tools=settings.responses_hosted_tools,
-            sealer=sealer,
-        ),
+        responses,
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
     ]
     routes = [
         *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        # The Responses API's WebSocket transport: the same runner, frames as text messages.
+        WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),

@@ -288,6 +288,31 @@ def test_responses_hosted_tools_map_types_to_providers(tmp_path: Path) -> None:
         load_settings(path, env={})
 
 
+def test_responses_websocket_settings(tmp_path: Path) -> None:
+    defaults = load_settings(None, env={})
+    assert (defaults.responses_websocket_max_seconds, defaults.responses_websocket_cached_responses) == (
+        3600.0,
+        8,
+    )
+    path = tmp_path / "sluicegate.toml"
+    path.write_text(
+        "[responses]\nwebsocket_max_seconds = 2.5\nwebsocket_cached_responses = 3\n", encoding="utf-8"
+    )
+    settings = load_settings(path, env={})
+    assert (settings.responses_websocket_max_seconds, settings.responses_websocket_cached_responses) == (
+        2.5,
+        3,
+    )
+    for bad in (
+        "websocket_max_seconds = 0",
+        "websocket_cached_responses = 0",
+        "websocket_cached_responses = 1.5",
+    ):
+        path.write_text(f"[responses]\n{bad}\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=bad.split(" ")[0]):
+            load_settings(path, env={})
+
+
 def test_log_settings(tmp_path: Path) -> None:
     assert (Settings().log_format, Settings().log_prompts) == ("text", False)
     path = write_config(tmp_path, '[server]\nlog_format = "json"\nlog_prompts = true\n')

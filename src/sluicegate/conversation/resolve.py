@@ -4,7 +4,10 @@
 - `previous_response_id` brings the stored conversation (a response still running is refused);
 - a system item that replaces the stored one (LM Studio) takes its place at the start;
 - `mcp_approval_response` items must answer a known approval request (`approvals.py`);
-- tool results whose call is nowhere in the history get the stored call (by call_id);
+- `previous_response_id` is looked up in the transport's own conversations first (`local`: a
+  WebSocket's `store: false` turns);
+- tool results whose call is nowhere in the history get the stored call (by call_id); with
+  `strict_calls`, a result answering no known call is a 400 rather than getting a synthesised call;
 - sealed items (compactions, encrypted reasoning) are opened for the model, in every dialect,
   with the requester's scope: another key's blob is a 400.
 """
@@ -68,12 +71,16 @@ async def resolve(
                 "previous_response_id",
                 code="previous_response_in_progress",
             )
-        previous = await store.get(previous_id)
-        if previous is None:
-            if conv.previous_not_found is not None:
-                raise conv.previous_not_found(previous_id)
-            raise _not_found("Previous response", previous_id, "previous_response_id")
-        history = previous.conversation
+        local = conv.local(previous_id) if conv.local is not None else None
+        if local is not None:
+            history = local
+        else:
+            previous = await store.get(previous_id)
+            if previous is None:
+                if conv.previous_not_found is not None:
+                    raise conv.previous_not_found(previous_id)
+                raise _not_found("Previous response", previous_id, "previous_response_id")
+            history = previous.conversation
     if conv.replace_system and any(_is_system(i) for i in items):
         # A system prompt sent again replaces the earlier one, in its place at the start: chat
         # templates refuse a system message mid-chat.
@@ -92,6 +99,8 @@ async def resolve(
     for call_id in orphan_call_ids(resolved.history):
         if (call := await store.find_call(call_id)) is not None:
             known_calls[call_id] = call
+        elif conv.strict_calls:
+            raise invalid(f"No tool call found for function call output with call_id '{call_id}'.", "input")
     readable = expand_sealed(resolved.history, sealer, scope) if sealer is not None else resolved.history
     resolved.messages = items_to_messages(readable, conv.instructions, known_calls)
     if not resolved.messages:

@@ -37,6 +37,11 @@ class ConversationInput:
     replace_system: bool = False  # a system item in the input replaces the stored one (LM Studio)
     # The dialect's own 404 for an unknown previous_response_id.
     previous_not_found: Callable[[str], SluicegateError] | None = None
+    # Conversations held by the transport (a WebSocket's recent responses), by response id:
+    # looked up before the store, so a `store: false` turn can be continued on its connection.
+    local: Callable[[str], list[Json] | None] | None = None
+    # A tool result must answer a call in the conversation or the store (no call synthesised).
+    strict_calls: bool = False
 
 
 @dataclass(slots=True)

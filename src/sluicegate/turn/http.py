@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
@@ -23,7 +23,7 @@ class JSONResponse(Response):
         return orjson.dumps(content)
 
 
-def app_state(request: Request) -> AppState:
+def app_state(request: HTTPConnection) -> AppState:
     state: AppState = request.app.state.sluicegate
     return state
 
@@ -62,13 +62,13 @@ async def read_json(request: Request, max_bytes: int) -> Any:
     return value
 
 
-def presented_key(request: Request) -> str:
+def presented_key(request: HTTPConnection) -> str:
     """The API key a request presents: `Authorization: Bearer` or `x-api-key`."""
     header = request.headers.get("authorization", "")
     return header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
 
 
-def request_scope(request: Request, api_keys: list[str]) -> str:
+def request_scope(request: HTTPConnection, api_keys: list[str]) -> str:
     """Whose data a request may see and seal: a hash of its API key; one scope without keys."""
     return scope_of(presented_key(request) if api_keys else None)
 

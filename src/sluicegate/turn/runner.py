@@ -10,13 +10,16 @@ exception before the first byte, a client gone mid-stream. A background run take
 over (`pop_all`) and releases it when the run ends. Nothing depends on garbage collection.
 
 The runner is an ASGI app (one per dialect), so the whole request — including streaming — runs
-in one coroutine inside that `async with`.
+in one coroutine inside that `async with`. Other transports (the Responses WebSocket,
+`turn/websocket.py`) bring a `TurnSource` of their own to the same `prepare` and stream the same
+pipeline; only how the frames reach the client differs.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,6 +38,7 @@ from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
 from sluicegate.observe import observe_events
+from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
 from sluicegate.transport.sse import frame_bytes, stream_sse
@@ -54,6 +58,21 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
 ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
+
+
+@dataclass(slots=True)
+class TurnSource:
+    """One turn's request as its transport received it (an HTTP POST, a WebSocket message)."""
+
+    body: Any  # the parsed JSON body
+    query: Mapping[str, str]
+    headers: Mapping[str, str]
+    scope: str  # whose turn it is (`request_scope`)
+    disconnected: Callable[[], Awaitable[object]]  # returns when the client has gone
+    # A transport's own hooks: adjust the parsed turn (before anything is taken), and keep the
+    # record of every turn it ran, stored or not (a WebSocket's connection-local state).
+    adapt: Callable[[Turn], None] | None = None
+    remember: Callable[[StoredResponse], None] | None = None
 
 
 @dataclass(slots=True)
@@ -86,7 +105,15 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with AsyncExitStack() as owned:
             try:
-                prepared = await self._prepare(state, request, owned)
+                body = await read_json(request, state.settings.max_body_bytes)
+                source = TurnSource(
+                    body,
+                    request.query_params,
+                    request.headers,
+                    request_scope(request, state.settings.api_keys),
+                    lambda: _disconnect(request),
+                )
+                prepared = await self.prepare(state, source, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
@@ -128,10 +155,8 @@ class TurnEndpoint:
                 )
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
-        live = LiveTurn(prepared.turn_id, pipeline, prepared.encoder, state.live, prepared.input_items)
-        registered = turn.store and prepared.encoder.response_object() is not None
         if turn.stream:
-            with _maybe(live, registered):
+            with self.live(state, prepared):
                 await stream_sse(
                     pipeline.frames(),
                     send,
@@ -143,7 +168,7 @@ class TurnEndpoint:
                 )
                 await pipeline.abandon("client_disconnected")  # a no-op when it ended
             return 200
-        with _maybe(live, registered):
+        with self.live(state, prepared):
             try:
                 result = await unless_disconnected(pipeline.collect(), lambda: _disconnect(request))
             except SluicegateError:  # the client left: keep what was generated
@@ -155,13 +180,23 @@ class TurnEndpoint:
             return await self._send_error(info, send, prepared.headers)
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
 
-    async def _prepare(self, state: AppState, request: Request, owned: AsyncExitStack) -> Prepared:
+    def live(self, state: AppState, prepared: Prepared) -> _maybe:
+        """`with` it while the turn streams: a stored turn is live (retrievable, cancellable)."""
+        live = LiveTurn(
+            prepared.turn_id, prepared.pipeline, prepared.encoder, state.live, prepared.input_items
+        )
+        return _maybe(live, prepared.turn.store and prepared.encoder.response_object() is not None)
+
+    async def prepare(self, state: AppState, source: TurnSource, owned: AsyncExitStack) -> Prepared:
+        """parse → model → conversation → admit → tools → open the model → pipeline, for any
+        transport; everything taken is on `owned`."""
         dialect = self.dialect
-        body = await read_json(request, state.settings.max_body_bytes)
-        turn = dialect.parse(body, request.query_params, request.headers)
+        turn = dialect.parse(source.body, source.query, source.headers)
+        if source.adapt is not None:
+            source.adapt(turn)
         model = state.registry.get(turn.chat.model)
         dialect.check(turn, model.engine.info())
-        scope = request_scope(request, state.settings.api_keys)
+        scope = source.scope
         chat = turn.chat
         resolved: Resolved | None = None
         if turn.conversation is not None:
@@ -186,7 +221,7 @@ class TurnEndpoint:
         owned.push_async_callback(_aclose, generation.events)
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
-            opened = await _engine_answer(request, model, opened, state, stream=turn.stream)
+            opened = await _engine_answer(source.disconnected, model, opened, state, stream=turn.stream)
         turn_id = new_id(turn.id_prefix, turn.id_length) if turn.id_prefix else ""
         accumulator = Accumulator()
         context = EncoderContext(
@@ -199,7 +234,12 @@ class TurnEndpoint:
             scope=scope,
         )
         encoder = dialect.encoder(turn, context)
-        persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
+        remember = source.remember
+        persist = (
+            _persister(state, turn, turn_id, encoder, accumulator, resolved, remember)
+            if turn.store or remember is not None
+            else None
+        )
         # Metrics and the access line see every turn's canonical stream.
         events = observe_events(canonical_events(opened.events, state.limits))
         pipeline = TurnPipeline(events, encoder, accumulator, persist)
@@ -292,7 +332,12 @@ def _provider_info(toolset: ToolSet | None) -> Any:
 
 
 async def _engine_answer(
-    request: Request, model: Model, opened: Opened, state: AppState, *, stream: bool
+    disconnected: Callable[[], Awaitable[object]],
+    model: Model,
+    opened: Opened,
+    state: AppState,
+    *,
+    stream: bool,
 ) -> Opened:
     """For engines that reach an upstream, wait for it to accept the request before answering
     (see `transport/answer.py`): a stream waits at most one heartbeat interval, a non-streaming
@@ -300,7 +345,7 @@ async def _engine_answer(
     if not type(model.engine).answers_first:
         return opened
     bound = (state.limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
-    return await await_answer(opened.events, bound=bound, disconnected=lambda: _disconnect(request))
+    return await await_answer(opened.events, bound=bound, disconnected=disconnected)
 
 
 def _persister(
@@ -310,8 +355,10 @@ def _persister(
     encoder: Encoder,
     accumulator: Accumulator,
     resolved: Resolved | None,
+    remember: Callable[[StoredResponse], None] | None = None,
 ) -> Persist:
-    """Store the turn in the Responses shape, so any stateful dialect can continue it."""
+    """Store the turn in the Responses shape, so any stateful dialect can continue it; a
+    transport that keeps turns of its own (`remember`) gets every record, stored or not."""
     retention = state.settings.responses_retention_days * 86400
     empty = Resolved(input_items=[], history=[])
 
@@ -331,6 +378,10 @@ def _persister(
         live = state.live.get(turn_id)
         if isinstance(live, BackgroundRun):
             events = [*live.log.frames, *(frame_bytes(f) for f in final)]
-        await state.store.put(stored_turn(response, resolved or empty, retention, events))
+        record = stored_turn(response, resolved or empty, retention, events)
+        if remember is not None:
+            remember(record)
+        if turn.store:
+            await state.store.put(record)
 
     return persist
