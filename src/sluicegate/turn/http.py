@@ -8,8 +8,8 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.sealing import scope_of
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -63,8 +63,9 @@ def presented_key(request: Request) -> str:
 
 
 def request_scope(request: Request, api_keys: list[str]) -> str:
-    """Whose data a request may see and seal: a hash of its API key; one scope without keys."""
-    return scope_of(presented_key(request) if api_keys else None)
+    """Whose data a request may see and seal: a hash of its API key; one scope without keys
+    (`core/scope.py`: the same scope for sealed blobs and stored data)."""
+    return scope.request_scope(presented_key(request), api_keys)
 
 
 def check_auth(request: Request, api_keys: list[str]) -> None:

@@ -28,7 +28,7 @@ from sluicegate.conversation.record import built_response, stored_turn
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.core.frames import Frame
+from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
@@ -66,6 +66,8 @@ class Prepared:
     pipeline: TurnPipeline
     headers: dict[str, str]
     input_items: list[Json]
+    scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
+    resolved: Resolved | None
 
 
 class TurnEndpoint:
@@ -96,6 +98,10 @@ class TurnEndpoint:
                 return await self._send_error(info, send)
             try:
                 return await self._run(state, request, send, prepared, owned)
+            except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
+                if send.started:
+                    return 200
+                return await self._send_error(exc.info, send)
             except Exception:
                 log.exception("unhandled error in %s %s", request.method, request.url.path)
                 if send.started:  # a stream that started has ended itself (`stream_sse`)
@@ -108,6 +114,8 @@ class TurnEndpoint:
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
         if turn.background:
+            retention = state.settings.responses_retention_days * 86400
+            resolved = prepared.resolved or Resolved(input_items=[], history=[])
             run = BackgroundRun(
                 prepared.turn_id,
                 pipeline,
@@ -115,8 +123,11 @@ class TurnEndpoint:
                 state.live,
                 owned.pop_all(),
                 prepared.input_items,
+                store=state.store,
+                scope=prepared.scope,
+                accepted=lambda snapshot: stored_turn(snapshot, resolved, retention),
             )
-            await run.start()  # from here on the run owns the turn's resources
+            await run.start()  # stored as queued; from here on the run owns the turn's resources
             if turn.stream:
                 await stream_sse(
                     run.log.follow(-1),
@@ -128,7 +139,14 @@ class TurnEndpoint:
                 )
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
-        live = LiveTurn(prepared.turn_id, pipeline, prepared.encoder, state.live, prepared.input_items)
+        live = LiveTurn(
+            prepared.turn_id,
+            pipeline,
+            prepared.encoder,
+            state.live,
+            prepared.input_items,
+            scope=prepared.scope,
+        )
         registered = turn.store and prepared.encoder.response_object() is not None
         if turn.stream:
             with _maybe(live, registered):
@@ -165,7 +183,11 @@ class TurnEndpoint:
         resolved: Resolved | None = None
         if turn.conversation is not None:
             resolved = await resolve(
-                state.store, turn.conversation, lambda i: i in state.live, sealer=state.sealer, scope=scope
+                state.store,
+                turn.conversation,
+                lambda i: state.live_turn(i, scope) is not None,
+                sealer=state.sealer,
+                scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
         owned.callback(state.admission.take())
@@ -198,7 +220,9 @@ class TurnEndpoint:
             scope=scope,
         )
         encoder = dialect.encoder(turn, context)
-        persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
+        persist = (
+            _persister(state, turn, turn_id, encoder, accumulator, resolved, scope) if turn.store else None
+        )
         pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
@@ -211,7 +235,7 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items)
+        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved)
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)
@@ -307,8 +331,11 @@ def _persister(
     encoder: Encoder,
     accumulator: Accumulator,
     resolved: Resolved | None,
+    scope: str,
 ) -> Persist:
-    """Store the turn in the Responses shape, so any stateful dialect can continue it."""
+    """Store the turn in the Responses shape, so any stateful dialect can continue it; durable
+    before the pipeline sends the frames that say it is done. A background run's terminal
+    frames go to its log first, then its record (`RunLog.finish`), and only then to followers."""
     retention = state.settings.responses_retention_days * 86400
     empty = Resolved(input_items=[], history=[])
 
@@ -324,10 +351,11 @@ def _persister(
                 accumulator,
                 cancel_reason=cancel_reason,
             )
-        events: list[bytes] | None = None
-        live = state.live.get(turn_id)
+        record = stored_turn(response, resolved or empty, retention)
+        live = state.live_turn(turn_id, scope)
         if isinstance(live, BackgroundRun):
-            events = [*live.log.frames, *(frame_bytes(f) for f in final)]
-        await state.store.put(stored_turn(response, resolved or empty, retention, events))
+            await live.log.finish([frame_bytes(f) for f in final if f is not DONE], record)
+        else:
+            await state.store.put(record, scope=scope)
 
     return persist
