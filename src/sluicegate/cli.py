@@ -1,17 +1,19 @@
-"""Command line: `sluicegate serve`, `sluicegate models list|load|unload|download|make-demo`, `--version`."""
+"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo`,
+`--version`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from sluicegate import __version__
+from sluicegate.cli_chat import add_command as add_chat_command
 from sluicegate.cli_models import add_commands as add_model_commands
 from sluicegate.cli_models import make_demo
 from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
+from sluicegate.logs import configure_logging
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,6 +26,17 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8321)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--log-format", choices=["text", "json"], help="text (default) or one JSON object per line"
+    )
+    serve.add_argument(
+        "--log-prompts",
+        action="store_true",
+        default=None,
+        help="put request bodies and answers in the access log (off by default)",
+    )
+
+    add_chat_command(commands)
 
     models = commands.add_parser("models", help="list, load, unload and download models")
     add_model_commands(models.add_subparsers(dest="models_command", required=True))
@@ -38,17 +51,20 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.port = args.port
     if getattr(args, "log_level", None):
         settings.log_level = args.log_level
+    if getattr(args, "log_format", None):
+        settings.log_format = args.log_format
+    if getattr(args, "log_prompts", None):
+        settings.log_prompts = True
     return settings
 
 
 def _serve(settings: Settings) -> int:
     import uvicorn
 
+    from sluicegate.http_protocol import JSONHttpToolsProtocol
     from sluicegate.server import create_app
 
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     from sluicegate.engines.model_files import ensure_demo_model
 
     demo = ensure_demo_model(settings)
@@ -64,13 +80,24 @@ def _serve(settings: Settings) -> int:
     )
     uvicorn.run(
         app,
+        http=JSONHttpToolsProtocol,  # unparseable requests get a JSON 400, not uvicorn's plain text
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
-        access_log=settings.log_level == "debug",
+        log_config=None,  # ours (configure_logging), text or JSON
+        access_log=False,  # the one access line per request comes from sluicegate.observe
     )
     return 0
+
+
+def _chat(args: argparse.Namespace, settings: Settings) -> int:
+    from sluicegate.cli_chat import run
+
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+    url = args.url or f"http://{host}:{settings.port}"
+    api_key = args.api_key or (settings.api_keys[0] if settings.api_keys else None)
+    return run(args, url.rstrip("/"), api_key, settings.data_dir / "chat_history")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -81,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = _settings(args)
         if args.command == "serve":
             return _serve(settings)
+        if args.command == "chat":
+            return _chat(args, settings)
         return run_models_command(args, settings)
     except ConfigError as exc:
         print(f"sluicegate: configuration error: {exc}", file=sys.stderr)

@@ -11,11 +11,17 @@ idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
 max_concurrent_requests = 512   # 429 above this
 stream_buffer_bytes = 262144    # per stream: frames waiting for a slow client before generation pauses
+max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
+max_instances = 4               # instances of one model; 0: no cap
+max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT loads evicted first;
+                                # default: the machine's physical memory; 0: no cap
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
+log_format = "text"             # or "json": one object per line (--log-format)
+log_prompts = false             # true: request bodies and answers in the access log (--log-prompts)
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -63,6 +69,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from sluicegate.core.errors import ConfigError
+from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH
 from sluicegate.tools.ssrf import AllowList
 
 DEFAULT_PORT = 8321
@@ -85,11 +92,16 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512
     stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_instances: int = 4  # instances of one model the models API may load; 0: no cap
+    max_loaded_model_bytes: int | None = None  # GGUF bytes loaded at once; None: physical RAM, 0: no cap
     data_dir: Path = field(default_factory=default_data_dir)
     jit_ttl_seconds: float = 3600.0
     jit_auto_evict: bool = False
     reaper_interval_seconds: float = 5.0
     log_level: str = "info"
+    log_format: Literal["text", "json"] = "text"
+    log_prompts: bool = False  # request bodies and answers in the access log (off: no prompt text)
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -120,12 +132,17 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_body_bytes": int,
     "max_concurrent_requests": int,
     "stream_buffer_bytes": int,
+    "max_json_depth": int,
+    "max_instances": int,
+    "max_loaded_model_bytes": int,
     "data_dir": str,
     "models_dir": str,
     "jit_ttl_seconds": (int, float),
     "jit_auto_evict": bool,
     "reaper_interval_seconds": (int, float),
     "log_level": str,
+    "log_format": str,
+    "log_prompts": bool,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
@@ -155,6 +172,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "log_format" and value not in ("text", "json"):
+            raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "reaper_interval_seconds" and value <= 0:  # a zero interval would spin
             raise ConfigError(f"{source}: [server].reaper_interval_seconds must be positive")
         else:
@@ -307,7 +326,7 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
     if host := env.get(ENV_PREFIX + "HOST"):
         settings.host = host
     if port := env.get(ENV_PREFIX + "PORT"):
-        if not port.isdigit():
+        if not (port.isascii() and port.isdigit()):
             raise ConfigError(f"{ENV_PREFIX}PORT must be a number, got {port!r}")
         settings.port = int(port)
     if key := env.get(ENV_PREFIX + "API_KEY"):

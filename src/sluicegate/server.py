@@ -11,10 +11,12 @@ from pathlib import Path
 import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
+from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.frames import Frame
@@ -27,11 +29,15 @@ from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_dialect import ResponsesDialect
 from sluicegate.downloads import Downloads
+from sluicegate.engines.caps import LoadCaps
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry
 from sluicegate.metrics import METRICS
+from sluicegate.metrics_live import RegistryCollector
+from sluicegate.observe import ObserveMiddleware
+from sluicegate.playground import playground_routes
 from sluicegate.routes import embeddings
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -105,7 +111,7 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
-    return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -141,6 +147,7 @@ def create_app(settings: Settings) -> Starlette:
         jit_ttl=settings.jit_ttl_seconds,
         auto_evict=settings.jit_auto_evict,
         interval=settings.reaper_interval_seconds,
+        caps=LoadCaps.from_settings(settings.max_instances, settings.max_loaded_model_bytes),
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
@@ -180,6 +187,7 @@ def create_app(settings: Settings) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
         reaper = asyncio.create_task(lifecycle.run())
@@ -197,6 +205,7 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            METRICS.remove_live(collector)
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
     dialects: list[Dialect] = [
@@ -226,7 +235,17 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    auth = Middleware(
+        APIKeyMiddleware, api_keys=settings.api_keys
+    )  # before routing: every path but the open ones
+    app = Starlette(
+        routes=routes,
+        middleware=[observe, auth],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+    )
     app.state.sluicegate = state
     return app

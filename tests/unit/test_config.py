@@ -286,3 +286,22 @@ def test_responses_hosted_tools_map_types_to_providers(tmp_path: Path) -> None:
     path.write_text("[responses.hosted_tools]\nweb_search = 3\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="hosted_tools"):
         load_settings(path, env={})
+
+
+def test_log_settings(tmp_path: Path) -> None:
+    assert (Settings().log_format, Settings().log_prompts) == ("text", False)
+    path = write_config(tmp_path, '[server]\nlog_format = "json"\nlog_prompts = true\n')
+    settings = load_settings(path, env={})
+    assert (settings.log_format, settings.log_prompts) == ("json", True)
+    with pytest.raises(ConfigError, match="log_format"):
+        load_settings(write_config(tmp_path, '[server]\nlog_format = "xml"\n'), env={})
+
+
+def test_log_flags_override_the_file(tmp_path: Path) -> None:
+    from sluicegate.cli import _parser, _settings
+
+    path = write_config(tmp_path, '[server]\nlog_format = "text"\n')
+    args = _parser().parse_args(["serve", "--config", str(path), "--log-format", "json", "--log-prompts"])
+    settings = _settings(args)
+    assert (settings.log_format, settings.log_prompts) == ("json", True)
+    assert _settings(_parser().parse_args(["serve", "--config", str(path)])).log_prompts is False

@@ -6,9 +6,20 @@ carries the dotted path of the offending parameter (e.g. `messages[2].content`).
 
 from __future__ import annotations
 
+import math
+import re
 from typing import Any, NoReturn
 
 from sluicegate.core.errors import invalid
+
+# What engines and the wire carry: token counts and llama.cpp's integers are int32, seeds and
+# everything else at most int64 (orjson cannot encode an int of 2**64 or more).
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+# No sampling or timing parameter means anything near float's range; refusing values past
+# 2**53 (where floats stop counting whole numbers) keeps 1e308 and friends out of engines.
+FLOAT_LIMIT = float(2**53)
+MAX_REPEAT_PENALTY = 100.0  # llama.cpp takes any float; past this, no token is ever repeated
 
 _JSON_TYPE = {
     str: "a string",
@@ -86,35 +97,45 @@ class Fields:
         return value
 
     def number(self, key: str, *, low: float | None = None, high: float | None = None) -> float | None:
+        """A finite number within [low, high] (by default within +-2**53)."""
         value = self.obj.get(key)
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, int | float):
             self._type_error(key, "a number", value)
-        self._range(key, value, low, high)
+        if isinstance(value, float) and not math.isfinite(value):
+            self.fail(key, f"Invalid '{self.where(key)}': expected a finite number.")
+        self._range(key, value, -FLOAT_LIMIT if low is None else low, FLOAT_LIMIT if high is None else high)
         return float(value)
 
     def integer(self, key: str, *, low: int | None = None, high: int | None = None) -> int | None:
+        """An integer within [low, high] (by default within int64: what the wire carries)."""
         value = self.obj.get(key)
         if value is None:
             return None
         if isinstance(value, float) and value.is_integer():
+            if abs(value) > FLOAT_LIMIT:  # 1e19, or a literal past int64 the parser rounded to a float
+                self.fail(
+                    key,
+                    f"Invalid '{self.where(key)}': {_show(value)} is out of range "
+                    "(expected a signed 64-bit integer, written as an integer).",
+                )
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             self._type_error(key, "an integer", value)
-        self._range(key, value, low, high)
+        self._range(key, value, INT64_MIN if low is None else low, INT64_MAX if high is None else high)
         return value
 
-    def _range(self, key: str, value: float, low: float | None, high: float | None) -> None:
-        if low is not None and value < low:
+    def _range(self, key: str, value: float, low: float, high: float) -> None:
+        if value < low:
             self.fail(
                 key,
-                f"Invalid '{self.where(key)}': expected a value >= {low:g}, but got {value:g} instead.",
+                f"Invalid '{self.where(key)}': expected a value >= {_show(low)}, but got {_show(value)} instead.",
             )
-        if high is not None and value > high:
+        if value > high:
             self.fail(
                 key,
-                f"Invalid '{self.where(key)}': expected a value <= {high:g}, but got {value:g} instead.",
+                f"Invalid '{self.where(key)}': expected a value <= {_show(high)}, but got {_show(value)} instead.",
             )
 
     def array(self, key: str, *, required: bool = False, non_empty: bool = False) -> list[Any] | None:
@@ -142,3 +163,28 @@ class Fields:
         """Each element of an array parameter as `Fields`, erroring on non-objects."""
         base = self.where(key)
         return [Fields(value, f"{base}[{i}]") for i, value in enumerate(values)]
+
+
+def _show(value: float) -> str:
+    """A bound or a value for a message: whole numbers in full (`2147483647`, not `2.14748e+09`),
+    huge ones shortened (a client's 5,000-digit integer is not echoed back)."""
+    if isinstance(value, int) or value.is_integer():
+        whole = int(value)
+        return str(whole) if abs(whole) < 10**24 else f"a number of {whole.bit_length()} bits"
+    return f"{value:g}"
+
+
+_ASCII_INT = re.compile(r"-?[0-9]{1,19}")
+
+
+def query_int(text: str, param: str, *, low: int, high: int) -> int:
+    """An integer from client text (query string, header): ASCII digits only, within [low, high].
+
+    Never `str.isdigit()` or bare `int()`: `"²".isdigit()` is true and `int("²")` fails, while
+    `int("٣")`, `int(" 3 ")` and `int("1_0")` succeed; none of them is a number a client means.
+    """
+    if not _ASCII_INT.fullmatch(text) or not low <= int(text) <= high:
+        raise invalid(
+            f"Invalid '{param}': expected an integer between {low} and {high}, got {text[:40]!r}.", param
+        )
+    return int(text)

@@ -20,7 +20,7 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import Fields
+from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
@@ -66,9 +66,11 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
         response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
         request.response_format = response_format.obj
     _refuse_unservable(f)
+    f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
+    f.boolean("cache_prompt")
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
     # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
-    request.options.ttl = f.number("ttl", low=1)
+    request.options.ttl = f.number("ttl", low=1, high=INT32_MAX)
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
     return request, ChatOptions(stream=stream, include_usage=include_usage)
@@ -78,15 +80,15 @@ def _sampling(f: Fields) -> SamplingParams:
     s = SamplingParams()
     s.temperature = f.number("temperature", low=0, high=2)
     s.top_p = f.number("top_p", low=0, high=1)
-    s.top_k = f.integer("top_k", low=-1)
+    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
     s.min_p = f.number("min_p", low=0, high=1)
-    s.repeat_penalty = f.number("repeat_penalty", low=0)
+    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
     s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
     s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
     s.seed = f.integer("seed")
-    s.max_tokens = f.integer("max_completion_tokens", low=1)
+    s.max_tokens = f.integer("max_completion_tokens", low=1, high=INT32_MAX)
     if s.max_tokens is None:
-        s.max_tokens = f.integer("max_tokens", low=1)
+        s.max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)
     s.n = f.integer("n", low=1, high=128) or 1
     s.logprobs = bool(f.boolean("logprobs"))
     s.top_logprobs = f.integer("top_logprobs", low=0, high=20)

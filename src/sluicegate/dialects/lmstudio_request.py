@@ -12,7 +12,7 @@ from typing import Any
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import SamplingParams
-from sluicegate.core.validation import Fields
+from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
@@ -77,12 +77,12 @@ def parse_lmstudio_chat(body: Any) -> LMStudioChatRequest:
     s = req.sampling
     s.temperature = f.number("temperature", low=0, high=1)
     s.top_p = f.number("top_p", low=0, high=1)
-    s.top_k = f.integer("top_k", low=-1)
+    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
     s.min_p = f.number("min_p", low=0, high=1)
-    s.repeat_penalty = f.number("repeat_penalty", low=0)
-    s.max_tokens = f.integer("max_output_tokens", low=1)
+    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
+    s.max_tokens = f.integer("max_output_tokens", low=1, high=INT32_MAX)
     req.reasoning = f.string("reasoning", choices=REASONING_OPTIONS)
-    req.context_length = f.integer("context_length", low=1)
+    req.context_length = f.integer("context_length", low=1, high=INT32_MAX)
     req.context_overflow = f.string(
         "context_overflow", choices=("error", "rolling_window", "truncate_middle")
     )

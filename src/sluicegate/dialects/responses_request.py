@@ -14,7 +14,7 @@ from typing import Any
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import SamplingParams, ToolSpec
-from sluicegate.core.validation import Fields
+from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.responses_mcp_request import (
     MCP_ITEM_TYPES,
     McpServerParam,
@@ -133,7 +133,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     s.top_p = f.number("top_p", low=0, high=1)
     s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
     s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
-    s.max_tokens = f.integer("max_output_tokens", low=1)
+    s.max_tokens = f.integer("max_output_tokens", low=1, high=INT32_MAX)
     s.top_logprobs = f.integer("top_logprobs", low=0, high=20)
     s.seed = f.integer("seed")
     include = f.array("include") or []
@@ -141,7 +141,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
         f.fail("include", "Invalid 'include': expected an array of strings.")
     req.include = include
     s.logprobs = "message.output_text.logprobs" in include or bool(s.top_logprobs)
-    req.max_tool_calls = f.integer("max_tool_calls", low=1)
+    req.max_tool_calls = f.integer("max_tool_calls", low=1, high=INT32_MAX)
     req.truncation = f.string("truncation", choices=("auto", "disabled")) or "disabled"
     text = f.object("text")
     if text is not None:
@@ -166,7 +166,7 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
                 key,
                 f"'{key}' is not supported by Sluicegate; continue conversations with 'previous_response_id'.",
             )
-    req.ttl = f.number("ttl", low=1)
+    req.ttl = f.number("ttl", low=1, high=INT32_MAX)
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     req.context_overflow = f.string(
         "context_overflow", choices=("error", "rolling_window", "truncate_middle")

@@ -14,8 +14,9 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from sluicegate.core.errors import EngineFailure
+from sluicegate.core.errors import EngineFailure, SluicegateError
 from sluicegate.core.events import (
     LoadFinished,
     LoadProgress,
@@ -28,6 +29,9 @@ from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.metrics import METRICS
 
+if TYPE_CHECKING:
+    from sluicegate.engines.models import Model
+
 log = logging.getLogger(__name__)
 
 
@@ -39,6 +43,13 @@ class InstanceHooks:
 
     def went_idle(self, instance: Instance) -> None:
         """`instance` has no request running or queued any more."""
+
+    def check_load(self, model: Model, instance: Instance | None) -> None:
+        """`instance` (None: a new instance of `model`) is about to be loaded: raise a
+        `SluicegateError` now if an operator's cap forbids it (`engines/caps.py`)."""
+
+    async def before_load(self, instance: Instance) -> None:
+        """`instance` is loading now: make room for it, or raise a `SluicegateError`."""
 
 
 NO_HOOKS = InstanceHooks()
@@ -88,6 +99,7 @@ class _Admitted:
         if not self._started:  # `_run` never took its waiting count over: give the place back here
             self._started = True
             self._instance._waiting -= 1
+            METRICS.queue_depth.labels(self._instance.id).dec()
             self._instance._settle()
         await self._gen.aclose()
 
@@ -135,6 +147,7 @@ class Instance:
 
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
+        METRICS.queue_depth.labels(self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
@@ -151,9 +164,11 @@ class Instance:
                 await slots.acquire()
         except BaseException:  # gone while queued
             self._waiting -= 1
+            METRICS.queue_depth.labels(self.id).dec()
             self._settle()
             raise
         self._waiting -= 1
+        METRICS.queue_depth.labels(self.id).dec()
         self._active += 1
         METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
         engine_events: AsyncIterator[RawEvent] | None = None
@@ -206,6 +221,7 @@ class Instance:
             try:
                 if jit:
                     await self.hooks.before_jit_load(self)  # auto-evict makes room first
+                await self.hooks.before_load(self)  # then the memory cap
                 async with self._lifecycle:
                     self.engine.configure_load(self.config)
                     await self.engine.load(on_progress)
@@ -213,10 +229,12 @@ class Instance:
                 self.last_used = time.monotonic()
             except BaseException:
                 self.jit = False
+                METRICS.record_load(self.id, time.perf_counter() - started, ok=False)
                 raise
             finally:
                 loop.call_soon_threadsafe(progress.put_nowait, None)
-            return time.perf_counter() - started
+            METRICS.record_load(self.id, seconds := time.perf_counter() - started, ok=True)
+            return seconds
 
         self.jit = jit  # from now on, so a JIT load elsewhere can see this one coming
         # The load outlives a requester that goes away: the next request should not start over.
@@ -228,6 +246,8 @@ class Instance:
         try:
             seconds = await asyncio.shield(loading)
         except Exception as exc:
+            if isinstance(exc, SluicegateError) and not jit:
+                raise  # a cap refused an explicit load: the models API answers it as it is
             raise EngineFailure(
                 f"loading model {self.instance_id!r} failed: {exc}", code="model_load_failed"
             ) from exc

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import time
 
+from sluicegate.engines.caps import LoadCaps
 from sluicegate.engines.instances import Instance, InstanceHooks
 from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
@@ -37,8 +38,10 @@ class Lifecycle(InstanceHooks):
         jit_ttl: float | None,
         auto_evict: bool = False,
         interval: float = DEFAULT_INTERVAL,
+        caps: LoadCaps | None = None,
     ) -> None:
         self.registry = registry
+        self.caps = caps or LoadCaps()
         self.jit_ttl = jit_ttl or None  # 0: JIT loads stay until unloaded or evicted
         self.auto_evict = auto_evict
         self.interval = interval
@@ -91,6 +94,17 @@ class Lifecycle(InstanceHooks):
                 if other is not instance and other.jit and (other.loaded or other.loading):
                     other.evict_when_idle = True
         await self.reap()
+
+    def check_load(self, model: Model, instance: Instance | None) -> None:
+        self.caps.check_load(self.registry, model, instance)
+
+    async def before_load(self, instance: Instance) -> None:
+        async def unload(model: Model, other: Instance) -> None:
+            async with self._reaping:  # never alongside the reaper unloading the same instance
+                if other.loaded and not other.busy and not other.loading:
+                    await model.unload(other.instance_id)
+
+        await self.caps.make_room(self.registry, instance, unload)
 
     def went_idle(self, instance: Instance) -> None:
         if instance.evict_when_idle:

@@ -84,6 +84,8 @@ class Model:
                 code="server_overloaded",
             )
         instance.engine.check(request)
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
         return instance.generation(request)
 
     def add_instance(self) -> Instance:
@@ -118,7 +120,12 @@ class Model:
         """Load the first instance, or (when one is loaded and asked for) another one."""
         target = self.instances[0]
         if new_instance and target.loaded:
-            target = next((i for i in self.instances if not i.loaded), None) or self.add_instance()
+            spare = next((i for i in self.instances if not i.loaded), None)
+            if spare is None:
+                self._hooks.check_load(self, None)  # caps: instances per model, memory
+            target = spare or self.add_instance()
+        if not target.loaded and not target.loading:
+            self._hooks.check_load(self, target)
         if config is not None and config.context_length is not None:
             target.config.context_length = config.context_length
         return target, await target.load_now(ttl)

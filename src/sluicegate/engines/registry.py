@@ -10,6 +10,7 @@ from sluicegate.engines.base import ConfigError
 from sluicegate.engines.discovery_sources import DiscoverySource
 from sluicegate.engines.instances import NO_HOOKS, Instance, InstanceHooks
 from sluicegate.engines.models import Model
+from sluicegate.observe import note_model
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class Registry:
                 param="model",
                 code="model_not_found",
             )
+        note_model(model_id)  # the metrics label and access log of the request asking
         return model
 
     async def start(self) -> None:

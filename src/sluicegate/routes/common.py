@@ -14,7 +14,7 @@ from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.metrics import METRICS
-from sluicegate.turn.http import JSONResponse, app_state, check_auth, read_json
+from sluicegate.turn.http import JSONResponse, app_state, read_json
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +29,13 @@ def error_response(info: ErrorInfo, render: ErrorRenderer, headers: dict[str, st
 
 
 def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint], Endpoint]:
-    """Authenticate, count, and turn every error into this dialect's own shape and status."""
+    """Count, and turn every error into this dialect's own shape and status (API keys are
+    checked before routing: `sluicegate.auth`)."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
         @wraps(endpoint)
         async def wrapped(request: Request) -> Response:
             try:
-                check_auth(request, app_state(request).settings.api_keys)
                 response = await endpoint(request)
             except SluicegateError as exc:
                 response = error_response(exc.info, render)

@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.validation import Fields
+from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.lmstudio import lmstudio_error
 from sluicegate.dialects.lmstudio_request import reject_unknown_keys
 from sluicegate.downloads import DownloadError, Target
@@ -105,8 +105,12 @@ def _ttl_header(request: Request) -> float | None:
         ttl = float(text)
     except ValueError:
         ttl = 0.0
-    if not ttl >= 1 or ttl == float("inf"):
-        raise invalid(f"{TTL_HEADER} must be a number of seconds >= 1, got {text!r}.", "ttl", "invalid_value")
+    if not 1 <= ttl <= INT32_MAX:
+        raise invalid(
+            f"{TTL_HEADER} must be a number of seconds >= 1 (and <= {INT32_MAX}), got {text[:40]!r}.",
+            "ttl",
+            "invalid_value",
+        )
     return ttl
 
 
@@ -116,10 +120,10 @@ async def load_model(request: Request) -> Response:
     f = Fields(await read_json(request, state.settings.max_body_bytes))
     reject_unknown_keys(f, LOAD_KEYS)
     model_id = f.string("model", required=True) or ""
-    context_length = f.integer("context_length", low=1)
-    f.integer("eval_batch_size", low=1)
+    context_length = f.integer("context_length", low=1, high=INT32_MAX)
+    f.integer("eval_batch_size", low=1, high=INT32_MAX)
     f.boolean("flash_attention")
-    f.integer("num_experts", low=1)
+    f.integer("num_experts", low=1, high=INT32_MAX)
     f.boolean("offload_kv_cache_to_gpu")
     echo = bool(f.boolean("echo_load_config"))
     ttl = _ttl_header(request)

@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
@@ -54,15 +55,6 @@ async def _until_ended(state: AppState, response_id: str, scope: str) -> None:
                 await asyncio.sleep(REMOTE_POLL_SECONDS)
 
 
-def _integer(text: str, param: str, low: int, high: int) -> int:
-    """A query-string integer; `str.isdigit` accepts '²', which `int` refuses."""
-    stripped = text.strip()
-    body = stripped[1:] if stripped[:1] == "-" else stripped
-    if not (body.isascii() and body.isdigit()) or not low <= int(stripped) <= high:
-        raise invalid(f"Invalid '{param}': expected an integer between {low} and {high}.", param)
-    return int(stripped)
-
-
 class _SSEReplay(Response):
     """An SSE response over frames already written (a log followed, or a stored replay)."""
 
@@ -89,7 +81,9 @@ async def retrieve_response(request: Request) -> Response:
     response_id = request.path_params["response_id"]
     if request.query_params.get("stream", "false").lower() != "true":
         return JSONResponse(await _stored(state, response_id, scope))
-    after = _integer(request.query_params.get("starting_after", "-1"), "starting_after", -1, 2**53)
+    after = query_int(
+        request.query_params.get("starting_after", "-1"), "starting_after", low=-1, high=INT64_MAX
+    )
     headers = {"X-Request-ID": response_id}
     live = state.live_turn(response_id, scope)
     if live is not None:
@@ -155,7 +149,7 @@ async def list_input_items(request: Request) -> Response:
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):
         raise invalid("Invalid 'order': expected 'asc' or 'desc'.", "order")
-    limit = _integer(params.get("limit", "20"), "limit", 1, 100)
+    limit = query_int(params.get("limit", "20"), "limit", low=1, high=100)
     ordered = list(reversed(items)) if order == "desc" else list(items)
     if after := params.get("after"):
         ids = [item.get("id") for item in ordered]

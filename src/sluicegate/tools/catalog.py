@@ -21,6 +21,7 @@ import orjson
 from sluicegate.config import Settings
 from sluicegate.core.errors import invalid
 from sluicegate.core.events import ToolsListed
+from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
 from sluicegate.core.request import ProviderInfo, ServerTool
 from sluicegate.tools.base import ToolOutcome, ToolProvider, ToolProviderError
 from sluicegate.tools.mcp import McpProvider, http_transport
@@ -118,12 +119,14 @@ def parse_arguments(arguments_json: str, schema: dict[str, Any]) -> tuple[dict[s
             return {}, f"they are not valid JSON ({exc.msg} at position {exc.pos})"
     if not isinstance(arguments, dict):
         return {}, f"they must be a JSON object, not {type(arguments).__name__}"
+    if json_depth_exceeds(arguments, DEFAULT_MAX_JSON_DEPTH):  # jsonschema recurses per level
+        return {}, f"they nest more than {DEFAULT_MAX_JSON_DEPTH} levels deep"
     if schema:
         validator_class = jsonschema.validators.validator_for(schema)
         try:
             validator_class.check_schema(schema)
-        except jsonschema.SchemaError:
-            return arguments, None  # the tool's own schema is broken: let the tool judge
+        except (jsonschema.SchemaError, RecursionError):
+            return arguments, None  # the tool's own schema is broken (or absurdly deep): let the tool judge
         error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(arguments))
         if error is not None:
             where = "/".join(str(part) for part in error.absolute_path)

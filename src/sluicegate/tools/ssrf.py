@@ -69,7 +69,7 @@ def _split_host_port(entry: str) -> tuple[str, int | None]:
 
 
 def _port(text: str, entry: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
+    if not (text.isascii() and text.isdigit()) or not 0 < int(text) < 65536:
         raise ValueError(f"bad port in {entry!r}")
     return int(text)
 

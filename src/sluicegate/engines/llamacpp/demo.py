@@ -151,6 +151,24 @@ _OPENS_THINKING = r"""{%- if enable_thinking is defined and enable_thinking is f
     {%- endif %}"""
 
 
+def base_vocab_size() -> int:
+    """The demo tokenizer's own tokens (bytes, learned merges, specials), before `extra_vocab`."""
+    return len(byte_symbols()) + len(learn_merges(_CORPUS, max_merges=400)) + len(SPECIAL_TOKENS)
+
+
+def _filler(rng: np.random.Generator, count: int, taken: set[str]) -> list[str]:
+    """`count` new tokens: lowercase words, half of them with GPT-2's leading-space symbol."""
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    out: list[str] = []
+    seen = set(taken)
+    while len(out) < count:
+        word = ("Ġ" if len(out) % 2 else "") + "".join(rng.choice(letters, int(rng.integers(3, 9))))
+        if word not in seen:
+            seen.add(word)
+            out.append(word)
+    return out
+
+
 def _quantized(
     writer: gguf.GGUFWriter, name: str, weights: np.ndarray, kind: gguf.GGMLQuantizationType
 ) -> None:
@@ -167,12 +185,15 @@ def make_demo_gguf(
     quantization: str = "Q5_0",
     thinks: bool = False,
     embedding: bool = False,
+    extra_vocab: int = 0,
 ) -> Path:
     """Write the demo model to `path` and return it. `ends_replies=False` makes end-of-turn as
     unlikely as the other special tokens, so every reply runs to its token limit (tests, bench).
     `quantization`: "Q5_0", "Q4_0" or "Q8_0". `thinks`: the generation prompt opens `<think>`
     and the model closes it after a few dozen tokens. `embedding`: an embedding model (mean
-    pooling, no chat template), as llama.cpp serves with `embeddings = true`."""
+    pooling, no chat template), as llama.cpp serves with `embeddings = true`. `extra_vocab`: that
+    many more ordinary tokens (random lowercase words, never produced by the tokenizer but
+    sampled like the others), for a vocabulary the size of a real model's (benchmarks)."""
     shape = SHAPES[size]
     kind, file_type = QUANTIZATIONS[quantization]
     path = Path(path)
@@ -180,7 +201,8 @@ def make_demo_gguf(
     rng = np.random.default_rng(seed)
 
     merges = learn_merges(_CORPUS, max_merges=400)
-    tokens = [*byte_symbols(), *(a + b for a, b in merges), *SPECIAL_TOKENS]
+    learned = [*byte_symbols(), *(a + b for a, b in merges)]
+    tokens = [*learned, *_filler(rng, extra_vocab, set(learned)), *SPECIAL_TOKENS]
     types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_TOKENS)) + [
         gguf.TokenType.USER_DEFINED if t in _TEXT_MARKERS else gguf.TokenType.CONTROL for t in SPECIAL_TOKENS
     ]

@@ -55,6 +55,12 @@ log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 
 
+def llama_seed(seed: int) -> int:
+    """A request's int64 seed as llama.cpp's uint32 one. Every seed maps to a fixed sampler seed
+    (the same request, the same reply), never to 0xFFFFFFFF, which llama.cpp reads as "random"."""
+    return seed % 0xFFFFFFFF
+
+
 class LlamaCppEngine(Engine):
     kind = "llamacpp"
     needs_load = True
@@ -306,7 +312,7 @@ class LlamaCppEngine(Engine):
         job = Job(
             tokens=tokens or [],
             sampling=request.sampling,
-            seed=seed if seed is not None else random.getrandbits(31),
+            seed=llama_seed(seed) if seed is not None else random.getrandbits(31),
             parser=OutputParser(
                 tool_format=self.tool_format,
                 reasoning=self.reasoning,

@@ -77,13 +77,10 @@ def json_schema_grammar(schema: dict[str, Any], param: str) -> Grammar:
     return Grammar(text, "json_schema")
 
 
-def _call_schema(tool: ToolSpec, arguments_key: str) -> dict[str, Any]:
+def _call_schema(name: str, parameters: dict[str, Any], arguments_key: str) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {
-            "name": {"const": tool.name},
-            arguments_key: tool.parameters or {"type": "object"},
-        },
+        "properties": {"name": {"const": name}, arguments_key: parameters},
         "required": ["name", arguments_key],
         "additionalProperties": False,
     }
@@ -96,8 +93,13 @@ def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Gra
     alternatives = []
     try:
         for index, tool in enumerate(tools):
-            schema = _call_schema(tool, arguments_key)
-            alternatives.append(_schema_rule(converter, schema, f"tool{index}", f"call{index}"))
+            # `$ref`s in a tool's parameters point into those parameters: resolve them there,
+            # each tool under its own URL, before wrapping them into the call object.
+            parameters = converter.resolve_refs(
+                copy.deepcopy(tool.parameters or {"type": "object"}), f"tool{index}"
+            )
+            rule: str = converter.visit(_call_schema(tool.name, parameters, arguments_key), f"call{index}")
+            alternatives.append(rule)
     except Exception as exc:
         raise invalid(
             f"The parameters schema of a tool cannot be turned into a grammar for constrained "

@@ -387,7 +387,6 @@ class _Samplers:
         "_first",
         "_job",
         "_runtime",
-        "_seen",
         "_tail",
         "constrained",
         "current",

@@ -17,6 +17,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
 from sluicegate.core.request import Message, ToolSpec
 from sluicegate.engines.base import ConfigError
 
@@ -64,11 +65,13 @@ def template_source(value: str, base_dir: Path) -> str:
 
 
 def _arguments(text: str) -> Any:
-    """Tool-call arguments as an object (HF templates `tojson` them); kept as text if not JSON."""
+    """Tool-call arguments as an object (HF templates `tojson` them); kept as text if not JSON,
+    or if nested deeper than any request body may be (rendering recurses per level)."""
     try:
-        return json.loads(text)
-    except ValueError:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
         return text
+    return text if json_depth_exceeds(value, DEFAULT_MAX_JSON_DEPTH) else value
 
 
 def template_messages(messages: list[Message]) -> list[dict[str, Any]]:

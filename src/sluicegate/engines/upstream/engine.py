@@ -102,7 +102,11 @@ class OpenAIUpstreamEngine(Engine):
 
     async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         config = self.config
-        body = orjson.dumps(request_body(request, config.upstream_model))
+        try:
+            body = orjson.dumps(request_body(request, config.upstream_model))
+        except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
+            yield Failed(ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}."))
+            return
         clocks = Clocks(
             first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
         )

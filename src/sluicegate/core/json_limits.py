@@ -1,0 +1,40 @@
+"""How deeply a client's JSON may nest: one limit, checked once, right after the body is parsed.
+
+Everything after parsing may walk client JSON recursively (orjson re-encoding it for an upstream
+or the store stops at 255 levels, jsonschema and Jinja recurse in Python), so a body nested
+beyond `max_json_depth` is refused with a 400 before any of them sees it. The check itself is
+iterative: a hostile body cannot make it overflow the stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sluicegate.core.errors import invalid
+
+DEFAULT_MAX_JSON_DEPTH = 64
+
+
+def json_depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` has containers nested more than `limit` deep (a scalar is depth 0, `{}` 1)."""
+    if not isinstance(value, dict | list):
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
+def check_json_depth(value: Any, limit: int) -> None:
+    """Raise a 400 for JSON nested deeper than `limit` (`max_json_depth`); 0 disables the check."""
+    if limit and json_depth_exceeds(value, limit):
+        raise invalid(
+            f"The request body nests JSON more than {limit} levels deep (max_json_depth).",
+            code="json_too_deep",
+        )
