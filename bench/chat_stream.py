@@ -43,6 +43,7 @@ from pathlib import Path
 import httpx
 import orjson
 
+from sluicegate.conversation.messages import items_to_messages
 from sluicegate.conversation.record import stored_turn
 from sluicegate.conversation.resolve import Resolved
 from sluicegate.core.accumulate import Accumulator
@@ -52,7 +53,6 @@ from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
 from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
-from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import parse_responses_request
 from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script

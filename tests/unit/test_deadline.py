@@ -124,10 +124,11 @@ async def test_idle_timeout_before_the_first_event() -> None:
 
 
 async def test_each_event_resets_the_idle_clock() -> None:
-    # 8 events 0.05s apart take ~0.4s in all, well past a 0.3s idle limit that is never hit once
+    # 8 events 0.25s apart take ~2s in all, twice a 1s idle limit that no single gap comes near
+    # (a gap would have to stretch 4x on a loaded machine to trip it)
     events: list[RawEvent] = [TextDelta(ItemKind.MESSAGE, str(i)) for i in range(8)]
-    engine = Engine(events, gap=0.05)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=0.3))
+    engine = Engine(events, gap=0.25)
+    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=1.0))
     assert not any(isinstance(e, Failed) for e in out)
     assert len(out) == 8
 

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
+from sluicegate.conversation.messages import items_to_messages
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.errors import SluicegateError
 from sluicegate.dialects.lmstudio_dialect import LMStudioDialect
-from sluicegate.dialects.responses_items import items_to_messages
 
 PREVIOUS = "resp_" + "a" * 48
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluicegate.conversation.messages import items_to_messages, orphan_call_ids
 from sluicegate.core.events import Item, ItemKind
 from sluicegate.core.request import ContentPart, Message, ToolCall
-from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids, output_item
+from sluicegate.dialects.responses_items import output_item
 
 Json = dict[str, Any]
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from sluicegate.conversation.messages import items_to_messages
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import Message, ProviderInfo, ServerTool
-from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_mcp_request import approval_policy
 from sluicegate.dialects.responses_request import ResponsesRequest, parse_responses_request
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from test_responses_encoder import Run, ending, item
 
+from sluicegate.conversation.messages import items_to_messages
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import FinishReason, ItemKind
 from sluicegate.dialects.responses_hosted import IGNORED_HEADER, resolve_hosted
-from sluicegate.dialects.responses_items import items_to_messages
 from sluicegate.dialects.responses_request import parse_responses_request
 
 Json = dict[str, Any]

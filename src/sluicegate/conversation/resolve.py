@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.conversation.approvals import resolve_approvals
+from sluicegate.conversation.messages import items_to_messages, orphan_call_ids
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.request import Message
 from sluicegate.core.sealing import Sealer
 from sluicegate.dialects.base import ConversationInput
-from sluicegate.dialects.responses_items import items_to_messages, orphan_call_ids
 from sluicegate.dialects.responses_sealed import expand_sealed
 from sluicegate.store.base import Store
 
