@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -18,6 +19,7 @@ from starlette.routing import Route, WebSocketRoute
 from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
+from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import load_key, sealer_for
 from sluicegate.dialects.anthropic import anthropic_error, anthropic_status
@@ -59,6 +61,7 @@ from sluicegate.routes.responses_stored import (
 )
 from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
+from sluicegate.transport.sse import frame_bytes
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
@@ -133,6 +136,12 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(render(info), status_code=exc.status_code)
 
 
+def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
+    """The end of the log of a run lost with its process: the Responses `response.failed`."""
+    data = orjson.dumps({"type": "response.failed", "sequence_number": seq, "response": failed})
+    return [frame_bytes(Frame(data, "response.failed"))]
+
+
 def create_app(settings: Settings) -> Starlette:
     registry = build_registry(settings)  # config errors surface here, before serving
     limits = StreamLimits(
@@ -174,6 +183,15 @@ def create_app(settings: Settings) -> Starlette:
             except Exception:
                 log.exception("purging expired responses failed")
             await asyncio.sleep(3600)
+
+    def cancel_local(scope: str, response_id: str) -> None:
+        """A client asked (on any replica) to cancel a run this process owns."""
+        live = state.live_turn(response_id, scope)
+        if live is not None and live.background:
+            live.cancel("cancelled")
+
+    store.on_cancel = cancel_local
+    store.lost_run_frames = lost_run_frames
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -1,8 +1,9 @@
 """Two `sluicegate serve` processes sharing one real Redis (`[store] backend = "redis"`).
 
-What works through today's routes: a conversation started on A continues on B, a finished
-background response is read and streamed again from B, and Redis going away is a 503 (never a
-500) that heals when Redis is back.
+A conversation started on A continues on B; a background run started on A is streamed
+(`starting_after`) and cancelled from B while it runs, and read and streamed again from B once
+finished; A killed with SIGKILL mid-run is reported `failed` (`owner_lost`) by B once A's lease
+expires; Redis going away is a 503 (never a 500) that heals when Redis is back.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def replica(folder: Path, redis: RedisServer) -> Iterator[Server]:
     config = write_config(
         folder,
         {"data_dir": str(folder / "data")},
-        [scripted("chat", "chat.yaml")],
+        [scripted("chat", "chat.yaml"), scripted("slow", "responses_slow.yaml")],
         {"store": {"backend": "redis", "url": redis.url}},
     )
     with run_server(folder, config) as server:
@@ -97,6 +98,9 @@ def test_redis_down_is_a_503_and_service_resumes_when_it_returns(tmp_path: Path)
         for call in (
             lambda: client.responses.retrieve(stored.id),
             lambda: client.responses.create(model="chat", input="x", previous_response_id=stored.id),
+            lambda: client.responses.create(model="chat", input="x", background=True),
+            lambda: client.responses.input_items.list(stored.id),
+            lambda: client.responses.delete(stored.id),
         ):
             with pytest.raises(openai.APIStatusError) as raised:
                 call()
@@ -104,3 +108,53 @@ def test_redis_down_is_a_503_and_service_resumes_when_it_returns(tmp_path: Path)
         redis.start()  # same port, empty: the test's Redis keeps nothing on disk
         again = client.responses.create(model="chat", input="hi again")
         assert client.responses.retrieve(again.id).status == "completed"
+
+
+def test_a_background_run_started_on_one_replica_is_streamed_and_cancelled_from_the_other(
+    replicas: tuple[Server, Server],
+) -> None:
+    a, b = replicas
+    with sdk(a) as on_a, sdk(b) as on_b:
+        run = on_a.responses.create(model="slow", input="crawl", background=True)  # 300 slow words
+        events = []
+        with on_b.responses.retrieve(run.id, stream=True, starting_after=2) as stream:
+            for event in stream:
+                events.append(event)
+                deltas = [e for e in events if e.type == "response.output_text.delta"]
+                if len(deltas) == 3:  # the run is live on A: cancel it from B, mid-stream
+                    cancelled = on_b.responses.cancel(run.id)
+                    assert cancelled.status == "cancelled"
+        assert events[0].sequence_number == 3
+        assert [e.sequence_number for e in events] == list(range(3, 3 + len(events)))
+        assert events[-1].type == "response.incomplete"
+        assert events[-1].response.status == "cancelled"  # type: ignore[union-attr]
+        text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+        assert 3 <= len(text.split()) < 300  # cut short by the cancel
+        assert on_a.responses.retrieve(run.id).status == "cancelled"
+
+
+def test_a_replica_killed_mid_run_is_reported_failed_by_the_other_after_its_lease(
+    redis: RedisServer, replicas: tuple[Server, Server], tmp_path: Path
+) -> None:
+    _, b = replicas
+    with replica(tmp_path / "doomed", redis) as doomed, sdk(doomed) as on_doomed, sdk(b) as on_b:
+        run = on_doomed.responses.create(model="slow", input="crawl", background=True)
+        with on_b.responses.retrieve(run.id, stream=True) as stream:
+            for event in stream:  # running on the doomed replica, followed from B
+                if event.type == "response.output_text.delta":
+                    break
+        doomed.process.kill()  # SIGKILL: no shutdown, its lease simply stops being renewed
+        assert doomed.process.wait() == -9
+        with on_b.responses.retrieve(run.id, stream=True, starting_after=0) as stream:
+            events = list(stream)  # ends once B's sweep failed the run
+    assert events[-1].type == "response.failed"
+    failed = on_b_retrieve(b, run.id)
+    assert failed["status"] == "failed" and failed["error"]["code"] == "owner_lost"
+    assert events[-1].response.error.code == "owner_lost"  # type: ignore[union-attr]
+
+
+def on_b_retrieve(server: Server, response_id: str) -> dict[str, object]:
+    r = httpx.get(f"{server.api_url}/responses/{response_id}", timeout=30)
+    assert r.status_code == 200
+    body: dict[str, object] = r.json()
+    return body

@@ -27,16 +27,21 @@ def message(role: str, text: str) -> dict[str, Any]:
 
 
 class Store:
+    """The part of the store `resolve` reads, scoped like the real one (one scope here)."""
+
     def __init__(self, conversation: list[dict[str, Any]]) -> None:
         self.conversation = conversation
 
-    async def get(self, response_id: str) -> Any:
+    async def get(self, response_id: str, *, scope: str = "", events: bool = True) -> Any:
         return SimpleNamespace(conversation=self.conversation) if response_id == PREVIOUS else None
 
-    async def find_item(self, item_id: str) -> Any:
+    async def run_in_flight(self, response_id: str, *, scope: str = "") -> bool:
+        return False
+
+    async def find_item(self, item_id: str, *, scope: str = "") -> Any:
         return None
 
-    async def find_call(self, call_id: str) -> Any:
+    async def find_call(self, call_id: str, *, scope: str = "") -> Any:
         return None
 
 

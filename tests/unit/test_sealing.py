@@ -81,3 +81,18 @@ def test_a_compact_request_needs_a_model_and_some_input() -> None:
     compact = parse_compact_request({"model": "m", "previous_response_id": "resp_1", "prompt_cache_key": "k"})
     assert compact.request.input_items == [] and compact.prompt_cache_key == "k"
     assert parse_compact_request({"model": "m", "input": "hi"}).request.input_items[0]["role"] == "user"
+
+
+def test_sealed_blobs_and_stored_data_share_one_scope_per_key() -> None:
+    # One definition (core/scope.py): what the store files a key's data under is what its blobs
+    # are sealed to; without keys, everyone shares one scope for both.
+    from sluicegate.store.base import request_scope
+
+    keys = ["key-a", "key-b"]
+    blob = sealer().seal({"x": 1}, purpose="p", scope=request_scope("key-a", keys))
+    assert sealer().unseal(blob, purpose="p", scope=SCOPE, param="input") == {"x": 1}
+    refused(blob, scope=request_scope("key-b", keys))
+    shared = sealer().seal({"x": 2}, purpose="p", scope=request_scope("unused", []))
+    assert sealer().unseal(shared, purpose="p", scope=request_scope("sk-other", []), param="input") == {
+        "x": 2
+    }

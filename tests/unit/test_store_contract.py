@@ -401,3 +401,17 @@ async def test_a_run_log_whose_ending_cannot_be_stored_never_shows_it(store: Sto
     with pytest.raises(StoreUnavailable):
         await log.finish(frames[11:], record("resp_fail"))
     assert await follower == b"".join(frames[:11]) + DONE
+
+
+async def test_an_aborted_run_log_ends_its_followers_and_stays_in_flight(store: Store) -> None:
+    # The writer's task died without `finish`: followers end (no hang), nothing claims an
+    # ending, and the run stays in flight for recovery to fail it.
+    await store.create_run(record("resp_abort", status="queued"), scope=A)
+    log = RunLog(store, "resp_abort", scope=A, batch_frames=8)
+    frames = run_frames("resp_abort", 3)
+    await log.extend(frames)
+    follower = asyncio.ensure_future(collect(log.follow()))
+    log.abort()
+    assert await follower == b"".join(frames) + DONE
+    log.abort()  # once is enough; again is a no-op
+    assert await store.run_in_flight("resp_abort", scope=A)

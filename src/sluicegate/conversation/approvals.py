@@ -26,7 +26,9 @@ class Approvals:
     fetched: list[Json] = field(default_factory=list)
 
 
-async def resolve_approvals(history: list[Json], input_items: list[Json], store: Store) -> Approvals:
+async def resolve_approvals(
+    history: list[Json], input_items: list[Json], store: Store, scope: str = ""
+) -> Approvals:
     requests = {i["id"]: i for i in history if i.get("type") == "mcp_approval_request"}
     done = {i.get("approval_request_id") for i in history if i.get("type") == "mcp_call"}
     out = Approvals()
@@ -36,7 +38,7 @@ async def resolve_approvals(history: list[Json], input_items: list[Json], store:
         request_id = item["approval_request_id"]
         request = requests.get(request_id)
         if request is None:
-            found = await store.find_item(request_id)
+            found = await store.find_item(request_id, scope=scope)
             if found is None or found.get("type") != "mcp_approval_request":
                 raise invalid(
                     f"No MCP approval request with id '{request_id}' was found; pass "

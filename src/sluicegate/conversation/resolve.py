@@ -8,6 +8,8 @@
   WebSocket's `store: false` turns);
 - tool results whose call is nowhere in the history get the stored call (by call_id); with
   `strict_calls`, a result answering no known call is a 400 rather than getting a synthesised call;
+- every lookup is scoped: another API key's response, item or call is "not found", exactly
+  like a missing one, so its text never reaches this key's prompt;
 - sealed items (compactions, encrypted reasoning) are opened for the model, in every dialect,
   with the requester's scope: another key's blob is a 400.
 """
@@ -52,11 +54,13 @@ async def resolve(
     sealer: Sealer | None = None,
     scope: str = "",
 ) -> Resolved:
-    """Resolve `conv`; `running(id)` tells whether a response is still being generated."""
+    """Resolve `conv` within `scope` (the requester's: another key's ids are not found);
+    `running(id)` tells whether a response is still being generated here (a run in flight on
+    another replica is asked of the store)."""
     items: list[Json] = []
     for index, item in enumerate(conv.input_items):
         if item.get("type") == "item_reference":
-            found = await store.find_item(item["id"])
+            found = await store.find_item(item["id"], scope=scope)
             if found is None:
                 raise _not_found("Item", item["id"], f"input[{index}].id")
             items.append(found)
@@ -65,7 +69,7 @@ async def resolve(
     history: list[Json] = []
     if conv.previous_response_id:
         previous_id = conv.previous_response_id
-        if running(previous_id):
+        if running(previous_id) or await store.run_in_flight(previous_id, scope=scope):
             raise invalid(
                 f"Previous response '{previous_id}' is still in progress; wait for it to finish.",
                 "previous_response_id",
@@ -75,7 +79,7 @@ async def resolve(
         if local is not None:
             history = local
         else:
-            previous = await store.get(previous_id)
+            previous = await store.get(previous_id, scope=scope, events=False)
             if previous is None:
                 if conv.previous_not_found is not None:
                     raise conv.previous_not_found(previous_id)
@@ -90,14 +94,14 @@ async def resolve(
         resolved = Resolved(input_items=items, history=[*history, *rest])
     else:
         resolved = Resolved(input_items=items, history=[*history, *items])
-    approvals = await resolve_approvals(resolved.history, items, store)
+    approvals = await resolve_approvals(resolved.history, items, store, scope)
     if approvals.fetched:  # requests answered without their history: the model needs them first
         cut = len(resolved.history) - len(items)
         resolved.history = [*resolved.history[:cut], *approvals.fetched, *resolved.history[cut:]]
     resolved.approved = approvals.approved
     known_calls: dict[str, Json] = {}
     for call_id in orphan_call_ids(resolved.history):
-        if (call := await store.find_call(call_id)) is not None:
+        if (call := await store.find_call(call_id, scope=scope)) is not None:
             known_calls[call_id] = call
         elif conv.strict_calls:
             raise invalid(f"No tool call found for function call output with call_id '{call_id}'.", "input")

@@ -11,7 +11,6 @@ survive restarts and are shared by replicas that share the data directory.
 from __future__ import annotations
 
 import base64
-import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -21,16 +20,14 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.scope import scope_of
+
+__all__ = ["Sealer", "load_key", "scope_of", "sealer_for"]  # scope_of: defined in core/scope.py
 
 PREFIX = "sg1."  # format version: a later format can be told apart
 NONCE_BYTES = 12
 KEY_FILE = "sealing.key"
 Json = dict[str, Any]
-
-
-def scope_of(api_key: str | None) -> str:
-    """A request's scope: which API key it used (hashed; none when the server has no keys)."""
-    return hashlib.sha256((api_key or "").encode()).hexdigest()
 
 
 class Sealer:

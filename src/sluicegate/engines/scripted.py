@@ -56,6 +56,7 @@ _REPLY_KEYS = _PACING_KEYS | {
     "error_after_deltas",
     "error_message",
     "error_code",
+    "echo_prompt",
 }
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
@@ -88,6 +89,7 @@ class Reply:
     error_code: str | None = None  # e.g. context_length_exceeded, to test how clients react
     token_delay_ms: float | None = None
     first_token_delay_ms: float | None = None
+    echo_prompt: bool = False  # answer with the whole prompt, tool calls included (what reached it)
 
     def matches(self, request: ChatRequest) -> bool:
         when = self.when
@@ -198,6 +200,10 @@ def _parse_reply(where: str, raw: Any) -> Reply:
         reply.error_after_deltas = int(_number(where, "error_after_deltas", raw["error_after_deltas"]))
     for key in _PACING_KEYS & set(raw):
         setattr(reply, key, _number(where, key, raw[key]))
+    if "echo_prompt" in raw:
+        if not isinstance(raw["echo_prompt"], bool):
+            raise ConfigError(f"{where}: `echo_prompt` must be true or false")
+        reply.echo_prompt = raw["echo_prompt"]
     return reply
 
 
@@ -232,6 +238,16 @@ def load_script(path: Path) -> Script:
 def demo_script() -> Script:
     text = resources.files("sluicegate.engines").joinpath("scripted_demo.yaml").read_text("utf-8")
     return parse_script(yaml.safe_load(text), "built-in demo script")
+
+
+def rendered_prompt(request: ChatRequest) -> str:
+    """Every message of the prompt as text, tool calls with their arguments: what tests read to
+    tell what reached the model (e.g. that no other API key's stored text did)."""
+    lines = []
+    for m in request.messages:
+        calls = " ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
+        lines.append(f"{m.role}: {m.text} {calls}".rstrip())
+    return "\n".join(lines)
 
 
 def prompt_tokens(request: ChatRequest) -> int:
@@ -309,6 +325,8 @@ class ScriptedEngine(Engine):
     async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         script = self.script
         reply = script.pick(request)
+        if reply.echo_prompt:
+            reply = replace(reply, content=rendered_prompt(request))
         if not request.parallel_tool_calls and len(reply.tool_calls) > 1:
             reply = replace(reply, tool_calls=reply.tool_calls[:1])
         if request.tool_choice == "none" and reply.tool_calls:

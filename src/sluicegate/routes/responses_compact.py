@@ -38,7 +38,11 @@ async def compact_response(request: Request) -> Response:
         instructions=req.instructions,
     )
     resolved = await resolve(
-        state.store, conversation, lambda i: i in state.live, sealer=state.sealer, scope=scope
+        state.store,
+        conversation,
+        lambda i: state.live_turn(i, scope) is not None,
+        sealer=state.sealer,
+        scope=scope,
     )
     messages = [*resolved.messages, Message(role="user", content=COMPACT_PROMPT)]
     chat = ChatRequest(

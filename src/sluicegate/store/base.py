@@ -69,15 +69,16 @@ a 500; the next call after the backend returns works again.
 
 from __future__ import annotations
 
-import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.scope import request_scope, scope_of
 
 Json = dict[str, Any]
+__all__ = ["request_scope", "scope_of"]  # re-exported: defined once, in core/scope.py
 
 DONE: Final = b"data: [DONE]\n\n"  # the sentinel that ends every followed or replayed log
 
@@ -85,19 +86,6 @@ DONE: Final = b"data: [DONE]\n\n"  # the sentinel that ends every followed or re
 LostRunFrames = Callable[[Json, int], list[bytes]]
 # Called on the owning replica when a client asked (anywhere) to cancel one of its runs.
 CancelHandler = Callable[[str, str], None]
-
-
-def scope_of(api_key: str | None) -> str:
-    """The scope of an API key: a hash prefix (never the key itself); `""` without keys."""
-    if not api_key:
-        return ""
-    return hashlib.sha256(api_key.encode()).hexdigest()[:32]
-
-
-def request_scope(presented_key: str | None, api_keys: list[str]) -> str:
-    """The scope of a request: its (already checked) key's, or `""` when no keys are configured
-    (whatever key a client then sends, `unused` or `sk-…`, everyone shares one scope)."""
-    return scope_of(presented_key) if api_keys else ""
 
 
 class StoreUnavailable(SluicegateError):

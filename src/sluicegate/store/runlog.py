@@ -111,6 +111,15 @@ class RunLog:
             self.closed = True
             self._wake()
 
+    def abort(self) -> None:
+        """End followers now, storing nothing more: the writer is gone without `finish` (its
+        task failed). A no-op once finished. The run stays in flight in the store until its
+        process's recovery (or its lease) ends it as failed."""
+        if not self.closed:
+            self.closed = True
+            self._held = None
+            self._wake()
+
     def _wake(self) -> None:
         if self._waiters:
             self._signal.set()

@@ -8,9 +8,9 @@ import orjson
 from starlette.requests import ClientDisconnect, HTTPConnection, Request
 from starlette.responses import Response
 
+from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.json_limits import check_json_depth
-from sluicegate.core.sealing import scope_of
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -69,8 +69,9 @@ def presented_key(request: HTTPConnection) -> str:
 
 
 def request_scope(request: HTTPConnection, api_keys: list[str]) -> str:
-    """Whose data a request may see and seal: a hash of its API key; one scope without keys."""
-    return scope_of(presented_key(request) if api_keys else None)
+    """Whose data a request may see and seal: a hash of its API key; one scope without keys
+    (`core/scope.py`: the same scope for sealed blobs and stored data)."""
+    return scope.request_scope(presented_key(request), api_keys)
 
 
 async def wait_for_disconnect(request: Request) -> None:

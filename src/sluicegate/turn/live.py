@@ -2,21 +2,23 @@
 
 A live turn is what `GET /v1/responses/{id}` shows before the record is stored, what
 `previous_response_id` must wait for, and what DELETE and `/cancel` stop. A background run is a
-live turn with a task and a frame log of its own: it owns the turn's resources (taken over from
-the request that started it), outlives any connection, and can be followed from any event on.
+live turn with a task and a store-backed frame log of its own: it owns the turn's resources
+(taken over from the request that started it), outlives any connection and, as a stored run,
+its process; it can be followed from any event on, from any replica.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.dialects.base import Encoder
-from sluicegate.transport.replay import FrameLog
+from sluicegate.store.base import Store, StoredResponse
+from sluicegate.store.runlog import RunLog
 from sluicegate.transport.sse import frame_bytes
 from sluicegate.turn.pipeline import TurnPipeline
 
@@ -36,8 +38,11 @@ class LiveTurn:
         encoder: Encoder,
         live: dict[str, LiveTurn],
         input_items: list[Json] | None = None,
+        *,
+        scope: str = "",
     ) -> None:
         self.id = turn_id
+        self.scope = scope  # whose turn it is: lookups by id must check it (`AppState.live_turn`)
         self.input_items = input_items or []
         self.pipeline = pipeline
         self.encoder = encoder
@@ -68,7 +73,14 @@ class LiveTurn:
 
 
 class BackgroundRun(LiveTurn):
-    """A turn run by a task of its own, its frames kept in a log that clients follow."""
+    """A turn run by a task of its own, its frames kept in a store-backed log clients follow.
+
+    Stored from acceptance (`store.create_run`: `queued`, its input items findable), its event
+    frames written to the store in bounded batches as it goes (`RunLog`), its terminal frames
+    and final record stored before any follower sees them (`RunLog.finish`, called by the
+    runner's persister). A process killed mid-run leaves a record that the next start (SQLite)
+    or another replica (Redis, once the lease expires) finishes as `failed`.
+    """
 
     background = True
 
@@ -80,19 +92,30 @@ class BackgroundRun(LiveTurn):
         live: dict[str, LiveTurn],
         owned: AsyncExitStack,
         input_items: list[Json] | None = None,
+        *,
+        store: Store,
+        scope: str,
+        accepted: Callable[[Json], StoredResponse],
     ) -> None:
-        super().__init__(turn_id, pipeline, encoder, live, input_items)
-        self.log = FrameLog()
+        super().__init__(turn_id, pipeline, encoder, live, input_items, scope=scope)
+        self.store = store
+        self.log = RunLog(store, turn_id, scope=scope)
+        self._accepted = accepted  # the record to store at acceptance, from the queued snapshot
         self._owned = owned  # everything the turn holds; released when the run ends
+        self._status = ""  # the status the store has for the run in flight
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        """Register, log the opening frames (the response is `queued` from here on), then let
-        a task of its own run the rest."""
+        """Register, store the run (`queued` from here on) with its opening frames, then let a
+        task of its own run the rest. Nothing is answered before the run is durable."""
         self._live[self.id] = self
         frames = self.pipeline.frames()
         try:
-            self._log(await anext(frames))  # only the encoder's opening: no engine work yet
+            opening = await anext(frames)  # only the encoder's opening: no engine work yet
+            snapshot = self.snapshot()
+            await self.store.create_run(self._accepted(snapshot), scope=self.scope)
+            self._status = str(snapshot.get("status", ""))
+            await self._log(opening)
             self.pipeline.hand_over()
         except BaseException:
             try:
@@ -103,18 +126,30 @@ class BackgroundRun(LiveTurn):
             raise
         self.task = asyncio.get_running_loop().create_task(self._run(frames), name=f"response {self.id}")
 
-    def _log(self, frames: list[Frame]) -> None:
+    async def _log(self, frames: list[Frame]) -> None:
         # The log's index is the event's sequence number; followers add `[DONE]` themselves.
-        self.log.extend([frame_bytes(f) for f in frames if f is not DONE])
+        # Once finished (terminal frames stored by the persister, or the store failed), the
+        # pipeline's last frames are already in the log, or must not claim a stored record.
+        if self.log.closed:
+            return
+        await self.log.extend([frame_bytes(f) for f in frames if f is not DONE])
+        status = str(self.snapshot().get("status", ""))
+        if status != self._status and status in ("queued", "in_progress"):
+            # Other replicas read the snapshot of a run in flight from the store.
+            self._status = status
+            await self.store.update_run(self.id, self.snapshot(), scope=self.scope)
 
     async def _run(self, frames: AsyncGenerator[list[Frame], None]) -> None:
         try:
             async with self._owned:
-                async for batch in frames:
-                    self._log(batch)
+                try:
+                    async for batch in frames:
+                        await self._log(batch)
+                finally:
+                    await frames.aclose()
         except BaseException:
             log.exception("background run %s failed", self.id)
             raise
         finally:
-            self.log.close()
+            self.log.abort()  # a no-op when the persister finished it
             self.__exit__()

@@ -31,7 +31,7 @@ from sluicegate.conversation.record import built_response, stored_turn
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.core.frames import Frame
+from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
@@ -85,6 +85,8 @@ class Prepared:
     pipeline: TurnPipeline
     headers: dict[str, str]
     input_items: list[Json]
+    scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
+    resolved: Resolved | None
 
 
 class TurnEndpoint:
@@ -122,6 +124,10 @@ class TurnEndpoint:
                 return await self._send_error(info, send)
             try:
                 return await self._run(state, request, send, prepared, owned)
+            except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
+                if send.started:
+                    return 200
+                return await self._send_error(exc.info, send)
             except Exception:
                 log.exception("unhandled error in %s %s", request.method, request.url.path)
                 if send.started:  # a stream that started has ended itself (`stream_sse`)
@@ -134,6 +140,8 @@ class TurnEndpoint:
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
         if turn.background:
+            retention = state.settings.responses_retention_days * 86400
+            resolved = prepared.resolved or Resolved(input_items=[], history=[])
             run = BackgroundRun(
                 prepared.turn_id,
                 pipeline,
@@ -141,8 +149,11 @@ class TurnEndpoint:
                 state.live,
                 owned.pop_all(),
                 prepared.input_items,
+                store=state.store,
+                scope=prepared.scope,
+                accepted=lambda snapshot: stored_turn(snapshot, resolved, retention),
             )
-            await run.start()  # from here on the run owns the turn's resources
+            await run.start()  # stored as queued; from here on the run owns the turn's resources
             if turn.stream:
                 await stream_sse(
                     run.log.follow(-1),
@@ -183,7 +194,12 @@ class TurnEndpoint:
     def live(self, state: AppState, prepared: Prepared) -> _maybe:
         """`with` it while the turn streams: a stored turn is live (retrievable, cancellable)."""
         live = LiveTurn(
-            prepared.turn_id, prepared.pipeline, prepared.encoder, state.live, prepared.input_items
+            prepared.turn_id,
+            prepared.pipeline,
+            prepared.encoder,
+            state.live,
+            prepared.input_items,
+            scope=prepared.scope,
         )
         return _maybe(live, prepared.turn.store and prepared.encoder.response_object() is not None)
 
@@ -201,7 +217,11 @@ class TurnEndpoint:
         resolved: Resolved | None = None
         if turn.conversation is not None:
             resolved = await resolve(
-                state.store, turn.conversation, lambda i: i in state.live, sealer=state.sealer, scope=scope
+                state.store,
+                turn.conversation,
+                lambda i: state.live_turn(i, scope) is not None,
+                sealer=state.sealer,
+                scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
         owned.callback(state.admission.take())
@@ -236,7 +256,7 @@ class TurnEndpoint:
         encoder = dialect.encoder(turn, context)
         remember = source.remember
         persist = (
-            _persister(state, turn, turn_id, encoder, accumulator, resolved, remember)
+            _persister(state, turn, turn_id, encoder, accumulator, resolved, scope, remember)
             if turn.store or remember is not None
             else None
         )
@@ -254,7 +274,7 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items)
+        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved)
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)
@@ -355,10 +375,13 @@ def _persister(
     encoder: Encoder,
     accumulator: Accumulator,
     resolved: Resolved | None,
+    scope: str,
     remember: Callable[[StoredResponse], None] | None = None,
 ) -> Persist:
-    """Store the turn in the Responses shape, so any stateful dialect can continue it; a
-    transport that keeps turns of its own (`remember`) gets every record, stored or not."""
+    """Store the turn in the Responses shape, so any stateful dialect can continue it; durable
+    before the pipeline sends the frames that say it is done. A background run's terminal
+    frames go to its log first, then its record (`RunLog.finish`), and only then to followers.
+    A transport that keeps turns of its own (`remember`) gets every record, stored or not."""
     retention = state.settings.responses_retention_days * 86400
     empty = Resolved(input_items=[], history=[])
 
@@ -374,14 +397,15 @@ def _persister(
                 accumulator,
                 cancel_reason=cancel_reason,
             )
-        events: list[bytes] | None = None
-        live = state.live.get(turn_id)
-        if isinstance(live, BackgroundRun):
-            events = [*live.log.frames, *(frame_bytes(f) for f in final)]
-        record = stored_turn(response, resolved or empty, retention, events)
+        record = stored_turn(response, resolved or empty, retention)
         if remember is not None:
             remember(record)
-        if turn.store:
-            await state.store.put(record)
+        if not turn.store:
+            return
+        live = state.live_turn(turn_id, scope)
+        if isinstance(live, BackgroundRun):
+            await live.log.finish([frame_bytes(f) for f in final if f is not DONE], record)
+        else:
+            await state.store.put(record, scope=scope)
 
     return persist

@@ -60,3 +60,9 @@ class AppState:
     live: dict[str, LiveTurn] = field(default_factory=dict)  # stored turns being generated, by id
     tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
     sealer: Sealer | None = None  # seals what clients carry for us (compactions, reasoning)
+
+    def live_turn(self, turn_id: str, scope: str) -> LiveTurn | None:
+        """The turn being generated with this id, if it is `scope`'s: `live` is keyed by id
+        only, and another key's turn must look exactly like a missing one."""
+        live = self.live.get(turn_id)
+        return live if live is not None and live.scope == scope else None
