@@ -32,6 +32,7 @@ MARKS = {
     # (a frame is content-bearing when it holds `mark` and not `empty`)
     "chat": (b'"content":"', b'"content":""'),
     "responses": (b"response.output_text.delta", None),
+    "lmstudio": (b"event: message.delta", None),
 }
 
 

@@ -51,6 +51,16 @@ def frames_bytes(frames: Iterable[Frame]) -> bytes:
     return b"".join([frame_bytes(f) for f in frames])
 
 
+def _list_bytes(frames: list[Frame]) -> bytes:
+    """`frames_bytes` for the per-token case: mostly one data-only frame."""
+    if len(frames) == 1:
+        frame = frames[0]
+        if frame.event is None:
+            return b"data: " + frame.data + b"\n\n"
+        return b"event: " + frame.event.encode() + b"\ndata: " + frame.data + b"\n\n"
+    return b"".join([frame_bytes(f) for f in frames])
+
+
 class _Outbox:
     """Frames waiting to be sent, for one consumer: a list, a byte count and two futures.
 
@@ -202,7 +212,7 @@ async def _produce(chunks: AsyncIterator[Chunk], outbox: _Outbox) -> None:
                 if chunk:
                     put(chunk)
             elif chunk:
-                put(frames_bytes(chunk))
+                put(_list_bytes(chunk))
             if outbox.full:
                 await outbox.room()
     except Exception:  # pipelines end streams themselves; this is a bug, not a client matter

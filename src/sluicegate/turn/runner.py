@@ -34,7 +34,7 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
-from sluicegate.observe import observe_events
+from sluicegate.observe import EventTap
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
 from sluicegate.transport.sse import frame_bytes, stream_sse
@@ -198,9 +198,9 @@ class TurnEndpoint:
         )
         encoder = dialect.encoder(turn, context)
         persist = _persister(state, turn, turn_id, encoder, accumulator, resolved) if turn.store else None
-        # Metrics and the access line see every turn's canonical stream.
-        events = observe_events(canonical_events(opened.events, state.limits))
-        pipeline = TurnPipeline(events, encoder, accumulator, persist)
+        # Metrics and the access line see every turn's canonical stream (the tap, per event).
+        events = canonical_events(opened.events, state.limits)
+        pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         headers = {
