@@ -86,12 +86,14 @@ class ChatCompletionsEncoder:
                 "system_fingerprint": None,
             }
         )
-        self._head = envelope[:-1] + b',"choices":[{"index":0,"delta":'
+        # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
+        # lives, and an encoder lives as long as its stream.
+        self._open = envelope[:-1]
+        self._head = self._open + b',"choices":[{"index":0,"delta":'
         self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}"
         # The per-token frame, around the text: no dict, one orjson call on the string.
         self._content_head = self._head + b'{"content":'
         self._content_tail = b'},"logprobs":null' + self._tail
-        self._envelope = envelope
         self.completion_id, self.created, self.model = completion_id, created, model
         self.reasoning_field = reasoning_field
         self.include_usage = include_usage
@@ -185,7 +187,7 @@ class ChatCompletionsEncoder:
             b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]'
         )
         usage = b',"usage":' + orjson.dumps(usage_body(self.usage)) if self.include_usage else b""
-        return [*head, Frame(self._envelope[:-1] + choice + usage + b"}")]
+        return [*head, Frame(self._open + choice + usage + b"}")]
 
     def body(self, result: ChatResult) -> dict[str, Any]:
         return completion_body(

@@ -118,6 +118,8 @@ class OpenAIUpstreamEngine(Engine):
             yield PromptProgress(0.0)
             try:
                 replica, response, refusal = await self._send(body, clocks)
+                # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
+                del body
             except asyncio.CancelledError:
                 if not clocks.owns(asyncio.current_task()):
                     raise
