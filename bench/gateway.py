@@ -172,7 +172,11 @@ def load(
     line = client.stdout.readline()
     wall = time.perf_counter() - started
     after = {k: cpu_seconds(v) for k, v in watched.items()}
-    rest, err = client.communicate(timeout=60)
+    # From the same buffered reader as `line`: `communicate()` reads the pipe beneath it, and
+    # lost what the reader had buffered once a result outgrew 256 KiB (ITLs at concurrency 64).
+    rest = client.stdout.read()
+    err = client.stderr.read() if client.stderr is not None else b""
+    client.wait(60)
     if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
         raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
     out = json.loads(line + rest)
