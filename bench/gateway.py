@@ -157,29 +157,26 @@ def load(
     """One client process: it connects, then runs on our word, so CPU is read over its run only."""
     watched = {"upstream": upstream.pids(), "gateway": target.proc.pids() if target.proc else []}
     cmd = client_cmd(target, "run", model, tokens, concurrency, requests)
-    client = subprocess.Popen(
-        [*cmd, "--duration", str(duration)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert client.stdin is not None and client.stdout is not None
-    ready = client.stdout.readline()
-    before = {k: cpu_seconds(v) for k, v in watched.items()}
-    started = time.perf_counter()
-    client.stdin.write(b"go\n")
-    client.stdin.flush()
-    line = client.stdout.readline()
-    wall = time.perf_counter() - started
-    after = {k: cpu_seconds(v) for k, v in watched.items()}
-    # From the same buffered reader as `line`: `communicate()` reads the pipe beneath it, and
-    # lost what the reader had buffered once a result outgrew 256 KiB (ITLs at concurrency 64).
-    rest = client.stdout.read()
-    err = client.stderr.read() if client.stderr is not None else b""
-    client.wait(60)
-    if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
-        raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
-    out = json.loads(line + rest)
+    with tempfile.NamedTemporaryFile(prefix="load-", suffix=".json") as result:
+        client = subprocess.Popen(
+            [*cmd, "--duration", str(duration), "--out", result.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert client.stdin is not None and client.stdout is not None
+        ready = client.stdout.readline()
+        before = {k: cpu_seconds(v) for k, v in watched.items()}
+        started = time.perf_counter()
+        client.stdin.write(b"go\n")
+        client.stdin.flush()
+        client.stdout.readline()  # DONE
+        wall = time.perf_counter() - started
+        after = {k: cpu_seconds(v) for k, v in watched.items()}
+        _, err = client.communicate(timeout=60)
+        if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
+            raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
+        out = json.loads(Path(result.name).read_bytes())
     cpu = {k: (after[k] - before[k]) / wall for k, v in watched.items() if v}
     cpu["client"] = out["client_cpu"] / out["wall"]
     streams = out["streams"]
