@@ -59,6 +59,7 @@ TITLES = {
     "direct": "(a) upstream direct",
     "sg-chat": "(b) Sluicegate chat",
     "sg-responses": "(c) Sluicegate responses",
+    "sg-lmstudio": "(c2) Sluicegate LM Studio",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
@@ -156,25 +157,26 @@ def load(
     """One client process: it connects, then runs on our word, so CPU is read over its run only."""
     watched = {"upstream": upstream.pids(), "gateway": target.proc.pids() if target.proc else []}
     cmd = client_cmd(target, "run", model, tokens, concurrency, requests)
-    client = subprocess.Popen(
-        [*cmd, "--duration", str(duration)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert client.stdin is not None and client.stdout is not None
-    ready = client.stdout.readline()
-    before = {k: cpu_seconds(v) for k, v in watched.items()}
-    started = time.perf_counter()
-    client.stdin.write(b"go\n")
-    client.stdin.flush()
-    line = client.stdout.readline()
-    wall = time.perf_counter() - started
-    after = {k: cpu_seconds(v) for k, v in watched.items()}
-    rest, err = client.communicate(timeout=60)
-    if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
-        raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
-    out = json.loads(line + rest)
+    with tempfile.NamedTemporaryFile(prefix="load-", suffix=".json") as result:
+        client = subprocess.Popen(
+            [*cmd, "--duration", str(duration), "--out", result.name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert client.stdin is not None and client.stdout is not None
+        ready = client.stdout.readline()
+        before = {k: cpu_seconds(v) for k, v in watched.items()}
+        started = time.perf_counter()
+        client.stdin.write(b"go\n")
+        client.stdin.flush()
+        client.stdout.readline()  # DONE
+        wall = time.perf_counter() - started
+        after = {k: cpu_seconds(v) for k, v in watched.items()}
+        _, err = client.communicate(timeout=60)
+        if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
+            raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
+        out = json.loads(Path(result.name).read_bytes())
     cpu = {k: (after[k] - before[k]) / wall for k, v in watched.items() if v}
     cpu["client"] = out["client_cpu"] / out["wall"]
     streams = out["streams"]
@@ -239,6 +241,7 @@ class Results:
     latency: dict[str, dict[int, Run]] = field(default_factory=dict)
     throughput: dict[str, Run] = field(default_factory=dict)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
+    capacity: dict[str, dict[str, Any]] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
 
 
@@ -270,6 +273,14 @@ def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, res
         print(
             f"  {target.key:<13} {mem['flowing']}/{mem['streams']} streams open: RSS {mem['rss_before_mib']:.1f}"
             f" → {mem['rss_open_mib']:.1f} MiB, {mem['kib_per_stream']:.1f} KiB per stream",
+            flush=True,
+        )
+    if target.proc is not None and target.key in args.hold_targets and args.capacity_streams:
+        cap = hold(target, f"fake-d{args.hold_delay_ms:g}", args.capacity_streams, args.hold_settle)
+        results.capacity[target.key] = cap
+        print(
+            f"  {target.key:<13} capacity: {cap['flowing']}/{cap['streams']} streams flowing, "
+            f"errors {cap['errors'] or 'none'}, RSS {cap['rss_open_mib']:.1f} MiB",
             flush=True,
         )
 
@@ -322,7 +333,7 @@ def run_all(args: argparse.Namespace) -> Results:
                 if target is None:
                     continue
                 measure_target(target, upstream, args, results)
-                if target.proc is not None and key != "sg-chat":  # sg-responses reuses sg-chat's server
+                if target.proc is not None and not key.startswith("sg-"):  # one Sluicegate serves all three
                     target.proc.stop()
         finally:
             for proc in procs:
@@ -348,7 +359,7 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
-    if key in ("sg-chat", "sg-responses"):
+    if key in ("sg-chat", "sg-responses", "sg-lmstudio"):
         missing = sluicegate_missing()
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
@@ -359,6 +370,8 @@ def make_target(
         proc, port = servers["sluicegate"]
         if key == "sg-responses":
             return Target(key, port, "/v1/responses", "responses", proc)
+        if key == "sg-lmstudio":
+            return Target(key, port, "/api/v1/chat", "lmstudio", proc)
         return Target(key, port, proc=proc)
     if key == "nginx":
         binary = find_nginx(args.nginx)
@@ -396,6 +409,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
         "latency": {},
         "throughput": {},
         "memory": r.memory,
+        "capacity": r.capacity,
     }
     print(
         f"\nLatency: {args.tokens} tokens per reply, {args.delay_ms:g} ms between tokens; "
@@ -459,6 +473,10 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
                 f"  {TITLES[key]:<26}{mem['flowing']:>5} flowing  RSS {mem['rss_before_mib']:7.1f} → "
                 f"{mem['rss_open_mib']:7.1f} MiB  {mem['kib_per_stream']:6.1f} KiB per stream"
             )
+    if r.capacity:
+        print(f"\nCapacity: {args.capacity_streams} concurrent streams held")
+        for key, cap in r.capacity.items():
+            print(f"  {TITLES[key]:<26}{cap['flowing']:>5} flowing  errors: {cap['errors'] or 'none'}")
     for key, why in r.skipped.items():
         print(f"\n  {TITLES[key]} skipped: {why}")
     return out
@@ -515,6 +533,16 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         row = spread([r["memory"][key]["kib_per_stream"] for r in runs if key in r["memory"]])
         out["memory"][key] = {"kib_per_stream": row}
         print(f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB")
+    for key in runs[0].get("capacity", {}):
+        caps = [r["capacity"][key] for r in runs if key in r.get("capacity", {})]
+        out.setdefault("capacity", {})[key] = {
+            "flowing": [c["flowing"] for c in caps],
+            "errors": [e for c in caps for e in c["errors"]],
+        }
+        print(
+            f"  {TITLES[key]:<26} capacity: flowing {[c['flowing'] for c in caps]} of {caps[0]['streams']}"
+            f", errors {[e for c in caps for e in c['errors']] or 'none'}"
+        )
     return out
 
 
@@ -523,7 +551,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--targets", default="direct,sg-chat,sg-responses,nginx,litellm", help="comma-separated, in order"
+        "--targets",
+        default="direct,sg-chat,sg-responses,sg-lmstudio,nginx,litellm",
+        help="comma-separated, in order",
     )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")
     parser.add_argument("--tokens", type=int, default=64, help="tokens per reply in the latency runs")
@@ -536,7 +566,13 @@ def main() -> None:
     parser.add_argument("--throughput-concurrency", type=int, default=16)
     parser.add_argument("--throughput-seconds", type=float, default=4.0, help="length of the throughput run")
     parser.add_argument(
-        "--hold-streams", type=int, default=1000, help="open streams for the memory figure (0: skip)"
+        "--hold-streams", type=int, default=500, help="open streams for the memory figure (0: skip)"
+    )
+    parser.add_argument(
+        "--capacity-streams",
+        type=int,
+        default=2000,
+        help="concurrent streams the hold targets must all keep flowing (0: skip)",
     )
     parser.add_argument(
         "--hold-delay-ms", type=float, default=1000.0, help="inter-token delay of the held streams"

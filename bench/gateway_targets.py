@@ -120,6 +120,10 @@ class Target:
             return json.dumps(
                 {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}
             )
+        if self.dialect == "lmstudio":
+            return json.dumps(
+                {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}
+            )
         return json.dumps(
             {
                 "model": model,
@@ -145,7 +149,7 @@ def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Pr
     port = free_port()
     tables = "".join(
         f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
-        f'upstream_model = "{m}"\nmax_concurrency = 4096\nmax_queue = 4096\n'
+        f'upstream_model = "{m}"\n'  # the defaults: an upstream model is not capped (issue 16)
         for m in models
     )
     config = folder / "sluicegate.toml"

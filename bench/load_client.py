@@ -32,6 +32,7 @@ MARKS = {
     # (a frame is content-bearing when it holds `mark` and not `empty`)
     "chat": (b'"content":"', b'"content":""'),
     "responses": (b"response.output_text.delta", None),
+    "lmstudio": (b"event: message.delta", None),
 }
 
 
@@ -243,6 +244,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=1)
     parser.add_argument("--duration", type=float, default=0.0, help="run: stop after this many seconds")
     parser.add_argument("--timeout", type=float, default=60.0, help="hold: wait this long for first frames")
+    parser.add_argument("--out", help="write the JSON result to this file, and only `DONE` to stdout")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
@@ -254,6 +256,11 @@ def main() -> None:
         result = asyncio.run(mode(args, request))
     else:
         result = uvloop.run(mode(args, request))
+    if args.out:  # a result can be megabytes of ITLs: a file, not a pipe
+        with open(args.out, "wb") as f:
+            f.write(orjson.dumps(result))
+        sys.stdout.write("DONE\n")
+        return
     sys.stdout.write(orjson.dumps(result).decode() + "\n")
 
 

@@ -222,59 +222,84 @@ def note_model(model_id: str) -> None:
         observer.model = model_id
 
 
+class EventTap:
+    """Reports a canonical stream to the current request's observer, event by event, for a
+    loop that already iterates it (`TurnPipeline`): a call per event instead of a generator
+    layer. `start()` when the stream starts, `see(event)` for each, `end()` once it stops."""
+
+    __slots__ = ("_bounds", "_counts", "_log_text", "_observer", "_perf", "terminal")
+
+    def __init__(self, observer: RequestObserver) -> None:
+        self._observer = observer
+        self.terminal = False
+        self._perf = time.perf_counter
+        self._counts = observer.gap_counts
+        self._bounds = TOKEN_GAP_BUCKETS
+        self._log_text = observer.log_text
+
+    @staticmethod
+    def current() -> EventTap | None:
+        observer = _current.get()
+        return EventTap(observer) if observer is not None else None
+
+    def start(self) -> None:
+        self._observer.generating += 1
+
+    def see(self, event: Event) -> None:
+        observer = self._observer
+        if type(event) is ItemDelta:  # per token: `observer.token()`, inlined
+            now = self._perf()
+            last = observer.last_token_at
+            if last is None:
+                observer.first_token(now)
+            else:
+                gap = now - last
+                self._counts[bisect_left(self._bounds, gap)] += 1
+                observer.gap_sum += gap
+                observer.last_token_at = now
+                observer.tokens += 1
+            if (
+                self._log_text
+                and event.item.kind is ItemKind.MESSAGE
+                and observer.answer_chars < MAX_LOGGED_TEXT
+            ):
+                observer.answer_text.append(event.text)  # bounded: only what the log keeps
+                observer.answer_chars += len(event.text)
+        elif isinstance(event, ItemDone):
+            item = event.item
+            if item.kind is ItemKind.TOOL_RESULT:
+                observer.tool_result(item.provider, item.error)
+            elif item.kind is ItemKind.TOOL_CALL and observer.last_token_at is None:
+                observer.token()  # a call that came whole is still the first output
+        elif isinstance(event, UsageReport):
+            observer.usage(event.usage)
+        elif isinstance(event, Failed):
+            self.terminal = True
+            observer.stream_status(event.error.status)
+        elif isinstance(event, Finished):
+            self.terminal = True
+
+    def end(self) -> None:
+        if not self.terminal:
+            self._observer.stream_status(CLIENT_GONE)
+        self._observer.generation_ended()
+
+
 async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
     """Pass a canonical stream through, reporting it to the current request's observer."""
-    observer = _current.get()
-    if observer is None:
+    tap = EventTap.current()
+    if tap is None:
         async for event in events:
             yield event
         return
-    terminal = False
-    observer.generating += 1
-    perf, counts, bounds, log_text = (
-        time.perf_counter,
-        observer.gap_counts,
-        TOKEN_GAP_BUCKETS,
-        observer.log_text,
-    )
+    tap.start()
+    see = tap.see
     try:
         async for event in events:
-            if type(event) is ItemDelta:  # per token: `observer.token()`, inlined
-                now = perf()
-                last = observer.last_token_at
-                if last is None:
-                    observer.first_token(now)
-                else:
-                    gap = now - last
-                    counts[bisect_left(bounds, gap)] += 1
-                    observer.gap_sum += gap
-                    observer.last_token_at = now
-                    observer.tokens += 1
-                if (
-                    log_text
-                    and event.item.kind is ItemKind.MESSAGE
-                    and observer.answer_chars < MAX_LOGGED_TEXT
-                ):
-                    observer.answer_text.append(event.text)  # bounded: only what the log keeps
-                    observer.answer_chars += len(event.text)
-            elif isinstance(event, ItemDone):
-                item = event.item
-                if item.kind is ItemKind.TOOL_RESULT:
-                    observer.tool_result(item.provider, item.error)
-                elif item.kind is ItemKind.TOOL_CALL and observer.last_token_at is None:
-                    observer.token()  # a call that came whole is still the first output
-            elif isinstance(event, UsageReport):
-                observer.usage(event.usage)
-            elif isinstance(event, Failed):
-                terminal = True
-                observer.stream_status(event.error.status)
-            elif isinstance(event, Finished):
-                terminal = True
+            see(event)
             yield event
     finally:
-        if not terminal:
-            observer.stream_status(CLIENT_GONE)
-        observer.generation_ended()
+        tap.end()
         aclose = getattr(events, "aclose", None)
         if aclose is not None:
             await aclose()

@@ -6,6 +6,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
@@ -409,3 +410,29 @@ def test_response_object_echoes_the_request() -> None:
         }
     ]
     assert created["top_p"] == 1.0 and created["presence_penalty"] == 0.0 and created["top_logprobs"] == 0
+
+
+def test_text_delta_fast_path_writes_the_generic_bytes() -> None:
+    """The per-token `output_text.delta` frame is built from cached bytes: it must equal what
+    the generic `_frame` writes, key order and escaping included, for every item."""
+    run = Run()
+    encoder = run.encoder
+    texts = ['He said "hi"\n', "é ✓ \\ </script>", "\u2028"]
+    for index in range(2):
+        it = Item(index=index, kind=ItemKind.MESSAGE, id=f'msg_{index}"x')
+        encoder.encode(ItemAdded(it))
+        for text in texts:
+            seq = encoder.seq
+            (frame,) = encoder.encode(ItemDelta(it, text))
+            expected = {
+                "type": "response.output_text.delta",
+                "sequence_number": seq,
+                "item_id": it.id,
+                "output_index": index,
+                "content_index": 0,
+                "delta": text,
+                "logprobs": [],
+            }
+            assert frame.data == orjson.dumps(expected)
+            assert frame.event == "response.output_text.delta"
+            assert encoder.seq == seq + 1

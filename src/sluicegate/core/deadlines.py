@@ -14,58 +14,115 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import AsyncIterator
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import Failed, RawEvent
 
 
+class Deadline:
+    """One stream's request deadline and idle timeout, for the loop that iterates its events
+    (the segmenter runs it, so the guard costs no generator layer of its own): `arm()` in the
+    iterating task, set `last = clock()` on every event, and on a `CancelledError` ask
+    `owns_cancel()` whether it was this timer's, then end with `failure()`."""
+
+    __slots__ = (
+        "_handle",
+        "_task",
+        "clock",
+        "deadline_seconds",
+        "expired",
+        "hard_at",
+        "idle",
+        "idle_seconds",
+        "last",
+    )
+
+    def __init__(self, deadline_seconds: float | None, idle_seconds: float | None) -> None:
+        self.deadline_seconds = deadline_seconds
+        self.idle_seconds = idle_seconds
+        self.expired: ErrorKind | None = None
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[object] | None = None
+        self.hard_at = math.inf
+        self.idle = idle_seconds or math.inf
+        self.last = 0.0
+        self.clock = time.monotonic
+
+    @staticmethod
+    def of(deadline_seconds: float | None, idle_seconds: float | None) -> Deadline | None:
+        return Deadline(deadline_seconds, idle_seconds) if deadline_seconds or idle_seconds else None
+
+    def arm(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        assert self._task is not None
+        self.clock = loop.time
+        self.last = now = loop.time()
+        if self.deadline_seconds:
+            self.hard_at = now + self.deadline_seconds
+        self._handle = loop.call_at(min(self.hard_at, self.last + self.idle), self._check)
+
+    def _check(self) -> None:
+        now = self.clock()
+        due = min(self.hard_at, self.last + self.idle)
+        if now < due:
+            self._handle = asyncio.get_running_loop().call_at(due, self._check)
+            return
+        self.expired = ErrorKind.TIMEOUT if self.hard_at <= self.last + self.idle else ErrorKind.IDLE_TIMEOUT
+        assert self._task is not None
+        self._task.cancel()
+
+    def owns_cancel(self) -> bool:
+        """True when the current cancellation is this timer's, not a real one (client gone)."""
+        return self.expired is not None and self._task is not None and self._task.uncancel() == 0
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def failure(self) -> Failed:
+        if self.expired is ErrorKind.TIMEOUT:
+            return Failed(
+                ErrorInfo(
+                    ErrorKind.TIMEOUT,
+                    f"Request timed out after {self.deadline_seconds:g}s (request_timeout_seconds).",
+                )
+            )
+        return Failed(
+            ErrorInfo(
+                ErrorKind.IDLE_TIMEOUT,
+                f"No output from the model for {self.idle_seconds:g}s (idle_timeout_seconds).",
+            )
+        )
+
+
 async def with_deadlines(
     raw: AsyncIterator[RawEvent], *, deadline_seconds: float | None, idle_seconds: float | None
 ) -> AsyncIterator[RawEvent]:
-    if not deadline_seconds and not idle_seconds:
+    """The deadlines as a generator layer of their own (the turn path uses `Deadline` in the
+    segmenter instead)."""
+    deadline = Deadline.of(deadline_seconds, idle_seconds)
+    if deadline is None:
         async for event in raw:
             yield event
         return
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    hard_at = loop.time() + deadline_seconds if deadline_seconds else math.inf
-    idle = idle_seconds or math.inf
-    last = loop.time()
-    expired: ErrorKind | None = None
-    handle: asyncio.TimerHandle | None = None
-
-    def check() -> None:
-        nonlocal handle, expired
-        now = loop.time()
-        due = min(hard_at, last + idle)
-        if now < due:
-            handle = loop.call_at(due, check)
-            return
-        expired = ErrorKind.TIMEOUT if hard_at <= last + idle else ErrorKind.IDLE_TIMEOUT
-        task.cancel()
-
-    handle = loop.call_at(min(hard_at, last + idle), check)
-    clock = loop.time
+    deadline.arm()
+    clock = deadline.clock
     try:
         try:
             async for event in raw:
-                last = clock()
+                deadline.last = clock()
                 yield event
         except asyncio.CancelledError:
-            if expired is None or task.uncancel() > 0:
+            if not deadline.owns_cancel():
                 raise  # a real cancellation (client gone), not our timer
     finally:
-        handle.cancel()
+        deadline.disarm()
         aclose = getattr(raw, "aclose", None)
         if aclose is not None:
             await aclose()
-    if expired is ErrorKind.TIMEOUT:
-        yield Failed(
-            ErrorInfo(expired, f"Request timed out after {deadline_seconds:g}s (request_timeout_seconds).")
-        )
-    elif expired is ErrorKind.IDLE_TIMEOUT:
-        yield Failed(
-            ErrorInfo(expired, f"No output from the model for {idle_seconds:g}s (idle_timeout_seconds).")
-        )
+    if deadline.expired is not None:
+        yield deadline.failure()

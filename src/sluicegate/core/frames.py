@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from typing import Final
 
 
-@dataclass(frozen=True, slots=True)
+# Not `frozen`: a frozen dataclass sets its fields through `object.__setattr__`, which made
+# building a frame (one per token) cost several times a plain one. Nothing mutates a frame;
+# `unsafe_hash` keeps it hashable as a value.
+@dataclass(slots=True, unsafe_hash=True)
 class Frame:
     data: bytes  # one line of JSON (orjson output is), or b"[DONE]"
     event: str | None = None  # the SSE `event:` name; None for data-only dialects

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
-from sluicegate.core.deadlines import with_deadlines
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, RawEvent
 from sluicegate.core.segment import segment
@@ -28,12 +28,8 @@ class StreamLimits:
 
 
 def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[Event]:
-    guarded = with_deadlines(
-        raw,
-        deadline_seconds=limits.request_timeout_seconds,
-        idle_seconds=limits.idle_timeout_seconds,
-    )
-    return segment(guarded)
+    # The deadlines run in the segmenter's loop, not as a generator layer of their own.
+    return segment(raw, Deadline.of(limits.request_timeout_seconds, limits.idle_timeout_seconds))
 
 
 async def collect(events: AsyncIterator[Event], accumulator: Accumulator | None = None) -> ChatResult:

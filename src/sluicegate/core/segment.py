@@ -8,9 +8,11 @@ stay open, never reported done), the last usage is reported, then exactly one te
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
     Answered,
@@ -203,13 +205,24 @@ def failure_from_exception(exc: Exception) -> Failed:
     return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
 
 
-async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
-    """Turn an engine's raw events into the canonical item-structured stream."""
+async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> AsyncIterator[Event]:
+    """Turn an engine's raw events into the canonical item-structured stream; with a `deadline`,
+    guard it too (one loop for both: a generator layer less per token)."""
     state = _Segmenter()
     out: list[Event] = []
     failure: Failed | None = None
+    if deadline is not None:
+        deadline.arm()
     try:
         async for event in raw:
+            if deadline is not None:
+                deadline.last = deadline.clock()
+            if type(event) is TextDelta:  # per token: before the match's class checks
+                state.text(event, out)
+                for canonical in out:
+                    yield canonical
+                out.clear()
+                continue
             match event:
                 case TextDelta():
                     state.text(event, out)
@@ -235,9 +248,15 @@ async def segment(raw: AsyncIterator[RawEvent]) -> AsyncIterator[Event]:
             for canonical in out:
                 yield canonical
             out.clear()
+    except asyncio.CancelledError:
+        if deadline is None or not deadline.owns_cancel():
+            raise  # a real cancellation (client gone), not the deadline's timer
+        failure = deadline.failure()
     except Exception as exc:  # an engine bug must still end the stream properly
         failure = failure_from_exception(exc)
     finally:
+        if deadline is not None:
+            deadline.disarm()
         aclose = getattr(raw, "aclose", None)
         if aclose is not None:
             await aclose()

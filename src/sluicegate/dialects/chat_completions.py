@@ -86,9 +86,14 @@ class ChatCompletionsEncoder:
                 "system_fingerprint": None,
             }
         )
-        self._head = envelope[:-1] + b',"choices":[{"index":0,"delta":'
+        # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
+        # lives, and an encoder lives as long as its stream.
+        self._open = envelope[:-1]
+        self._head = self._open + b',"choices":[{"index":0,"delta":'
         self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}"
-        self._envelope = envelope
+        # The per-token frame, around the text: no dict, one orjson call on the string.
+        self._content_head = self._head + b'{"content":'
+        self._content_tail = b'},"logprobs":null' + self._tail
         self.completion_id, self.created, self.model = completion_id, created, model
         self.reasoning_field = reasoning_field
         self.include_usage = include_usage
@@ -115,6 +120,9 @@ class ChatCompletionsEncoder:
         return []
 
     def encode(self, event: Event) -> list[Frame]:
+        if type(event) is ItemDelta:  # per token: before the match's class checks
+            frame = self._delta(event)
+            return [frame] if frame is not None else []
         match event:
             case ItemDelta():
                 frame = self._delta(event)
@@ -158,8 +166,10 @@ class ChatCompletionsEncoder:
         item = event.item
         kind = item.kind
         if kind is ItemKind.MESSAGE:
-            lp = {"content": logprobs_body(event.logprobs or []), "refusal": None} if self.logprobs else None
-            return self._chunk({"content": event.text}, lp)
+            if not self.logprobs:
+                return Frame(self._content_head + orjson.dumps(event.text) + self._content_tail)
+            content_lp = {"content": logprobs_body(event.logprobs or []), "refusal": None}
+            return self._chunk({"content": event.text}, content_lp)
         if kind is ItemKind.REASONING:
             return self._chunk(dict.fromkeys(self.reasoning_keys, event.text))
         if kind is ItemKind.TOOL_CALL and item.provider is None:
@@ -177,7 +187,7 @@ class ChatCompletionsEncoder:
             b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]'
         )
         usage = b',"usage":' + orjson.dumps(usage_body(self.usage)) if self.include_usage else b""
-        return [*head, Frame(self._envelope[:-1] + choice + usage + b"}")]
+        return [*head, Frame(self._open + choice + usage + b"}")]
 
     def body(self, result: ChatResult) -> dict[str, Any]:
         return completion_body(

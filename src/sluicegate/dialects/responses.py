@@ -195,6 +195,10 @@ class ResponsesEncoder:
         self.running_calls: dict[str, Item] = {}  # server calls waiting for their result, by call_id
         # `reasoning.summary` asked for: reasoning streams as summary events, not reasoning_text.
         self.summaries = bool((state.request.reasoning or {}).get("summary"))
+        # The per-token `output_text.delta` frame, its bytes around the sequence number and the
+        # text kept for the item being streamed: byte for byte what `_frame` writes.
+        self._text_item: Item | None = None
+        self._text_mid = b""
 
     def _frame(self, kind: str, fields: Json) -> Frame:
         payload = {"type": kind, "sequence_number": self.seq, **fields}
@@ -239,6 +243,9 @@ class ResponsesEncoder:
         return self.encode_running(event)
 
     def encode_running(self, event: Event) -> list[Frame]:
+        if type(event) is ItemDelta:  # per token: before the match's class checks
+            frame = self._delta(event)
+            return [frame] if frame is not None else []
         match event:
             case ItemDelta():
                 frame = self._delta(event)
@@ -329,6 +336,20 @@ class ResponsesEncoder:
             # A custom call's input is the model's arguments unwrapped, and a hosted call's
             # fields are parsed from them: both are only known whole, at done.
             return None
+        if kind is ItemKind.MESSAGE and not event.logprobs:
+            if item is not self._text_item:
+                self._text_item = item
+                self._text_mid = b',"item_id":%b,"output_index":%d,"content_index":0,"delta":' % (
+                    orjson.dumps(item.id),
+                    self.output_index[item.index],
+                )
+            seq = self.seq
+            self.seq = seq + 1
+            return Frame(
+                b'{"type":"response.output_text.delta","sequence_number":%d%b%b,"logprobs":[]}'
+                % (seq, self._text_mid, orjson.dumps(event.text)),
+                "response.output_text.delta",
+            )
         if kind is ItemKind.MESSAGE:
             lp = logprob_entries(event.logprobs) if event.logprobs else []
             fields = {**self._where(item), "content_index": 0, "delta": event.text, "logprobs": lp}

@@ -51,6 +51,31 @@ def frames_bytes(frames: Iterable[Frame]) -> bytes:
     return b"".join([frame_bytes(f) for f in frames])
 
 
+def _list_bytes(frames: list[Frame]) -> bytes:
+    """`frames_bytes` for the per-token case: mostly one data-only frame."""
+    if len(frames) == 1:
+        frame = frames[0]
+        if frame.event is None:
+            return b"data: " + frame.data + b"\n\n"
+        return b"event: " + frame.event.encode() + b"\ndata: " + frame.data + b"\n\n"
+    return b"".join([frame_bytes(f) for f in frames])
+
+
+_BASE_HEADERS: Final = {"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS}
+_BASE_RAW: Final = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _BASE_HEADERS.items()]
+
+
+def _raw_headers(headers: Mapping[str, str] | None) -> list[tuple[bytes, bytes]]:
+    """The response head's headers as ASGI wants them; the fixed ones encoded once (they are
+    shared, not copied, by every stream)."""
+    if not headers:
+        return list(_BASE_RAW)
+    fixed = {k.lower() for k in headers}
+    raw = [pair for pair, name in zip(_BASE_RAW, _BASE_HEADERS, strict=True) if name.lower() not in fixed]
+    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    return raw
+
+
 class _Outbox:
     """Frames waiting to be sent, for one consumer: a list, a byte count and two futures.
 
@@ -129,14 +154,7 @@ async def stream_sse(
     Returns once the stream ended or the client left; either way the producer has been run
     to completion or cancelled and awaited, so whatever it holds is released by then.
     """
-    raw_headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1"))
-        for k, v in {
-            "content-type": "text/event-stream; charset=utf-8",
-            **SSE_HEADERS,
-            **(headers or {}),
-        }.items()
-    ]
+    raw_headers = _raw_headers(headers)
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
@@ -204,7 +222,7 @@ async def _produce(chunks: AsyncIterator[Chunk], outbox: _Outbox) -> None:
                 if chunk:
                     put(chunk)
             elif chunk:
-                put(frames_bytes(chunk))
+                put(_list_bytes(chunk))
             if outbox.full:
                 await outbox.room()
     except Exception:  # pipelines end streams themselves; this is a bug, not a client matter

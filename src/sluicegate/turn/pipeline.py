@@ -22,6 +22,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import Event, Failed, Finished
 from sluicegate.core.frames import Frame
 from sluicegate.dialects.base import Encoder
+from sluicegate.observe import EventTap
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,17 @@ async def _close(events: AsyncIterator[Event]) -> None:
 
 
 class TurnPipeline:
-    __slots__ = ("_opening", "_task", "accumulator", "cancel_reason", "encoder", "ended", "events", "persist")
+    __slots__ = (
+        "_opening",
+        "_task",
+        "accumulator",
+        "cancel_reason",
+        "encoder",
+        "ended",
+        "events",
+        "persist",
+        "tap",
+    )
 
     def __init__(
         self,
@@ -44,8 +55,10 @@ class TurnPipeline:
         encoder: Encoder,
         accumulator: Accumulator,
         persist: Persist | None = None,
+        tap: EventTap | None = None,
     ) -> None:
         self.events = events
+        self.tap = tap  # metrics and the access line, called per event (no generator layer)
         self.encoder = encoder
         self.accumulator = accumulator
         self.persist = persist
@@ -96,6 +109,8 @@ class TurnPipeline:
         """The stream: opening frames, one list per event that renders, the ending."""
         encoder, feed, encode = self.encoder, self.accumulator.feed, self.encoder.encode
         self._task = asyncio.current_task()
+        tap = self.tap
+        tapping = False
         try:
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
@@ -104,7 +119,12 @@ class TurnPipeline:
             self._task = asyncio.current_task()
             if self.cancel_reason is not None:
                 raise asyncio.CancelledError
+            if tap is not None:
+                tap.start()
+                tapping = True
             async for event in self.events:
+                if tap is not None:
+                    tap.see(event)
                 feed(event)
                 frames = encode(event)
                 kind = type(event)
@@ -126,16 +146,25 @@ class TurnPipeline:
                 frames = await self._end(None, self._internal_failure())
                 yield [*frames, *encoder.closing()]
         finally:
+            if tapping:
+                tap.end()  # type: ignore[union-attr]
             await _close(self.events)
 
     async def collect(self) -> ChatResult:
         """Run the turn to its end for a non-streaming answer."""
         feed, encode = self.accumulator.feed, self.encoder.encode
         self._task = asyncio.current_task()
+        tap = self.tap
+        tapping = False
         try:
             if self.cancel_reason is not None:
                 raise asyncio.CancelledError
+            if tap is not None:
+                tap.start()
+                tapping = True
             async for event in self.events:
+                if tap is not None:
+                    tap.see(event)
                 feed(event)
                 frames = encode(event)  # the encoder's state is the body of some dialects
                 kind = type(event)
@@ -152,6 +181,8 @@ class TurnPipeline:
             if not self.ended:
                 await self._end(None, self._internal_failure())
         finally:
+            if tapping:
+                tap.end()  # type: ignore[union-attr]
             await _close(self.events)
         return self.accumulator.result
 

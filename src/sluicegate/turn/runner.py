@@ -37,7 +37,7 @@ from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.metrics import METRICS
-from sluicegate.observe import observe_events
+from sluicegate.observe import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
@@ -260,9 +260,9 @@ class TurnEndpoint:
             if turn.store or remember is not None
             else None
         )
-        # Metrics and the access line see every turn's canonical stream.
-        events = observe_events(canonical_events(opened.events, state.limits))
-        pipeline = TurnPipeline(events, encoder, accumulator, persist)
+        # Metrics and the access line see every turn's canonical stream (the tap, per event).
+        events = canonical_events(opened.events, state.limits)
+        pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         headers = {

@@ -143,6 +143,8 @@ class UpstreamEngine(Engine):
             yield PromptProgress(0.0)
             try:
                 replica, response, refusal = await self._send(body, clocks)
+                # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
+                del body
             except asyncio.CancelledError:
                 if not clocks.owns(asyncio.current_task()):
                     raise
@@ -154,7 +156,50 @@ class UpstreamEngine(Engine):
                 return
             assert replica is not None and response is not None
             yield Answered({REPLICA_HEADER: replica.name})
-            async for event in self._relay(response, decoder, clocks):
+            # The relay, inlined here rather than `async for` over a generator of its own: a
+            # generator layer less for every token.
+            reader = SSEReader()
+            chunks = response.chunks()
+            prompting = True  # until the first generated event (llama-server reports progress first)
+            feed, frame = reader.feed, decoder.frame
+            while True:
+                if clocks.expired is not None:
+                    for event in decoder.cut(clocks.expired):
+                        yield event
+                    return
+                clocks.waiting()
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except asyncio.CancelledError:
+                    if not clocks.owns(asyncio.current_task()):
+                        raise
+                    continue  # `expired` is set: the loop's top reports it
+                except Exception as exc:  # the connection broke mid-body
+                    error = ErrorInfo(
+                        ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
+                    )
+                    for event in decoder.cut(error):
+                        yield event
+                    return
+                clocks.chunk()
+                for name, data in feed(chunk):
+                    for event in frame(name, data):
+                        if prompting and type(event) is not PromptProgress:
+                            prompting = False
+                            yield PromptProgress(1.0)
+                            yield PromptFinished()
+                        yield event
+                if decoder.over:
+                    if decoder.done:
+                        await _drain(chunks)
+                    return
+            clocks.idle()
+            for name, data in reader.close():
+                for event in frame(name, data):
+                    yield event
+            for event in decoder.end():
                 yield event
         finally:
             clocks.stop()
@@ -203,49 +248,3 @@ class UpstreamEngine(Engine):
             if response is not None:
                 await response.aclose()
         return None, None, error
-
-    async def _relay(
-        self, response: StreamingResponse, decoder: StreamDecoder, clocks: Clocks
-    ) -> AsyncIterator[RawEvent]:
-        reader = SSEReader()
-        chunks = response.chunks()
-        prompting = True  # until the first generated event (llama-server reports progress first)
-        while True:
-            if clocks.expired is not None:
-                for event in decoder.cut(clocks.expired):
-                    yield event
-                return
-            clocks.waiting()
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except asyncio.CancelledError:
-                if not clocks.owns(asyncio.current_task()):
-                    raise
-                continue  # `expired` is set: the loop's top reports it
-            except Exception as exc:  # the connection broke mid-body
-                error = ErrorInfo(
-                    ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
-                )
-                for event in decoder.cut(error):
-                    yield event
-                return
-            clocks.chunk()
-            for name, data in reader.feed(chunk):
-                for event in decoder.frame(name, data):
-                    if prompting and type(event) is not PromptProgress:
-                        prompting = False
-                        yield PromptProgress(1.0)
-                        yield PromptFinished()
-                    yield event
-            if decoder.over:
-                if decoder.done:
-                    await _drain(chunks)
-                return
-        clocks.idle()
-        for name, data in reader.close():
-            for event in decoder.frame(name, data):
-                yield event
-        for event in decoder.end():
-            yield event

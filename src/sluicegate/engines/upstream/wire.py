@@ -185,6 +185,14 @@ class ChunkDecoder:
         return out
 
     def _delta(self, delta: dict[str, Any], logprobs: dict[str, Any] | None, out: list[RawEvent]) -> None:
+        if len(delta) == 1 and not logprobs:  # per token, almost always `{"content": "..."}`
+            content = delta.get("content")
+            if content and isinstance(content, str):
+                if self._content is not None:
+                    out.extend(self._content.feed(content, None))
+                else:
+                    out.append(TextDelta(ItemKind.MESSAGE, content))
+                return
         content_lp = refusal_lp = None
         if logprobs:
             content_lp = _logprobs(logprobs.get("content"))

@@ -1,0 +1,158 @@
+"""Profile a running Sluicegate under load with py-spy, and print where its CPU goes.
+
+    python bench/profile_gateway.py --pid <sluicegate pid> --port <its port> [--tokens 2000]
+
+It streams requests at concurrency 16 for `--seconds` (`bench/load_client.py`), records the
+server with `py-spy record --nonblocking -f raw` meanwhile, and prints:
+
+- the top functions by self time (share of samples), and the server's CPU time per token
+  and per request from /proc over the same window;
+- the share of samples inside `TurnEndpoint._prepare` (request body read → parse → model →
+  admission → tools → engine opened → upstream request written and its answer awaited), and
+  that share of the server's CPU time per request: the new-request cost. Use `--tokens 1` to
+  measure it, so that streaming does not dilute it.
+
+py-spy is on PyPI (`pip install py-spy`); it needs ptrace rights over the server process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def body(dialect: str, tokens: int) -> str:
+    if dialect == "chat":
+        return json.dumps(
+            {
+                "model": "fake-d0",
+                "messages": [{"role": "user", "content": "Tell me a long story."}],
+                "stream": True,
+                "stream_options": {"include_usage": True},
+                "max_tokens": tokens,
+            }
+        )
+    return json.dumps(
+        {
+            "model": "fake-d0",
+            "input": "Tell me a long story.",
+            "stream": True,
+            "max_output_tokens": tokens,
+            "store": False,
+        }
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--pid", type=int, required=True)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--dialect", choices=["chat", "responses", "lmstudio"], default="chat")
+    parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--py-spy", default="py-spy")
+    args = parser.parse_args()
+    path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "lmstudio": "/api/v1/chat"}[
+        args.dialect
+    ]
+    client = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "load_client.py"),
+            "run",
+            "--port",
+            str(args.port),
+            "--path",
+            path,
+            "--dialect",
+            args.dialect,
+            "--body",
+            body(args.dialect, args.tokens),
+            "--concurrency",
+            "16",
+            "--requests",
+            "0",
+            "--duration",
+            str(args.seconds + 2),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert client.stdin is not None and client.stdout is not None
+    client.stdout.readline()  # CONNECTED
+    client.stdin.write(b"go\n")
+    client.stdin.flush()
+    time.sleep(1.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        raw = Path(tmp) / "profile.txt"
+        before = cpu_seconds(args.pid)
+        started = time.perf_counter()
+        subprocess.run(
+            [
+                args.py_spy,
+                "record",
+                "-p",
+                str(args.pid),
+                "-d",
+                str(int(args.seconds)),
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-o",
+                str(raw),
+                "--nonblocking",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        cpu = cpu_seconds(args.pid) - before
+        window = time.perf_counter() - started
+        lines = raw.read_text().splitlines()
+    out = json.loads(client.communicate(timeout=60)[0].splitlines()[-1])
+    rate = out["received"] / out["wall"]  # tokens/s over the client's run
+    requests = len(out["streams"]) / out["wall"]
+    own: collections.Counter[str] = collections.Counter()
+    total = prepare = 0
+    for line in lines:
+        stack, _, n = line.rstrip().rpartition(" ")
+        samples = int(n)
+        total += samples
+        frames = stack.split(";")
+        own[re.sub(r":\d+\)", ")", frames[-1])] += samples
+        if any("TurnEndpoint._prepare" in f for f in frames):
+            prepare += samples
+    tokens, done = rate * window, requests * window
+    print(f"{out['received']:,} tokens, {len(out['streams'])} requests in {out['wall']:.1f} s")
+    print(
+        f"server CPU {cpu:.2f} s over {window:.1f} s: {cpu * 1e6 / tokens:.2f} µs/token, {cpu * 1e6 / max(done, 1):.0f} µs/request"
+    )
+    share = prepare / max(total, 1)
+    print(
+        f"TurnEndpoint._prepare: {share:.1%} of samples = {share * cpu * 1e6 / max(done, 1):.0f} µs of CPU per request"
+    )
+    print("\nself time, top functions:")
+    for name, samples in own.most_common(args.top):
+        print(f"  {samples / total:6.1%}  {name[:120]}")
+
+
+if __name__ == "__main__":
+    main()
