@@ -8,6 +8,7 @@ its schema, through the openai SDK's own structured-output helpers, streaming an
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any, Literal
 
@@ -191,6 +192,37 @@ def test_responses_forced_tool_calls(sdk: openai.OpenAI, stream: bool) -> None:
         assert response.status == "completed" and len(calls) == 1
         assert calls[0].name in expected
         _check_call(calls[0].name, calls[0].arguments)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_forced_custom_tool_call_matches_its_regex(sdk: openai.OpenAI, stream: bool) -> None:
+    """A `custom` tool with a regex grammar (issue 20): llama.cpp constrains the forced call's
+    free-form input to it, whatever the random weights would have written."""
+    kwargs: dict[str, Any] = {
+        "model": MODEL,
+        "input": "Open a ticket.",
+        "tools": [
+            {
+                "type": "custom",
+                "name": "ticket",
+                "description": "Opens a ticket.",
+                "format": {"type": "grammar", "syntax": "regex", "definition": "T-[0-9]{3}-(low|high)"},
+            }
+        ],
+        "tool_choice": {"type": "custom", "name": "ticket"},
+        "max_output_tokens": BUDGET,
+    }
+    if stream:
+        with sdk.responses.stream(**kwargs) as events:
+            for _ in events:
+                pass
+            response = events.get_final_response()
+    else:
+        response = sdk.responses.create(**kwargs)
+    calls = [item for item in response.output if item.type == "custom_tool_call"]
+    assert response.status == "completed" and len(calls) == 1
+    assert calls[0].name == "ticket"
+    assert re.fullmatch(r"T-[0-9]{3}-(low|high)", calls[0].input), calls[0].input
 
 
 def test_reasoning_comes_first_then_the_grammar(sdk: openai.OpenAI) -> None:

@@ -97,3 +97,34 @@ def test_what_cannot_be_enforced_is_a_400() -> None:
         bad = {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nowhere"}}}
         request_grammar(request(response_format=bad), ToolCallFormat.HERMES, "m")
     assert caught.value.info.code == "invalid_json_schema"
+
+
+def test_a_string_pattern_is_enforced_and_one_the_converter_cannot_hold_is_dropped(
+    vocabulary: Vocabulary,
+) -> None:
+    """A custom tool's regex arrives as its `input` pattern: the forced call's grammar holds it.
+    A pattern beyond the converter's regex subset is left to the tool's description rather than
+    refusing a well-formed tool."""
+
+    def tool(pattern: str) -> ToolSpec:
+        text = {"type": "string", "pattern": pattern}
+        return ToolSpec("ticket", parameters={"type": "object", "properties": {"input": text}})
+
+    enforced = request_grammar(
+        ChatRequest(
+            model="m", messages=[Message("user", "hi")], tools=[tool("^(T-[0-9]{3})$")], tool_choice="ticket"
+        ),
+        ToolCallFormat.HERMES,
+        "m",
+    )
+    assert enforced is not None and compiles(vocabulary, enforced)
+    assert '"T" "-"' in enforced.text and "[0-9]" in enforced.text
+    dropped = request_grammar(
+        ChatRequest(
+            model="m", messages=[Message("user", "hi")], tools=[tool("^((?=x)y)$")], tool_choice="ticket"
+        ),
+        ToolCallFormat.HERMES,
+        "m",
+    )
+    assert dropped is not None and compiles(vocabulary, dropped)
+    assert "(?=" not in dropped.text

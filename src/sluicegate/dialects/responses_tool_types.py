@@ -4,9 +4,11 @@ The model only knows functions, so each tool the *client* runs is offered as one
 
 - `function`: as is.
 - `custom` (free-form text input, optional `format` grammar): a function with one string
-  parameter `input`; the grammar is described in the tool's description (no engine here
-  constrains decoding by a Lark grammar yet). Its calls are `custom_tool_call` items whose
-  `input` is that string (or the model's raw arguments when they are not that JSON object).
+  parameter `input`; the grammar is described in the tool's description. A `regex` grammar is
+  also the `input` string's JSON-schema `pattern`, which an engine that constrains decoding
+  enforces (llama.cpp, on forced calls); a `lark` grammar is described only. Its calls are
+  `custom_tool_call` items whose `input` is that string (or the model's raw arguments when
+  they are not that JSON object).
 - `namespace`: each function (or custom tool) inside is offered as `<namespace>__<name>`; its
   calls carry `name` and `namespace` apart, as OpenAI sends them.
 - Client-executed hosted tools — `local_shell`, `shell`, `apply_patch`, `tool_search` with
@@ -193,11 +195,10 @@ def _offer_custom(offer: ToolOffer, echo: Json, namespace: str | None) -> None:
             f"\n\nThe input is free-form text (not JSON) matching this {fmt['syntax']} grammar:\n"
             f"{fmt['definition']}"
         )
-    parameters = {
-        "type": "object",
-        "properties": {"input": {"type": "string", "description": "The tool's free-form input."}},
-        "required": ["input"],
-    }
+    text: Json = {"type": "string", "description": "The tool's free-form input."}
+    if fmt.get("type") == "grammar" and fmt.get("syntax") == "regex":
+        text["pattern"] = anchored(str(fmt["definition"]))
+    parameters = {"type": "object", "properties": {"input": text}, "required": ["input"]}
     offer.specs.append(ToolSpec(name, description.strip(), parameters))
     offer.kinds[name] = ClientTool("custom", echo["name"], namespace)
 
@@ -211,6 +212,15 @@ def _arguments(text: str) -> Json:
     except orjson.JSONDecodeError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def anchored(regex: str) -> str:
+    """A custom tool's regex as a JSON-schema `pattern` for the whole input (patterns match
+    anywhere unless anchored; a grammar describes the whole text)."""
+    body = (
+        regex.removeprefix("^").removesuffix("$") if regex.startswith("^") and regex.endswith("$") else regex
+    )
+    return f"^({body})$"
 
 
 def custom_input(arguments: str) -> str:

@@ -86,6 +86,26 @@ def _call_schema(name: str, parameters: dict[str, Any], arguments_key: str) -> d
     }
 
 
+def _without_patterns(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_patterns(v) for k, v in schema.items() if k != "pattern"}
+    if isinstance(schema, list):
+        return [_without_patterns(v) for v in schema]
+    return schema
+
+
+def _expressible(parameters: dict[str, Any]) -> dict[str, Any]:
+    """The parameters as the grammar can hold them. A string `pattern` the converter cannot
+    express (llama.cpp's converter knows a subset of regex) is dropped rather than refusing a
+    well-formed tool: its text still describes it to the model (a custom tool's grammar)."""
+    try:
+        _schema_rule(_converter(), parameters, "check", "check")
+        return parameters
+    except Exception:
+        stripped: dict[str, Any] = _without_patterns(parameters)
+        return stripped
+
+
 def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Grammar:
     """One call of one of `tools`, in the markup the model writes (and the parser reads)."""
     arguments_key = "parameters" if tool_format is ToolCallFormat.LLAMA3_JSON else "arguments"
@@ -96,7 +116,7 @@ def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Gra
             # `$ref`s in a tool's parameters point into those parameters: resolve them there,
             # each tool under its own URL, before wrapping them into the call object.
             parameters = converter.resolve_refs(
-                copy.deepcopy(tool.parameters or {"type": "object"}), f"tool{index}"
+                copy.deepcopy(_expressible(tool.parameters or {"type": "object"})), f"tool{index}"
             )
             rule: str = converter.visit(_call_schema(tool.name, parameters, arguments_key), f"call{index}")
             alternatives.append(rule)
