@@ -5,7 +5,8 @@ prompt decoding and sampling all happen on that thread; events cross to the even
 a batching channel, so the loop never waits on llama.cpp. Without `batching`, a context runs
 one sequence, so an instance admits one request at a time (`default_max_concurrency`) and
 `parallel = N` builds N instances. With `batching = true`, one context holds `parallel`
-sequences that a scheduler (scheduler.py) decodes together, and the instance admits that many.
+sequences that a scheduler (scheduler.py) decodes together, and the instance admits that many
+(the default).
 """
 
 from __future__ import annotations

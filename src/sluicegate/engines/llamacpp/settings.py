@@ -54,7 +54,7 @@ class LlamaCppSettings:
     # Without batching: instances, each with its own weights and context. With batching:
     # sequences of one context (None: chosen from the KV-cache budget, at most 4).
     parallel: int | None = None
-    batching: bool = False  # continuous batching (scheduler.py)
+    batching: bool = True  # continuous batching (scheduler.py); false: one sequence per context
     seed: int | None = None
     flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
     # llama.cpp's CPU "repack" of Q4_0/Q8_0/... weights into interleaved layouts (its "extra
