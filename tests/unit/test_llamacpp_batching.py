@@ -94,8 +94,8 @@ def test_settings_and_concurrency(loaded: Any) -> None:
     assert (engine.sequences, engine.parallel, engine.default_concurrency()) == (3, 1, 3)
     runtime = engine._runtime
     assert runtime is not None and runtime.n_ctx == 512  # context_length stays per sequence
-    plain = _engine(engine.settings.path)
-    assert (plain.sequences, plain.parallel, plain.default_concurrency()) == (1, 1, 1)
+    plain = _engine(engine.settings.path, batching=False, parallel=3)
+    assert (plain.sequences, plain.parallel, plain.default_concurrency()) == (1, 3, 1)
 
 
 def test_concurrent_replies_equal_each_alone(loaded: Any) -> None:
