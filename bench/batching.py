@@ -145,6 +145,7 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
@@ -180,6 +181,12 @@ def main() -> int:
         }  # fmt: skip
         if not args.llama_server:
             del targets["llama-server"]
+        if args.unbatched:  # the same server with one sequence per context (batching = false)
+            single = folder / "unbatched.toml"
+            single.write_text(config.read_text().replace("batching = true", "batching = false"))
+            url = f"http://127.0.0.1:{free_port()}"
+            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
+            targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
         results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
         for name, (command, url, target_env) in targets.items():
             with serving(command, url, folder / f"{name}.log", target_env) as pid:
@@ -208,14 +215,15 @@ def main() -> int:
         f"\nGGUF {gguf.name}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
         f"sequence, batch {args.batch}, max_tokens {args.max_tokens}, {args.rounds} rounds (medians)"
     )
-    print(f"{'':36}{'sluicegate':>12}{'llama-server':>14}{'ratio':>8}")
+    others = [name for name in results if name != "sluicegate"]
+    print(f"{'':36}{'sluicegate':>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
     for key in results["sluicegate"]:
         ours = statistics.median(results["sluicegate"][key])
-        if "llama-server" not in results:
-            print(f"{key:36}{ours:12.1f}")
-            continue
-        ref = statistics.median(results["llama-server"][key])
-        print(f"{key:36}{ours:12.1f}{ref:14.1f}{ours / ref:8.2f}")
+        line = f"{key:36}{ours:12.1f}"
+        for name in others:
+            ref = statistics.median(results[name][key])
+            line += f"{ref:18.1f}{ours / ref:7.2f}"
+        print(line)
     return 0
 
 
