@@ -3,7 +3,9 @@ together, a third request queues with heartbeats, and a client that leaves frees
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 from collections.abc import Iterator
 
 import httpx
@@ -25,7 +27,7 @@ def batch_server(start_server: object, tmp_path_factory: pytest.TempPathFactory)
         "engine": "llamacpp",
         "path": gguf,
         "batch_size": 16,
-        "context_length": 4096,
+        "context_length": 16384,  # long replies: the first two still run when the third comes
         "batching": True,
         "parallel": 2,
     }
@@ -40,6 +42,12 @@ def _frames(response: httpx.Response) -> Iterator[tuple[str, str]]:
             yield "heartbeat", ""
         elif line.startswith("data: "):
             yield "data", line[len("data: ") :]
+
+
+def _drain(frames: Iterator[tuple[str, str]]) -> None:
+    with contextlib.suppress(Exception):  # ends when the test closes the stream
+        for _ in frames:
+            pass
 
 
 def _first_content(frames: Iterator[tuple[str, str]]) -> list[str]:
@@ -57,10 +65,10 @@ def _first_content(frames: Iterator[tuple[str, str]]) -> list[str]:
 def test_two_run_at_once_a_third_queues_with_heartbeats(batch_server: Server) -> None:
     listing = httpx.get(batch_server.base_url + "/api/v1/models", timeout=10).json()["models"]
     entry = next(m for m in listing if m["key"] == MODEL)
-    assert entry["max_context_length"] >= 4096
+    assert entry["max_context_length"] >= 16384
 
     def body(prompt: str) -> dict[str, object]:
-        return chat_body(MODEL, prompt, max_tokens=4000, stream=True)
+        return chat_body(MODEL, prompt, max_tokens=16000, stream=True)
 
     with httpx.Client(base_url=batch_server.base_url, timeout=60.0) as client:
         first = client.stream("POST", "/v1/chat/completions", json=body("Tell me a long story."))
@@ -69,14 +77,26 @@ def test_two_run_at_once_a_third_queues_with_heartbeats(batch_server: Server) ->
         frames_one = _frames(one)
         _first_content(frames_one)
         two = second.__enter__()
-        frames_two = _first_content(_frames(two))
-        # The second got content while the first is still generating (4000 tokens): both run.
+        frames_two_iter = _frames(two)  # kept: a dropped generator would close the stream
+        frames_two = _first_content(frames_two_iter)
+        # The second got content while the first is still generating (16,000 tokens): both run.
         assert frames_two[-1] == "data"
+        # Keep reading both (a client that stops reading is dropped by the transport's
+        # backpressure, which would free its place).
+        for frames in (frames_one, frames_two_iter):
+            threading.Thread(target=_drain, args=(frames,), daemon=True).start()
         third = client.stream("POST", "/v1/chat/completions", json=body("Hello there."))
         three = third.__enter__()
         frames_three = _frames(three)
-        kind, _ = next(frames_three)
-        assert kind == "heartbeat"  # queued: both sequences are busy
+        # Queued (both sequences busy): heartbeats, and no content, until a place frees. (Were it
+        # running, content would flow without the pauses that heartbeats fill.)
+        heartbeats = 0
+        for kind, data in frames_three:
+            heartbeats += kind == "heartbeat"
+            assert kind == "heartbeat" or '"content":""' in data or '"content"' not in data, data
+            if heartbeats >= 3:
+                break
+        assert heartbeats >= 3
         first.__exit__(None, None, None)  # that client leaves: its sequence ends, a place frees
         seen = _first_content(frames_three)
         assert seen[-1] == "data"
