@@ -142,6 +142,7 @@ def main() -> int:
             f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
             f'path = "{gguf}"\ncontext_length = {args.context}\nthreads = {args.threads}\n'
             f"batch_size = {args.batch}\nflash_attention = false\n"  # as llama_cpp.server defaults
+            "parallel = 1\n"  # one sequence, as llama_cpp.server (batching: bench/batching.py)
         )
         ours = Target("sluicegate", f"http://127.0.0.1:{free_port()}")
         ref = Target("llama_cpp.server", f"http://127.0.0.1:{free_port()}")

@@ -79,7 +79,7 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
             {"id": "tiny", **common},
             {"id": "tiny-cancel", **common},
             {"id": "tiny-lms", **common},
-            {"id": "tiny-parallel", **common, "parallel": 2},
+            {"id": "tiny-parallel", **common, "parallel": 2, "batching": False},  # two instances
             {"id": "tiny-ctx", **common},
             {"id": "tiny-think", **common, "path": thinking},
             # A short context for the overflow tests: refused by default, trimmed when asked.

@@ -56,7 +56,8 @@ def _reply(server: Server, model: str, seed: int) -> tuple[str, str | None]:
 
 @pytest.mark.parametrize("model", ["tiny", "tiny-parallel"])
 def test_concurrent_requests_all_finish(llama_server: Server, model: str) -> None:
-    """One context runs one sequence: extra requests queue (`tiny`) or use another instance."""
+    """`tiny` decodes them together (continuous batching); `tiny-parallel` (batching off, one
+    sequence per context) sends the second to another instance and queues the third."""
     with ThreadPoolExecutor(3) as pool:
         replies = list(pool.map(lambda seed: _reply(llama_server, model, seed), [1, 2, 1]))
     assert all(text and finish == "length" for text, finish in replies)

@@ -27,7 +27,9 @@ def test_defaults_and_detection(gguf: Path) -> None:
     model = build_model(table(gguf), gguf.parent)
     engine = model.engine
     assert isinstance(engine, LlamaCppEngine)
-    assert model.max_concurrency == 1  # one llama.cpp context runs one sequence
+    # Continuous batching by default: one context with sequences chosen from the KV budget
+    # (the tiny demo's 4096-token context fits 4 times), and the instance admits that many.
+    assert engine.batching and engine.sequences == 4 and model.max_concurrency == 4
     assert engine.tool_format is ToolCallFormat.HERMES and engine.reasoning is not None
     assert engine.context_length == 4096 and engine.settings.batch_size == 512
     assert len(model.instances) == 1 and not model.loaded
@@ -36,12 +38,23 @@ def test_defaults_and_detection(gguf: Path) -> None:
 def test_relative_path_parallel_and_overrides(gguf: Path) -> None:
     model = build_model(
         {
-            **table(gguf, parallel=3, tool_call_format="none", reasoning="none", chat_template="{{ 'x' }}"),
+            **table(
+                gguf,
+                parallel=3,
+                batching=False,
+                tool_call_format="none",
+                reasoning="none",
+                chat_template="{{ 'x' }}",
+            ),
             "path": "demo.gguf",
         },
         gguf.parent,
     )
-    assert [i.instance_id for i in model.instances] == ["m", "m:2", "m:3"]
+    assert [i.instance_id for i in model.instances] == ["m", "m:2", "m:3"]  # without batching: instances
+    assert model.max_concurrency == 1  # one llama.cpp context runs one sequence
+    batched = build_model(table(gguf, parallel=3, max_concurrency=2), gguf.parent)
+    assert len(batched.instances) == 1 and batched.engine.default_concurrency() == 3
+    assert batched.max_concurrency == 2  # the config's own limit wins
     engine = model.engine
     assert isinstance(engine, LlamaCppEngine)
     assert (
@@ -59,6 +72,7 @@ def test_relative_path_parallel_and_overrides(gguf: Path) -> None:
         ({"context_length": 0}, "`context_length` must be an integer >= 16"),
         ({"batch_size": "big"}, "`batch_size` must be an integer"),
         ({"parallel": True}, "`parallel` must be an integer"),
+        ({"batching": "yes"}, "`batching` must be true or false"),
         ({"n_gpu_layers": -2}, "`n_gpu_layers` must be an integer >= -1"),
         ({"tool_call_format": "xml"}, "tool_call_format must be one of"),
         ({"reasoning": "maybe"}, "reasoning must be"),

@@ -96,6 +96,11 @@ class Engine(ABC):
         self.model_id = model_id
         self.created = int(time.time())  # stable for the listing's `created`
 
+    def default_concurrency(self) -> int:
+        """Requests this instance runs at once unless the config says (a batching llama.cpp
+        context: its sequences)."""
+        return self.default_max_concurrency
+
     @classmethod
     @abstractmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> Engine:

@@ -56,7 +56,7 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     cls = engine_class(table["engine"])
     own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
     engine = cls.from_config(own, base_dir)
-    max_concurrency, max_queue = _limits(table, cls.default_max_concurrency)
+    max_concurrency, max_queue = _limits(table, engine.default_concurrency())
     ttl = table.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 0):
         raise ConfigError(f"model {table['id']!r}: `ttl` must be a non-negative number of seconds")

@@ -42,9 +42,9 @@ class GrammarSampler:
         self._one_cell = (llama_cpp.llama_token_data * 1)()
         self._one = llama_cpp.llama_token_data_array(self._one_cell, 1, -1, False)
 
-    def _candidates(self, ctx: Any) -> Any:
+    def _candidates(self, ctx: Any, index: int = -1) -> Any:
         """Every token with its logit, as llama_sampler_sample starts from."""
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, -1), shape=(self.n_vocab,))
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
         cells = self._cells
         cells["id"] = self._ids  # samplers sort and cut the array in place
         cells["logit"] = logits
@@ -65,12 +65,13 @@ class GrammarSampler:
         llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(one))
         return not math.isinf(float(self._one_cell[0].logit))
 
-    def sample(self, ctx: Any) -> int:
-        array = self._candidates(ctx)
+    def sample(self, ctx: Any, index: int = -1) -> int:
+        """The next token from batch row `index` (-1: the last one decoded)."""
+        array = self._candidates(ctx, index)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
         token = self._selected(array)
         if not self._allowed(token):
-            array = self._candidates(ctx)
+            array = self._candidates(ctx, index)
             llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(array))
             llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
             token = self._selected(array)

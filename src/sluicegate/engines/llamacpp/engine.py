@@ -2,8 +2,11 @@
 
 Each engine (one per model instance) owns one llama.cpp context and one worker thread. Loading,
 prompt decoding and sampling all happen on that thread; events cross to the event loop through
-a batching channel, so the loop never waits on llama.cpp. A context runs one sequence, so an
-instance admits one request at a time (`default_max_concurrency`); `parallel = N` runs N.
+a batching channel, so the loop never waits on llama.cpp. Without `batching`, a context runs
+one sequence, so an instance admits one request at a time (`default_max_concurrency`) and
+`parallel = N` builds N instances. With `batching = true`, one context holds `parallel`
+sequences that a scheduler (scheduler.py) decodes together, and the instance admits that many
+(the default).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from sluicegate.engines.llamacpp.overflow import (
     too_long,
 )
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
+from sluicegate.engines.llamacpp.scheduler import BatchScheduler
+from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.metrics import METRICS
@@ -53,6 +58,8 @@ from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_forma
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
+MIB = 1 << 20
+DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
 def llama_seed(seed: int) -> int:
@@ -69,7 +76,6 @@ class LlamaCppEngine(Engine):
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:
         super().__init__(model_id)
         self.settings = settings
-        self.parallel = settings.parallel
         self.gguf: GGUFInfo = read_gguf_info(settings.path)
         self.template = settings.chat_template or self.gguf.chat_template
         self.tool_format = settings.tool_call_format or detect_tool_format(
@@ -83,6 +89,15 @@ class LlamaCppEngine(Engine):
         # The most a load may ask for (listed as the model's maximum), and what it loads with.
         self.context = choose_context(self.gguf, settings.context_length, settings.kv_cache_budget_mib)
         self.context_length = self.context.length
+        # With batching: `parallel` sequences of one context, each of `context_length`.
+        self.batching = settings.batching and self.pooling is None
+        if self.batching:
+            self.parallel = 1
+            self.sequences = settings.parallel or self._default_sequences()
+        else:
+            self.parallel = settings.parallel or 1
+            self.sequences = 1
+        self._scheduler: BatchScheduler | None = None
         self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
@@ -91,6 +106,17 @@ class LlamaCppEngine(Engine):
         self._executor: ThreadPoolExecutor | None = None
         self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None] | None = None
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
+
+    def _default_sequences(self) -> int:
+        """As many full contexts as the KV-cache budget holds, between 1 and DEFAULT_SEQUENCES."""
+        per_token = self.context.kv_bytes_per_token
+        if not per_token:
+            return 1
+        fits = self.context.budget_mib * MIB // (per_token * self.context_length)
+        return max(1, min(DEFAULT_SEQUENCES, fits))
+
+    def default_concurrency(self) -> int:
+        return self.sequences if self.batching else self.default_max_concurrency
 
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> LlamaCppEngine:
@@ -264,6 +290,7 @@ class LlamaCppEngine(Engine):
                 on_progress=on_progress,
                 repack=settings.repack,
                 pooling=self.pooling,
+                sequences=self.sequences,
             )
 
         log.info("loading %s: %s", self.model_id, self.context.describe())
@@ -273,6 +300,9 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
+        if self.batching:
+            self._scheduler = BatchScheduler(self._runtime)
+            self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
         self._close_vocabulary()  # the loaded model tokenizes now
 
     def _close_vocabulary(self) -> None:
@@ -282,6 +312,9 @@ class LlamaCppEngine(Engine):
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.stop()  # its loop ends; `close` below runs after it on the same thread
         if runtime is not None and self._executor is not None:
             # On the worker thread, after whatever it is finishing: never under a running decode.
             await asyncio.get_running_loop().run_in_executor(self._executor, runtime.close)
@@ -328,6 +361,27 @@ class LlamaCppEngine(Engine):
             reasoning=self.reasoning,
             in_reasoning=in_reasoning,
         )
+
+        scheduler = self._scheduler
+        if scheduler is not None:
+            sequence = Sequence(
+                job,
+                prompt,
+                cap=request.options.context_length,
+                fail=lambda exc: channel.put([_Raise(exc)]),
+                done=channel.close,
+            )
+            scheduler.submit(sequence)
+            try:
+                async for batch in channel.batches():
+                    for event in batch:
+                        if isinstance(event, _Raise):
+                            raise event.error()
+                        yield event
+            finally:
+                job.cancelled = True  # the scheduler drops the sequence, and its cells, next step
+                scheduler.wake()
+            return
 
         def work() -> None:
             try:

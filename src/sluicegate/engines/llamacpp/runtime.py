@@ -117,6 +117,7 @@ class LlamaRuntime:
         on_progress: Callable[[float], None],
         repack: bool = False,
         pooling: int | None = None,
+        sequences: int = 1,
     ) -> None:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
@@ -136,7 +137,13 @@ class LlamaRuntime:
         # the server's own logs); llama.cpp's log level is set in `_init_backend`.
         self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
         ctx_params = llama_cpp.llama_context_default_params()
-        ctx_params.n_ctx = context_length
+        # N sequences (continuous batching, scheduler.py): one stream of `context_length` cells
+        # each (not a unified cache), so a sequence attends over its own cells only.
+        ctx_params.n_ctx = context_length * sequences
+        # (llama.cpp rounds a stream up to a multiple of 256 cells.)
+        if sequences > 1:
+            ctx_params.n_seq_max = sequences
+            ctx_params.kv_unified = False
         if pooling is not None:  # an embedding model: one input is one batch (pooling needs it whole)
             ctx_params.embeddings = True
             ctx_params.pooling_type = pooling
@@ -156,7 +163,8 @@ class LlamaRuntime:
         self.context = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=True)
         self.batch = _internals.LlamaBatch(n_tokens=batch_size, embd=0, n_seq_max=1, verbose=True)
         self.batch_size = batch_size
-        self.n_ctx = llama_cpp.llama_n_ctx(self.context.ctx)
+        self.sequences = sequences
+        self.n_ctx = llama_cpp.llama_n_ctx_seq(self.context.ctx)  # per sequence
         self.n_vocab = self.model.n_vocab()
         self.evaluated: list[int] = []
         self._pieces: dict[int, bytes] = {}
@@ -283,10 +291,11 @@ class LlamaRuntime:
         add(llama_cpp.llama_sampler_init_dist(seed))
         return chain
 
-    def _logprob(self, token: int, top: int) -> TokenLogprob:
-        """The token's log-probability under the model (raw logits, before any sampler)."""
+    def _logprob(self, token: int, top: int, index: int = -1) -> TokenLogprob:
+        """The token's log-probability under the model (raw logits, before any sampler), from
+        the logits of the batch's `index`th token."""
         logits = np.ctypeslib.as_array(
-            llama_cpp.llama_get_logits_ith(self.context.ctx, -1), shape=(self.n_vocab,)
+            llama_cpp.llama_get_logits_ith(self.context.ctx, index), shape=(self.n_vocab,)
         )
         peak = float(logits.max())
         total = peak + math.log(float(np.exp(logits - peak).sum()))
@@ -394,7 +403,7 @@ class _Samplers:
         self.grammar = GrammarSampler(runtime.model.vocab, runtime.n_vocab, text, ROOT, chain)
         return self.grammar
 
-    def watch(self, token: int, ctx: Any) -> int:
+    def watch(self, token: int, ctx: Any, index: int = -1) -> int:
         """See a token drawn by the plain chain; switch to the grammar where the answer starts."""
         reasoning, grammar = self._job.reasoning, self._job.grammar
         assert reasoning is not None and grammar is not None
@@ -403,7 +412,7 @@ class _Samplers:
             self._first = False
             if text.strip() != reasoning.open_tag:  # no reasoning: this token must obey the grammar
                 self.watching = False
-                return self._constrain(grammar.text).sample(ctx)
+                return self._constrain(grammar.text).sample(ctx, index)
             return token
         self._tail = (self._tail + text)[-4 * len(reasoning.close_tag) :]
         if reasoning.close_tag in self._tail:

@@ -31,6 +31,7 @@ KEYS = frozenset(
         "kv_cache_budget_mib",
         "context_overflow",
         "embedding",
+        "batching",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -50,7 +51,10 @@ class LlamaCppSettings:
     reasoning: ReasoningStyle | None = None
     reasoning_set: bool = False  # whether `reasoning` came from the config (None can mean "none")
     chat_template: str | None = None  # None: the GGUF's own
-    parallel: int = 1
+    # Without batching: instances, each with its own weights and context. With batching:
+    # sequences of one context (None: chosen from the KV-cache budget, at most 4).
+    parallel: int | None = None
+    batching: bool = True  # continuous batching (scheduler.py); false: one sequence per context
     seed: int | None = None
     flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
     # llama.cpp's CPU "repack" of Q4_0/Q8_0/... weights into interleaved layouts (its "extra
@@ -95,7 +99,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
-    for key in ("flash_attention", "repack", "embedding"):
+    for key in ("flash_attention", "repack", "embedding", "batching"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"model {model!r}: `{key}` must be true or false")

@@ -1,0 +1,231 @@
+"""Benchmark: the llamacpp engine's continuous batching against llama.cpp's own `llama-server`.
+
+Run from the repository root (venv active), with a `llama-server` binary built from the
+llama.cpp sources that the installed llama-cpp-python vendors (see bench/README.md):
+
+    python bench/batching.py --llama-server /path/to/build/bin/llama-server
+
+Both servers load the same GGUF (by default the ~70 MB random-weight demo model,
+`make_demo_gguf(size="bench", ends_replies=False)`: every reply runs to max_tokens), with the same
+threads, batch size, number of sequences (`parallel` / `-np`) and context per sequence, both
+with a KV cache of one stream per sequence (not unified). Measured, one server at a time:
+
+- aggregate tokens/s at concurrency c = 1, 4, 8: c streaming requests at once, each with a
+  distinct prompt (no prefix reuse) and max_tokens; tokens = content deltas received, over the
+  wall time from the first request sent to the last stream done;
+- one stream at c = 1: decode tokens/s = (tokens - 1) / (last delta - first delta);
+- TTFT of a short request sent while another request's ~2,000-token prompt is being processed
+  (the short one is sent 0.1 s after the long one), and the same short request's TTFT alone;
+- RSS of the server process at the end (VmRSS; VmHWM for the peak).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from local_engine import free_port, serving
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+MODEL = "bench"
+STORY = (
+    "You are a careful storyteller. Tell me a long story about a lighthouse keeper who finds a "
+    "message in a bottle, with every detail of the sea, the weather and the people of the village. "
+)
+
+
+def stream(base_url: str, content: str, max_tokens: int) -> tuple[float, list[float], str | None]:
+    """(sent, content delta times, finish reason) of one streaming chat completion."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "stream": True,
+    }
+    times: list[float] = []
+    finish = None
+    with httpx.Client(timeout=900) as client:
+        sent = time.perf_counter()
+        with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                for choice in json.loads(line[6:]).get("choices", []):
+                    if (choice.get("delta") or {}).get("content"):
+                        times.append(time.perf_counter())
+                    finish = choice.get("finish_reason") or finish
+    return sent, times, finish
+
+
+def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tuple[float, float]:
+    """(aggregate tokens/s, decode tokens/s of the first stream)."""
+    with ThreadPoolExecutor(concurrency) as pool:
+        runs = list(
+            pool.map(
+                lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens), range(concurrency)
+            )
+        )
+    start = min(sent for sent, _, _ in runs)
+    end = max(times[-1] for _, times, _ in runs)
+    tokens = sum(len(times) for _, times, _ in runs)
+    bad = [finish for _, _, finish in runs if finish != "length"]
+    if bad:
+        raise RuntimeError(f"replies ended with {bad}, not 'length'")
+    _, first, _ = runs[0]
+    return tokens / (end - start), (len(first) - 1) / (first[-1] - first[0])
+
+
+def long_text(gguf: Path, tokens: int) -> str:
+    """The story repeated to about `tokens` tokens of the model's tokenizer."""
+    from sluicegate.engines.llamacpp.runtime import Vocabulary
+
+    vocabulary = Vocabulary(gguf)
+    try:
+        words = STORY.split()
+        text = ""
+        while len(vocabulary.tokenize(text)) < tokens:
+            text += " ".join(words) + " "
+        while len(vocabulary.tokenize(text)) > tokens:
+            text = text.rsplit(" ", 2)[0] + " "
+        return text
+    finally:
+        vocabulary.close()
+
+
+def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float]:
+    """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT)."""
+    sent, times, _ = stream(base_url, f"{tag} alone. Hello!", 4)
+    alone = times[0] - sent
+    long_prompt = f"{tag} long. {long}"
+    result: dict[str, float] = {}
+
+    def run_long() -> None:
+        s, t, _ = stream(base_url, long_prompt, 4)
+        result["long"] = t[0] - s
+
+    thread = threading.Thread(target=run_long)
+    thread.start()
+    time.sleep(0.1)
+    sent, times, _ = stream(base_url, f"{tag} short. Hello!", 4)
+    beside = times[0] - sent
+    thread.join()
+    return alone, beside, result["long"]
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--llama-server", help="the llama-server binary (without: Sluicegate alone)")
+    parser.add_argument("--gguf", type=Path, help="default: write the bench demo model to a temp folder")
+    parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parallel", type=int, default=8)
+    parser.add_argument("--context", type=int, default=2560, help="per sequence")
+    parser.add_argument("--batch", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
+        folder = Path(tmp)
+        gguf = args.gguf or make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        long = long_text(gguf, args.long_tokens)
+        config = folder / "sluicegate.toml"
+        config.write_text(
+            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+            f'path = "{gguf}"\ncontext_length = {args.context}\nthreads = {args.threads}\n'
+            f"batch_size = {args.batch}\nbatching = true\nparallel = {args.parallel}\n"
+        )
+        ours_url = f"http://127.0.0.1:{free_port()}"
+        ref_url = f"http://127.0.0.1:{free_port()}"
+        env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
+        env.pop("SLUICEGATE_CONFIG", None)
+        targets = {
+            "sluicegate": (
+                [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", ours_url.rsplit(":", 1)[1]],
+                ours_url,
+                env,
+            ),
+            "llama-server": (
+                [
+                    args.llama_server, "-m", str(gguf), "--alias", MODEL, "--host", "127.0.0.1",
+                    "--port", ref_url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
+                    "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
+                    "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
+                ],
+                ref_url,
+                {k: v for k, v in env.items() if k != "PYTHONPATH"},
+            ),
+        }  # fmt: skip
+        if not args.llama_server:
+            del targets["llama-server"]
+        if args.unbatched:  # the same server with one sequence per context (batching = false)
+            single = folder / "unbatched.toml"
+            single.write_text(config.read_text().replace("batching = true", "batching = false"))
+            url = f"http://127.0.0.1:{free_port()}"
+            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
+            targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
+        results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
+        for name, (command, url, target_env) in targets.items():
+            with serving(command, url, folder / f"{name}.log", target_env) as pid:
+                stream(url, "warm-up", 8)  # loads the model (JIT in Sluicegate)
+                out = results[name]
+                for round_ in range(args.rounds):
+                    for c in (1, 4, 8):
+                        total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}")
+                        out.setdefault(f"c={c} aggregate tok/s", []).append(total)
+                        if c == 1:
+                            out.setdefault("c=1 one stream decode tok/s", []).append(single)
+                        print(f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate", flush=True)
+                    alone, beside, long = ttft_beside_long(url, f"{name} {round_}", long)
+                    out.setdefault("short TTFT alone ms", []).append(alone * 1000)
+                    out.setdefault("short TTFT beside a 2k prompt ms", []).append(beside * 1000)
+                    out.setdefault("the 2k prompt's TTFT ms", []).append(long * 1000)
+                    print(
+                        f"{name:13} round {round_} TTFT alone {alone * 1000:.0f} ms, beside {beside * 1000:.0f} ms, long {long * 1000:.0f} ms",
+                        flush=True,
+                    )
+                rss, peak = rss_mib(pid)
+                out["RSS MiB"] = [rss]
+                out["peak RSS MiB"] = [peak]
+
+    print(
+        f"\nGGUF {gguf.name}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
+        f"sequence, batch {args.batch}, max_tokens {args.max_tokens}, {args.rounds} rounds (medians)"
+    )
+    others = [name for name in results if name != "sluicegate"]
+    print(f"{'':36}{'sluicegate':>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
+    for key in results["sluicegate"]:
+        ours = statistics.median(results["sluicegate"][key])
+        line = f"{key:36}{ours:12.1f}"
+        for name in others:
+            ref = statistics.median(results[name][key])
+            line += f"{ref:18.1f}{ours / ref:7.2f}"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,271 @@
+"""Continuous batching: N sequences of one llama.cpp context, one `llama_decode` per step.
+
+One copy of the weights and one context whose KV cache holds `n_seq_max` streams (one per
+slot, `context_length` cells each). The scheduler runs on the engine's worker thread. Each step
+builds one batch: the next token of every decoding sequence, then as many prompt tokens of
+newly admitted ones as the batch has room for (chunked prefill: a long prompt is decoded over
+several steps while the others keep generating; the shortest prompts go first, so a short
+request is not stuck behind a long one). Then every sequence with logits in the batch samples
+from its own row with its own sampler chain.
+
+Slots: a new request takes the free slot whose cached tokens share the longest prefix with its
+prompt (reported as cached tokens). A finished sequence leaves its tokens in its slot for the
+next request to reuse; a cancelled or failed one has its cells removed at once. A slot's
+stream is its own, so what one slot keeps never takes room from another.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import llama_cpp
+
+from sluicegate.core.errors import EngineFailure
+from sluicegate.engines.llamacpp.runtime import LlamaRuntime
+from sluicegate.engines.llamacpp.sequence import Sequence
+
+log = logging.getLogger(__name__)
+
+
+class Slot:
+    __slots__ = ("cached", "id", "sequence")
+
+    def __init__(self, slot_id: int) -> None:
+        self.id = slot_id
+        self.cached: list[int] = []  # the tokens whose keys and values are in this stream
+        self.sequence: Sequence | None = None
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    same = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        same += 1
+    return same
+
+
+class BatchScheduler:
+    def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp") -> None:
+        self.runtime = runtime
+        self.slots = [Slot(i) for i in range(runtime.sequences)]
+        self._cond = threading.Condition()
+        self._incoming: deque[Sequence] = deque()
+        self._waiting: deque[Sequence] = deque()  # submitted, no free slot yet
+        self._closed = False
+        self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
+        self.steps = 0  # decodes run (tests and the bench read it)
+
+    # --- any thread --------------------------------------------------------------------------
+
+    def submit(self, sequence: Sequence) -> None:
+        with self._cond:
+            if self._closed:
+                raise EngineFailure("the model is unloading", code="model_not_loaded")
+            self._incoming.append(sequence)
+            self._cond.notify()
+
+    def wake(self) -> None:
+        """After a consumer set `cancelled`: the loop notices at its next step."""
+        with self._cond:
+            self._cond.notify()
+
+    def stop(self) -> None:
+        """Ask the loop to end; it fails what it still holds and returns."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def used_cells(self, slot: int) -> int:
+        """Cells a slot's stream holds (for tests); call from the worker thread."""
+        memory = self.runtime.context.memory
+        return int(llama_cpp.llama_memory_seq_pos_max(memory, slot)) + 1
+
+    # --- the worker thread -------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The loop: until `stop`, admit, reap, step. Runs on the engine's worker thread."""
+        try:
+            while True:
+                with self._cond:
+                    while not (self._closed or self._incoming or self._waiting or self._active()):
+                        self._cond.wait()
+                    if self._closed:
+                        break
+                    self._waiting.extend(self._incoming)
+                    self._incoming.clear()
+                self._reap()
+                self._admit()
+                if any(s.sequence is not None for s in self.slots):
+                    self._step()
+        finally:
+            self._shutdown()
+
+    def _active(self) -> bool:
+        return any(slot.sequence is not None for slot in self.slots)
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            self._closed = True
+            left = [*self._waiting, *self._incoming]
+            self._waiting.clear()
+            self._incoming.clear()
+        left += [s.sequence for s in self.slots if s.sequence is not None]
+        for slot in self.slots:
+            slot.sequence = None
+        for sequence in left:
+            sequence.free()
+            self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
+        llama_cpp.llama_batch_free(self._batch)
+
+    @staticmethod
+    def _end(sequence: Sequence, error: BaseException | None = None) -> None:
+        try:
+            if error is not None and not sequence.job.cancelled:
+                sequence.fail(error)
+        finally:
+            sequence.done()
+
+    def _drop(self, slot: Slot) -> None:
+        """Remove a slot's cells (a cancelled or failed sequence: its cache is not trusted)."""
+        llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, -1, -1)
+        slot.cached.clear()
+
+    def _release(self, slot: Slot, error: BaseException | None = None, *, keep: bool = True) -> None:
+        sequence = slot.sequence
+        assert sequence is not None
+        slot.sequence = None
+        sequence.free()
+        if not keep:
+            self._drop(slot)
+        self._end(sequence, error)
+
+    def _reap(self) -> None:
+        """Cancelled sequences leave now, and free their cells."""
+        for slot in self.slots:
+            if slot.sequence is not None and slot.sequence.job.cancelled:
+                self._release(slot, keep=False)
+        if any(s.job.cancelled for s in self._waiting):
+            for sequence in [s for s in self._waiting if s.job.cancelled]:
+                self._waiting.remove(sequence)
+                self._end(sequence)
+
+    def _admit(self) -> None:
+        runtime = self.runtime
+        while self._waiting:
+            free = [slot for slot in self.slots if slot.sequence is None]
+            if not free:
+                return
+            sequence = self._waiting.popleft()
+            try:
+                tokens = self._prepare(sequence)
+            except Exception as exc:
+                self._end(sequence, exc)
+                continue
+            slot = max(free, key=lambda s: _shared(s.cached, tokens))
+            keep = min(_shared(slot.cached, tokens), len(tokens) - 1)
+            if keep < len(slot.cached):
+                if not llama_cpp.llama_memory_seq_rm(runtime.context.memory, slot.id, keep, -1):
+                    keep = 0
+                    self._drop(slot)
+                del slot.cached[keep:]
+            slot.sequence = sequence
+            sequence.slot = slot.id
+            sequence.start(keep)
+
+    def _prepare(self, sequence: Sequence) -> list[int]:
+        """Tokenize, and refuse a prompt that cannot fit one sequence's context."""
+        runtime, job = self.runtime, sequence.job
+        if not job.tokens:
+            job.tokens = runtime.tokenize(sequence.prompt)
+        limit = runtime.n_ctx if sequence.cap is None else min(sequence.cap, runtime.n_ctx)
+        if len(job.tokens) >= limit:
+            raise EngineFailure(
+                f"The prompt is {len(job.tokens)} tokens, more than the context length ({limit}) of the model.",
+                code="context_length_exceeded",
+            )
+        if limit < runtime.n_ctx:  # a per-request cap: prompt and output stay within it
+            room = limit - len(job.tokens)
+            asked = job.sampling.max_tokens
+            job.sampling = replace(job.sampling, max_tokens=room if asked is None else min(asked, room))
+        return job.tokens
+
+    def _step(self) -> None:
+        runtime, batch = self.runtime, self._batch
+        capacity = runtime.batch_size
+        n = 0
+        # (slot, batch row with logits or -1, tokens added to the slot's cache, prompt tokens)
+        plan: list[tuple[Slot, int, list[int], int]] = []
+
+        def add(slot: Slot, tokens: list[int], logits_last: bool) -> int:
+            nonlocal n
+            position = len(slot.cached)
+            for offset, token in enumerate(tokens):
+                batch.token[n] = token
+                batch.pos[n] = position + offset
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = slot.id
+                batch.logits[n] = False
+                n += 1
+            batch.logits[n - 1] = logits_last
+            return n - 1 if logits_last else -1
+
+        for slot in self.slots:
+            sequence = slot.sequence
+            if sequence is not None and sequence.next_token is not None:
+                token = sequence.next_token
+                plan.append((slot, add(slot, [token], True), [token], 0))
+        prefilling = sorted(
+            (s for s in self.slots if s.sequence is not None and s.sequence.prefilling),
+            key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0,
+        )
+        for slot in prefilling:
+            room = capacity - n
+            if room <= 0:
+                break
+            sequence = slot.sequence
+            assert sequence is not None
+            chunk = sequence.todo[sequence.prompt_done : sequence.prompt_done + room]
+            last = sequence.prompt_done + len(chunk) == len(sequence.todo)
+            plan.append((slot, add(slot, chunk, last), chunk, len(chunk)))
+        if not n:
+            return
+        batch.n_tokens = n
+        status = llama_cpp.llama_decode(runtime.context.ctx, batch)
+        self.steps += 1
+        if status != 0:
+            error = EngineFailure(f"llama_decode failed ({status})", code="decode_failed")
+            for slot, *_ in plan:
+                if slot.sequence is not None:
+                    self._release(slot, error, keep=False)
+            return
+        for slot, row, tokens, prompt_tokens in plan:
+            slot.cached.extend(tokens)
+            sequence = slot.sequence
+            if sequence is None:
+                continue
+            try:
+                if prompt_tokens:
+                    sequence.prefilled(prompt_tokens)
+                    if sequence.prefilling:
+                        continue
+                    sequence.begin_sampling(runtime)
+                finish = sequence.accept(runtime, row)
+                if finish is not None:
+                    sequence.finish(finish)
+                    self._release(slot)
+            except Exception as exc:
+                log.exception("sequence %d failed", slot.id)
+                self._release(slot, exc, keep=False)
+
+
+def start(runtime: LlamaRuntime, submit: Callable[[Callable[[], None]], Any]) -> BatchScheduler:
+    """A scheduler whose loop `submit` runs (on the engine's worker thread)."""
+    scheduler = BatchScheduler(runtime)
+    submit(scheduler.run)
+    return scheduler

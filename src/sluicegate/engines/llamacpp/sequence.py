@@ -1,0 +1,160 @@
+"""One request's generation inside a batch: its prompt cursor, its sampler chain, its output.
+
+The scheduler (scheduler.py) decodes many of these in one `llama_decode` per step; a
+`Sequence` only ever sees its own logits (the batch row the scheduler names) and turns each
+token it samples into events, exactly as the single-sequence loop in runtime.py does: the same
+sampler chain (grammar first), stop strings, logprobs, limit and finish reasons.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from typing import Any
+
+import llama_cpp
+
+from sluicegate.core.events import (
+    Finished,
+    FinishReason,
+    ItemKind,
+    PromptFinished,
+    PromptProgress,
+    PromptStarted,
+    TextDelta,
+    TokenLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers
+from sluicegate.engines.llamacpp.stops import StopScanner
+from sluicegate.metrics import METRICS
+
+
+class Sequence:
+    """Created on the event loop, then owned by the scheduler's thread."""
+
+    __slots__ = (
+        "_decoder",
+        "_limit",
+        "_pending",
+        "_stops",
+        "_top",
+        "cap",
+        "done",
+        "fail",
+        "job",
+        "next_token",
+        "prompt",
+        "prompt_done",
+        "samplers",
+        "slot",
+        "todo",
+    )
+
+    def __init__(
+        self,
+        job: Job,
+        prompt: str,
+        *,
+        cap: int | None,
+        fail: Callable[[BaseException], None],
+        done: Callable[[], None],
+    ) -> None:
+        self.job = job
+        self.prompt = prompt  # tokenized on the scheduler's thread when `job.tokens` is empty
+        self.cap = cap  # a per-request context cap (`options.context_length`), or None
+        self.fail = fail  # carries an error to the consumer
+        self.done = done  # closes the consumer's channel; called exactly once
+        self.slot = -1  # the llama.cpp sequence id while admitted
+        self.todo: list[int] = []  # prompt tokens not in the cache when admitted
+        self.prompt_done = 0  # of `todo`, decoded so far
+        self.samplers: _Samplers | None = None
+        self.next_token: int | None = None  # sampled, to be decoded in the next step
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._stops = StopScanner(job.sampling.stop)
+        self._pending: list[TokenLogprob] = []
+        sampling = job.sampling
+        self._top = (sampling.top_logprobs or 0) if sampling.logprobs else -1
+        self._limit = 0
+
+    @property
+    def prefilling(self) -> bool:
+        return self.prompt_done < len(self.todo)
+
+    def start(self, cached: int) -> None:
+        """Admitted with `cached` prompt tokens already in its slot's cache."""
+        tokens = self.job.tokens
+        self.todo = tokens[cached:]
+        self.prompt_done = 0
+        self.job.usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
+        self.job.emit([PromptStarted()])
+
+    def prefilled(self, count: int) -> None:
+        self.prompt_done += count
+        self.job.emit([PromptProgress(self.prompt_done / len(self.todo))])
+
+    def begin_sampling(self, runtime: LlamaRuntime) -> None:
+        """The prompt is in: report it, and build the sampler chain (may raise for a grammar)."""
+        usage = self.job.usage
+        self.job.emit([PromptFinished(), UsageReport(Usage(usage.prompt_tokens, 0, usage.cached_tokens))])
+        room = runtime.n_ctx - usage.prompt_tokens
+        asked = self.job.sampling.max_tokens
+        self._limit = room if asked is None else min(asked, room)
+        self.samplers = _Samplers(runtime, self.job)
+
+    def accept(self, runtime: LlamaRuntime, index: int) -> FinishReason | None:
+        """Sample from batch row `index`; None to go on (with `next_token` to decode)."""
+        samplers, job = self.samplers, self.job
+        assert samplers is not None
+        ctx: Any = runtime.context.ctx
+        constrained = samplers.grammar  # check-first grammar sampling, as the one-sequence path
+        if constrained is None:
+            token = int(llama_cpp.llama_sampler_sample(samplers.plain, ctx, index))
+        else:
+            token = constrained.sample(ctx, index)
+        if samplers.watching:
+            token = samplers.watch(token, ctx, index)
+        self.next_token = None
+        if llama_cpp.llama_vocab_is_eog(runtime.model.vocab, token):
+            return FinishReason.STOP
+        usage = job.usage
+        usage.completion_tokens += 1
+        METRICS.counters[job.tokens_key] += 1
+        if self._top >= 0:
+            self._pending.append(runtime._logprob(token, self._top, index))
+        text, stopped = self._stops.feed(self._decoder.decode(runtime.piece(token)))
+        if text:
+            events = job.parser.feed(text, self._pending or None)
+            self._pending = []
+            if events:
+                usage.reasoning_tokens += any(
+                    type(e) is TextDelta and e.channel is ItemKind.REASONING for e in events
+                )
+                job.emit(events)
+        if stopped:
+            self._stops = StopScanner([])  # nothing held back once a stop string was reached
+            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            return FinishReason.STOP
+        if usage.completion_tokens >= self._limit:
+            return FinishReason.LENGTH
+        self.next_token = token
+        return None
+
+    def finish(self, finish: FinishReason) -> None:
+        """The last events: held-back text, the parser's tail, usage and the finish reason."""
+        job, parser = self.job, self.job.parser
+        tail = self._stops.flush() + self._decoder.decode(b"", final=True)
+        events = (parser.feed(tail, self._pending or None) if tail else []) + parser.finish()
+        if finish is FinishReason.STOP and parser.saw_tool_calls:
+            finish = FinishReason.TOOL_CALLS
+        usage = job.usage
+        final = Usage(
+            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
+        )
+        job.emit([*events, UsageReport(final), Finished(finish)])
+
+    def free(self) -> None:
+        if self.samplers is not None:
+            self.samplers.free()
+            self.samplers = None

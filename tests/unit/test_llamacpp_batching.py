@@ -1,0 +1,226 @@
+"""Continuous batching: N sequences of one real llama.cpp context, scheduled together.
+
+Real llama.cpp, the tiny demo GGUF (random weights: end of turn is never sampled, so every
+reply runs to `max_tokens`), the engine as the server drives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sluicegate.core.errors import EngineFailure
+from sluicegate.core.events import Finished, PromptProgress, RawEvent, TextDelta, Usage, UsageReport
+from sluicegate.core.request import ChatRequest, Message, RequestOptions, SamplingParams
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.engines.llamacpp.engine import LlamaCppEngine
+
+PROMPTS = [
+    "What is the weather in Paris today?",
+    "Tell me a story about a dragon and a knight.",
+    "List three colours.",
+    "How do tides work? Explain in detail, please, with examples from the coast.",
+]
+
+
+@pytest.fixture(scope="module")
+def gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_demo_gguf(tmp_path_factory.mktemp("batching") / "tiny.gguf", ends_replies=False)
+
+
+def _engine(gguf: Path, **extra: Any) -> LlamaCppEngine:
+    table = {"id": "b", "engine": "llamacpp", "path": str(gguf), "batch_size": 32, "context_length": 512}
+    return LlamaCppEngine.from_config({**table, **extra}, Path("."))
+
+
+def _request(prompt: str, **sampling: Any) -> ChatRequest:
+    sampling.setdefault("max_tokens", 24)
+    sampling.setdefault("temperature", 0.0)
+    return ChatRequest(model="b", messages=[Message("user", prompt)], sampling=SamplingParams(**sampling))
+
+
+class Reply:
+    def __init__(self) -> None:
+        self.text = ""
+        self.finish: Any = None
+        self.usage = Usage()
+        self.progress: list[float] = []
+
+
+async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
+    engine.check(request)
+    reply = Reply()
+    async for event in engine.generate(request):
+        _note(reply, event)
+    return reply
+
+
+def _note(reply: Reply, event: RawEvent) -> None:
+    if isinstance(event, TextDelta):
+        reply.text += event.text
+    elif isinstance(event, Finished):
+        reply.finish = event.reason
+    elif isinstance(event, UsageReport):
+        reply.usage = event.usage
+    elif isinstance(event, PromptProgress):
+        reply.progress.append(event.progress)
+
+
+@pytest.fixture
+def loaded(gguf: Path) -> Iterator[Any]:
+    """(engine factory) -> loaded engines, closed at the end."""
+    loop = asyncio.new_event_loop()
+    engines: list[LlamaCppEngine] = []
+
+    def make(**extra: Any) -> LlamaCppEngine:
+        engine = _engine(gguf, **extra)
+        loop.run_until_complete(engine.load(lambda _: None))
+        engines.append(engine)
+        return engine
+
+    make.loop = loop  # type: ignore[attr-defined]
+    yield make
+    for engine in engines:
+        loop.run_until_complete(engine.aclose())
+    loop.close()
+
+
+def test_settings_and_concurrency(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=3)
+    assert (engine.sequences, engine.parallel, engine.default_concurrency()) == (3, 1, 3)
+    runtime = engine._runtime
+    assert runtime is not None and runtime.n_ctx == 512  # context_length stays per sequence
+    plain = _engine(engine.settings.path, batching=False, parallel=3)
+    assert (plain.sequences, plain.parallel, plain.default_concurrency()) == (1, 3, 1)
+
+
+def test_concurrent_replies_equal_each_alone(loaded: Any) -> None:
+    """Four distinct prompts (each with its own seed) decoded together get what each gets alone."""
+    engine = loaded(batching=True, parallel=4)
+    loop = loaded.loop
+    alone = [
+        loop.run_until_complete(_run(engine, _request(p, temperature=1.0, seed=i)))
+        for i, p in enumerate(PROMPTS)
+    ]
+
+    async def together() -> list[Reply]:
+        runs = (_run(engine, _request(p, temperature=1.0, seed=i)) for i, p in enumerate(PROMPTS))
+        return list(await asyncio.gather(*runs))
+
+    batched = loop.run_until_complete(together())
+    assert all(r.text and r.finish.value == "length" for r in alone)
+    assert len({r.text for r in alone}) == len(PROMPTS)  # distinct replies: cross-talk would show
+    assert [r.text for r in batched] == [r.text for r in alone]
+    assert engine._scheduler is not None
+
+
+def test_seeded_reply_alone_and_beside_others(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=4)
+    loop = loaded.loop
+    seeded = _request(PROMPTS[1], temperature=1.0, seed=42, max_tokens=32)
+    alone = loop.run_until_complete(_run(engine, seeded))
+
+    async def beside() -> list[Reply]:
+        others = [_run(engine, _request(p, temperature=1.0, max_tokens=40)) for p in PROMPTS]
+        return list(
+            await asyncio.gather(
+                _run(engine, _request(PROMPTS[1], temperature=1.0, seed=42, max_tokens=32)), *others
+            )
+        )
+
+    replies = loop.run_until_complete(beside())
+    assert replies[0].text == alone.text != ""
+
+
+def test_shared_prefix_reports_cached_tokens(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=2)
+    loop = loaded.loop
+    first = loop.run_until_complete(_run(engine, _request(PROMPTS[3])))
+    assert first.usage.cached_tokens == 0
+    again = loop.run_until_complete(_run(engine, _request(PROMPTS[3] + " And rivers?")))
+    assert 0 < again.usage.cached_tokens < again.usage.prompt_tokens
+    runtime = engine._runtime
+    assert runtime is not None
+    one, two = (
+        runtime.tokenize(engine._render(_request(p))) for p in (PROMPTS[3], PROMPTS[3] + " And rivers?")
+    )
+    shared = next(i for i, (a, b) in enumerate(zip(one, two, strict=False)) if a != b)
+    assert again.usage.cached_tokens == shared
+
+
+def test_prompt_progress_in_chunks(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=2, batch_size=8)
+    reply = loaded.loop.run_until_complete(_run(engine, _request(PROMPTS[3] * 3)))
+    assert len(reply.progress) > 3 and reply.progress[-1] == 1.0
+    assert reply.progress == sorted(reply.progress)
+
+
+def test_cancel_one_others_run_and_cells_freed(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=3)
+    loop = loaded.loop
+    scheduler = engine._scheduler
+    assert scheduler is not None
+
+    async def scenario() -> tuple[list[Reply], list[int]]:
+        long = _request(PROMPTS[0], max_tokens=400)
+        engine.check(long)
+        stream: AsyncIterator[RawEvent] = engine.generate(long)
+        texts = 0
+        async for event in stream:
+            texts += isinstance(event, TextDelta)
+            if texts >= 5:
+                break
+        others = asyncio.gather(*(_run(engine, _request(p, max_tokens=60)) for p in PROMPTS[1:3]))
+        await asyncio.sleep(0)
+        await stream.aclose()  # the client went away: its sequence alone is dropped
+        replies = list(await others)
+        # Read the cells on the worker thread: the loop is idle now, and runs nothing else.
+        cells = [scheduler.slots[i].cached for i in range(3)]
+        return replies, [len(c) for c in cells]
+
+    replies, _ = loop.run_until_complete(scenario())
+    assert all(r.finish.value == "length" and r.usage.completion_tokens == 60 for r in replies)
+    dropped = [s for s in scheduler.slots if not s.cached]
+    assert len(dropped) == 1  # the cancelled sequence's slot holds nothing
+    memory = engine._runtime.context.memory  # type: ignore[union-attr]
+    import llama_cpp
+
+    assert llama_cpp.llama_memory_seq_pos_max(memory, dropped[0].id) == -1  # its cells are free
+
+
+def test_too_long_prompt_is_the_context_error(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=2)
+    request = _request("weather " * 600)
+    with pytest.raises(Exception) as info:
+        loaded.loop.run_until_complete(_run(engine, request))
+    assert "context" in str(info.value)
+
+
+def test_request_context_cap(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=2)
+    request = _request(PROMPTS[0], max_tokens=None)
+    request.options = RequestOptions(context_length=64)
+    reply = loaded.loop.run_until_complete(_run(engine, request))
+    assert reply.usage.prompt_tokens + reply.usage.completion_tokens == 64
+
+
+def test_unload_fails_running_requests(loaded: Any) -> None:
+    engine = loaded(batching=True, parallel=2, context_length=4096)
+
+    async def scenario() -> None:
+        request = _request(PROMPTS[0], max_tokens=4000)
+        engine.check(request)
+        stream = engine.generate(request)
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                break
+        await engine.unload()
+        with pytest.raises(EngineFailure):
+            async for _ in stream:
+                pass
+
+    loaded.loop.run_until_complete(scenario())
