@@ -33,7 +33,7 @@ A background run is stored from the moment it is accepted, and its event frames 
     await store.create_run(accepted, scope=s)     # response = the queued snapshot, input
                                                   # items, conversation = history before it;
                                                   # input items findable at once; in flight
-    log = RunLog(store, accepted.id, scope=s)     # store/runlog.py, in place of FrameLog
+    log = RunLog(store, accepted.id, scope=s)     # store/runlog.py: bounded, store-backed
     await log.extend(frames)                      # SSE bytes of each event, seq 0, 1, 2...;
                                                   # shown to local followers at once, stored
                                                   # in batches of 64 or after 0.2 s

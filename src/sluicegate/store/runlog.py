@@ -1,7 +1,7 @@
 """A background run's frame log, kept in the store instead of unbounded memory.
 
-The store-backed sibling of `transport/replay.FrameLog` for background runs: one writer, any
-number of followers, late joiners included. Frames are written to the store in bounded
+One writer, any number of followers, late joiners included (it replaced an in-memory frame
+log that grew without bound). Frames are written to the store in bounded
 batches (`append_events`), so a run survives its connection and, as a record, its process;
 memory holds only the frames not written yet (at most `batch_frames`, `extend` waits for the
 store beyond that: backpressure, not growth).
@@ -11,7 +11,7 @@ store beyond that: backpressure, not growth).
     await log.finish(terminal_frames, final_record)  # durable first, then shown: followers
                                                      # see response.completed only once the
                                                      # record is stored (issue 13)
-    log.follow(after)                                # like FrameLog.follow: bytes, then DONE
+    log.follow(after)                                # bytes from `after` on, then DONE
 
 Followers on other replicas use `store.follow_events`, which reads the same log.
 """
