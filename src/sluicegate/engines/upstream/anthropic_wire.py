@@ -28,6 +28,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.engines.upstream.wire import StreamEnding
 
 STOP_REASONS = {
     "end_turn": FinishReason.STOP,
@@ -72,24 +73,19 @@ def usage_of(body: dict[str, Any]) -> Usage:
     )
 
 
-class MessagesDecoder:
+class MessagesDecoder(StreamEnding):
     """One upstream stream's state (the `StreamDecoder` of base.py)."""
 
-    __slots__ = ("_blocks", "_finish", "_remember", "_thinking", "_tools", "_usage", "done", "failed")
+    __slots__ = ("_blocks", "_remember", "_thinking", "_tools", "_usage")
+    closed_early = CLOSED_EARLY  # no message_stop
 
     def __init__(self, remember: Callable[[str, str], None] | None = None) -> None:
+        super().__init__()
         self._remember = remember  # (thinking text, signature) of each finished thinking block
         self._blocks: dict[int, tuple[str, int]] = {}  # block index → (type, tool index)
         self._thinking: dict[int, list[str]] = {}
         self._tools = 0
         self._usage: dict[str, Any] = {}
-        self._finish: FinishReason | None = None
-        self.done = False  # message_stop seen
-        self.failed = False
-
-    @property
-    def over(self) -> bool:
-        return self.done or self.failed
 
     def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
         if self.over:
@@ -120,7 +116,7 @@ class MessagesDecoder:
                 self._usage.update({k: v for k, v in usage.items() if v is not None})
             reason = (body.get("delta") or {}).get("stop_reason")
             if reason:
-                self._finish = STOP_REASONS.get(reason, FinishReason.STOP)
+                self.finish = STOP_REASONS.get(reason, FinishReason.STOP)
         elif kind == "message_stop":
             self.done = True
             return self._tail()
@@ -175,25 +171,11 @@ class MessagesDecoder:
 
     def _tail(self) -> list[RawEvent]:
         out: list[RawEvent] = [UsageReport(usage_of(self._usage))] if self._usage else []
-        if self._finish is not None or self.done:
-            out.append(Finished(self._finish or FinishReason.STOP))
+        if self.finish is not None or self.done:
+            out.append(Finished(self.finish or FinishReason.STOP))
         return out
 
     def _fail(self, error: ErrorInfo) -> list[RawEvent]:
         self.failed = True
         out: list[RawEvent] = [UsageReport(usage_of(self._usage))] if self._usage else []
         return [*out, Failed(error)]
-
-    def end(self) -> list[RawEvent]:
-        """The body ended: fine after the stop reason came, else a failure."""
-        if self.over:
-            return []
-        if self._finish is not None:
-            self.done = True
-            return self._tail()
-        return self._fail(ErrorInfo(ErrorKind.UPSTREAM, CLOSED_EARLY, code="upstream_closed_early"))
-
-    def cut(self, error: ErrorInfo) -> list[RawEvent]:
-        if self.over:
-            return []
-        return self._fail(error)

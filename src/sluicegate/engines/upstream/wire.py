@@ -14,7 +14,7 @@ Usage is reported once, at the end: the segmenter would pass every intermediate 
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import orjson
 
@@ -125,23 +125,57 @@ def usage_from(body: dict[str, Any]) -> Usage:
     )
 
 
-class ChunkDecoder:
-    """One upstream stream's state: feed it SSE frames, then `end()` when the body ends."""
+class StreamEnding:
+    """How an upstream stream ends, in either wire format: its end marker (`done`), an error
+    frame (`failed`), or the body closing — fine once a finish reason came, else a failure.
+    A decoder sets those three, and says what a stream ends with (`_tail`, `_fail`)."""
 
-    __slots__ = ("_call_ids", "_content", "_last_index", "done", "failed", "finish", "usage")
+    __slots__ = ("done", "failed", "finish")
+    closed_early: ClassVar[str]  # the failure when the body closes before the stream finished
 
-    def __init__(self, content_parser: ContentParser | None = None) -> None:
-        self._content = content_parser
-        self.usage: dict[str, Any] | None = None
+    def __init__(self) -> None:
         self.finish: FinishReason | None = None
-        self.done = False  # `[DONE]` seen
+        self.done = False  # the end marker was seen
         self.failed = False  # an error frame ended the stream
-        self._call_ids: dict[str, int] = {}  # for tool-call deltas without an `index`
-        self._last_index = -1
 
     @property
     def over(self) -> bool:
         return self.done or self.failed
+
+    def _tail(self) -> list[RawEvent]:
+        raise NotImplementedError
+
+    def _fail(self, error: ErrorInfo) -> list[RawEvent]:
+        raise NotImplementedError
+
+    def end(self) -> list[RawEvent]:
+        """The body ended: fine after a finish reason, else a failure."""
+        if self.over:
+            return []
+        if self.finish is not None:
+            self.done = True
+            return self._tail()
+        return self._fail(ErrorInfo(ErrorKind.UPSTREAM, self.closed_early, code="upstream_closed_early"))
+
+    def cut(self, error: ErrorInfo) -> list[RawEvent]:
+        """The stream is ending with `error` (a timeout): report what usage we have, then fail."""
+        if self.over:
+            return []
+        return self._fail(error)
+
+
+class ChunkDecoder(StreamEnding):
+    """One upstream stream's state: feed it SSE frames, then `end()` when the body ends."""
+
+    __slots__ = ("_call_ids", "_content", "_last_index", "usage")
+    closed_early = CLOSED_EARLY  # no finish_reason, no [DONE]
+
+    def __init__(self, content_parser: ContentParser | None = None) -> None:
+        super().__init__()
+        self._content = content_parser
+        self.usage: dict[str, Any] | None = None
+        self._call_ids: dict[str, int] = {}  # for tool-call deltas without an `index`
+        self._last_index = -1
 
     def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
         if self.over:
@@ -250,18 +284,3 @@ class ChunkDecoder:
     def _fail(self, error: ErrorInfo) -> list[RawEvent]:
         self.failed = True
         return [*self._tail(), Failed(error)]
-
-    def end(self) -> list[RawEvent]:
-        """The body ended. Without `[DONE]` that is fine after a finish_reason, else a failure."""
-        if self.over:
-            return []
-        if self.finish is not None:
-            self.done = True
-            return self._tail()
-        return self._fail(ErrorInfo(ErrorKind.UPSTREAM, CLOSED_EARLY, code="upstream_closed_early"))
-
-    def cut(self, error: ErrorInfo) -> list[RawEvent]:
-        """The stream is ending with `error` (a timeout): report what usage we have, then fail."""
-        if self.over:
-            return []
-        return self._fail(error)
