@@ -168,6 +168,16 @@ def test_chat_completions_forced_tool_calls(sdk: openai.OpenAI, stream: bool) ->
         _check_call(call.function.name, call.function.arguments)
 
 
+def final_response(sdk: openai.OpenAI, stream: bool, kwargs: dict[str, Any]) -> Any:
+    """The finished response, streamed through the SDK's helper or not."""
+    if not stream:
+        return sdk.responses.create(**kwargs)
+    with sdk.responses.stream(**kwargs) as events:
+        for _ in events:
+            pass
+        return events.get_final_response()
+
+
 @pytest.mark.parametrize("stream", [False, True])
 def test_responses_forced_tool_calls(sdk: openai.OpenAI, stream: bool) -> None:
     for choice, expected in (
@@ -181,13 +191,7 @@ def test_responses_forced_tool_calls(sdk: openai.OpenAI, stream: bool) -> None:
             "tool_choice": choice,
             "max_output_tokens": BUDGET,
         }
-        if stream:
-            with sdk.responses.stream(**kwargs) as events:
-                for _ in events:
-                    pass
-                response = events.get_final_response()
-        else:
-            response = sdk.responses.create(**kwargs)
+        response = final_response(sdk, stream, kwargs)
         calls = [item for item in response.output if item.type == "function_call"]
         assert response.status == "completed" and len(calls) == 1
         assert calls[0].name in expected
@@ -212,13 +216,7 @@ def test_a_forced_custom_tool_call_matches_its_regex(sdk: openai.OpenAI, stream:
         "tool_choice": {"type": "custom", "name": "ticket"},
         "max_output_tokens": BUDGET,
     }
-    if stream:
-        with sdk.responses.stream(**kwargs) as events:
-            for _ in events:
-                pass
-            response = events.get_final_response()
-    else:
-        response = sdk.responses.create(**kwargs)
+    response = final_response(sdk, stream, kwargs)
     calls = [item for item in response.output if item.type == "custom_tool_call"]
     assert response.status == "completed" and len(calls) == 1
     assert calls[0].name == "ticket"
