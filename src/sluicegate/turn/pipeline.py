@@ -151,39 +151,11 @@ class TurnPipeline:
             await _close(self.events)
 
     async def collect(self) -> ChatResult:
-        """Run the turn to its end for a non-streaming answer."""
-        feed, encode = self.accumulator.feed, self.encoder.encode
-        self._task = asyncio.current_task()
-        tap = self.tap
-        tapping = False
-        try:
-            if self.cancel_reason is not None:
-                raise asyncio.CancelledError
-            if tap is not None:
-                tap.start()
-                tapping = True
-            async for event in self.events:
-                if tap is not None:
-                    tap.see(event)
-                feed(event)
-                frames = encode(event)  # the encoder's state is the body of some dialects
-                kind = type(event)
-                if kind is Finished or kind is Failed:
-                    await self._end(None, frames)
-                    break
-        except asyncio.CancelledError:
-            if not self._owned_cancel():
-                raise
-            assert self.cancel_reason is not None
-            await self._end(self.cancel_reason, self.encoder.cancelled(self.cancel_reason))
-        except Exception:
-            log.exception("collecting a response failed")
-            if not self.ended:
-                await self._end(None, self._internal_failure())
-        finally:
-            if tapping:
-                tap.end()  # type: ignore[union-attr]
-            await _close(self.events)
+        """Run the turn to its end for a non-streaming answer: the stream's own loop (so the two
+        can never disagree), its frames unused — the encoder's state is the body of some
+        dialects, and the accumulator's is the result."""
+        async for _frames in self.frames():
+            pass
         return self.accumulator.result
 
     def hand_over(self) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,7 +41,7 @@ from sluicegate.observe import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
-from sluicegate.transport.sse import frame_bytes, stream_sse
+from sluicegate.transport.sse import Chunk, frame_bytes, stream_sse
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -155,28 +155,12 @@ class TurnEndpoint:
             )
             await run.start()  # stored as queued; from here on the run owns the turn's resources
             if turn.stream:
-                await stream_sse(
-                    run.log.follow(-1),
-                    send,
-                    request.receive,
-                    heartbeat_seconds=state.limits.heartbeat_seconds,
-                    heartbeat=self.dialect.heartbeat,
-                    buffer_bytes=state.settings.stream_buffer_bytes,
-                    headers=prepared.headers,
-                )
+                await self._stream(state, request, send, run.log.follow(-1), prepared.headers)
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
         if turn.stream:
             with self.live(state, prepared):
-                await stream_sse(
-                    pipeline.frames(),
-                    send,
-                    request.receive,
-                    heartbeat_seconds=state.limits.heartbeat_seconds,
-                    heartbeat=self.dialect.heartbeat,
-                    buffer_bytes=state.settings.stream_buffer_bytes,
-                    headers=prepared.headers,
-                )
+                await self._stream(state, request, send, pipeline.frames(), prepared.headers)
                 await pipeline.abandon("client_disconnected")  # a no-op when it ended
             return 200
         with self.live(state, prepared):
@@ -190,6 +174,24 @@ class TurnEndpoint:
             info = self.dialect.failure(result.error, body)
             return await self._send_error(info, send, prepared.headers)
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
+
+    async def _stream(
+        self,
+        state: AppState,
+        request: Request,
+        send: Send,
+        chunks: AsyncIterator[Chunk],
+        headers: dict[str, str],
+    ) -> None:
+        await stream_sse(
+            chunks,
+            send,
+            request.receive,
+            heartbeat_seconds=state.limits.heartbeat_seconds,
+            heartbeat=self.dialect.heartbeat,
+            buffer_bytes=state.settings.stream_buffer_bytes,
+            headers=headers,
+        )
 
     def live(self, state: AppState, prepared: Prepared) -> _maybe:
         """`with` it while the turn streams: a stored turn is live (retrievable, cancellable)."""
