@@ -231,9 +231,37 @@ class ItemDone:
     item: Item
 
 
+# --- batches: what arrived together travels together ------------------------------------------
+
+
+@dataclass(slots=True)
+class RawBatch:
+    """Raw events that arrived together (one read from an upstream's socket), passed down as one
+    so every layer between the engine and the client takes one step per read, not per token.
+    Never empty and never nested; only an engine's relay makes them (`engines/upstream/base.py`)."""
+
+    events: list[RawEvent]
+
+
+@dataclass(slots=True)
+class EventBatch:
+    """The canonical events of one `RawBatch`, in order. Never holds `Finished` or `Failed`: the
+    segmenter yields those alone, at the end."""
+
+    events: list[Event]
+
+
 ProgressEvent = LoadStarted | LoadProgress | LoadFinished | PromptStarted | PromptProgress | PromptFinished
 ServerToolEvent = ToolResult | ToolsListed | ApprovalRequested
 RawEvent = (
-    ProgressEvent | Answered | TextDelta | ToolCallDelta | ServerToolEvent | UsageReport | Finished | Failed
+    ProgressEvent
+    | Answered
+    | TextDelta
+    | ToolCallDelta
+    | ServerToolEvent
+    | UsageReport
+    | Finished
+    | Failed
+    | RawBatch
 )
-Event = ProgressEvent | ItemAdded | ItemDelta | ItemDone | UsageReport | Finished | Failed
+Event = ProgressEvent | ItemAdded | ItemDelta | ItemDone | UsageReport | Finished | Failed | EventBatch

@@ -14,7 +14,7 @@ from typing import TypeVar
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.core.events import Event, RawEvent
+from sluicegate.core.events import Event, EventBatch, RawEvent
 from sluicegate.core.segment import segment
 
 T = TypeVar("T")
@@ -36,7 +36,11 @@ async def collect(events: AsyncIterator[Event], accumulator: Accumulator | None 
     """Run a stream to its end for a non-streaming response."""
     accumulator = accumulator or Accumulator()
     async for event in events:
-        accumulator.feed(event)
+        if type(event) is EventBatch:
+            for inner in event.events:
+                accumulator.feed(inner)
+        else:
+            accumulator.feed(event)
     return accumulator.result
 
 

@@ -32,6 +32,7 @@ from sluicegate.dialects.openai_errors import openai_error
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 # Items of tools the server runs itself (tool loop): not part of this dialect.
 SERVER_SIDE = frozenset({ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST})
+_MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -165,7 +166,7 @@ class ChatCompletionsEncoder:
     def _delta(self, event: ItemDelta) -> Frame | None:
         item = event.item
         kind = item.kind
-        if kind is ItemKind.MESSAGE:
+        if kind is _MESSAGE:
             if not self.logprobs:
                 return Frame(self._content_head + orjson.dumps(event.text) + self._content_tail)
             content_lp = {"content": logprobs_body(event.logprobs or []), "refusal": None}

@@ -21,6 +21,7 @@ from sluicegate.core.events import (
     LoadFinished,
     LoadProgress,
     LoadStarted,
+    RawBatch,
     RawEvent,
     TextDelta,
     ToolCallDelta,
@@ -185,6 +186,10 @@ class Instance:
             async for event in engine_events:
                 if type(event) is TextDelta or type(event) is ToolCallDelta:
                     counters[key] += 1
+                elif type(event) is RawBatch:
+                    for inner in event.events:
+                        if type(inner) is TextDelta or type(inner) is ToolCallDelta:
+                            counters[key] += 1
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
             METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)

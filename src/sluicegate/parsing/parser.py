@@ -50,6 +50,11 @@ class _Mode(Enum):
     MISTRAL_ARGS = auto()  # [ARGS]{...}, until the object closes
 
 
+# Module constants for the per-token path: an enum member lookup costs ~100 ns in Python 3.11.
+_TEXT = _Mode.TEXT
+_MESSAGE = ItemKind.MESSAGE
+
+
 class OutputParser:
     """One generation's text → raw events. Feed chunks as they come; call `finish` once."""
 
@@ -88,6 +93,18 @@ class OutputParser:
     # --- public --------------------------------------------------------------------------
 
     def feed(self, text: str, logprobs: list[TokenLogprob] | None = None) -> list[RawEvent]:
+        if (  # per token, mid-message with nothing held: text without a marker passes through
+            not logprobs
+            and self._mode is _TEXT
+            and self._channel is _MESSAGE
+            and not (self._buf or self._at_start or self._trim or self._ws or self._hold_ws)
+            and not (self._llama_start or self._logprobs)
+        ):
+            for c in self._triggers:
+                if c in text:
+                    break
+            else:
+                return [TextDelta(_MESSAGE, text)] if text else []
         out: list[RawEvent] = []
         if logprobs:
             if self._logprobs is None:

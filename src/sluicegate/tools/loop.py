@@ -29,6 +29,7 @@ from sluicegate.core.events import (
     Finished,
     FinishReason,
     ItemKind,
+    RawBatch,
     RawEvent,
     TextDelta,
     ToolCallDelta,
@@ -223,26 +224,28 @@ async def run_tool_loop(
             yield Failed(exc.info)
             return
         try:
-            async for event in events:
-                if type(event) is TextDelta:
-                    if event.channel is ItemKind.MESSAGE:
-                        round_.text.append(event.text)
-                    elif event.channel is ItemKind.REASONING:
-                        round_.reasoning.append(event.text)
-                    yield event
-                elif type(event) is ToolCallDelta:
-                    for delta in round_.tool_delta(event):
-                        yield delta
-                elif type(event) is UsageReport:
-                    round_.usage = event.usage  # cumulative within a run
-                    yield UsageReport(_add(total, event.usage))
-                elif type(event) is Finished:
-                    round_.finish = event.reason
-                elif type(event) is Failed:
-                    yield event
-                    return
-                else:
-                    yield event
+            async for received in events:
+                # A batch (one upstream read) is taken apart: the loop looks at every call delta.
+                for event in received.events if type(received) is RawBatch else (received,):
+                    if type(event) is TextDelta:
+                        if event.channel is ItemKind.MESSAGE:
+                            round_.text.append(event.text)
+                        elif event.channel is ItemKind.REASONING:
+                            round_.reasoning.append(event.text)
+                        yield event
+                    elif type(event) is ToolCallDelta:
+                        for delta in round_.tool_delta(event):
+                            yield delta
+                    elif type(event) is UsageReport:
+                        round_.usage = event.usage  # cumulative within a run
+                        yield UsageReport(_add(total, event.usage))
+                    elif type(event) is Finished:
+                        round_.finish = event.reason
+                    elif type(event) is Failed:
+                        yield event
+                        return
+                    else:
+                        yield event
         finally:
             aclose = getattr(events, "aclose", None)
             if aclose is not None:

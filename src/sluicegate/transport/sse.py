@@ -40,25 +40,37 @@ _GONE: Final = b"\x00gone"  # client disconnected
 Chunk = list[Frame] | bytes
 
 
+_PREFIXES: dict[str | None, bytes] = {None: b"data: "}  # per event name: its lines up to the data
+
+
+def _prefix(event: str | None) -> bytes:
+    prefix = _PREFIXES.get(event)
+    if prefix is None:
+        assert event is not None
+        prefix = b"event: " + event.encode() + b"\ndata: "
+        if len(_PREFIXES) < 256:  # encoders use a few dozen names; the cache stays small anyway
+            _PREFIXES[event] = prefix
+    return prefix
+
+
 def frame_bytes(frame: Frame) -> bytes:
     """One SSE frame; `frame.data` is a single line (orjson output is)."""
-    if frame.event is None:
-        return b"data: " + frame.data + b"\n\n"
-    return b"event: " + frame.event.encode() + b"\ndata: " + frame.data + b"\n\n"
+    return _prefix(frame.event) + frame.data + b"\n\n"
 
 
 def frames_bytes(frames: Iterable[Frame]) -> bytes:
-    return b"".join([frame_bytes(f) for f in frames])
+    parts: list[bytes] = []
+    for frame in frames:
+        parts += (_prefix(frame.event), frame.data, b"\n\n")
+    return b"".join(parts)
 
 
 def _list_bytes(frames: list[Frame]) -> bytes:
-    """`frames_bytes` for the per-token case: mostly one data-only frame."""
+    """`frames_bytes` for what a producer yields: one frame per token, or a read's worth."""
     if len(frames) == 1:
         frame = frames[0]
-        if frame.event is None:
-            return b"data: " + frame.data + b"\n\n"
-        return b"event: " + frame.event.encode() + b"\ndata: " + frame.data + b"\n\n"
-    return b"".join([frame_bytes(f) for f in frames])
+        return _prefix(frame.event) + frame.data + b"\n\n"
+    return frames_bytes(frames)
 
 
 _BASE_HEADERS: Final = {"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS}

@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorInfo, ErrorKind
-from sluicegate.core.events import Event, Failed, Finished
+from sluicegate.core.events import Event, EventBatch, Failed, Finished
 from sluicegate.core.frames import Frame
 from sluicegate.dialects.base import Encoder
 from sluicegate.observe import EventTap
@@ -106,7 +106,8 @@ class TurnPipeline:
         return self.cancel_reason is not None and task is not None and task.uncancel() == 0
 
     async def frames(self) -> AsyncGenerator[list[Frame], None]:
-        """The stream: opening frames, one list per event that renders, the ending."""
+        """The stream: opening frames, one list per event (or batch of events) that renders, the
+        ending."""
         encoder, feed, encode = self.encoder, self.accumulator.feed, self.encoder.encode
         self._task = asyncio.current_task()
         tap = self.tap
@@ -123,6 +124,16 @@ class TurnPipeline:
                 tap.start()
                 tapping = True
             async for event in self.events:
+                if type(event) is EventBatch:  # one upstream read: one list of frames out
+                    frames = []
+                    for inner in event.events:  # never a terminal event (see EventBatch)
+                        if tap is not None:
+                            tap.see(inner)
+                        feed(inner)
+                        frames += encode(inner)
+                    if frames:
+                        yield frames
+                    continue
                 if tap is not None:
                     tap.see(event)
                 feed(event)

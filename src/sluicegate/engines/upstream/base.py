@@ -30,6 +30,7 @@ from sluicegate.core.events import (
     PromptFinished,
     PromptProgress,
     PromptStarted,
+    RawBatch,
     RawEvent,
 )
 from sluicegate.core.request import ChatRequest
@@ -184,13 +185,21 @@ class UpstreamEngine(Engine):
                         yield event
                     return
                 clocks.chunk()
+                # Everything this read decoded goes down as one: a RawBatch when it is more than
+                # one event, so the layers above take one step per read, not one per token.
+                batch: list[RawEvent] = []
                 for name, data in feed(chunk):
-                    for event in frame(name, data):
-                        if prompting and type(event) is not PromptProgress:
+                    batch += frame(name, data)
+                if prompting and batch:
+                    for i, event in enumerate(batch):
+                        if type(event) is not PromptProgress:
                             prompting = False
-                            yield PromptProgress(1.0)
-                            yield PromptFinished()
-                        yield event
+                            batch[i:i] = (PromptProgress(1.0), PromptFinished())
+                            break
+                if len(batch) == 1:
+                    yield batch[0]
+                elif batch:
+                    yield RawBatch(batch)
                 if decoder.over:
                     if decoder.done:
                         await _drain(chunks)
