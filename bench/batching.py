@@ -22,6 +22,7 @@ with a KV cache of one stream per sequence (not unified). Measured, one server a
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +32,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -44,16 +46,22 @@ STORY = (
 )
 
 
-def stream(base_url: str, content: str, max_tokens: int) -> tuple[float, list[float], str | None]:
-    """(sent, content delta times, finish reason) of one streaming chat completion."""
+def stream(
+    base_url: str, content: str, max_tokens: int, evaluated: list[int] | None = None
+) -> tuple[float, list[float], str | None]:
+    """(sent, content delta times, finish reason) of one streaming chat completion; appends to
+    `evaluated` the prompt tokens the server says it decoded (not taken from its cache)."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     times: list[float] = []
     finish = None
+    usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
     with httpx.Client(timeout=900) as client:
         sent = time.perf_counter()
         with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
@@ -61,10 +69,19 @@ def stream(base_url: str, content: str, max_tokens: int) -> tuple[float, list[fl
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                for choice in json.loads(line[6:]).get("choices", []):
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices", []):
                     if (choice.get("delta") or {}).get("content"):
                         times.append(time.perf_counter())
                     finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings  # llama-server's own count
+    if evaluated is not None:
+        if "prompt_n" in timings:
+            evaluated.append(int(timings["prompt_n"]))
+        else:
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            evaluated.append(int(usage.get("prompt_tokens", 0)) - int(cached))
     return sent, times, finish
 
 
@@ -103,15 +120,17 @@ def long_text(gguf: Path, tokens: int) -> str:
         vocabulary.close()
 
 
-def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float]:
-    """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT)."""
+def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float, int]:
+    """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT, the
+    long prompt's tokens the server decoded)."""
     sent, times, _ = stream(base_url, f"{tag} alone. Hello!", 4)
     alone = times[0] - sent
-    long_prompt = f"{tag} long. {long}"
+    long_prompt = f"{tag} long. {long}"  # the tag first: no prefix shared with an earlier round
     result: dict[str, float] = {}
+    evaluated: list[int] = []
 
     def run_long() -> None:
-        s, t, _ = stream(base_url, long_prompt, 4)
+        s, t, _ = stream(base_url, long_prompt, 4, evaluated)
         result["long"] = t[0] - s
 
     thread = threading.Thread(target=run_long)
@@ -120,7 +139,7 @@ def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, 
     sent, times, _ = stream(base_url, f"{tag} short. Hello!", 4)
     beside = times[0] - sent
     thread.join()
-    return alone, beside, result["long"]
+    return alone, beside, result["long"], evaluated[0]
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -144,7 +163,8 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=2560, help="per sequence")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--long-tokens", type=int, default=2000, help="0: skip the TTFT measurement")
+    parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     args = parser.parse_args()
 
@@ -187,38 +207,49 @@ def main() -> int:
             url = f"http://127.0.0.1:{free_port()}"
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
             targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
+        if args.only:
+            targets = {name: target for name, target in targets.items() if name in args.only}
         results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
-        for name, (command, url, target_env) in targets.items():
-            with serving(command, url, folder / f"{name}.log", target_env) as pid:
+        # All servers up at once (an idle one costs no CPU), rounds alternating between them:
+        # the load on this shared machine drifts by minutes, and alternating spreads the drift.
+        with contextlib.ExitStack() as stack:
+            pids = {}
+            for name, (command, url, target_env) in targets.items():
+                pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 stream(url, "warm-up", 8)  # loads the model (JIT in Sluicegate)
-                out = results[name]
-                for round_ in range(args.rounds):
+            for round_ in range(args.rounds):
+                for name, (_, url, _) in targets.items():
+                    out = results[name]
                     for c in (1, 4, 8):
                         total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}")
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
                         print(f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate", flush=True)
-                    alone, beside, long = ttft_beside_long(url, f"{name} {round_}", long)
-                    out.setdefault("short TTFT alone ms", []).append(alone * 1000)
-                    out.setdefault("short TTFT beside a 2k prompt ms", []).append(beside * 1000)
-                    out.setdefault("the 2k prompt's TTFT ms", []).append(long * 1000)
-                    print(
-                        f"{name:13} round {round_} TTFT alone {alone * 1000:.0f} ms, beside {beside * 1000:.0f} ms, long {long * 1000:.0f} ms",
-                        flush=True,
-                    )
+                    if args.long_tokens:
+                        alone, beside, first, decoded = ttft_beside_long(url, f"{name} {round_}", long)
+                        out.setdefault("short TTFT alone ms", []).append(alone * 1000)
+                        out.setdefault("short TTFT beside a 2k prompt ms", []).append(beside * 1000)
+                        out.setdefault("the 2k prompt's TTFT ms", []).append(first * 1000)
+                        out.setdefault("the 2k prompt's tokens decoded", []).append(decoded)
+                        print(
+                            f"{name:13} round {round_} TTFT alone {alone * 1000:.0f} ms, beside {beside * 1000:.0f} ms, "
+                            f"long {first * 1000:.0f} ms ({decoded} prompt tokens decoded)",
+                            flush=True,
+                        )
+            for name, pid in pids.items():
                 rss, peak = rss_mib(pid)
-                out["RSS MiB"] = [rss]
-                out["peak RSS MiB"] = [peak]
+                results[name]["RSS MiB"] = [rss]
+                results[name]["peak RSS MiB"] = [peak]
 
     print(
         f"\nGGUF {gguf.name}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
         f"sequence, batch {args.batch}, max_tokens {args.max_tokens}, {args.rounds} rounds (medians)"
     )
-    others = [name for name in results if name != "sluicegate"]
-    print(f"{'':36}{'sluicegate':>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
-    for key in results["sluicegate"]:
-        ours = statistics.median(results["sluicegate"][key])
+    base, *others = results  # ratios: the first target (Sluicegate, unless --only) over each other
+    print(f"{'':36}{base:>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
+    for key in results[base]:
+        ours = statistics.median(results[base][key])
         line = f"{key:36}{ours:12.1f}"
         for name in others:
             ref = statistics.median(results[name][key])
