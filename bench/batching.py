@@ -164,6 +164,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long-tokens", type=int, default=2000, help="0: skip the TTFT measurement")
+    parser.add_argument(
+        "--llama-server-arg", action="append", default=[], help="one more argument (repeatable)"
+    )
+    parser.add_argument("--before", help="a checkout whose src/ also serves the same config, as 'before'")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     args = parser.parse_args()
@@ -194,6 +199,7 @@ def main() -> int:
                     "--port", ref_url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
                     "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
                     "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
+                    *args.llama_server_arg,
                 ],
                 ref_url,
                 {k: v for k, v in env.items() if k != "PYTHONPATH"},
@@ -207,6 +213,11 @@ def main() -> int:
             url = f"http://127.0.0.1:{free_port()}"
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
             targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
+        if args.before:  # the same config, served by another checkout's sources (before/after a change)
+            url = f"http://127.0.0.1:{free_port()}"
+            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
+            before_env = {**env, "PYTHONPATH": str(Path(args.before).resolve() / "src")}
+            targets["before"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, before_env)
         if args.only:
             targets = {name: target for name, target in targets.items() if name in args.only}
         results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
@@ -220,12 +231,15 @@ def main() -> int:
             for round_ in range(args.rounds):
                 for name, (_, url, _) in targets.items():
                     out = results[name]
-                    for c in (1, 4, 8):
+                    for c in args.concurrency:
                         total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}")
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
-                        print(f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate", flush=True)
+                        alone = f", one stream {single:6.1f} tok/s" if c == 1 else ""
+                        print(
+                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}", flush=True
+                        )
                     if args.long_tokens:
                         alone, beside, first, decoded = ttft_beside_long(url, f"{name} {round_}", long)
                         out.setdefault("short TTFT alone ms", []).append(alone * 1000)
