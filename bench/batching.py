@@ -8,14 +8,20 @@ llama.cpp sources that the installed llama-cpp-python vendors (see bench/README.
 Both servers load the same GGUF (by default the ~70 MB random-weight demo model,
 `make_demo_gguf(size="bench", ends_replies=False)`: every reply runs to max_tokens), with the same
 threads, batch size, number of sequences (`parallel` / `-np`) and context per sequence, both
-with a KV cache of one stream per sequence (not unified). Measured, one server at a time:
+with a KV cache of one stream per sequence (not unified). All servers run at once (an idle one
+costs nothing) and the rounds alternate between them, so the drifting load of a shared machine
+spreads over all. Measured:
 
 - aggregate tokens/s at concurrency c = 1, 4, 8: c streaming requests at once, each with a
-  distinct prompt (no prefix reuse) and max_tokens; tokens = content deltas received, over the
-  wall time from the first request sent to the last stream done;
+  distinct prompt (no prefix reuse) and max_tokens; tokens = the completion tokens of each
+  server's usage (not content deltas: a delta may carry two tokens), over the wall time from
+  the first request sent to the last delta;
 - one stream at c = 1: decode tokens/s = (tokens - 1) / (last delta - first delta);
 - TTFT of a short request sent while another request's ~2,000-token prompt is being processed
-  (the short one is sent 0.1 s after the long one), and the same short request's TTFT alone;
+  (the short one is sent 0.1 s after the long one), the same short request's TTFT alone, the
+  long one's TTFT, and the long prompt's tokens each server says it decoded (llama-server's
+  `timings.prompt_n`, Sluicegate's usage prompt_tokens - cached_tokens): the long prompt
+  starts with the round's tag, so no cache can serve it;
 - RSS of the server process at the end (VmRSS; VmHWM for the peak).
 """
 
@@ -32,7 +38,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -46,11 +52,16 @@ STORY = (
 )
 
 
-def stream(
-    base_url: str, content: str, max_tokens: int, evaluated: list[int] | None = None
-) -> tuple[float, list[float], str | None]:
-    """(sent, content delta times, finish reason) of one streaming chat completion; appends to
-    `evaluated` the prompt tokens the server says it decoded (not taken from its cache)."""
+class Reply(NamedTuple):
+    sent: float
+    times: list[float]  # of the content deltas
+    finish: str | None
+    tokens: int  # completion tokens, as the server's usage counts them
+
+
+def stream(base_url: str, content: str, max_tokens: int, evaluated: list[int] | None = None) -> Reply:
+    """One streaming chat completion; appends to `evaluated` the prompt tokens the server says
+    it decoded (not taken from its cache)."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": content}],
@@ -82,7 +93,7 @@ def stream(
         else:
             cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
             evaluated.append(int(usage.get("prompt_tokens", 0)) - int(cached))
-    return sent, times, finish
+    return Reply(sent, times, finish, int(usage.get("completion_tokens", len(times))))
 
 
 def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tuple[float, float]:
@@ -93,14 +104,16 @@ def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tup
                 lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens), range(concurrency)
             )
         )
-    start = min(sent for sent, _, _ in runs)
-    end = max(times[-1] for _, times, _ in runs)
-    tokens = sum(len(times) for _, times, _ in runs)
-    bad = [finish for _, _, finish in runs if finish != "length"]
+    start = min(run.sent for run in runs)
+    end = max(run.times[-1] for run in runs)
+    # Tokens, not deltas: a server may send two tokens in one delta (Sluicegate's parser holds
+    # back text that could start a tool call or reasoning marker, and sends it with the next).
+    tokens = sum(run.tokens for run in runs)
+    bad = [run.finish for run in runs if run.finish != "length"]
     if bad:
         raise RuntimeError(f"replies ended with {bad}, not 'length'")
-    _, first, _ = runs[0]
-    return tokens / (end - start), (len(first) - 1) / (first[-1] - first[0])
+    first = runs[0]
+    return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0])
 
 
 def long_text(gguf: Path, tokens: int) -> str:
@@ -123,21 +136,21 @@ def long_text(gguf: Path, tokens: int) -> str:
 def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float, int]:
     """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT, the
     long prompt's tokens the server decoded)."""
-    sent, times, _ = stream(base_url, f"{tag} alone. Hello!", 4)
-    alone = times[0] - sent
+    reply = stream(base_url, f"{tag} alone. Hello!", 4)
+    alone = reply.times[0] - reply.sent
     long_prompt = f"{tag} long. {long}"  # the tag first: no prefix shared with an earlier round
     result: dict[str, float] = {}
     evaluated: list[int] = []
 
     def run_long() -> None:
-        s, t, _ = stream(base_url, long_prompt, 4, evaluated)
-        result["long"] = t[0] - s
+        reply = stream(base_url, long_prompt, 4, evaluated)
+        result["long"] = reply.times[0] - reply.sent
 
     thread = threading.Thread(target=run_long)
     thread.start()
     time.sleep(0.1)
-    sent, times, _ = stream(base_url, f"{tag} short. Hello!", 4)
-    beside = times[0] - sent
+    reply = stream(base_url, f"{tag} short. Hello!", 4)
+    beside = reply.times[0] - reply.sent
     thread.join()
     return alone, beside, result["long"], evaluated[0]
 
