@@ -2,16 +2,18 @@
 
 One copy of the weights and one context whose KV cache holds `n_seq_max` streams (one per
 slot, `context_length` cells each). The scheduler runs on the engine's worker thread. Each step
-builds one batch: the next token of every decoding sequence, then as many prompt tokens of
-newly admitted ones as the batch has room for (chunked prefill: a long prompt is decoded over
+builds one batch: the next token of every decoding sequence, then prompt tokens of newly
+admitted ones, at most `prefill_chunk` of them (chunked prefill: a long prompt is decoded over
 several steps while the others keep generating; the shortest prompts go first, so a short
 request is not stuck behind a long one). Then every sequence with logits in the batch samples
 from its own row with its own sampler chain.
 
-Slots: a new request takes the free slot whose cached tokens share the longest prefix with its
-prompt (reported as cached tokens). A finished sequence leaves its tokens in its slot for the
-next request to reuse; a cancelled or failed one has its cells removed at once. A slot's
-stream is its own, so what one slot keeps never takes room from another.
+Slots: a new request takes the free slot that keeps the running sequences side by side (llama.cpp
+computes one run of consecutive sequence ids per pass), and among those the one whose cached
+tokens share the longest prefix with its prompt (reported as cached tokens); a much longer
+prefix in another free slot is copied over. A finished sequence leaves its tokens in its slot
+for the next request to reuse; a cancelled or failed one has its cells removed at once. A
+slot's stream is its own, so what one slot keeps never takes room from another.
 """
 
 from __future__ import annotations
