@@ -256,15 +256,20 @@ class BatchScheduler:
             (s for s in self.slots if s.sequence is not None and s.sequence.prefilling),
             key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0,
         )
-        room = min(room, self.prefill_chunk)
+        space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget
         for slot in prefilling:  # the shortest prompts first
             if room <= 0:
                 break
             sequence = slot.sequence
             assert sequence is not None
-            chunk = sequence.todo[sequence.prompt_done : sequence.prompt_done + room]
+            left = len(sequence.todo) - sequence.prompt_done
+            # A tail of a quarter chunk or less goes along now: a step of its own (or a compute
+            # of its own beside the next prompt's chunk) would cost more than its tokens.
+            take = left if left - room <= self.prefill_chunk // 4 and left <= space else room
+            chunk = sequence.todo[sequence.prompt_done : sequence.prompt_done + take]
             parts.append((slot, chunk, len(chunk)))
             room -= len(chunk)
+            space -= len(chunk)
         # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
         parts.sort(key=lambda part: part[0].id)
         n = 0
