@@ -212,6 +212,10 @@ def main() -> int:
                     "--port", ref_url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
                     "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
                     "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
+                    # Its host-memory prompt cache off: Sluicegate has none (each slot's own KV
+                    # cache is all that either reuses). On, it costs llama-server ~300 ms per
+                    # request and its RSS grows with every prompt it keeps.
+                    *([] if args.prompt_cache else ["--cache-ram", "0"]),
                     *args.llama_server_arg,
                 ],
                 ref_url,
