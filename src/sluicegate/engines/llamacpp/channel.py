@@ -6,9 +6,9 @@ lock and an append (no syscall) while the consumer is busy.
 
 With `Wakeups`, many channels fed by one producer share one wake-up: the batching scheduler
 fills every running sequence's channel in a step, then wakes the loop once for all of them,
-right before its next `llama_decode` releases the GIL. Each wake-up is a write to the loop's
-self-pipe, and a loop that wakes while the producer still holds the GIL makes the producer
-wait for it: one per step instead of one per sequence and step.
+right before its next `llama_decode` releases the GIL. Each wake-up is a syscall (a self-pipe
+or eventfd write) and a loop iteration, and with plain asyncio the write releases the GIL, so
+the woken loop can hold the producer up: one per step instead of one per sequence and step.
 """
 
 from __future__ import annotations
