@@ -8,20 +8,27 @@ llama.cpp sources that the installed llama-cpp-python vendors (see bench/README.
 Both servers load the same GGUF (by default the ~70 MB random-weight demo model,
 `make_demo_gguf(size="bench", ends_replies=False)`: every reply runs to max_tokens), with the same
 threads, batch size, number of sequences (`parallel` / `-np`) and context per sequence, both
-with a KV cache of one stream per sequence (not unified). Measured, one server at a time:
+with a KV cache of one stream per sequence (not unified). All servers run at once (an idle one
+costs nothing) and the rounds alternate between them, so the drifting load of a shared machine
+spreads over all. Measured:
 
 - aggregate tokens/s at concurrency c = 1, 4, 8: c streaming requests at once, each with a
-  distinct prompt (no prefix reuse) and max_tokens; tokens = content deltas received, over the
-  wall time from the first request sent to the last stream done;
+  distinct prompt (no prefix reuse) and max_tokens; tokens = the completion tokens of each
+  server's usage (not content deltas: a delta may carry two tokens), over the wall time from
+  the first request sent to the last delta;
 - one stream at c = 1: decode tokens/s = (tokens - 1) / (last delta - first delta);
 - TTFT of a short request sent while another request's ~2,000-token prompt is being processed
-  (the short one is sent 0.1 s after the long one), and the same short request's TTFT alone;
+  (the short one is sent 0.1 s after the long one), the same short request's TTFT alone, the
+  long one's TTFT, and the long prompt's tokens each server says it decoded (llama-server's
+  `timings.prompt_n`, Sluicegate's usage prompt_tokens - cached_tokens): the long prompt
+  starts with the round's tag, so no cache can serve it;
 - RSS of the server process at the end (VmRSS; VmHWM for the peak).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -31,6 +38,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -44,16 +52,27 @@ STORY = (
 )
 
 
-def stream(base_url: str, content: str, max_tokens: int) -> tuple[float, list[float], str | None]:
-    """(sent, content delta times, finish reason) of one streaming chat completion."""
+class Reply(NamedTuple):
+    sent: float
+    times: list[float]  # of the content deltas
+    finish: str | None
+    tokens: int  # completion tokens, as the server's usage counts them
+
+
+def stream(base_url: str, content: str, max_tokens: int, evaluated: list[int] | None = None) -> Reply:
+    """One streaming chat completion; appends to `evaluated` the prompt tokens the server says
+    it decoded (not taken from its cache)."""
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": content}],
         "max_tokens": max_tokens,
         "stream": True,
+        "stream_options": {"include_usage": True},
     }
     times: list[float] = []
     finish = None
+    usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
     with httpx.Client(timeout=900) as client:
         sent = time.perf_counter()
         with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
@@ -61,11 +80,20 @@ def stream(base_url: str, content: str, max_tokens: int) -> tuple[float, list[fl
             for line in response.iter_lines():
                 if not line.startswith("data: ") or line == "data: [DONE]":
                     continue
-                for choice in json.loads(line[6:]).get("choices", []):
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices", []):
                     if (choice.get("delta") or {}).get("content"):
                         times.append(time.perf_counter())
                     finish = choice.get("finish_reason") or finish
-    return sent, times, finish
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings  # llama-server's own count
+    if evaluated is not None:
+        if "prompt_n" in timings:
+            evaluated.append(int(timings["prompt_n"]))
+        else:
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            evaluated.append(int(usage.get("prompt_tokens", 0)) - int(cached))
+    return Reply(sent, times, finish, int(usage.get("completion_tokens", len(times))))
 
 
 def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tuple[float, float]:
@@ -76,14 +104,16 @@ def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tup
                 lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens), range(concurrency)
             )
         )
-    start = min(sent for sent, _, _ in runs)
-    end = max(times[-1] for _, times, _ in runs)
-    tokens = sum(len(times) for _, times, _ in runs)
-    bad = [finish for _, _, finish in runs if finish != "length"]
+    start = min(run.sent for run in runs)
+    end = max(run.times[-1] for run in runs)
+    # Tokens, not deltas: a server may send two tokens in one delta (Sluicegate's parser holds
+    # back text that could start a tool call or reasoning marker, and sends it with the next).
+    tokens = sum(run.tokens for run in runs)
+    bad = [run.finish for run in runs if run.finish != "length"]
     if bad:
         raise RuntimeError(f"replies ended with {bad}, not 'length'")
-    _, first, _ = runs[0]
-    return tokens / (end - start), (len(first) - 1) / (first[-1] - first[0])
+    first = runs[0]
+    return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0])
 
 
 def long_text(gguf: Path, tokens: int) -> str:
@@ -103,24 +133,26 @@ def long_text(gguf: Path, tokens: int) -> str:
         vocabulary.close()
 
 
-def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float]:
-    """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT)."""
-    sent, times, _ = stream(base_url, f"{tag} alone. Hello!", 4)
-    alone = times[0] - sent
-    long_prompt = f"{tag} long. {long}"
+def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, float, int]:
+    """(short TTFT alone, short TTFT while a long prompt is processed, the long one's TTFT, the
+    long prompt's tokens the server decoded)."""
+    reply = stream(base_url, f"{tag} alone. Hello!", 4)
+    alone = reply.times[0] - reply.sent
+    long_prompt = f"{tag} long. {long}"  # the tag first: no prefix shared with an earlier round
     result: dict[str, float] = {}
+    evaluated: list[int] = []
 
     def run_long() -> None:
-        s, t, _ = stream(base_url, long_prompt, 4)
-        result["long"] = t[0] - s
+        reply = stream(base_url, long_prompt, 4, evaluated)
+        result["long"] = reply.times[0] - reply.sent
 
     thread = threading.Thread(target=run_long)
     thread.start()
     time.sleep(0.1)
-    sent, times, _ = stream(base_url, f"{tag} short. Hello!", 4)
-    beside = times[0] - sent
+    reply = stream(base_url, f"{tag} short. Hello!", 4)
+    beside = reply.times[0] - reply.sent
     thread.join()
-    return alone, beside, result["long"]
+    return alone, beside, result["long"], evaluated[0]
 
 
 def rss_mib(pid: int) -> tuple[float, float]:
@@ -144,7 +176,13 @@ def main() -> int:
     parser.add_argument("--context", type=int, default=2560, help="per sequence")
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--long-tokens", type=int, default=2000)
+    parser.add_argument("--long-tokens", type=int, default=2000, help="0: skip the TTFT measurement")
+    parser.add_argument(
+        "--llama-server-arg", action="append", default=[], help="one more argument (repeatable)"
+    )
+    parser.add_argument("--before", help="a checkout whose src/ also serves the same config, as 'before'")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     args = parser.parse_args()
 
@@ -174,6 +212,11 @@ def main() -> int:
                     "--port", ref_url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
                     "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
                     "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
+                    # Its host-memory prompt cache off: Sluicegate has none (each slot's own KV
+                    # cache is all that either reuses). On, it costs llama-server ~300 ms per
+                    # request and its RSS grows with every prompt it keeps.
+                    *([] if args.prompt_cache else ["--cache-ram", "0"]),
+                    *args.llama_server_arg,
                 ],
                 ref_url,
                 {k: v for k, v in env.items() if k != "PYTHONPATH"},
@@ -187,38 +230,57 @@ def main() -> int:
             url = f"http://127.0.0.1:{free_port()}"
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
             targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
+        if args.before:  # the same config, served by another checkout's sources (before/after a change)
+            url = f"http://127.0.0.1:{free_port()}"
+            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
+            before_env = {**env, "PYTHONPATH": str(Path(args.before).resolve() / "src")}
+            targets["before"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, before_env)
+        if args.only:
+            targets = {name: target for name, target in targets.items() if name in args.only}
         results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
-        for name, (command, url, target_env) in targets.items():
-            with serving(command, url, folder / f"{name}.log", target_env) as pid:
+        # All servers up at once (an idle one costs no CPU), rounds alternating between them:
+        # the load on this shared machine drifts by minutes, and alternating spreads the drift.
+        with contextlib.ExitStack() as stack:
+            pids = {}
+            for name, (command, url, target_env) in targets.items():
+                pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 stream(url, "warm-up", 8)  # loads the model (JIT in Sluicegate)
-                out = results[name]
-                for round_ in range(args.rounds):
-                    for c in (1, 4, 8):
+            for round_ in range(args.rounds):
+                for name, (_, url, _) in targets.items():
+                    out = results[name]
+                    for c in args.concurrency:
                         total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}")
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
-                        print(f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate", flush=True)
-                    alone, beside, long = ttft_beside_long(url, f"{name} {round_}", long)
-                    out.setdefault("short TTFT alone ms", []).append(alone * 1000)
-                    out.setdefault("short TTFT beside a 2k prompt ms", []).append(beside * 1000)
-                    out.setdefault("the 2k prompt's TTFT ms", []).append(long * 1000)
-                    print(
-                        f"{name:13} round {round_} TTFT alone {alone * 1000:.0f} ms, beside {beside * 1000:.0f} ms, long {long * 1000:.0f} ms",
-                        flush=True,
-                    )
+                        alone = f", one stream {single:6.1f} tok/s" if c == 1 else ""
+                        print(
+                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}", flush=True
+                        )
+                    if args.long_tokens:
+                        alone, beside, first, decoded = ttft_beside_long(url, f"{name} {round_}", long)
+                        out.setdefault("short TTFT alone ms", []).append(alone * 1000)
+                        out.setdefault("short TTFT beside a 2k prompt ms", []).append(beside * 1000)
+                        out.setdefault("the 2k prompt's TTFT ms", []).append(first * 1000)
+                        out.setdefault("the 2k prompt's tokens decoded", []).append(decoded)
+                        print(
+                            f"{name:13} round {round_} TTFT alone {alone * 1000:.0f} ms, beside {beside * 1000:.0f} ms, "
+                            f"long {first * 1000:.0f} ms ({decoded} prompt tokens decoded)",
+                            flush=True,
+                        )
+            for name, pid in pids.items():
                 rss, peak = rss_mib(pid)
-                out["RSS MiB"] = [rss]
-                out["peak RSS MiB"] = [peak]
+                results[name]["RSS MiB"] = [rss]
+                results[name]["peak RSS MiB"] = [peak]
 
     print(
         f"\nGGUF {gguf.name}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
         f"sequence, batch {args.batch}, max_tokens {args.max_tokens}, {args.rounds} rounds (medians)"
     )
-    others = [name for name in results if name != "sluicegate"]
-    print(f"{'':36}{'sluicegate':>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
-    for key in results["sluicegate"]:
-        ours = statistics.median(results["sluicegate"][key])
+    base, *others = results  # ratios: the first target (Sluicegate, unless --only) over each other
+    print(f"{'':36}{base:>12}" + "".join(f"{name:>18}{'ratio':>7}" for name in others))
+    for key in results[base]:
+        ours = statistics.median(results[base][key])
         line = f"{key:36}{ours:12.1f}"
         for name in others:
             ref = statistics.median(results[name][key])

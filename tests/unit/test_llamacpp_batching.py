@@ -224,3 +224,95 @@ def test_unload_fails_running_requests(loaded: Any) -> None:
                 pass
 
     loaded.loop.run_until_complete(scenario())
+
+
+def test_running_sequences_stay_in_adjacent_slots(loaded: Any) -> None:
+    """llama.cpp decodes a run of consecutive sequence ids in one pass over the weights: a new
+    request takes the free slot next to the running ones, and when another free slot holds a
+    longer prefix of its prompt, that cache is copied over (cached tokens, the same reply)."""
+    engine = loaded(batching=True, parallel=3)
+    loop = loaded.loop
+    scheduler = engine._scheduler
+    runtime = engine._runtime
+    assert scheduler is not None and runtime is not None
+    prompts = [f"{p} Please answer at length, with examples and details. " * 3 for p in PROMPTS[:3]]
+
+    async def fill() -> list[Reply]:
+        return list(await asyncio.gather(*(_run(engine, _request(p, max_tokens=8)) for p in prompts)))
+
+    loop.run_until_complete(fill())  # slots 0, 1, 2 each cache a prompt and its reply
+    cached = [list(slot.cached) for slot in scheduler.slots]
+    follow_up = _request(prompts[2] + " And in winter?")
+    tokens = runtime.tokenize(engine._render(follow_up))
+
+    def shared(a: list[int]) -> int:
+        return next((i for i, (x, y) in enumerate(zip(a, tokens, strict=False)) if x != y), len(a))
+
+    source = max(range(3), key=lambda i: shared(cached[i]))
+
+    async def beside_a_long_one() -> tuple[Reply, int]:
+        long = _request(PROMPTS[3], max_tokens=200)
+        engine.check(long)
+        stream = engine.generate(long)
+        async for event in stream:  # running now, in one of the slots
+            if isinstance(event, TextDelta):
+                break
+        busy = next(s.id for s in scheduler.slots if s.sequence is not None)
+        try:
+            return await _run(engine, follow_up), busy
+        finally:
+            await stream.aclose()
+
+    reply, busy = loop.run_until_complete(beside_a_long_one())
+    assert reply.usage.cached_tokens == shared(cached[source]) > 32
+    placed = next(s.id for s in scheduler.slots if s.cached[: len(tokens)] == tokens)
+    assert abs(placed - busy) == 1  # beside the running one
+    if abs(source - busy) != 1:  # the reused cache was elsewhere: copied, and kept there too
+        assert placed != source and scheduler.slots[source].cached == cached[source]
+    # The copied cache gives the reply a fresh engine gives from scratch.
+    fresh = loaded(batching=True, parallel=1)
+    alone = loop.run_until_complete(_run(fresh, _request(prompts[2] + " And in winter?")))
+    assert alone.usage.cached_tokens == 0
+    assert reply.text == alone.text != ""
+
+
+LONG = " ".join(f"{i}: {p}" for i in range(16) for p in PROMPTS)
+
+
+def test_short_request_is_not_stuck_behind_a_long_prompt(loaded: Any) -> None:
+    """On the CPU a step holds at most 128 prompt tokens (scheduler.CPU_PREFILL_CHUNK), whatever
+    `batch_size`: a short request admitted while a long prompt is decoded has its whole reply
+    within a few of the long prompt's chunks."""
+    engine = loaded(batching=True, parallel=2, batch_size=512, context_length=4096)
+    loop = loaded.loop
+
+    async def scenario() -> tuple[list[float], float, float]:
+        long = _request(LONG, max_tokens=2)
+        engine.check(long)
+        long_progress: list[float] = []
+        first: asyncio.Future[None] = loop.create_future()
+
+        async def run_long() -> None:
+            async for event in engine.generate(long):
+                if isinstance(event, PromptProgress):
+                    long_progress.append(event.progress)
+                    if not first.done():
+                        first.set_result(None)
+
+        task = asyncio.ensure_future(run_long())
+        await first
+        at_start = long_progress[-1]
+        short = await _run(engine, _request("Hi", max_tokens=4))
+        at_end = long_progress[-1]
+        await task
+        assert short.finish.value == "length"
+        return long_progress, at_start, at_end
+
+    progress, at_start, at_end = loop.run_until_complete(scenario())
+    runtime = engine._runtime
+    assert runtime is not None
+    tokens = len(runtime.tokenize(engine._render(_request(LONG))))
+    assert tokens > 1000 and len(progress) >= tokens // 128  # chunks of at most 128 tokens
+    # The short reply (prompt + 4 tokens: 5 steps) took a few of the long prompt's chunks.
+    assert (at_end - at_start) * tokens <= 7 * 128
+    assert at_end < 1.0

@@ -343,7 +343,8 @@ class LlamaCppEngine(Engine):
             prompt, tokens = self._render(request), None
             grammar = request_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
-        channel: Channel[RawEvent | _Raise] = Channel(loop)
+        scheduler = self._scheduler
+        channel: Channel[RawEvent | _Raise] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
         job = Job(
@@ -362,7 +363,6 @@ class LlamaCppEngine(Engine):
             in_reasoning=in_reasoning,
         )
 
-        scheduler = self._scheduler
         if scheduler is not None:
             sequence = Sequence(
                 job,

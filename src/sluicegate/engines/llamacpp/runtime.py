@@ -163,6 +163,8 @@ class LlamaRuntime:
         self.context = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=True)
         self.batch = _internals.LlamaBatch(n_tokens=batch_size, embd=0, n_seq_max=1, verbose=True)
         self.batch_size = batch_size
+        # Whether layers run on a GPU (prompt throughput then grows with the batch).
+        self.offloaded = n_gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
         self.sequences = sequences
         self.n_ctx = llama_cpp.llama_n_ctx_seq(self.context.ctx)  # per sequence
         self.n_vocab = self.model.n_vocab()

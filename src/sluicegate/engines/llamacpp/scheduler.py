@@ -2,16 +2,18 @@
 
 One copy of the weights and one context whose KV cache holds `n_seq_max` streams (one per
 slot, `context_length` cells each). The scheduler runs on the engine's worker thread. Each step
-builds one batch: the next token of every decoding sequence, then as many prompt tokens of
-newly admitted ones as the batch has room for (chunked prefill: a long prompt is decoded over
+builds one batch: the next token of every decoding sequence, then prompt tokens of newly
+admitted ones, at most `prefill_chunk` of them (chunked prefill: a long prompt is decoded over
 several steps while the others keep generating; the shortest prompts go first, so a short
 request is not stuck behind a long one). Then every sequence with logits in the batch samples
 from its own row with its own sampler chain.
 
-Slots: a new request takes the free slot whose cached tokens share the longest prefix with its
-prompt (reported as cached tokens). A finished sequence leaves its tokens in its slot for the
-next request to reuse; a cancelled or failed one has its cells removed at once. A slot's
-stream is its own, so what one slot keeps never takes room from another.
+Slots: a new request takes the free slot that keeps the running sequences side by side (llama.cpp
+computes one run of consecutive sequence ids per pass), and among those the one whose cached
+tokens share the longest prefix with its prompt (reported as cached tokens); a much longer
+prefix in another free slot is copied over. A finished sequence leaves its tokens in its slot
+for the next request to reuse; a cancelled or failed one has its cells removed at once. A
+slot's stream is its own, so what one slot keeps never takes room from another.
 """
 
 from __future__ import annotations
@@ -26,10 +28,20 @@ from typing import Any
 import llama_cpp
 
 from sluicegate.core.errors import EngineFailure
+from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
 
 log = logging.getLogger(__name__)
+# A free slot whose cache shares this many more prompt tokens than the best-placed slot's is
+# copied into it (a copy of the whole stream, so only for a prefix worth more than that).
+COPY_MIN_TOKENS = 32
+# Prompt tokens per step on the CPU. A step takes as long as its tokens: 512 prompt tokens of
+# a ~100M-parameter model are ~1.7 s on 2 cores, which every other sequence waits for (its
+# next token, or its first). On the CPU a smaller chunk costs nothing (2,000 prompt tokens:
+# 6.0-7.0 s in chunks of 64, 128, 256 or 512 alike), so a step stays short. On a GPU the
+# prompt goes in chunks of `batch_size`, where it is much faster.
+CPU_PREFILL_CHUNK = 128
 
 
 class Slot:
@@ -50,6 +62,11 @@ def _shared(a: list[int], b: list[int]) -> int:
     return same
 
 
+def _runs(ids: set[int]) -> int:
+    """How many runs of consecutive numbers `ids` make."""
+    return sum(1 for i in ids if i - 1 not in ids)
+
+
 class BatchScheduler:
     def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp") -> None:
         self.runtime = runtime
@@ -60,6 +77,12 @@ class BatchScheduler:
         self._closed = False
         self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
         self.steps = 0  # decodes run (tests and the bench read it)
+        # The prompt tokens a step may hold, over all prefilling sequences.
+        self.prefill_chunk = (
+            runtime.batch_size if runtime.offloaded else min(runtime.batch_size, CPU_PREFILL_CHUNK)
+        )
+        # The consumers' channels wake their loop through this: once per step (channel.py).
+        self.wakeups = Wakeups()
 
     # --- any thread --------------------------------------------------------------------------
 
@@ -94,6 +117,7 @@ class BatchScheduler:
             while True:
                 with self._cond:
                     while not (self._closed or self._incoming or self._waiting or self._active()):
+                        self.wakeups.flush()  # the last events before going idle
                         self._cond.wait()
                     if self._closed:
                         break
@@ -121,6 +145,7 @@ class BatchScheduler:
         for sequence in left:
             sequence.free()
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
+        self.wakeups.flush()
         llama_cpp.llama_batch_free(self._batch)
 
     @staticmethod
@@ -156,7 +181,6 @@ class BatchScheduler:
                 self._end(sequence)
 
     def _admit(self) -> None:
-        runtime = self.runtime
         while self._waiting:
             free = [slot for slot in self.slots if slot.sequence is None]
             if not free:
@@ -167,16 +191,39 @@ class BatchScheduler:
             except Exception as exc:
                 self._end(sequence, exc)
                 continue
-            slot = max(free, key=lambda s: _shared(s.cached, tokens))
-            keep = min(_shared(slot.cached, tokens), len(tokens) - 1)
-            if keep < len(slot.cached):
-                if not llama_cpp.llama_memory_seq_rm(runtime.context.memory, slot.id, keep, -1):
-                    keep = 0
-                    self._drop(slot)
-                del slot.cached[keep:]
+            slot, keep = self._place(free, tokens)
             slot.sequence = sequence
             sequence.slot = slot.id
             sequence.start(keep)
+
+    def _place(self, free: list[Slot], tokens: list[int]) -> tuple[Slot, int]:
+        """The slot for a prompt, and how many of its tokens that slot's cache already holds.
+
+        Where it goes matters for speed: with one KV stream per sequence, llama.cpp splits a
+        batch into one compute per run of consecutive sequence ids, so running sequences in
+        slots 0, 1, 2, 3 decode in one pass over the weights and in 0, 2, 4, 6 in four. So the
+        slot that keeps the running ones in the fewest runs, and among those the one sharing
+        the longest prefix with the prompt. When another free slot holds a longer prefix, its
+        stream is copied there (a memory copy: far cheaper than decoding those tokens again).
+        """
+        active = {slot.id for slot in self.slots if slot.sequence is not None}
+        limit = len(tokens) - 1  # the last prompt token is decoded again, for its logits
+        shared = {slot.id: min(_shared(slot.cached, tokens), limit) for slot in free}
+        runs = {slot.id: _runs(active | {slot.id}) for slot in free}
+        slot = min(free, key=lambda s: (runs[s.id], -shared[s.id]))
+        richest = max(free, key=lambda s: shared[s.id])
+        memory = self.runtime.context.memory
+        if shared[richest.id] >= shared[slot.id] + COPY_MIN_TOKENS:
+            llama_cpp.llama_memory_seq_cp(memory, richest.id, slot.id, -1, -1)
+            slot.cached = richest.cached[:]
+            shared[slot.id] = shared[richest.id]
+        keep = shared[slot.id]
+        if keep < len(slot.cached):
+            if not llama_cpp.llama_memory_seq_rm(memory, slot.id, keep, -1):
+                keep = 0
+                self._drop(slot)
+            del slot.cached[keep:]
+        return slot, keep
 
     def _prepare(self, sequence: Sequence) -> list[int]:
         """Tokenize, and refuse a prompt that cannot fit one sequence's context."""
@@ -197,45 +244,57 @@ class BatchScheduler:
 
     def _step(self) -> None:
         runtime, batch = self.runtime, self._batch
-        capacity = runtime.batch_size
-        n = 0
-        # (slot, batch row with logits or -1, tokens added to the slot's cache, prompt tokens)
-        plan: list[tuple[Slot, int, list[int], int]] = []
-
-        def add(slot: Slot, tokens: list[int], logits_last: bool) -> int:
-            nonlocal n
-            position = len(slot.cached)
-            for offset, token in enumerate(tokens):
-                batch.token[n] = token
-                batch.pos[n] = position + offset
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = slot.id
-                batch.logits[n] = False
-                n += 1
-            batch.logits[n - 1] = logits_last
-            return n - 1 if logits_last else -1
-
+        room = runtime.batch_size
+        # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
+        parts: list[tuple[Slot, list[int], int]] = []
         for slot in self.slots:
             sequence = slot.sequence
             if sequence is not None and sequence.next_token is not None:
-                token = sequence.next_token
-                plan.append((slot, add(slot, [token], True), [token], 0))
+                parts.append((slot, [sequence.next_token], 0))
+                room -= 1
         prefilling = sorted(
             (s for s in self.slots if s.sequence is not None and s.sequence.prefilling),
             key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0,
         )
-        for slot in prefilling:
-            room = capacity - n
+        space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget
+        for slot in prefilling:  # the shortest prompts first
             if room <= 0:
                 break
             sequence = slot.sequence
             assert sequence is not None
-            chunk = sequence.todo[sequence.prompt_done : sequence.prompt_done + room]
-            last = sequence.prompt_done + len(chunk) == len(sequence.todo)
-            plan.append((slot, add(slot, chunk, last), chunk, len(chunk)))
+            left = len(sequence.todo) - sequence.prompt_done
+            # A tail of a quarter chunk or less goes along now: a step of its own (or a compute
+            # of its own beside the next prompt's chunk) would cost more than its tokens.
+            take = left if left - room <= self.prefill_chunk // 4 and left <= space else room
+            chunk = sequence.todo[sequence.prompt_done : sequence.prompt_done + take]
+            parts.append((slot, chunk, len(chunk)))
+            room -= len(chunk)
+            space -= len(chunk)
+        # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
+        parts.sort(key=lambda part: part[0].id)
+        n = 0
+        # (slot, batch row with logits or -1, tokens added to the slot's cache, prompt tokens)
+        plan: list[tuple[Slot, int, list[int], int]] = []
+        for slot, tokens, prompt_tokens in parts:
+            sequence = slot.sequence
+            assert sequence is not None
+            position, seq = len(slot.cached), slot.id
+            for offset, token in enumerate(tokens):
+                batch.token[n] = token
+                batch.pos[n] = position + offset
+                batch.n_seq_id[n] = 1
+                batch.seq_id[n][0] = seq
+                batch.logits[n] = False
+                n += 1
+            # Logits for a decoded token, and for a prompt's last one.
+            last = not prompt_tokens or sequence.prompt_done + prompt_tokens == len(sequence.todo)
+            batch.logits[n - 1] = last
+            plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
         if not n:
             return
         batch.n_tokens = n
+        # The last step's events go now, to be consumed while this step decodes.
+        self.wakeups.flush()
         status = llama_cpp.llama_decode(runtime.context.ctx, batch)
         self.steps += 1
         if status != 0:
