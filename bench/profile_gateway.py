@@ -7,7 +7,7 @@ server with `py-spy record --nonblocking -f raw` meanwhile, and prints:
 
 - the top functions by self time (share of samples), and the server's CPU time per token
   and per request from /proc over the same window;
-- the share of samples inside `TurnEndpoint._prepare` (request body read → parse → model →
+- the share of samples inside `TurnEndpoint.prepare` (request body read → parse → model →
   admission → tools → engine opened → upstream request written and its answer awaited), and
   that share of the server's CPU time per request: the new-request cost. Use `--tokens 1` to
   measure it, so that streaming does not dilute it.
@@ -138,7 +138,7 @@ def main() -> None:
         total += samples
         frames = stack.split(";")
         own[re.sub(r":\d+\)", ")", frames[-1])] += samples
-        if any("TurnEndpoint._prepare" in f for f in frames):
+        if any("TurnEndpoint.prepare" in f for f in frames):
             prepare += samples
     tokens, done = rate * window, requests * window
     print(f"{out['received']:,} tokens, {len(out['streams'])} requests in {out['wall']:.1f} s")
@@ -147,7 +147,7 @@ def main() -> None:
     )
     share = prepare / max(total, 1)
     print(
-        f"TurnEndpoint._prepare: {share:.1%} of samples = {share * cpu * 1e6 / max(done, 1):.0f} µs of CPU per request"
+        f"TurnEndpoint.prepare: {share:.1%} of samples = {share * cpu * 1e6 / max(done, 1):.0f} µs of CPU per request"
     )
     print("\nself time, top functions:")
     for name, samples in own.most_common(args.top):
