@@ -180,6 +180,9 @@ def main() -> int:
     parser.add_argument(
         "--llama-server-arg", action="append", default=[], help="one more argument (repeatable)"
     )
+    parser.add_argument(
+        "--prompt-cache", action="store_true", help="llama-server with its default host-memory prompt cache"
+    )
     parser.add_argument("--before", help="a checkout whose src/ also serves the same config, as 'before'")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
