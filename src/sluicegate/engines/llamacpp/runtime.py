@@ -170,6 +170,7 @@ class LlamaRuntime:
         self.n_vocab = self.model.n_vocab()
         self.evaluated: list[int] = []
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
 
     def close(self) -> None:
@@ -201,6 +202,14 @@ class LlamaRuntime:
             size = llama_cpp.llama_token_to_piece(self.model.vocab, token, buffer, len(buffer), 0, False)
             cached = self._pieces[token] = buffer.raw[: max(size, 0)]
         return cached
+
+    def is_eog(self, token: int) -> bool:
+        """Whether the token ends generation; remembered, so a token costs one ctypes call (which
+        also hands the GIL over) the first time only."""
+        eog = self._eog.get(token)
+        if eog is None:
+            eog = self._eog[token] = bool(llama_cpp.llama_vocab_is_eog(self.model.vocab, token))
+        return eog
 
     # --- decoding --------------------------------------------------------------------------
 
@@ -332,8 +341,8 @@ class LlamaRuntime:
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopScanner(sampling.stop)
         counters, key = METRICS.counters, job.tokens_key
-        ctx, vocab, smpl, constrained = self.context.ctx, self.model.vocab, samplers.plain, samplers.grammar
-        sample, is_eog, piece = llama_cpp.llama_sampler_sample, llama_cpp.llama_vocab_is_eog, self.piece
+        ctx, smpl, constrained = self.context.ctx, samplers.plain, samplers.grammar
+        sample, is_eog, piece = llama_cpp.llama_sampler_sample, self.is_eog, self.piece
         pending: list[TokenLogprob] = []
         finish, stopped = FinishReason.STOP, False
         while True:
@@ -343,7 +352,7 @@ class LlamaRuntime:
             if samplers.watching:
                 token = samplers.watch(token, ctx)
                 constrained = samplers.grammar
-            if is_eog(vocab, token):
+            if is_eog(token):
                 break
             usage.completion_tokens += 1
             counters[key] += 1

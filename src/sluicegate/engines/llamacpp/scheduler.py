@@ -71,6 +71,8 @@ class BatchScheduler:
     def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp") -> None:
         self.runtime = runtime
         self.slots = [Slot(i) for i in range(runtime.sequences)]
+        # The slots holding a sequence, in slot order: what each step walks (not all N slots).
+        self._live: list[Slot] = []
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._waiting: deque[Sequence] = deque()  # submitted, no free slot yet
@@ -116,7 +118,7 @@ class BatchScheduler:
         try:
             while True:
                 with self._cond:
-                    while not (self._closed or self._incoming or self._waiting or self._active()):
+                    while not (self._closed or self._incoming or self._waiting or self._live):
                         self.wakeups.flush()  # the last events before going idle
                         self._cond.wait()
                     if self._closed:
@@ -124,14 +126,16 @@ class BatchScheduler:
                     self._waiting.extend(self._incoming)
                     self._incoming.clear()
                 self._reap()
-                self._admit()
-                if any(s.sequence is not None for s in self.slots):
+                if self._waiting:
+                    self._admit()
+                if self._live:
                     self._step()
         finally:
             self._shutdown()
 
-    def _active(self) -> bool:
-        return any(slot.sequence is not None for slot in self.slots)
+    def _relist(self) -> None:
+        """After a slot gained or lost its sequence."""
+        self._live = [slot for slot in self.slots if slot.sequence is not None]
 
     def _shutdown(self) -> None:
         with self._cond:
@@ -142,6 +146,7 @@ class BatchScheduler:
         left += [s.sequence for s in self.slots if s.sequence is not None]
         for slot in self.slots:
             slot.sequence = None
+        self._live = []
         for sequence in left:
             sequence.free()
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
@@ -165,6 +170,7 @@ class BatchScheduler:
         sequence = slot.sequence
         assert sequence is not None
         slot.sequence = None
+        self._relist()
         sequence.free()
         if not keep:
             self._drop(slot)
@@ -172,9 +178,8 @@ class BatchScheduler:
 
     def _reap(self) -> None:
         """Cancelled sequences leave now, and free their cells."""
-        for slot in self.slots:
-            if slot.sequence is not None and slot.sequence.job.cancelled:
-                self._release(slot, keep=False)
+        for slot in [s for s in self._live if s.sequence is not None and s.sequence.job.cancelled]:
+            self._release(slot, keep=False)
         if any(s.job.cancelled for s in self._waiting):
             for sequence in [s for s in self._waiting if s.job.cancelled]:
                 self._waiting.remove(sequence)
@@ -193,6 +198,7 @@ class BatchScheduler:
                 continue
             slot, keep = self._place(free, tokens)
             slot.sequence = sequence
+            self._relist()
             sequence.slot = slot.id
             sequence.start(keep)
 
@@ -245,17 +251,20 @@ class BatchScheduler:
     def _step(self) -> None:
         runtime, batch = self.runtime, self._batch
         room = runtime.batch_size
+        live = self._live
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
         parts: list[tuple[Slot, list[int], int]] = []
-        for slot in self.slots:
+        prefilling: list[Slot] = []
+        for slot in live:
             sequence = slot.sequence
-            if sequence is not None and sequence.next_token is not None:
+            assert sequence is not None
+            if sequence.next_token is not None:
                 parts.append((slot, [sequence.next_token], 0))
                 room -= 1
-        prefilling = sorted(
-            (s for s in self.slots if s.sequence is not None and s.sequence.prefilling),
-            key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0,
-        )
+            elif sequence.prefilling:
+                prefilling.append(slot)
+        if len(prefilling) > 1:
+            prefilling.sort(key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0)
         space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget
         for slot in prefilling:  # the shortest prompts first
             if room <= 0:
@@ -271,7 +280,8 @@ class BatchScheduler:
             room -= len(chunk)
             space -= len(chunk)
         # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
-        parts.sort(key=lambda part: part[0].id)
+        if prefilling:
+            parts.sort(key=lambda part: part[0].id)
         n = 0
         # (slot, batch row with logits or -1, tokens added to the slot's cache, prompt tokens)
         plan: list[tuple[Slot, int, list[int], int]] = []

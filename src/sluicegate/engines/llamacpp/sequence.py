@@ -38,6 +38,7 @@ class Sequence:
         "_decoder",
         "_limit",
         "_pending",
+        "_reasoning",
         "_stops",
         "_top",
         "cap",
@@ -77,6 +78,7 @@ class Sequence:
         sampling = job.sampling
         self._top = (sampling.top_logprobs or 0) if sampling.logprobs else -1
         self._limit = 0
+        self._reasoning = job.reasoning is not None  # only then may the parser emit reasoning
 
     @property
     def prefilling(self) -> bool:
@@ -116,7 +118,7 @@ class Sequence:
         if samplers.watching:
             token = samplers.watch(token, ctx, index)
         self.next_token = None
-        if llama_cpp.llama_vocab_is_eog(runtime.model.vocab, token):
+        if runtime.is_eog(token):
             return FinishReason.STOP
         usage = job.usage
         usage.completion_tokens += 1
@@ -128,9 +130,10 @@ class Sequence:
             events = job.parser.feed(text, self._pending or None)
             self._pending = []
             if events:
-                usage.reasoning_tokens += any(
-                    type(e) is TextDelta and e.channel is ItemKind.REASONING for e in events
-                )
+                if self._reasoning:
+                    usage.reasoning_tokens += any(
+                        type(e) is TextDelta and e.channel is ItemKind.REASONING for e in events
+                    )
                 job.emit(events)
         if stopped:
             self._stops = StopScanner([])  # nothing held back once a stop string was reached
