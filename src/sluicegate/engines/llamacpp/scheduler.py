@@ -151,7 +151,6 @@ class BatchScheduler:
             sequence.free()
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
         self.wakeups.flush()
-        self.wakeups.close()
         llama_cpp.llama_batch_free(self._batch)
 
     @staticmethod
