@@ -1,0 +1,25 @@
+"""cli.py: the server settles the garbage collector once everything startup built exists."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from sluicegate.cli import GC_YOUNG_THRESHOLD, _settle_garbage_collector
+
+
+@pytest.fixture
+def restored_gc() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+def test_startup_objects_are_frozen_and_young_collections_are_rarer(restored_gc: None) -> None:
+    built_at_startup = [{"route": n} for n in range(100)]
+    _settle_garbage_collector()
+    assert gc.get_freeze_count() >= len(built_at_startup)
+    assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
