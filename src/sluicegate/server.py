@@ -15,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
+from starlette.types import Receive, Scope, Send
 
 from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
@@ -61,7 +62,7 @@ from sluicegate.routes.responses_stored import (
 )
 from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
-from sluicegate.transport.sse import frame_bytes
+from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
@@ -140,6 +141,14 @@ def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
     """The end of the log of a run lost with its process: the Responses `response.failed`."""
     data = orjson.dumps({"type": "response.failed", "sequence_number": seq, "response": failed})
     return [frame_bytes(Frame(data, "response.failed"))]
+
+
+class SluicegateApp(Starlette):
+    """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SERVER_SEND] = send
+        await super().__call__(scope, receive, send)
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -254,7 +263,7 @@ def create_app(settings: Settings) -> Starlette:
     auth = Middleware(
         APIKeyMiddleware, api_keys=settings.api_keys
     )  # before routing: every path but the open ones
-    app = Starlette(
+    app = SluicegateApp(
         routes=routes,
         middleware=[observe, auth],
         lifespan=lifespan,

@@ -8,13 +8,23 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from starlette.middleware import Middleware
+from starlette.routing import Route
 
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
-from sluicegate.transport.sse import HEARTBEAT, StreamOutcome, frame_bytes, stream_sse
+from sluicegate.server import SluicegateApp
+from sluicegate.transport.sse import (
+    HEARTBEAT,
+    SERVER_SEND,
+    StreamOutcome,
+    frame_bytes,
+    server_send,
+    stream_sse,
+)
 from sluicegate.turn.pipeline import TurnPipeline
 
 LIMIT = 10  # seconds: a safety net so a hang fails the test instead of blocking the suite
@@ -376,3 +386,64 @@ async def test_heartbeats_do_not_reset_the_idle_timeout() -> None:
     assert body.count(HEARTBEAT) >= 2  # heartbeats went out while waiting ...
     assert b'"type":"stream_idle_timeout"' in body  # ... and the idle timeout still fired
     assert body.endswith(b"data: [DONE]\n\n")
+
+
+async def test_the_body_goes_to_body_send_once_the_head_went_through_send() -> None:
+    head_only, server = Client(), Client()
+    outcome = await stream_sse(
+        frames_of([b"data: 1\n\n", b"data: 2\n\n"], delay=0.01),
+        head_only.send,
+        server.receive,
+        heartbeat_seconds=15,
+        body_send=server.send,
+    )
+    assert [m["type"] for m in head_only.sent] == ["http.response.start"]
+    assert server.body == b"data: 1\n\ndata: 2\n\n"
+    assert all(m["type"] == "http.response.body" for m in server.sent)
+    assert server.sent[-1]["more_body"] is False
+    assert outcome == StreamOutcome(finished=True, client_gone=False)
+
+
+async def test_stream_bodies_skip_the_middleware_of_a_sluicegate_app() -> None:
+    """The app keeps the server's `send` in the scope; a stream's head passes every middleware
+    (they note its status), its body frames go straight to the server."""
+    seen_by_middleware: list[str] = []
+
+    class Watch:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            async def watched(message: dict[str, Any]) -> None:
+                seen_by_middleware.append(message["type"])
+                await send(message)
+
+            await self.app(scope, receive, watched)
+
+    class Endpoint:  # an ASGI app, as `TurnEndpoint` is
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await stream_sse(
+                frames_of([b"data: 1\n\n", b"data: 2\n\n"], delay=0.01),
+                send,
+                receive,
+                heartbeat_seconds=15,
+                body_send=server_send(scope, send),
+            )
+
+    app = SluicegateApp(routes=[Route("/stream", Endpoint())], middleware=[Middleware(Watch)])
+    server = Client()
+    scope = {"type": "http", "method": "GET", "path": "/stream", "headers": [], "query_string": b""}
+    async with asyncio.timeout(LIMIT):
+        await app(scope, server.receive, server.send)
+    assert server.sent[0]["type"] == "http.response.start"
+    assert server.body == b"data: 1\n\ndata: 2\n\n"
+    assert seen_by_middleware == ["http.response.start"]
+
+
+def test_server_send_falls_back_to_the_send_it_is_given() -> None:
+    async def mine(message: Any) -> None: ...
+
+    async def servers(message: Any) -> None: ...
+
+    assert server_send({}, mine) is mine
+    assert server_send({SERVER_SEND: servers}, mine) is servers

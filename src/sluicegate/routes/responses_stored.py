@@ -21,7 +21,7 @@ from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses_request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
-from sluicegate.transport.sse import stream_sse
+from sluicegate.transport.sse import server_send, stream_sse
 from sluicegate.turn.http import request_scope
 from sluicegate.turn.live import BackgroundRun
 from sluicegate.turn.state import AppState
@@ -71,6 +71,7 @@ class _SSEReplay(Response):
             heartbeat_seconds=state.limits.heartbeat_seconds,
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=self._extra_headers,
+            body_send=server_send(scope, send),
         )
 
 

@@ -36,6 +36,11 @@ SSE_HEADERS: Final = {"Cache-Control": "no-cache", "Connection": "keep-alive", "
 _END: Final = b"\x00end"  # producer finished (identity-compared, never sent)
 _GONE: Final = b"\x00gone"  # client disconnected
 
+# Scope key under which the app keeps the server's own `send`, from below every middleware.
+# A stream's head goes through the middleware (they note its status); its body frames do not
+# need them and skip their layers, one call each per frame.
+SERVER_SEND: Final = "sluicegate.server_send"
+
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
 
@@ -51,6 +56,12 @@ def _prefix(event: str | None) -> bytes:
         if len(_PREFIXES) < 256:  # encoders use a few dozen names; the cache stays small anyway
             _PREFIXES[event] = prefix
     return prefix
+
+
+def server_send(scope: Mapping[str, object], send: Send) -> Send:
+    """The send for a stream's body: the server's own, when the app put it in the scope."""
+    raw = scope.get(SERVER_SEND)
+    return raw if callable(raw) else send
 
 
 def frame_bytes(frame: Frame) -> bytes:
@@ -160,6 +171,7 @@ async def stream_sse(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     heartbeat: Frame | None = None,  # a dialect's own keep-alive event (Anthropic's `ping`)
+    body_send: Send | None = None,  # for the body, once the head went through `send`
 ) -> StreamOutcome:
     """Send the response head, then every chunk as SSE, with heartbeats and backpressure.
 
@@ -168,6 +180,7 @@ async def stream_sse(
     """
     raw_headers = _raw_headers(headers)
     await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    send = body_send or send
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox))

@@ -41,7 +41,7 @@ from sluicegate.observe import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
-from sluicegate.transport.sse import Chunk, frame_bytes, stream_sse
+from sluicegate.transport.sse import Chunk, frame_bytes, server_send, stream_sse
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -191,6 +191,7 @@ class TurnEndpoint:
             heartbeat=self.dialect.heartbeat,
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
+            body_send=server_send(request.scope, send),
         )
 
     def live(self, state: AppState, prepared: Prepared) -> _maybe:
