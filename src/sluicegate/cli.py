@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 
 from sluicegate import __version__
@@ -15,8 +14,6 @@ from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
 from sluicegate.logs import configure_logging
-
-GC_YOUNG_THRESHOLD = 20_000  # allocations between young collections (CPython's default: 700)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -29,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="interface to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8321)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--workers", type=int, help="server processes on the port (default 1; more need the Redis store)"
+    )
     serve.add_argument(
         "--log-format", choices=["text", "json"], help="text (default) or one JSON object per line"
     )
@@ -52,6 +52,10 @@ def _settings(args: argparse.Namespace) -> Settings:
         settings.host = args.host
     if getattr(args, "port", None) is not None:
         settings.port = args.port
+    if getattr(args, "workers", None) is not None:
+        if args.workers < 1:
+            raise ConfigError("--workers must be at least 1")
+        settings.workers = args.workers
     if getattr(args, "log_level", None):
         settings.log_level = args.log_level
     if getattr(args, "log_format", None):
@@ -61,24 +65,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _settle_garbage_collector() -> None:
-    """Keep the cyclic GC off the hot path of a long-running server.
-
-    Everything built at startup (the app, its routes, the imported modules) lives as long as
-    the process: frozen, it is never traversed again. A request and its stream make a few
-    thousand short-lived containers; with the default gen-0 threshold (700) that is several
-    young collections per request, and each older one walks every live stream's objects.
-    """
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-
-
 def _serve(settings: Settings) -> int:
-    import uvicorn
-
-    from sluicegate.http_protocol import JSONHttpToolsProtocol
     from sluicegate.server import create_app
+    from sluicegate.serving import check_workers, serve_one, serve_workers
 
     configure_logging(settings.log_level, settings.log_format)
     from sluicegate.engines.model_files import ensure_demo_model
@@ -90,21 +79,17 @@ def _serve(settings: Settings) -> int:
             flush=True,
         )
     app = create_app(settings)
-    _settle_garbage_collector()
+    registry = app.state.sluicegate.registry
+    check_workers(settings, registry)
+    workers = f", {settings.workers} workers" if settings.workers > 1 else ""
     print(
-        f"Sluicegate {__version__} on http://{settings.host}:{settings.port}  models: {', '.join(app.state.sluicegate.registry.models)}",
+        f"Sluicegate {__version__} on http://{settings.host}:{settings.port}{workers}  models: {', '.join(registry.models)}",
         flush=True,
     )
-    uvicorn.run(
-        app,
-        http=JSONHttpToolsProtocol,  # unparseable requests get a JSON 400, not uvicorn's plain text
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
-        log_config=None,  # ours (configure_logging), text or JSON
-        access_log=False,  # the one access line per request comes from sluicegate.observe
-    )
+    if settings.workers > 1:
+        serve_workers(settings)  # each worker builds its own app; this one only checked the config
+    else:
+        serve_one(app, settings)
     return 0
 
 

@@ -9,7 +9,8 @@ heartbeat_seconds = 15
 request_timeout_seconds = 600   # 0 disables
 idle_timeout_seconds = 120      # 0 disables
 max_body_bytes = 16777216
-max_concurrent_requests = 512   # 429 above this
+max_concurrent_requests = 512   # 429 above this (per worker)
+workers = 1                     # server processes on the port; > 1 needs [store] backend = "redis"
 stream_buffer_bytes = 262144    # per stream: frames waiting for a slow client before generation pauses
 max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
 max_instances = 4               # instances of one model; 0: no cap
@@ -92,7 +93,8 @@ class Settings:
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
     max_body_bytes: int = 16 * 1024 * 1024
-    max_concurrent_requests: int = 512
+    max_concurrent_requests: int = 512  # per worker
+    workers: int = 1  # server processes on the port; more than one needs the Redis store
     stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_instances: int = 4  # instances of one model the models API may load; 0: no cap
@@ -135,6 +137,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "idle_timeout_seconds": (int, float),
     "max_body_bytes": int,
     "max_concurrent_requests": int,
+    "workers": int,
     "stream_buffer_bytes": int,
     "max_json_depth": int,
     "max_instances": int,
@@ -178,6 +181,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
         elif key == "log_format" and value not in ("text", "json"):
             raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
+        elif key == "workers" and value < 1:
+            raise ConfigError(f"{source}: [server].workers must be at least 1")
         elif key == "reaper_interval_seconds" and value <= 0:  # a zero interval would spin
             raise ConfigError(f"{source}: [server].reaper_interval_seconds must be positive")
         else:

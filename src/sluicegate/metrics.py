@@ -16,6 +16,7 @@ directory's memory-mapped files and /metrics sums them over the processes (gauge
 from __future__ import annotations
 
 import os
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
@@ -40,6 +41,34 @@ C = TypeVar("C", Counter, Gauge)
 
 def multiprocess_dir() -> str | None:
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
+
+
+def forget_dead_processes(path: str) -> list[int]:
+    """Drop the live gauges of processes that are gone (a worker killed without the chance to
+    say so), so `/metrics` stops adding their last values; says whose."""
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in os.listdir(path):
+        match = _LIVE_GAUGE_FILE.fullmatch(name)
+        if match is not None and not _alive(int(match[1])):
+            dead.add(int(match[1]))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    return sorted(dead)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: alive
+        return True
+    return True
 
 
 class _Table(MutableMapping[Key, float], Generic[C]):

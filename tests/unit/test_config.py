@@ -146,6 +146,7 @@ def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyP
         ("[server]\njit_ttl_seconds = true\n", "[server].jit_ttl_seconds has the wrong type (bool)"),
         ("[server]\njit_ttl_seconds = -5\n", "[server].jit_ttl_seconds must not be negative"),
         ("[server]\nreaper_interval_seconds = 0\n", "reaper_interval_seconds must be positive"),
+        ("[server]\nworkers = 0\n", "[server].workers must be at least 1"),
         ("[server]\nmodels_dir = 3\n", "[server].models_dir has the wrong type (int)"),
     ],
 )

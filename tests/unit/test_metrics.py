@@ -29,7 +29,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
-from sluicegate.metrics import TOKEN_GAP_BUCKETS, Metrics, observe_counts
+from sluicegate.metrics import TOKEN_GAP_BUCKETS, Metrics, forget_dead_processes, observe_counts
 from sluicegate.observe import CLIENT_GONE, RequestObserver
 
 
@@ -125,6 +125,28 @@ def test_several_processes_are_summed(tmp_path: Path) -> None:
     assert 'sluicegate_model_load_seconds_count{model="m"} 3.0' in rendered
     # A gauge counts live processes only: the two that exited are gone.
     assert 'sluicegate_generations_active{model="m"} 1.0' in rendered
+
+
+def test_the_live_gauges_of_a_process_gone_without_a_word_are_forgotten(tmp_path: Path) -> None:
+    """A worker killed with SIGKILL cannot mark itself dead; its replacement does it for it."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, "count"], env=env)
+    assert child.wait(timeout=60) == 0  # gone, its gauge file left behind
+    live_file = tmp_path / f"gauge_livesum_{child.pid}.db"
+    mine = tmp_path / f"gauge_livesum_{os.getpid()}.db"
+    mine.write_bytes(live_file.read_bytes())  # a live process's file, which must stay
+    assert forget_dead_processes(str(tmp_path)) == [child.pid]
+    assert not live_file.exists() and mine.exists()
+    assert (tmp_path / f"counter_{child.pid}.db").exists()  # its counts still add up
+    rendered = subprocess.run(
+        [sys.executable, "-c", CHILD, "render"],
+        env=env,
+        check=True,
+        timeout=60,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 2.0' in rendered
 
 
 def test_counts_added_at_once_equal_observing_each_value() -> None:

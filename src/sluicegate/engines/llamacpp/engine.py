@@ -71,6 +71,7 @@ def llama_seed(seed: int) -> int:
 class LlamaCppEngine(Engine):
     kind = "llamacpp"
     needs_load = True
+    holds_weights = True
     default_max_concurrency: ClassVar[int] = 1
 
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:

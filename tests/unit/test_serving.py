@@ -1,4 +1,4 @@
-"""cli.py: the server settles the garbage collector once everything startup built exists."""
+"""serving.py: the server settles the garbage collector once everything startup built exists."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluicegate.cli import GC_YOUNG_THRESHOLD, _settle_garbage_collector
+from sluicegate.serving import GC_YOUNG_THRESHOLD, settle_garbage_collector
 
 
 @pytest.fixture
@@ -20,6 +20,6 @@ def restored_gc() -> Iterator[None]:
 
 def test_startup_objects_are_frozen_and_young_collections_are_rarer(restored_gc: None) -> None:
     built_at_startup = [{"route": n} for n in range(100)]
-    _settle_garbage_collector()
+    settle_garbage_collector()
     assert gc.get_freeze_count() >= len(built_at_startup)
     assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
