@@ -252,6 +252,20 @@ class Metrics:
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
 
+_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def child(family: Any, *values: str) -> Any:
+    """`family.labels(*values)`, remembered. prometheus-client checks the values and takes a
+    lock on every `labels` call; a request makes five of them. The children it returns live as
+    long as their family anyway, so this holds nothing it does not."""
+    key = (family, values)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = family.labels(*values)
+    return found
+
+
 def observe_counts(histogram: Any, counts: list[int], total: float) -> None:
     """Add observations already counted per bucket (`counts[i]`: values <= bucket i's bound and
     above the one before; the last is +Inf) and their `total` to a histogram child at once —

@@ -37,7 +37,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
-from sluicegate.metrics import METRICS, TOKEN_GAP_BUCKETS, observe_counts
+from sluicegate.metrics import METRICS, TOKEN_GAP_BUCKETS, child, observe_counts
 
 access_log = logging.getLogger("sluicegate.access")
 
@@ -99,7 +99,7 @@ class RequestObserver:
         self.first_token_at = self.last_token_at = now
         self.tokens += 1
         if self.dialect:
-            METRICS.ttft.labels(self.dialect, self.model).observe(now - self.started)
+            child(METRICS.ttft, self.dialect, self.model).observe(now - self.started)
 
     def token(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -116,7 +116,7 @@ class RequestObserver:
     def _flush_gaps(self) -> None:
         if self.dialect and any(self.gap_counts):
             observe_counts(
-                METRICS.inter_token.labels(self.dialect, self.model), self.gap_counts, self.gap_sum
+                child(METRICS.inter_token, self.dialect, self.model), self.gap_counts, self.gap_sum
             )
         self.gap_counts[:] = [0] * len(self.gap_counts)  # in place: a running tap holds the list
         self.gap_sum = 0.0
@@ -127,7 +127,7 @@ class RequestObserver:
 
     def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
         name = "request" if provider is None or provider.type != "plugin" else provider.id
-        METRICS.tool_calls.labels(name, "error" if error else "ok").inc()
+        child(METRICS.tool_calls, name, "error" if error else "ok").inc()
 
     def stream_status(self, status: int) -> None:
         """How a stream that already answered 200 really ended (an error's status, or 499)."""
@@ -145,9 +145,9 @@ class RequestObserver:
 
     def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
         if tokens_in:
-            METRICS.prompt_tokens.labels(self.dialect, self.model).inc(tokens_in)
+            child(METRICS.prompt_tokens, self.dialect, self.model).inc(tokens_in)
         if tokens_out:
-            METRICS.completion_tokens.labels(self.dialect, self.model).inc(tokens_out)
+            child(METRICS.completion_tokens, self.dialect, self.model).inc(tokens_out)
 
     # --- the end of the HTTP exchange -------------------------------------------------------
 
@@ -163,7 +163,7 @@ class RequestObserver:
         tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
         self._flush_gaps()
         if self.dialect:
-            METRICS.requests.labels(self.dialect, self.model, str(status)).observe(total)
+            child(METRICS.requests, self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
