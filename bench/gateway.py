@@ -50,6 +50,7 @@ from gateway_targets import (
     start,
     start_litellm,
     start_nginx,
+    start_redis,
     start_sluicegate,
     wait_ready,
 )
@@ -365,7 +366,13 @@ def make_target(
             skip(f"Sluicegate cannot serve an upstream: {missing}")
             return None
         if "sluicegate" not in servers:
-            servers["sluicegate"] = start_sluicegate(folder, upstream, models)
+            redis_url = None
+            if args.sluicegate_workers > 1:
+                redis, redis_url = start_redis(folder)
+                procs.append(redis)
+            servers["sluicegate"] = start_sluicegate(
+                folder, upstream, models, args.sluicegate_workers, redis_url
+            )
             procs.append(servers["sluicegate"][0])
         proc, port = servers["sluicegate"]
         if key == "sg-responses":
@@ -584,6 +591,12 @@ def main() -> None:
     parser.add_argument("--nginx", help="nginx binary (default: found on PATH or in /usr/sbin)")
     parser.add_argument(
         "--nginx-workers", type=int, default=1, help="nginx worker processes (1: like one Python process)"
+    )
+    parser.add_argument(
+        "--sluicegate-workers",
+        type=int,
+        default=1,
+        help="Sluicegate's [server] workers (> 1 starts a redis-server for its store)",
     )
     parser.add_argument("--litellm", help="litellm CLI (default: found on PATH)")
     parser.add_argument("--json", default="gateway-bench.json", help="where to write the results")

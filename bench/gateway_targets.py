@@ -145,7 +145,11 @@ def sluicegate_missing() -> str | None:
     return None
 
 
-def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Proc, int]:
+def start_sluicegate(
+    folder: Path, upstream: int, models: list[str], workers: int = 1, redis_url: str | None = None
+) -> tuple[Proc, int]:
+    """Sluicegate in front of the upstream; with `workers` > 1, that many processes sharing the
+    Redis store at `redis_url` (what `workers` requires)."""
     port = free_port()
     tables = "".join(
         f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
@@ -153,11 +157,34 @@ def start_sluicegate(folder: Path, upstream: int, models: list[str]) -> tuple[Pr
         for m in models
     )
     config = folder / "sluicegate.toml"
-    config.write_text(f'[server]\ndata_dir = "{folder / "data"}"\nmax_concurrent_requests = 8192\n{tables}')
+    store = f'\n[store]\nbackend = "redis"\nurl = "{redis_url}"\n' if workers > 1 else ""
+    config.write_text(
+        f'[server]\ndata_dir = "{folder / "data"}"\nmax_concurrent_requests = 8192\nworkers = {workers}\n'
+        f"{store}{tables}"
+    )
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", str(port)]
     proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder)
     wait_ready(proc, f"http://127.0.0.1:{port}/health")
+    if workers > 1:
+        time.sleep(3)  # /health answers once the first worker is up; let the others finish starting
     return proc, port
+
+
+def start_redis(folder: Path) -> tuple[Proc, str]:
+    """A throwaway redis-server (no persistence), for Sluicegate's workers."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise RuntimeError("redis-server not found (Debian: apt-get install redis-server)")
+    port = free_port()
+    proc = start("redis", [binary, "--port", str(port), "--save", "", "--appendonly", "no"], folder)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+            conn.sendall(b"PING\r\n")
+            if conn.recv(16).startswith(b"+PONG"):
+                return proc, f"redis://127.0.0.1:{port}/0"
+        time.sleep(0.1)
+    raise RuntimeError(f"redis-server not ready:\n{proc.log.read_text()[-2000:]}")
 
 
 def find_nginx(given: str | None) -> str | None:
