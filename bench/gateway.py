@@ -203,34 +203,59 @@ def load(
 
 
 def hold(target: Target, model: str, streams: int, settle: float) -> dict[str, Any]:
-    """RSS of the gateway's processes before, and with `streams` slow streams open and flowing."""
+    """RSS of the gateway's processes before, with half of `streams` slow streams open and
+    flowing, and with all of them.
+
+    Two figures per stream: from the RSS before (what the issue's target names), and the
+    marginal one, from half to all. The first depends on the baseline: memory a process freed
+    after the runs before but kept (allocator arenas) is reused by the first streams, so a
+    baseline that happens to be high makes streams look cheap. The second is what one more
+    stream costs once the process is in that state.
+    """
     assert target.proc is not None
     base = rss_bytes(target.proc.pids())
+    first = _open_streams(target, model, streams // 2)
+    time.sleep(settle)
+    half = rss_bytes(target.proc.pids())
+    second = _open_streams(target, model, streams - streams // 2)
+    time.sleep(settle)
+    held = rss_bytes(target.proc.pids())
+    errors = [*_close_streams(target, first[0]), *_close_streams(target, second[0])]
+    flowing = first[1] + second[1]
+    return {
+        "streams": streams,
+        "flowing": flowing,
+        "rss_before_mib": base / 2**20,
+        "rss_half_mib": half / 2**20,
+        "rss_open_mib": held / 2**20,
+        "kib_per_stream": (held - base) / 1024 / max(flowing, 1),
+        "kib_per_stream_marginal": (held - half) / 1024 / max(second[1], 1),
+        "errors": errors,
+    }
+
+
+def _open_streams(target: Target, model: str, streams: int) -> tuple[subprocess.Popen[bytes], int]:
+    """A hold client with `streams` streams open; returns once they flow (or it gave up)."""
     client = subprocess.Popen(
         client_cmd(target, "hold", model, 100_000, streams, streams),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert client.stdout is not None and client.stdin is not None
+    assert client.stdout is not None
     line = client.stdout.readline().decode()
-    flowing = int(line.split()[1]) if line.startswith("READY") else 0
-    time.sleep(settle)
-    held = rss_bytes(target.proc.pids())
+    return client, int(line.split()[1]) if line.startswith("READY") else 0
+
+
+def _close_streams(target: Target, client: subprocess.Popen[bytes]) -> list[str]:
+    assert client.stdin is not None
     client.stdin.write(b"\n")
     client.stdin.flush()
     out, err = client.communicate(timeout=120)
     if client.returncode != 0:
         raise RuntimeError(f"hold client failed on {target.key}:\n{err.decode()[-3000:]}")
-    result = json.loads(out)
-    return {
-        "streams": streams,
-        "flowing": flowing,
-        "rss_before_mib": base / 2**20,
-        "rss_open_mib": held / 2**20,
-        "kib_per_stream": (held - base) / 1024 / max(flowing, 1),
-        "errors": result["errors"],
-    }
+    errors: list[str] = json.loads(out)["errors"]
+    return errors
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -273,7 +298,8 @@ def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, res
         results.memory[target.key] = mem
         print(
             f"  {target.key:<13} {mem['flowing']}/{mem['streams']} streams open: RSS {mem['rss_before_mib']:.1f}"
-            f" → {mem['rss_open_mib']:.1f} MiB, {mem['kib_per_stream']:.1f} KiB per stream",
+            f" → {mem['rss_open_mib']:.1f} MiB, {mem['kib_per_stream']:.1f} KiB per stream"
+            f" ({mem['kib_per_stream_marginal']:.1f} marginal)",
             flush=True,
         )
     if target.proc is not None and target.key in args.hold_targets and args.capacity_streams:
@@ -478,7 +504,8 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
         for key, mem in r.memory.items():
             print(
                 f"  {TITLES[key]:<26}{mem['flowing']:>5} flowing  RSS {mem['rss_before_mib']:7.1f} → "
-                f"{mem['rss_open_mib']:7.1f} MiB  {mem['kib_per_stream']:6.1f} KiB per stream"
+                f"{mem['rss_open_mib']:7.1f} MiB  {mem['kib_per_stream']:6.1f} KiB per stream, "
+                f"{mem['kib_per_stream_marginal']:6.1f} marginal (the second half)"
             )
     if r.capacity:
         print(f"\nCapacity: {args.capacity_streams} concurrent streams held")
@@ -538,8 +565,11 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         )
     for key in runs[0]["memory"]:
         row = spread([r["memory"][key]["kib_per_stream"] for r in runs if key in r["memory"]])
-        out["memory"][key] = {"kib_per_stream": row}
-        print(f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB")
+        marginal = spread([r["memory"][key]["kib_per_stream_marginal"] for r in runs if key in r["memory"]])
+        out["memory"][key] = {"kib_per_stream": row, "kib_per_stream_marginal": marginal}
+        print(
+            f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB, marginal {show(marginal, 1)} KiB"
+        )
     for key in runs[0].get("capacity", {}):
         caps = [r["capacity"][key] for r in runs if key in r.get("capacity", {})]
         out.setdefault("capacity", {})[key] = {
