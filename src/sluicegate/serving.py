@@ -31,22 +31,21 @@ from sluicegate.logs import configure_logging
 from sluicegate.metrics import forget_dead_processes, multiprocess_dir
 from sluicegate.server import create_app
 
-GC_YOUNG_THRESHOLD: Final = 20_000  # allocations between young collections (CPython's default: 700)
 WORKER_SETTINGS_ENV: Final = "SLUICEGATE_WORKER_SETTINGS"  # the parent's settings, for its workers
 METRICS_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def settle_garbage_collector() -> None:
-    """Keep the cyclic GC off the hot path of a long-running server.
+    """Keep full collections from walking what lives as long as the process.
 
-    Everything built at startup (the app, its routes, the imported modules) lives as long as
-    the process: frozen, it is never traversed again. A request and its stream make a few
-    thousand short-lived containers; with the default gen-0 threshold (700) that is several
-    young collections per request, and each older one walks every live stream's objects.
+    Everything built at startup (the app, its routes, the imported modules) is frozen: the
+    older-generation collections that a stream of requests triggers no longer traverse it, and
+    those pauses were the tail of time to first token under a burst of requests. The young
+    collections keep CPython's threshold: raising it (20,000) cost ~5-10 KiB more RSS per open
+    stream and did not shorten the tail (bench/README, round four).
     """
     gc.collect()
     gc.freeze()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def check_workers(settings: Settings, registry: Registry) -> None:

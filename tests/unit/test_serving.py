@@ -7,19 +7,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from sluicegate.serving import GC_YOUNG_THRESHOLD, settle_garbage_collector
+from sluicegate.serving import settle_garbage_collector
 
 
 @pytest.fixture
 def restored_gc() -> Iterator[None]:
-    threshold = gc.get_threshold()
     yield
     gc.unfreeze()
-    gc.set_threshold(*threshold)
 
 
-def test_startup_objects_are_frozen_and_young_collections_are_rarer(restored_gc: None) -> None:
+def test_startup_objects_are_frozen(restored_gc: None) -> None:
     built_at_startup = [{"route": n} for n in range(100)]
     settle_garbage_collector()
     assert gc.get_freeze_count() >= len(built_at_startup)
-    assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD > 700
+    assert gc.get_threshold()[0] == 700  # young collections as CPython has them
