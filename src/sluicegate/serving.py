@@ -41,8 +41,8 @@ def settle_garbage_collector() -> None:
     Everything built at startup (the app, its routes, the imported modules) is frozen: the
     older-generation collections that a stream of requests triggers no longer traverse it, and
     those pauses were the tail of time to first token under a burst of requests. The young
-    collections keep CPython's threshold: raising it (20,000) cost ~5-10 KiB more RSS per open
-    stream and did not shorten the tail (bench/README, round four).
+    collections keep CPython's threshold: raising it (20,000) did not shorten the tail and, in
+    paired runs, held more RSS per open stream (bench/README, round four).
     """
     gc.collect()
     gc.freeze()
