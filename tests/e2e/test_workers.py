@@ -105,6 +105,10 @@ def test_streams_through_either_worker_are_whole_and_metrics_add_up(workers: Ser
     with ThreadPoolExecutor(8) as pool:
         replies = list(pool.map(lambda _: chat_stream(workers), range(40)))
     assert replies == [DEFAULT_REPLY] * 40
+    # A request is counted once its handler returns, just after its last byte went out.
+    deadline = time.monotonic() + WAIT
+    while requests_counted(workers) - before < 40 and time.monotonic() < deadline:
+        time.sleep(0.05)
     # Every worker keeps its counts in the shared directory: whichever answers /metrics sums all.
     for _ in range(4):
         assert requests_counted(workers) - before == 40
