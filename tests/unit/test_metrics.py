@@ -106,20 +106,19 @@ if sys.argv[1] == "render":
 """
 
 
+def render_in_a_child(env: dict[str, str]) -> str:
+    """/metrics as another process of the same directory renders it."""
+    command = [sys.executable, "-c", CHILD, "render"]
+    return subprocess.run(command, env=env, check=True, timeout=60, capture_output=True, text=True).stdout
+
+
 def test_several_processes_are_summed(tmp_path: Path) -> None:
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     for _ in range(2):
         child = subprocess.Popen([sys.executable, "-c", CHILD, "count"], env=env)
         assert child.wait(timeout=60) == 0
         multiprocess.mark_process_dead(child.pid, str(tmp_path))  # what a supervisor does on exit
-    rendered = subprocess.run(
-        [sys.executable, "-c", CHILD, "render"],
-        env=env,
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout
+    rendered = render_in_a_child(env)
     assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 3.0' in rendered
     assert 'sluicegate_model_loads_total{model="m",outcome="ok"} 3.0' in rendered
     assert 'sluicegate_model_load_seconds_count{model="m"} 3.0' in rendered
@@ -138,14 +137,7 @@ def test_the_live_gauges_of_a_process_gone_without_a_word_are_forgotten(tmp_path
     assert forget_dead_processes(str(tmp_path)) == [child.pid]
     assert not live_file.exists() and mine.exists()
     assert (tmp_path / f"counter_{child.pid}.db").exists()  # its counts still add up
-    rendered = subprocess.run(
-        [sys.executable, "-c", CHILD, "render"],
-        env=env,
-        check=True,
-        timeout=60,
-        capture_output=True,
-        text=True,
-    ).stdout
+    rendered = render_in_a_child(env)
     assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 2.0' in rendered
 
 
