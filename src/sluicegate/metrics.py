@@ -39,8 +39,11 @@ LOAD_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 C = TypeVar("C", Counter, Gauge)
 
 
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's own variable
+
+
 def multiprocess_dir() -> str | None:
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+    return os.environ.get(MULTIPROCESS_DIR_ENV) or None
 
 
 _LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")

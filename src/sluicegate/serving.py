@@ -28,11 +28,10 @@ from sluicegate.config import Settings
 from sluicegate.core.errors import ConfigError
 from sluicegate.engines.registry import Registry
 from sluicegate.logs import configure_logging
-from sluicegate.metrics import forget_dead_processes, multiprocess_dir
+from sluicegate.metrics import MULTIPROCESS_DIR_ENV, forget_dead_processes, multiprocess_dir
 from sluicegate.server import create_app
 
 WORKER_SETTINGS_ENV: Final = "SLUICEGATE_WORKER_SETTINGS"  # the parent's settings, for its workers
-METRICS_DIR_ENV: Final = "PROMETHEUS_MULTIPROC_DIR"
 
 
 def settle_garbage_collector() -> None:
@@ -122,13 +121,13 @@ def worker_app() -> Starlette:
 def _metrics_dir() -> Iterator[None]:
     """Where the workers' metric values live so that `/metrics` sums them: the operator's
     `PROMETHEUS_MULTIPROC_DIR`, else a fresh directory removed when the server stops."""
-    if os.environ.get(METRICS_DIR_ENV):
+    if multiprocess_dir() is not None:
         yield
         return
     path = tempfile.mkdtemp(prefix="sluicegate-metrics-")
-    os.environ[METRICS_DIR_ENV] = path
+    os.environ[MULTIPROCESS_DIR_ENV] = path
     try:
         yield
     finally:
-        del os.environ[METRICS_DIR_ENV]
+        del os.environ[MULTIPROCESS_DIR_ENV]
         shutil.rmtree(path, ignore_errors=True)
