@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable
-from contextlib import AsyncExitStack
 from typing import Any
 
 from sluicegate.core.frames import DONE, Frame
+from sluicegate.core.owned import Owned
 from sluicegate.dialects.base import Encoder
 from sluicegate.store.base import Store, StoredResponse
 from sluicegate.store.runlog import RunLog
@@ -47,7 +47,8 @@ class LiveTurn:
         self.pipeline = pipeline
         self.encoder = encoder
         self._live = live
-        self._done = asyncio.Event()
+        self.finished = False
+        self._done: asyncio.Event | None = None  # made by the first `wait()`: most turns have none
 
     def __enter__(self) -> LiveTurn:
         self._live[self.id] = self
@@ -55,11 +56,9 @@ class LiveTurn:
 
     def __exit__(self, *exc: object) -> None:
         self._live.pop(self.id, None)
-        self._done.set()
-
-    @property
-    def finished(self) -> bool:
-        return self._done.is_set()
+        self.finished = True
+        if self._done is not None:
+            self._done.set()
 
     def snapshot(self) -> Json:
         return self.encoder.response_object() or {}
@@ -68,7 +67,10 @@ class LiveTurn:
         self.pipeline.cancel(reason)
 
     async def wait(self) -> Json:
-        await self._done.wait()
+        if not self.finished:
+            if self._done is None:
+                self._done = asyncio.Event()
+            await self._done.wait()
         return self.snapshot()
 
 
@@ -90,7 +92,7 @@ class BackgroundRun(LiveTurn):
         pipeline: TurnPipeline,
         encoder: Encoder,
         live: dict[str, LiveTurn],
-        owned: AsyncExitStack,
+        owned: Owned,
         input_items: list[Json] | None = None,
         *,
         store: Store,
