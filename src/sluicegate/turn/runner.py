@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -194,9 +194,11 @@ class TurnEndpoint:
             body_send=server_send(request.scope, send),
         )
 
-    def live(self, state: AppState, prepared: Prepared) -> _maybe:
+    def live(self, state: AppState, prepared: Prepared) -> AbstractContextManager[object]:
         """`with` it while the turn streams: a stored turn is live (retrievable, cancellable)."""
-        live = LiveTurn(
+        if not (prepared.turn.store and prepared.encoder.response_object() is not None):
+            return _NOT_LIVE  # nothing to register: no per-request object either
+        return LiveTurn(
             prepared.turn_id,
             prepared.pipeline,
             prepared.encoder,
@@ -204,7 +206,6 @@ class TurnEndpoint:
             prepared.input_items,
             scope=prepared.scope,
         )
-        return _maybe(live, prepared.turn.store and prepared.encoder.response_object() is not None)
 
     async def prepare(self, state: AppState, source: TurnSource, owned: AsyncExitStack) -> Prepared:
         """parse → model → conversation → admit → tools → open the model → pipeline, for any
@@ -305,21 +306,7 @@ class _Send:
         await self._send(message)
 
 
-class _maybe:
-    """`with live:` when the turn is registered as live, else nothing."""
-
-    __slots__ = ("live", "on")
-
-    def __init__(self, live: LiveTurn, on: bool) -> None:
-        self.live, self.on = live, on
-
-    def __enter__(self) -> None:
-        if self.on:
-            self.live.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.on:
-            self.live.__exit__()
+_NOT_LIVE = nullcontext()  # reusable: it holds no state
 
 
 async def _no_receive() -> Any:  # a JSON response never reads the request
