@@ -11,7 +11,6 @@ response starts as usual (heartbeats flow) and the stream carries on from where 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import get_args
@@ -38,7 +37,7 @@ class _Puller:
 
     __slots__ = ("buffered", "handed_over", "raw")
 
-    def __init__(self, raw: AsyncIterator[RawEvent], buffered: deque[RawEvent]) -> None:
+    def __init__(self, raw: AsyncIterator[RawEvent], buffered: list[RawEvent]) -> None:
         self.raw = raw
         self.buffered = buffered
         self.handed_over = False
@@ -59,7 +58,7 @@ class _Resumed:
 
     def __init__(
         self,
-        buffered: deque[RawEvent],
+        buffered: list[RawEvent],
         pending: asyncio.Future[RawEvent | None] | None,
         raw: AsyncIterator[RawEvent],
     ) -> None:
@@ -78,7 +77,7 @@ class _Resumed:
 
     async def _catch_up(self) -> RawEvent:
         if self._buffered:
-            return self._buffered.popleft()
+            return self._buffered.pop(0)
         assert self._pending is not None
         pending, self._pending = self._pending, None
         event = await pending  # cancelling the consumer cancels this too
@@ -111,7 +110,7 @@ async def await_answer(
     """Pull `raw` until the engine's `Answered` (whose headers are returned), at most `bound`
     seconds (None: no bound). Raises `SluicegateError` for a `Failed` before the answer (nothing
     was sent yet) and CANCELLED when the client left while waiting."""
-    buffered: deque[RawEvent] = deque()
+    buffered: list[RawEvent] = []  # a few progress events at most: a list, not a deque (760 B)
     puller = _Puller(raw, buffered)
     watcher = asyncio.ensure_future(disconnected())
     pending = asyncio.ensure_future(puller.pull())
