@@ -8,13 +8,12 @@ exit stack.
 
 from __future__ import annotations
 
-from contextlib import AsyncExitStack
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.conversation.resolve import resolve
 from sluicegate.core.events import ItemKind
+from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import canonical_events, collect, unless_disconnected
 from sluicegate.core.request import ChatRequest, Message, RequestOptions
 from sluicegate.dialects.base import ConversationInput
@@ -48,7 +47,7 @@ async def compact_response(request: Request) -> Response:
     chat = ChatRequest(
         model=req.model, messages=messages, tool_choice="none", options=RequestOptions(ttl=req.ttl)
     )
-    async with AsyncExitStack() as owned:
+    async with Owned() as owned:
         owned.callback(state.admission.take())
         generation = model.open(chat)
         owned.push_async_callback(generation.aclose)

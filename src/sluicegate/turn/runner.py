@@ -4,10 +4,11 @@ parse → model → conversation → admit → tool set → open the model → (
 answer) → pipeline → stream or collect → persist → release.
 
 Everything a turn takes — its admission place, its tool set (request-scoped MCP sessions), its
-engine generation (a queue place or a slot) — is pushed onto one `AsyncExitStack` the moment it
-is taken, and released by that stack however the request ends: a parse error, a refusal, an
-exception before the first byte, a client gone mid-stream. A background run takes the stack
-over (`pop_all`) and releases it when the run ends. Nothing depends on garbage collection.
+engine generation (a queue place or a slot) — is pushed onto one owner (`core.owned.Owned`) the
+moment it is taken, and released by that owner however the request ends: a parse error, a
+refusal, an exception before the first byte, a client gone mid-stream. A background run takes
+everything over (`pop_all`) and releases it when the run ends. Nothing depends on garbage
+collection.
 
 The runner is an ASGI app (one per dialect), so the whole request — including streaming — runs
 in one coroutine inside that `async with`. Other transports (the Responses WebSocket,
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractContextManager, AsyncExitStack, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -33,6 +34,7 @@ from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
+from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
@@ -105,7 +107,7 @@ class TurnEndpoint:
             METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
 
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
-        async with AsyncExitStack() as owned:
+        async with Owned() as owned:
             try:
                 body = await read_json(request, state.settings.max_body_bytes)
                 source = TurnSource(
@@ -136,7 +138,7 @@ class TurnEndpoint:
                 return await self._send_error(info, send)
 
     async def _run(
-        self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: AsyncExitStack
+        self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
         if turn.background:
@@ -207,7 +209,7 @@ class TurnEndpoint:
             scope=prepared.scope,
         )
 
-    async def prepare(self, state: AppState, source: TurnSource, owned: AsyncExitStack) -> Prepared:
+    async def prepare(self, state: AppState, source: TurnSource, owned: Owned) -> Prepared:
         """parse → model → conversation → admit → tools → open the model → pipeline, for any
         transport; everything taken is on `owned`."""
         dialect = self.dialect

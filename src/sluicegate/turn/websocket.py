@@ -33,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from contextlib import AsyncExitStack
 from typing import Any
 
 import orjson
@@ -42,6 +41,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.owned import Owned
 from sluicegate.dialects.base import Turn
 from sluicegate.metrics import METRICS
 from sluicegate.observe import RequestObserver, observing
@@ -254,7 +254,7 @@ class _Connection:
     async def _run(self, body: Json) -> int:
         """One turn through the runner; its status (200 once it streamed)."""
         runner, state = self.runner, self.state
-        async with AsyncExitStack() as owned:
+        async with Owned() as owned:
             source = TurnSource(
                 body,
                 self.websocket.query_params,
