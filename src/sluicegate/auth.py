@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Awaitable
 from typing import Any
 
 import orjson
@@ -74,14 +75,17 @@ class APIKeyMiddleware:
         self.app = app
         self.keys = [digest(key.encode()) for key in api_keys]
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function handing on the inner app's awaitable: a request that passes holds
+        # no frame of this middleware for as long as it streams.
         if not self.keys or scope["type"] not in ("http", "websocket") or is_open(scope["path"]):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         presented = presented_key(scope["headers"])
         if presented and key_matches(presented, self.keys):
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
+        return self._refuse(scope, send, presented)
+
+    async def _refuse(self, scope: Scope, send: Send, presented: bytes | None) -> None:
         METRICS.inc("sluicegate_auth_failures_total")
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})

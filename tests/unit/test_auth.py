@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any, cast
 from unittest import mock
 
 import pytest
@@ -107,3 +108,16 @@ def test_websocket_without_a_key_is_closed() -> None:
     with pytest.raises(WebSocketDisconnect) as closed, TestClient(app).websocket_connect("/v1/responses"):
         pass
     assert closed.value.code == 1008
+
+
+def test_a_request_that_passes_holds_no_frame_of_the_middleware() -> None:
+    # A stream lasts as long as the inner app's awaitable: the middleware hands that on.
+    handed: list[object] = []
+
+    def inner(scope: object, receive: object, send: object) -> object:
+        handed.append(object())
+        return handed[-1]
+
+    scope = {"type": "http", "path": "/v1/chat/completions", "headers": [(b"x-api-key", b"sk-one")]}
+    assert APIKeyMiddleware(cast(Any, inner), KEYS)(scope, mock.Mock(), mock.Mock()) is handed[-1]
+    assert APIKeyMiddleware(cast(Any, inner), [])(scope, mock.Mock(), mock.Mock()) is handed[-1]
