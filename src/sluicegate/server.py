@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 
 import orjson
@@ -15,7 +15,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, WebSocketRoute
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.auth import APIKeyMiddleware
 from sluicegate.config import Settings, models_dir, store_path
@@ -147,8 +147,32 @@ class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette's own `__call__`, inlined: one frame less held by every open stream.
+        scope["app"] = self
         scope[SERVER_SEND] = send
-        await super().__call__(scope, receive, send)
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        await self.middleware_stack(scope, receive, send)
+
+
+class TurnRoutes:
+    """The chat routes, dispatched before Starlette's exception middleware and router.
+
+    A stream holds a frame in every layer it passed for as long as it lasts; those two are
+    three frames (~1 KiB an open stream) and a regex match per request. A turn endpoint renders
+    its own errors in its dialect's shape, so it needs neither. Any other path or method goes
+    on as before (the router keeps the same routes, for its 405s)."""
+
+    def __init__(self, app: ASGIApp, turns: Mapping[str, ASGIApp]) -> None:
+        self.app = app
+        self.turns = dict(turns)
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            turn = self.turns.get(scope["path"])
+            if turn is not None:
+                return turn(scope, receive, send)
+        return self.app(scope, receive, send)
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -237,8 +261,9 @@ def create_app(settings: Settings) -> Starlette:
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
     ]
+    turns = {d.path: TurnEndpoint(d) for d in dialects}
     routes = [
-        *(Route(d.path, TurnEndpoint(d), methods=["POST"]) for d in dialects),
+        *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
         # The Responses API's WebSocket transport: the same runner, frames as text messages.
         WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
@@ -265,7 +290,7 @@ def create_app(settings: Settings) -> Starlette:
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, auth],
+        middleware=[observe, auth, Middleware(TurnRoutes, turns=turns)],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
