@@ -43,7 +43,7 @@ from sluicegate.observe import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer import Opened, await_answer
-from sluicegate.transport.sse import Chunk, frame_bytes, server_send, stream_sse
+from sluicegate.transport.sse import Chunk, StreamOutcome, frame_bytes, server_send, stream_sse
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -79,7 +79,7 @@ class TurnSource:
 
 @dataclass(slots=True)
 class Prepared:
-    """A turn ready to run: everything it holds is on the runner's exit stack."""
+    """A turn ready to run: everything it holds is on the runner's `Owned`."""
 
     turn: Turn
     turn_id: str
@@ -177,15 +177,16 @@ class TurnEndpoint:
             return await self._send_error(info, send, prepared.headers)
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
 
-    async def _stream(
+    def _stream(
         self,
         state: AppState,
         request: Request,
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
-    ) -> None:
-        await stream_sse(
+    ) -> Awaitable[StreamOutcome]:
+        # The transport's own coroutine, not a frame of ours around it for the stream's life.
+        return stream_sse(
             chunks,
             send,
             request.receive,
