@@ -188,6 +188,37 @@ async def test_text_logprobs_are_kept_on_delta_and_item() -> None:
     assert items_done(events)[0].logprobs == lp
 
 
+async def test_a_long_reply_is_kept_in_runs_not_one_str_per_delta() -> None:
+    from sluicegate.core.segment import COMPACT_PARTS
+
+    deltas = [f"t{i} " for i in range(COMPACT_PARTS * 3 + 7)]
+    seen: list[tuple[int, str]] = []  # what a reader of the unfinished item sees, as it grows
+
+    async def engine() -> AsyncIterator[RawEvent]:
+        for text in deltas:
+            yield TextDelta(M, text)
+        yield ToolCallDelta(0, "[" + ",".join("1" * (COMPACT_PARTS + 1)), "call_1", "f")
+        for _ in range(COMPACT_PARTS * 2):
+            yield ToolCallDelta(0, ",1")
+        yield ToolCallDelta(0, "]")
+        yield Finished(FinishReason.TOOL_CALLS)
+
+    events: list[Event] = []
+    async for event in segment(engine()):
+        events.append(event)
+        if isinstance(event, ItemDelta) and not event.item.done:
+            seen.append((len(event.item.parts), event.item.text_so_far))
+    check_invariants(events)
+    text, call = items_done(events)
+    assert text.text == "".join(deltas)
+    assert call.text == "[" + ",".join("1" * (COMPACT_PARTS + 1)) + ",1" * (COMPACT_PARTS * 2) + "]"
+    # while streaming: never more than one run per COMPACT_PARTS deltas plus the deltas since
+    assert max(length for length, _ in seen) <= COMPACT_PARTS + 3
+    assert [so_far for _, so_far in seen[: len(deltas)]] == [
+        "".join(deltas[: i + 1]) for i in range(len(deltas))
+    ]
+
+
 # --- tool calls ---------------------------------------------------------------------------------
 
 
