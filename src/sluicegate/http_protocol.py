@@ -16,6 +16,9 @@ from sluicegate.auth import error_body
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 
 MESSAGE = "Invalid HTTP request received."
+# How much of the latest read is kept to find the path in: a request line, not a request body
+# (the whole read stayed referenced for the connection's life, ~its body size per stream).
+HEAD_KEPT = 2048
 
 
 def bad_request(path: str) -> bytes:
@@ -46,7 +49,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
     _head = b""
 
     def data_received(self, data: bytes) -> None:
-        self._head = data  # the latest bytes: for a request line the parser refuses
+        self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
         super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
