@@ -109,15 +109,8 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
             try:
-                body = await read_json(request, state.settings.max_body_bytes)
-                source = TurnSource(
-                    body,
-                    request.query_params,
-                    request.headers,
-                    request_scope(request, state.settings.api_keys),
-                    lambda: _disconnect(request),
-                )
-                prepared = await self.prepare(state, source, owned)
+                # The request's JSON is not kept for the stream's life (nothing here holds it).
+                prepared = await self.prepare(state, await self._source(state, request), owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
@@ -136,6 +129,15 @@ class TurnEndpoint:
                     return 200
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
+
+    async def _source(self, state: AppState, request: Request) -> TurnSource:
+        return TurnSource(
+            await read_json(request, state.settings.max_body_bytes),
+            request.query_params,
+            request.headers,
+            request_scope(request, state.settings.api_keys),
+            lambda: _disconnect(request),
+        )
 
     async def _run(
         self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
