@@ -178,8 +178,8 @@ async def stream_sse(
     Returns once the stream ended or the client left; either way the producer has been run
     to completion or cancelled and awaited, so whatever it holds is released by then.
     """
-    raw_headers = _raw_headers(headers)
-    await send({"type": "http.response.start", "status": status, "headers": raw_headers})
+    # (built in the call, not a local: this frame lives as long as the stream)
+    await send({"type": "http.response.start", "status": status, "headers": _raw_headers(headers)})
     send = body_send or send
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
