@@ -25,6 +25,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.frames import Frame
 from sluicegate.core.segment import segment
 from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
 from sluicegate.engines.upstream.wire import ChunkDecoder, SSEReader, _PlainChunks
@@ -150,3 +151,19 @@ def test_a_list_of_frames_is_written_as_one_buffer() -> None:
 
     frames = [Frame(b"{}"), Frame(b"[1]", "x.delta"), Frame(b"2")]
     assert _list_bytes(frames) == b"data: {}\n\nevent: x.delta\ndata: [1]\n\ndata: 2\n\n"
+
+
+async def test_the_opening_frames_are_not_kept_once_sent() -> None:
+    # orjson's output holds a buffer of 4 KiB or more whatever its length: a stream that kept
+    # its opening frames held that for its whole life.
+    class Opening(ChatCompletionsEncoder):  # a dialect with opening frames (Responses, Anthropic)
+        def opening(self) -> list[Frame]:
+            return [Frame(orjson.dumps({"type": "response.created"}), "response.created")]
+
+    encoder = Opening("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
+    pipeline = TurnPipeline(segment(_events(_tokens())), encoder, Accumulator())
+    pipeline.open()
+    frames = pipeline.frames()
+    opening = await anext(frames)
+    assert opening and pipeline._opening is None
+    await frames.aclose()

@@ -72,6 +72,12 @@ class TurnPipeline:
         HTTP error in the dialect's shape, not a broken stream."""
         self._opening = self.encoder.opening()
 
+    def _take_opening(self) -> list[Frame]:
+        # Not kept once sent: orjson's output holds a 4 KiB buffer or more however short it is,
+        # and a stream lives long.
+        opening, self._opening = self._opening, None
+        return opening if opening is not None else self.encoder.opening()
+
     async def _end(self, reason: str | None, frames: list[Frame]) -> list[Frame]:
         """Persist the turn; returns the frames that may say so. When the record cannot be
         written, a turn that was about to say "completed" ends failed instead."""
@@ -115,7 +121,7 @@ class TurnPipeline:
         try:
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
-            yield self._opening if self._opening is not None else encoder.opening()
+            yield self._take_opening()
             # A background run yields its opening in the request's task and goes on in its own.
             self._task = asyncio.current_task()
             if self.cancel_reason is not None:
