@@ -89,7 +89,7 @@ class _Segmenter:
 
     def _close(self, item: Item, out: list[Event]) -> None:
         item.text = "".join(item.parts)
-        item.parts = []
+        item.parts, item.runs = [], 0
         item.done = True
         out.append(ItemDone(item))
 
