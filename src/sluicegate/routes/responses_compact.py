@@ -3,7 +3,7 @@ item (see `dialects/responses_compact.py`).
 
 Not a turn (no stream, no tools, nothing stored): the conversation is resolved as every turn's
 is, then one non-streaming generation runs with its admission place and generation owned by one
-exit stack.
+`Owned`.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ start (bad JSON, validation, an unknown `previous_response_id`); the connection 
   fails evicts the response it continued, so retrying it is `previous_response_not_found`.
 - The connection ends after `websocket_max_seconds` (60 minutes): a turn in flight finishes,
   then the `websocket_connection_limit_reached` envelope is sent and the socket closed.
-- A client that disconnects cancels its turn in flight: the runner's exit stack releases the
+- A client that disconnects cancels its turn in flight: the runner's owner (`core.owned`) releases the
   admission place, tools and generation as for an SSE client that leaves.
 - Each turn is observed like an HTTP request (`observe.py`): its metrics and one access line,
   method `WS`.
