@@ -33,4 +33,5 @@ async def test_wait_after_the_end_does_not_block() -> None:
     turn = _live_turn({})
     with turn:
         pass
+    assert turn._done is None  # nobody waited: no Event (and its waiter deque) was ever made
     assert await asyncio.wait_for(turn.wait(), 5) == {"id": "resp_1", "status": "completed"}
