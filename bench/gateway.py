@@ -316,6 +316,14 @@ def _errors(run: Run) -> str:
     return f"  ERRORS ({len(run.errors)}): {run.errors[:2]}" if run.errors else ""
 
 
+def _gateway_us_per_token(run: Run) -> float | None:
+    """The gateway's CPU per relayed token over a run (None for a target with no process of its
+    own: the direct baseline)."""
+    if "gateway" not in run.cpu or not run.received:
+        return None
+    return run.cpu["gateway"] * 1e6 / run.tps
+
+
 def _latency_line(run: Run) -> str:
     s = run.stats()
     return (
@@ -450,7 +458,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
     )
     print(
         f"  {'target':<26}{'c':>4}{'TTFT p50':>10}{'p99':>8}{'+p50':>8}{'+p99':>8}"
-        f"{'ITL mean':>10}{'p99':>8}{'E2E p50':>9}{'x(a)':>7}"
+        f"{'ITL mean':>10}{'p99':>8}{'E2E p50':>9}{'x(a)':>7}{'gw µs/token':>13}"
     )
     for key, runs in r.latency.items():
         out["latency"][key] = {}
@@ -462,11 +470,16 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             e2e_ratio = s["e2e_ms"]["p50"] / a["e2e_ms"]["p50"] if a else float("nan")
             s["added_ttft_ms"] = {"p50": added50, "p99": added99}
             s["e2e_p50_vs_direct"] = e2e_ratio
+            # Paced tokens arrive one per upstream read: what a relay costs per read, not per
+            # token in bulk (the throughput run's reads carry many tokens each).
+            paced = _gateway_us_per_token(run)
+            s["gateway_cpu_us_per_token"] = paced
             out["latency"][key][c] = s
             print(
                 f"  {TITLES[key]:<26}{c:>4}{s['ttft_ms']['p50']:>10.2f}{s['ttft_ms']['p99']:>8.2f}"
                 f"{added50:>8.2f}{added99:>8.2f}{s['itl_ms']['mean']:>10.2f}{s['itl_ms']['p99']:>8.2f}"
                 f"{s['e2e_ms']['p50']:>9.1f}{e2e_ratio:>7.3f}"
+                f"{paced if paced is not None else float('nan'):>13.1f}"
             )
     direct = r.throughput.get("direct")
     nginx = r.throughput.get("nginx")
@@ -487,7 +500,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             "vs_litellm": run.tps / litellm.tps if litellm else None,
         }
         s.update(ratios)
-        s["gateway_cpu_us_per_token"] = run.cpu.get("gateway", 0) * 1e6 / run.tps
+        s["gateway_cpu_us_per_token"] = _gateway_us_per_token(run) or 0.0
         out["throughput"][key] = s
 
         def f(x: float | None, w: int) -> str:
@@ -528,7 +541,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
     out: dict[str, Any] = {"latency": {}, "throughput": {}, "memory": {}}
     print(f"\nMedians of {len(runs)} runs (min-max)")
-    print(f"  {'target':<26}{'c':>4}  {'added TTFT p50 ms':<22}{'added TTFT p99 ms':<22}E2E p50 x(a)")
+    print(
+        f"  {'target':<26}{'c':>4}  {'added TTFT p50 ms':<22}{'added TTFT p99 ms':<22}{'E2E p50 x(a)':<22}"
+        "gateway µs/token, paced"
+    )
     for key in runs[0]["latency"]:
         out["latency"][key] = {}
         for c in runs[0]["latency"][key]:
@@ -538,10 +554,14 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
                 "added_ttft_p99_ms": spread([s["added_ttft_ms"]["p99"] for s in stats]),
                 "e2e_p50_vs_direct": spread([s["e2e_p50_vs_direct"] for s in stats]),
             }
+            paced = [s["gateway_cpu_us_per_token"] for s in stats if s.get("gateway_cpu_us_per_token")]
+            if paced:
+                row["gateway_cpu_us_per_token"] = spread(paced)
             out["latency"][key][c] = row
             print(
                 f"  {TITLES[key]:<26}{c:>4}  {show(row['added_ttft_p50_ms'], 2):<22}"
-                f"{show(row['added_ttft_p99_ms'], 2):<22}{show(row['e2e_p50_vs_direct'], 3)}"
+                f"{show(row['added_ttft_p99_ms'], 2):<22}{show(row['e2e_p50_vs_direct'], 3):<22}"
+                f"{show(row['gateway_cpu_us_per_token'], 1) if paced else '-'}"
             )
     print(f"\n  {'target':<26}{'tokens/s':<28}{'x nginx':<22}{'x LiteLLM':<22}gateway µs/token")
     for key in runs[0]["throughput"]:
