@@ -471,7 +471,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             s["added_ttft_ms"] = {"p50": added50, "p99": added99}
             s["e2e_p50_vs_direct"] = e2e_ratio
             # Paced tokens arrive one per upstream read: what a relay costs per read, not per
-            # token in bulk (the throughput run's reads carry many tokens each).
+            # token in bulk (the throughput run's reads carry several tokens each).
             paced = _gateway_us_per_token(run)
             s["gateway_cpu_us_per_token"] = paced
             out["latency"][key][c] = s
