@@ -50,6 +50,7 @@ from sluicegate.turn.http import (
     app_state,
     read_json,
     request_scope,
+    wait_for_disconnect,
 )
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
@@ -136,7 +137,7 @@ class TurnEndpoint:
             request.query_params,
             request.headers,
             request_scope(request, state.settings.api_keys),
-            lambda: _disconnect(request),
+            lambda: wait_for_disconnect(request),
         )
 
     async def _run(
@@ -169,7 +170,7 @@ class TurnEndpoint:
             return 200
         with self.live(state, prepared):
             try:
-                result = await unless_disconnected(pipeline.collect(), lambda: _disconnect(request))
+                result = await unless_disconnected(pipeline.collect(), lambda: wait_for_disconnect(request))
             except SluicegateError:  # the client left: keep what was generated
                 await pipeline.abandon("client_disconnected")
                 return 499
@@ -316,11 +317,6 @@ _NOT_LIVE = nullcontext()  # reusable: it holds no state
 
 async def _no_receive() -> Any:  # a JSON response never reads the request
     raise RuntimeError("not used")
-
-
-async def _disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _aclose(events: Any) -> None:
