@@ -187,6 +187,14 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
+    parser.add_argument(
+        "--stream-interval",
+        type=int,
+        action="append",
+        default=[],
+        metavar="MS",
+        help="also Sluicegate with stream_interval_ms = MS (repeatable)",
+    )
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
@@ -233,6 +241,12 @@ def main() -> int:
             url = f"http://127.0.0.1:{free_port()}"
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(single)]
             targets["batching = false"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
+        for interval in args.stream_interval:  # tokens handed to the event loop at most every MS
+            variant = folder / f"interval-{interval}.toml"
+            variant.write_text(config.read_text() + f"stream_interval_ms = {interval}\n")
+            url = f"http://127.0.0.1:{free_port()}"
+            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(variant)]
+            targets[f"interval {interval} ms"] = ([*command, "--port", url.rsplit(":", 1)[1]], url, env)
         if args.before:  # the same config, served by another checkout's sources (before/after a change)
             url = f"http://127.0.0.1:{free_port()}"
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]

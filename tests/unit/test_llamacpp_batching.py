@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sluicegate.core.errors import EngineFailure
-from sluicegate.core.events import Finished, PromptProgress, RawEvent, TextDelta, Usage, UsageReport
+from sluicegate.core.events import Finished, PromptProgress, RawBatch, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, Message, RequestOptions, SamplingParams
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
@@ -51,10 +51,21 @@ class Reply:
         self.progress: list[float] = []
 
 
+async def _events(engine: LlamaCppEngine, request: ChatRequest) -> AsyncIterator[RawEvent]:
+    """The engine's events one by one (it hands over what one wake-up carries as a RawBatch)."""
+    stream = engine.generate(request)
+    try:
+        async for received in stream:
+            for event in received.events if isinstance(received, RawBatch) else [received]:
+                yield event
+    finally:
+        await stream.aclose()
+
+
 async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
     engine.check(request)
     reply = Reply()
-    async for event in engine.generate(request):
+    async for event in _events(engine, request):
         _note(reply, event)
     return reply
 
@@ -136,6 +147,68 @@ def test_seeded_reply_alone_and_beside_others(loaded: Any) -> None:
     assert replies[0].text == alone.text != ""
 
 
+async def _handovers(engine: LlamaCppEngine, request: ChatRequest) -> list[list[RawEvent]]:
+    """What each hand-over from the worker thread carried (a RawBatch is one hand-over)."""
+    engine.check(request)
+    return [
+        received.events if isinstance(received, RawBatch) else [received]
+        async for received in engine.generate(request)
+    ]
+
+
+def _text(handovers: list[list[RawEvent]]) -> str:
+    return "".join(e.text for events in handovers for e in events if isinstance(e, TextDelta))
+
+
+def test_stream_interval_hands_tokens_over_together(loaded: Any) -> None:
+    """With `stream_interval_ms`, a running stream's tokens cross to the event loop together
+    (here: an interval longer than the test), its first token and its end at once; the reply
+    is the one every-token hand-over gives."""
+    every = loaded(batching=True, parallel=2, stream_interval_ms=0)
+    together = loaded(batching=True, parallel=2, stream_interval_ms=60_000, context_length=4096)
+    loop = loaded.loop
+    seeded = _request(PROMPTS[1], temperature=1.0, seed=7, max_tokens=48)
+    each = loop.run_until_complete(_handovers(every, seeded))
+    grouped = loop.run_until_complete(_handovers(together, seeded))
+
+    def with_text(handovers: list[list[RawEvent]]) -> list[list[RawEvent]]:
+        return [events for events in handovers if any(isinstance(e, TextDelta) for e in events)]
+
+    assert _text(grouped) == _text(each) != ""
+    assert len(with_text(each)) > 2  # one hand-over per step
+    # The first token at once, everything after it with the end: two (one if the loop stalled).
+    assert len(with_text(grouped)) <= 2
+    assert isinstance(grouped[-1][-1], Finished)
+    usage = [e for events in grouped for e in events if isinstance(e, UsageReport)][-1].usage
+    assert usage.completion_tokens == 48
+
+    scheduler = together._scheduler
+    assert scheduler is not None
+
+    def generating() -> bool:
+        return any(slot.sequence is not None for slot in scheduler.slots)
+
+    async def beside_a_long_one() -> tuple[Reply, bool, bool]:
+        long = _request(PROMPTS[0], max_tokens=3000)
+        together.check(long)
+        stream = _events(together, long)
+        try:
+            async for event in stream:
+                if isinstance(event, TextDelta):
+                    break
+            first_while_running = generating()
+            short = await _run(together, _request(PROMPTS[2], max_tokens=4))
+            return short, first_while_running, generating()
+        finally:
+            await stream.aclose()
+
+    # A first token and a short request's end are not held back for the interval by a stream
+    # still running: both arrive while the long one still has thousands of tokens to go.
+    short, first_while_running, end_while_running = loop.run_until_complete(beside_a_long_one())
+    assert short.finish.value == "length"
+    assert first_while_running and end_while_running
+
+
 def test_shared_prefix_reports_cached_tokens(loaded: Any) -> None:
     engine = loaded(batching=True, parallel=2)
     loop = loaded.loop
@@ -168,7 +241,7 @@ def test_cancel_one_others_run_and_cells_freed(loaded: Any) -> None:
     async def scenario() -> tuple[list[Reply], list[int]]:
         long = _request(PROMPTS[0], max_tokens=400)
         engine.check(long)
-        stream: AsyncIterator[RawEvent] = engine.generate(long)
+        stream: AsyncIterator[RawEvent] = _events(engine, long)
         texts = 0
         async for event in stream:
             texts += isinstance(event, TextDelta)
@@ -214,7 +287,7 @@ def test_unload_fails_running_requests(loaded: Any) -> None:
     async def scenario() -> None:
         request = _request(PROMPTS[0], max_tokens=4000)
         engine.check(request)
-        stream = engine.generate(request)
+        stream = _events(engine, request)
         async for event in stream:
             if isinstance(event, TextDelta):
                 break
@@ -253,7 +326,7 @@ def test_running_sequences_stay_in_adjacent_slots(loaded: Any) -> None:
     async def beside_a_long_one() -> tuple[Reply, int]:
         long = _request(PROMPTS[3], max_tokens=200)
         engine.check(long)
-        stream = engine.generate(long)
+        stream = _events(engine, long)
         async for event in stream:  # running now, in one of the slots
             if isinstance(event, TextDelta):
                 break
@@ -293,7 +366,7 @@ def test_short_request_is_not_stuck_behind_a_long_prompt(loaded: Any) -> None:
         first: asyncio.Future[None] = loop.create_future()
 
         async def run_long() -> None:
-            async for event in engine.generate(long):
+            async for event in _events(engine, long):
                 if isinstance(event, PromptProgress):
                     long_progress.append(event.progress)
                     if not first.done():

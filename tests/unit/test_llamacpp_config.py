@@ -73,6 +73,7 @@ def test_relative_path_parallel_and_overrides(gguf: Path) -> None:
         ({"batch_size": "big"}, "`batch_size` must be an integer"),
         ({"parallel": True}, "`parallel` must be an integer"),
         ({"batching": "yes"}, "`batching` must be true or false"),
+        ({"stream_interval_ms": -5}, "`stream_interval_ms` must be an integer >= 0"),
         ({"n_gpu_layers": -2}, "`n_gpu_layers` must be an integer >= -1"),
         ({"tool_call_format": "xml"}, "tool_call_format must be one of"),
         ({"reasoning": "maybe"}, "reasoning must be"),

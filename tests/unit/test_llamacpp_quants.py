@@ -21,7 +21,7 @@ _GENERATE = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from sluicegate.core.events import Finished, TextDelta
+    from sluicegate.core.events import Finished, RawBatch, TextDelta
     from sluicegate.core.request import ChatRequest, Message, SamplingParams
     from sluicegate.engines.llamacpp import runtime
     from sluicegate.engines.llamacpp.engine import LlamaCppEngine
@@ -41,11 +41,12 @@ _GENERATE = textwrap.dedent(
         )
         engine.check(request)
         text, finish = "", None
-        async for event in engine.generate(request):
-            if isinstance(event, TextDelta):
-                text += event.text
-            elif isinstance(event, Finished):
-                finish = event.reason
+        async for received in engine.generate(request):
+            for event in received.events if isinstance(received, RawBatch) else [received]:
+                if isinstance(event, TextDelta):
+                    text += event.text
+                elif isinstance(event, Finished):
+                    finish = event.reason
         await engine.aclose()
         print(finish, len(text))
 

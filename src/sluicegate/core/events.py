@@ -237,9 +237,10 @@ class ItemDone:
 
 @dataclass(slots=True)
 class RawBatch:
-    """Raw events that arrived together (one read from an upstream's socket), passed down as one
-    so every layer between the engine and the client takes one step per read, not per token.
-    Never empty and never nested; only an engine's relay makes them (`engines/upstream/base.py`)."""
+    """Raw events that arrived together (one read from an upstream's socket, or one wake-up from
+    the llamacpp engine's worker thread), passed down as one so every layer between the engine
+    and the client takes one step per read, not per token. Never empty and never nested; only
+    engines make them (`engines/upstream/base.py`, `engines/llamacpp/engine.py`)."""
 
     events: list[RawEvent]
 

@@ -62,6 +62,7 @@ class Channel(Generic[T]):
         self._lock = threading.Lock()
         self._items: list[T] = []
         self._closed = False
+        self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
 
     def _notify(self, waiter: asyncio.Future[None]) -> None:
@@ -78,6 +79,11 @@ class Channel(Generic[T]):
         if waiter is not None:
             self._notify(waiter)
 
+    def fail(self, error: BaseException) -> None:
+        """Producer side: the consumer raises `error` after what was put before it (then `close`)."""
+        with self._lock:
+            self._error = error
+
     def close(self) -> None:
         """Producer side: nothing more will come."""
         with self._lock:
@@ -87,7 +93,8 @@ class Channel(Generic[T]):
             self._notify(waiter)
 
     async def batches(self) -> AsyncIterator[list[T]]:
-        """Consumer side: everything put so far, in order, until closed and drained."""
+        """Consumer side: everything put so far, in order, until closed and drained; then the
+        producer's error, if it failed."""
         while True:
             with self._lock:
                 items, self._items = self._items, []
@@ -97,6 +104,8 @@ class Channel(Generic[T]):
             if items:
                 yield items
             elif closed:
+                if self._error is not None:
+                    raise self._error
                 return
             else:
                 await waiter

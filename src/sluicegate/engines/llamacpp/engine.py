@@ -30,6 +30,7 @@ from sluicegate.core.events import (
     FinishReason,
     PromptFinished,
     PromptStarted,
+    RawBatch,
     RawEvent,
     Usage,
     UsageReport,
@@ -302,7 +303,9 @@ class LlamaCppEngine(Engine):
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
         if self.batching:
-            self._scheduler = BatchScheduler(self._runtime)
+            self._scheduler = BatchScheduler(
+                self._runtime, stream_interval=settings.stream_interval_ms / 1000
+            )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
         self._close_vocabulary()  # the loaded model tokenizes now
 
@@ -345,7 +348,7 @@ class LlamaCppEngine(Engine):
             grammar = request_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
-        channel: Channel[RawEvent | _Raise] = Channel(loop, scheduler.wakeups if scheduler else None)
+        channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
         job = Job(
@@ -369,16 +372,15 @@ class LlamaCppEngine(Engine):
                 job,
                 prompt,
                 cap=request.options.context_length,
-                fail=lambda exc: channel.put([_Raise(exc)]),
+                fail=lambda exc: channel.fail(_engine_failure(exc)),
                 done=channel.close,
             )
             scheduler.submit(sequence)
             try:
                 async for batch in channel.batches():
-                    for event in batch:
-                        if isinstance(event, _Raise):
-                            raise event.error()
-                        yield event
+                    # One wake-up's events go on as one: the layers above take one step, and
+                    # the client gets one write (several tokens with `stream_interval_ms`).
+                    yield batch[0] if len(batch) == 1 else RawBatch(batch)
             finally:
                 job.cancelled = True  # the scheduler drops the sequence, and its cells, next step
                 scheduler.wake()
@@ -404,7 +406,7 @@ class LlamaCppEngine(Engine):
                 runtime.generate(job)
             except BaseException as exc:
                 runtime.forget()  # the KV cache may be half-written
-                channel.put([_Raise(exc)])
+                channel.fail(_engine_failure(exc))
             finally:
                 channel.close()
 
@@ -412,8 +414,6 @@ class LlamaCppEngine(Engine):
         try:
             async for batch in channel.batches():
                 for event in batch:
-                    if isinstance(event, _Raise):
-                        raise event.error()
                     yield event
         finally:
             job.cancelled = True  # the worker stops before its next token
@@ -469,15 +469,8 @@ def _context(runtime: LlamaRuntime, request: ChatRequest) -> int:
     return loaded if cap is None else min(cap, loaded)
 
 
-class _Raise:
-    """An exception from the worker thread, carried across the channel to be raised on the loop."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    def error(self) -> Exception:
-        if isinstance(self.exc, EngineFailure):
-            return self.exc
-        return EngineFailure(f"llama.cpp failed: {self.exc}", code="engine_error")
+def _engine_failure(exc: BaseException) -> Exception:
+    """An exception from the worker thread, as the consumer raises it on the loop."""
+    if isinstance(exc, EngineFailure):
+        return exc
+    return EngineFailure(f"llama.cpp failed: {exc}", code="engine_error")

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -68,7 +68,7 @@ def _runs(ids: set[int]) -> int:
 
 
 class BatchScheduler:
-    def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp") -> None:
+    def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp", stream_interval: float = 0.0) -> None:
         self.runtime = runtime
         self.slots = [Slot(i) for i in range(runtime.sequences)]
         # The slots holding a sequence, in slot order: what each step walks (not all N slots).
@@ -83,8 +83,14 @@ class BatchScheduler:
         self.prefill_chunk = (
             runtime.batch_size if runtime.offloaded else min(runtime.batch_size, CPU_PREFILL_CHUNK)
         )
-        # The consumers' channels wake their loop through this: once per step (channel.py).
+        # The consumers' channels wake their loop through this: at most once per step
+        # (channel.py). While sequences stream and none starts or ends, at most once per
+        # `stream_interval` seconds: one wake-up then carries every token since the last, which
+        # the loop relays in one step and one write per stream (0: every step).
         self.wakeups = Wakeups()
+        self.stream_interval = stream_interval
+        self._flushed = 0.0  # time.monotonic() of the last wake-up
+        self._urgent = False  # a sequence started or ended: its events go with the next step
 
     # --- any thread --------------------------------------------------------------------------
 
@@ -119,7 +125,7 @@ class BatchScheduler:
             while True:
                 with self._cond:
                     while not (self._closed or self._incoming or self._waiting or self._live):
-                        self.wakeups.flush()  # the last events before going idle
+                        self._flush()  # the last events before going idle
                         self._cond.wait()
                     if self._closed:
                         break
@@ -132,6 +138,11 @@ class BatchScheduler:
                     self._step()
         finally:
             self._shutdown()
+
+    def _flush(self) -> None:
+        self._flushed = time.monotonic()
+        self._urgent = False
+        self.wakeups.flush()
 
     def _relist(self) -> None:
         """After a slot gained or lost its sequence."""
@@ -150,11 +161,11 @@ class BatchScheduler:
         for sequence in left:
             sequence.free()
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
-        self.wakeups.flush()
+        self._flush()
         llama_cpp.llama_batch_free(self._batch)
 
-    @staticmethod
-    def _end(sequence: Sequence, error: BaseException | None = None) -> None:
+    def _end(self, sequence: Sequence, error: BaseException | None = None) -> None:
+        self._urgent = True  # its ending reaches the client at once
         try:
             if error is not None and not sequence.job.cancelled:
                 sequence.fail(error)
@@ -303,8 +314,14 @@ class BatchScheduler:
         if not n:
             return
         batch.n_tokens = n
-        # The last step's events go now, to be consumed while this step decodes.
-        self.wakeups.flush()
+        # The last steps' events go now, to be consumed while this step decodes.
+        if prefilling or self._urgent or self.stream_interval <= 0:
+            self._flush()
+        else:
+            now = time.monotonic()
+            if now - self._flushed >= self.stream_interval:
+                self._flushed = now
+                self.wakeups.flush()
         status = llama_cpp.llama_decode(runtime.context.ctx, batch)
         self.steps += 1
         if status != 0:
@@ -324,6 +341,7 @@ class BatchScheduler:
                     if sequence.prefilling:
                         continue
                     sequence.begin_sampling(runtime)
+                    self._urgent = True  # its first token goes at once
                 finish = sequence.accept(runtime, row)
                 if finish is not None:
                     sequence.finish(finish)
@@ -331,10 +349,3 @@ class BatchScheduler:
             except Exception as exc:
                 log.exception("sequence %d failed", slot.id)
                 self._release(slot, exc, keep=False)
-
-
-def start(runtime: LlamaRuntime, submit: Callable[[Callable[[], None]], Any]) -> BatchScheduler:
-    """A scheduler whose loop `submit` runs (on the engine's worker thread)."""
-    scheduler = BatchScheduler(runtime)
-    submit(scheduler.run)
-    return scheduler

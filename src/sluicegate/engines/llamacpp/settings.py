@@ -32,6 +32,7 @@ KEYS = frozenset(
         "context_overflow",
         "embedding",
         "batching",
+        "stream_interval_ms",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -55,6 +56,9 @@ class LlamaCppSettings:
     # sequences of one context (None: chosen from the KV-cache budget, at most 4).
     parallel: int | None = None
     batching: bool = True  # continuous batching (scheduler.py); false: one sequence per context
+    # With batching: a running stream's tokens reach its client at most this often, several
+    # per write (its first token and its end at once); 0: every token as it is sampled.
+    stream_interval_ms: int = 30
     seed: int | None = None
     flash_attention: bool | None = None  # None: llama.cpp decides (on where it helps)
     # llama.cpp's CPU "repack" of Q4_0/Q8_0/... weights into interleaved layouts (its "extra
@@ -96,6 +100,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
         ("parallel", 1),
         ("seed", 0),
         ("kv_cache_budget_mib", 1),
+        ("stream_interval_ms", 0),
     ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
