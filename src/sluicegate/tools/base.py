@@ -47,6 +47,10 @@ class ToolProvider(ABC):
         """Run one call. Tool failures, timeouts and dead servers come back as an outcome with
         `error` set; this only raises on cancellation."""
 
+    def start(self) -> None:
+        """At server start, for a configured provider: begin any background work (on the loop)."""
+        return None
+
     async def aclose(self) -> None:
         """Release connections and subprocesses."""
         return None

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import orjson
@@ -24,10 +24,12 @@ from sluicegate.core.events import ToolsListed
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
 from sluicegate.core.request import ProviderInfo, ServerTool
 from sluicegate.tools.base import ToolOutcome, ToolProvider, ToolProviderError
-from sluicegate.tools.mcp import McpProvider, http_transport
 from sluicegate.tools.mcp_config import NAME_PATTERN, load_mcp_config
 from sluicegate.tools.plugins import load_plugins
 from sluicegate.tools.ssrf import AllowList, UrlRefused, check_url
+
+if TYPE_CHECKING:
+    from sluicegate.tools.mcp import McpProvider
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +159,9 @@ class ToolCatalog:
         """Raises ConfigError for a broken mcp.json or plugin table; never touches a server."""
         providers: list[ToolProvider] = []
         if settings.tools_mcp_config is not None:
+            # The MCP SDK is imported only where MCP is used: it is ~50 MB of a server's memory.
+            from sluicegate.tools.mcp import McpProvider
+
             for server in load_mcp_config(settings.tools_mcp_config):
                 providers.append(McpProvider.from_config(server, settings.tools_call_timeout_seconds))
         providers += load_plugins(settings.tools_plugins, settings.base_dir)
@@ -174,10 +179,8 @@ class ToolCatalog:
     async def start(self) -> None:
         """Connect to the configured MCP servers and discover their tools in the background."""
         for provider in self.providers.values():
-            if isinstance(provider, McpProvider):
-                provider.start_refreshing()
-            else:
-                log.info("plugin '%s' enabled", provider.info.id)
+            provider.start()
+            log.info("%s '%s' enabled", provider.info.type, provider.info.id)
 
     async def aclose(self) -> None:
         await asyncio.gather(*(p.aclose() for p in self.providers.values()), return_exceptions=True)
@@ -227,6 +230,8 @@ class ToolCatalog:
                 param="tools",
                 code="server_url_refused",
             ) from None
+        from sluicegate.tools.mcp import McpProvider, http_transport  # see from_settings
+
         info = ProviderInfo("ephemeral_mcp", server.server_label, server.server_label)
         transport = http_transport(target.url, server.headers, pinned=target)
         return McpProvider(info, transport, call_timeout=self.call_timeout)

@@ -124,7 +124,7 @@ class McpProvider(ToolProvider):
     def label(self) -> str:
         return self.info.server_label
 
-    def start_refreshing(self) -> None:
+    def start(self) -> None:
         """Discover now and keep the list fresh in the background (configured servers)."""
         if self._refresher is None:
             self._refresher = asyncio.create_task(self._refresh_forever(), name=f"mcp-refresh:{self.label}")
