@@ -1,4 +1,4 @@
-"""A server that uses no MCP server does not load the MCP SDK: it is ~50 MB of every server's
+"""A server that uses no MCP server does not load the MCP SDK: it is ~27 MB of every server's
 memory (beside a local model, part of the RSS that issue 21 measures) and half its start-up."""
 
 from __future__ import annotations

@@ -159,7 +159,7 @@ class ToolCatalog:
         """Raises ConfigError for a broken mcp.json or plugin table; never touches a server."""
         providers: list[ToolProvider] = []
         if settings.tools_mcp_config is not None:
-            # The MCP SDK is imported only where MCP is used: it is ~50 MB of a server's memory.
+            # The MCP SDK is imported only where MCP is used: it is ~27 MB of a server's memory.
             from sluicegate.tools.mcp import McpProvider
 
             for server in load_mcp_config(settings.tools_mcp_config):
