@@ -152,6 +152,8 @@ class ToolCatalog:
         self.max_rounds = max_rounds
         self.call_timeout = call_timeout
         self.allow_request_servers = allow_request_servers
+        if allow_request_servers:  # import now, not on the loop in the first such request (~0.75 s)
+            import sluicegate.tools.mcp  # noqa: F401
         self.allowed_hosts = allowed_hosts or AllowList()
 
     @classmethod
@@ -230,7 +232,7 @@ class ToolCatalog:
                 param="tools",
                 code="server_url_refused",
             ) from None
-        from sluicegate.tools.mcp import McpProvider, http_transport  # see from_settings
+        from sluicegate.tools.mcp import McpProvider, http_transport  # imported in __init__ already
 
         info = ProviderInfo("ephemeral_mcp", server.server_label, server.server_label)
         transport = http_transport(target.url, server.headers, pinned=target)

@@ -68,7 +68,7 @@ def _runs(ids: set[int]) -> int:
 
 
 class BatchScheduler:
-    def __init__(self, runtime: LlamaRuntime, name: str = "llamacpp", stream_interval: float = 0.0) -> None:
+    def __init__(self, runtime: LlamaRuntime, stream_interval: float = 0.0) -> None:
         self.runtime = runtime
         self.slots = [Slot(i) for i in range(runtime.sequences)]
         # The slots holding a sequence, in slot order: what each step walks (not all N slots).
