@@ -116,6 +116,15 @@ def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tup
     return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0])
 
 
+def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
+    """The config Sluicegate serves the bench model with (batching on)."""
+    return (
+        f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+        f'path = "{gguf}"\ncontext_length = {context}\nthreads = {threads}\n'
+        f"batch_size = {batch}\nbatching = true\nparallel = {parallel}\n"
+    )
+
+
 def long_text(gguf: Path, tokens: int) -> str:
     """The story repeated to about `tokens` tokens of the model's tokenizer."""
     from sluicegate.engines.llamacpp.runtime import Vocabulary
@@ -202,11 +211,7 @@ def main() -> int:
         gguf = args.gguf or make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
         long = long_text(gguf, args.long_tokens)
         config = folder / "sluicegate.toml"
-        config.write_text(
-            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
-            f'path = "{gguf}"\ncontext_length = {args.context}\nthreads = {args.threads}\n'
-            f"batch_size = {args.batch}\nbatching = true\nparallel = {args.parallel}\n"
-        )
+        config.write_text(sluicegate_config(gguf, args.context, args.threads, args.batch, args.parallel))
         ours_url = f"http://127.0.0.1:{free_port()}"
         ref_url = f"http://127.0.0.1:{free_port()}"
         env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from batching import STORY, stream
+from batching import STORY, sluicegate_config, stream
 from local_engine import free_port, serving
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 
@@ -62,11 +62,7 @@ def main() -> int:
         gguf = make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
         env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
         env.pop("SLUICEGATE_CONFIG", None)
-        base = (
-            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "bench"\nengine = "llamacpp"\n'
-            f'path = "{gguf}"\ncontext_length = 2560\nthreads = 2\nbatch_size = 512\nbatching = true\n'
-            "parallel = 8\n"
-        )
+        base = sluicegate_config(gguf, context=2560, threads=2, batch=512, parallel=8)
         servers: dict[str, tuple[str, dict[str, str]]] = {
             name: (base + lines.replace(";", "\n") + "\n", env) for name, lines in variants.items()
         }

@@ -315,13 +315,8 @@ class BatchScheduler:
             return
         batch.n_tokens = n
         # The last steps' events go now, to be consumed while this step decodes.
-        if prefilling or self._urgent or self.stream_interval <= 0:
+        if prefilling or self._urgent or time.monotonic() - self._flushed >= self.stream_interval:
             self._flush()
-        else:
-            now = time.monotonic()
-            if now - self._flushed >= self.stream_interval:
-                self._flushed = now
-                self.wakeups.flush()
         status = llama_cpp.llama_decode(runtime.context.ctx, batch)
         self.steps += 1
         if status != 0:
