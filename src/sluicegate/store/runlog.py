@@ -19,7 +19,6 @@ Followers on other replicas use `store.follow_events`, which reads the same log.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator
 
@@ -45,10 +44,12 @@ class RunLog:
         self.batch_frames = batch_frames
         self.linger_seconds = linger_seconds  # how long a frame may wait for its batch
         self.closed = False
+        self.ended = False  # `finish` stored the ending: the run is no longer in flight
         self._stored = first_seq  # frames before this sequence number are in the store
         self._pending: list[bytes] = []  # frames from `_stored` on, not written yet
         self._lock = asyncio.Lock()  # one batch in flight at a time, in order
         self._flusher: asyncio.Task[None] | None = None
+        self._lingering = False  # the flusher is still waiting, nothing of its batch written
         self._signal = asyncio.Event()
         self._waiters = 0
         self._held: int | None = None  # followers stop here while terminal frames are stored
@@ -72,7 +73,11 @@ class RunLog:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_later())
 
     async def _flush_later(self) -> None:
-        await asyncio.sleep(self.linger_seconds)
+        self._lingering = True
+        try:
+            await asyncio.sleep(self.linger_seconds)
+        finally:
+            self._lingering = False
         try:
             await self.flush()
         except Exception:  # the writer's next extend/finish flushes (and raises) again
@@ -92,9 +97,13 @@ class RunLog:
         When the store fails this raises, and followers end without the terminal frames."""
         flusher, self._flusher = self._flusher, None
         if flusher is not None:
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            # Only a flusher still lingering may be cancelled. A store write, once begun, completes
+            # even when its caller is cancelled (a thread, a command already sent), and this log
+            # would not count it: writing those frames again is refused, and the run would stay
+            # in flight for good.
+            if self._lingering:
+                flusher.cancel()
+            await asyncio.wait([flusher])  # without raising its cancellation as ours
         self._held = self.count
         try:
             await self.flush()
@@ -105,6 +114,7 @@ class RunLog:
             if record is not None:
                 await self.store.finish_run(record, scope=self.scope)
             self._held = None  # stored: now they may be shown
+            self.ended = True
         finally:
             # Failed to store: followers end without the terminal frames, which never
             # became durable (a client must not be told `completed` of what is not stored).
