@@ -225,7 +225,7 @@ async def test_runs_left_in_flight_are_failed_never_vanished(
     await first.create_run(record("resp_lost", status="in_progress"), scope=A)
     await first.append_events("resp_lost", 0, run_frames("resp_lost", 3), scope=A)
     prefix = getattr(first, "prefix", None)
-    await _abandon(first)  # no finish, no lease renewal: the process died
+    await _as_if_killed(first)  # no finish, no lease renewal: the process died
 
     second = open_backend(backend, tmp_path, request, **({"prefix": prefix} if prefix else {}))
     second.lost_run_frames = lambda failed, seq: [frame("response.failed", seq, response=failed)]
@@ -245,7 +245,29 @@ async def test_runs_left_in_flight_are_failed_never_vanished(
         await second.aclose()
 
 
-async def _abandon(store: Store) -> None:
+async def test_a_run_its_owner_gives_up_is_failed_at_once(store: Store) -> None:
+    store.lost_run_frames = lambda failed, seq: [frame("response.failed", seq, response=failed)]
+    await store.create_run(record("resp_given_up", status="in_progress"), scope=A)
+    frames = run_frames("resp_given_up", 3)
+    await store.append_events("resp_given_up", 0, frames, scope=A)
+    follower = asyncio.ensure_future(collect(store.follow_events("resp_given_up", -1, scope=A)))
+    await store.abandon_run("resp_given_up", scope=B)  # another scope's id: nothing to give up
+    assert await store.run_in_flight("resp_given_up", scope=A)
+
+    await store.abandon_run("resp_given_up", scope=A)
+    assert not await store.run_in_flight("resp_given_up", scope=A)
+    replay = await asyncio.wait_for(follower, 30)  # bounds a hang only
+    assert replay.startswith(b"".join(frames)) and replay.endswith(DONE)
+    assert orjson.loads(replay.split(b"data: ")[-2].split(b"\n")[0])["sequence_number"] == 3
+    failed = await store.get("resp_given_up", scope=A)
+    assert failed is not None and failed.response["status"] == "failed"
+    assert failed.response["error"]["code"] == "server_error"
+    await store.abandon_run("resp_given_up", scope=A)  # once ended, giving up is a no-op
+    assert await store.get("resp_given_up", scope=A) == failed
+    assert await store.recover_in_flight() == 0
+
+
+async def _as_if_killed(store: Store) -> None:
     """Let go of a store the way a killed process does: nothing finished, nothing handed over."""
     redis = getattr(store, "redis", None)
     if redis is not None:
@@ -401,6 +423,39 @@ async def test_a_run_log_whose_ending_cannot_be_stored_never_shows_it(store: Sto
     with pytest.raises(StoreUnavailable):
         await log.finish(frames[11:], record("resp_fail"))
     assert await follower == b"".join(frames[:11]) + DONE
+
+
+async def test_a_run_log_finished_while_its_lingering_batch_is_being_written_stores_everything(
+    store: Store,
+) -> None:
+    # A store write, once begun, completes even when its caller is cancelled (SQLite's runs on a
+    # thread; a Redis command may already be sent). `finish` once cancelled such a write and
+    # wrote the same frames again: refused, the run stayed in flight for good and every
+    # follower of the stored log waited forever (CI hung on it).
+    await store.create_run(record("resp_race", status="queued"), scope=A)
+    log = RunLog(store, "resp_race", scope=A, batch_frames=64, linger_seconds=0.01)
+    frames = run_frames("resp_race", 6)
+    real_append = store.append_events
+    written, release = asyncio.Event(), asyncio.Event()
+
+    async def written_then_held(
+        response_id: str, first_seq: int, batch: list[bytes], *, scope: str = ""
+    ) -> None:
+        await real_append(response_id, first_seq, batch, scope=scope)
+        if not written.is_set():  # the lingering batch: stored, but its caller not yet told
+            written.set()
+            await asyncio.shield(release.wait())
+
+    store.append_events = written_then_held  # type: ignore[method-assign]
+    await log.extend(frames[:5])
+    await written.wait()  # the linger passed: the flusher is inside its write
+    finishing = asyncio.ensure_future(log.finish(frames[5:], record("resp_race")))
+    await asyncio.sleep(0.05)
+    release.set()
+    await finishing
+    assert not await store.run_in_flight("resp_race", scope=A)
+    assert await collect(store.follow_events("resp_race", -1, scope=A)) == b"".join(frames) + DONE
+    assert await collect(log.follow()) == b"".join(frames) + DONE
 
 
 async def test_an_aborted_run_log_ends_its_followers_and_stays_in_flight(store: Store) -> None:

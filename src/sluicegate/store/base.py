@@ -57,6 +57,9 @@ error code `server_restarted` (SQLite: every run in flight, one process owns the
 never vanished. Set `lost_run_frames` before `start()`: it builds the terminal frames appended
 to such a run's log from (failed snapshot, next sequence number), e.g. the Responses
 `event: response.failed` frame, so followers see an ending the SDKs understand.
+A run that ended without its ending stored (the write failed, or its task did) is given up
+by its owner with `abandon_run(id, scope=)`: failed the same way (code `server_error`) at
+once, instead of staying in flight, its followers waiting, until the process restarts.
 
 Cancellation: `request_cancel(id, scope=)` on any replica; the owning replica's store calls
 `on_cancel(scope, response_id)` (set by the wiring; called on the event loop), which cancels
@@ -125,6 +128,7 @@ def failed_snapshot(response: Json, code: str, message: str) -> Json:
 LOST_MESSAGES: Final = {
     "server_restarted": "The server restarted while this response was in progress.",
     "owner_lost": "The server running this response stopped while it was in progress.",
+    "server_error": "The server had an error while running this response.",
 }
 
 
@@ -239,6 +243,11 @@ class Store(ABC):
     @abstractmethod
     async def request_cancel(self, response_id: str, *, scope: str = "") -> bool:
         """Ask the owner of a run in flight to cancel it; False when no such run is in flight."""
+
+    @abstractmethod
+    async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
+        """The owner gives up a run it cannot finish: failed (`server_error`) with the lost-run
+        frames ending its log. A no-op when the run is not in flight."""
 
     @abstractmethod
     async def recover_in_flight(self) -> int:

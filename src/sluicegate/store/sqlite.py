@@ -412,14 +412,13 @@ class SQLiteStore(Store):
             self.on_cancel(scope, response_id)
         return True
 
-    def _recover(self) -> list[tuple[str, str]]:
+    def _fail_in_flight(self, code: str, where: str, *args: str) -> list[tuple[str, str]]:
+        """Finish the runs in flight that `where` selects as failed with `code`."""
         lost = self.db.execute(
-            "SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight"
+            f"SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight{where}", args
         ).fetchall()
         for scope, rid, response, template, next_seq in lost:
-            failed = failed_snapshot(
-                orjson.loads(response), "server_restarted", LOST_MESSAGES["server_restarted"]
-            )
+            failed = failed_snapshot(orjson.loads(response), code, LOST_MESSAGES[code])
             frames = self.lost_run_frames(failed, next_seq) if self.lost_run_frames is not None else []
             with self._transaction() as db:
                 if frames:
@@ -433,6 +432,15 @@ class SQLiteStore(Store):
                     (orjson.dumps(failed), next_seq + len(frames), scope, rid),
                 )
         return [(scope, rid) for scope, rid, *_ in lost]
+
+    def _recover(self) -> list[tuple[str, str]]:
+        return self._fail_in_flight("server_restarted", "")
+
+    async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
+        abandon = self._fail_in_flight
+        if await self._call(abandon, "server_error", " AND scope = ? AND id = ?", scope, response_id):
+            log.warning("response %s could not be finished: marked failed", response_id)
+            self._wake(scope, response_id)
 
     async def recover_in_flight(self) -> int:
         lost = await self._call(self._recover)

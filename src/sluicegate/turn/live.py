@@ -149,9 +149,24 @@ class BackgroundRun(LiveTurn):
                         await self._log(batch)
                 finally:
                     await frames.aclose()
+        except asyncio.CancelledError:
+            raise  # the server is stopping: its store's recovery ends the run
         except BaseException:
             log.exception("background run %s failed", self.id)
+            await self._abandon()
             raise
+        else:
+            await self._abandon()
         finally:
             self.log.abort()  # a no-op when the persister finished it
             self.__exit__()
+
+    async def _abandon(self) -> None:
+        """A run that ended without its ending stored is failed in the store now: else it stays
+        in flight, and its followers wait, until the process restarts."""
+        if self.log.ended:
+            return
+        try:
+            await self.store.abandon_run(self.id, scope=self.scope)
+        except Exception:  # the store is down too: recovery fails it once the process restarts
+            log.exception("giving up background run %s failed", self.id)

@@ -18,7 +18,7 @@ import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
-from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import Event, EventBatch, Failed, Finished
 from sluicegate.core.frames import Frame
 from sluicegate.dialects.base import Encoder
@@ -87,11 +87,15 @@ class TurnPipeline:
         try:
             await asyncio.shield(self.persist(reason, frames))
             return frames
+        except SluicegateError as exc:  # the store is unavailable: a 503 a client may retry
+            log.warning("storing a turn failed: %s", exc)
+            info = exc.info
         except Exception:
             log.exception("storing a turn failed")
+            info = ErrorInfo(ErrorKind.INTERNAL, "The response could not be stored; it was not saved.")
         if reason is not None:
             return frames  # cancelled: nothing claims the record exists
-        failed = Failed(ErrorInfo(ErrorKind.INTERNAL, "The response could not be stored; it was not saved."))
+        failed = Failed(info)
         self.accumulator.feed(failed)
         try:
             return self.encoder.encode(failed)
