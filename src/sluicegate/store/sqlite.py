@@ -412,11 +412,10 @@ class SQLiteStore(Store):
             self.on_cancel(scope, response_id)
         return True
 
-    def _fail_in_flight(self, code: str, where: str, *args: str) -> list[tuple[str, str]]:
-        """Finish the runs in flight that `where` selects as failed with `code`."""
-        lost = self.db.execute(
-            f"SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight{where}", args
-        ).fetchall()
+    _IN_FLIGHT = "SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight"
+
+    def _fail(self, lost: list[tuple[Any, ...]], code: str) -> list[tuple[str, str]]:
+        """Finish these runs in flight (rows of `_IN_FLIGHT`) as failed with `code`."""
         for scope, rid, response, template, next_seq in lost:
             failed = failed_snapshot(orjson.loads(response), code, LOST_MESSAGES[code])
             frames = self.lost_run_frames(failed, next_seq) if self.lost_run_frames is not None else []
@@ -434,11 +433,14 @@ class SQLiteStore(Store):
         return [(scope, rid) for scope, rid, *_ in lost]
 
     def _recover(self) -> list[tuple[str, str]]:
-        return self._fail_in_flight("server_restarted", "")
+        return self._fail(self.db.execute(self._IN_FLIGHT).fetchall(), "server_restarted")
+
+    def _abandon(self, scope: str, response_id: str) -> list[tuple[str, str]]:
+        own = self.db.execute(self._IN_FLIGHT + " AND scope = ? AND id = ?", (scope, response_id))
+        return self._fail(own.fetchall(), "server_error")
 
     async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
-        abandon = self._fail_in_flight
-        if await self._call(abandon, "server_error", " AND scope = ? AND id = ?", scope, response_id):
+        if await self._call(self._abandon, scope, response_id):
             log.warning("response %s could not be finished: marked failed", response_id)
             self._wake(scope, response_id)
 
