@@ -26,13 +26,13 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import load_key, sealer_for
 from sluicegate.dialects.anthropic.dialect import AnthropicDialect
-from sluicegate.dialects.anthropic.encoder import anthropic_error, anthropic_status
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
-from sluicegate.dialects.lmstudio.encoder import lmstudio_error
+from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.registry import dialect_for, dialect_name
 from sluicegate.dialects.responses.dialect import ResponsesDialect
 from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
@@ -53,6 +53,8 @@ from sluicegate.routes.lmstudio_models import (
     unload_model,
 )
 from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.ollama_routes import ROUTES as OLLAMA_ROUTES
+from sluicegate.routes.ollama_turns import OllamaTurnEndpoint
 from sluicegate.routes.responses_compact import compact_response
 from sluicegate.routes.responses_stored import (
     cancel_response,
@@ -130,11 +132,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     else:
         message = f"{request.method} is not allowed on {request.url.path}"
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
-    if request.url.path.startswith("/v1/messages"):
-        status = anthropic_status(info) if missing else exc.status_code
-        return JSONResponse(anthropic_error(info), status_code=status)
-    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
-    return JSONResponse(render(info), status_code=exc.status_code)
+    spec = dialect_for(request.url.path)
+    status = spec.status(info) if missing else exc.status_code
+    return JSONResponse(spec.error(info), status_code=status)
 
 
 def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
@@ -262,6 +262,7 @@ def create_app(settings: Settings) -> Starlette:
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
+    turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
     routes = [
         *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
@@ -282,9 +283,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
-    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    observe = Middleware(
+        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
+    )  # metrics, access log
     auth = Middleware(
         APIKeyMiddleware, api_keys=settings.api_keys
     )  # before routing: every path but the open ones

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sluicegate.core.embeddings import EMBED, EmbeddingJob
+from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import Failed
 from sluicegate.core.request import ChatRequest
@@ -32,10 +32,14 @@ EMBEDDINGS_PATH = "/embeddings"
 MAX_UPSTREAM_BODY = 256 << 20  # an upstream's answer is read whole: bounded
 
 
-async def _local(model: Model, body: Any) -> Response:
-    req = parse_embeddings_request(body)
-    job = EmbeddingJob(req.job.inputs, req.job.dimensions)
-    generation = model.open(ChatRequest(model=req.model, messages=[], extra={EMBED: job}))
+def embeds_locally(model: Model) -> bool:
+    engine = model.engine
+    return isinstance(engine, LlamaCppEngine) and engine.pooling is not None
+
+
+async def embed(model: Model, job: EmbeddingJob) -> tuple[Embedded, str]:
+    """Run one embedding job on a local embedding model: its vectors and the instance's id."""
+    generation = model.open(ChatRequest(model=model.id, messages=[], extra={EMBED: job}))
     try:
         async for event in generation.events:
             if isinstance(event, Failed):
@@ -46,11 +50,23 @@ async def _local(model: Model, body: Any) -> Response:
             await aclose()
     if job.result is None:
         raise SluicegateError(
-            ErrorKind.ENGINE, f"model {req.model!r} returned no embeddings", code="engine_error"
+            ErrorKind.ENGINE, f"model {model.id!r} returned no embeddings", code="engine_error"
         )
+    return job.result, generation.instance_id
+
+
+def not_embedding(model: Model) -> SluicegateError:
+    return invalid(
+        f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported"
+    )
+
+
+async def _local(model: Model, body: Any) -> Response:
+    req = parse_embeddings_request(body)
+    result, instance_id = await embed(model, EmbeddingJob(req.job.inputs, req.job.dimensions))
     return JSONResponse(
-        embeddings_body(req.model, job.result, req.encoding_format),
-        headers={INSTANCE_HEADER: generation.instance_id},
+        embeddings_body(req.model, result, req.encoding_format),
+        headers={INSTANCE_HEADER: instance_id},
     )
 
 
@@ -101,13 +117,13 @@ async def create_embeddings(request: Request) -> Response:
     engine = model.engine
     if isinstance(engine, OpenAIUpstreamEngine):
         return await _upstream(engine, body)
-    if isinstance(engine, LlamaCppEngine) and engine.pooling is not None:
+    if embeds_locally(model):
         release = state.admission.take()
         try:
             return await _local(model, body)
         finally:
             release()
-    raise invalid(f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported")
+    raise not_embedding(model)
 
 
 ROUTES = [

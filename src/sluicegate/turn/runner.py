@@ -43,7 +43,9 @@ from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
-from sluicegate.transport.sse import Chunk, StreamOutcome, frame_bytes, server_send, stream_sse
+from sluicegate.transport.ndjson import stream_ndjson
+from sluicegate.transport.sse import frame_bytes, stream_sse
+from sluicegate.transport.stream import Chunk, StreamOutcome, server_send
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -111,7 +113,11 @@ class TurnEndpoint:
         async with Owned() as owned:
             try:
                 # The request's JSON is not kept for the stream's life (nothing here holds it).
-                prepared = await self.prepare(state, await self._source(state, request), owned)
+                source = await self._source(state, request)
+                answer = await self.answer_without_turn(state, source)
+                if answer is not None:
+                    return await self._send_json(answer, send, {})
+                prepared = await self.prepare(state, source, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
@@ -130,6 +136,11 @@ class TurnEndpoint:
                     return 200
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
+
+    async def answer_without_turn(self, state: AppState, source: TurnSource) -> Json | None:
+        """A request on the chat route that is no turn (Ollama's load and unload): its answer,
+        or None to run the turn. Nothing by default."""
+        return None
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
@@ -188,7 +199,17 @@ class TurnEndpoint:
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
     ) -> Awaitable[StreamOutcome]:
-        # The transport's own coroutine, not a frame of ours around it for the stream's life.
+        # The transport's own coroutine, not a frame of ours around it for the stream's life;
+        # which transport is the dialect's registry entry.
+        if self.dialect.spec.transport == "ndjson":
+            return stream_ndjson(
+                chunks,
+                send,
+                request.receive,
+                buffer_bytes=state.settings.stream_buffer_bytes,
+                headers=headers,
+                body_send=server_send(request.scope, send),
+            )
         return stream_sse(
             chunks,
             send,
@@ -220,6 +241,7 @@ class TurnEndpoint:
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
+        turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
         model = state.registry.get(turn.chat.model)
         dialect.check(turn, model.engine.info())
         scope = source.scope

@@ -1,0 +1,74 @@
+"""`POST /api/embed` (`{"embeddings": [[…]]}`) and the older `POST /api/embeddings`
+(`{"embedding": […]}`), on the local embedding models `/v1/embeddings` serves."""
+
+from __future__ import annotations
+
+import time
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from sluicegate.core.embeddings import EmbeddingJob
+from sluicegate.core.validation import INT32_MAX, Fields
+from sluicegate.dialects.ollama.dialect import resolve_model
+from sluicegate.routes.common import JSONResponse, app_state, read_json
+from sluicegate.routes.embeddings import embed, embeds_locally, not_embedding
+from sluicegate.routes.ollama_models import endpoint
+from sluicegate.turn.http import INSTANCE_HEADER
+from sluicegate.turn.state import AppState
+
+_NS = 1_000_000_000
+
+
+async def _run(state: AppState, f: Fields, inputs: list[str | list[int]], dimensions: int | None) -> tuple:  # type: ignore[type-arg]
+    name = f.string("model", required=True) or ""
+    model = state.registry.models[resolve_model(name, state.registry.models)]
+    if not embeds_locally(model):
+        raise not_embedding(model)
+    release = state.admission.take()
+    try:
+        result, instance_id = await embed(model, EmbeddingJob(inputs, dimensions))
+    finally:
+        release()
+    return name, result, instance_id
+
+
+@endpoint
+async def embed_many(request: Request) -> Response:
+    state = app_state(request)
+    started = time.perf_counter_ns()
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    value = f.obj.get("input")
+    if isinstance(value, str):
+        inputs: list[str | list[int]] = [value]
+    elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        inputs = list(value)
+    else:
+        f.fail("input", "invalid input type: expected a string or an array of strings")
+    f.boolean("truncate")
+    f.object("options")
+    dimensions = f.integer("dimensions", low=1, high=INT32_MAX)
+    name, result, instance_id = await _run(state, f, inputs, dimensions)
+    return JSONResponse(
+        {
+            "model": name,
+            "embeddings": result.vectors,
+            "total_duration": time.perf_counter_ns() - started,
+            "load_duration": 0,
+            "prompt_eval_count": result.prompt_tokens,
+        },
+        headers={INSTANCE_HEADER: instance_id},
+    )
+
+
+@endpoint
+async def embed_one(request: Request) -> Response:
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    prompt = f.string("prompt")
+    f.object("options")
+    if not prompt:  # Ollama answers an empty prompt with an empty embedding
+        resolve_model(f.string("model", required=True) or "", state.registry.models)
+        return JSONResponse({"embedding": []})
+    _, result, instance_id = await _run(state, f, [prompt], None)
+    return JSONResponse({"embedding": result.vectors[0]}, headers={INSTANCE_HEADER: instance_id})
