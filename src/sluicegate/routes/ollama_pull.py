@@ -25,8 +25,8 @@ from sluicegate.dialects.ollama.names import hf_ref
 from sluicegate.engines.downloads import DownloadError, DownloadJob, Target
 from sluicegate.routes.common import JSONResponse, app_state, read_json
 from sluicegate.routes.ollama_models import endpoint
-from sluicegate.transport.ndjson import stream_ndjson
-from sluicegate.transport.stream import server_send
+from sluicegate.transport.ndjson import NDJSON
+from sluicegate.transport.stream import server_send, stream_chunks
 
 POLL_SECONDS = 0.25  # how often a pull reports its progress
 Json = dict[str, Any]
@@ -51,7 +51,7 @@ class NDJSONLines(Response):
         self.lines = lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await stream_ndjson(self.lines, send, receive, body_send=server_send(scope, send))
+        await stream_chunks(self.lines, send, receive, framing=NDJSON, body_send=server_send(scope, send))
 
 
 async def _progress(started: DownloadJob | Target) -> AsyncIterator[bytes]:

@@ -14,19 +14,10 @@ disconnect handling are every streaming transport's (`transport/stream.py`).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Mapping
 from typing import Final
 
-from starlette.types import Receive, Send
-
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.transport.stream import (
-    DEFAULT_BUFFER_BYTES,
-    Chunk,
-    StreamOutcome,
-    raw_headers,
-    stream_chunks,
-)
+from sluicegate.transport.stream import Framing, raw_headers
 
 NDJSON_TYPE: Final = "application/x-ndjson"
 _BASE_RAW: Final = raw_headers(
@@ -41,27 +32,4 @@ def ndjson_bytes(frames: list[Frame]) -> bytes:
     return b"".join(frame.data + b"\n" for frame in frames if frame is not DONE)
 
 
-def stream_ndjson(
-    chunks: AsyncIterator[Chunk],
-    send: Send,
-    receive: Receive,
-    *,
-    buffer_bytes: int = DEFAULT_BUFFER_BYTES,
-    status: int = 200,
-    headers: Mapping[str, str] | None = None,
-    body_send: Send | None = None,  # for the body, once the head went through `send`
-) -> Awaitable[StreamOutcome]:
-    """Send the response head, then every chunk as NDJSON lines, with backpressure."""
-    return stream_chunks(
-        chunks,
-        send,
-        receive,
-        framing=ndjson_bytes,
-        base_headers=_BASE_RAW,
-        heartbeat=None,
-        heartbeat_seconds=0.0,
-        buffer_bytes=buffer_bytes,
-        status=status,
-        headers=headers,
-        body_send=body_send,
-    )
+NDJSON: Final = Framing(ndjson_bytes, _BASE_RAW)  # no heartbeat: see above

@@ -9,6 +9,7 @@ and disconnect → cancel are every streaming transport's (`transport/stream.py`
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from dataclasses import replace
 from typing import Final
 
 from starlette.types import Receive, Send
@@ -18,6 +19,7 @@ from sluicegate.transport.stream import (
     DEFAULT_BUFFER_BYTES,
     SERVER_SEND,
     Chunk,
+    Framing,
     StreamOutcome,
     raw_headers,
     server_send,
@@ -32,12 +34,12 @@ __all__ = [
     "frame_bytes",
     "frames_bytes",
     "server_send",
+    "sse_framing",
     "stream_sse",
 ]
 
 HEARTBEAT: Final = b": heartbeat\n\n"
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
-_BASE_RAW: Final = raw_headers({"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS})
 
 _PREFIXES: dict[str | None, bytes] = {None: b"data: "}  # per event name: its lines up to the data
 
@@ -72,6 +74,16 @@ def _list_bytes(frames: list[Frame]) -> bytes:
     return frames_bytes(frames)
 
 
+SSE: Final = Framing(
+    _list_bytes, raw_headers({"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS}), HEARTBEAT
+)
+
+
+def sse_framing(heartbeat: Frame | None = None) -> Framing:
+    """SSE, with a dialect's own keep-alive event (Anthropic's `ping`) instead of the comment."""
+    return SSE if heartbeat is None else replace(SSE, heartbeat=frame_bytes(heartbeat))
+
+
 def stream_sse(
     chunks: AsyncIterator[Chunk],
     send: Send,
@@ -81,7 +93,6 @@ def stream_sse(
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     status: int = 200,
     headers: Mapping[str, str] | None = None,
-    heartbeat: Frame | None = None,  # a dialect's own keep-alive event (Anthropic's `ping`)
     body_send: Send | None = None,  # for the body, once the head went through `send`
 ) -> Awaitable[StreamOutcome]:
     """Send the response head, then every chunk as SSE, with heartbeats and backpressure."""
@@ -89,9 +100,7 @@ def stream_sse(
         chunks,
         send,
         receive,
-        framing=_list_bytes,
-        base_headers=_BASE_RAW,
-        heartbeat=frame_bytes(heartbeat) if heartbeat is not None else HEARTBEAT,
+        framing=SSE,
         heartbeat_seconds=heartbeat_seconds,
         buffer_bytes=buffer_bytes,
         status=status,

@@ -39,9 +39,18 @@ SERVER_SEND: Final = "sluicegate.server_send"
 
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
-# A transport's framing: the bytes of frames that are ready together.
-Framing = Callable[[list[Frame]], bytes]
 RawHeaders = list[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """What makes a transport: how frames that are ready together become bytes, the fixed
+    response headers (its content type), and what is sent while the stream is quiet (None:
+    nothing)."""
+
+    frames: Callable[[list[Frame]], bytes]
+    headers: RawHeaders
+    heartbeat: bytes | None = None
 
 
 def server_send(scope: Mapping[str, object], send: Send) -> Send:
@@ -133,9 +142,7 @@ async def stream_chunks(
     receive: Receive,
     *,
     framing: Framing,
-    base_headers: RawHeaders,
-    heartbeat: bytes | None,  # None: nothing is sent while the stream is quiet
-    heartbeat_seconds: float,
+    heartbeat_seconds: float = 0.0,
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     status: int = 200,
     headers: Mapping[str, str] | None = None,
@@ -147,14 +154,14 @@ async def stream_chunks(
     to completion or cancelled and awaited, so whatever it holds is released by then.
     """
     # (built in the call, not a local: this frame lives as long as the stream)
-    await send({"type": "http.response.start", "status": status, "headers": _head(base_headers, headers)})
+    await send({"type": "http.response.start", "status": status, "headers": _head(framing.headers, headers)})
     send = body_send or send
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
-    producer = loop.create_task(_produce(chunks, outbox, framing))
+    producer = loop.create_task(_produce(chunks, outbox, framing.frames))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
-    interval = heartbeat_seconds if heartbeat is not None else 0.0
-    beat_bytes = heartbeat or b""
+    interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
+    beat_bytes = framing.heartbeat or b""
     last_sent = loop.time()
     timer: asyncio.TimerHandle | None = None
 
@@ -207,7 +214,9 @@ async def stream_chunks(
     return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
 
-async def _produce(chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Framing) -> None:
+async def _produce(
+    chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
+) -> None:
     put = outbox.put
     try:
         async for chunk in chunks:

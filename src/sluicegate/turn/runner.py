@@ -43,9 +43,9 @@ from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
-from sluicegate.transport.ndjson import stream_ndjson
-from sluicegate.transport.sse import frame_bytes, stream_sse
-from sluicegate.transport.stream import Chunk, StreamOutcome, server_send
+from sluicegate.transport.ndjson import NDJSON
+from sluicegate.transport.sse import frame_bytes, sse_framing
+from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, server_send, stream_chunks
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -62,6 +62,8 @@ from sluicegate.turn.tools import open_model, request_toolset
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
+# A dialect's declared transport (its registry entry) → the framing its streams get.
+TRANSPORTS: dict[str, Callable[[Frame | None], Framing]] = {"sse": sse_framing, "ndjson": lambda _: NDJSON}
 ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
 
 
@@ -99,6 +101,7 @@ class TurnEndpoint:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -201,21 +204,12 @@ class TurnEndpoint:
     ) -> Awaitable[StreamOutcome]:
         # The transport's own coroutine, not a frame of ours around it for the stream's life;
         # which transport is the dialect's registry entry.
-        if self.dialect.spec.transport == "ndjson":
-            return stream_ndjson(
-                chunks,
-                send,
-                request.receive,
-                buffer_bytes=state.settings.stream_buffer_bytes,
-                headers=headers,
-                body_send=server_send(request.scope, send),
-            )
-        return stream_sse(
+        return stream_chunks(
             chunks,
             send,
             request.receive,
+            framing=self.framing,
             heartbeat_seconds=state.limits.heartbeat_seconds,
-            heartbeat=self.dialect.heartbeat,
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
             body_send=server_send(request.scope, send),

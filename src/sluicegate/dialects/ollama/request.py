@@ -24,7 +24,7 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
+from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
 
 ROLES = ("system", "user", "assistant", "tool")
 THINK_LEVELS = ("low", "medium", "high")
@@ -85,17 +85,9 @@ def keep_alive_seconds(f: Fields) -> float | None:
 
 def _sampling(options: Fields | None) -> tuple[SamplingParams, int | None]:
     """Ollama `options` → sampling, and `num_ctx`; unknown options are ignored (Ollama does)."""
-    s = SamplingParams()
     if options is None:
-        return s, None
-    s.temperature = options.number("temperature", low=0, high=2)
-    s.top_p = options.number("top_p", low=0, high=1)
-    s.top_k = options.integer("top_k", low=-1, high=INT32_MAX)
-    s.min_p = options.number("min_p", low=0, high=1)
-    s.repeat_penalty = options.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
-    s.presence_penalty = options.number("presence_penalty", low=-2, high=2)
-    s.frequency_penalty = options.number("frequency_penalty", low=-2, high=2)
-    s.seed = options.integer("seed")
+        return SamplingParams(), None
+    s = sampling_fields(options)
     predict = options.integer("num_predict", low=-2, high=INT32_MAX)
     s.max_tokens = predict if predict is not None and predict > 0 else None  # -1/-2: no limit
     stop = options.obj.get("stop")
