@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import invalid
 from sluicegate.core.validation import Fields
 from sluicegate.dialects.ollama.names import hf_ref
 from sluicegate.engines.downloads import DownloadError, DownloadJob, Target
@@ -105,5 +105,5 @@ async def pull(request: Request) -> Response:
     async for line in _progress(started):
         body = orjson.loads(line)
         if "error" in body:
-            raise SluicegateError(ErrorKind.UPSTREAM, body["error"], param="model")
+            raise invalid(body["error"], "model")  # the Hub refused or is unreachable: not our fault
     return JSONResponse({"status": "success"})
