@@ -61,6 +61,13 @@ class OllamaChatDialect(Dialect):
     def resolve_model(self, requested: str, models: Mapping[str, Any]) -> str:
         return resolve_model(requested, models)
 
+    def check(self, turn: Turn, info: Any) -> None:
+        """Ollama takes any `num_ctx` and serves what the model has: a larger one is capped."""
+        options = turn.chat.options
+        maximum = info.context_length
+        if options.context_length is not None and maximum is not None and options.context_length > maximum:
+            options.context_length = maximum
+
     def encoder(self, turn: Turn, context: EncoderContext) -> OllamaEncoder:
         options: OllamaOptions = turn.request
         return OllamaEncoder(options.name, context.accumulator, generate=options.endpoint == "generate")
