@@ -8,6 +8,10 @@ clients parse.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +36,9 @@ from fake_hub import FakeHub
 pytestmark = pytest.mark.e2e
 
 REPO = "acme/Tiny-GGUF"
+JS_REPO = "acme/Other-GGUF"
+ROOT = Path(__file__).resolve().parents[2]
+OLLAMA_JS = Path(os.environ.get("SLUICEGATE_OLLAMA_JS", ROOT / ".tools" / "ollama-js"))
 WEATHER_TOOL = {
     "type": "function",
     "function": {
@@ -64,6 +71,7 @@ def pulled_gguf(tmp_path_factory: pytest.TempPathFactory) -> bytes:
 def hub(pulled_gguf: bytes) -> Iterator[FakeHub]:
     fake = FakeHub()
     fake.add(REPO, {"tiny-Q5_0.gguf": pulled_gguf, "README.md": b"# Tiny\n"})
+    fake.add(JS_REPO, {"other-Q5_0.gguf": pulled_gguf})  # pulled by the npm library's test
     with fake.running():
         yield fake
 
@@ -333,3 +341,43 @@ def test_auth_401_is_in_ollama_shape(tmp_path: Path) -> None:
         assert keyed.chat(model="chat", messages=[{"role": "user", "content": "Hi"}], stream=False).done
         lms = httpx.get(f"{running.base_url}/api/v1/models")  # LM Studio's paths keep their shape
         assert lms.status_code == 401 and isinstance(lms.json()["error"], dict)
+
+
+@pytest.mark.skipif(
+    shutil.which("node") is None or not (OLLAMA_JS / "node_modules" / "ollama").is_dir(),
+    reason="the ollama npm library is not installed (npm install --prefix .tools/ollama-js ollama; .ci/run does it)",
+)
+def test_the_ollama_npm_library(server: Server) -> None:
+    script = Path(__file__).with_name("ollama_js_check.cjs")
+    done = subprocess.run(
+        ["node", str(script), server.base_url, f"hf.co/{JS_REPO}"],
+        env={**os.environ, "OLLAMA_JS": str(OLLAMA_JS)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert {"chat:latest", "tiny:latest", "tiny-embed:latest"} <= set(seen["list"])
+    assert "completion" in seen["show"]["capabilities"] and seen["show"]["arch"] == "llama"
+    assert seen["chat"] == DEFAULT_REPLY
+    assert seen["chatStream"] == {
+        "text": DEFAULT_REPLY,
+        "done": True,
+        "reason": "stop",
+        "evalCount": 9,
+    }  # one a word
+    assert seen["toolCall"] == {
+        "index": 0,
+        "name": "get_weather",
+        "arguments": {"city": "Paris", "unit": "celsius"},
+    }
+    assert seen["toolAnswer"] == "It is sunny in Paris."
+    assert seen["thinking"] == THINK_REASONING
+    jsonschema.validate(seen["format"], {"type": "object", "required": ["ok"]})
+    assert seen["generate"] == DEFAULT_REPLY
+    assert seen["embed"] == [256, 256]
+    assert seen["pull"] == {"first": "pulling manifest", "last": "success", "sized": True}
+    assert seen["load"] == "load" and "tiny:latest" in seen["psLoaded"]
+    assert seen["unload"] == "unload" and "tiny:latest" not in seen["psAfter"]
+    assert seen["unknown"]["status"] == 404 and "nope:7b" in seen["unknown"]["error"]
