@@ -381,3 +381,12 @@ def test_the_ollama_npm_library(server: Server) -> None:
     assert seen["load"] == "load" and "tiny:latest" in seen["psLoaded"]
     assert seen["unload"] == "unload" and "tiny:latest" not in seen["psAfter"]
     assert seen["unknown"]["status"] == 404 and "nope:7b" in seen["unknown"]["error"]
+
+
+def test_metrics_label_the_ollama_routes_ollama(client: ollama.Client, server: Server) -> None:
+    client.chat(model="chat", messages=[{"role": "user", "content": "Hi"}], stream=False)
+    client.list()
+    text = httpx.get(f"{server.base_url}/metrics").text
+    assert 'sluicegate_time_to_first_token_seconds_count{dialect="ollama",model="chat"}' in text
+    assert 'sluicegate_requests_total{dialect="ollama",status="200"}' in text
+    assert 'dialect="lmstudio"' not in text  # nothing here went to an LM Studio path
