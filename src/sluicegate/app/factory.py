@@ -40,6 +40,7 @@ from sluicegate.engines.load_caps import LoadCaps
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry
+from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
 from sluicegate.routes import embeddings
@@ -175,8 +176,25 @@ class TurnRoutes:
         return self.app(scope, receive, send)
 
 
+def start_tracing(settings: Settings) -> None:
+    """This process's tracer, when `[tracing]` or `OTEL_TRACES_EXPORTER` asks for one."""
+    if settings.tracing_exporter == "none":
+        return
+    config = tracing.TracingConfig(
+        settings.tracing_exporter,
+        settings.tracing_endpoint,
+        settings.tracing_service_name,
+        settings.tracing_sample_ratio,
+    )
+    try:
+        tracing.configure(config)
+    except ValueError as exc:
+        raise ConfigError(f"[tracing]: {exc}") from exc
+
+
 def create_app(settings: Settings) -> Starlette:
     registry = build_registry(settings)  # config errors surface here, before serving
+    start_tracing(settings)
     limits = StreamLimits(
         heartbeat_seconds=settings.heartbeat_seconds,
         request_timeout_seconds=settings.request_timeout_seconds or None,
@@ -247,6 +265,7 @@ def create_app(settings: Settings) -> Starlette:
             await tools.aclose()
             await store.aclose()
             METRICS.remove_live(collector)
+            tracing.shutdown()  # export the spans still pending
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
     responses = ResponsesDialect(

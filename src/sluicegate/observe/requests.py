@@ -37,6 +37,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
+from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, child, observe_counts
 
 access_log = logging.getLogger("sluicegate.access")
@@ -91,6 +92,11 @@ class RequestObserver:
     # generation ends: a list increment per token instead of a locked observe.
     gap_counts: list[int] = field(default_factory=lambda: [0] * (len(TOKEN_GAP_BUCKETS) + 1))
     gap_sum: float = 0.0
+    # Tracing (None when off): the request's span, the span new children hang from (a tool
+    # round while one runs), and how the generation finished.
+    span: Any = None
+    parent_span: Any = None
+    finish_reason: str | None = None
 
     # --- generation -----------------------------------------------------------------------
 
@@ -139,9 +145,12 @@ class RequestObserver:
         its tokens left uncounted by `end`, so they are counted now."""
         self.generating -= 1
         self._flush_gaps()
-        if self.ended and not self.generating and self.dialect:
+        if self.ended and not self.generating:
             out = self.completion_tokens if self.completion_tokens is not None else self.tokens
-            self._count_tokens(self.prompt_tokens or 0, out)
+            if self.dialect:
+                self._count_tokens(self.prompt_tokens or 0, out)
+            if self.span is not None:
+                self._end_span(self.status_override or 200, out)
 
     def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
         if tokens_in:
@@ -166,6 +175,8 @@ class RequestObserver:
             child(METRICS.requests, self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
+        if self.span is not None and not self.generating:  # else ended when the generation ends
+            self._end_span(status, tokens_out)
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
         fields: dict[str, Any] = {
             "request_id": self.request_id,
@@ -198,6 +209,34 @@ class RequestObserver:
             self.request_id,
             extra={"access": fields},
         )
+
+    def start_span(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Trace this request (tracing is on)."""
+        self.span = self.parent_span = tracing.start_request_span(self.method, self.path, headers)
+
+    def _end_span(self, status: int, tokens_out: int) -> None:
+        span, self.span = self.span, None
+        operation = tracing.operation_of(self.path)
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        if self.request_id:
+            attributes["sluicegate.request_id"] = self.request_id
+        if operation:
+            attributes["gen_ai.operation.name"] = operation
+            if self.model:
+                span.update_name(f"{operation} {self.model}")
+        if self.model:
+            attributes["gen_ai.request.model"] = self.model
+        if self.prompt_tokens is not None or tokens_out:
+            attributes["gen_ai.usage.input_tokens"] = self.prompt_tokens or 0
+            attributes["gen_ai.usage.output_tokens"] = tokens_out
+        if self.finish_reason is not None:
+            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason]
+        error = None
+        if status >= 500:
+            error = str(status)
+        elif status == CLIENT_GONE:
+            error = "client_closed_request"
+        tracing.end(span, error=error, attributes=attributes)
 
 
 def current() -> RequestObserver | None:
@@ -278,6 +317,7 @@ class EventTap:
             observer.stream_status(event.error.status)
         elif isinstance(event, Finished):
             self.terminal = True
+            observer.finish_reason = event.reason.value
 
     def end(self) -> None:
         if not self.terminal:
@@ -346,6 +386,8 @@ class ObserveMiddleware:
                     kept += len(body)
                 return message
 
+        if tracing.enabled():
+            observer.start_span(scope["headers"])
         token = _current.set(observer)
         try:
             await self.app(scope, receive_observed, send_observed)
