@@ -72,6 +72,8 @@ from sluicegate.turn.websocket import ResponsesSocket
 log = logging.getLogger(__name__)
 
 DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
+STORE_PROBE_ID = "resp_store_probe"  # read, never written: a miss is a working store
+STORE_PROBE_SECONDS = 10.0
 
 
 def build_registry(settings: Settings) -> Registry:
@@ -235,6 +237,20 @@ def create_app(settings: Settings) -> Starlette:
                 log.exception("purging expired responses failed")
             await asyncio.sleep(3600)
 
+    async def probe_store_forever() -> None:
+        """`sluicegate_store_up`: 1 while a read of the store works, 0 while it fails (the
+        overview page and alerts read it); one cheap read every STORE_PROBE_SECONDS."""
+        key = METRICS.key("sluicegate_store_up")
+        while True:
+            try:
+                await store.get(STORE_PROBE_ID, events=False)
+                METRICS.gauges[key] = 1.0
+            except Exception as exc:
+                if METRICS.gauges[key]:
+                    log.warning("the store stopped answering: %s", exc)
+                METRICS.gauges[key] = 0.0
+            await asyncio.sleep(STORE_PROBE_SECONDS)
+
     def cancel_local(scope: str, response_id: str) -> None:
         """A client asked (on any replica) to cancel a run this process owns."""
         live = state.live_turn(response_id, scope)
@@ -249,6 +265,7 @@ def create_app(settings: Settings) -> Starlette:
         METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
+        prober = asyncio.create_task(probe_store_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
         await registry.start()
@@ -256,6 +273,7 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             purger.cancel()
+            prober.cancel()
             reaper.cancel()
             downloads.close()
             for live in list(state.live.values()):

@@ -38,9 +38,10 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
-from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, child, observe_counts
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts
 
 access_log = logging.getLogger("sluicegate.access")
+IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
 
 CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
 QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
@@ -266,11 +267,12 @@ class EventTap:
     loop that already iterates it (`TurnPipeline`): a call per event instead of a generator
     layer. `start()` when the stream starts, `see(event)` for each, `end()` once it stops."""
 
-    __slots__ = ("_bounds", "_counts", "_log_text", "_observer", "_perf", "terminal")
+    __slots__ = ("_bounds", "_counts", "_in_flight", "_log_text", "_observer", "_perf", "terminal")
 
     def __init__(self, observer: RequestObserver) -> None:
         self._observer = observer
         self.terminal = False
+        self._in_flight: Key = ("", ())
         self._perf = time.perf_counter
         self._counts = observer.gap_counts
         self._bounds = TOKEN_GAP_BUCKETS
@@ -282,7 +284,12 @@ class EventTap:
         return EventTap(observer) if observer is not None else None
 
     def start(self) -> None:
-        self._observer.generating += 1
+        observer = self._observer
+        observer.generating += 1
+        # Generations in flight by dialect and model (the overview page's first table); the
+        # key is kept so the end takes off exactly what the start added.
+        self._in_flight = METRICS.key(IN_FLIGHT, dialect=observer.dialect, model=observer.model)
+        METRICS.gauges[self._in_flight] += 1
 
     def see(self, event: Event) -> None:
         observer = self._observer
@@ -322,6 +329,7 @@ class EventTap:
     def end(self) -> None:
         if not self.terminal:
             self._observer.stream_status(CLIENT_GONE)
+        METRICS.gauges[self._in_flight] -= 1
         self._observer.generation_ended()
 
 
