@@ -11,6 +11,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (a) direct        the fake upstream itself: the baseline every ratio is taken against
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
+  (c2) sg-lmstudio  Sluicegate LM Studio REST v1
+  (c3) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
   (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
   (e) litellm       LiteLLM's proxy pointed at the upstream
 
@@ -61,6 +63,7 @@ TITLES = {
     "sg-chat": "(b) Sluicegate chat",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
+    "sg-ollama": "(c3) Sluicegate Ollama",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
@@ -394,7 +397,7 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
-    if key in ("sg-chat", "sg-responses", "sg-lmstudio"):
+    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-ollama"):
         missing = sluicegate_missing()
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
@@ -413,6 +416,8 @@ def make_target(
             return Target(key, port, "/v1/responses", "responses", proc)
         if key == "sg-lmstudio":
             return Target(key, port, "/api/v1/chat", "lmstudio", proc)
+        if key == "sg-ollama":  # NDJSON
+            return Target(key, port, "/api/chat", "ollama", proc)
         return Target(key, port, proc=proc)
     if key == "nginx":
         binary = find_nginx(args.nginx)
@@ -609,7 +614,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--targets",
-        default="direct,sg-chat,sg-responses,sg-lmstudio,nginx,litellm",
+        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-ollama,nginx,litellm",
         help="comma-separated, in order",
     )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")
