@@ -154,6 +154,16 @@ def test_think_returns_reasoning_as_thinking(client: ollama.Client) -> None:
     assert client.chat(model="chat", messages=ask, think=False, stream=False).message.thinking is None
 
 
+def test_what_a_model_cannot_do_is_a_400(client: ollama.Client) -> None:
+    ask = [{"role": "user", "content": "Hi"}]
+    with pytest.raises(ollama.ResponseError) as raised:
+        client.chat(model="tiny-embed", messages=ask, tools=[WEATHER_TOOL], stream=False)
+    assert raised.value.status_code == 400 and raised.value.error == '"tiny-embed" does not support tools'
+    with pytest.raises(ollama.ResponseError) as raised:
+        client.chat(model="tiny-embed", messages=ask, think=True, stream=False)
+    assert raised.value.status_code == 400 and raised.value.error == '"tiny-embed" does not support thinking'
+
+
 def test_a_tool_round_trip(client: ollama.Client) -> None:
     messages: list[Any] = [{"role": "user", "content": "What is the weather in Paris?"}]
     first = client.chat(model="chat", messages=messages, tools=[WEATHER_TOOL], stream=False)

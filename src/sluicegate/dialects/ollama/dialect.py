@@ -62,7 +62,14 @@ class OllamaChatDialect(Dialect):
         return resolve_model(requested, models)
 
     def check(self, turn: Turn, info: Any) -> None:
-        """Ollama takes any `num_ctx` and serves what the model has: a larger one is capped."""
+        """What the model cannot do is Ollama's 400 (`"name" does not support thinking`); a
+        `num_ctx` above the model's is capped, as Ollama serves any."""
+        name = turn.request.name
+        caps = info.capabilities
+        if turn.request.think not in (None, False) and not caps.reasoning:
+            raise invalid(f'"{name}" does not support thinking', "think")
+        if turn.chat.tools and not caps.tool_use:
+            raise invalid(f'"{name}" does not support tools', "tools")
         options = turn.chat.options
         maximum = info.context_length
         if options.context_length is not None and maximum is not None and options.context_length > maximum:
