@@ -39,6 +39,7 @@ from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.context import choose_context
+from sluicegate.engines.llamacpp.fallback_templates import fallback_template
 from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
 from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
 from sluicegate.engines.llamacpp.overflow import (
@@ -61,6 +62,8 @@ log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
+# Efforts a template may read as `reasoning_effort` (gpt-oss, DeepSeek V4 …); on/off only switch thinking.
+EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def llama_seed(seed: int) -> int:
@@ -80,6 +83,8 @@ class LlamaCppEngine(Engine):
         self.settings = settings
         self.gguf: GGUFInfo = read_gguf_info(settings.path)
         self.template = settings.chat_template or self.gguf.chat_template
+        # A GGUF without a template is served with its architecture's (llama.cpp's built-ins).
+        self.prompt_template = self.template or fallback_template(self.gguf.architecture)
         self.tool_format = settings.tool_call_format or detect_tool_format(
             self.template, self.gguf.architecture
         )
@@ -162,20 +167,26 @@ class LlamaCppEngine(Engine):
 
     # --- requests --------------------------------------------------------------------------
 
-    def _render(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
-        if self.template is None:
-            raise invalid(f"Model {self.model_id!r} has no chat template; set `chat_template` in its config.")
+    def render_prompt(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
+        """The prompt text this engine decodes for the request (`sluicegate models render`)."""
         effort = request.reasoning_effort
         thinking = None if effort is None or not self._thinking_switch else effort not in ("off", "none")
         tools = request.tools if request.tool_choice != "none" else []
-        return render_chat(
-            self.template,
+        prompt = render_chat(
+            self.prompt_template,
             request.messages if messages is None else messages,
             tools,
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
             enable_thinking=thinking,
+            reasoning_effort=effort if effort in EFFORT_LEVELS else None,
         )
+        # The tokenizer adds the BOS token itself: one the template wrote would be a second
+        # (llama.cpp's common_chat_template_direct_apply drops it the same way).
+        bos = self.gguf.bos_token
+        if self.gguf.add_bos and bos and prompt.startswith(bos):
+            prompt = prompt[len(bos) :]
+        return prompt
 
     def _tokenize(self, text: str) -> list[int]:
         """With the loaded model's vocabulary, or before the load with the tokenizer alone."""
@@ -205,7 +216,7 @@ class LlamaCppEngine(Engine):
             return
         grammar = request_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
-        prompt = self._render(request)
+        prompt = self.render_prompt(request)
         tokens = None
         n_ctx = self._limit(request)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
@@ -216,7 +227,10 @@ class LlamaCppEngine(Engine):
                     raise too_long(len(tokens), n_ctx, self.model_id)
                 budget = n_ctx - answer_room(n_ctx, request.sampling.max_tokens)
                 fitted = fit(
-                    request.messages, policy, budget, lambda kept: self._tokenize(self._render(request, kept))
+                    request.messages,
+                    policy,
+                    budget,
+                    lambda kept: self._tokenize(self.render_prompt(request, kept)),
                 )
                 if fitted is None:
                     raise too_long(len(tokens), n_ctx, self.model_id)
@@ -230,7 +244,7 @@ class LlamaCppEngine(Engine):
                     len(fitted.tokens),
                 )
                 request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
-                prompt, tokens = self._render(request, fitted.messages), fitted.tokens
+                prompt, tokens = self.render_prompt(request, fitted.messages), fitted.tokens
         self._prepared = (request, prompt, tokens, grammar)
 
     def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
@@ -269,7 +283,7 @@ class LlamaCppEngine(Engine):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The rendered prompt's tokens: by the loaded model, or its tokenizer alone."""
-        return len(self._tokenize(self._render(request)))
+        return len(self._tokenize(self.render_prompt(request)))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
@@ -344,7 +358,7 @@ class LlamaCppEngine(Engine):
             _, prompt, tokens, grammar = prepared
             self._prepared = None
         else:
-            prompt, tokens = self._render(request), None
+            prompt, tokens = self.render_prompt(request), None
             grammar = request_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler

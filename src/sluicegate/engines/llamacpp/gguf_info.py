@@ -38,6 +38,7 @@ class GGUFInfo:
     chat_template: str | None
     bos_token: str
     eos_token: str
+    add_bos: bool = False  # the tokenizer prepends BOS itself (`tokenizer.ggml.add_bos_token`)
     # The KV cache's shape, for the context a memory budget allows (None when the header is silent).
     n_layers: int | None = None
     n_head_kv: int | None = None
@@ -140,6 +141,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         chat_template=template if isinstance(template, str) else None,
         bos_token=token_text("tokenizer.ggml.bos_token_id"),
         eos_token=token_text("tokenizer.ggml.eos_token_id"),
+        add_bos=bool(_value(reader, "tokenizer.ggml.add_bos_token")),
         n_layers=integer("block_count"),
         n_head_kv=integer("attention.head_count_kv") or n_head,
         head_dim_k=integer("attention.key_length") or head_dim,
