@@ -105,7 +105,7 @@ def _to_json(value: Any, level: int, indent: int | None, items: str, keys: str, 
             indent,
             items,
         )
-    if isinstance(value, Sequence | set | frozenset):
+    if isinstance(value, Iterable):  # lists, tuples, and what `map`/`select` yield
         return _container(
             "[",
             "]",

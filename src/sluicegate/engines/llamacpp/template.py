@@ -21,7 +21,13 @@ from sluicegate.core.request import Message, ToolSpec
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.jinja_env import TemplateRaised, compile_template
 from sluicegate.engines.llamacpp.template_caps import TemplateCaps, template_caps
-from sluicegate.engines.llamacpp.template_quirks import adjust, is_gpt_oss, patched_source, without_tool_turns
+from sluicegate.engines.llamacpp.template_quirks import (
+    adjust,
+    calls_as_text,
+    is_gpt_oss,
+    patched_source,
+    without_tool_turns,
+)
 
 Json = dict[str, Any]
 
@@ -145,6 +151,8 @@ def render_messages(
     plain = not caps.tool_calls and any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
     if plain and "tool" not in source:
         messages, plain = without_tool_turns(messages), False
+    elif plain:
+        messages = calls_as_text(messages)
     now = datetime.now()
     variables: Json = {
         "messages": messages,

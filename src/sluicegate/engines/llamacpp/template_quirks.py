@@ -217,24 +217,39 @@ def adjust(source: str, messages: list[Json], caps: TemplateCaps) -> list[Json]:
     return messages
 
 
-def without_tool_turns(messages: list[Json]) -> list[Json]:
-    """For a template that knows no tool turns and refuses them: calls become the assistant's
-    text (one JSON object a line), results become user turns, and turns of one role in a row
-    are joined, so a template that insists on alternating roles still renders the exchange."""
-    out: list[Json] = []
+def _call_lines(message: Json) -> str:
+    calls = [
+        json.dumps(
+            {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, ensure_ascii=False
+        )
+        for c in message["tool_calls"]
+    ]
+    content = message.get("content")
+    return "\n".join([content, *calls] if isinstance(content, str) and content else calls)
+
+
+def calls_as_text(messages: list[Json]) -> list[Json]:
+    """For a template that renders no tool calls: an assistant turn's calls become its text
+    (one JSON object a line), so the model still sees what it called."""
+    out = []
     for message in messages:
+        if message.get("tool_calls") and isinstance(message.get("content", ""), str):
+            text = _call_lines(message)
+            message = {k: v for k, v in message.items() if k != "tool_calls"}
+            message["content"] = text
+        out.append(message)
+    return out
+
+
+def without_tool_turns(messages: list[Json]) -> list[Json]:
+    """For a template that knows no tool turns at all: calls become the assistant's text,
+    results become user turns, and turns of one role in a row are joined, so a template that
+    insists on alternating roles still renders the exchange."""
+    out: list[Json] = []
+    for message in calls_as_text(messages):
         role, content = message["role"], message.get("content") or ""
         if not isinstance(content, str):
             content = "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-        if message.get("tool_calls"):
-            calls = [
-                json.dumps(
-                    {"name": c["function"]["name"], "arguments": c["function"]["arguments"]},
-                    ensure_ascii=False,
-                )
-                for c in message["tool_calls"]
-            ]
-            content = "\n".join([content, *calls] if content else calls)
         if role == "tool":
             role = "user"
         if out and out[-1]["role"] == role and role != "system":

@@ -1,0 +1,211 @@
+"""llama.cpp's own chat-template corpus renders, and renders what llama.cpp's tests say.
+
+The templates and tests come from the llama-cpp-python sdist of the installed version
+(`llamacpp_sources`, cached). Without the network they are skipped, except in CI, where not
+having them is a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamacpp_sources import (
+    SourcesUnavailable,
+    TemplateCase,
+    generation_prompts,
+    llama_cpp_tree,
+    message_user,
+    template_cases,
+)
+from sluicegate.core.request import Message, ToolCall, ToolSpec
+from sluicegate.engines.llamacpp.fallback_templates import BUILTIN
+from sluicegate.engines.llamacpp.template import render_chat, render_messages
+
+_UNAVAILABLE = "sources-unavailable"
+
+
+def _tree() -> Path | str:
+    try:
+        return llama_cpp_tree()
+    except (SourcesUnavailable, OSError) as exc:
+        return f"{_UNAVAILABLE}: {exc}"
+
+
+def _need(tree: Path | str) -> Path:
+    if isinstance(tree, Path):
+        return tree
+    if os.environ.get("CI"):
+        pytest.fail(f"llama.cpp's template corpus is needed in CI: {tree}")
+    pytest.skip(tree)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """One test per template file / table row, read from the sdist at collection."""
+    wanted = {"template_file", "stated", "generation", "builtin"} & set(metafunc.fixturenames)
+    if not wanted:
+        return
+    tree = _tree()
+    (name,) = wanted
+    if not isinstance(tree, Path):
+        metafunc.parametrize(name, [pytest.param(tree, id=_UNAVAILABLE)])
+        return
+    if name == "template_file":
+        files = sorted((tree / "models" / "templates").glob("*.jinja"))
+        metafunc.parametrize(name, [pytest.param(f, id=f.name) for f in files])
+    elif name == "stated":
+        conversation, cases = template_cases(tree)
+        rows = [(conversation, c) for c in cases if c.supported_with_jinja]
+        metafunc.parametrize(name, [pytest.param(r, id=r[1].name) for r in rows])
+    elif name == "generation":
+        user = message_user(tree)
+        rows = [(tree / "models" / "templates" / f, user, prompt) for f, prompt in generation_prompts(tree)]
+        metafunc.parametrize(name, [pytest.param(r, id=r[0].name) for r in rows])
+    else:
+        conversation, cases = template_cases(tree)
+        by_name = {c.name: c for c in cases}
+        rows = [(conversation, by_name[case], builtin) for case, builtin in _BUILTIN_CASES.items()]
+        metafunc.parametrize(name, [pytest.param(r, id=r[2] + ":" + r[1].name) for r in rows])
+
+
+# --- every template renders a whole agentic conversation ----------------------------------------
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOLS = [
+    ToolSpec("get_weather", "Weather for a city", CITY),
+    ToolSpec("get_time", "Local time in a city", CITY),
+]
+CONVERSATION = [
+    Message("system", "You are a terse travel helper."),
+    Message("user", "Hi there"),
+    Message("assistant", "Hello! Where to?", reasoning="The user greets me."),
+    Message("user", "What is the weather in Paris?"),
+    Message(
+        "assistant",
+        "",
+        reasoning="I need the weather tool.",
+        tool_calls=[ToolCall("call_1", "get_weather", '{"city": "Paris, FR"}')],
+    ),
+    Message("tool", "sunny and 21C", tool_call_id="call_1"),
+    Message("assistant", "Paris is sunny."),
+    Message("user", "And Rome, with the local time?"),
+    Message(
+        "assistant",
+        "",
+        tool_calls=[
+            ToolCall("call_2", "get_weather", '{"city": "Roma, IT"}'),
+            ToolCall("call_3", "get_time", '{"city": "Roma, IT"}'),
+        ],
+    ),
+    Message("tool", "rainy and 17C", tool_call_id="call_2"),
+    Message("tool", "12:05", tool_call_id="call_3"),
+    Message("assistant", "Paris is sunny; Rome is rainy, and it is 12:05 there."),
+    Message("user", "Thanks, which should I visit first?"),
+]
+
+
+@pytest.mark.parametrize("thinking", [None, False, True], ids=["default", "thinking-off", "thinking-on"])
+def test_every_template_renders_the_whole_conversation(template_file: Any, thinking: bool | None) -> None:
+    source = _need(template_file).read_text(encoding="utf-8")
+    prompt = render_chat(
+        source, CONVERSATION, TOOLS, bos_token="<s>", eos_token="</s>", enable_thinking=thinking
+    )
+    # What every template can express reaches the model: the system prompt (folded into the
+    # first user turn where there is no system role), each turn's text and each tool result.
+    for text in (
+        "terse travel helper",
+        "Hi there",
+        "weather in Paris",
+        "sunny and 21C",
+        "rainy and 17C",
+        "12:05",
+    ):
+        assert text in prompt
+    assert "which should I visit first?" in prompt
+    # So are the calls (their arguments appear nowhere else).
+    assert "Paris, FR" in prompt and "Roma, IT" in prompt
+
+
+def test_every_template_renders_a_plain_chat(template_file: Any) -> None:
+    source = _need(template_file).read_text(encoding="utf-8")
+    prompt = render_chat(source, [Message("user", "Hello")], [], bos_token="<s>", eos_token="</s>")
+    assert "Hello" in prompt
+
+
+# --- where llama.cpp's tests state the rendering, ours is identical ---------------------------
+
+
+def test_rendering_matches_test_chat_template_cpp(stated: Any) -> None:
+    """test-chat-template.cpp: each template, its conversation, the Jinja path's expected text
+    (llama.cpp renders with enable_thinking = true unless told otherwise)."""
+    if isinstance(stated, str):
+        _need(stated)
+    conversation, case = stated
+    messages = [{"role": role, "content": content} for role, content in conversation + case.extra]
+    prompt = render_messages(
+        case.template,
+        messages,
+        [],
+        bos_token=case.bos_token,
+        eos_token=case.eos_token,
+        extra={"enable_thinking": True},
+    )
+    assert prompt == case.expected_jinja
+
+
+def test_generation_prompt_matches_test_chat_cpp(generation: Any) -> None:
+    """test-chat.cpp's test_template_generation_prompt: a system + user conversation ends with the
+    stated generation prompt, which is exactly what add_generation_prompt adds."""
+    if isinstance(generation, str):
+        _need(generation)
+    path, user, expected = generation
+    source = path.read_text(encoding="utf-8")
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": user},
+    ]
+
+    def render(add: bool) -> str:
+        return render_messages(
+            source,
+            messages,
+            [],
+            bos_token="",
+            eos_token="",
+            add_generation_prompt=add,
+            extra={"enable_thinking": True},
+        )
+
+    with_prompt, without = render(True), render(False)
+    common = 0
+    while common < min(len(with_prompt), len(without)) and with_prompt[common] == without[common]:
+        common += 1
+    assert with_prompt[common:] == expected and with_prompt.endswith(expected)
+    assert "You are a helpful assistant." in with_prompt and user in with_prompt
+
+
+# --- the fallback templates are llama.cpp's built-in formats -----------------------------------
+
+_BUILTIN_CASES = {
+    "teknium/OpenHermes-2.5-Mistral-7B": "chatml",
+    "google/gemma-7b-it": "gemma",
+    "Llama-3": "llama3",
+    "Phi-3-mini": "phi3",
+    "mistralai/Mistral-Large-Instruct-2411 (mistralai 'v7' template)": "mistral-v7",
+    "ibm-granite/granite-3.0-8b-instruct": "granite",
+    "ibm-granite/granite-3.x (tool call)": "granite",
+}
+
+
+def test_fallback_templates_render_like_llama_cpp_builtins(builtin: Any) -> None:
+    """test-chat-template.cpp's `expected_output` is what llama.cpp's built-in formatter writes."""
+    if isinstance(builtin, str):
+        _need(builtin)
+    conversation, case, name = builtin
+    assert isinstance(case, TemplateCase)
+    messages = [{"role": role, "content": content} for role, content in conversation + case.extra]
+    prompt = render_messages(BUILTIN[name], messages, [], bos_token=case.bos_token, eos_token=case.eos_token)
+    assert prompt == case.expected
