@@ -83,8 +83,11 @@ class LlamaCppEngine(Engine):
         self.settings = settings
         self.gguf: GGUFInfo = read_gguf_info(settings.path)
         self.template = settings.chat_template or self.gguf.chat_template
-        # A GGUF without a template is served with its architecture's (llama.cpp's built-ins).
-        self.prompt_template = self.template or fallback_template(self.gguf.architecture)
+        # A GGUF without a template: its architecture's format (llama.cpp's built-ins), or for a
+        # base model a plain transcript, with the stop strings that end its answer.
+        fallback = fallback_template(self.gguf.architecture, base_model=self.gguf.finetune is None)
+        self.prompt_template = self.template or fallback.source
+        self._template_stops = fallback.stops if self.template is None else ()
         self.tool_format = settings.tool_call_format or detect_tool_format(
             self.template, self.gguf.architecture
         )
@@ -365,9 +368,12 @@ class LlamaCppEngine(Engine):
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
+        sampling = request.sampling
+        if self._template_stops:
+            sampling = replace(sampling, stop=[*sampling.stop, *self._template_stops])
         job = Job(
             tokens=tokens or [],
-            sampling=request.sampling,
+            sampling=sampling,
             seed=llama_seed(seed) if seed is not None else random.getrandbits(31),
             parser=OutputParser(
                 tool_format=self.tool_format,

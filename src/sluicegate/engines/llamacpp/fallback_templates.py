@@ -1,12 +1,18 @@
-"""Chat templates for a GGUF that carries none, chosen by its architecture.
+"""Chat templates for a GGUF that carries none.
 
-Each is llama.cpp's built-in template of that name (`src/llama-chat.cpp`,
-`llm_chat_apply_template`) written in Jinja, so it renders what llama.cpp's would; the tests
-hold them to llama.cpp's stated renderings. An architecture not listed gets ChatML, which is
-what llama-server falls back to for any model without a template.
+A fine-tuned (chat) model gets its architecture's format: llama.cpp's built-in template of that
+name (`src/llama-chat.cpp`, `llm_chat_apply_template`) written in Jinja, so it renders what
+llama.cpp's would (the tests hold them to llama.cpp's stated renderings); an architecture not
+listed gets ChatML, which is what llama-server falls back to for any model without a template.
+
+A base (pretrained-only) model has never seen turn markers: Gemma 3 270M answers a Gemma-format
+question by repeating it. It gets a plain question-and-answer transcript instead, which base
+models continue as an answer, with a stop string where they would start the next question.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 CHATML = """\
 {%- for message in messages -%}
@@ -65,6 +71,20 @@ GRANITE = """\
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|start_of_role|>assistant<|end_of_role|>' -}}{%- endif -%}"""
 
+# A base model's conversation as text it continues naturally.
+TRANSCRIPT = """\
+{%- for message in messages -%}
+{%- if message.role == 'system' -%}
+{{- (message.content | trim) + '\\n\\n' -}}
+{%- elif message.role == 'assistant' -%}
+{{- 'Answer: ' + (message.content | trim) + '\\n' -}}
+{%- else -%}
+{{- 'Question: ' + (message.content | trim) + '\\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- 'Answer:' -}}{%- endif -%}"""
+TRANSCRIPT_STOPS = ("\nQuestion:", "\nAnswer:")
+
 BUILTIN = {
     "chatml": CHATML,
     "gemma": GEMMA,
@@ -90,10 +110,20 @@ _BY_ARCHITECTURE = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Fallback:
+    name: str
+    source: str
+    stops: tuple[str, ...] = field(default=())
+
+
 def fallback_name(architecture: str) -> str:
     """The built-in template llama.cpp's formats give this architecture; ChatML otherwise."""
     return _BY_ARCHITECTURE.get(architecture, "chatml")
 
 
-def fallback_template(architecture: str) -> str:
-    return BUILTIN[fallback_name(architecture)]
+def fallback_template(architecture: str, *, base_model: bool = False) -> Fallback:
+    if base_model:
+        return Fallback("transcript", TRANSCRIPT, TRANSCRIPT_STOPS)
+    name = fallback_name(architecture)
+    return Fallback(name, BUILTIN[name])
