@@ -54,7 +54,7 @@ from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
-from sluicegate.engines.llamacpp.template import render_chat
+from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
@@ -62,8 +62,6 @@ log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
-# Efforts a template may read as `reasoning_effort` (gpt-oss, DeepSeek V4 …); on/off only switch thinking.
-EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def llama_seed(seed: int) -> int:
@@ -172,24 +170,14 @@ class LlamaCppEngine(Engine):
 
     def render_prompt(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
         """The prompt text this engine decodes for the request (`sluicegate models render`)."""
-        effort = request.reasoning_effort
-        thinking = None if effort is None or not self._thinking_switch else effort not in ("off", "none")
-        tools = request.tools if request.tool_choice != "none" else []
-        prompt = render_chat(
+        return render_request(
             self.prompt_template,
-            request.messages if messages is None else messages,
-            tools,
+            request,
+            messages,
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
-            enable_thinking=thinking,
-            reasoning_effort=effort if effort in EFFORT_LEVELS else None,
+            add_bos=self.gguf.add_bos,
         )
-        # The tokenizer adds the BOS token itself: one the template wrote would be a second
-        # (llama.cpp's common_chat_template_direct_apply drops it the same way).
-        bos = self.gguf.bos_token
-        if self.gguf.add_bos and bos and prompt.startswith(bos):
-            prompt = prompt[len(bos) :]
-        return prompt
 
     def _tokenize(self, text: str) -> list[int]:
         """With the loaded model's vocabulary, or before the load with the tokenizer alone."""

@@ -17,7 +17,7 @@ import jinja2
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
-from sluicegate.core.request import Message, ToolSpec
+from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.jinja_env import TemplateRaised, compile_template
 from sluicegate.engines.llamacpp.template_caps import TemplateCaps, template_caps
@@ -30,6 +30,8 @@ from sluicegate.engines.llamacpp.template_quirks import (
 )
 
 Json = dict[str, Any]
+# Efforts a template may read as `reasoning_effort` (gpt-oss, DeepSeek V4 …); on/off only switch thinking.
+EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def template_source(value: str, base_dir: Path) -> str:
@@ -216,3 +218,32 @@ def render_chat(
         eos_token=eos_token,
         extra=extra,
     )
+
+
+def render_request(
+    source: str,
+    request: ChatRequest,
+    messages: list[Message] | None = None,
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_bos: bool = False,
+) -> str:
+    """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
+    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch."""
+    effort = request.reasoning_effort
+    switch = "enable_thinking" in source
+    prompt = render_chat(
+        source,
+        request.messages if messages is None else messages,
+        request.tools if request.tool_choice != "none" else [],
+        bos_token=bos_token,
+        eos_token=eos_token,
+        enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
+        reasoning_effort=effort if effort in EFFORT_LEVELS else None,
+    )
+    # The tokenizer adds the BOS token itself: one the template wrote would be a second
+    # (llama.cpp's common_chat_template_direct_apply drops it the same way).
+    if add_bos and bos_token and prompt.startswith(bos_token):
+        prompt = prompt[len(bos_token) :]
+    return prompt

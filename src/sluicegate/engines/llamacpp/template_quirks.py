@@ -217,10 +217,20 @@ def adjust(source: str, messages: list[Json], caps: TemplateCaps) -> list[Json]:
     return messages
 
 
+def _as_object(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
 def _call_lines(message: Json) -> str:
     calls = [
         json.dumps(
-            {"name": c["function"]["name"], "arguments": c["function"]["arguments"]}, ensure_ascii=False
+            {"name": c["function"]["name"], "arguments": _as_object(c["function"]["arguments"])},
+            ensure_ascii=False,
         )
         for c in message["tool_calls"]
     ]
