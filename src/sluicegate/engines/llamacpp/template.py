@@ -50,9 +50,11 @@ def template_source(value: str, base_dir: Path) -> str:
     return value
 
 
-def _arguments(text: str) -> Any:
+def _arguments(text: Any) -> Any:
     """Tool-call arguments as an object (templates `tojson` them); kept as text if not JSON,
     or if nested deeper than any request body may be (rendering recurses per level)."""
+    if not isinstance(text, str):
+        return text
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -122,9 +124,10 @@ def _fit(messages: list[Json], caps: TemplateCaps) -> list[Json]:
     out = []
     for message in messages:
         message = dict(message)
-        if message.get("tool_calls") and not caps.object_arguments:
+        if message.get("tool_calls"):
+            shape = _arguments if caps.object_arguments else _as_text
             message["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": _as_text(c["function"]["arguments"])}}
+                {**c, "function": {**c["function"], "arguments": shape(c["function"]["arguments"])}}
                 for c in message["tool_calls"]
             ]
         if not caps.string_content and isinstance(message.get("content"), str):

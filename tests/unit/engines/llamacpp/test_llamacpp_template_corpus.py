@@ -209,3 +209,133 @@ def test_fallback_templates_render_like_llama_cpp_builtins(builtin: Any) -> None
     messages = [{"role": role, "content": content} for role, content in conversation + case.extra]
     prompt = render_messages(BUILTIN[name], messages, [], bos_token=case.bos_token, eos_token=case.eos_token)
     assert prompt == case.expected
+
+
+# --- test-chat.cpp's other statements about rendered prompts -----------------------------------
+
+
+def _template(name: str) -> str:
+    tree = _need(_tree())
+    return (tree / "models" / "templates" / name).read_text(encoding="utf-8")
+
+
+def _call(name: str, arguments: str, call_id: str = "") -> dict[str, Any]:
+    call: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": arguments}}
+    return {**call, "id": call_id} if call_id else call
+
+
+def test_lfm2_5_renders_earlier_reasoning_as_thinking() -> None:
+    """test_template_generation_prompt: LFM2.5-8B-A1B reads prior reasoning from `thinking`."""
+    messages = [
+        {"role": "user", "content": "Hey there!"},
+        {
+            "role": "assistant",
+            "content": "",
+            "reasoning_content": "I'm\nthinking",
+            "tool_calls": [_call("special_function", '{"arg1":1}')],
+        },
+        {"role": "tool", "content": "Sunny", "name": "special_function", "tool_call_id": "call0"},
+    ]
+    prompt = render_messages(
+        _template("LFM2.5-8B-A1B.jinja"),
+        messages,
+        [],
+        bos_token="",
+        eos_token="",
+        extra={"enable_thinking": True},
+    )
+    assert "<think>I'm\nthinking</think>" in prompt
+
+
+@pytest.mark.parametrize(
+    ("order", "ids", "expected"),
+    [
+        (["weather", "time"], True, "<tool_result>12:00</tool_result>\n\n<tool_result>sunny</tool_result>"),
+        (["time", "weather"], True, "<tool_result>12:00</tool_result>\n\n<tool_result>sunny</tool_result>"),
+        (["weather", "time"], False, "<tool_result>sunny</tool_result>\n\n<tool_result>12:00</tool_result>"),
+    ],
+    ids=["reordered", "in-order", "no-ids"],
+)
+def test_deepseek_v4_tool_results_in_call_order(order: list[str], ids: bool, expected: str) -> None:
+    """test_deepseek_v4_tool_result_ordering."""
+    calls = [
+        _call("get_time", '{"city": "Paris"}', "call_1" if ids else ""),
+        _call("get_weather", '{"city": "Paris"}', "call_2" if ids else ""),
+    ]
+    results = {
+        "time": {
+            "role": "tool",
+            "content": "12:00",
+            "name": "get_time",
+            **({"tool_call_id": "call_1"} if ids else {}),
+        },
+        "weather": {
+            "role": "tool",
+            "content": "sunny",
+            "name": "get_weather",
+            **({"tool_call_id": "call_2"} if ids else {}),
+        },
+    }
+    messages = [
+        {"role": "user", "content": "Question"},
+        {"role": "assistant", "content": "", "tool_calls": calls},
+        *(results[name] for name in order),
+    ]
+    prompt = render_messages(
+        _template("deepseek-ai-DeepSeek-V4.jinja"),
+        messages,
+        [],
+        bos_token="",
+        eos_token="",
+        add_generation_prompt=False,
+        extra={"enable_thinking": True},
+    )
+    assert expected in prompt
+
+
+def test_deepseek_v4_drops_earlier_reasoning_only_when_asked() -> None:
+    """test_deepseek_v4_thinking_retention (chat_template_kwargs thinking / drop_thinking)."""
+    turns = [
+        {"role": "user", "content": "Question 1"},
+        {"role": "assistant", "content": "Answer 1", "reasoning_content": "thinking A1"},
+        {"role": "user", "content": "Question 2"},
+        {"role": "assistant", "content": "Answer 2", "reasoning_content": "thinking A2"},
+    ]
+    marker = "<\uff5cAssistant\uff5c>"
+
+    def render(drop: bool) -> str:
+        return render_messages(
+            _template("deepseek-ai-DeepSeek-V4.jinja"),
+            turns,
+            [],
+            bos_token="",
+            eos_token="",
+            add_generation_prompt=False,
+            extra={"enable_thinking": True, "thinking": True, "drop_thinking": drop},
+        )
+
+    kept, dropped = render(False), render(True)
+    assert f"{marker}<think>thinking A1</think>" in kept and f"{marker}<think>thinking A2</think>" in kept
+    assert f"{marker}<think>thinking A1</think>" not in dropped
+    assert f"{marker}<think>thinking A2</think>" in dropped and f"{marker}</think>Answer 1" in dropped
+
+
+def test_developer_turns_render_as_system() -> None:
+    """test_developer_role_to_system_workaround."""
+    template = (
+        "{%- for message in messages -%}\n"
+        "  {{- '<|' + message.role + '|>' + message.content + '<|end|>' -}}\n"
+        "{%- endfor -%}\n"
+        "{%- if add_generation_prompt -%}\n"
+        "  {{- '<|assistant|>' -}}\n"
+        "{%- endif -%}"
+    )
+    prompt = render_chat(
+        template,
+        [Message("developer", "You are a helpful developer assistant.")],
+        [],
+        bos_token="",
+        eos_token="",
+    )
+    assert "<|developer|>" not in prompt
+    assert "<|system|>You are a helpful developer assistant.<|end|>" in prompt
