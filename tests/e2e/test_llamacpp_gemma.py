@@ -20,10 +20,11 @@ import pytest
 from conftest import StartServer
 from e2e_support import Server
 
+from llamacpp_sources import CACHE
+
 pytestmark = pytest.mark.e2e
 
 MODEL = "gemma-3-270m"
-CACHE = Path(os.environ.get("SLUICEGATE_TEST_CACHE", Path.home() / ".cache" / "sluicegate-tests"))
 
 
 @pytest.fixture(scope="session")
