@@ -7,6 +7,7 @@ having them is a failure.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from sluicegate.engines.llamacpp.template import render_chat, render_messages
 _UNAVAILABLE = "sources-unavailable"
 
 
+@functools.cache
 def _tree() -> Path | str:
+    """The sources, or why they could not be had (asked once per session)."""
     try:
         return llama_cpp_tree()
     except (SourcesUnavailable, OSError) as exc:
