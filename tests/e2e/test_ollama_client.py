@@ -226,6 +226,12 @@ def test_load_then_unload_with_keep_alive_zero(client: ollama.Client) -> None:
     unloaded = client.chat(model="tiny", messages=[], keep_alive=0)
     assert unloaded.done_reason == "unload"
     assert "tiny:latest" not in {m.model for m in client.ps().models}
+    # A turn with keep_alive 0 answers, then unloads the model it loaded.
+    answered = client.generate(
+        model="tiny", prompt="Hi", keep_alive=0, options={"num_predict": 3}, stream=False
+    )
+    assert answered.done and answered.eval_count == 3
+    assert "tiny:latest" not in {m.model for m in client.ps().models}
 
 
 def test_pull_reports_progress_and_serves_the_model(client: ollama.Client, server: Server) -> None:
