@@ -27,6 +27,8 @@ from e2e_support import (
     THINK_CONTENT,
     THINK_REASONING,
     Server,
+    metric,
+    poll,
     run_server,
     scripted,
     write_config,
@@ -85,6 +87,7 @@ def server(hub: FakeHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     embedder = str(make_demo_gguf(folder / "embed.gguf", embedding=True))
     models = [
         scripted("chat", "chat.yaml"),
+        scripted("slow", "slow.yaml"),
         {"id": "tiny", "engine": "llamacpp", "path": gguf, "context_length": 1024},
         {"id": "tiny-embed", "engine": "llamacpp", "path": embedder},
     ]
@@ -406,3 +409,29 @@ def test_metrics_label_the_ollama_routes_ollama(client: ollama.Client, server: S
     assert 'sluicegate_time_to_first_token_seconds_count{dialect="ollama",model="chat"}' in text
     assert 'sluicegate_requests_total{dialect="ollama",status="200"}' in text
     assert 'dialect="lmstudio"' not in text  # nothing here went to an LM Studio path
+
+
+def test_closing_an_ndjson_stream_cancels_the_engine(server: Server) -> None:
+    """Disconnect → cancel, through the NDJSON transport: the generation stops at once."""
+    active, cancelled = "sluicegate_generations_active", "sluicegate_generations_cancelled_total"
+    before = metric(server.base_url, cancelled, "slow")
+    body = {"model": "slow", "messages": [{"role": "user", "content": "go"}]}
+    with (
+        httpx.Client(base_url=server.base_url, timeout=30) as http,
+        http.stream("POST", "/api/chat", json=body) as response,
+    ):
+        lines = response.iter_lines()
+        for _ in range(3):
+            assert '"done":false' in next(lines)
+        assert metric(server.base_url, active, "slow") == 1
+    assert poll(lambda: metric(server.base_url, active, "slow") == 0, timeout=5.0)
+    assert poll(lambda: metric(server.base_url, cancelled, "slow") == before + 1, timeout=5.0)
+
+
+def test_raw_and_suffix_are_refused_until_the_engine_path_exists(server: Server) -> None:
+    for extra in ({"raw": True}, {"suffix": "}"}):
+        response = httpx.post(
+            f"{server.base_url}/api/generate", json={"model": "chat", "prompt": "x", **extra}
+        )
+        assert response.status_code == 400
+        assert response.json() == {"error": "raw prompts are not supported by this model yet"}
