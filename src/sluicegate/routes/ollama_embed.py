@@ -8,7 +8,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.core.embeddings import EmbeddingJob
+from sluicegate.core.embeddings import Embedded, EmbeddingJob
 from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.routes.common import JSONResponse, app_state, read_json
@@ -20,7 +20,10 @@ from sluicegate.turn.state import AppState
 _NS = 1_000_000_000
 
 
-async def _run(state: AppState, f: Fields, inputs: list[str | list[int]], dimensions: int | None) -> tuple:  # type: ignore[type-arg]
+async def _run(
+    state: AppState, f: Fields, inputs: list[str | list[int]], dimensions: int | None
+) -> tuple[str, Embedded, str]:
+    """The model name as sent, its vectors, and the instance that embedded them."""
     name = f.string("model", required=True) or ""
     model = state.registry.models[resolve_model(name, state.registry.models)]
     if not embeds_locally(model):

@@ -154,7 +154,3 @@ class OllamaEncoder:
 
     def response_object(self) -> Json | None:
         return None
-
-
-def error_line(message: str) -> bytes:
-    return orjson.dumps({"error": message}) + b"\n"
