@@ -435,3 +435,24 @@ def test_raw_and_suffix_are_refused_until_the_engine_path_exists(server: Server)
         )
         assert response.status_code == 400
         assert response.json() == {"error": "raw prompts are not supported by this model yet"}
+
+
+def test_copy_then_delete_a_name_and_delete_a_pulled_file(client: ollama.Client, server: Server) -> None:
+    client.copy("chat", "chat-copy")
+    assert "chat-copy:latest" in {m.model for m in client.list().models}
+    ask = [{"role": "user", "content": "Hi"}]
+    assert client.chat(model="chat-copy:latest", messages=ask, stream=False).message.content == DEFAULT_REPLY
+    client.delete("chat-copy")
+    assert "chat-copy:latest" not in {m.model for m in client.list().models}
+    assert client.chat(model="chat", messages=ask, stream=False).done  # the original stays
+
+    name = f"hf.co/{REPO}:Q5_0"
+    assert list(client.pull(name, stream=True))[-1].status == "success"
+    client.delete(name)
+    assert not (server.folder / "models" / REPO / "tiny-Q5_0.gguf").exists()
+    with pytest.raises(ollama.ResponseError) as raised:
+        client.show(name)
+    assert raised.value.status_code == 404
+    with pytest.raises(ollama.ResponseError) as raised:
+        client.delete("chat")  # declared in the config, not a downloaded file
+    assert raised.value.status_code == 400
