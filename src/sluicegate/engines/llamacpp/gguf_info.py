@@ -46,6 +46,9 @@ class GGUFInfo:
     pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
     embedding_length: int = 0
     vocab_size: int = 0
+    # The header names fill-in-the-middle tokens (llama.cpp may also find them by their text:
+    # the engine asks the vocabulary itself when a FIM request comes).
+    has_fim: bool = False
 
     @property
     def kv_bytes_per_token(self) -> int | None:
@@ -147,4 +150,8 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         pooling=_value(reader, f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
         vocab_size=len(tokens.data) if tokens is not None else 0,
+        has_fim=all(
+            isinstance(_value(reader, f"tokenizer.ggml.fim_{part}_token_id"), int)
+            for part in ("pre", "suf", "mid")
+        ),
     )
