@@ -141,9 +141,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith("/v1/messages"):
         status = anthropic_status(info) if missing else exc.status_code
         return JSONResponse(anthropic_error(info), status_code=status)
-    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     if request.url.path == "/infill":
-        render = llama_server_error
+        return JSONResponse(llama_server_error(info, exc.status_code), status_code=exc.status_code)
+    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     return JSONResponse(render(info), status_code=exc.status_code)
 
 

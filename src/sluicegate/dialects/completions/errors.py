@@ -18,7 +18,7 @@ _TYPES = {
 }
 
 
-def llama_server_error(info: ErrorInfo) -> dict[str, Any]:
-    return {
-        "error": {"code": info.status, "message": info.message, "type": _TYPES.get(info.kind, "server_error")}
-    }
+def llama_server_error(info: ErrorInfo, status: int | None = None) -> dict[str, Any]:
+    """`status`: the HTTP status when it is not the kind's own (a 405 from the router)."""
+    code = info.status if status is None else status
+    return {"error": {"code": code, "message": info.message, "type": _TYPES.get(info.kind, "server_error")}}
