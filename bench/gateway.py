@@ -62,7 +62,7 @@ TITLES = {
     "sg-chat": "(b) Sluicegate chat",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
-    "sg-completions": "(c3) Sluicegate completions",
+    "sg-completions": "(c3) Sluicegate text",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
