@@ -112,8 +112,9 @@ def test_embedding_model_refuses_completion(tmp_path: Path) -> None:
     assert caught.value.info.code == "model_not_supported"
 
 
-async def test_completion_generates_text_with_echo_and_stop(fim_gguf: Path) -> None:
-    engine = _engine(fim_gguf)
+@pytest.mark.parametrize("batching", [False, True])
+async def test_completion_generates_text_with_echo(fim_gguf: Path, batching: bool) -> None:
+    engine = _engine(fim_gguf, batching=batching, parallel=2)
     await engine.load(lambda _p: None)
     try:
         request = _request(RawPrompt("<think> Once", echo=True), max_tokens=6)
