@@ -19,7 +19,8 @@ from typing import Any
 
 import llama_cpp
 
-from sluicegate.core.request import RawPrompt
+from sluicegate.core.errors import invalid
+from sluicegate.core.request import RawPrompt, SamplingParams
 
 NULL = -1  # LLAMA_TOKEN_NULL
 REPO = "myproject\n"  # llama-server's fixed project name
@@ -98,6 +99,38 @@ def infill_tokens(
     if model.add_bos_token():
         head.insert(0, model.token_bos())
     return [*extra[len(extra) - extra_take :], *head, *tail, fim.mid]
+
+
+def refuse_unservable(prompt: RawPrompt, sampling: SamplingParams, model_id: str, vocab_size: int) -> None:
+    """What this engine cannot do with a completion: a 400 before anything runs."""
+    if prompt.echo and prompt.fill_in_middle:
+        raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle).", param="echo")
+    if prompt.echo and sampling.logprobs:
+        raise invalid(
+            f"Model {model_id!r} cannot give the prompt's logprobs: send 'echo' or 'logprobs', not both.",
+            param="logprobs",
+        )
+    if isinstance(prompt.text, list) and any(not 0 <= t < vocab_size for t in prompt.text):
+        raise invalid(f"Invalid 'prompt': token ids must be in [0, {vocab_size}).", param="prompt")
+
+
+def prompt_tokens(
+    model: Any, fim: FimTokens | None, prompt: RawPrompt, *, n_batch: int, n_ctx: int, n_predict: int
+) -> list[int]:
+    """The tokens of `prompt`: the FIM layout (`fim` is checked to be there), or the prompt as it
+    is; an empty prompt is BOS alone, as llama-server starts one."""
+    if prompt.fill_in_middle:
+        assert fim is not None
+        return infill_tokens(model, fim, prompt, n_batch=n_batch, n_ctx=n_ctx, n_predict=n_predict)
+    tokens = plain_tokens(model, prompt)
+    if not tokens:
+        bos: int = model.token_bos()
+        if bos < 0:
+            raise invalid(
+                "The prompt is empty, and this model has no BOS token to start from.", param="prompt"
+            )
+        tokens = [bos]
+    return tokens
 
 
 def detokenize(vocab: Any, tokens: list[int]) -> str:

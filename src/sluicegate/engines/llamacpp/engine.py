@@ -51,8 +51,8 @@ from sluicegate.engines.llamacpp.completion import (
     FimTokens,
     detokenize,
     fim_tokens,
-    infill_tokens,
-    plain_tokens,
+    prompt_tokens,
+    refuse_unservable,
 )
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.fallback_templates import fallback_template
@@ -232,45 +232,20 @@ class LlamaCppEngine(Engine):
             if fim is None:
                 raise fim_unsupported(self.model_id, missing)
         super().check_completion(request)
-        if prompt.echo and prompt.fill_in_middle:
-            raise invalid("'echo' cannot be combined with 'suffix' (fill-in-the-middle).", param="echo")
-        if prompt.echo and request.sampling.logprobs:
-            raise invalid(
-                f"Model {self.model_id!r} cannot give the prompt's logprobs: send 'echo' or "
-                "'logprobs', not both.",
-                param="logprobs",
-            )
-        if isinstance(prompt.text, list) and any(not 0 <= t < self.gguf.vocab_size for t in prompt.text):
-            raise invalid(
-                f"Invalid 'prompt': token ids must be in [0, {self.gguf.vocab_size}).", param="prompt"
-            )
+        refuse_unservable(prompt, request.sampling, self.model_id, self.gguf.vocab_size)
 
     def _completion_tokens(self, request: ChatRequest) -> list[int]:
         """The prompt's tokens as llama-server lays them out (completion.py)."""
-        prompt = request.prompt
-        assert prompt is not None
-        model = self._tokenizer()
-        if prompt.fill_in_middle:
-            fim = self._fim_tokens()[0]
-            assert fim is not None  # checked
-            asked = request.sampling.max_tokens
-            return infill_tokens(
-                model,
-                fim,
-                prompt,
-                n_batch=self.settings.batch_size,
-                n_ctx=self._limit(request),
-                n_predict=-1 if asked is None else asked,
-            )
-        tokens = plain_tokens(model, prompt)
-        if not tokens:  # an empty prompt: the model starts from BOS, as llama-server does
-            bos: int = model.token_bos()
-            if bos < 0:
-                raise invalid(
-                    f"The prompt is empty, and model {self.model_id!r} has no BOS token.", param="prompt"
-                )
-            tokens = [bos]
-        return tokens
+        assert request.prompt is not None
+        asked = request.sampling.max_tokens
+        return prompt_tokens(
+            self._tokenizer(),
+            self._fim_tokens()[0] if request.prompt.fill_in_middle else None,
+            request.prompt,
+            n_batch=self.settings.batch_size,
+            n_ctx=self._limit(request),
+            n_predict=-1 if asked is None else asked,
+        )
 
     def _check_completion_length(self, request: ChatRequest) -> list[int]:
         tokens = self._completion_tokens(request)
