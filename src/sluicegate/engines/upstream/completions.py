@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, TokenLogprob, TopLogprob
 from sluicegate.core.request import ChatRequest
+from sluicegate.engines.upstream.request_body import add_extra, add_sampling
 from sluicegate.engines.upstream.wire import ChunkDecoder, _logprobs, _PlainChunks
 
 COMPLETIONS_PATH = "/completions"
@@ -32,27 +33,10 @@ def completion_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]
         body["suffix"] = prompt.suffix
     if prompt.echo:
         body["echo"] = True
-    s = request.sampling
-    for key, value in (
-        ("temperature", s.temperature),
-        ("top_p", s.top_p),
-        ("top_k", s.top_k),
-        ("min_p", s.min_p),
-        ("repetition_penalty", s.repeat_penalty),
-        ("presence_penalty", s.presence_penalty),
-        ("frequency_penalty", s.frequency_penalty),
-        ("seed", s.seed),
-        ("max_tokens", s.max_tokens),
-    ):
-        if value is not None:
-            body[key] = value
-    if s.stop:
-        body["stop"] = s.stop
-    if s.logprobs:  # legacy completions: the number of alternatives, 0 for the token alone
-        body["logprobs"] = s.top_logprobs or 0
-    for key, value in request.extra.items():
-        if key not in body:
-            body[key] = value
+    add_sampling(body, request.sampling)
+    if request.sampling.logprobs:  # legacy completions: the number of alternatives, 0 for the token alone
+        body["logprobs"] = request.sampling.top_logprobs or 0
+    add_extra(body, request)
     return body
 
 
