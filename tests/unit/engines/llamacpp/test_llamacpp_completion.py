@@ -11,8 +11,11 @@ import pytest
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import Finished, FinishReason, RawBatch, TextDelta, UsageReport
 from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt, SamplingParams
+from sluicegate.engines.llamacpp import engine as engine_module
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
+from sluicegate.engines.llamacpp.runtime import Job
+from sluicegate.parsing import PlainText
 
 PREFIX = "def add(a, b):\n    return"
 SUFFIX = "\n\nprint(add(1, 2))\n"
@@ -113,7 +116,16 @@ def test_embedding_model_refuses_completion(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("batching", [False, True])
-async def test_completion_generates_text_with_echo(fim_gguf: Path, batching: bool) -> None:
+async def test_completion_generates_text_with_echo(
+    fim_gguf: Path, batching: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jobs: list[Job] = []
+
+    def job(**fields: Any) -> Job:
+        jobs.append(Job(**fields))
+        return jobs[-1]
+
+    monkeypatch.setattr(engine_module, "Job", job)
     engine = _engine(fim_gguf, batching=batching, parallel=2)
     await engine.load(lambda _p: None)
     try:
@@ -132,5 +144,7 @@ async def test_completion_generates_text_with_echo(fim_gguf: Path, batching: boo
         assert text.startswith("<think> Once") and len(text) > len("<think> Once")
         assert usage is not None and usage.completion_tokens == 6 and usage.reasoning_tokens == 0
         assert finish is FinishReason.LENGTH
+        # Nothing is parsed out of a completion (the chat parser would hold whitespace back).
+        assert [type(j.parser) for j in jobs] == [PlainText] and jobs[0].reasoning is None
     finally:
         await engine.aclose()
