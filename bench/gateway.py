@@ -12,7 +12,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
   (c2) sg-lmstudio  Sluicegate LM Studio REST v1
-  (c3) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
+  (c4) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
+  (c3) sg-completions  Sluicegate `/v1/completions` → the upstream's `/v1/completions`
   (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
   (e) litellm       LiteLLM's proxy pointed at the upstream
 
@@ -63,7 +64,8 @@ TITLES = {
     "sg-chat": "(b) Sluicegate chat",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
-    "sg-ollama": "(c3) Sluicegate Ollama",
+    "sg-completions": "(c3) Sluicegate text",
+    "sg-ollama": "(c4) Sluicegate Ollama",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
@@ -397,7 +399,7 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
-    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-ollama"):
+    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-completions", "sg-ollama"):
         missing = sluicegate_missing()
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
@@ -416,6 +418,8 @@ def make_target(
             return Target(key, port, "/v1/responses", "responses", proc)
         if key == "sg-lmstudio":
             return Target(key, port, "/api/v1/chat", "lmstudio", proc)
+        if key == "sg-completions":
+            return Target(key, port, "/v1/completions", "completions", proc)
         if key == "sg-ollama":  # NDJSON
             return Target(key, port, "/api/chat", "ollama", proc)
         return Target(key, port, proc=proc)
@@ -517,6 +521,21 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             f"{f(ratios['vs_litellm'], 10)}   {cpu.get('gateway', 0):>7.2f} {cpu.get('upstream', 0):>8.2f}"
             f" {cpu.get('client', 0):>6.2f}   {cpu.get('gateway', 0) * 1e6 / run.tps:>10.2f}{_errors(run)}"
         )
+    chat = r.throughput.get("sg-chat")
+    if chat is not None and _gateway_us_per_token(chat):
+        print("\nGateway CPU per relayed token against Sluicegate chat's, same run (throughput; paced c=1)")
+        for key, run in r.throughput.items():
+            if key.startswith("sg-") and key != "sg-chat" and (mine := _gateway_us_per_token(run)):
+                ratio = mine / (_gateway_us_per_token(chat) or 1.0)
+                out["throughput"][key]["gateway_cpu_vs_chat"] = ratio
+                paced = r.latency.get(key, {}).get(1)
+                paced_chat = r.latency.get("sg-chat", {}).get(1)
+                paced_ratio = float("nan")
+                if paced is not None and paced_chat is not None:
+                    paced_ratio = (_gateway_us_per_token(paced) or 0.0) / (
+                        _gateway_us_per_token(paced_chat) or 1.0
+                    )
+                print(f"  {TITLES[key]:<26}x{ratio:.3f}   paced c=1: x{paced_ratio:.3f}")
     if r.memory:
         print(f"\nMemory: {args.hold_streams} open streams, {args.hold_delay_ms:g} ms between tokens")
         for key, mem in r.memory.items():
@@ -614,7 +633,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--targets",
-        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-ollama,nginx,litellm",
+        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-completions,sg-ollama,nginx,litellm",
         help="comma-separated, in order",
     )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")

@@ -29,6 +29,7 @@ from sluicegate.dialects.anthropic.dialect import AnthropicDialect
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
+from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
 from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
 from sluicegate.dialects.openai_errors import openai_error
@@ -113,6 +114,12 @@ def add_model_files(registry: Registry, settings: Settings) -> list[str]:
     return added
 
 
+def _fill_in_middle_model(registry: Registry) -> str | None:
+    """The model an `/infill` request without `model` goes to: the first that can fill in the
+    middle (llama-server serves one model; its clients often name none)."""
+    return next((m.id for m in registry.models.values() if m.engine.info().capabilities.fill_in_middle), None)
+
+
 def _log_added(model_ids: list[str]) -> None:
     if model_ids:
         log.info("now serving downloaded models: %s", ", ".join(model_ids))
@@ -139,7 +146,7 @@ async def http_error(request: Request, exc: Exception) -> Response:
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
     spec = dialect_for(request.url.path)
     status = spec.status(info) if missing else exc.status_code
-    return JSONResponse(spec.error(info), status_code=status)
+    return JSONResponse(spec.body(info, status), status_code=status)
 
 
 def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
@@ -299,6 +306,8 @@ def create_app(settings: Settings) -> Starlette:
         responses,
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
+        CompletionsDialect(),
+        InfillDialect(lambda: _fill_in_middle_model(registry)),
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
     turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}

@@ -44,6 +44,13 @@ class DialectSpec:
     status: Callable[[ErrorInfo], int] = _own_status  # its HTTP status (Anthropic: 529)
     transport: TransportName = "sse"  # how its streams are framed
     heartbeat: Frame | None = None  # sent while a stream is quiet; None: the transport's own
+    # The body of an error answered with a status of its own (a router's 405), for a shape that
+    # carries the status in its body (llama-server's); None: `error` serves.
+    error_at: Callable[[ErrorInfo, int], Json] | None = None
+
+    def body(self, info: ErrorInfo, status: int) -> Json:
+        """The error body for `info` answered with `status`."""
+        return self.error(info) if self.error_at is None else self.error_at(info, status)
 
 
 @dataclass(slots=True)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from sluicegate.dialects.anthropic.dialect import SPEC as ANTHROPIC
 from sluicegate.dialects.base import DialectSpec
 from sluicegate.dialects.chat_completions.dialect import SPEC as CHAT_COMPLETIONS
+from sluicegate.dialects.completions.dialect import INFILL_SPEC as INFILL
+from sluicegate.dialects.completions.dialect import SPEC as COMPLETIONS
 from sluicegate.dialects.lmstudio.dialect import SPEC as LMSTUDIO
 from sluicegate.dialects.ollama.dialect import SPEC as OLLAMA
 from sluicegate.dialects.openai_errors import openai_error
@@ -24,6 +26,8 @@ DIALECTS: tuple[DialectSpec, ...] = (
     CHAT_COMPLETIONS,
     RESPONSES,
     ANTHROPIC,
+    COMPLETIONS,
+    INFILL,
     LMSTUDIO,
     OLLAMA,
     OPENAI,

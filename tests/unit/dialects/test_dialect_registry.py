@@ -22,6 +22,8 @@ INFO = ErrorInfo(ErrorKind.NOT_FOUND, "model 'x' not found")
         ("/v1/chat/completions", "chat_completions"),
         ("/v1/responses/resp_1/cancel", "responses"),
         ("/v1/messages/count_tokens", "anthropic"),
+        ("/v1/completions", "completions"),
+        ("/infill", "infill"),
         ("/v1/models", "openai"),
         ("/v1/embeddings", "openai"),
         ("/", ""),
@@ -38,6 +40,8 @@ def test_each_dialect_renders_its_own_error_shape() -> None:
     assert dialect_for("/api/v1/chat").error(INFO)["error"]["message"] == INFO.message
     assert dialect_for("/v1/messages").error(INFO)["type"] == "error"
     assert dialect_for("/v1/models").error(INFO)["error"]["code"] == "not_found"
+    # llama-server's shape carries the status it is answered with (a router's 405)
+    assert dialect_for("/infill").body(INFO, 405)["error"]["code"] == 405
 
 
 def test_transports_and_heartbeats_are_declared() -> None:
