@@ -88,6 +88,7 @@ def server(hub: FakeHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[S
     models = [
         scripted("chat", "chat.yaml"),
         scripted("slow", "slow.yaml"),
+        scripted("echo", "echo.yaml"),
         {"id": "tiny", "engine": "llamacpp", "path": gguf, "context_length": 1024},
         {"id": "tiny-embed", "engine": "llamacpp", "path": embedder},
     ]
@@ -428,13 +429,37 @@ def test_closing_an_ndjson_stream_cancels_the_engine(server: Server) -> None:
     assert poll(lambda: metric(server.base_url, cancelled, "slow") == before + 1, timeout=5.0)
 
 
-def test_raw_and_suffix_are_refused_until_the_engine_path_exists(server: Server) -> None:
-    for extra in ({"raw": True}, {"suffix": "}"}):
-        response = httpx.post(
-            f"{server.base_url}/api/generate", json={"model": "chat", "prompt": "x", **extra}
-        )
-        assert response.status_code == 400
-        assert response.json() == {"error": "raw prompts are not supported by this model yet"}
+def test_raw_generate_sends_the_prompt_untemplated(client: ollama.Client) -> None:
+    """`raw`: the prompt exactly as given (no template, no system); the echo model says what
+    reached it. Without `raw` the same prompt arrives as a chat turn with its system message."""
+    prompt = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    raw = client.generate(model="echo", prompt=prompt, system="ignored", raw=True, stream=False)
+    assert raw.response == prompt and raw.done
+    templated = client.generate(model="echo", prompt="Hi", system="Be brief.", stream=False)
+    assert "Be brief." in (templated.response or "") and templated.response != "Hi"
+    streamed = "".join(
+        p.response or "" for p in client.generate(model="echo", prompt=prompt, raw=True, stream=True)
+    )
+    assert streamed == prompt
+
+
+def test_suffix_is_fill_in_the_middle(client: ollama.Client) -> None:
+    middle = client.generate(model="echo", prompt="def f(", suffix="    return 1", stream=False)
+    # The scripted engine lays FIM out as llama.cpp does for Qwen2.5-Coder, and echoes it.
+    assert middle.response == (
+        "<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>def f(<|fim_suffix|>    return 1<|fim_middle|>"
+    )
+    with pytest.raises(ollama.ResponseError) as raised:  # the demo GGUF has no FIM tokens
+        client.generate(model="tiny", prompt="def f(", suffix="    return 1", stream=False)
+    assert raised.value.status_code == 400 and raised.value.error == '"tiny" does not support insert'
+
+
+def test_raw_generate_on_a_gguf(client: ollama.Client) -> None:
+    parts = list(
+        client.generate(model="tiny", prompt="Once upon", raw=True, options={"num_predict": 5}, stream=True)
+    )
+    assert parts[-1].done and parts[-1].eval_count == 5 and parts[-1].done_reason == "length"
+    assert "".join(p.response or "" for p in parts)
 
 
 def test_copy_then_delete_a_name_and_delete_a_pulled_file(client: ollama.Client, server: Server) -> None:

@@ -17,8 +17,6 @@ from sluicegate.tools.catalog import ToolSelection
 # Every `/api/` path LM Studio's versioned prefixes do not claim (the registry: longest wins).
 SPEC = DialectSpec("ollama", ("/api/",), ollama_error, transport="ndjson")
 
-RAW_UNSUPPORTED = "raw prompts are not supported by this model yet"
-
 
 def model_not_found(name: str) -> SluicegateError:
     # Ollama's own wording, which clients show as it is.
@@ -46,8 +44,6 @@ class OllamaChatDialect(Dialect):
 
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
         chat, options = parse_chat(body) if self.path == "/api/chat" else parse_generate(body)
-        if options.raw or options.suffix is not None:
-            raise invalid(RAW_UNSUPPORTED, "raw" if options.raw else "suffix")
         if options.empty:
             raise invalid("no messages: a load or an unload has no turn", "messages")
         return Turn(
@@ -70,6 +66,11 @@ class OllamaChatDialect(Dialect):
             raise invalid(f'"{name}" does not support thinking', "think")
         if turn.chat.tools and not caps.tool_use:
             raise invalid(f'"{name}" does not support tools', "tools")
+        prompt = turn.chat.prompt
+        if prompt is not None and prompt.fill_in_middle and not caps.fill_in_middle:
+            raise invalid(f'"{name}" does not support insert', "suffix")
+        if prompt is not None and not caps.completion:
+            raise invalid(f'"{name}" does not support raw prompts', "raw")
         options = turn.chat.options
         maximum = info.context_length
         if options.context_length is not None and maximum is not None and options.context_length > maximum:

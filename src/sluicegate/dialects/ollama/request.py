@@ -20,6 +20,7 @@ from sluicegate.core.request import (
     ChatRequest,
     ContentPart,
     Message,
+    RawPrompt,
     SamplingParams,
     ToolCall,
     ToolSpec,
@@ -238,7 +239,10 @@ def parse_chat(body: Any) -> tuple[ChatRequest, OllamaOptions]:
 
 def parse_generate(body: Any) -> tuple[ChatRequest, OllamaOptions]:
     """A prompt (and `system`) as one chat turn through the model's template, as Ollama does
-    without `raw`; `images` go with the prompt. `context` (the old token context) is ignored."""
+    without `raw`; `images` go with the prompt. With `raw` the prompt goes to the model as it
+    is (no template, no system); with a `suffix` it is fill-in-the-middle, laid out with the
+    tokenizer's FIM tokens: both are the engine's raw-prompt path (`ChatRequest.prompt`).
+    `context` (the old token context) is ignored."""
     f = Fields(body)
     prompt = f.string("prompt") or ""
     system = f.string("system")
@@ -253,4 +257,7 @@ def parse_generate(body: Any) -> tuple[ChatRequest, OllamaOptions]:
     options.raw = bool(f.boolean("raw"))
     options.suffix = f.string("suffix") or None
     options.empty = not prompt and not images
+    if options.raw or options.suffix is not None:
+        chat.messages = []
+        chat.prompt = RawPrompt(prompt, suffix=options.suffix)
     return chat, options
