@@ -152,6 +152,7 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
 
 def test_stop_cancels_the_generation(server: Server, browser: WebDriver) -> None:
     open_page(browser, server)
+    browser.find_element(By.ID, "clear").click()  # the earlier tests' conversation is kept
     Select(browser.find_element(By.ID, "dialect")).select_by_value("chat")
     Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
     browser.find_element(By.ID, "prompt").send_keys("crawl along\n")
