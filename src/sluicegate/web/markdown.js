@@ -33,7 +33,7 @@ const Markdown = (() => {
     const keep = (html) => `\u0000${stash.push(html) - 1}\u0000`;
     let text = source.replace(/\u0000/g, "");
     text = text.replace(/(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)/g, (_, __, code) => keep(`<code>${escape(code.trim() || code)}</code>`));
-    text = text.replace(/\[([^\]\n]+)\]\(\s*<?([^\s)>]+)>?(?:\s+"[^"]*")?\s*\)/g, (whole, label, url) => {
+    text = text.replace(/\[([^\]\n]+)\]\(\s*<?((?:[^\s()<>]|\([^\s()<>]*\))+)>?(?:\s+"[^"]*")?\s*\)/g, (whole, label, url) => {
       const href = safeUrl(url);
       const inner = emphasis(escape(label));
       return keep(href ? `<a href="${escape(href)}" target="_blank" rel="noopener noreferrer">${inner}</a>` : inner);

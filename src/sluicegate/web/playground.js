@@ -15,6 +15,7 @@ const state = {
   chats: [], // [{id, title, updated, messages: [user | assistant message]}], newest first
   current: null, // the id of the conversation on screen
   attachments: [], // data: URLs of the images waiting to go with the next message
+  reasoningOptions: new Map(), // model -> LM Studio's allowed reasoning settings for it
   controller: null,
 };
 
@@ -134,7 +135,11 @@ async function loadModels() {
   const ids = new Map(); // id -> label
   const sources = [
     ["/v1/models", (b) => (b.data || []).map((m) => [m.id, m.id])],
-    ["/api/v1/models", (b) => (b.models || []).map((m) => [m.key, m.display_name || m.key])],
+    ["/api/v1/models", (b) => (b.models || []).map((m) => {
+      const options = m.capabilities && m.capabilities.reasoning && m.capabilities.reasoning.allowed_options;
+      if (Array.isArray(options)) state.reasoningOptions.set(m.key, options);
+      return [m.key, m.display_name || m.key];
+    })],
   ];
   const problems = [];
   await Promise.all(sources.map(async ([path, pick]) => {
@@ -393,6 +398,7 @@ class Turn {
     this.blocks.append(el);
     this.msg.blocks.push({ kind: "error", text: message });
     this.current = null;
+    this.scroll();
   }
 
   // Usage at the end: the dialect's counts when it sent them, else the deltas counted here.
@@ -412,6 +418,7 @@ class Turn {
     this.msg.stats = parts.join(" · ");
     this.el.querySelector(".stats").textContent = this.msg.stats;
     this.el.classList.add("finished");
+    this.scroll();
   }
 
   scroll() { window.scrollTo(0, document.body.scrollHeight); }
@@ -457,6 +464,14 @@ function resend(history, content) {
   return history.map((m) => (m.role === "user"
     ? { role: "user", content: content(m) }
     : { role: "assistant", content: assistantText(m) }));
+}
+
+// LM Studio takes only the settings a model lists (some have just "off" and "on").
+function lmstudioReasoning(model, effort) {
+  const wanted = effort === "none" ? "off" : effort;
+  const options = state.reasoningOptions.get(model);
+  if (!options || options.includes(wanted)) return wanted;
+  return wanted !== "off" && options.includes("on") ? "on" : wanted;
 }
 
 // Anthropic has no effort field of its own in thinking: a budget per level, the level itself in
@@ -571,7 +586,7 @@ const DIALECTS = {
         ...(previous ? { previous_response_id: previous } : {}),
         ...(integrations.length ? { integrations } : {}),
         ...only("temperature", s.temperature), ...only("max_output_tokens", s.maxTokens),
-        ...(s.effort ? { reasoning: s.effort === "none" ? "off" : s.effort } : {}),
+        ...(s.effort ? { reasoning: lmstudioReasoning(model, s.effort) } : {}),
       };
     },
     handler(turn) {
@@ -621,10 +636,9 @@ const DIALECTS = {
       let thinking = {};
       if (s.effort === "none") thinking = { thinking: { type: "disabled" } };
       else if (budget) {
-        thinking = {
-          thinking: { type: "enabled", budget_tokens: Math.max(1024, Math.min(budget, maxTokens - 1)) },
-          output_config: { effort: s.effort },
-        };
+        thinking = { output_config: { effort: s.effort } };
+        // Anthropic wants 1024 <= budget_tokens < max_tokens: below that, the effort alone.
+        if (maxTokens > 1024) thinking.thinking = { type: "enabled", budget_tokens: Math.min(budget, maxTokens - 1) };
       }
       return {
         model, stream: true, max_tokens: maxTokens, ...(system ? { system } : {}),
