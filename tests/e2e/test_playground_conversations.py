@@ -179,6 +179,47 @@ def test_a_markdown_answer_renders_safely_as_it_streams(server: Server, browser:
     browser.save_screenshot(str(ARTIFACTS / "playground-markdown.png"))
 
 
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "<img src=x onerror=alert(1)>",
+    "[x](javascript:alert(1)) [y](JaVaScRiPt:alert(1)) [z](data:text/html,<script>alert(1)</script>)",
+    '[x](https://a.example/" onmouseover="alert(1))',
+    '[x](https://a.example/a)"onmouseover="alert(1)',
+    'https://a.example/"><script>alert(1)</script>',
+    "`<b>code</b>` **<svg onload=alert(1)>**",
+    '```js" onclick="alert(1)\n<script>alert(1)</script>\n```',
+    "| <b>a</b> | b |\n|---|:-:|\n| <i onclick=x>c</i> | d |",
+    "> <iframe src=https://a.example></iframe>\n\n- <a href=javascript:alert(1)>x</a>",
+    "# <style>body{display:none}</style>",
+]
+ALLOWED_TAGS = "P BR STRONG EM DEL CODE PRE A H1 H2 H3 H4 H5 H6 UL OL LI BLOCKQUOTE HR DIV SPAN TABLE THEAD TBODY TR TH TD BUTTON"
+
+
+def test_markdown_lets_no_html_through(server: Server, browser: WebDriver) -> None:
+    """Hostile answers rendered in the page: only the renderer's own tags and attributes, no
+    event handlers, no link but http(s), and the hostile text still readable as text."""
+    open_page(browser, server)
+    found = browser.execute_script(
+        """const [cases, tags] = arguments;
+        const allowed = new Set(tags.split(' '));
+        return cases.map((source) => {
+          const div = document.createElement('div');
+          Markdown.render(div, source);
+          const bad = [...div.querySelectorAll('*')].filter((el) => !allowed.has(el.tagName)
+            || [...el.attributes].some((a) => !['class', 'href', 'target', 'rel', 'style', 'start', 'type', 'aria-label'].includes(a.name)
+              || (a.name === 'href' && !/^https?:/.test(a.value))
+              || (a.name === 'style' && !/^text-align:(left|right|center)$/.test(a.value))));
+          return {bad: bad.map((el) => el.outerHTML), text: div.textContent};
+        });""",
+        HOSTILE,
+        ALLOWED_TAGS,
+    )
+    for source, result in zip(HOSTILE, found, strict=True):
+        assert result["bad"] == [], source
+    assert "<script>alert(1)</script>" in found[0]["text"]
+    assert "onerror=alert(1)" in found[1]["text"]
+
+
 def test_conversations_survive_a_reload_and_can_be_switched(server: Server, browser: WebDriver) -> None:
     open_page(browser, server)  # a reload: the conversation of the test above is still there
     assert chat_titles(browser) == ["Show me markdown, please"]
@@ -199,7 +240,16 @@ def test_conversations_survive_a_reload_and_can_be_switched(server: Server, brow
     assert browser.find_element(By.CSS_SELECTOR, ".turn.assistant h2").text == "A heading"
 
     hello = browser.find_element(By.XPATH, "//*[@id='chat-list']/li[button[text()='Hello there']]")
-    hello.find_element(By.CSS_SELECTOR, ".delete").click()
+    hello.find_element(By.CSS_SELECTOR, ".rename").click()
+    title = browser.switch_to.active_element
+    title.send_keys(Keys.CONTROL, "a")
+    title.send_keys("Greetings", Keys.ENTER)
+    assert chat_titles(browser) == ["Greetings", "Show me markdown, please"]
+    open_page(browser, server)
+    assert chat_titles(browser) == ["Greetings", "Show me markdown, please"]
+
+    greetings = browser.find_element(By.XPATH, "//*[@id='chat-list']/li[button[text()='Greetings']]")
+    greetings.find_element(By.CSS_SELECTOR, ".delete").click()
     assert chat_titles(browser) == ["Show me markdown, please"]
     open_page(browser, server)
     assert chat_titles(browser) == ["Show me markdown, please"]

@@ -803,11 +803,44 @@ function showChats() {
     remove.textContent = "×";
     remove.setAttribute("aria-label", `Delete conversation: ${chat.title}`);
     remove.addEventListener("click", () => deleteChat(chat.id));
+    const rename = document.createElement("button");
+    rename.type = "button";
+    rename.className = "rename";
+    rename.textContent = "✎";
+    rename.setAttribute("aria-label", `Rename conversation: ${chat.title}`);
+    rename.addEventListener("click", () => renameChat(chat, open));
     li.dataset.id = chat.id;
-    li.append(open, remove);
+    li.append(open, rename, remove);
     return li;
   }));
   $("chats-count").textContent = chats.length ? `(${chats.length})` : "";
+}
+
+// The title edited in place: Enter (or leaving the field) keeps it, Escape gives it up.
+function renameChat(chat, button) {
+  const input = document.createElement("input");
+  input.type = "text";
+  input.className = "title-edit";
+  input.value = chat.title;
+  input.setAttribute("aria-label", "Conversation title");
+  button.replaceWith(input);
+  input.focus();
+  input.select();
+  let done = false;
+  const finish = (keep) => {
+    if (done) return;
+    done = true;
+    if (keep && input.value.trim()) {
+      chat.title = input.value.trim().slice(0, 120);
+      saveChats();
+    }
+    showChats();
+  };
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") { event.preventDefault(); finish(true); }
+    else if (event.key === "Escape") { event.stopPropagation(); finish(false); }
+  });
+  input.addEventListener("blur", () => finish(true));
 }
 
 function showConversation() {
