@@ -175,6 +175,11 @@ def test_a_markdown_answer_renders_safely_as_it_streams(server: Server, browser:
         "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](String(e)))"
     )
     assert clipboard == code.get_attribute("textContent")
+    turn.find_element(By.CSS_SELECTOR, ".head button.copy").click()  # the whole answer, as Markdown
+    clipboard = browser.execute_async_script(
+        "navigator.clipboard.readText().then(arguments[0], (e) => arguments[0](String(e)))"
+    )
+    assert clipboard.startswith("## A heading\n\nSome **bold**") and "```python\n" in clipboard
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "playground-markdown.png"))
 
@@ -307,7 +312,20 @@ def test_a_dialect_switch_resends_the_conversation(server: Server, browser: WebD
     assert (lmstudio["max_output_tokens"], lmstudio["reasoning"]) == (3000, "on")  # echo's: off, on
     assert lmstudio_again["previous_response_id"] and lmstudio_again["input"] == "fifth question"
 
-    open_page(browser, server)  # the settings are remembered
+    # A response id the server no longer has (restarted, say): the turns go as a transcript.
+    browser.execute_script(
+        """const saved = JSON.parse(localStorage.getItem('sluicegate.conversations'));
+        const chat = saved.chats.find((c) => c.id === saved.current);
+        chat.messages[chat.messages.length - 1].responseId = 'resp_gone';
+        localStorage.setItem('sluicegate.conversations', JSON.stringify(saved));"""
+    )
+    open_page(browser, server)  # the settings are remembered, too
+    choose(browser, "lmstudio", ECHO)
+    reply = answer(send(browser, "sixth question"))
+    assert "The conversation so far:" in reply and "User: fifth question" in reply, reply
+    stale, retried = (r["body"] for r in sent(browser))
+    assert stale["previous_response_id"] == "resp_gone" and "previous_response_id" not in retried
+
     assert browser.find_element(By.ID, "temperature").get_attribute("value") == "0.3"
     assert browser.find_element(By.ID, "max-tokens").get_attribute("value") == "3000"
     assert Select(browser.find_element(By.ID, "effort")).first_selected_option.get_attribute("value") == "low"

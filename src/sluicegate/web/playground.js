@@ -87,8 +87,8 @@ function headers(json = true) {
   return h;
 }
 
-async function errorText(response) {
-  const text = await response.text();
+async function errorText(response, text = null) {
+  text = text ?? await response.text();
   try {
     const body = JSON.parse(text);
     const err = body.error || body;
@@ -566,10 +566,10 @@ const DIALECTS = {
   lmstudio: {
     label: "LM Studio",
     path: "/api/v1/chat",
-    body: ({ model, system, history, user, s }) => {
+    body: ({ model, system, history, user, s, unchained }) => {
       const integrations = $("integrations").value.split(",").map((x) => x.trim()).filter(Boolean);
       const last = history[history.length - 1];
-      const previous = last && last.dialect === "lmstudio" && last.responseId;
+      const previous = !unchained && last && last.dialect === "lmstudio" && last.responseId;
       const items = [];
       if (history.length && !previous) {
         const lines = history.map((m) => (m.role === "user"
@@ -717,13 +717,25 @@ async function send(text, images) {
   state.controller = controller;
   busy(true);
   try {
-    const response = await fetch(dialect.path, {
+    const context = { model, system: $("system").value.trim(), history, user, s: sampling(), unchained: false };
+    const post = (body) => fetch(dialect.path, {
       method: "POST",
       headers: { ...headers(), ...(dialect.extraHeaders || {}) },
-      body: JSON.stringify(dialect.body({ model, system: $("system").value.trim(), history, user, s: sampling() })),
+      body: JSON.stringify(body),
       signal: controller.signal,
     });
-    if (!response.ok) { turn.error(await errorText(response)); turn.finish({ note: "failed" }); return true; }
+    const body = dialect.body(context);
+    let response = await post(body);
+    if (!response.ok) {
+      const text = await response.text();
+      // A stored LM Studio response the server no longer has (restarted, expired): send the
+      // conversation as a transcript instead.
+      if (body.previous_response_id && text.includes("previous_response_not_found")) {
+        context.unchained = true;
+        response = await post(dialect.body(context));
+        if (!response.ok) { turn.error(await errorText(response)); turn.finish({ note: "failed" }); return true; }
+      } else { turn.error(await errorText(response, text)); turn.finish({ note: "failed" }); return true; }
+    }
     const handler = dialect.handler(turn);
     await readSSE(response, (name, data) => {
       turn.raw(name, data);
