@@ -225,8 +225,18 @@ def test_markdown_lets_no_html_through(server: Server, browser: WebDriver) -> No
     assert "onerror=alert(1)" in found[1]["text"]
 
 
+def fresh_markdown_chat(browser: WebDriver, server: Server) -> None:
+    """No conversations kept but one, with the Markdown answer."""
+    open_page(browser, server)
+    browser.execute_script("localStorage.removeItem('sluicegate.conversations')")
+    open_page(browser, server)
+    choose(browser, "chat", MODEL)
+    send(browser, "Show me markdown, please")
+
+
 def test_conversations_survive_a_reload_and_can_be_switched(server: Server, browser: WebDriver) -> None:
-    open_page(browser, server)  # a reload: the conversation of the test above is still there
+    fresh_markdown_chat(browser, server)
+    open_page(browser, server)  # a reload: the conversation is still there
     assert chat_titles(browser) == ["Show me markdown, please"]
     md = browser.find_element(By.CSS_SELECTOR, ".turn.assistant .text.md")
     assert md.find_element(By.TAG_NAME, "h2").text == "A heading"
@@ -396,8 +406,7 @@ def test_the_keyboard_sends_and_stops(server: Server, browser: WebDriver) -> Non
 
 
 def test_a_phone_screen_and_a_dark_system_theme(server: Server, browser: WebDriver) -> None:
-    open_page(browser, server)
-    browser.find_element(By.XPATH, "//*[@id='chat-list']//button[text()='Show me markdown, please']").click()
+    fresh_markdown_chat(browser, server)
     metrics = {"width": 360, "height": 780, "deviceScaleFactor": 2, "mobile": True}
     browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", metrics)
     try:
@@ -411,6 +420,8 @@ def test_a_phone_screen_and_a_dark_system_theme(server: Server, browser: WebDriv
             box = browser.find_element(By.ID, element).rect
             assert box["x"] >= 0 and box["x"] + box["width"] <= 360, element
         browser.save_screenshot(str(ARTIFACTS / "playground-360.png"))
+        browser.execute_script("window.scrollTo(0, 0)")
+        browser.save_screenshot(str(ARTIFACTS / "playground-360-top.png"))
 
         browser.execute_cdp_cmd(
             "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
