@@ -24,6 +24,7 @@ WAIT = 30.0  # an upper bound for waits, never a pass condition
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from browser_support import browser  # noqa: E402  (a fixture; skips the module without Chromium)
+from playground_page import open_page as open_playground  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
@@ -73,19 +74,9 @@ def png(path: Path) -> Path:
     return path
 
 
-def models_listed(browser: WebDriver) -> list[str]:
-    return [o.get_attribute("value") or "" for o in Select(browser.find_element(By.ID, "model")).options]
-
-
 def open_page(browser: WebDriver, server: Server) -> None:
-    """The page (reloaded) with the key typed in, its models listed, and the request spy."""
-    browser.get(server.base_url + "/")
-    key = browser.find_element(By.ID, "api-key")
-    if key.get_attribute("value") != API_KEY:
-        key.clear()
-        key.send_keys(API_KEY)
-        browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
-    WebDriverWait(browser, WAIT).until(lambda b: ECHO in models_listed(b))
+    """The page (loaded again) with the key typed in, its models listed, and the request spy."""
+    open_playground(browser, server)
     browser.execute_script(SPY)
 
 

@@ -163,7 +163,7 @@ async function loadModels() {
 
 // --- copying ---------------------------------------------------------------------------------
 
-async function copyText(text, button) {
+async function copyText(text, target) {
   let ok = false;
   try {
     await navigator.clipboard.writeText(text);
@@ -179,18 +179,13 @@ async function copyText(text, button) {
     try { ok = document.execCommand("copy"); } catch (_) { ok = false; }
     area.remove();
   }
-  const label = button.textContent;
-  button.textContent = ok ? "Copied" : "Copy failed";
-  setTimeout(() => { button.textContent = label === "Copied" || label === "Copy failed" ? "Copy" : label; }, 1500);
+  const label = target.textContent;
+  target.textContent = ok ? "Copied" : "Copy failed";
+  setTimeout(() => { target.textContent = label === "Copied" || label === "Copy failed" ? "Copy" : label; }, 1500);
 }
 
 function copyButton(label) {
-  const button = document.createElement("button");
-  button.type = "button";
-  button.className = "copy copy-message";
-  button.textContent = "Copy";
-  button.setAttribute("aria-label", label);
-  return button;
+  return button("copy copy-message", "Copy", label, () => {}); // the click is handled below
 }
 
 // --- the view of one turn --------------------------------------------------------------------
@@ -774,11 +769,11 @@ function showAttachments() {
     const img = document.createElement("img");
     img.src = url;
     img.alt = `attachment ${n + 1}`;
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.textContent = "×";
-    remove.setAttribute("aria-label", `Remove attachment ${n + 1}`);
-    remove.addEventListener("click", () => { state.attachments.splice(n, 1); showAttachments(); $("prompt").focus(); });
+    const remove = button("remove", "×", `Remove attachment ${n + 1}`, () => {
+      state.attachments.splice(n, 1);
+      showAttachments();
+      $("prompt").focus();
+    });
     item.append(img, remove);
     return item;
   }));
@@ -797,32 +792,31 @@ function attach(files) {
 
 // --- the list of conversations ---------------------------------------------------------------
 
+// A button; `label` is what a screen reader says when the text is a symbol.
+function button(className, text, label, onClick) {
+  const el = document.createElement("button");
+  el.type = "button";
+  el.className = className;
+  el.textContent = text;
+  if (label) el.setAttribute("aria-label", label);
+  el.addEventListener("click", onClick);
+  return el;
+}
+
 function showChats() {
   const list = $("chat-list");
   const chats = state.chats.filter((c) => c.messages.length).sort((a, b) => b.updated - a.updated);
   list.replaceChildren(...chats.map((chat) => {
     const li = document.createElement("li");
-    const open = document.createElement("button");
-    open.type = "button";
-    open.className = "open";
-    open.textContent = chat.title || "Untitled";
+    const open = button("open", chat.title || "Untitled", null, () => openChat(chat.id));
     open.title = chat.title;
     if (chat.id === state.current) open.setAttribute("aria-current", "true");
-    open.addEventListener("click", () => openChat(chat.id));
-    const remove = document.createElement("button");
-    remove.type = "button";
-    remove.className = "delete";
-    remove.textContent = "×";
-    remove.setAttribute("aria-label", `Delete conversation: ${chat.title}`);
-    remove.addEventListener("click", () => deleteChat(chat.id));
-    const rename = document.createElement("button");
-    rename.type = "button";
-    rename.className = "rename";
-    rename.textContent = "✎";
-    rename.setAttribute("aria-label", `Rename conversation: ${chat.title}`);
-    rename.addEventListener("click", () => renameChat(chat, open));
     li.dataset.id = chat.id;
-    li.append(open, rename, remove);
+    li.append(
+      open,
+      button("rename", "✎", `Rename conversation: ${chat.title}`, () => renameChat(chat, open)),
+      button("delete", "×", `Delete conversation: ${chat.title}`, () => deleteChat(chat.id)),
+    );
     return li;
   }));
   $("chats-count").textContent = chats.length ? `(${chats.length})` : "";
