@@ -130,14 +130,8 @@ CONSTRAINED = {
     "number range": {"type": "number", "minimum": -1.5, "maximum": 2.25},
     "string lengths": {"type": "string", "minLength": 2, "maxLength": 5},
     "pattern": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{2,3}$"},
-    "formats": {
-        "type": "object",
-        "properties": {
-            key: {"type": "string", "format": key} for key in ("date", "time", "date-time", "uuid", "email")
-        },
-        "required": ["date", "time", "date-time", "uuid", "email"],
-        "additionalProperties": False,
-    },
+    **{f"format {key}": {"type": "string", "format": key} for key in ("date", "time", "date-time", "uuid")},
+    "format email": {"type": "string", "format": "email", "maxLength": 16},
     "enum and const": {
         "type": "array",
         "prefixItems": [{"enum": ["red", 3, None, {"a": [1]}]}, {"const": "x\ty"}],
@@ -163,7 +157,7 @@ CONSTRAINED = {
                 "type": "object",
                 "properties": {
                     "v": {"type": "integer", "minimum": 0, "maximum": 3},
-                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2},
+                    "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 1},
                 },
                 "required": ["v"],
                 "additionalProperties": False,
@@ -191,6 +185,12 @@ CONSTRAINED = {
 }
 
 
+# A number's fraction has no length limit in JSON Schema: a random model may write digits until
+# max_tokens. Its answers are checked when cut off, too: the number written so far, its last
+# character dropped while it is no number yet (`1.`), must already be in range.
+UNBOUNDED = {"number range"}
+
+
 @pytest.mark.parametrize("name", list(CONSTRAINED))
 @pytest.mark.parametrize("model", MODELS)
 def test_every_completed_answer_keeps_the_schema(sdk: openai.OpenAI, model: str, name: str) -> None:
@@ -199,11 +199,13 @@ def test_every_completed_answer_keeps_the_schema(sdk: openai.OpenAI, model: str,
     for seed in range(3):
         for stream in (False, True):
             text, finish = _ask(sdk, model, schema, seed=seed, stream=stream)
-            if finish == "length":  # cut off by max_tokens: nothing was promised
-                continue
-            assert finish == "stop"
-            _validate(schema, text)
-            completed += 1
+            if finish == "length" and name in UNBOUNDED:
+                _validate(schema, text.rstrip(".eE+-"))
+                completed += 1
+            elif finish != "length":  # cut off by max_tokens: nothing was promised
+                assert finish == "stop"
+                _validate(schema, text)
+                completed += 1
     assert completed >= 3  # the grammar closes these well within the budget
 
 

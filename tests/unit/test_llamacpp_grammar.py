@@ -166,6 +166,16 @@ CONSTRAINTS: list[tuple[dict[str, Any], list[Any], list[Any]]] = [
         [{'q"uote': 1}, {'q"uote': 1, "back\\slash": True}],
         [{}, {'q"uote': 1, "other": 2}],
     ),
+    (  # closed, as llama.cpp's converter closes it: keys without end are no use to anyone
+        {"type": "object", "properties": {"a": {"type": "integer"}}},
+        [{"a": 1}, {}],
+        [{"a": 1, "b": 2}],
+    ),
+    (  # ... but not where other subschemas see the same object
+        {"allOf": [{"properties": {"a": {"type": "integer"}}}, {"properties": {"b": {"type": "string"}}}]},
+        [{"a": 1, "b": "x"}],
+        [{"a": "x"}],
+    ),
     (
         {"anyOf": [{"const": 1}, {"enum": ["x"]}, {"type": "boolean"}]},
         [1, "x", True],

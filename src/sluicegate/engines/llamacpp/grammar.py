@@ -90,9 +90,39 @@ def schema_rule(schema: dict[str, Any], *, strict: bool = True) -> str:
     if not strict:
         options["lenient"] = True
     # Our options replace any `x-guidance` of the client's: unbounded whitespace is not theirs to ask.
-    body = f"%json {_dumps({**schema, 'x-guidance': options})}"
+    body = f"%json {_dumps({**_closed(schema), 'x-guidance': options})}"
     _check(f"start: {body}")
     return body
+
+
+_DATA = ("enum", "const", "default", "examples")
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
+_OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+_BESIDE = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+
+
+def _closed(schema: Any, in_all_of: bool = False) -> Any:
+    """`schema` with objects that list `properties` and say nothing of other keys closed to
+    them, as llama.cpp's converter does: a model otherwise may add keys without end (a random
+    one does), and what it writes still validates. Not where other subschemas see the same
+    object: next to a combinator or `$ref`, in any `allOf` branch, in the branches of an
+    object that lists properties itself."""
+    if isinstance(schema, list):
+        return [_closed(v, in_all_of) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _DATA:
+            out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _closed(v) for name, v in value.items()}
+        else:
+            shared = key == "allOf" or (key in _BESIDE and "properties" in schema)
+            out[key] = _closed(value, shared)
+    if "properties" in out and not in_all_of and not any(k in out for k in (*_OPEN, *_BESIDE)):
+        out["additionalProperties"] = False
+    return out
 
 
 def best_effort_rule(schema: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
@@ -120,7 +150,7 @@ def _without_bad_patterns(schema: Any) -> tuple[Any, bool]:
     out: dict[str, Any] = {}
     dropped = False
     for key, value in schema.items():
-        if key in ("enum", "const", "default", "examples"):  # data, not schema
+        if key in _DATA:
             out[key] = value
         elif (
             key == "pattern"
@@ -207,7 +237,7 @@ def _rebased(schema: Any, base: str) -> Any:
         return schema
     out: dict[str, Any] = {}
     for key, value in schema.items():
-        if key in ("enum", "const", "default", "examples"):  # data, not schema
+        if key in _DATA:
             out[key] = value
         elif key in ("$ref", "$dynamicRef") and isinstance(value, str) and value.startswith("#"):
             out[key] = base + value[1:] if value[1:2] in ("", "/") else value
