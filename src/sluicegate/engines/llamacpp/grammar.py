@@ -76,7 +76,7 @@ class SchemaError(ValueError):
         self.keywords = keywords
 
 
-def schema_rule(schema: dict[str, Any], *, strict: bool = True) -> str:
+def schema_rule(schema: dict[str, Any] | bool, *, strict: bool = True) -> str:
     """The Lark rule body (`%json {…}`) that matches exactly the JSON values `schema` admits,
     in JSON as a model writes it (bounded whitespace between tokens).
 
@@ -84,11 +84,18 @@ def schema_rule(schema: dict[str, Any], *, strict: bool = True) -> str:
     forced tool calls of every model family): put it on the right of a rule, `args: <body>`,
     in an llguidance Lark grammar. Raises `SchemaError` when the schema cannot be enforced: a
     keyword the compiler does not implement (unless `strict` is False: then such keywords are
-    ignored — see `best_effort_rule`), a `$ref` to nowhere, a pattern it cannot compile.
+    ignored — see `best_effort_rule`), a `oneOf` whose branches may overlap (unless `strict`
+    is False: then it is taken as `anyOf`), a `$ref` to nowhere, a pattern it cannot compile,
+    a schema no value satisfies.
     """
+    if isinstance(schema, bool):
+        if not schema:
+            raise SchemaError("the schema is `false`: no value satisfies it")
+        schema = {}
     options: dict[str, Any] = {"whitespace_pattern": WHITESPACE}
     if not strict:
         options["lenient"] = True
+        options["coerce_one_of"] = True
     # Our options replace any `x-guidance` of the client's: unbounded whitespace is not theirs to ask.
     body = f"%json {_dumps({**_closed(schema), 'x-guidance': options})}"
     _check(f"start: {body}")
@@ -185,6 +192,9 @@ def _check(lark: str) -> None:
         message = error.splitlines()[0]
         found = _UNIMPLEMENTED.search(error)
         keywords = tuple(k.strip().strip('"') for k in found.group(1).split(",")) if found else ()
+        if "oneOf constraints are not supported" in error:  # branches it cannot prove exclusive
+            keywords = ("oneOf",)
+            message = "oneOf whose branches may overlap (exclusivity cannot be enforced)"
         raise SchemaError(message.split("failed to compile JSON schema: ")[-1], keywords)
 
 
