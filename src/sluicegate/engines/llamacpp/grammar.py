@@ -44,6 +44,7 @@ WHITESPACE = r"(?:[ ]|\n[ \t]{0,20})?"
 _AFTER_REASONING = r"/[ \t\n]{0,4}/"
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _JSON_OBJECT: dict[str, Any] = {"type": "object"}
+HERMES_OPEN, HERMES_CLOSE = "<tool_call>\n", "\n</tool_call>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,11 @@ class Grammar:
     def after_reasoning(self) -> Grammar:
         """The same grammar, allowing the whitespace a model writes after `</think>`."""
         return replace(self, prefix=_AFTER_REASONING)
+
+
+def literal(text: str) -> str:
+    """`text` as a Lark string literal (JSON's quoting is Lark's): markup around a rule."""
+    return orjson.dumps(text).decode()
 
 
 class SchemaError(ValueError):
@@ -277,9 +283,9 @@ def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Gra
         rules.append(f"call{index}: {body}")
     call = "(" + " | ".join(f"call{index}" for index in range(len(tools))) + ")"
     if tool_format is ToolCallFormat.HERMES:
-        answer = f'"<tool_call>\\n" {call} "\\n</tool_call>"'
+        answer = f"{literal(HERMES_OPEN)} {call} {literal(HERMES_CLOSE)}"
     elif tool_format is ToolCallFormat.MISTRAL:
-        answer = f'"[TOOL_CALLS][" {call} "]"'
+        answer = f"{literal('[TOOL_CALLS][')} {call} {literal(']')}"
     else:
         answer = call
     text = f"{ANSWER}: {answer}\n" + "\n".join(rules) + "\n"
