@@ -282,3 +282,21 @@ def test_strict_false_is_best_effort_and_says_so(structured_server: Server) -> N
         timeout=120,
     )
     assert "x-sluicegate-structured-output" not in strict.headers
+
+
+def test_pydantic_ai_structured_output(structured_server: Server) -> None:
+    """pydantic-ai's native structured output (a `json_schema` response format) and its default
+    (a forced `final_result` tool call): both come back validated, bounds kept."""
+    from pydantic_ai import Agent, NativeOutput, ToolOutput
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=structured_server.api_url, api_key="unused")
+    profile = OpenAIModelProfile(supports_json_schema_output=True, supports_json_object_output=True)
+    model = OpenAIChatModel("tiny", provider=provider, profile=profile)
+    settings: Any = {"max_tokens": BUDGET, "seed": 1}
+    for output in (NativeOutput(Person), ToolOutput(Person)):
+        agent: Any = Agent(model, output_type=output, model_settings=settings, retries=0)
+        person = agent.run_sync("Who?").output
+        assert isinstance(person, Person) and 0 <= person.age <= 150 and 0.5 < person.height < 2.5
