@@ -165,6 +165,10 @@ def _without_bad_patterns(schema: Any) -> tuple[Any, bool]:
     for key, value in schema.items():
         if key in _DATA:
             out[key] = value
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names there are not keywords
+            pairs = {name: _without_bad_patterns(v) for name, v in value.items()}
+            out[key] = {name: v for name, (v, _) in pairs.items()}
+            dropped = dropped or any(d for _, d in pairs.values())
         elif (
             key == "pattern"
             and isinstance(value, str)
@@ -257,7 +261,7 @@ def _rebased(schema: Any, base: str) -> Any:
             out[key] = value
         elif key in ("$ref", "$dynamicRef") and isinstance(value, str) and value.startswith("#"):
             out[key] = base + value[1:] if value[1:2] in ("", "/") else value
-        elif key == "properties" and isinstance(value, dict):  # property names are not keywords
+        elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names there are not keywords
             out[key] = {name: _rebased(v, base) for name, v in value.items()}
         else:
             out[key] = _rebased(value, base)

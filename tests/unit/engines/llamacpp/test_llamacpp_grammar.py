@@ -285,3 +285,26 @@ def test_a_tool_pattern_is_enforced_and_one_the_engine_cannot_hold_is_dropped(to
     assert dropped is not None and accepts(tokenizer, dropped, call("anything"))
     with pytest.raises(SluicegateError):
         forced("^((?=x)y)$", strict=True)
+
+
+def test_properties_named_like_keywords_are_schemas(tokenizer: LLTokenizer) -> None:
+    """`enum`, `const`, `pattern`, `$ref` as property names: their values are schemas, walked."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "enum": {"type": "string", "pattern": "^(?=a)a$"},  # a lookahead: dropped, best effort
+            "$ref": {"$ref": "#/$defs/n"},
+        },
+        "$defs": {"n": {"type": "integer", "maximum": 3}},
+        "required": ["enum", "$ref"],
+    }
+    grammar = schema_grammar(schema, strict=False)
+    assert grammar.ignored == ("pattern",)
+    assert accepts(tokenizer, grammar, '{"enum": "x", "$ref": 3}')
+    assert not accepts(tokenizer, grammar, '{"enum": "x", "$ref": 4}')
+    tool = ToolSpec("t", parameters=schema)
+    chat = ChatRequest(model="m", messages=[Message("user", "hi")], tools=[tool], tool_choice="t")
+    forced = request_grammar(chat, ToolCallFormat.LLAMA3_JSON, "m")
+    assert forced is not None
+    assert accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 3}}')
+    assert not accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 4}}')
