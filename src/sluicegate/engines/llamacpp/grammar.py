@@ -166,9 +166,9 @@ def _without_bad_patterns(schema: Any) -> tuple[Any, bool]:
         if key in _DATA:
             out[key] = value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):  # names there are not keywords
-            pairs = {name: _without_bad_patterns(v) for name, v in value.items()}
-            out[key] = {name: v for name, (v, _) in pairs.items()}
-            dropped = dropped or any(d for _, d in pairs.values())
+            cleaned = {name: _without_bad_patterns(v) for name, v in value.items()}
+            out[key] = {name: v for name, (v, _) in cleaned.items()}
+            dropped = dropped or any(d for _, d in cleaned.values())
         elif (
             key == "pattern"
             and isinstance(value, str)
