@@ -205,6 +205,8 @@ def _check(lark: str) -> None:
         if "oneOf constraints are not supported" in error:  # branches it cannot prove exclusive
             keywords = ("oneOf",)
             message = "oneOf whose branches may overlap (exclusivity cannot be enforced)"
+        if "Unknown format" in error:  # a format it has no grammar for (`idn-email`, made-up ones)
+            keywords = ("format",)
         raise SchemaError(message.split("failed to compile JSON schema: ")[-1], keywords)
 
 
@@ -212,8 +214,8 @@ def _refusal(exc: SchemaError, param: str, what: str) -> Exception:
     if exc.keywords:
         named = ", ".join(exc.keywords)
         return invalid(
-            f"{what} uses {named}, which constrained decoding cannot enforce. Remove it, or set "
-            f"`strict: false` to have it ignored (best effort).",
+            f"{what} uses {named}, which constrained decoding cannot enforce ({exc}). Remove it, "
+            f"or set `strict: false` to have it ignored (best effort).",
             param=param,
             code="unsupported_json_schema_keyword",
         )

@@ -233,13 +233,22 @@ def test_what_cannot_be_enforced_is_a_400_naming_the_keyword() -> None:
         bad = {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nowhere"}}}
         request_grammar(request(response_format=bad), ToolCallFormat.HERMES, "m")
     assert caught.value.info.code == "invalid_json_schema"
-    for keyword in ("uniqueItems", "propertyNames"):
-        schema = {"type": "array", keyword: True} if keyword == "uniqueItems" else {keyword: {"maxLength": 2}}
+    for keyword, schema in (
+        ("uniqueItems", {"type": "array", "uniqueItems": True}),
+        ("propertyNames", {"propertyNames": {"maxLength": 2}}),
+        ("format", {"type": "string", "format": "idn-email"}),
+        ("oneOf", {"oneOf": [{"type": "integer"}, {"minimum": 2}]}),
+    ):
         fmt = {"type": "json_schema", "json_schema": {"schema": schema}}
         with pytest.raises(SluicegateError) as caught:
             request_grammar(request(response_format=fmt), ToolCallFormat.HERMES, "m")
         assert caught.value.info.code == "unsupported_json_schema_keyword"
         assert keyword in caught.value.info.message
+        lenient = request(
+            response_format={"type": "json_schema", "json_schema": {"schema": schema, "strict": False}}
+        )
+        assert request_grammar(lenient, ToolCallFormat.HERMES, "m") is not None
+        assert keyword in lenient.response_headers[BEST_EFFORT_HEADER]
     with pytest.raises(SchemaError) as refused:
         schema_rule({"type": "array", "uniqueItems": True})
     assert refused.value.keywords == ("uniqueItems",)
