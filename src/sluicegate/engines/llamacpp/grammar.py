@@ -270,21 +270,31 @@ def _rebased(schema: Any, base: str) -> Any:
     return out
 
 
-def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Grammar:
-    """One call of one of `tools`, in the markup the model writes (and the parser reads).
+def tool_rule(tool: ToolSpec, schema: dict[str, Any] | bool | None = None) -> tuple[str, tuple[str, ...]]:
+    """The rule body for a JSON value of one of `tool`'s calls (`schema`: by default the tool's
+    parameters; a call grammar may pass a call object around them, or one parameter's schema),
+    and what it left unenforced. The tool's `strict: true` compiles strictly (a 400 names what
+    cannot be enforced); any other tool best effort: a well-formed tool is never refused for a
+    keyword its description still conveys to the model. Raises the 400 itself."""
+    if schema is None:
+        schema = tool.parameters or {"type": "object"}
+    try:
+        if tool.strict or isinstance(schema, bool):
+            return schema_rule(schema), ()
+        return best_effort_rule(schema)
+    except SchemaError as exc:
+        raise _refusal(exc, "tools", f"The parameters schema of tool {tool.name!r}") from exc
 
-    A tool's parameters are compiled strictly when the tool says `strict: true` (a 400 names
-    what cannot be enforced) and leniently otherwise: a well-formed tool is never refused for
-    a keyword its description still conveys to the model."""
+
+def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Grammar:
+    """One call of one of `tools`, in the markup the model writes (and the parser reads)."""
     arguments_key = "parameters" if tool_format is ToolCallFormat.LLAMA3_JSON else "arguments"
     rules: list[str] = []
     ignored: set[str] = set()
     for index, tool in enumerate(tools):
-        schema = _call_schema(tool.name, tool.parameters or {"type": "object"}, arguments_key)
-        try:
-            body, skipped = (schema_rule(schema), ()) if tool.strict else best_effort_rule(schema)
-        except SchemaError as exc:
-            raise _refusal(exc, "tools", f"The parameters schema of tool {tool.name!r}") from exc
+        body, skipped = tool_rule(
+            tool, _call_schema(tool.name, tool.parameters or {"type": "object"}, arguments_key)
+        )
         ignored.update(skipped)
         rules.append(f"call{index}: {body}")
     call = "(" + " | ".join(f"call{index}" for index in range(len(tools))) + ")"
