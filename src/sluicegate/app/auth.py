@@ -21,11 +21,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.dialects.anthropic.encoder import anthropic_error
+from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.lmstudio.encoder import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.observe.metrics import METRICS
 
-OPEN_PATHS = frozenset({"/health", "/", "/overview"})  # the pages hold no data
+OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
 MISSING = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 INCORRECT = "Incorrect API key provided."
@@ -65,6 +66,8 @@ def error_body(path: str, info: ErrorInfo) -> dict[str, Any]:
         return lmstudio_error(info)
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return anthropic_error(info)
+    if path == "/infill":
+        return llama_server_error(info)
     return openai_error(info)
 
 
