@@ -67,6 +67,7 @@ class GrammarSampler:
                 f"the grammar could not be compiled: {self.matcher.get_error()}", code="grammar_error"
             )
         self.n_vocab = n_vocab
+        self._ends = frozenset(tokenizer.eos_tokens)
         self._mask = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
         self._cells = np.zeros(n_vocab, dtype=_CELL)
         self._ids = np.arange(n_vocab, dtype=np.int32)
@@ -97,12 +98,19 @@ class GrammarSampler:
         bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.n_vocab]
         return bits.astype(bool)
 
+    def _takes(self, token: int) -> bool:
+        """Whether the grammar allows `token` next. (`validate_tokens` counts no end-of-turn
+        token, even where the grammar is complete: that is `is_accepting`.)"""
+        if token in self._ends:
+            return self.matcher.is_accepting()
+        return self.matcher.validate_tokens([token]) == 1
+
     def sample(self, ctx: Any, index: int = -1) -> int:
         """The next token from batch row `index` (-1: the last one decoded)."""
         array = self._candidates(ctx, index)
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
         token = self._selected(array)
-        if self.matcher.validate_tokens([token]) != 1:
+        if not self._takes(token):
             allowed = self.allowed()
             array = self._candidates(ctx, index)
             np.copyto(self._cells["logit"], -np.inf, where=~allowed)

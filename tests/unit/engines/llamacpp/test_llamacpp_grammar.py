@@ -8,6 +8,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 from llguidance import LLMatcher, LLTokenizer
 
@@ -317,3 +318,32 @@ def test_properties_named_like_keywords_are_schemas(tokenizer: LLTokenizer) -> N
     assert forced is not None
     assert accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 3}}')
     assert not accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 4}}')
+
+
+def allows(matcher: LLMatcher, tokenizer: LLTokenizer, token: int) -> bool:
+    """Whether `token` is in the matcher's mask for the next step."""
+    mask = np.zeros((tokenizer.vocab_size + 31) // 32, dtype=np.int32)
+    matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    return bool(mask[token // 32] >> (token % 32) & 1)
+
+
+def test_markup_tokens_match_as_text_and_end_of_turn_only_ends(tmp_path: Any) -> None:
+    """The model's own `<tool_call>` token (one token, a special one) satisfies the literal in a
+    forced call's grammar, as in llama.cpp's grammar sampler; end-of-turn is allowed only where
+    the grammar is complete."""
+    vocabulary = Vocabulary(make_demo_gguf(tmp_path / "demo.gguf"))
+    try:
+        vocab = vocabulary.model.vocab
+        tokenizer = vocab_tokenizer(vocab)
+        (open_tag,) = vocabulary.model.tokenize(b"<tool_call>", add_bos=False, special=True)
+        (end,) = vocabulary.model.tokenize(b"<|im_end|>", add_bos=False, special=True)
+        grammar = request_grammar(request(tool_choice="lookup"), ToolCallFormat.HERMES, "m")
+        assert grammar is not None
+        matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar.lark), log_level=0)
+        assert matcher.validate_tokens([open_tag]) == 1 and not allows(matcher, tokenizer, end)  # no end yet
+        assert matcher.consume_token(open_tag)
+        body = tokenizer.tokenize_str('\n{"name": "lookup", "arguments": {}}\n</tool_call>')
+        assert matcher.consume_tokens(body) and allows(matcher, tokenizer, end)
+        assert matcher.consume_token(end) and matcher.is_stopped()
+    finally:
+        vocabulary.close()
