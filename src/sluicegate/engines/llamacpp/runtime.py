@@ -23,6 +23,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals, _logger
+from llguidance import LLTokenizer
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -172,9 +173,9 @@ class LlamaRuntime:
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
-        self._guidance: Any = None
+        self._guidance: LLTokenizer | None = None
 
-    def guidance(self) -> Any:
+    def guidance(self) -> LLTokenizer:
         """The vocabulary as the grammar engine sees it: built on the first grammar, then kept."""
         if self._guidance is None:
             self._guidance = vocab_tokenizer(self.model.vocab)
