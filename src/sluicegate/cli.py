@@ -10,6 +10,7 @@ from sluicegate import __version__
 from sluicegate.cli_chat import add_command as add_chat_command
 from sluicegate.cli_models import add_commands as add_model_commands
 from sluicegate.cli_models import make_demo
+from sluicegate.cli_parse import parse_output
 from sluicegate.cli_models import run as run_models_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
@@ -106,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "models_command", None) == "make-demo":
         return make_demo(args)  # needs no config
+    if getattr(args, "models_command", None) == "parse":
+        return parse_output(args)  # needs no config either
     try:
         settings = _settings(args)
         if args.command == "serve":

@@ -12,7 +12,7 @@ valid JSON, which the dialects report as an invalid call.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, TokenLogprob, ToolCallDelta
@@ -68,7 +68,7 @@ class Markup:
     calls: tuple[tuple[str, ReaderFactory], ...] = ()
     drop: tuple[str, ...] = ()
     starts_with: str = ""  # text the output is read as if preceded by (Functionary's `>>>`)
-    extra: dict[str, object] = field(default_factory=dict)
+    calls_end_reasoning: bool = False  # a call's marker closes an unclosed reasoning block
 
 
 class MarkupParser:
@@ -141,6 +141,9 @@ class MarkupParser:
         if self._channel is _REASONING:
             assert self._reasoning is not None
             markers.append(self._reasoning.close_tag)
+            if self._markup.calls_end_reasoning:
+                markers.extend(self._openers)
+                markers.extend(self._drop)
         else:
             if self._reasoning is not None and self._at_start:
                 markers.append(self._reasoning.open_tag)
@@ -218,6 +221,11 @@ class MarkupParser:
             self._buf = buf[held:]
             self._emit_text(buf[:held], out)
             return False
+        tail = buf[at:]
+        if any(len(m) > len(found) and m.startswith(tail) for m in markers):
+            self._buf = tail  # the start of a longer marker (`<|channel>` of `<|channel>thought`)
+            self._emit_text(buf[:at], out)
+            return False
         before = buf[:at]
         if before.strip() and self._at_start and self._channel is _MESSAGE:
             self._buf = buf[at:]
@@ -233,6 +241,8 @@ class MarkupParser:
         if reasoning is not None and self._channel is _REASONING:
             self._channel = _MESSAGE
             self._trim = True
+            if marker in self._openers and marker != reasoning.close_tag:
+                self._reader = self._openers[marker](self._tools)
         elif reasoning is not None and marker == reasoning.open_tag and self._at_start:
             self._channel = _REASONING
             self._ws = ""

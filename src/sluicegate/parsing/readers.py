@@ -16,11 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from sluicegate.parsing.calls import INVALID, arguments_text, broken_call, call_from_object, parse_json
 from sluicegate.parsing.jsonstream import JsonArgs, compact, json_or_text, quoted_piece
-from sluicegate.parsing.markup import CallOut, Reader, Tools
+from sluicegate.parsing.markup import CallOut, Tools
 from sluicegate.parsing.scan import JsonScanner, held_from
 
 
@@ -288,6 +286,17 @@ class XmlCall:
     name_prefix: str = ""  # text before the name to skip (`<function=` after `<tool_call>`)
 
 
+def markup_value(text: str) -> Any:
+    """A value written between tags: JSON when it is JSON, else its text less the newlines
+    that wrap it."""
+    value = parse_json(text.strip()) if text.strip() else INVALID
+    if value is not INVALID:
+        return value
+    if text.startswith("\n"):
+        text = text[1:-1] if text.endswith("\n") and len(text) > 1 else text[1:]
+    return text
+
+
 def _param_types(tools: Tools, name: str) -> dict[str, Any]:
     schema = tools.get(name) or {}
     props = schema.get("properties") if isinstance(schema, dict) else None
@@ -297,8 +306,7 @@ def _param_types(tools: Tools, name: str) -> dict[str, Any]:
 def _is_string(schema: Any) -> bool:
     if not isinstance(schema, dict):
         return False
-    kind = schema.get("type")
-    return kind == "string" or (isinstance(kind, list) and kind and kind[0] == "string")
+    return schema.get("type") == "string"
 
 
 class XmlCallReader:
@@ -314,7 +322,8 @@ class XmlCallReader:
         self._first = True
         self._stream = False  # the current value streams as a JSON string
         self._value_started = False
-        self._ws = ""  # a streamed value's trailing whitespace, held back
+        self._ws = ""  # a streamed value's last newline, held back: it may be the markup's
+        self._newline = False  # the value began with a newline (so its last one is markup too)
         self._opened = False
 
     def feed(self, text: str, out: CallOut) -> str | None:
@@ -339,7 +348,7 @@ class XmlCallReader:
                     return None
                 at, marker = min(found)
                 name = self._buf[:at].strip()
-                self._buf = self._buf[at + (0 if marker == spec.key_open else len(marker)) :]
+                self._buf = self._buf[at + (0 if marker in (spec.key_open, spec.call_close) else len(marker)) :]
                 self._types = _param_types(self._tools, name)
                 out.call(name, "{")
                 self._opened = True
@@ -375,6 +384,7 @@ class XmlCallReader:
                 self._first = False
                 self._stream = _is_string(self._types.get(key))
                 self._value_started = False
+                self._newline = False
                 self._ws = ""
                 self._state = "value_open" if spec.value_open else "value"
             elif state == "value_open":
@@ -388,7 +398,7 @@ class XmlCallReader:
                 if not self._stream:
                     if i == -1:
                         return None
-                    out.args(compact(json_or_text(self._buf[:i].strip())))
+                    out.args(compact(markup_value(self._buf[:i])))
                 else:
                     if i == -1:
                         held = held_from(self._buf, (spec.value_close,), spec.value_close[0])
@@ -396,6 +406,8 @@ class XmlCallReader:
                         self._buf = self._buf[held:]
                         return None
                     self._stream_piece(self._buf[:i], out)
+                    if not self._newline:
+                        out.args(quoted_piece(self._ws))  # held back, and not the closing newline
                     out.args("" if self._value_started else '"')
                     out.args('"')
                 self._buf = self._buf[i + len(spec.value_close) :]
@@ -405,14 +417,18 @@ class XmlCallReader:
                 return rest
 
     def _stream_piece(self, text: str, out: CallOut) -> None:
+        """A string value's text; a newline right after the key's tag and the one before the
+        value's closing tag are the markup's, not the value's (llama.cpp's reading)."""
+        if not text:
+            return
         if not self._value_started:
-            text = text.lstrip("\n") if text.strip() else ""
-            if not text:
-                return
             out.args('"')
             self._value_started = True
+            if text.startswith("\n"):
+                self._newline = True
+                text = text[1:]
         text = self._ws + text
-        body = text.rstrip()
+        body = text[:-1] if text.endswith("\n") else text
         self._ws = text[len(body) :]
         out.args(quoted_piece(body))
 
@@ -420,7 +436,7 @@ class XmlCallReader:
         if self._state == "name" and self._buf.strip():
             out.call(self._buf.strip(), "")
         elif self._state == "value" and not self._stream:
-            out.args(compact(self._buf.strip()))  # an unterminated value: left unclosed
+            out.args(compact(self._buf.strip()))  # an unterminated value: the object stays open
 
 
 # --- whole calls converted at the end --------------------------------------------------------
@@ -455,10 +471,6 @@ class BufferedReader:
             out.call(*broken_call(self._buf))
 
 
-def reader(factory: Callable[[Tools], Reader]) -> Callable[[Tools], Reader]:
-    return factory
-
-
 __all__ = [
     "BufferedReader",
     "JsonCallsReader",
@@ -467,5 +479,5 @@ __all__ = [
     "XmlCall",
     "XmlCallReader",
     "json_text",
-    "orjson",
+    "markup_value",
 ]

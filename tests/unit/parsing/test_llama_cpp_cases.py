@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from sluicegate.core.request import Message, ToolSpec
-#TMP from sluicegate.engines.llamacpp.template import render_chat
+from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.parsing import detect_reasoning, detect_tool_format, new_parser, tool_schemas
 from llama_cpp_support import fold, templates_dir
 
@@ -46,7 +46,14 @@ UNSUPPORTED = {
     "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
     "google-gemma-2-2b-it.jinja",
 }
-GAPS: dict[str, str] = {}  # "template:line" -> why we differ
+# "template:line" -> why we differ from llama.cpp's expectation.
+_RAW_REASONING = "reasoning_format none: llama.cpp hands reasoning markup back in content; we always parse it"
+GAPS: dict[str, str] = {
+    "Qwen3.5-4B.jinja:2156": _RAW_REASONING,
+    "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja:2704": _RAW_REASONING,
+    "google-gemma-4-31B-it.jinja:3011": _RAW_REASONING,
+    "openai-gpt-oss-120b.jinja:6442": _RAW_REASONING,
+}
 
 
 def case_id(case: dict[str, Any]) -> str:
@@ -83,13 +90,12 @@ def parse(case: dict[str, Any], source: str, pieces: list[str]) -> dict[str, Any
     reasoning = None if case["reasoning_format"] == "none" else detect_reasoning(source)
     tools = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"]) for t in case["tools"]]
     try:
-        from sluicegate.engines.llamacpp.template import render_chat  # TMP
         prompt = render_chat(
             source, [Message(role="user", content="Hello")], tools, bos_token="", eos_token="",
             enable_thinking=case["enable_thinking"],
         )
         starts = reasoning is not None and reasoning.opened_by(prompt)
-    except Exception:
+    except Exception:  # a template our renderer cannot run yet: its generation prompt as written
         starts = reasoning is not None and reasoning.starts_open and case["enable_thinking"]
     parser = new_parser(fmt, reasoning=reasoning, starts_in_reasoning=starts, tools=tool_schemas(case["tools"]))
     events = []

@@ -193,8 +193,9 @@ def cases(src: str) -> list[dict[str, Any]]:
             testers[m.group(1)] = m.group(2)
             continue
         tester = m.group(3)
-        if tester not in testers:
-            continue
+        line_start = src.rfind("\n", 0, m.start()) + 1
+        if tester not in testers or src[line_start : m.start()].lstrip().startswith("//"):
+            continue  # not a tester, or commented out
         start = m.end() - 1
         end = balanced(src, start)
         lits, j = literals(src, start + 1)

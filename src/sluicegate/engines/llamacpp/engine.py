@@ -38,9 +38,10 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.llamacpp.channel import Channel
+from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
-from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -55,7 +56,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.metrics import METRICS
-from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
+from sluicegate.parsing import detect_reasoning, detect_tool_format, new_parser
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
@@ -203,7 +204,7 @@ class LlamaCppEngine(Engine):
         if isinstance(job, EmbeddingJob):
             self._check_embedding(request, job)
             return
-        grammar = request_grammar(request, self.tool_format, self.model_id)
+        grammar = forced_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
         prompt = self._render(request)
         tokens = None
@@ -345,7 +346,7 @@ class LlamaCppEngine(Engine):
             self._prepared = None
         else:
             prompt, tokens = self._render(request), None
-            grammar = request_grammar(request, self.tool_format, self.model_id)
+            grammar = forced_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
@@ -355,10 +356,11 @@ class LlamaCppEngine(Engine):
             tokens=tokens or [],
             sampling=request.sampling,
             seed=llama_seed(seed) if seed is not None else random.getrandbits(31),
-            parser=OutputParser(
-                tool_format=self.tool_format,
+            parser=new_parser(
+                self.tool_format,
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
+                tools={tool.name: tool.parameters for tool in request.tools},
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,

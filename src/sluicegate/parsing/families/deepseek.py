@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.markup import Markup
-from sluicegate.parsing.readers import NameJson, NameJsonReader
+from sluicegate.parsing.readers import JsonCallsReader, NameJson, NameJsonReader
 
 CALLS_BEGIN, CALLS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
 CALL_BEGIN, CALL_END, SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
@@ -20,7 +20,8 @@ V3_1 = NameJson(name_end=(SEP,), close=CALL_END)
 
 
 def _r1_name(text: str) -> str:
-    return text.strip()
+    """`function<｜tool▁sep｜>NAME` → `NAME`."""
+    return text.rpartition(SEP)[2].strip()
 
 
 R1 = NameJson(name_end=("\n",), close=CALL_END, clean_name=_r1_name, skip_before_args="```json")
@@ -28,9 +29,6 @@ R1 = NameJson(name_end=("\n",), close=CALL_END, clean_name=_r1_name, skip_before
 
 def _r1_reader(tools: object) -> NameJsonReader:
     return NameJsonReader(R1)
-
-
-_R1_TYPE = NameJson(name_end=(SEP,))  # the `function` before the separator
 
 DEEPSEEK_V3_1 = Family(
     "deepseek_v3_1",
@@ -45,7 +43,8 @@ DEEPSEEK_R1 = Family(
     has(SEP, "```json"),
     markup_family(
         Markup(
-            calls=((CALL_BEGIN + "function" + SEP, _r1_reader), (CALL_BEGIN, _r1_reader)),
+            # R1 distills of Qwen also write Hermes calls.
+            calls=((CALL_BEGIN, _r1_reader), ("<tool_call>", lambda tools: JsonCallsReader("</tool_call>"))),
             drop=(CALLS_BEGIN, CALLS_END),
         )
     ),

@@ -6,14 +6,18 @@
 
 from __future__ import annotations
 
+import re
+
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle
+from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.jsonstream import compact, json_or_text
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import BufferedReader
 
 QUOTE = '<|"|>'
 _PUNCT = "{}[],:"
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 
 def gemma_json(text: str) -> str | None:
@@ -28,6 +32,12 @@ def gemma_json(text: str) -> str | None:
                 return None
             out.append(compact(text[i + len(QUOTE) : j]))
             i = j + len(QUOTE)
+        elif c == '"':  # a JSON string (what a grammar-forced call writes)
+            m = _JSON_STRING.match(text, i)
+            if m is None:
+                return None
+            out.append(m.group(0))
+            i = m.end()
         elif c in _PUNCT:
             out.append(c)
             i += 1
@@ -42,7 +52,7 @@ def gemma_json(text: str) -> str | None:
             out.append(compact(token) if is_key else compact(json_or_text(token)))
             i = j
     joined = "".join(out)
-    return joined if json_or_text(joined) is not joined else None
+    return None if parse_json(joined) is INVALID else joined
 
 
 def gemma_calls(raw: str) -> list[tuple[str, str]] | None:
@@ -60,7 +70,7 @@ GEMMA4 = Family(
     "gemma4",
     has("<|tool_call>call:"),
     markup_family(
-        Markup(calls=(("<|tool_call>", lambda tools: BufferedReader("<tool_call|>", gemma_calls)),), drop=("<eos>",))
+        Markup(calls=(("<|tool_call>", lambda tools: BufferedReader("<tool_call|>", gemma_calls)),), drop=("<eos>", "<|channel>thought", "<|channel>", "<channel|>"))
     ),
     reasoning=ReasoningStyle("<|channel>thought", "<channel|>"),
     templates=("google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"),

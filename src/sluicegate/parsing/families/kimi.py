@@ -29,6 +29,7 @@ KIMI_K2 = Family(
         Markup(
             calls=(("<|tool_call_begin|>", lambda tools: NameJsonReader(KIMI_CALL)),),
             drop=("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"),
+            calls_end_reasoning=True,
         )
     ),
     templates=("moonshotai-Kimi-K2.jinja", "Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja"),

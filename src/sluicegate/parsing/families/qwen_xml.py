@@ -30,6 +30,7 @@ QWEN3_CODER = Family(
         Markup(
             calls=(("<function=", lambda tools: XmlCallReader(FUNCTION_XML, tools)),),
             drop=("<tool_call>", "</tool_call>"),
+            calls_end_reasoning=True,
         )
     ),
     templates=(
