@@ -10,8 +10,8 @@ from sluicegate import __version__
 from sluicegate.cli_chat import add_command as add_chat_command
 from sluicegate.cli_models import add_commands as add_model_commands
 from sluicegate.cli_models import make_demo
-from sluicegate.cli_parse import parse_output
 from sluicegate.cli_models import run as run_models_command
+from sluicegate.cli_parse import parse_output
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
 from sluicegate.logs import configure_logging

@@ -11,6 +11,7 @@ continuation of the prompt the template renders with its own defaults (no thinki
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -67,9 +68,11 @@ def parse_output(args: argparse.Namespace) -> int:
     ]
     starts = reasoning is not None and reasoning.starts_open
     try:
-        prompt = render_chat(source, [Message(role="user", content="Hello")], specs, bos_token=bos, eos_token=eos)
+        prompt = render_chat(
+            source, [Message(role="user", content="Hello")], specs, bos_token=bos, eos_token=eos
+        )
         starts = reasoning is not None and reasoning.opened_by(prompt)
-    except Exception:  # noqa: BLE001 - a template that cannot render: its generation prompt as written
+    except Exception:
         pass
     parser = new_parser(
         detect_tool_format(source), reasoning=reasoning, starts_in_reasoning=starts, tools=tool_schemas(tools)
@@ -93,10 +96,8 @@ def message_of(events: list[Any]) -> dict[str, Any]:
                 calls[event.index]["name"] = event.name
             calls[event.index]["arguments"] += event.arguments
     for call in calls:
-        try:
+        with contextlib.suppress(ValueError):
             call["arguments"] = json.loads(call["arguments"])
-        except ValueError:
-            pass
     return {
         "reasoning": text[ItemKind.REASONING] or None,
         "content": text[ItemKind.MESSAGE] or None,

@@ -52,6 +52,7 @@ class ReasoningStyle:
 
 THINK = ReasoningStyle()
 
+
 def tool_format_setting(value: str) -> ToolCallFormat:
     """The config value `tool_call_format` ("hermes", "llama3_json", "mistral", "none")."""
     try:

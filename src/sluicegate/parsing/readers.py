@@ -169,11 +169,11 @@ class JsonCallsReader:
         out.call(*(call or broken_call(raw)))
 
     def close(self, out: CallOut) -> None:
-        if self._state == "item":
-            out.call(*broken_call(self._buf))
-        elif self._state == "raw" and self._buf.strip():
-            out.call(*broken_call(self._buf))
-        elif self._state == "start" and self._buf.strip():
+        if (
+            self._state == "item"
+            or (self._state == "raw" and self._buf.strip())
+            or (self._state == "start" and self._buf.strip())
+        ):
             out.call(*broken_call(self._buf))
 
 
@@ -229,12 +229,12 @@ class NameJsonReader:
                     return None
                 self._state = "args" if head[0] in '{["' else "raw"
             elif self._state == "args":
-                piece, rest = self._args.feed(self._buf)
+                piece, left = self._args.feed(self._buf)
                 out.args(piece)
                 self._buf = ""
-                if rest is None:
+                if left is None:
                     return None
-                self._buf = rest
+                self._buf = left
                 self._state = "after"
             elif self._state == "raw":  # not JSON: up to the closing marker
                 if spec.close is None:
@@ -248,11 +248,11 @@ class NameJsonReader:
                 return self._buf[i + len(spec.close) :]
             else:
                 if self._after is None:
-                    rest, self._buf = self._buf, ""
-                    return rest
-                rest = self._after.feed(self._buf)
+                    tail, self._buf = self._buf, ""
+                    return tail
+                after = self._after.feed(self._buf)
                 self._buf = ""
-                return rest
+                return after
 
     def close(self, out: CallOut) -> None:
         if self._state == "name" and self._buf.strip():
@@ -348,7 +348,9 @@ class XmlCallReader:
                     return None
                 at, marker = min(found)
                 name = self._buf[:at].strip()
-                self._buf = self._buf[at + (0 if marker in (spec.key_open, spec.call_close) else len(marker)) :]
+                self._buf = self._buf[
+                    at + (0 if marker in (spec.key_open, spec.call_close) else len(marker)) :
+                ]
                 self._types = _param_types(self._tools, name)
                 out.call(name, "{")
                 self._opened = True

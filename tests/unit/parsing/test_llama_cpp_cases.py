@@ -16,11 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from llama_cpp_support import fold, templates_dir
 
 from sluicegate.core.request import Message, ToolSpec
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.parsing import detect_reasoning, detect_tool_format, new_parser, tool_schemas
-from llama_cpp_support import fold, templates_dir
 
 CASES: list[dict[str, Any]] = json.loads(Path(__file__).with_name("llama_cpp_cases.json").read_text("utf-8"))[
     "cases"
@@ -88,16 +88,25 @@ def _pieces(text: str) -> list[list[str]]:
 def parse(case: dict[str, Any], source: str, pieces: list[str]) -> dict[str, Any]:
     fmt = detect_tool_format(source)
     reasoning = None if case["reasoning_format"] == "none" else detect_reasoning(source)
-    tools = [ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"]) for t in case["tools"]]
+    tools = [
+        ToolSpec(t["function"]["name"], t["function"]["description"], t["function"]["parameters"])
+        for t in case["tools"]
+    ]
     try:
         prompt = render_chat(
-            source, [Message(role="user", content="Hello")], tools, bos_token="", eos_token="",
+            source,
+            [Message(role="user", content="Hello")],
+            tools,
+            bos_token="",
+            eos_token="",
             enable_thinking=case["enable_thinking"],
         )
         starts = reasoning is not None and reasoning.opened_by(prompt)
     except Exception:  # a template our renderer cannot run yet: its generation prompt as written
         starts = reasoning is not None and reasoning.starts_open and case["enable_thinking"]
-    parser = new_parser(fmt, reasoning=reasoning, starts_in_reasoning=starts, tools=tool_schemas(case["tools"]))
+    parser = new_parser(
+        fmt, reasoning=reasoning, starts_in_reasoning=starts, tools=tool_schemas(case["tools"])
+    )
     events = []
     for piece in pieces:
         events.extend(parser.feed(piece))

@@ -100,7 +100,9 @@ def balanced(src: str, i: int) -> int:
     raise ValueError("unbalanced")
 
 
-def msg(content: str = "", reasoning: str = "", name: str = "", args: str = "", call_id: str = "") -> dict[str, Any]:
+def msg(
+    content: str = "", reasoning: str = "", name: str = "", args: str = "", call_id: str = ""
+) -> dict[str, Any]:
     calls = [{"name": name, "arguments": args}] if name or call_id else []
     return {"content": content, "reasoning": reasoning, "tool_calls": calls}
 
@@ -199,7 +201,7 @@ def cases(src: str) -> list[dict[str, Any]]:
         start = m.end() - 1
         end = balanced(src, start)
         lits, j = literals(src, start + 1)
-        if not lits or src[j:end - 1].strip():
+        if not lits or src[j : end - 1].strip():
             continue
         case: dict[str, Any] = {
             "template": testers[tester],

@@ -19,6 +19,7 @@ from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest, ToolSpec
 from sluicegate.engines.llamacpp.grammar import ROOT, Grammar, json_schema_grammar, request_grammar
 from sluicegate.parsing import ToolCallFormat
+from sluicegate.parsing.families import deepseek as ds
 
 _RULE = re.compile(r"^([A-Za-z0-9-]+)\s*::=", re.M)
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|\[(?:[^\]\\]|\\.)*\]|[A-Za-z0-9-]+|.', re.S)
@@ -82,7 +83,8 @@ def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, s
     """Key/value markup: required parameters in order, then the optional ones, each optional."""
 
     def call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
-        props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        found = params.get("properties")
+        props: dict[str, Any] = found if isinstance(found, dict) else {}
         required = [k for k in params.get("required", []) if k in props]
         parts = []
         for key in [*required, *(k for k in props if k not in required)]:
@@ -99,26 +101,32 @@ CALLS: dict[ToolCallFormat, Call] = {
         lambda n: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>", ""
     ),
     ToolCallFormat.DEEPSEEK_V3_1: _json_call(
-        lambda n: f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>{n}<｜tool▁sep｜>", "<｜tool▁call▁end｜><｜tool▁calls▁end｜>"
+        lambda n: f"{ds.CALLS_BEGIN}{ds.CALL_BEGIN}{n}{ds.SEP}", ds.CALL_END + ds.CALLS_END
     ),
     ToolCallFormat.DEEPSEEK_R1: _json_call(
-        lambda n: f"<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>{n}\n```json\n",
-        "\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+        lambda n: f"{ds.CALLS_BEGIN}{ds.CALL_BEGIN}function{ds.SEP}{n}\n```json\n",
+        f"\n```{ds.CALL_END}{ds.CALLS_END}",
     ),
     ToolCallFormat.KIMI_K2: _json_call(
-        lambda n: f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{n}:0<|tool_call_argument_begin|>",
+        lambda n: (
+            f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{n}:0<|tool_call_argument_begin|>"
+        ),
         "<|tool_call_end|><|tool_calls_section_end|>",
     ),
     ToolCallFormat.GEMMA4: _json_call(lambda n: f"<|tool_call>call:{n}", "<tool_call|>"),
     ToolCallFormat.NEMOTRON: _json_call(
         lambda n: f'<TOOLCALL>[{{"name": {json.dumps(n)}, "arguments": ', "}]</TOOLCALL>"
     ),
-    ToolCallFormat.GRANITE: _json_call(lambda n: f'<|tool_call|>[{{"name": {json.dumps(n)}, "arguments": ', "}]"),
+    ToolCallFormat.GRANITE: _json_call(
+        lambda n: f'<|tool_call|>[{{"name": {json.dumps(n)}, "arguments": ', "}]"
+    ),
     ToolCallFormat.COMMAND_R7B: _json_call(
         lambda n: f'<|START_ACTION|>[{{"tool_call_id": "0", "tool_name": {json.dumps(n)}, "parameters": ',
         "}]<|END_ACTION|>",
     ),
-    ToolCallFormat.APERTUS: _json_call(lambda n: f"<|tools_prefix|>[{{{json.dumps(n)}: ", "}]<|tools_suffix|>"),
+    ToolCallFormat.APERTUS: _json_call(
+        lambda n: f"<|tools_prefix|>[{{{json.dumps(n)}: ", "}]<|tools_suffix|>"
+    ),
     ToolCallFormat.FUNCTIONARY_V3_1: _json_call(lambda n: f"<function={n}>", "</function>"),
     ToolCallFormat.FUNCTIONARY_V3_2: _json_call(lambda n: f"{n}\n", ""),
     ToolCallFormat.QWEN3_CODER: _params_call(

@@ -37,8 +37,8 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
-from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
+from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
 from sluicegate.engines.llamacpp.grammar import Grammar

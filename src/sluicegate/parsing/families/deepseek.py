@@ -1,10 +1,11 @@
+# ruff: noqa: RUF001, RUF002  (DeepSeek's tokens are written with full-width bars on purpose)
 """DeepSeek R1 and V3 / V3.1 (`<think>` reasoning; calls in full-width-bar tokens):
 
-    V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
-    R1:   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
-          ```json
-          {...}
-          ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+V3.1: <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜><｜tool▁calls▁end｜>
+R1:   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME
+      ```json
+      {...}
+      ```<｜tool▁call▁end｜><｜tool▁calls▁end｜>
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ R1 = NameJson(name_end=("\n",), close=CALL_END, clean_name=_r1_name, skip_before
 
 def _r1_reader(tools: object) -> NameJsonReader:
     return NameJsonReader(R1)
+
 
 DEEPSEEK_V3_1 = Family(
     "deepseek_v3_1",

@@ -14,7 +14,9 @@ FUNCTIONARY_V3_1 = Family(
     "functionary_v3_1",
     lambda s: "<function=" in s and "<parameter=" not in s,
     markup_family(
-        Markup(calls=(("<function=", lambda tools: NameJsonReader(V3_1)),), drop=("<|python_tag|>", "<|eom_id|>"))
+        Markup(
+            calls=(("<function=", lambda tools: NameJsonReader(V3_1)),), drop=("<|python_tag|>", "<|eom_id|>")
+        )
     ),
     templates=("meetkai-functionary-medium-v3.1.jinja",),
 )

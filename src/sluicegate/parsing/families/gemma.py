@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 
+from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle
-from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.jsonstream import compact, json_or_text
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import BufferedReader
@@ -70,7 +70,10 @@ GEMMA4 = Family(
     "gemma4",
     has("<|tool_call>call:"),
     markup_family(
-        Markup(calls=(("<|tool_call>", lambda tools: BufferedReader("<tool_call|>", gemma_calls)),), drop=("<eos>", "<|channel>thought", "<|channel>", "<channel|>"))
+        Markup(
+            calls=(("<|tool_call>", lambda tools: BufferedReader("<tool_call|>", gemma_calls)),),
+            drop=("<eos>", "<|channel>thought", "<|channel>", "<channel|>"),
+        )
     ),
     reasoning=ReasoningStyle("<|channel>thought", "<channel|>"),
     templates=("google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"),

@@ -1,9 +1,9 @@
-"""GLM 4.5–4.7 (and the templates that copied its calls):
+"""GLM 4.5-4.7 (and the templates that copied its calls):
 
-    <tool_call>get_weather
-    <arg_key>city</arg_key>
-    <arg_value>Paris</arg_value>
-    </tool_call>
+<tool_call>get_weather
+<arg_key>city</arg_key>
+<arg_value>Paris</arg_value>
+</tool_call>
 """
 
 from __future__ import annotations

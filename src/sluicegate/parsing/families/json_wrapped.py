@@ -24,7 +24,10 @@ GRANITE = Family(
     "granite",
     has("<|tool_call|>"),
     markup_family(
-        Markup(calls=(("<|tool_call|>", lambda tools: JsonCallsReader(None)),), drop=("<response>", "</response>"))
+        Markup(
+            calls=(("<|tool_call|>", lambda tools: JsonCallsReader(None)),),
+            drop=("<response>", "</response>"),
+        )
     ),
     templates=("ibm-granite-granite-3.3-2B-Instruct.jinja",),
 )
@@ -44,7 +47,9 @@ APERTUS = Family(
     "apertus",
     has("<|tools_prefix|>"),
     markup_family(
-        Markup(calls=(("<|tools_prefix|>", lambda tools: JsonCallsReader("<|tools_suffix|>", name_as_key=True)),))
+        Markup(
+            calls=(("<|tools_prefix|>", lambda tools: JsonCallsReader("<|tools_suffix|>", name_as_key=True)),)
+        )
     ),
     reasoning=ReasoningStyle("<|inner_prefix|>", "<|inner_suffix|>"),
     templates=("Apertus-8B-Instruct.jinja",),

@@ -1,6 +1,6 @@
 """Kimi K2 (`<think>` reasoning in K2 Thinking):
 
-    <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
+<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:0<|tool_call_argument_begin|>{...}<|tool_call_end|><|tool_calls_section_end|>
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ def tool_name(call_id: str) -> str:
     return m.group(1) if m else call_id.strip()
 
 
-KIMI_CALL = NameJson(name_end=("<|tool_call_argument_begin|>",), close="<|tool_call_end|>", clean_name=tool_name)
+KIMI_CALL = NameJson(
+    name_end=("<|tool_call_argument_begin|>",), close="<|tool_call_end|>", clean_name=tool_name
+)
 
 KIMI_K2 = Family(
     "kimi_k2",

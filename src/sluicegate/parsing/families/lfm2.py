@@ -38,7 +38,9 @@ LFM2 = Family(
     "lfm2",
     lambda s: "<|tool_list_start|>" in s or "List of tools: [" in s or "<|tool_call_start|>" in s,
     markup_family(
-        Markup(calls=(("<|tool_call_start|>", lambda tools: BufferedReader("<|tool_call_end|>", python_calls)),))
+        Markup(
+            calls=(("<|tool_call_start|>", lambda tools: BufferedReader("<|tool_call_end|>", python_calls)),)
+        )
     ),
     templates=("LFM2-8B-A1B.jinja", "LFM2.5-Instruct.jinja", "LFM2.5-8B-A1B.jinja"),
 )

@@ -1,10 +1,10 @@
 """MiniMax M2:
 
-    <minimax:tool_call>
-    <invoke name="get_weather">
-    <parameter name="city">Paris</parameter>
-    </invoke>
-    </minimax:tool_call>
+<minimax:tool_call>
+<invoke name="get_weather">
+<parameter name="city">Paris</parameter>
+</invoke>
+</minimax:tool_call>
 """
 
 from __future__ import annotations

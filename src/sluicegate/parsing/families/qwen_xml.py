@@ -1,12 +1,12 @@
 """Qwen3-Coder's XML calls, also written by Qwen3.5, Nemotron 3 Nano and StepFun 3.5:
 
-    <tool_call>
-    <function=get_weather>
-    <parameter=city>
-    Paris
-    </parameter>
-    </function>
-    </tool_call>
+<tool_call>
+<function=get_weather>
+<parameter=city>
+Paris
+</parameter>
+</function>
+</tool_call>
 """
 
 from __future__ import annotations
