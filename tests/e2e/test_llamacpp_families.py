@@ -92,3 +92,25 @@ def test_a_forced_call_in_the_family_markup(family_server: Server, family: str) 
     jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER)
     if FAMILIES[family][1]:
         assert pieces > 1
+
+
+@pytest.mark.parametrize("family", ["harmony", "qwen3_coder", "glm", "kimi_k2", "minimax_m2", "gemma4"])
+def test_a_forced_call_through_the_anthropic_sdk(family_server: Server, family: str) -> None:
+    import anthropic
+
+    tools: list[Any] = [{"name": "get_weather", "input_schema": WEATHER}]
+    with anthropic.Anthropic(base_url=family_server.base_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
+        pieces = 0
+        with sdk.messages.stream(
+            model=family, messages=ASK, tools=tools, tool_choice={"type": "any"}, max_tokens=300
+        ) as events:
+            for event in events:
+                if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    pieces += 1
+            message = events.get_final_message()
+    assert message.stop_reason == "tool_use"
+    (block,) = [b for b in message.content if b.type == "tool_use"]
+    assert block.name == "get_weather"
+    jsonschema.validate(block.input, WEATHER)
+    if FAMILIES[family][1]:
+        assert pieces > 1
