@@ -99,7 +99,9 @@ def test_a_forced_call_through_the_anthropic_sdk(family_server: Server, family: 
     import anthropic
 
     tools: list[Any] = [{"name": "get_weather", "input_schema": WEATHER}]
-    with anthropic.Anthropic(base_url=family_server.base_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
+    with anthropic.Anthropic(
+        base_url=family_server.base_url, api_key="unused", max_retries=0, timeout=120.0
+    ) as sdk:
         pieces = 0
         with sdk.messages.stream(
             model=family, messages=ASK, tools=tools, tool_choice={"type": "any"}, max_tokens=300
