@@ -27,8 +27,7 @@ from sluicegate.parsing.families.minimax import MINIMAX_M2
 from sluicegate.parsing.families.qwen_xml import QWEN3_CODER
 from sluicegate.parsing.families.seed_oss import SEED_OSS
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat
-from sluicegate.parsing.markup import Markup, MarkupParser
-from sluicegate.parsing.parser import new_call_id
+from sluicegate.parsing.parser import OutputParser, new_call_id
 
 # In the order they are tried.
 FAMILIES: tuple[Family, ...] = (
@@ -134,12 +133,6 @@ def new_parser(
     """The streaming parser for a generation in `tool_format`."""
     family = BY_FORMAT.get(tool_format)
     args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id)
-    if family is None:
-        return MarkupParser(
-            Markup(),
-            reasoning=reasoning,
-            starts_in_reasoning=starts_in_reasoning,
-            tools=tools,
-            new_call_id=new_call_id,
-        )
+    if family is None:  # no calls: reasoning tags at most
+        return OutputParser(reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id)
     return family.build(args)
