@@ -134,5 +134,7 @@ def new_parser(
     family = BY_FORMAT.get(tool_format)
     args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id)
     if family is None:  # no calls: reasoning tags at most
-        return OutputParser(reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id)
+        return OutputParser(
+            reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id
+        )
     return family.build(args)
