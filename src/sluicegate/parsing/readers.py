@@ -453,8 +453,9 @@ class BufferedReader:
         self._buf = ""
 
     def feed(self, text: str, out: CallOut) -> str | None:
+        start = max(0, len(self._buf) - len(self._close) + 1)  # searched before
         self._buf += text
-        i = self._buf.find(self._close)
+        i = self._buf.find(self._close, start)
         if i == -1:
             return None
         self._emit(self._buf[:i], out)
