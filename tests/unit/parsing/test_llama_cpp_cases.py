@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from llama_cpp_support import fold, templates_dir
 
+from llama_cpp_support import fold, templates_dir
 from sluicegate.core.request import Message, ToolSpec
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.parsing import detect_reasoning, detect_tool_format, new_parser, tool_schemas
