@@ -25,5 +25,11 @@ GLM = Family(
     "glm",
     has("<arg_key>"),
     markup_family(Markup(calls=(("<tool_call>", lambda tools: XmlCallReader(GLM_XML, tools)),))),
-    templates=("GLM-4.6.jinja", "GLM-4.7-Flash.jinja", "Spark2.5.jinja", "tencent-Hy3.jinja"),
+    templates=(
+        "GLM-4.6.jinja",
+        "GLM-4.7-Flash.jinja",
+        "Spark2.5.jinja",
+        "tencent-Hy3.jinja",
+        "inclusionai-ling-3.0-flash.jinja",
+    ),
 )

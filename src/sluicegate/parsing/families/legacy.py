@@ -40,7 +40,9 @@ HERMES = Family(
         "Qwen-QwQ-32B.jinja",
         "HuggingFaceTB-SmolLM3-3B.jinja",
         "ibm-granite-granite-4.0.jinja",
+        "ibm-granite-granite-4.1.jinja",
         "MiMo-VL.jinja",
+        "Reka-Edge.jinja",
     ),
 )
 LLAMA3_JSON = Family(
