@@ -29,7 +29,6 @@ GLM = Family(
         "GLM-4.6.jinja",
         "GLM-4.7-Flash.jinja",
         "Spark2.5.jinja",
-        "tencent-Hy3.jinja",
         "inclusionai-ling-3.0-flash.jinja",
     ),
 )
