@@ -96,7 +96,21 @@ def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, s
     return call
 
 
+def _python_call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
+    """LFM2: `[name(key=VALUE, ...)]`, each value JSON (a Python literal too, JSON's `true`,
+    `false` and `null` aside, which the parser reads as well)."""
+    found = params.get("properties")
+    props: dict[str, Any] = found if isinstance(found, dict) else {}
+    required = [k for k in params.get("required", []) if k in props] or list(props)
+    parts = [
+        f"{_lit(k + '=')} {rules.schema(props[k] if isinstance(props[k], dict) else {})}" for k in required
+    ]
+    inner = ' ", " '.join(parts)
+    return f"{_lit('<|tool_call_start|>[' + name + '(')} {inner} {_lit(')]<|tool_call_end|>')}"
+
+
 CALLS: dict[ToolCallFormat, Call] = {
+    ToolCallFormat.LFM2: _python_call,
     ToolCallFormat.HARMONY: _json_call(
         lambda n: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>", ""
     ),
