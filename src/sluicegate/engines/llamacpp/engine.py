@@ -55,7 +55,7 @@ from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import detect_reasoning, detect_tool_format, new_parser
 
 log = logging.getLogger(__name__)

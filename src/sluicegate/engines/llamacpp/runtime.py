@@ -43,7 +43,7 @@ from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp.constrained import GrammarSampler
 from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
 
 _backend_ready = False
