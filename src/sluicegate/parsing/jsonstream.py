@@ -87,6 +87,10 @@ class JsonArgs:
     def started(self) -> bool:
         return self._started
 
+    @property
+    def in_string(self) -> bool:
+        return self._in_string
+
 
 def compact(value: Any) -> str:
     return orjson.dumps(value).decode()

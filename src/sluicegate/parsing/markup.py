@@ -246,7 +246,6 @@ class MarkupParser:
         elif reasoning is not None and marker == reasoning.open_tag and self._at_start:
             self._channel = _REASONING
             self._ws = ""
-            self._trim = True
         elif marker in self._openers:
             self._reader = self._openers[marker](self._tools)
         self._refresh()

@@ -19,7 +19,7 @@ from typing import Any
 from sluicegate.parsing.calls import INVALID, arguments_text, broken_call, call_from_object, parse_json
 from sluicegate.parsing.jsonstream import JsonArgs, compact, json_or_text, quoted_piece
 from sluicegate.parsing.markup import CallOut, Tools
-from sluicegate.parsing.scan import JsonScanner, held_from
+from sluicegate.parsing.scan import JsonScanner, QuoteTracker, held_from
 
 
 def _find_held(buf: str, marker: str) -> tuple[int, int]:
@@ -58,20 +58,23 @@ _HEAD = re.compile(
     r'\s*\{\s*(?:"(?:tool_call_id|id)"\s*:\s*"(?:[^"\\]|\\.)*"\s*,\s*)?'
     r'"(?:name|tool_name)"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=[\[{"])'
 )
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _KEY_HEAD = re.compile(r'\s*\{\s*"((?:[^"\\]|\\.)*)"\s*:\s*(?=\{)')  # Apertus: {"name": {...}}
 
 
 class JsonCallsReader:
     """`{"name": ..., "arguments": ...}` or an array of such, then `close` (if any). The
-    arguments stream when the object starts with the name; otherwise the call leaves whole."""
+    arguments stream when the object starts with the name; otherwise the call leaves whole.
+    `close` outside a JSON string ends the call even where the JSON has not (a broken call)."""
 
     def __init__(self, close: str | None, *, name_as_key: bool = False) -> None:
         self._close = close
         self._name_as_key = name_as_key
         self._buf = ""
-        self._state = "start"  # start | item | args | item_end | between | after | raw
+        self._state = "start"  # start | item | args | args_text | item_end | between | after | raw
         self._array = False
         self._scan = JsonScanner()
+        self._quotes = QuoteTracker()
         self._args = JsonArgs()
         self._after = _After(close) if close else None
 
@@ -112,28 +115,55 @@ class JsonCallsReader:
                     out.begin(name if isinstance(name, str) else m.group(1))
                     self._buf = buf[m.end() :]
                     self._args = JsonArgs()
-                    self._state = "args"
+                    self._state = "args_text" if self._buf[:1] == '"' else "args"
                     continue
                 end = self._scan.end(buf)
+                cut = self._cut(buf, end)
+                if cut is not None:
+                    out.call(*broken_call(buf[:cut]))
+                    return buf[cut + len(self._close or "") :]
                 if end is None:
                     return None
                 self._whole(buf[:end], out)
                 self._buf = buf[end:]
                 self._state = "between" if self._array else "after"
             elif state == "args":
-                piece, rest = self._args.feed(self._buf)
+                buf = self._buf
+                i = buf.find(self._close) if self._close else -1
+                upto = (
+                    i
+                    if i != -1
+                    else (held_from(buf, (self._close,), self._close[0]) if self._close else len(buf))
+                )
+                piece, rest = self._args.feed(buf[:upto])
                 out.args(piece)
-                self._buf = ""
-                if rest is None:
+                if rest is not None:
+                    self._buf = rest + buf[upto:]
+                    self._item_end()
+                    continue
+                if i == -1:
+                    self._buf = buf[upto:]
                     return None
-                self._buf = rest
-                self._state = "item_end"
+                if not self._args.in_string:  # the call ends where its JSON did not
+                    return buf[i + len(self._close or "") :]
+                out.args(self._args.feed(self._close or "")[0])  # a close tag inside a string
+                self._buf = buf[i + len(self._close or "") :]
+            elif state == "args_text":  # arguments given as a JSON string of JSON: passed through
+                m = _JSON_STRING.match(self._buf)
+                if m is None:
+                    return None  # (a string never closed is passed raw at the end)
+                value = parse_json(m.group(0))
+                out.args(value if isinstance(value, str) else m.group(0))
+                self._buf = self._buf[m.end() :]
+                self._item_end()
             elif state == "item_end":
-                head = self._buf.lstrip()
-                if not head:
-                    self._buf = ""
-                    return None
-                self._buf = head[1:] if head[0] == "}" else head
+                end = self._scan.end(self._buf)
+                if end is None:
+                    cut = self._cut(self._buf, None)
+                    if cut is None:
+                        return None
+                    return self._buf[cut + len(self._close or "") :]
+                self._buf = self._buf[end:]
                 self._state = "between" if self._array else "after"
             elif state == "after":
                 if self._after is None:
@@ -153,9 +183,28 @@ class JsonCallsReader:
                 out.call(*broken_call(self._buf[:i]))
                 return self._buf[i + len(self._close) :]
 
+    def _cut(self, buf: str, end: int | None) -> int | None:
+        """Where `close` ends the call before the JSON does (outside a string), if it does."""
+        if self._close is None:
+            return None
+        i = buf.find(self._close)
+        while i != -1 and (end is None or i < end):
+            if not self._quotes.inside_at(buf, i):
+                return i
+            i = buf.find(self._close, i + 1)
+        return None
+
+    def _item_end(self) -> None:
+        """After the arguments: the rest of the item's object up to its closing brace."""
+        self._scan = JsonScanner()
+        self._scan.depth = 1
+        self._quotes = QuoteTracker()
+        self._state = "item_end"
+
     def _begin_item(self) -> None:
         self._buf = self._buf.lstrip()
         self._scan = JsonScanner()
+        self._quotes = QuoteTracker()
         self._state = "item"
 
     def _whole(self, raw: str, out: CallOut) -> None:
@@ -169,12 +218,12 @@ class JsonCallsReader:
         out.call(*(call or broken_call(raw)))
 
     def close(self, out: CallOut) -> None:
-        if (
-            self._state == "item"
-            or (self._state == "raw" and self._buf.strip())
-            or (self._state == "start" and self._buf.strip())
-        ):
+        if self._state in ("item", "raw", "start") and self._buf.strip():
             out.call(*broken_call(self._buf))
+        elif self._state == "start":
+            out.call("", "")  # cut off right after the opening marker
+        elif self._state == "args_text":
+            out.args(self._buf)
 
 
 # --- a name, then JSON arguments -------------------------------------------------------------
@@ -212,7 +261,7 @@ class NameJsonReader:
                 at, marker = min(found)
                 name = spec.clean_name(self._buf[:at])
                 self._buf = self._buf[at + len(marker) :]
-                if name in spec.content_names:
+                if not name or name in spec.content_names:  # no recipient, or text
                     rest, self._buf = self._buf, ""
                     return rest
                 out.begin(name)

@@ -79,6 +79,7 @@ class HarmonyParser:
             head = buf.lstrip()
             if head and not any(head.startswith(x) or x.startswith(head) for x in _HEADER_LEADS):
                 self._channel, self._state = ItemKind.MESSAGE, "text"  # no header: plain text
+                self._trim = False
                 return True
             i = buf.find(MESSAGE)
             if i == -1:

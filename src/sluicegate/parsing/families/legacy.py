@@ -1,13 +1,16 @@
-"""Hermes 2/3 (and Qwen 2.5/3, SmolLM3, Granite 4), Llama 3.x JSON and Mistral: the three
-formats the first output parser (parser.py) reads; their calls leave whole."""
+"""Hermes 2/3 (and Qwen 2.5/3, SmolLM3, Granite 4): `<tool_call>{"name": ..., "arguments": ...}
+</tool_call>`, read like the other JSON families (arguments streamed). Llama 3.x JSON and
+Mistral: the formats the first output parser (parser.py) reads; their calls leave whole."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser, has
+from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
+from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.parser import OutputParser
+from sluicegate.parsing.readers import JsonCallsReader
 
 MISTRAL_THINK = ReasoningStyle("[THINK]", "[/THINK]")
 
@@ -31,7 +34,7 @@ def _llama3(source: str) -> bool:
 HERMES = Family(
     "hermes",
     lambda s: "<tool_call>" in s or "named SmolLM" in s,
-    _legacy(ToolCallFormat.HERMES),
+    markup_family(Markup(calls=(("<tool_call>", lambda tools: JsonCallsReader("</tool_call>")),))),
     templates=(
         "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
         "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja",
