@@ -185,16 +185,4 @@ def forced_grammar(request: ChatRequest, tool_format: ToolCallFormat, model_id: 
         if not tools:
             raise invalid(f"tool_choice names {choice!r}, which is not among the tools.", param="tool_choice")
         return family_call_grammar(tools, tool_format)
-    if choice not in ("auto", "none") and request.tools and tool_format not in _WITH_GRAMMAR:
-        raise invalid(
-            f"tool_choice {choice!r} cannot be enforced: model {model_id!r} writes calls in the "
-            f"{tool_format.value!r} format, which has no call grammar yet.",
-            param="tool_choice",
-            code="unsupported_parameter",
-        )
     return request_grammar(request, tool_format, model_id)
-
-
-_WITH_GRAMMAR = frozenset(
-    {ToolCallFormat.NONE, ToolCallFormat.HERMES, ToolCallFormat.LLAMA3_JSON, ToolCallFormat.MISTRAL, *CALLS}
-)
