@@ -34,6 +34,7 @@ ASK = [{"role": "user", "content": "What is the weather in Paris today?"}]
 # family -> (template, whether its arguments stream in pieces)
 FAMILIES = {
     "harmony": ("openai-gpt-oss-120b.jinja", True),
+    "mistral": ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", True),
     "hermes": ("Qwen-Qwen2.5-7B-Instruct.jinja", True),
     "qwen3_coder": ("Qwen3-Coder.jinja", True),
     "glm": ("GLM-4.6.jinja", True),

@@ -287,9 +287,7 @@ class NameJsonReader:
                 self._state = "after"
             elif self._state == "raw":  # not JSON: up to the closing marker
                 if spec.close is None:
-                    out.args(self._buf.strip())
-                    rest, self._buf = "", ""
-                    return rest
+                    return None  # the rest of the output: left at the end
                 i = self._buf.find(spec.close)
                 if i == -1:
                     return None

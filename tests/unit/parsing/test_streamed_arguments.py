@@ -20,6 +20,7 @@ SCHEMA = {
 
 # family -> (output with one call of get_weather {"city": "Paris", "days": 3}, text before the arguments end)
 OUTPUTS: dict[ToolCallFormat, str] = {
+    ToolCallFormat.MISTRAL: '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}',
     ToolCallFormat.HERMES: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
     ToolCallFormat.HARMONY: '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
     ToolCallFormat.QWEN3_CODER: "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",

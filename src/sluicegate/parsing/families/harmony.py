@@ -37,6 +37,8 @@ class HarmonyParser:
         self._args = JsonArgs()
         self._raw = ""  # a call body that is not JSON
         self._trim = True
+        self._said = False  # some text has left
+        self._lead = ""  # whitespace before any text, held back
         self._logprobs: list[TokenLogprob] | None = None
 
     def feed(self, text: str, logprobs: list[TokenLogprob] | None = None) -> list[RawEvent]:
@@ -54,8 +56,6 @@ class HarmonyParser:
             pass
         if self._state == "call" and self._raw:
             self._out.args(self._raw.strip())
-        elif self._state == "header" and self._buf.strip() and _RECIPIENT.search(self._buf):
-            pass  # a header cut off before its body: nothing was said
         self._take_calls(out)
         return out
 
@@ -69,7 +69,11 @@ class HarmonyParser:
         if self._trim:
             text = text.lstrip()
             self._trim = not text
+        if not self._said and text.isspace():
+            self._lead += text  # whitespace alone is no message; before text it is kept
+            return
         if text:
+            text, self._lead, self._said = self._lead + text, "", True
             logprobs, self._logprobs = self._logprobs, None
             out.append(TextDelta(self._channel, text, logprobs))
 
@@ -83,8 +87,11 @@ class HarmonyParser:
                 return True
             i = buf.find(MESSAGE)
             if i == -1:
+                if final and not any(token in buf for token in (START, CHANNEL, "to=")):
+                    self._channel, self._state, self._trim = ItemKind.MESSAGE, "text", False
+                    return True  # text that only began like a header ("a…" of "assistant")
                 if final:
-                    self._buf = ""
+                    self._buf = ""  # a header cut off before its body: nothing was said
                 return False
             self._open(buf[:i])
             self._buf = buf[i + len(MESSAGE) :]

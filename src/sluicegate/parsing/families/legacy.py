@@ -1,6 +1,7 @@
-"""Hermes 2/3 (and Qwen 2.5/3, SmolLM3, Granite 4): `<tool_call>{"name": ..., "arguments": ...}
-</tool_call>`, read like the other JSON families (arguments streamed). Llama 3.x JSON and
-Mistral: the formats the first output parser (parser.py) reads; their calls leave whole."""
+"""The first three formats: Hermes 2/3 (and Qwen 2.5/3, SmolLM3, Granite 4), `<tool_call>{"name":
+..., "arguments": ...}</tool_call>`, and Mistral, `[TOOL_CALLS]` then a JSON array or
+`name[ARGS]{...}`, read like the other JSON families (arguments streamed); Llama 3.x JSON, a
+call object as the whole message, by the first output parser (parser.py), whole."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from collections.abc import Callable
 
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
-from sluicegate.parsing.markup import Markup
+from sluicegate.parsing.markup import CallOut, Markup, Reader
 from sluicegate.parsing.parser import OutputParser
-from sluicegate.parsing.readers import JsonCallsReader
+from sluicegate.parsing.readers import JsonCallsReader, NameJson, NameJsonReader
 
 MISTRAL_THINK = ReasoningStyle("[THINK]", "[/THINK]")
 
@@ -58,10 +59,39 @@ LLAMA3_JSON = Family(
         "meta-llama-Llama-3.3-70B-Instruct.jinja",
     ),
 )
+
+
+class MistralReader:
+    """After `[TOOL_CALLS]`: a JSON array of calls (Mistral Nemo, Small), or `name[ARGS]{...}`,
+    maybe with `[CALL_ID]id` before `[ARGS]` (Ministral, Magistral, Devstral)."""
+
+    def __init__(self) -> None:
+        self._reader: Reader | None = None
+        self._buf = ""
+
+    def feed(self, text: str, out: CallOut) -> str | None:
+        if self._reader is None:
+            self._buf += text
+            head = self._buf.lstrip()
+            if not head:
+                return None
+            self._reader = JsonCallsReader(None) if head[0] == "[" else NameJsonReader(MISTRAL_CALL)
+            text, self._buf = head, ""
+        return self._reader.feed(text, out)
+
+    def close(self, out: CallOut) -> None:
+        if self._reader is None:
+            out.call("", "")  # cut off right after [TOOL_CALLS]
+        else:
+            self._reader.close(out)
+
+
+MISTRAL_CALL = NameJson(name_end=("[ARGS]",), clean_name=lambda name: name.split("[CALL_ID]")[0].strip())
+
 MISTRAL = Family(
     "mistral",
     has("[TOOL_CALLS]"),
-    _legacy(ToolCallFormat.MISTRAL),
+    markup_family(Markup(calls=(("[TOOL_CALLS]", lambda tools: MistralReader()),))),
     reasoning=MISTRAL_THINK,
     templates=(
         "mistralai-Mistral-Nemo-Instruct-2407.jinja",
