@@ -1,4 +1,4 @@
-"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo`,
+"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo|parse|render`,
 `--version`."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from sluicegate.cli.models import add_commands as add_model_commands
 from sluicegate.cli.models import make_demo
 from sluicegate.cli.models import run as run_models_command
 from sluicegate.cli.parse import parse_output
+from sluicegate.cli.render import render_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
 from sluicegate.observe.logs import configure_logging
@@ -109,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
         return make_demo(args)  # needs no config
     if getattr(args, "models_command", None) == "parse":
         return parse_output(args)  # needs no config either
+    if getattr(args, "models_command", None) == "render":
+        return render_command(args)  # needs no config
     try:
         settings = _settings(args)
         if args.command == "serve":

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from sluicegate.cli.parse import add_command as add_parse_command
+from sluicegate.cli.render import add_render_command
 from sluicegate.config import Settings, models_dir
 from sluicegate.engines.downloads import DownloadError, describe, fetch, is_present, resolve
 
@@ -61,6 +62,7 @@ def add_commands(commands: Any) -> None:
         "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
     )
     add_parse_command(commands)
+    add_render_command(commands)
 
 
 def make_demo(args: argparse.Namespace) -> int:
