@@ -9,6 +9,7 @@ family by its chat template. See docs/parsing.md.
 from sluicegate.parsing.families.base import Family, StreamParser
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat, tool_format_setting
 from sluicegate.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.plain import PlainText
 from sluicegate.parsing.registry import (
     FAMILIES,
     detect_family,
@@ -24,6 +25,7 @@ __all__ = [
     "THINK",
     "Family",
     "OutputParser",
+    "PlainText",
     "ReasoningStyle",
     "StreamParser",
     "ToolCallFormat",

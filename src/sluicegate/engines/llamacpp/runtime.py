@@ -71,7 +71,7 @@ class Job:
     tokens: list[int]
     sampling: SamplingParams
     seed: int
-    parser: StreamParser
+    parser: StreamParser  # PlainText for a text completion (nothing to parse)
     emit: Callable[[list[RawEvent]], None]
     tokens_key: tuple[str, Any]
     cancelled: bool = False
