@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.headers import header_value
 from sluicegate.core.json_limits import check_json_depth
 from sluicegate.turn.state import AppState
 
@@ -21,6 +22,15 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+def safe_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
+    been percent-encoded on purpose); any other is percent-encoded."""
+    return {
+        name: value if value.isascii() and value.isprintable() else header_value(value)
+        for name, value in headers.items()
+    }
 
 
 def app_state(request: HTTPConnection) -> AppState:
