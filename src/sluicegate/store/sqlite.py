@@ -164,7 +164,11 @@ class SQLiteStore(Store):
             yield db
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (SQLITE_FULL, SQLITE_IOERR): a ROLLBACK
+            # then would raise "no transaction is active" in place of the error that matters.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
         finally:
             if not durable:
