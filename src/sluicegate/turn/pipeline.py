@@ -103,6 +103,19 @@ class TurnPipeline:
             log.exception("encoding a storage failure failed")
             return []
 
+    def fail(self, info: ErrorInfo) -> None:
+        """The turn's consumer failed it from outside (its state could not be written): the
+        response object says so too, with the same error the store is given."""
+        if self.ended:
+            return
+        self.ended = True
+        failed = Failed(info)
+        self.accumulator.feed(failed)
+        try:
+            self.encoder.encode(failed)
+        except Exception:
+            log.exception("encoding a failure failed")
+
     def _internal_failure(self) -> list[Frame]:
         failed = Failed(
             ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
