@@ -95,7 +95,7 @@ class TurnPipeline:
             info = ErrorInfo(ErrorKind.INTERNAL, "The response could not be stored; it was not saved.")
         if reason is not None:
             return frames  # cancelled: nothing claims the record exists
-        failed = Failed(info)
+        failed = Failed(info, unstored=True)
         self.accumulator.feed(failed)
         try:
             return self.encoder.encode(failed)

@@ -171,3 +171,34 @@ def test_a_foreground_turn_that_cannot_be_stored_ends_failed_not_completed(clien
     store.put = broken
     answer = client.post("/v1/responses", json={"model": "m", "input": "hi"})
     assert answer.status_code == 500 and "could not be stored" in answer.json()["error"]["message"]
+
+
+def _lmstudio_events(stream: str) -> list[tuple[str, dict[str, Any]]]:
+    events, name = [], ""
+    for line in stream.splitlines():
+        if line.startswith("event: "):
+            name = line[len("event: ") :]
+        elif line.startswith("data: {"):
+            events.append((name, orjson.loads(line[len("data: ") :])))
+    return events
+
+
+def test_an_lmstudio_chat_that_cannot_be_stored_announces_no_response_id(client: TestClient) -> None:
+    """An id is only announced once it is durable: after the store failed, chat.end once still
+    handed out a response_id that answered 404 for ever."""
+    store = client.app.state.sluicegate.store  # type: ignore[attr-defined]
+
+    async def unavailable(record: StoredResponse, *, scope: str = "") -> None:
+        raise StoreUnavailable("database or disk is full")
+
+    store.put = unavailable
+    stream = client.post("/api/v1/chat", json={"model": "m", "input": "hi", "stream": True}).text
+    events = _lmstudio_events(stream)
+    names = [name for name, _ in events]
+    assert "error" in names and names[-1] == "chat.end", names
+    (error,) = [data for name, data in events if name == "error"]
+    assert "store is unavailable" in error["error"]["message"]
+    end = events[-1][1]["result"]
+    assert "response_id" not in end or end["response_id"] is None, end
+    answer = client.post("/api/v1/chat", json={"model": "m", "input": "hi"})
+    assert answer.status_code == 503 and "response_id" not in answer.text
