@@ -27,7 +27,15 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams, ToolCall, ToolSpec
+from sluicegate.core.request import (
+    ChatRequest,
+    ContentPart,
+    Message,
+    RawPrompt,
+    SamplingParams,
+    ToolCall,
+    ToolSpec,
+)
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.scripted import (
     Reply,
@@ -36,6 +44,7 @@ from sluicegate.engines.scripted import (
     demo_script,
     parse_script,
     prompt_tokens,
+    rendered_prompt,
     words,
 )
 
@@ -629,3 +638,43 @@ async def test_reasoning_turned_off(effort: str) -> None:
     assert usage.usage == Usage(prompt_tokens=prompt_tokens(req), completion_tokens=1, reasoning_tokens=0)
     req.reasoning_effort = "low"
     assert texts(await generate(eng, req), ItemKind.REASONING) == ["hidden", " thoughts"]
+
+
+async def test_completion_is_text_only_with_echo_and_the_fim_layout() -> None:
+    script = parse_script(
+        {"replies": [{"reasoning": "hmm", "content": "a + b", "tool_calls": [{"name": "f"}]}]}, "t"
+    )
+    engine = ScriptedEngine("s", script)
+    request = ChatRequest(model="s", messages=[], prompt=RawPrompt("return ", echo=True))
+    engine.check(request)
+    events = [e async for e in engine.generate(request)]
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert all(d.channel is ItemKind.MESSAGE for d in deltas)
+    assert "".join(d.text for d in deltas) == "return a + b"
+    assert not any(isinstance(e, ToolCallDelta) for e in events)
+
+    echo = ScriptedEngine("s", parse_script({"replies": [{"echo_prompt": True}]}, "t"))
+    fim = ChatRequest(model="s", messages=[], prompt=RawPrompt("def f(", suffix=")"))
+    text = "".join(e.text for e in [e async for e in echo.generate(fim)] if isinstance(e, TextDelta))
+    assert (
+        text
+        == "<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>def f(<|fim_suffix|>)<|fim_middle|>"
+    )
+
+
+def test_the_echoed_prompt_marks_each_image() -> None:
+    """What `echo_prompt` answers: an image shows as a marker beside its message's text."""
+    picture = ContentPart("image", image_url="data:image/png;base64,iVBORw0KGgo=")
+    req = ChatRequest(
+        model="m",
+        messages=[
+            Message("user", [ContentPart("text", text="What is this?"), picture]),
+            Message("assistant", "A picture."),
+            Message("user", [picture]),
+        ],
+    )
+    assert rendered_prompt(req) == (
+        "user: What is this? [image data:image/png;base64,]\n"
+        "assistant: A picture.\n"
+        "user:  [image data:image/png;base64,]"
+    )
