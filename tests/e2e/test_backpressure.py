@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import read_metrics, run_server, write_config
-from fake_upstream import FakeUpstream, Scenario, chunk
+from fake_upstream import FakeUpstream, Observed, Scenario, chunk
 from upstream_support import upstream_model
 
 pytestmark = pytest.mark.e2e
@@ -33,6 +33,8 @@ REQUESTS = {
     "lmstudio": ("/api/v1/chat", {"input": "go"}),
     # Anthropic once kept orjson's 4 KiB buffer per waiting frame: 13-17 MB per stalled stream.
     "anthropic": ("/v1/messages", {"messages": [{"role": "user", "content": "go"}], "max_tokens": 4096}),
+    "completions": ("/v1/completions", {"prompt": "go", "max_tokens": 2_000_000}),
+    "infill": ("/infill", {"input_prefix": "def f(", "input_suffix": ")", "n_predict": 2_000_000}),
 }
 
 
@@ -69,6 +71,15 @@ def slow_reader(port: int, path: str, body: dict[str, object]) -> socket.socket:
     return sock
 
 
+def flooded(fake: FakeUpstream) -> list[Observed]:
+    """The upstream requests of the slow readers (chat and legacy completions alike)."""
+    return [
+        r
+        for r in fake.requests
+        if r.method == "POST" and isinstance(r.body, dict) and r.body.get("model") == "flood"
+    ]
+
+
 def test_a_client_that_stops_reading_pauses_the_upstream_in_every_dialect(tmp_path: Path) -> None:
     with FakeUpstream(name="flood") as fake:
         fake.scenarios["flood"] = Scenario(frames=[chunk(finish_reason="stop")], flood=FLOOD)
@@ -79,9 +90,7 @@ def test_a_client_that_stops_reading_pauses_the_upstream_in_every_dialect(tmp_pa
             baseline = rss_kib(pid)
             sockets = {name: slow_reader(port, path, body) for name, (path, body) in REQUESTS.items()}
             try:
-                observed = fake.wait_for(
-                    lambda: len(fake.chat_requests("flood")) == len(REQUESTS) and fake.chat_requests()
-                )
+                observed = fake.wait_for(lambda: len(flooded(fake)) == len(REQUESTS) and flooded(fake))
                 time.sleep(STALL_SECONDS / 2)
                 halfway = [o.frames_sent for o in observed]
                 time.sleep(STALL_SECONDS / 2)

@@ -385,8 +385,10 @@ class FakeUpstream:
             if not await self._pause(gone, scenario.body_delay, observed):
                 return False
             if scenario.flood:
-                token = chunk({"content": " tok"})
-                writer.write(b"%x\r\n" % len(frames_head := chunk({"role": "assistant", "content": ""})))
+                legacy = observed.path.endswith("/v1/completions")  # text chunks, not chat deltas
+                token = completion_chunk(" tok") if legacy else chunk({"content": " tok"})
+                frames_head = completion_chunk("") if legacy else chunk({"role": "assistant", "content": ""})
+                writer.write(b"%x\r\n" % len(frames_head))
                 writer.write(frames_head + b"\r\n")
                 for _ in range(scenario.flood):
                     writer.write(b"%x\r\n" % len(token) + token + b"\r\n")

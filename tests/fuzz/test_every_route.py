@@ -26,10 +26,12 @@ from fuzz_support import (
     anthropic_bodies,
     chat_bodies,
     check_answer,
+    completions_bodies,
     deep,
     dumps,
     embeddings_bodies,
     generic_bodies,
+    infill_bodies,
     lmstudio_bodies,
     models_api_bodies,
     mutated,
@@ -59,6 +61,8 @@ MAX_BODY = 256 * 1024
 # The bodies each POST route is attacked with; a route missing here gets every dialect's.
 BODIES = {
     "/v1/chat/completions": chat_bodies(),
+    "/v1/completions": completions_bodies(),
+    "/infill": infill_bodies(),
     "/v1/responses": responses_bodies(),
     "/v1/responses/compact": responses_bodies(),
     "/api/v1/chat": lmstudio_bodies(),
