@@ -4,7 +4,9 @@ completed response, an LM Studio `response_id`, an accepted background run) may 
 afterwards, no answer is a 500, and the store file is intact.
 
 The store lives on a 2 MiB tmpfs (CI runs as root); a filler file takes every byte SQLite could
-grow into. Without the right to mount one, the test is skipped.
+grow into. Without the right to mount one, that test is skipped; its in-process twin runs
+everywhere: the app's SQLite file may not grow (`PRAGMA max_page_count`, which fails writes
+with SQLITE_FULL, "database or disk is full", exactly as a full disk does).
 """
 
 from __future__ import annotations
@@ -72,8 +74,11 @@ def sse_events(text: str) -> list[tuple[str, dict[str, Any]]]:
 class Client:
     """Sends every dialect's requests; remembers every id the server said is stored."""
 
-    def __init__(self, server: Server) -> None:
-        self.http = httpx.Client(base_url=server.base_url, timeout=60)
+    def __init__(self, server: Server | Any) -> None:
+        # A server process, or an in-process app's TestClient (an HTTP client of its own).
+        self.http = (
+            httpx.Client(base_url=server.base_url, timeout=60) if isinstance(server, Server) else server
+        )
         self.announced: list[str] = []
         self.statuses: list[int] = []
 
@@ -151,3 +156,36 @@ def test_a_full_disk_loses_nothing_announced(tmp_path: Path) -> None:
             assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         finally:
             db.close()
+
+
+def test_a_store_that_cannot_grow_loses_nothing_announced(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from sluicegate.app.factory import create_app
+    from sluicegate.config import load_settings
+
+    config = write_config(tmp_path, {"data_dir": str(tmp_path / "data")}, [scripted("chat", "chat.yaml")])
+
+    def room(client: TestClient, pages: int | None) -> None:
+        store = client.app.state.sluicegate.store  # type: ignore[attr-defined]
+
+        def run() -> None:
+            (count,) = store.db.execute("PRAGMA page_count").fetchone()
+            store.db.execute(f"PRAGMA max_page_count={count + pages if pages is not None else 1073741823}")
+
+        client.portal.call(store._call, run)  # type: ignore[union-attr]
+
+    with TestClient(create_app(load_settings(config, env={}))) as http:
+        client = Client(http)
+        client.every_dialect("before")
+        room(http, 0)
+        for i in range(TURNS):
+            client.every_dialect(f"full {i} {uuid.uuid4().hex * 20}")
+        assert 503 in client.statuses, "the store never filled up: the test proves nothing"
+        room(http, None)
+        client.every_dialect("after")
+        assert client.statuses[-1] == 200
+    with TestClient(create_app(load_settings(config, env={}))) as http:
+        for response_id in client.announced:
+            got = http.get(f"/v1/responses/{response_id}")
+            assert got.status_code == 200, (response_id, got.text)
