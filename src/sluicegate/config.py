@@ -13,6 +13,8 @@ max_concurrent_requests = 512   # 429 above this (per worker)
 workers = 1                     # server processes on the port; > 1 needs [store] backend = "redis"
 stream_buffer_bytes = 262144    # per stream: frames waiting for a slow client before generation pauses
 max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
+header_timeout_seconds = 10     # a request's line and headers must arrive within this; else closed
+keep_alive_seconds = 5          # an idle keep-alive connection is closed after this
 max_instances = 4               # instances of one model; 0: no cap
 max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT loads evicted first;
                                 # default: the machine's physical memory; 0: no cap
@@ -103,6 +105,8 @@ class Settings:
     workers: int = 1  # server processes on the port; more than one needs the Redis store
     stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    header_timeout_seconds: float = 10.0  # slow clients: request line and headers within this
+    keep_alive_seconds: float = 5.0  # idle keep-alive connections are closed after this
     max_instances: int = 4  # instances of one model the models API may load; 0: no cap
     max_loaded_model_bytes: int | None = None  # GGUF bytes loaded at once; None: physical RAM, 0: no cap
     data_dir: Path = field(default_factory=default_data_dir)
@@ -150,6 +154,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "workers": int,
     "stream_buffer_bytes": int,
     "max_json_depth": int,
+    "header_timeout_seconds": (int, float),
+    "keep_alive_seconds": (int, float),
     "max_instances": int,
     "max_loaded_model_bytes": int,
     "data_dir": str,

@@ -146,6 +146,7 @@ class Scenario:
     fail_first: int = 0  # answer 503 to the first N requests, then this scenario
     split: bool = False  # send every frame in two TCP writes, split mid-line
     flood: int = 0  # first send this many one-token content frames, as fast as the client reads
+    raw: bool = False  # write the frames as they are, no chunk framing (a broken chunked body)
 
 
 def embeddings(body: Any) -> dict[str, Any]:
@@ -306,6 +307,9 @@ class FakeUpstream:
                 await self._plain(writer, observed, 503, b'{"error":{"message":"warming up"}}')
             return True
         if method == "POST" and path.endswith("/embeddings"):
+            scenario = self.scenarios.get(str(body.get("model")) if isinstance(body, dict) else "")
+            if scenario is not None:  # a misbehaving embeddings answer: its frames are the body
+                return await self._answer(reader, writer, observed, scenario)
             await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
             return True
         if method == "POST" and path.endswith("/v1/completions") and isinstance(body, dict):
@@ -381,8 +385,10 @@ class FakeUpstream:
             if not await self._pause(gone, scenario.body_delay, observed):
                 return False
             if scenario.flood:
-                token = chunk({"content": " tok"})
-                writer.write(b"%x\r\n" % len(frames_head := chunk({"role": "assistant", "content": ""})))
+                legacy = observed.path.endswith("/v1/completions")  # text chunks, not chat deltas
+                token = completion_chunk(" tok") if legacy else chunk({"content": " tok"})
+                frames_head = completion_chunk("") if legacy else chunk({"role": "assistant", "content": ""})
+                writer.write(b"%x\r\n" % len(frames_head))
                 writer.write(frames_head + b"\r\n")
                 for _ in range(scenario.flood):
                     writer.write(b"%x\r\n" % len(token) + token + b"\r\n")
@@ -401,7 +407,7 @@ class FakeUpstream:
                     return False
                 parts = [frame[: len(frame) // 2], frame[len(frame) // 2 :]] if scenario.split else [frame]
                 for part in parts:
-                    writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    writer.write(part if scenario.raw else f"{len(part):x}\r\n".encode() + part + b"\r\n")
                     await writer.drain()
                 observed.frames_sent += 1
             if scenario.abrupt:

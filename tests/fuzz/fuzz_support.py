@@ -484,6 +484,31 @@ def models_api_bodies() -> st.SearchStrategy[dict[str, Any]]:
     )
 
 
+def embeddings_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    required = st.fixed_dictionaries(
+        {
+            "model": MODEL,
+            "input": st.one_of(TEXT, st.lists(TEXT, max_size=3), st.lists(st.integers(0, 50), max_size=5)),
+        }
+    )
+    optional = _optional(
+        encoding_format=st.sampled_from(["float", "base64", "x"]), dimensions=st.integers(-1, 4096), user=TEXT
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
+def generic_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """For a POST route no strategy names: any dialect's body (a new route is still attacked)."""
+    return st.one_of(
+        chat_bodies(),
+        responses_bodies(),
+        lmstudio_bodies(),
+        anthropic_bodies(),
+        models_api_bodies(),
+        embeddings_bodies(),
+    )
+
+
 # --- mutations ------------------------------------------------------------------------------
 
 

@@ -52,6 +52,7 @@ from sluicegate.turn.http import (
     app_state,
     read_json,
     request_scope,
+    safe_headers,
     wait_for_disconnect,
 )
 from sluicegate.turn.live import BackgroundRun, LiveTurn
@@ -291,12 +292,16 @@ class TurnEndpoint:
         pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
-        headers = {
-            INSTANCE_HEADER: generation.instance_id,
-            **opened.headers,
-            **chat.response_headers,
-            **turn.headers,
-        }
+        # Checked here, before the turn runs: a header that cannot be sent must not surface as an
+        # error after the store has recorded the response as completed.
+        headers = safe_headers(
+            {
+                INSTANCE_HEADER: generation.instance_id,
+                **opened.headers,
+                **chat.response_headers,
+                **turn.headers,
+            }
+        )
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []

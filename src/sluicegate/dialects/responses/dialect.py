@@ -35,6 +35,7 @@ FAILED_STATUS_KIND = {
     "invalid_prompt": ErrorKind.INVALID_REQUEST,
     "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
     "server_is_overloaded": ErrorKind.OVERLOADED,
+    "store_unavailable": ErrorKind.OVERLOADED,
 }
 
 

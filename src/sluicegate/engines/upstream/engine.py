@@ -8,7 +8,7 @@ wire.py; a text completion goes to its `/completions` (completions.py); replicas
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import orjson
 
@@ -18,6 +18,7 @@ from sluicegate.engines.base import ModelInfo
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
+from sluicegate.engines.upstream.embeddings import EMBEDDINGS_PATH, MAX_UPSTREAM_BODY, checked_embeddings
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
 from sluicegate.parsing import THINK, OutputParser
@@ -62,6 +63,19 @@ class OpenAIUpstreamEngine(UpstreamEngine):
 
     def decoder(self) -> ChunkDecoder:
         return ChunkDecoder(content_parser(self.config))
+
+    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
+        """An embeddings request relayed as it came (with the upstream's model name); the
+        answer, checked, names our model id (the one the client asked for)."""
+        try:
+            payload = orjson.dumps({**body, "model": self.config.upstream_model})
+        except orjson.JSONEncodeError as exc:
+            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
+        answer, replica = await self.exchange(EMBEDDINGS_PATH, payload, max_bytes=MAX_UPSTREAM_BODY)
+        checked = checked_embeddings(answer, replica)
+        if "model" in checked:
+            checked["model"] = self.model_id
+        return checked
 
     def route(self, request: ChatRequest) -> tuple[str, StreamDecoder]:
         if request.prompt is not None:  # text: no `<think>` tags looked for
