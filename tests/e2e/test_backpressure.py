@@ -35,6 +35,8 @@ REQUESTS = {
     "anthropic": ("/v1/messages", {"messages": [{"role": "user", "content": "go"}], "max_tokens": 4096}),
     "completions": ("/v1/completions", {"prompt": "go", "max_tokens": 2_000_000}),
     "infill": ("/infill", {"input_prefix": "def f(", "input_suffix": ")", "n_predict": 2_000_000}),
+    "ollama_chat": ("/api/chat", {"messages": [{"role": "user", "content": "go"}]}),
+    "ollama_generate": ("/api/generate", {"prompt": "go"}),
 }
 
 
