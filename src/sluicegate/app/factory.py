@@ -34,6 +34,7 @@ from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
 from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.registry import dialect_for, dialect_name
+from sluicegate.dialects.responses.conversation import to_item as responses_item
 from sluicegate.dialects.responses.dialect import ResponsesDialect
 from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
@@ -268,6 +269,7 @@ def create_app(settings: Settings) -> Starlette:
 
     store.on_cancel = cancel_local
     store.lost_run_frames = lost_run_frames
+    store.read_item = responses_item  # stored items not in our own form: older records, response output
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from sluicegate.core.request import ContentPart
+from sluicegate.core.errors import SluicegateError
+from sluicegate.core.request import ContentPart, Role
 
 Json = dict[str, Any]
 ITEMS_VERSION: Final = 2  # 1: Responses items; 2: these items, tagged by "kind"
@@ -28,7 +29,7 @@ ITEMS_VERSION: Final = 2  # 1: Responses items; 2: these items, tagged by "kind"
 
 @dataclass(slots=True)
 class MessageItem:
-    role: str  # system, developer, user, assistant
+    role: Role
     parts: list[ContentPart]
     id: str | None = None
     origin: str = ""
@@ -113,6 +114,7 @@ class ToolListItem:
     id: str
     server_label: str
     tools: list[Json] = field(default_factory=list)
+    error: str | None = None  # the listing failed
     origin: str = ""
     native: Json | None = None
 
@@ -233,5 +235,29 @@ def items_from_json(data: list[Json], legacy: LegacyReader | None = None) -> lis
     return out
 
 
+def is_call(data: Json) -> bool:
+    """A stored item that is a client call (the store indexes those by call_id)."""
+    return data.get("kind") == "call" or data.get("type") == "function_call"
+
+
 def is_system(item: ConversationItem) -> bool:
     return isinstance(item, MessageItem) and item.role in ("system", "developer")
+
+
+@dataclass(slots=True)
+class ConversationInput:
+    """A turn that continues stored state (Responses, LM Studio chats): the runner resolves it
+    into messages through `sluicegate.conversation` before the model is opened."""
+
+    input_items: list[ConversationItem]  # this turn's own items, mapped by its dialect
+    previous_response_id: str | None = None
+    instructions: str | None = None
+    replace_system: bool = False  # a system item in the input replaces the stored one (LM Studio)
+    # The dialect's own 404 for an unknown previous_response_id.
+    previous_not_found: Callable[[str], SluicegateError] | None = None
+    # Conversations held by the transport (a WebSocket's recent responses), by response id, in
+    # the stored form: looked up before the store, so a `store: false` turn can be continued on
+    # its connection.
+    local: Callable[[str], list[Json] | None] | None = None
+    # A tool result must answer a call in the conversation or the store (no call synthesised).
+    strict_calls: bool = False

@@ -27,6 +27,10 @@ __all__ = ["Sealer", "load_key", "scope_of", "sealer_for"]  # scope_of: defined 
 PREFIX = "sg1."  # format version: a later format can be told apart
 NONCE_BYTES = 12
 KEY_FILE = "sealing.key"
+# Purposes of the conversation's sealed items (`core/items.py`): a compaction's summary, and
+# reasoning handed to a client that stores nothing.
+COMPACTION = "compaction"
+REASONING = "reasoning"
 Json = dict[str, Any]
 
 

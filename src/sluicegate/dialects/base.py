@@ -19,11 +19,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
-from sluicegate.core.errors import ErrorInfo, SluicegateError
+from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import Event, ToolsListed
 from sluicegate.core.frames import Frame
+from sluicegate.core.items import ConversationInput
 from sluicegate.core.request import ChatRequest, ServerTool
 from sluicegate.tools.catalog import ToolSelection
+
+__all__ = ["ConversationInput"]  # defined in core (the conversation reads it too); re-exported
 
 Json = dict[str, Any]
 TransportName = Literal["sse", "ndjson"]
@@ -51,24 +54,6 @@ class DialectSpec:
     def body(self, info: ErrorInfo, status: int) -> Json:
         """The error body for `info` answered with `status`."""
         return self.error(info) if self.error_at is None else self.error_at(info, status)
-
-
-@dataclass(slots=True)
-class ConversationInput:
-    """A turn that continues stored state (Responses, LM Studio chats): the runner resolves it
-    into messages through `sluicegate.conversation` before the model is opened."""
-
-    input_items: list[Json]  # this turn's own items, in the stored (Responses) item shape
-    previous_response_id: str | None = None
-    instructions: str | None = None
-    replace_system: bool = False  # a system item in the input replaces the stored one (LM Studio)
-    # The dialect's own 404 for an unknown previous_response_id.
-    previous_not_found: Callable[[str], SluicegateError] | None = None
-    # Conversations held by the transport (a WebSocket's recent responses), by response id:
-    # looked up before the store, so a `store: false` turn can be continued on its connection.
-    local: Callable[[str], list[Json] | None] | None = None
-    # A tool result must answer a call in the conversation or the store (no call synthesised).
-    strict_calls: bool = False
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ from sluicegate.core.request import ChatRequest, Message, RequestOptions
 from sluicegate.dialects.base import ConversationInput
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses.compact import compact_resource, kept_messages, parse_compact_request
+from sluicegate.dialects.responses.conversation import from_items, to_items
 from sluicegate.dialects.responses.sealed import COMPACT_PROMPT, compaction_item
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, error_response, read_json
 from sluicegate.turn.http import request_scope, wait_for_disconnect
@@ -32,7 +33,7 @@ async def compact_response(request: Request) -> Response:
     model = state.registry.get(req.model)
     scope = request_scope(request, state.settings.api_keys)
     conversation = ConversationInput(
-        input_items=req.input_items,
+        input_items=to_items(req.input_items),
         previous_response_id=req.previous_response_id,
         instructions=req.instructions,
     )
@@ -58,5 +59,5 @@ async def compact_response(request: Request) -> Response:
     summary = result.text_of(ItemKind.MESSAGE) or ""
     # A compaction replaces the whole window: earlier compactions are folded into the new one.
     assert state.sealer is not None
-    output = [*kept_messages(resolved.history), compaction_item(summary, state.sealer, scope)]
+    output = [*kept_messages(from_items(resolved.history)), compaction_item(summary, state.sealer, scope)]
     return JSONResponse(compact_resource(output, result.usage))

@@ -17,8 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.items import items_from_json
 from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.responses.conversation import from_items
 from sluicegate.dialects.responses.request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
 from sluicegate.transport.sse import server_send, stream_sse
@@ -146,6 +148,7 @@ async def list_input_items(request: Request) -> Response:
         if live is None:
             raise not_found("Response", response_id, "response_id")
         items = live.input_items
+    items = from_items(items_from_json(items, state.store.read_item))  # stored items, as Responses lists them
     params = request.query_params
     order = params.get("order", "desc")
     if order not in ("asc", "desc"):

@@ -2,7 +2,8 @@
 
 A stored response keeps four things: the response object as last sent, the input items of
 its request (for `input_items`), the whole conversation up to and including its output (so
-`previous_response_id` continues it), and, for background responses, every streamed event
+`previous_response_id` continues it), both as our own conversation items (`core/items.py`,
+stored form version 2; records written before it hold Responses items, read by `read_item`), and, for background responses, every streamed event
 frame (so a client can resume with `starting_after`). Items are also indexed by id and by
 `call_id`, so `item_reference` inputs and tool results without history can be resolved.
 
@@ -79,6 +80,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.items import LegacyReader, is_call
 from sluicegate.core.scope import request_scope, scope_of
 
 Json = dict[str, Any]
@@ -141,6 +143,17 @@ def lost_error(error: Json | None) -> tuple[str, str | None]:
     return error["code"], message if isinstance(message, str) else None
 
 
+def item_type(item: Json) -> str:
+    """The type an indexed item is filed under: `call` for a client call in either stored form."""
+    if is_call(item):
+        return CALL_TYPE
+    kind = item.get("type") or item.get("kind")
+    return kind if isinstance(kind, str) else "message"
+
+
+CALL_TYPE: Final = "function_call"  # the name calls were filed under before our own items
+
+
 def indexed_items(record: StoredResponse) -> list[Json]:
     """The items a record makes findable by id/call_id: its inputs, then its output."""
     return [
@@ -155,6 +168,10 @@ class Store(ABC):
 
     lost_run_frames: LostRunFrames | None = None
     on_cancel: CancelHandler | None = None
+    # Reads a stored item that is not in our own form: the items of records written before it
+    # (version 1) and of response objects' output (the Responses dialect's `to_item`, set by the
+    # wiring). Every reader of stored items passes it to `core.items.item_from_json`.
+    read_item: LegacyReader | None = None
 
     async def start(self) -> None:
         """Open what needs a running loop and recover runs left in flight by a crash."""
@@ -189,7 +206,7 @@ class Store(ABC):
 
     @abstractmethod
     async def find_call(self, call_id: str, *, scope: str = "") -> Json | None:
-        """The stored `function_call` item with this call_id, if any."""
+        """The stored client call with this call_id (`core.items.is_call`), if any."""
 
     @abstractmethod
     async def purge_expired(self) -> int:

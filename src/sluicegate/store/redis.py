@@ -43,13 +43,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
+from sluicegate.core.items import is_call
 from sluicegate.store.base import (
+    CALL_TYPE,
     Json,
     Store,
     StoredResponse,
     StoreUnavailable,
     failed_snapshot,
     indexed_items,
+    item_type,
     lost_error,
 )
 from sluicegate.store.codec import (
@@ -190,7 +193,7 @@ class RedisStore(Store):
             for item in indexed_items(r):
                 value = orjson.dumps({"r": r.id, "item": item})
                 pipe.set(self._key("i", scope, item["id"]), value, pxat=expire_ms)
-                if item.get("type") == "function_call" and isinstance(item.get("call_id"), str):
+                if is_call(item) and isinstance(item.get("call_id"), str):
                     pipe.set(self._key("c", scope, item["call_id"]), value, pxat=expire_ms)
             if in_flight:
                 pipe.sadd(self._running, member)
@@ -287,7 +290,7 @@ class RedisStore(Store):
             return None
         entry = orjson.loads(raw)
         item: Json = entry["item"]
-        if type_ is not None and item.get("type") != type_:
+        if type_ is not None and item_type(item) != type_:
             return None
         if not await self.redis.exists(self._key("r", scope, entry["r"])):
             return None  # its response was deleted
@@ -297,7 +300,7 @@ class RedisStore(Store):
         return await self._do(lambda: self._find("i", scope, item_id, None))
 
     async def find_call(self, call_id: str, *, scope: str = "") -> Json | None:
-        return await self._do(lambda: self._find("c", scope, call_id, "function_call"))
+        return await self._do(lambda: self._find("c", scope, call_id, CALL_TYPE))
 
     async def purge_expired(self) -> int:
         return 0  # every key carries its own expiry

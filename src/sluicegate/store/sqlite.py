@@ -32,12 +32,14 @@ from typing import Any, TypeVar
 import orjson
 
 from sluicegate.store.base import (
+    CALL_TYPE,
     Json,
     Store,
     StoredResponse,
     StoreUnavailable,
     failed_snapshot,
     indexed_items,
+    item_type,
     lost_error,
 )
 from sluicegate.store.codec import (
@@ -231,7 +233,7 @@ class SQLiteStore(Store):
                         r.id,
                         item["id"],
                         item.get("call_id"),
-                        item.get("type", "message"),
+                        item_type(item),
                         orjson.dumps(item),
                     )
                     for item in indexed_items(r)
@@ -318,7 +320,7 @@ class SQLiteStore(Store):
         return await self._call(self._find, scope, "id", item_id, None)
 
     async def find_call(self, call_id: str, *, scope: str = "") -> Json | None:
-        return await self._call(self._find, scope, "call_id", call_id, "function_call")
+        return await self._call(self._find, scope, "call_id", call_id, CALL_TYPE)
 
     def _purge(self) -> int:
         with self._transaction() as db:

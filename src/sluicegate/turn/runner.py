@@ -28,12 +28,13 @@ from typing import Any
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from sluicegate.conversation.record import built_response, stored_turn
+from sluicegate.conversation.record import stored_turn
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
+from sluicegate.core.items import items_to_json
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
@@ -57,6 +58,7 @@ from sluicegate.turn.http import (
 )
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
+from sluicegate.turn.record import built_response
 from sluicegate.turn.state import AppState
 from sluicegate.turn.tools import open_model, request_toolset
 
@@ -171,7 +173,7 @@ class TurnEndpoint:
                 prepared.input_items,
                 store=state.store,
                 scope=prepared.scope,
-                accepted=lambda snapshot: stored_turn(snapshot, resolved, retention),
+                accepted=lambda snapshot: stored_turn(snapshot, resolved, retention, state.store),
             )
             await run.start()  # stored as queued; from here on the run owns the turn's resources
             if turn.stream:
@@ -304,7 +306,7 @@ class TurnEndpoint:
         )
         if turn_id:
             headers["X-Request-ID"] = turn_id
-        items = resolved.input_items if resolved is not None else []
+        items = items_to_json(resolved.input_items) if resolved is not None else []  # the stored form
         return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved)
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
@@ -390,7 +392,7 @@ def _persister(
     scope: str,
     remember: Callable[[StoredResponse], None] | None = None,
 ) -> Persist:
-    """Store the turn in the Responses shape, so any stateful dialect can continue it; durable
+    """Store the turn (its conversation in our own items), so any stateful dialect can continue it; durable
     before the pipeline sends the frames that say it is done. A background run's terminal
     frames go to its log first, then its record (`RunLog.finish`), and only then to followers.
     A transport that keeps turns of its own (`remember`) gets every record, stored or not."""
@@ -409,7 +411,7 @@ def _persister(
                 accumulator,
                 cancel_reason=cancel_reason,
             )
-        record = stored_turn(response, resolved or empty, retention)
+        record = stored_turn(response, resolved or empty, retention, state.store)
         if remember is not None:
             remember(record)
         if not turn.store:

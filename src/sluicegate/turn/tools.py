@@ -13,6 +13,7 @@ from typing import Any
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import RawEvent, ToolCallDelta, ToolResult, ToolsListed
+from sluicegate.core.items import ApprovalRequestItem, ConversationItem, ToolListItem
 from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ToolCall
 from sluicegate.dialects.base import ServerTools
 from sluicegate.engines.instances import Generation
@@ -32,11 +33,11 @@ async def request_toolset(catalog: ToolCatalog, tools: ServerTools) -> ToolSet:
         raise SluicegateError(info.kind, info.message, param=tools.param, code=info.code) from None
 
 
-def _listed(history: list[Json]) -> set[tuple[str, tuple[str, ...]]]:
+def _listed(history: list[ConversationItem]) -> set[tuple[str, tuple[str, ...]]]:
     return {
-        (i.get("server_label", ""), tuple(sorted(t.get("name", "") for t in i.get("tools") or [])))
+        (i.server_label, tuple(sorted(str(t.get("name", "")) for t in i.tools if isinstance(t, dict))))
         for i in history
-        if i.get("type") == "mcp_list_tools" and not i.get("error")
+        if isinstance(i, ToolListItem) and not i.error
     }
 
 
@@ -47,8 +48,8 @@ def open_model(
     tools: ServerTools | None,
     *,
     max_rounds: int,
-    history: list[Json],
-    approved: list[Json],
+    history: list[ConversationItem],
+    approved: list[ApprovalRequestItem],
 ) -> Generation:
     """The turn's raw events and the instance serving it."""
     if toolset is None or tools is None or (not toolset.listings and not approved):
@@ -69,17 +70,16 @@ async def _tool_turn(
     toolset: ToolSet,
     tools: ServerTools,
     max_rounds: int,
-    history: list[Json],
-    approved: list[Json],
+    history: list[ConversationItem],
+    approved: list[ApprovalRequestItem],
     first: Generation | None,
 ) -> AsyncIterator[RawEvent]:
     """Approved calls, then the tool loop; `first` is the already admitted first round."""
     try:
         for number, request in enumerate(approved):
-            name, arguments = request.get("name") or "", request.get("arguments") or ""
-            label = request.get("server_label") or ""
+            name, arguments, label = request.name, request.arguments, request.server_label
             provider = toolset.provider(name) or ProviderInfo("ephemeral_mcp", label, label)
-            call_id = request["id"]
+            call_id = request.id
             # A negative index keeps it apart from the loop's calls, which count from 0.
             yield ToolCallDelta(-1 - number, arguments, call_id=call_id, name=name, provider=provider)
             outcome = await toolset.call(name, arguments)

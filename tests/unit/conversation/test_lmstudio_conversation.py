@@ -16,7 +16,9 @@ import pytest
 from sluicegate.conversation.messages import items_to_messages
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.items import MessageItem
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
+from sluicegate.dialects.responses.conversation import to_item
 
 PREVIOUS = "resp_" + "a" * 48
 
@@ -31,6 +33,7 @@ class Store:
 
     def __init__(self, conversation: list[dict[str, Any]]) -> None:
         self.conversation = conversation
+        self.read_item = to_item  # the conversation here is stored as a Responses chat wrote it
 
     async def get(self, response_id: str, *, scope: str = "", events: bool = True) -> Any:
         return SimpleNamespace(conversation=self.conversation) if response_id == PREVIOUS else None
@@ -73,7 +76,7 @@ async def test_a_first_turn_is_system_then_user() -> None:
     conversation = await _conversation(state([]), {"model": "m", "input": "Hi.", "system_prompt": "Be kind."})
     messages = items_to_messages(conversation.history, None)
     assert [(m.role, m.text) for m in messages] == [("system", "Be kind."), ("user", "Hi.")]
-    assert [i["role"] for i in conversation.input_items] == ["system", "user"]
+    assert [i.role for i in conversation.input_items if isinstance(i, MessageItem)] == ["system", "user"]
 
 
 async def test_a_continued_chat_keeps_its_history_and_system_prompt() -> None:
@@ -100,7 +103,10 @@ async def test_a_system_prompt_sent_again_replaces_the_old_one_at_the_start() ->
         ("user", "What is my name?"),
     ]
     conversation = await _conversation(state(STORED), body)
-    assert [i["role"] for i in conversation.input_items] == ["system", "user"]  # this turn's own input
+    assert [i.role for i in conversation.input_items if isinstance(i, MessageItem)] == [
+        "system",
+        "user",
+    ]  # this turn's own input
 
 
 async def test_an_unknown_previous_response_is_not_found() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluicegate.conversation.messages import items_to_messages, orphan_call_ids
+from responses_conversation import items_to_messages, orphan_call_ids
 from sluicegate.core.events import Item, ItemKind
 from sluicegate.core.request import ContentPart, Message, ToolCall
 from sluicegate.dialects.responses.items import output_item

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from sluicegate.conversation.approvals import resolve_approvals
+from sluicegate.conversation.approvals import Approvals, resolve_approvals
 from sluicegate.core.errors import SluicegateError
+from sluicegate.dialects.responses.conversation import to_item, to_items
 from sluicegate.dialects.responses.dialect import tool_selection
 from sluicegate.dialects.responses.request import parse_responses_request
 from sluicegate.store.base import StoredResponse
@@ -35,6 +36,10 @@ def answer(request_id: str = "mcpr_1", approve: bool = True) -> Json:
         "approval_request_id": request_id,
         "approve": approve,
     }
+
+
+async def approvals_of(history: list[Json], items: list[Json], store: SQLiteStore) -> Approvals:
+    return await resolve_approvals(to_items(history), to_items(items), store)
 
 
 def test_selection_offers_every_configured_provider_and_the_request_servers() -> None:
@@ -63,17 +68,18 @@ def test_selection_offers_every_configured_provider_and_the_request_servers() ->
 @pytest.fixture
 async def store(tmp_path: Path) -> AsyncIterator[SQLiteStore]:
     db = SQLiteStore(tmp_path / "store.sqlite3")
+    db.read_item = to_item  # as the wiring sets it
     yield db
     await db.aclose()
 
 
 async def test_approved_requests_from_the_history_run_once(store: SQLiteStore) -> None:
-    approvals = await resolve_approvals([REQUEST, answer()], [answer()], store)
-    assert (approvals.approved, approvals.fetched) == ([REQUEST], [])
+    approvals = await approvals_of([REQUEST, answer()], [answer()], store)
+    assert (approvals.approved, approvals.fetched) == ([to_item(REQUEST)], [])
     already = {"type": "mcp_call", "id": "fc_1", "approval_request_id": "mcpr_1"}
-    assert (await resolve_approvals([REQUEST, already, answer()], [answer()], store)).approved == []
+    assert (await approvals_of([REQUEST, already, answer()], [answer()], store)).approved == []
     assert (
-        await resolve_approvals([REQUEST, answer(approve=False)], [answer(approve=False)], store)
+        await approvals_of([REQUEST, answer(approve=False)], [answer(approve=False)], store)
     ).approved == []
 
 
@@ -82,13 +88,13 @@ async def test_a_request_found_only_in_the_store_is_fetched(store: SQLiteStore) 
     await store.put(
         StoredResponse("resp_1", {"id": "resp_1", "output": [REQUEST]}, [], [REQUEST], now, now + 60)
     )
-    approvals = await resolve_approvals([answer()], [answer()], store)
-    assert approvals.approved == approvals.fetched == [REQUEST]
+    approvals = await approvals_of([answer()], [answer()], store)
+    assert approvals.approved == approvals.fetched == [to_item(REQUEST)]
 
 
 async def test_an_answer_to_an_unknown_request_names_the_parameter(store: SQLiteStore) -> None:
     with pytest.raises(SluicegateError) as caught:
-        await resolve_approvals([answer("mcpr_x")], [{"type": "message"}, answer("mcpr_x")], store)
+        await approvals_of([answer("mcpr_x")], [{"type": "message"}, answer("mcpr_x")], store)
     assert (caught.value.info.param, caught.value.info.code) == (
         "input[1].approval_request_id",
         "approval_request_not_found",

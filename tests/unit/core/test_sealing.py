@@ -8,10 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from sluicegate.conversation.sealed import SUMMARY_PREFIX, expand_sealed
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.items import MessageItem, ReasoningItem
 from sluicegate.core.sealing import Sealer, load_key, scope_of
 from sluicegate.dialects.responses.compact import parse_compact_request
-from sluicegate.dialects.responses.sealed import SUMMARY_PREFIX, compaction_item, expand_sealed
+from sluicegate.dialects.responses.conversation import to_items
+from sluicegate.dialects.responses.sealed import compaction_item
 
 SCOPE = scope_of("key-a")
 
@@ -61,14 +64,15 @@ def test_a_compaction_item_expands_into_the_summary_and_sealed_reasoning_is_rest
         item,
         {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": sealed_reasoning},
     ]
-    out = expand_sealed(items, s, SCOPE)
-    assert out[0] is items[0]
-    assert out[1]["type"] == "message" and out[1]["role"] == "user"
-    assert out[1]["content"][0]["text"] == SUMMARY_PREFIX + "Launch Tuesday."
-    assert out[2]["content"] == [{"type": "reasoning_text", "text": "I thought hard."}]
-    assert "encrypted_content" not in out[2]
+    neutral = to_items(items)
+    out = expand_sealed(neutral, s, SCOPE)
+    assert out[0] is neutral[0]
+    assert isinstance(out[1], MessageItem) and out[1].role == "user"
+    assert out[1].text == SUMMARY_PREFIX + "Launch Tuesday."
+    assert isinstance(out[2], ReasoningItem) and out[2].text == "I thought hard."
+    assert out[2].sealed is None
     with pytest.raises(SluicegateError):
-        expand_sealed([item], s, scope_of("key-b"))
+        expand_sealed(to_items([item]), s, scope_of("key-b"))
 
 
 def test_a_compact_request_needs_a_model_and_some_input() -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
+from sluicegate.core.request import ContentPart
 from sluicegate.dialects.lmstudio.request import CHAT_KEYS, parse_lmstudio_chat, tool_selection
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
@@ -50,7 +51,7 @@ def test_defaults() -> None:
     req = parse()
 
     assert req.model == "m"
-    assert req.input_parts == [{"type": "input_text", "text": "Hi."}]
+    assert req.input_parts == [ContentPart("text", text="Hi.")]
     assert req.stream is False
     assert req.store is True
     assert req.system_prompt is None
@@ -79,8 +80,8 @@ def test_every_field_is_read() -> None:
     )
 
     assert req.input_parts == [
-        {"type": "input_text", "text": "Look:"},
-        {"type": "input_image", "image_url": PNG, "detail": "auto"},
+        ContentPart("text", text="Look:"),
+        ContentPart("image", image_url=PNG),
     ]
     assert req.system_prompt == "Be brief."
     assert req.stream is True and req.store is False

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluicegate.conversation.messages import items_to_messages
+from responses_conversation import items_to_messages
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import Message, ProviderInfo, ServerTool
 from sluicegate.dialects.responses.mcp_request import approval_policy

@@ -13,6 +13,7 @@ from test_responses_encoder import Run, ending, item
 from sluicegate.conversation.messages import items_to_messages
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import FinishReason, ItemKind
+from sluicegate.dialects.responses.conversation import to_items
 from sluicegate.dialects.responses.hosted import IGNORED_HEADER, resolve_hosted
 from sluicegate.dialects.responses.request import parse_responses_request
 
@@ -241,7 +242,7 @@ def test_tool_input_items_become_calls_and_results() -> None:
         }
     )
     assert all(i.get("id") for i in req.input_items)
-    messages = items_to_messages(req.input_items, None)
+    messages = items_to_messages(to_items(req.input_items), None)
     calls = [(c.name, json.loads(c.arguments)) for m in messages for c in m.tool_calls]
     assert calls == [
         ("apply_patch", {"input": PATCH}),
@@ -332,4 +333,6 @@ def test_tools_that_input_items_make_available_are_offered_too() -> None:
     )
     assert [spec.name for spec in req.tool_specs] == ["functions__exec", "calendar"]
     assert req.tool_kinds["functions__exec"].kind == "custom" and req.tools == []  # offered, not echoed
-    assert items_to_messages(req.input_items, None)[0].role == "user"  # the tools item is no message
+    assert (
+        items_to_messages(to_items(req.input_items), None)[0].role == "user"
+    )  # the tools item is no message

@@ -1,5 +1,6 @@
 """LM Studio REST v1 `POST /api/v1/chat` as a `Dialect`: named events, stored chats that
-continue in any stateful dialect, `integrations` as server-side tools."""
+continue in any stateful dialect (its input mapped to our own conversation items), `integrations`
+as server-side tools."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
-from sluicegate.core.request import ChatRequest, RequestOptions
+from sluicegate.core.items import ConversationItem, MessageItem
+from sluicegate.core.request import ChatRequest, ContentPart, RequestOptions, Role
 from sluicegate.dialects.base import (
     ConversationInput,
     Dialect,
@@ -31,12 +33,13 @@ class LMStudioTurn:
     vocabulary: Vocabulary
 
 
-def _message(role: str, content: list[Json]) -> Json:
-    return {"type": "message", "id": new_id("msg_"), "role": role, "content": content, "status": "completed"}
+def _message(role: Role, parts: list[ContentPart]) -> MessageItem:
+    return MessageItem(role, parts, new_id("msg_"), origin=SPEC_NAME)
 
 
+SPEC_NAME = "lmstudio"
 # LM Studio owns its versioned REST paths; the other `/api/` paths are Ollama's.
-SPEC = DialectSpec("lmstudio", ("/api/v1/", "/api/v0/"), lmstudio_error)
+SPEC = DialectSpec(SPEC_NAME, ("/api/v1/", "/api/v0/"), lmstudio_error)
 
 
 class LMStudioDialect(Dialect):
@@ -56,9 +59,9 @@ class LMStudioDialect(Dialect):
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
         req = parse_lmstudio_chat(body)
         vocabulary = self._vocabulary(query, headers)
-        items: list[Json] = []
+        items: list[ConversationItem] = []
         if req.system_prompt is not None:
-            items.append(_message("system", [{"type": "input_text", "text": req.system_prompt}]))
+            items.append(_message("system", [ContentPart("text", text=req.system_prompt)]))
         items.append(_message("user", req.input_parts))
         chat = ChatRequest(
             model=req.model,

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.core.errors import invalid
-from sluicegate.core.request import SamplingParams
+from sluicegate.core.request import ContentPart, SamplingParams
 from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
 from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
@@ -45,7 +45,7 @@ EPHEMERAL_MCP_KEYS = frozenset({"type", "server_label", "server_url", "allowed_t
 @dataclass(slots=True)
 class LMStudioChatRequest:
     model: str
-    input_parts: list[Json]  # Responses-style content parts: input_text / input_image
+    input_parts: list[ContentPart]  # the user message: text and images
     system_prompt: str | None = None
     integrations: list[Json] = field(default_factory=list)
     stream: bool = False
@@ -95,20 +95,20 @@ def parse_lmstudio_chat(body: Any) -> LMStudioChatRequest:
     return req
 
 
-def _input(f: Fields) -> list[Json]:
+def _input(f: Fields) -> list[ContentPart]:
     raw = f.obj.get("input")
     if raw is None:
         f.fail("input", '"input" is required', "missing_required_parameter")
     if isinstance(raw, str):
-        return [{"type": "input_text", "text": raw}]
+        return [ContentPart("text", text=raw)]
     if not isinstance(raw, list) or not raw:
         f.fail("input", "Invalid 'input': expected a string or a non-empty array of text and image items.")
-    parts: list[Json] = []
+    parts: list[ContentPart] = []
     for item in f.items("input", raw):
         kind = item.obj.get("type")
         if kind == "text":
             reject_unknown_keys(item, frozenset({"type", "content"}))
-            parts.append({"type": "input_text", "text": item.string("content", required=True)})
+            parts.append(ContentPart("text", text=item.string("content", required=True) or ""))
         elif kind == "image":
             reject_unknown_keys(item, frozenset({"type", "data_url"}))
             url = item.string("data_url", required=True) or ""
@@ -117,7 +117,7 @@ def _input(f: Fields) -> list[Json]:
                     "data_url",
                     f"Invalid '{item.where('data_url')}': expected a base64 data URL (data:image/...;base64,...).",
                 )
-            parts.append({"type": "input_image", "image_url": url, "detail": "auto"})
+            parts.append(ContentPart("image", image_url=url))
         else:
             raise invalid(
                 "Invalid discriminator value. Expected 'text' | 'image'", item.path, code="invalid_union"

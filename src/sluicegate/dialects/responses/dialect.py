@@ -20,6 +20,7 @@ from sluicegate.dialects.base import (
     Turn,
 )
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.responses.conversation import to_items
 from sluicegate.dialects.responses.encoder import ReasoningNames, ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses.hosted import resolve_hosted
 from sluicegate.dialects.responses.mcp_request import approval_policy
@@ -107,7 +108,7 @@ class ResponsesDialect(Dialect):
             chat=chat_request(req),
             stream=req.stream,
             conversation=ConversationInput(
-                input_items=req.input_items,
+                input_items=to_items(req.input_items),
                 previous_response_id=req.previous_response_id,
                 instructions=req.instructions,
             ),
