@@ -78,6 +78,16 @@ def test_the_real_tree_keeps_every_contract(tree: Path) -> None:
             "import sluicegate.transport.ndjson",
             "dialects translate: no engine, no transport",
         ),
+        (
+            "sluicegate.conversation.messages",
+            "import sluicegate.dialects.responses.tool_items",
+            "the conversation knows no dialect",
+        ),
+        (
+            "sluicegate.conversation.resolve",
+            "import sluicegate.dialects.base",
+            "the conversation knows no dialect",
+        ),
         ("sluicegate.core.events", "import sluicegate.engines.base", "layers"),
         ("sluicegate.engines.scripted", "import sluicegate.dialects.base", "layers"),
         ("sluicegate.observe.metrics", "import sluicegate.turn.runner", "layers"),
