@@ -152,7 +152,38 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_prompts": bool,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
+# The keys each table accepts: the loader refuses any other, and the configuration reference
+# (docs/gen_config.py) is checked against these, so neither can drift from the other.
+RESPONSES_KEYS = (
+    "retention_days",
+    "reasoning_events",
+    "hosted_tools",
+    "websocket_max_seconds",
+    "websocket_cached_responses",
+)
+LMSTUDIO_KEYS = ("events",)
+STORE_KEYS = ("backend", "path", "url", "retention_days")
+TOOLS_KEYS = (
+    "mcp_config",
+    "call_timeout_seconds",
+    "max_rounds",
+    "allow_request_servers",
+    "allowed_hosts",
+    "plugins",
+)
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
+
+
+def table_keys() -> dict[str, tuple[str, ...]]:
+    """Every key of every table the loader accepts (engines check their own `[[models]]` keys)."""
+    return {
+        "server": tuple(_SERVER_KEYS),
+        "chat_completions": tuple(_CHAT_KEYS),
+        "responses": RESPONSES_KEYS,
+        "lmstudio": LMSTUDIO_KEYS,
+        "store": STORE_KEYS,
+        "tools": TOOLS_KEYS,
+    }
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -229,7 +260,7 @@ def load_settings(
         _apply_tools(settings, data.get("tools", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
-            if key != "events" or value not in ("current", "v0"):
+            if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):
                 raise ConfigError(f"{path}: [lmstudio] takes only events = 'current' | 'v0'")
             settings.lmstudio_events = value
         models = data.get("models", [])
@@ -246,6 +277,10 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [responses] must be a table")
     for key, value in table.items():
+        if key not in RESPONSES_KEYS:
+            raise ConfigError(
+                f"{source}: unknown key [responses].{key}; known keys: {', '.join(RESPONSES_KEYS)}"
+            )
         if key == "retention_days":
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{source}: [responses].retention_days must be a positive number")
@@ -285,6 +320,8 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [store] must be a table")
     for key, value in table.items():
+        if key not in STORE_KEYS:
+            raise ConfigError(f"{source}: unknown key [store].{key}; known keys: {', '.join(STORE_KEYS)}")
         if key == "path" and isinstance(value, str) and value:
             path = Path(value).expanduser()
             settings.store_path = path if path.is_absolute() else settings.base_dir / path
@@ -305,6 +342,8 @@ def _apply_tools(settings: Settings, table: Any, source: str) -> None:
         raise ConfigError(f"{source}: [tools] must be a table")
     for key, value in table.items():
         where = f"{source}: [tools].{key}"
+        if key not in TOOLS_KEYS:
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TOOLS_KEYS)}")
         if key == "mcp_config":
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{where} must be the path of an mcp.json file")
@@ -334,10 +373,7 @@ def _apply_tools(settings: Settings, table: Any, source: str) -> None:
                 raise ConfigError(f"{where} must hold one [tools.plugins.<id>] table per plugin")
             settings.tools_plugins = {name: dict(t) for name, t in value.items()}
         else:
-            raise ConfigError(
-                f"{where} is unknown; known keys: mcp_config, call_timeout_seconds, max_rounds, "
-                "allow_request_servers, allowed_hosts, plugins"
-            )
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TOOLS_KEYS)}")
 
 
 def _apply_env(settings: Settings, env: dict[str, str]) -> bool:

@@ -147,12 +147,10 @@ class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Starlette's own `__call__`, inlined: one frame less held by every open stream.
-        scope["app"] = self
+        # Starlette's own `__call__` after it: inlining it bought nothing measurable
+        # (bench/workarounds.py, docs/architecture.md).
         scope[SERVER_SEND] = send
-        if self.middleware_stack is None:
-            self.middleware_stack = self.build_middleware_stack()
-        await self.middleware_stack(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 class TurnRoutes:
