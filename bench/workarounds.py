@@ -23,6 +23,10 @@ The workarounds, each measured against the library way it replaces:
 For 1-4 the app is driven through ASGI directly (no sockets), with the scripted engine:
 CPU per short request (a 1-token reply), CPU per streamed token (a 200-token reply, minus the
 short one, over 199), and memory per open stream (tracemalloc, 200 streams held mid-reply).
+On a busy machine the CPU figures of a whole request swing by more than these workarounds
+move them, so each is also measured alone, where the noise is small: one request through the
+app's own layers to an empty endpoint (1, 2), an owner taking and releasing three releases (4),
+and body frames written around or through the middleware (3).
 """
 
 from __future__ import annotations
@@ -43,16 +47,21 @@ from typing import Any
 import orjson
 import uvloop
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
 from starlette.types import Message, Receive, Scope, Send
 
 import sluicegate.turn.runner as runner
-from sluicegate.app.factory import TurnRoutes, create_app
+from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.factory import SluicegateApp, TurnRoutes, create_app
 from sluicegate.config import load_settings
 from sluicegate.core.events import ItemDelta, RawEvent, TextDelta
 from sluicegate.core.events import ItemKind as Kind
+from sluicegate.core.owned import Owned
 from sluicegate.core.segment import segment
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
-from sluicegate.transport.sse import SERVER_SEND
+from sluicegate.observe.requests import ObserveMiddleware
+from sluicegate.transport.sse import SERVER_SEND, server_send
 
 LONG_WORDS = 200
 SCRIPT = f"""
@@ -234,6 +243,144 @@ async def app_rounds(rounds: int, requests: int, streams: int) -> dict[str, dict
     return results
 
 
+# --- 3, alone: a body frame's way down -----------------------------------------------------------
+
+FRAMES = 20_000
+
+
+class Frames:
+    """A raw ASGI endpoint writing FRAMES body frames, through the middleware or around them."""
+
+    def __init__(self, bypass: bool) -> None:
+        self.bypass = bypass
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body_send = server_send(scope, send) if self.bypass else send
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        frame = {"type": "http.response.body", "body": b"data: x\n\n", "more_body": True}
+        for _ in range(FRAMES):
+            await body_send(frame)
+        await body_send({"type": "http.response.body", "body": b""})
+
+
+async def frame_path(rounds: int) -> tuple[list[float], list[float]]:
+    """µs of CPU per body frame: around the middleware (shipped), and through them."""
+
+    def app(bypass: bool) -> Starlette:
+        return SluicegateApp(
+            routes=[Route("/x", Frames(bypass))],
+            middleware=[Middleware(ObserveMiddleware), Middleware(APIKeyMiddleware, api_keys=[])],
+        )
+
+    around, through = app(True), app(False)
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": [], "query_string": b""}
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Message) -> None:
+        pass
+
+    results: tuple[list[float], list[float]] = ([], [])
+    for _ in range(rounds):
+        for target, out in ((around, results[0]), (through, results[1])):
+            start = cpu()
+            await target(dict(scope), receive, send)
+            out.append((cpu() - start) / FRAMES * 1e6)
+    return results
+
+
+# --- 1, 2 and 4 alone: per request, with nothing else in the way ---------------------------------
+
+REQUESTS = 20_000
+
+
+class Empty:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def per_request(rounds: int) -> dict[str, list[float]]:
+    """µs of CPU per request through the shipped stack, and with one workaround undone (1 redone)."""
+    endpoint = Empty()
+
+    def app(cls: type[Starlette], dispatch_first: bool) -> Starlette:
+        middleware = [Middleware(ObserveMiddleware), Middleware(APIKeyMiddleware, api_keys=[])]
+        if dispatch_first:
+            middleware.append(Middleware(TurnRoutes, turns={"/v1/chat/completions": endpoint}))
+        return cls(routes=[Route("/v1/chat/completions", endpoint, methods=["POST"])], middleware=middleware)
+
+    apps = {
+        "shipped": app(SluicegateApp, True),
+        "1 inlined __call__ (gone)": app(InlinedCall, True),
+        "2 router for chat": app(SluicegateApp, False),
+    }
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/v1/chat/completions",
+        "headers": [],
+        "query_string": b"",
+    }
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b""}
+
+    async def send(message: Message) -> None:
+        pass
+
+    results: dict[str, list[float]] = {name: [] for name in apps}
+    for _ in range(rounds):
+        for name, target in apps.items():
+            start = cpu()
+            for _ in range(REQUESTS):
+                await target(dict(scope), receive, send)
+            results[name].append((cpu() - start) / REQUESTS * 1e6)
+    return results
+
+
+async def release_list(rounds: int) -> tuple[list[float], list[float], float, float]:
+    """µs per owner (three releases taken, all released) and bytes per owner held: Owned, AsyncExitStack."""
+
+    def release() -> None:
+        pass
+
+    async def arelease() -> None:
+        pass
+
+    async def cycle(kind: type[Any]) -> None:
+        async with kind() as owned:
+            owned.callback(release)
+            owned.push_async_callback(arelease)
+            owned.callback(release)
+
+    def held(kind: type[Any]) -> float:
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        owners = []
+        for _ in range(1000):
+            owned = kind()
+            owned.callback(release)
+            owned.push_async_callback(arelease)
+            owned.callback(release)
+            owners.append(owned)
+        size = (tracemalloc.get_traced_memory()[0] - before) / 1000
+        tracemalloc.stop()
+        return size
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    for _ in range(rounds):
+        for kind, out in ((Owned, ours), (contextlib.AsyncExitStack, theirs)):
+            start = cpu()
+            for _ in range(REQUESTS):
+                await cycle(kind)
+            out.append((cpu() - start) / REQUESTS * 1e6)
+    return ours, theirs, held(Owned), held(contextlib.AsyncExitStack)
+
+
 # --- 5: JSON spliced by hand ---------------------------------------------------------------------
 
 
@@ -340,6 +487,22 @@ def main() -> None:
             f"{spread(got['token']):>24}{ratio(got['token'], base['token']):>26}"
             f"{statistics.median(got['stream']):>12.2f}"
         )
+
+    alone = uvloop.run(per_request(args.rounds))
+    print("\nOne request through the app's own layers alone (an empty endpoint), µs CPU")
+    for name, got in alone.items():
+        print(f"  {name:<28}{spread(got)}   ratio {ratio(got, alone['shipped'])}")
+
+    ours, theirs, ours_bytes, theirs_bytes = uvloop.run(release_list(args.rounds))
+    print("\nWhat a request holds, three releases taken and all released: Owned vs AsyncExitStack")
+    print(
+        f"  Owned {spread(ours)} µs, {ours_bytes:.0f} B held   AsyncExitStack {spread(theirs)} µs, "
+        f"{theirs_bytes:.0f} B held   ratio {ratio(theirs, ours)}"
+    )
+
+    around, through = uvloop.run(frame_path(args.rounds))
+    print("\nA stream body frame's way down, µs CPU per frame (the observe and auth middleware)")
+    print(f"  around them {spread(around)}   through them {spread(through)}   ratio {ratio(through, around)}")
 
     ours, theirs = json_splice(args.rounds)
     print("\nPer-token Chat Completions frame, µs (byte-identical output)")
