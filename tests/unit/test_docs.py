@@ -76,6 +76,12 @@ def test_every_path_the_architecture_page_names_exists() -> None:
     assert missing == []
 
 
+@pytest.mark.parametrize("page", [*sorted(p.name for p in DOCS.glob("*.md")), "../README.md"])
+def test_every_repository_path_a_page_names_exists(page: str) -> None:
+    missing = sorted(p for p in set(PATH.findall((DOCS / page).read_text())) if not (ROOT / p).exists())
+    assert missing == [], f"docs/{page} names paths that do not exist"
+
+
 def test_the_readme_is_a_front_door_with_no_link_leaving_the_repository() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) < 200
