@@ -24,8 +24,8 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "port": (None, "port"),
         "api_key": (
             "none",
-            "one key. When set, every path except `/health` and the playground page (`/`, "
-            "`/playground/*`) needs `Authorization: Bearer KEY` (or `x-api-key: KEY`), unknown "
+            "one key. When set, every path except `/health`, the playground page (`/`, "
+            "`/playground/*`) and `/overview` needs `Authorization: Bearer KEY` (or `x-api-key: KEY`), unknown "
             "paths and wrong methods included: without a key they answer 401, never 404 or 405. "
             "Keys are compared in constant time. With no key, there is no auth.",
         ),
@@ -179,6 +179,19 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "settings (`enabled = false` turns it off)",
         ),
     },
+    "tracing": {
+        "exporter": (None, '`"otlp"` (needs `pip install \'sluicegate[otlp]\'`), `"console"` or `"none"`'),
+        "endpoint": (
+            "the exporter's own",
+            "the OTLP/HTTP traces URL; without it `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / "
+            "`OTEL_EXPORTER_OTLP_ENDPOINT` apply",
+        ),
+        "service_name": (None, "the `service.name` resource attribute"),
+        "sample_ratio": (
+            None,
+            "the share of new traces recorded (0 to 1); a request whose `traceparent` says sampled is always followed",
+        ),
+    },
     "models": {
         "id": ("required", "what clients send as `model` (optional with `discover = true`)"),
         "engine": ("required", "an engine of the `sluicegate.engines` entry points"),
@@ -270,6 +283,7 @@ _SETTINGS_FIELD = {  # table → how its keys are named on `Settings`
     "lmstudio": "lmstudio_{}",
     "store": "store_{}",
     "tools": "tools_{}",
+    "tracing": "tracing_{}",
 }
 
 
