@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from sluicegate.cli.render import add_render_command
 from sluicegate.config import Settings, models_dir
 from sluicegate.engines.downloads import DownloadError, describe, fetch, is_present, resolve
 
@@ -59,6 +60,7 @@ def add_commands(commands: Any) -> None:
     demo.add_argument(
         "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
     )
+    add_render_command(commands)
 
 
 def make_demo(args: argparse.Namespace) -> int:
