@@ -24,8 +24,8 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "port": (None, "port"),
         "api_key": (
             "none",
-            "one key. When set, every path except `/health`, the playground page (`/`, "
-            "`/playground/*`) and `/overview` needs `Authorization: Bearer KEY` (or `x-api-key: KEY`), unknown "
+            "one key. When set, every path except `/health` and the web pages (`/`, "
+            "`/playground/*`, `/overview`, `/models`) needs `Authorization: Bearer KEY` (or `x-api-key: KEY`), unknown "
             "paths and wrong methods included: without a key they answer 401, never 404 or 405. "
             "Keys are compared in constant time. With no key, there is no auth.",
         ),
