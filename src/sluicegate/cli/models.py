@@ -60,13 +60,20 @@ def add_commands(commands: Any) -> None:
     demo.add_argument(
         "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
     )
+    demo.add_argument(
+        "--fim",
+        action="store_true",
+        help="give the tokenizer fill-in-the-middle tokens (for /infill and completions with a suffix)",
+    )
     add_render_command(commands)
 
 
 def make_demo(args: argparse.Namespace) -> int:
     from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
 
-    path = make_demo_gguf(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+    path = make_demo_gguf(
+        args.path, size=args.size, seed=args.seed, ends_replies=not args.endless, fim=args.fim
+    )
     print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
     return 0
 

@@ -48,6 +48,9 @@ class GGUFInfo:
     pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
     embedding_length: int = 0
     vocab_size: int = 0
+    # The header names fill-in-the-middle tokens (llama.cpp may also find them by their text:
+    # the engine asks the vocabulary itself when a FIM request comes).
+    has_fim: bool = False
 
     @property
     def kv_bytes_per_token(self) -> int | None:
@@ -150,4 +153,8 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         pooling=fields.get(f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
         vocab_size=len(tokens),
+        has_fim=all(
+            isinstance(fields.get(f"tokenizer.ggml.fim_{part}_token_id"), int)
+            for part in ("pre", "suf", "mid")
+        ),
     )
