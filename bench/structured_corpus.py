@@ -4,8 +4,8 @@ Run from the repository root (venv active):
 
     python bench/structured_corpus.py [--suite DIR] [--llama-server URL] [--samples 2]
 
-The corpus is the JSON Schema Test Suite (draft 2020-12; by default from
-`../shared/conformance/json-schema-test-suite`): every schema of the keyword groups that
+The corpus is the JSON Schema Test Suite (draft 2020-12; by default the copy the `jsonschema`
+sdist vendors, downloaded once into the tests' cache): every schema of the keyword groups that
 structured output promises (the groups of `tests/unit/engines/llamacpp/test_json_schema_suite.py`).
 Each schema is sent as a Chat Completions `json_schema` `response_format`, `--samples` times
 with different seeds, to Sluicegate serving the random-weight demo GGUF (it wanders through
@@ -118,9 +118,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    default_suite = Path(__file__).resolve().parents[1].parent / "shared/conformance/json-schema-test-suite"
     parser.add_argument(
-        "--suite", type=Path, default=Path(os.environ.get("JSON_SCHEMA_TEST_SUITE", default_suite))
+        "--suite", type=Path, help="a checkout of the suite (default: from the jsonschema sdist)"
     )
     parser.add_argument("--llama-server", help="base URL of a llama-server on the same GGUF (optional)")
     parser.add_argument("--gguf", type=Path, help="default: the demo GGUF, written to a temp folder")
@@ -128,7 +127,12 @@ def main() -> int:
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--limit", type=int, default=0, help="only the first N schemas (0: all)")
     args = parser.parse_args()
-    schemas = corpus(args.suite / "tests" / "draft2020-12")
+    if args.suite is not None:
+        os.environ["JSON_SCHEMA_TEST_SUITE"] = str(args.suite)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from schema_suite_sources import draft2020_12
+
+    schemas = corpus(draft2020_12())
     if args.limit:
         schemas = schemas[: args.limit]
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
@@ -163,7 +167,7 @@ def main() -> int:
                         f"{index + 1}/{len(schemas)}: {tallies['sluicegate'].line('sluicegate')}", flush=True
                     )
     print(
-        f"\n{len(schemas)} schemas from {args.suite.name}, {args.samples} samples each, max_tokens {args.max_tokens}"
+        f"\n{len(schemas)} schemas from the JSON Schema Test Suite, {args.samples} samples each, max_tokens {args.max_tokens}"
     )
     for name, tally in tallies.items():
         if name == "llama-server" and not args.llama_server:

@@ -45,7 +45,7 @@ from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokeni
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, PlainText, ReasoningStyle
+from sluicegate.parsing import ReasoningStyle, StreamParser
 
 _backend_ready = False
 
@@ -72,7 +72,7 @@ class Job:
     tokens: list[int]
     sampling: SamplingParams
     seed: int
-    parser: OutputParser | PlainText  # PlainText: a text completion (nothing to parse)
+    parser: StreamParser  # PlainText for a text completion (nothing to parse)
     emit: Callable[[list[RawEvent]], None]
     tokens_key: tuple[str, Any]
     cancelled: bool = False
