@@ -59,11 +59,23 @@ def add_commands(commands: Any) -> None:
     demo.add_argument(
         "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
     )
+    kind = demo.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
+    )
 
 
 def make_demo(args: argparse.Namespace) -> int:
     from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
 
+    if args.vision:
+        from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
+
+        mmproj = make_demo_vision(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+        path = Path(args.path)
+        print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
+        print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its vision projector, random weights too")
+        return 0
     path = make_demo_gguf(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
     print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
     return 0
