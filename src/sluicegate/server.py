@@ -64,6 +64,7 @@ from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
+from sluicegate.turn.images import ImageSettings
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
 from sluicegate.turn.websocket import ResponsesSocket
@@ -205,6 +206,7 @@ def create_app(settings: Settings) -> Starlette:
         downloads,
         tools=tools,
         sealer=sealer,
+        images=ImageSettings.from_settings(settings),
     )
 
     async def purge_expired_forever() -> None:

@@ -92,6 +92,10 @@ class Engine(ABC):
     # a llama.cpp context runs one sequence; an upstream that batches (vLLM, SGLang) is not
     # capped by default, so a gateway never holds requests in its queue while the upstream idles.
     default_max_concurrency: ClassVar[int] = 64
+    # Engines that read an image's pixels themselves (llama.cpp with a projector) say True: the
+    # turn runner then decodes every image part (`ContentPart.picture`) within the server's
+    # limits before `check`; other engines get image parts as URLs, to pass on.
+    reads_pixels: ClassVar[bool] = False
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1
 

@@ -35,6 +35,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.images import Picture
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
 from sluicegate.engines.llamacpp.channel import Channel
@@ -54,6 +55,7 @@ from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
+from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.metrics import METRICS
 from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
@@ -73,6 +75,7 @@ class LlamaCppEngine(Engine):
     kind = "llamacpp"
     needs_load = True
     holds_weights = True
+    reads_pixels = True
     default_max_concurrency: ClassVar[int] = 1
 
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:
@@ -88,6 +91,10 @@ class LlamaCppEngine(Engine):
         self.pooling: int | None = None
         if settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
             self.pooling = self.gguf.pooling if self.gguf.pooling in POOLING_TYPES else POOLING_MEAN
+        # A vision projector: the config's, or an `mmproj*.gguf` beside the model.
+        self.mmproj: Path | None = None
+        if self.pooling is None:
+            self.mmproj = settings.mmproj or find_projector(settings.path)
         # The most a load may ask for (listed as the model's maximum), and what it loads with.
         self.context = choose_context(self.gguf, settings.context_length, settings.kv_cache_budget_mib)
         self.context_length = self.context.length
@@ -106,7 +113,7 @@ class LlamaCppEngine(Engine):
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None] | None = None
+        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None, list[Picture]] | None = None
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
 
     def _default_sequences(self) -> int:
@@ -139,7 +146,7 @@ class LlamaCppEngine(Engine):
             capabilities=Capabilities(
                 tool_use=self.template is not None and gguf.supports_tools and not embedding,
                 reasoning=reasoning,
-                vision=False,
+                vision=self.mmproj is not None,
                 logprobs=True,
                 reasoning_options=options,
                 reasoning_default="on" if reasoning else None,
@@ -155,6 +162,7 @@ class LlamaCppEngine(Engine):
                 "params_string": gguf.params_string,
                 "format": "gguf",
                 "path": str(gguf.path),
+                "mmproj": str(self.mmproj) if self.mmproj is not None else None,
                 "description": gguf.description,
                 "context": self.context.details(),
             },
@@ -175,6 +183,7 @@ class LlamaCppEngine(Engine):
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
             enable_thinking=thinking,
+            media_marker=MARKER if self.mmproj is not None else None,
         )
 
     def _tokenize(self, text: str) -> list[int]:
@@ -206,10 +215,12 @@ class LlamaCppEngine(Engine):
         grammar = request_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
         prompt = self._render(request)
+        pictures = self._pictures(request)
         tokens = None
         n_ctx = self._limit(request)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
-        if len(prompt.encode("utf-8")) >= n_ctx:
+        # (With images, the worker counts: their tokens are known once the projector has them.)
+        if not pictures and len(prompt.encode("utf-8")) >= n_ctx:
             tokens = self._tokenize(prompt)
             if len(tokens) >= n_ctx:
                 if policy == "error":
@@ -231,7 +242,23 @@ class LlamaCppEngine(Engine):
                 )
                 request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
                 prompt, tokens = self._render(request, fitted.messages), fitted.tokens
-        self._prepared = (request, prompt, tokens, grammar)
+        self._prepared = (request, prompt, tokens, grammar, pictures)
+
+    def _pictures(self, request: ChatRequest) -> list[Picture]:
+        """The request's images in prompt order, decoded (the turn runner did it)."""
+        pictures = []
+        for message in request.messages:
+            if isinstance(message.content, str):
+                continue
+            for part in message.content:
+                if part.type != "image":
+                    continue
+                if part.picture is None:
+                    raise invalid(
+                        f"Model {self.model_id!r} got an image it cannot read.", code="invalid_image"
+                    )
+                pictures.append(part.picture)
+        return pictures
 
     def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
         if job.dimensions is not None and job.dimensions > self.gguf.embedding_length:
@@ -293,6 +320,7 @@ class LlamaCppEngine(Engine):
                 repack=settings.repack,
                 pooling=self.pooling,
                 sequences=self.sequences,
+                mmproj=self.mmproj,
             )
 
         log.info("loading %s: %s", self.model_id, self.context.describe())
@@ -341,11 +369,12 @@ class LlamaCppEngine(Engine):
             return
         prepared = self._prepared
         if prepared is not None and prepared[0] is request:
-            _, prompt, tokens, grammar = prepared
+            _, prompt, tokens, grammar, pictures = prepared
             self._prepared = None
         else:
             prompt, tokens = self._render(request), None
             grammar = request_grammar(request, self.tool_format, self.model_id)
+            pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
@@ -365,6 +394,7 @@ class LlamaCppEngine(Engine):
             grammar=grammar,
             reasoning=self.reasoning,
             in_reasoning=in_reasoning,
+            pictures=pictures,
         )
 
         if scheduler is not None:
@@ -389,7 +419,7 @@ class LlamaCppEngine(Engine):
         def work() -> None:
             try:
                 if not job.tokens:
-                    job.tokens = runtime.tokenize(prompt)
+                    job.tokens = runtime.prompt_tokens(job, prompt)
                 limit = _context(runtime, request)
                 if len(job.tokens) >= limit:
                     raise EngineFailure(
@@ -408,6 +438,7 @@ class LlamaCppEngine(Engine):
                 runtime.forget()  # the KV cache may be half-written
                 channel.fail(_engine_failure(exc))
             finally:
+                job.free()
                 channel.close()
 
         loop.run_in_executor(executor, work)

@@ -33,6 +33,7 @@ KEYS = frozenset(
         "embedding",
         "batching",
         "stream_interval_ms",
+        "mmproj",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -65,6 +66,8 @@ class LlamaCppSettings:
     # buffer types"): faster prompts, but it crashed in llama_decode on an AVX-512 machine, so
     # it is opt-in.
     repack: bool = False
+    # The vision projector (mmproj GGUF); None: an `mmproj*.gguf` beside the model, if any.
+    mmproj: Path | None = None
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -93,6 +96,12 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     if not path.is_file():
         raise ConfigError(f"model {model!r}: no GGUF file at {path}")
     values: dict[str, Any] = {"path": path}
+    if "mmproj" in table:
+        mmproj = Path(_string(model, "mmproj", table["mmproj"])).expanduser()
+        mmproj = mmproj if mmproj.is_absolute() else base_dir / mmproj
+        if not mmproj.is_file():
+            raise ConfigError(f"model {model!r}: no projector (mmproj) GGUF file at {mmproj}")
+        values["mmproj"] = mmproj
     for key, low in (
         ("context_length", 16),
         ("threads", 1),

@@ -74,16 +74,24 @@ def _arguments(text: str) -> Any:
     return text if json_depth_exceeds(value, DEFAULT_MAX_JSON_DEPTH) else value
 
 
-def template_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def _content(message: Message, media_marker: str | None) -> str:
+    """The message's text; with a media marker, each image stands where it was as the marker
+    (as llama-server hands a template image parts), for libmtmd to put the image there."""
+    if media_marker is None or isinstance(message.content, str):
+        return message.text
+    return "".join(part.text if part.type == "text" else media_marker for part in message.content)
+
+
+def template_messages(messages: list[Message], media_marker: str | None = None) -> list[dict[str, Any]]:
     """Messages in the OpenAI/HF dict shape; leading system and developer turns become one system."""
     out: list[dict[str, Any]] = []
     tool_names: dict[str, str] = {}
     for message in messages:
         role = "system" if message.role == "developer" else message.role
         if role == "system" and out and out[-1]["role"] == "system" and len(out) == 1:
-            out[-1]["content"] += "\n\n" + message.text
+            out[-1]["content"] += "\n\n" + _content(message, media_marker)
             continue
-        entry: dict[str, Any] = {"role": role, "content": message.text}
+        entry: dict[str, Any] = {"role": role, "content": _content(message, media_marker)}
         if role == "assistant":
             if message.reasoning:
                 entry["reasoning_content"] = message.reasoning
@@ -129,10 +137,11 @@ def render_chat(
     bos_token: str,
     eos_token: str,
     enable_thinking: bool | None = None,
+    media_marker: str | None = None,
 ) -> str:
     """The prompt text, ending with the assistant's generation prompt; template errors are 400s."""
     variables: dict[str, Any] = {
-        "messages": template_messages(messages),
+        "messages": template_messages(messages, media_marker),
         "add_generation_prompt": True,
         "bos_token": bos_token,
         "eos_token": eos_token,
