@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
 from sluicegate.core.errors import invalid
@@ -44,6 +44,9 @@ class ModelInfo:
 
 
 ProgressCallback = Callable[[float], None]
+# What a model serves: chat (every dialect), embeddings (POST /v1/embeddings), rerank (POST /v1/rerank).
+Task = Literal["chat", "embeddings", "rerank"]
+CHAT_ONLY: frozenset[Task] = frozenset({"chat"})
 
 
 @dataclass(slots=True)
@@ -143,6 +146,17 @@ class Engine(ABC):
                 param="n",
                 code="unsupported_parameter",
             )
+
+    def tasks(self) -> frozenset[Task]:
+        """What this engine serves; the routes ask this, never the engine's class."""
+        return CHAT_ONLY
+
+    async def relay(self, path: str, body: dict[str, Any]) -> Any:
+        """A task this engine hands on to a server as the client sent it (an upstream's
+        `/embeddings`, `/rerank`, relative to its base URL): the server's JSON answer, with
+        this model's id. None (the default): the engine runs the task itself, as a job through
+        `generate` (admitted, queued and loaded just in time like a chat)."""
+        return None
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The prompt's token count by this engine's own tokenizer, or None without one."""

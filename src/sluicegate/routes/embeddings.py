@@ -1,35 +1,30 @@
 """POST /v1/embeddings (and LM Studio's /api/v0/embeddings, the same shape).
 
-A GGUF embedding model embeds through the instance machinery every request uses (admission,
-queueing, just-in-time load, idle TTL); an `openai` upstream model gets the body as it came,
-with the upstream's model name, and its answer is relayed. Any other model is a 400.
+Which models embed, and how, is the engine's to say (`Engine.tasks`, `Engine.relay`): an engine
+that relays (an `openai` upstream) gets the body as it came and its server's answer goes back;
+one that embeds itself (a GGUF embedding model) gets the job through the instance machinery
+every request uses (admission, queueing, just-in-time load, idle TTL). Any other model is a 400.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from sluicegate.core.embeddings import EMBED, EmbeddingJob
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import Failed
 from sluicegate.core.request import ChatRequest
 from sluicegate.dialects.embeddings import embeddings_body, parse_embeddings_request
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.models import Model
-from sluicegate.engines.upstream import OpenAIUpstreamEngine
-from sluicegate.engines.upstream.errors import http_error
-from sluicegate.engines.upstream.http import ConnectFailed
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.turn.http import INSTANCE_HEADER
 
 EMBEDDINGS_PATH = "/embeddings"
-MAX_UPSTREAM_BODY = 256 << 20  # an upstream's answer is read whole: bounded
 
 
 async def _local(model: Model, body: Any) -> Response:
@@ -54,43 +49,6 @@ async def _local(model: Model, body: Any) -> Response:
     )
 
 
-async def _upstream(engine: OpenAIUpstreamEngine, body: Any) -> Response:
-    parse_embeddings_request(body)  # the same 400s as a local model, before the upstream sees it
-    payload = orjson.dumps({**body, "model": engine.config.upstream_model})
-    replica = engine.replicas.pick(set())
-    if replica is None:
-        raise SluicegateError(
-            ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
-        )
-    replica.outstanding += 1
-    try:
-        response = await replica.pool.post_stream(EMBEDDINGS_PATH, payload)
-        try:
-            data = b""
-            async for chunk in response.chunks():
-                data += chunk
-                if len(data) > MAX_UPSTREAM_BODY:
-                    raise SluicegateError(ErrorKind.UPSTREAM, "The upstream's embeddings are too large.")
-        finally:
-            await response.aclose()
-    except ConnectFailed as exc:
-        engine.replicas.connect_failed(replica, str(exc))
-        raise SluicegateError(
-            ErrorKind.UPSTREAM,
-            f"Could not reach the upstream {replica.name}: {exc}",
-            code="upstream_unavailable",
-        ) from exc
-    finally:
-        replica.outstanding -= 1
-    if not 200 <= response.status < 300:
-        info: ErrorInfo = http_error(response.status, data, replica.name, engine.model_id)
-        raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
-    answer = orjson.loads(data)
-    if isinstance(answer, dict) and "model" in answer:
-        answer["model"] = engine.model_id  # the client asked for our id
-    return JSONResponse(answer)
-
-
 @dialect_endpoint("embeddings", openai_error)
 async def create_embeddings(request: Request) -> Response:
     state = app_state(request)
@@ -99,15 +57,19 @@ async def create_embeddings(request: Request) -> Response:
         parse_embeddings_request(body)  # raises the right 400
     model = state.registry.get(body["model"])
     engine = model.engine
-    if isinstance(engine, OpenAIUpstreamEngine):
-        return await _upstream(engine, body)
-    if isinstance(engine, LlamaCppEngine) and engine.pooling is not None:
-        release = state.admission.take()
-        try:
-            return await _local(model, body)
-        finally:
-            release()
-    raise invalid(f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported")
+    if "embeddings" not in engine.tasks():
+        raise invalid(
+            f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported"
+        )
+    parse_embeddings_request(body)  # the same 400s for every engine, before an upstream sees it
+    answer = await engine.relay(EMBEDDINGS_PATH, body)
+    if answer is not None:
+        return JSONResponse(answer)
+    release = state.admission.take()
+    try:
+        return await _local(model, body)
+    finally:
+        release()
 
 
 ROUTES = [

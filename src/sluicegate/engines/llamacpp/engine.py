@@ -37,7 +37,15 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.images import Picture
 from sluicegate.core.request import ChatRequest, Message
-from sluicegate.engines.base import Capabilities, Engine, LoadConfig, ModelInfo, ProgressCallback
+from sluicegate.engines.base import (
+    CHAT_ONLY,
+    Capabilities,
+    Engine,
+    LoadConfig,
+    ModelInfo,
+    ProgressCallback,
+    Task,
+)
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
@@ -62,6 +70,7 @@ from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_forma
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
+EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
@@ -130,6 +139,9 @@ class LlamaCppEngine(Engine):
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> LlamaCppEngine:
         return cls(table["id"], parse_settings(table, base_dir))
+
+    def tasks(self) -> frozenset[Task]:
+        return EMBEDDINGS_ONLY if self.pooling is not None else CHAT_ONLY
 
     def info(self) -> ModelInfo:
         gguf = self.gguf

@@ -7,13 +7,15 @@ wire.py; replicas, failover, timeouts and relaying are the shared `UpstreamEngin
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import orjson
 
 from sluicegate.core.request import ChatRequest
+from sluicegate.engines.base import Task
 from sluicegate.engines.upstream.base import REPLICA_HEADER, UpstreamEngine
 from sluicegate.engines.upstream.config import UpstreamConfig
+from sluicegate.engines.upstream.relay import relay_json
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
 from sluicegate.parsing import THINK, OutputParser
@@ -38,3 +40,11 @@ class OpenAIUpstreamEngine(UpstreamEngine):
 
     def decoder(self) -> ChunkDecoder:
         return ChunkDecoder(content_parser(self.config))
+
+    def tasks(self) -> frozenset[Task]:
+        """What an OpenAI-compatible server may offer besides chat; one that does not answers
+        with its own error, relayed."""
+        return frozenset({"chat", "embeddings", "rerank"})
+
+    async def relay(self, path: str, body: dict[str, Any]) -> Any:
+        return await relay_json(self.config, self.replicas, self.model_id, path, body)
