@@ -63,6 +63,7 @@ def add_commands(commands: Any) -> None:
     kind.add_argument(
         "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
     )
+    kind.add_argument("--rerank", action="store_true", help="a reranker (for POST /v1/rerank) instead")
 
 
 def make_demo(args: argparse.Namespace) -> int:
@@ -76,7 +77,9 @@ def make_demo(args: argparse.Namespace) -> int:
         print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
         print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its vision projector, random weights too")
         return 0
-    path = make_demo_gguf(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+    path = make_demo_gguf(
+        args.path, size=args.size, seed=args.seed, ends_replies=not args.endless, rerank=args.rerank
+    )
     print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
     return 0
 

@@ -42,7 +42,7 @@ from sluicegate.metrics import METRICS
 from sluicegate.metrics_live import RegistryCollector
 from sluicegate.observe import ObserveMiddleware
 from sluicegate.playground import playground_routes
-from sluicegate.routes import embeddings
+from sluicegate.routes import embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -284,6 +284,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download", download_model, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        *rerank.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
     observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log

@@ -37,6 +37,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.images import Picture
 from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.rerank import RERANK, Ranked, RerankJob
 from sluicegate.engines.base import (
     CHAT_ONLY,
     Capabilities,
@@ -48,7 +49,13 @@ from sluicegate.engines.base import (
 )
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.context import choose_context
-from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
+from sluicegate.engines.llamacpp.gguf_info import (
+    POOLING_MEAN,
+    POOLING_RANK,
+    POOLING_TYPES,
+    GGUFInfo,
+    read_gguf_info,
+)
 from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
@@ -58,6 +65,7 @@ from sluicegate.engines.llamacpp.overflow import (
     policy_value,
     too_long,
 )
+from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
@@ -71,6 +79,11 @@ log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
 EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
+RERANK_ONLY: frozenset[Task] = frozenset({"rerank"})
+_REFUSALS: dict[Task, str] = {  # a request for a task this model does not serve
+    "embeddings": "Model {model!r} is not an embedding model.",
+    "rerank": "Model {model!r} is not a reranker.",
+}
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
@@ -98,7 +111,10 @@ class LlamaCppEngine(Engine):
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
         # An embedding model: said so by the config, or by a pooling type (mean, cls, last) in the GGUF.
         self.pooling: int | None = None
-        if settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
+        # A reranker: said so by the config, or by rank pooling in the GGUF.
+        if settings.rerank if settings.rerank is not None else self.gguf.pooling == POOLING_RANK:
+            self.pooling = POOLING_RANK
+        elif settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
             self.pooling = self.gguf.pooling if self.gguf.pooling in POOLING_TYPES else POOLING_MEAN
         # A vision projector: the config's, or an `mmproj*.gguf` beside the model.
         self.mmproj: Path | None = None
@@ -141,7 +157,9 @@ class LlamaCppEngine(Engine):
         return cls(table["id"], parse_settings(table, base_dir))
 
     def tasks(self) -> frozenset[Task]:
-        return EMBEDDINGS_ONLY if self.pooling is not None else CHAT_ONLY
+        if self.pooling is None:
+            return CHAT_ONLY
+        return RERANK_ONLY if self.pooling == POOLING_RANK else EMBEDDINGS_ONLY
 
     def info(self) -> ModelInfo:
         gguf = self.gguf
@@ -202,9 +220,7 @@ class LlamaCppEngine(Engine):
         """With the loaded model's vocabulary, or before the load with the tokenizer alone."""
         if self._runtime is not None:
             return self._runtime.tokenize(text)
-        if self._vocabulary is None:
-            self._vocabulary = Vocabulary(self.settings.path)
-        return self._vocabulary.tokenize(text)
+        return self._vocab().tokenize(text)
 
     def _policy(self, request: ChatRequest) -> Policy:
         value = request.options.context_overflow
@@ -213,16 +229,22 @@ class LlamaCppEngine(Engine):
     def check(self, request: ChatRequest) -> None:
         super().check(request)
         job = request.extra.get(EMBED)
-        if (job is not None) != (self.pooling is not None):
-            raise invalid(
-                f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
-                if job is None
-                else f"Model {self.model_id!r} is not an embedding model.",
-                param="model",
-                code="model_not_supported",
+        ranking = request.extra.get(RERANK)
+        task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"
+        if task not in self.tasks():
+            message = (
+                _REFUSALS[task].format(model=self.model_id)
+                if task != "chat"
+                else f"Model {self.model_id!r} is a reranker; use POST /v1/rerank."
+                if self.pooling == POOLING_RANK
+                else f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
             )
+            raise invalid(message, param="model", code="model_not_supported")
         if isinstance(job, EmbeddingJob):
             self._check_embedding(request, job)
+            return
+        if isinstance(ranking, RerankJob):
+            self._check_rerank(request, ranking)
             return
         grammar = request_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
@@ -295,6 +317,24 @@ class LlamaCppEngine(Engine):
                 )
             inputs.append(tokens)
         self._embedding_inputs = (request, inputs)
+
+    def _check_rerank(self, request: ChatRequest, job: RerankJob) -> None:
+        model = self._runtime.model if self._runtime is not None else self._vocab().model
+        inputs = [rerank_tokens(model, self.gguf.rerank_template, job.query, doc) for doc in job.documents]
+        for index, tokens in enumerate(inputs):
+            if len(tokens) > self.context_length:
+                raise invalid(
+                    f"Query and document {index} are {len(tokens)} tokens, more than model "
+                    f"{self.model_id!r} can rank (its context is {self.context_length} tokens).",
+                    param="documents",
+                    code="context_length_exceeded",
+                )
+        self._embedding_inputs = (request, inputs)
+
+    def _vocab(self) -> Vocabulary:
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.settings.path)
+        return self._vocabulary
 
     def _limit(self, request: ChatRequest) -> int:
         """The context this request may fill: the loaded one (or the one a load will give),
@@ -374,8 +414,8 @@ class LlamaCppEngine(Engine):
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
-        job = request.extra.get(EMBED)
-        if isinstance(job, EmbeddingJob):
+        job = request.extra.get(EMBED) or request.extra.get(RERANK)
+        if isinstance(job, EmbeddingJob | RerankJob):
             async for embedded in self._embed(runtime, executor, request, job):
                 yield embedded
             return
@@ -462,28 +502,41 @@ class LlamaCppEngine(Engine):
             job.cancelled = True  # the worker stops before its next token
 
     async def _embed(
-        self, runtime: LlamaRuntime, executor: ThreadPoolExecutor, request: ChatRequest, job: EmbeddingJob
+        self,
+        runtime: LlamaRuntime,
+        executor: ThreadPoolExecutor,
+        request: ChatRequest,
+        job: EmbeddingJob | RerankJob,
     ) -> AsyncIterator[RawEvent]:
+        """Embeddings, or a reranker's scores (its pooled output's first value: the score)."""
         prepared = self._embedding_inputs
         self._embedding_inputs = None
         if prepared is None or prepared[0] is not request:
-            self._check_embedding(request, job)
+            if isinstance(job, EmbeddingJob):
+                self._check_embedding(request, job)
+            else:
+                self._check_rerank(request, job)
             prepared = self._embedding_inputs
             assert prepared is not None
         inputs = prepared[1]
         cancelled = threading.Event()
 
-        def work() -> Embedded:
-            vectors = []
+        def work() -> list[np.ndarray]:
+            outputs = []
             for tokens in inputs:
                 if cancelled.is_set():
                     raise EngineFailure("cancelled", code="cancelled")
-                vectors.append(normalised(runtime.embed(tokens), job.dimensions))
-            return Embedded(vectors, sum(len(t) for t in inputs))
+                outputs.append(runtime.embed(tokens))
+            return outputs
 
         yield PromptStarted()
+        prompt_tokens = sum(len(t) for t in inputs)
         try:
-            job.result = await asyncio.get_running_loop().run_in_executor(executor, work)
+            outputs = await asyncio.get_running_loop().run_in_executor(executor, work)
+            if isinstance(job, EmbeddingJob):
+                job.result = Embedded([normalised(v, job.dimensions) for v in outputs], prompt_tokens)
+            else:
+                job.result = Ranked([float(v[0]) for v in outputs], prompt_tokens)
         except EngineFailure:
             raise
         except Exception as exc:
@@ -491,7 +544,7 @@ class LlamaCppEngine(Engine):
         finally:
             cancelled.set()  # a client gone: the worker stops before the next input
         yield PromptFinished()
-        yield UsageReport(Usage(prompt_tokens=job.result.prompt_tokens))
+        yield UsageReport(Usage(prompt_tokens=prompt_tokens))
         yield Finished(FinishReason.STOP)
 
 

@@ -17,6 +17,7 @@ from sluicegate.engines.base import ConfigError
 
 # llama.cpp's pooling types that make an embedding model (NONE = 0 and RANK = 4 do not).
 POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
+POOLING_RANK = 4  # a reranker: one score per input
 POOLING_TYPES = (POOLING_MEAN, POOLING_CLS, POOLING_LAST)
 
 # Markers of a template that can render tools, and of one that knows reasoning blocks.
@@ -46,6 +47,8 @@ class GGUFInfo:
     pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
     embedding_length: int = 0
     vocab_size: int = 0
+    # A reranker's prompt (`tokenizer.chat_template.rerank`), with {query} and {document} in it.
+    rerank_template: str | None = None
 
     @property
     def kv_bytes_per_token(self) -> int | None:
@@ -118,6 +121,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         return str(tokens.contents(token_id))
 
     template = _value(reader, "tokenizer.chat_template")
+    rerank = _value(reader, "tokenizer.chat_template.rerank")
 
     def integer(key: str) -> int | None:
         value = _value(reader, f"{architecture}.{key}")
@@ -147,4 +151,5 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         pooling=_value(reader, f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
         vocab_size=len(tokens.data) if tokens is not None else 0,
+        rerank_template=rerank if isinstance(rerank, str) else None,
     )

@@ -34,6 +34,7 @@ KEYS = frozenset(
         "batching",
         "stream_interval_ms",
         "mmproj",
+        "rerank",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -46,6 +47,7 @@ class LlamaCppSettings:
     kv_cache_budget_mib: int | None = None  # None: context.default_budget_mib()
     context_overflow: Policy = "error"  # or "rolling_window", "truncate_middle" (overflow.py)
     embedding: bool | None = None  # None: an embedding model when the GGUF states a pooling type
+    rerank: bool | None = None  # None: a reranker when the GGUF states rank pooling
     n_gpu_layers: int = 0  # -1: all
     threads: int | None = None  # None: half the cores to decode, all of them for prompts
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -113,7 +115,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
-    for key in ("flash_attention", "repack", "embedding", "batching"):
+    for key in ("flash_attention", "repack", "embedding", "batching", "rerank"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"model {model!r}: `{key}` must be true or false")
