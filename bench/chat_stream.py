@@ -51,9 +51,9 @@ from sluicegate.core.events import TextDelta
 from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits, canonical_events
 from sluicegate.core.request import ChatRequest, Message
-from sluicegate.dialects.chat_completions import ChatCompletionsEncoder
-from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
-from sluicegate.dialects.responses_request import parse_responses_request
+from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
+from sluicegate.dialects.responses.encoder import ResponsesEncoder, ResponseState
+from sluicegate.dialects.responses.request import parse_responses_request
 from sluicegate.engines.models import Model
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.store.sqlite import SQLiteStore

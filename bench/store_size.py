@@ -45,8 +45,8 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.dialects.responses import ResponsesEncoder, ResponseState
-from sluicegate.dialects.responses_request import parse_responses_request
+from sluicegate.dialects.responses.encoder import ResponsesEncoder, ResponseState
+from sluicegate.dialects.responses.request import parse_responses_request
 from sluicegate.store.base import StoredResponse
 from sluicegate.store.runlog import RunLog
 from sluicegate.store.sqlite import SQLiteStore

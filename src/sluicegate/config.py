@@ -76,9 +76,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from sluicegate.core.allowlist import AllowList
 from sluicegate.core.errors import ConfigError
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH
-from sluicegate.tools.ssrf import AllowList
 
 DEFAULT_PORT = 8321
 ENV_PREFIX = "SLUICEGATE_"

@@ -259,7 +259,7 @@ def test_stream_fields_are_ignored_over_websocket(server: Server) -> None:
 
 
 def test_the_handshake_checks_api_keys_as_http_does(keyed: Server) -> None:
-    """`auth.py` checks the key before routing: a handshake without the right one is closed
+    """`app/auth.py` checks the key before routing: a handshake without the right one is closed
     before it opens (1008, which the server answers as HTTP 403)."""
     for key in (None, "sk-wrong"):
         with pytest.raises(InvalidStatus) as refused:
@@ -398,7 +398,7 @@ def test_the_openai_sdk_websocket_client_runs_a_store_false_chain(keyed: Server)
 
 def test_each_turn_is_observed_like_an_http_request(server: Server) -> None:
     """Time to first token and the request duration count every WebSocket turn, labelled with
-    the Responses dialect and the model (`observe.py`)."""
+    the Responses dialect and the model (`observe/requests.py`)."""
 
     def count(name: str, **labels: str) -> float:
         wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())

@@ -5,7 +5,7 @@ lookup, admission (429), tool set (a refused MCP server), engine open (a full mo
 first frame (the engine fails before its first token), mid-stream, and the client leaving
 mid-stream. Afterwards a normal request succeeds, and `/metrics` shows no request in flight
 and no active generation: no admission place, queue place or slot leaked on any path.
-(A store that fails at persist time is covered in `tests/unit/test_turn_store_failures.py`.)
+(A store that fails at persist time is covered in `tests/unit/turn/test_turn_store_failures.py`.)
 """
 
 from __future__ import annotations

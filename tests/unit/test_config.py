@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from sluicegate.app.factory import build_registry
 from sluicegate.config import DEFAULT_PORT, Settings, load_settings
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.lookup import build_model, engine_class
 from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
 from sluicegate.engines.scripted import ScriptedEngine
-from sluicegate.server import build_registry
 
 
 def write_config(tmp_path: Path, text: str, name: str = "sluicegate.toml") -> Path:
@@ -324,7 +324,7 @@ def test_log_settings(tmp_path: Path) -> None:
 
 
 def test_log_flags_override_the_file(tmp_path: Path) -> None:
-    from sluicegate.cli import _parser, _settings
+    from sluicegate.cli.main import _parser, _settings
 
     path = write_config(tmp_path, '[server]\nlog_format = "text"\n')
     args = _parser().parse_args(["serve", "--config", str(path), "--log-format", "json", "--log-prompts"])

@@ -20,14 +20,14 @@ import logging
 from typing import Any
 
 from sluicegate.core.request import ContentPart, Message, ToolCall
-from sluicegate.dialects.responses_mcp import error_text
-from sluicegate.dialects.responses_tool_items import (
+from sluicegate.dialects.responses.mcp import error_text
+from sluicegate.dialects.responses.tool_items import (
     CALL_ITEM_TYPES,
     OUTPUT_ITEM_TYPES,
     item_call,
     item_output,
 )
-from sluicegate.dialects.responses_tool_types import model_name
+from sluicegate.dialects.responses.tool_types import model_name
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -13,8 +13,13 @@ from typing import Any
 
 from sluicegate.conversation.resolve import Resolved
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.dialects.responses import RESPONSE_ERROR_CODE, ResponseState, items_output, usage_object
-from sluicegate.dialects.responses_request import ResponsesRequest
+from sluicegate.dialects.responses.encoder import (
+    RESPONSE_ERROR_CODE,
+    ResponseState,
+    items_output,
+    usage_object,
+)
+from sluicegate.dialects.responses.request import ResponsesRequest
 from sluicegate.store.base import StoredResponse
 
 Json = dict[str, Any]

@@ -26,7 +26,7 @@ from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.request import Message
 from sluicegate.core.sealing import Sealer
 from sluicegate.dialects.base import ConversationInput
-from sluicegate.dialects.responses_sealed import expand_sealed
+from sluicegate.dialects.responses.sealed import expand_sealed
 from sluicegate.store.base import Store
 
 Json = dict[str, Any]

@@ -6,7 +6,7 @@ tools, which conversation it continues); its encoder turns canonical events into
 the accumulated result into the non-streaming body; its error renderer gives the error shape.
 The runner (`sluicegate.turn`) does everything else — admission, conversation, tools, the
 model, the pipeline, streaming or collecting, persisting, releasing — once, for every dialect.
-Adding a dialect is its own modules plus one registration line in `server.py`.
+Adding a dialect is its own modules plus one registration line in `app/factory.py`.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ class Engine(ABC):
     # Engines with nothing to load (an upstream) say False and never emit load events.
     needs_load: ClassVar[bool] = False
     # Engines that load a model's weights into this process say True: one copy per process,
-    # so a server with several worker processes cannot serve them (`sluicegate.serving`).
+    # so a server with several worker processes cannot serve them (`sluicegate.app.serving`).
     holds_weights: ClassVar[bool] = False
     # Engines that reach a remote server say True: their stream then yields `Answered` once the
     # server accepted the request, or `Failed` if it refused before sending anything. Routes

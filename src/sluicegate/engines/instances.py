@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sluicegate.core.errors import EngineFailure, SluicegateError
 from sluicegate.core.events import (
@@ -28,26 +27,20 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
-from sluicegate.metrics import METRICS
-
-if TYPE_CHECKING:
-    from sluicegate.engines.models import Model
+from sluicegate.observe.metrics import METRICS
 
 log = logging.getLogger(__name__)
 
 
 class InstanceHooks:
-    """What an instance tells the lifecycle manager; this base does nothing (no lifecycle)."""
+    """What an instance tells the lifecycle manager; this base does nothing (no lifecycle).
+    A model's own hook (`check_load`) is `engines.models.ModelHooks`, which extends this."""
 
     async def before_jit_load(self, instance: Instance) -> None:
         """A request is about to load `instance` just in time."""
 
     def went_idle(self, instance: Instance) -> None:
         """`instance` has no request running or queued any more."""
-
-    def check_load(self, model: Model, instance: Instance | None) -> None:
-        """`instance` (None: a new instance of `model`) is about to be loaded: raise a
-        `SluicegateError` now if an operator's cap forbids it (`engines/caps.py`)."""
 
     async def before_load(self, instance: Instance) -> None:
         """`instance` is loading now: make room for it, or raise a `SluicegateError`."""

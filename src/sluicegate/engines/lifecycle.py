@@ -20,9 +20,9 @@ import contextlib
 import logging
 import time
 
-from sluicegate.engines.caps import LoadCaps
-from sluicegate.engines.instances import Instance, InstanceHooks
-from sluicegate.engines.models import Model
+from sluicegate.engines.instances import Instance
+from sluicegate.engines.load_caps import LoadCaps
+from sluicegate.engines.models import Model, ModelHooks
 from sluicegate.engines.registry import Registry
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL = 5.0
 
 
-class Lifecycle(InstanceHooks):
+class Lifecycle(ModelHooks):
     def __init__(
         self,
         registry: Registry,

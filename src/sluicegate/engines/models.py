@@ -7,7 +7,18 @@ from collections.abc import Callable
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
-from sluicegate.engines.instances import NO_HOOKS, Generation, Instance, InstanceHooks
+from sluicegate.engines.instances import Generation, Instance, InstanceHooks
+
+
+class ModelHooks(InstanceHooks):
+    """The lifecycle manager's hooks: an instance's, and the check before a model loads one."""
+
+    def check_load(self, model: Model, instance: Instance | None) -> None:
+        """`instance` (None: a new instance of `model`) is about to be loaded: raise a
+        `SluicegateError` now if an operator's cap forbids it (`engines/load_caps.py`)."""
+
+
+NO_HOOKS = ModelHooks()
 
 
 class Model:
@@ -41,11 +52,11 @@ class Model:
         self.fixed = len(self.instances)  # built up front: unloading keeps them, loadable
 
     @property
-    def hooks(self) -> InstanceHooks:
+    def hooks(self) -> ModelHooks:
         return self._hooks
 
     @hooks.setter
-    def hooks(self, hooks: InstanceHooks) -> None:
+    def hooks(self, hooks: ModelHooks) -> None:
         self._hooks = hooks
         for instance in self.instances:
             instance.hooks = hooks

@@ -8,9 +8,9 @@ import logging
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.discovery_sources import DiscoverySource
-from sluicegate.engines.instances import NO_HOOKS, Instance, InstanceHooks
-from sluicegate.engines.models import Model
-from sluicegate.observe import note_model
+from sluicegate.engines.instances import Instance
+from sluicegate.engines.models import NO_HOOKS, Model, ModelHooks
+from sluicegate.observe.requests import note_model
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Registry:
         model.hooks = self._hooks
         self.models[model.id] = model
 
-    def set_hooks(self, hooks: InstanceHooks) -> None:
+    def set_hooks(self, hooks: ModelHooks) -> None:
         """Let a lifecycle manager hear from every instance, present and future."""
         self._hooks = hooks
         for model in self.models.values():

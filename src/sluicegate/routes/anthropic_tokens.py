@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.sealing import load_key
-from sluicegate.dialects.anthropic import anthropic_error, count_tokens_body
-from sluicegate.dialects.anthropic_request import parse_messages_request
-from sluicegate.dialects.anthropic_signature import ThinkingSigner
+from sluicegate.dialects.anthropic.encoder import anthropic_error, count_tokens_body
+from sluicegate.dialects.anthropic.request import parse_messages_request
+from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 
 

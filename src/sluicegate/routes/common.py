@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.turn.http import JSONResponse, app_state, read_json
 
 log = logging.getLogger(__name__)
@@ -30,7 +30,7 @@ def error_response(info: ErrorInfo, render: ErrorRenderer, headers: dict[str, st
 
 def dialect_endpoint(dialect: str, render: ErrorRenderer) -> Callable[[Endpoint], Endpoint]:
     """Count, and turn every error into this dialect's own shape and status (API keys are
-    checked before routing: `sluicegate.auth`)."""
+    checked before routing: `sluicegate.app.auth`)."""
 
     def decorate(endpoint: Endpoint) -> Endpoint:
         @wraps(endpoint)

@@ -9,10 +9,10 @@ from starlette.responses import Response
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.validation import INT32_MAX, Fields
-from sluicegate.dialects.lmstudio import lmstudio_error
-from sluicegate.dialects.lmstudio_request import reject_unknown_keys
-from sluicegate.downloads import DownloadError, Target
+from sluicegate.dialects.lmstudio.encoder import lmstudio_error
+from sluicegate.dialects.lmstudio.request import reject_unknown_keys
 from sluicegate.engines.base import LoadConfig
+from sluicegate.engines.downloads import DownloadError, Target
 from sluicegate.engines.instances import Instance
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json

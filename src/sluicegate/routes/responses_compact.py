@@ -18,8 +18,8 @@ from sluicegate.core.pipeline import canonical_events, collect, unless_disconnec
 from sluicegate.core.request import ChatRequest, Message, RequestOptions
 from sluicegate.dialects.base import ConversationInput
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.dialects.responses_compact import compact_resource, kept_messages, parse_compact_request
-from sluicegate.dialects.responses_sealed import COMPACT_PROMPT, compaction_item
+from sluicegate.dialects.responses.compact import compact_resource, kept_messages, parse_compact_request
+from sluicegate.dialects.responses.sealed import COMPACT_PROMPT, compaction_item
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, error_response, read_json
 from sluicegate.turn.http import request_scope, wait_for_disconnect
 

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from sluicegate.core.errors import invalid
 from sluicegate.core.validation import INT64_MAX, query_int
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.dialects.responses_request import not_found
+from sluicegate.dialects.responses.request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
 from sluicegate.transport.sse import server_send, stream_sse
 from sluicegate.turn.http import request_scope

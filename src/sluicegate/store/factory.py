@@ -1,4 +1,4 @@
-"""Which store the settings name (server.py passes them: the store layer does not read config)."""
+"""Which store the settings name (app/factory.py passes them: the store layer does not read config)."""
 
 from __future__ import annotations
 

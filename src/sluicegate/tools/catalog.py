@@ -19,6 +19,7 @@ import jsonschema
 import orjson
 
 from sluicegate.config import Settings
+from sluicegate.core.allowlist import AllowList
 from sluicegate.core.errors import invalid
 from sluicegate.core.events import ToolsListed
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
@@ -26,7 +27,7 @@ from sluicegate.core.request import ProviderInfo, ServerTool
 from sluicegate.tools.base import ToolOutcome, ToolProvider, ToolProviderError
 from sluicegate.tools.mcp_config import NAME_PATTERN, load_mcp_config
 from sluicegate.tools.plugins import load_plugins
-from sluicegate.tools.ssrf import AllowList, UrlRefused, check_url
+from sluicegate.tools.ssrf import UrlRefused, check_url
 
 if TYPE_CHECKING:
     from sluicegate.tools.mcp import McpProvider

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 import httpx2
 
 from sluicegate.config import Settings
+from sluicegate.core.allowlist import AllowList
 from sluicegate.core.errors import invalid
 from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart
-from sluicegate.tools.ssrf import AllowList, PinnedTransport, UrlRefused, check_url
+from sluicegate.tools.ssrf import PinnedTransport, UrlRefused, check_url
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import Event, EventBatch, Failed, Finished
 from sluicegate.core.frames import Frame
 from sluicegate.dialects.base import Encoder
-from sluicegate.observe import EventTap
+from sluicegate.observe.requests import EventTap
 
 log = logging.getLogger(__name__)
 

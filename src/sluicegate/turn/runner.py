@@ -38,11 +38,11 @@ from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import canonical_events, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.models import Model
-from sluicegate.metrics import METRICS
-from sluicegate.observe import EventTap
+from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
-from sluicegate.transport.answer import Opened, await_answer
+from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.sse import Chunk, StreamOutcome, frame_bytes, server_send, stream_sse
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
@@ -354,7 +354,7 @@ async def _engine_answer(
     stream: bool,
 ) -> Opened:
     """For engines that reach an upstream, wait for it to accept the request before answering
-    (see `transport/answer.py`): a stream waits at most one heartbeat interval, a non-streaming
+    (see `transport/answer_first.py`): a stream waits at most one heartbeat interval, a non-streaming
     request as long as it takes (nothing is sent before the end anyway)."""
     if not type(model.engine).answers_first:
         return opened

@@ -10,9 +10,9 @@ from sluicegate.config import Settings
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import Sealer
-from sluicegate.downloads import Downloads
+from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.registry import Registry
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.store.base import Store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.images import ImageSettings

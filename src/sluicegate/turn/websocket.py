@@ -1,7 +1,7 @@
 """The Responses API over a WebSocket (`ws://…/v1/responses`), as the Open Responses spec says.
 
 A connection is a sequence of turns. The API key is checked on the handshake before routing
-(`auth.py`: a refused handshake is closed with 1008, an HTTP 403). Each
+(`app/auth.py`: a refused handshake is closed with 1008, an HTTP 403). Each
 turn is a `response.create` message — the create body without the HTTP-only `stream`,
 `stream_options` and `background` — run by the one turn runner (`TurnEndpoint.prepare`, the
 same pipeline as `POST /v1/responses`) and streamed as one text message per event, with the
@@ -23,7 +23,7 @@ start (bad JSON, validation, an unknown `previous_response_id`); the connection 
   then the `websocket_connection_limit_reached` envelope is sent and the socket closed.
 - A client that disconnects cancels its turn in flight: the runner's owner (`core.owned`) releases the
   admission place, tools and generation as for an SSE client that leaves.
-- Each turn is observed like an HTTP request (`observe.py`): its metrics and one access line,
+- Each turn is observed like an HTTP request (`observe/requests.py`): its metrics and one access line,
   method `WS`.
 """
 
@@ -43,8 +43,8 @@ from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.owned import Owned
 from sluicegate.dialects.base import Turn
-from sluicegate.metrics import METRICS
-from sluicegate.observe import RequestObserver, observing
+from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.requests import RequestObserver, observing
 from sluicegate.transport.websocket import stream_websocket
 from sluicegate.turn.http import app_state, request_scope
 from sluicegate.turn.runner import TurnEndpoint, TurnSource

@@ -72,7 +72,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_chat
 from sluicegate.engines.llamacpp.vision import MARKER, find_projector
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from sluicegate.engines.llamacpp.constrained import GrammarSampler
 from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.vision import MediaPrompt, Projector
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import OutputParser, ReasoningStyle
 
 _backend_ready = False

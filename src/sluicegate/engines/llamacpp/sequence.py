@@ -28,7 +28,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers
 from sluicegate.engines.llamacpp.stops import StopScanner
-from sluicegate.metrics import METRICS
+from sluicegate.observe.metrics import METRICS
 
 
 class Sequence:

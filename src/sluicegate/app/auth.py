@@ -1,0 +1,107 @@
+"""API keys, checked before routing: with keys configured, nothing but `/health` and the
+playground's static files answers a request without one — not even with a 404 or a 405, so
+routes cannot be enumerated. A pure ASGI middleware: nothing is read from the request but its
+path and two headers.
+
+Keys are compared in constant time against every configured key (no early exit), as SHA-256
+digests (equal lengths), so neither the key, its length, nor which key matched leaks through
+timing. The 401 body takes the error shape of the
+API the path belongs to.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Awaitable
+from typing import Any
+
+import orjson
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.dialects.anthropic.encoder import anthropic_error
+from sluicegate.dialects.lmstudio.encoder import lmstudio_error
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.observe.metrics import METRICS
+
+OPEN_PATHS = frozenset({"/health", "/"})
+OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
+MISSING = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
+INCORRECT = "Incorrect API key provided."
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path == "/playground" or path.startswith(OPEN_PREFIXES)
+
+
+def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The key a request carries: `Authorization: Bearer KEY`, else `x-api-key: KEY`."""
+    api_key: bytes | None = None
+    for name, value in headers:
+        if name == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].strip()
+        if name == b"x-api-key":
+            api_key = value.strip()
+    return api_key
+
+
+def digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
+
+
+def key_matches(presented: bytes, digests: list[bytes]) -> bool:
+    """Compare with every key's digest, always all of them: the time taken says nothing about
+    which matched, or how long the keys are."""
+    wanted = digest(presented)
+    matched = False
+    for key in digests:
+        matched |= hmac.compare_digest(wanted, key)
+    return matched
+
+
+def error_body(path: str, info: ErrorInfo) -> dict[str, Any]:
+    if path.startswith("/api/"):
+        return lmstudio_error(info)
+    if path == "/v1/messages" or path.startswith("/v1/messages/"):
+        return anthropic_error(info)
+    return openai_error(info)
+
+
+class APIKeyMiddleware:
+    """Refuse every request without a configured key (401) before the router sees it."""
+
+    def __init__(self, app: ASGIApp, api_keys: list[str]) -> None:
+        self.app = app
+        self.keys = [digest(key.encode()) for key in api_keys]
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function handing on the inner app's awaitable: a request that passes holds
+        # no frame of this middleware for as long as it streams.
+        if not self.keys or scope["type"] not in ("http", "websocket") or is_open(scope["path"]):
+            return self.app(scope, receive, send)
+        presented = presented_key(scope["headers"])
+        if presented and key_matches(presented, self.keys):
+            return self.app(scope, receive, send)
+        return self._refuse(scope, send, presented)
+
+    async def _refuse(self, scope: Scope, send: Send, presented: bytes | None) -> None:
+        METRICS.inc("sluicegate_auth_failures_total")
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})
+            return
+        message = INCORRECT if presented else MISSING
+        info = ErrorInfo(ErrorKind.AUTHENTICATION, message, code="invalid_api_key")
+        body = orjson.dumps(error_body(scope["path"], info))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": info.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b'Bearer realm="sluicegate"'),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,301 @@
+"""The app factory: wires routes, auth, errors, metrics and the model registry together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Mapping
+from pathlib import Path
+
+import orjson
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.model_metrics import RegistryCollector
+from sluicegate.app.playground import playground_routes
+from sluicegate.config import Settings, models_dir, store_path
+from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
+from sluicegate.core.frames import Frame
+from sluicegate.core.pipeline import StreamLimits
+from sluicegate.core.sealing import load_key, sealer_for
+from sluicegate.dialects.anthropic.dialect import AnthropicDialect
+from sluicegate.dialects.anthropic.encoder import anthropic_error, anthropic_status
+from sluicegate.dialects.anthropic.signature import ThinkingSigner
+from sluicegate.dialects.base import Dialect
+from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
+from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
+from sluicegate.dialects.lmstudio.encoder import lmstudio_error
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.responses.dialect import ResponsesDialect
+from sluicegate.engines.downloads import Downloads
+from sluicegate.engines.lifecycle import Lifecycle
+from sluicegate.engines.load_caps import LoadCaps
+from sluicegate.engines.lookup import add_table
+from sluicegate.engines.model_files import discover
+from sluicegate.engines.registry import Registry
+from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.requests import ObserveMiddleware
+from sluicegate.routes import embeddings, rerank
+from sluicegate.routes.anthropic_tokens import count_tokens
+from sluicegate.routes.common import JSONResponse, dialect_endpoint
+from sluicegate.routes.lmstudio_models import (
+    download_model,
+    download_status,
+    list_lmstudio_models,
+    load_model,
+    unload_model,
+)
+from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.responses_compact import compact_response
+from sluicegate.routes.responses_stored import (
+    cancel_response,
+    delete_response,
+    list_input_items,
+    retrieve_response,
+)
+from sluicegate.store.factory import open_store
+from sluicegate.tools.catalog import ToolCatalog
+from sluicegate.transport.sse import SERVER_SEND, frame_bytes
+from sluicegate.turn.http import app_state
+from sluicegate.turn.images import ImageSettings
+from sluicegate.turn.runner import TurnEndpoint
+from sluicegate.turn.state import Admission, AppState
+from sluicegate.turn.websocket import ResponsesSocket
+
+log = logging.getLogger(__name__)
+
+DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
+
+
+def build_registry(settings: Settings) -> Registry:
+    """The declared models (or the scripted demo), then every GGUF in the models directory."""
+    registry = Registry()
+    for table in settings.models or [DEMO_MODEL]:
+        add_table(registry, table, settings.base_dir)
+    add_model_files(registry, settings)
+    return registry
+
+
+def add_model_files(registry: Registry, settings: Settings) -> list[str]:
+    """Serve the GGUF files in the models directory not served already (by id or by file).
+
+    Runs at startup and after each download. A file that cannot be read as a model (half
+    copied, not a GGUF) is logged and skipped: a scanned folder must not stop the server.
+    """
+    files = {  # declared GGUFs are served already: their engines know their (resolved) paths
+        Path(path).resolve()
+        for model in registry.models.values()
+        if isinstance(path := model.engine.info().details.get("path"), str)
+    }
+    added: list[str] = []
+    for table in discover(models_dir(settings)):
+        if table["id"] in registry.models or Path(table["path"]).resolve() in files:
+            continue
+        try:
+            add_table(registry, table, settings.base_dir)
+        except ConfigError as exc:
+            log.warning("skipping %s in the models folder: %s", table["path"], exc)
+            continue
+        added.append(table["id"])
+    return added
+
+
+def _log_added(model_ids: list[str]) -> None:
+    if model_ids:
+        log.info("now serving downloaded models: %s", ", ".join(model_ids))
+
+
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok", "models": list(app_state(request).registry.models)})
+
+
+@dialect_endpoint("metrics", openai_error)
+async def metrics(request: Request) -> Response:
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Unknown routes and wrong methods, in the error shape of the API the path belongs to."""
+    assert isinstance(exc, HTTPException)
+    missing = exc.status_code == 404
+    kind = ErrorKind.NOT_FOUND if missing else ErrorKind.INVALID_REQUEST
+    if missing:
+        message = f"Unknown route: {request.method} {request.url.path}"
+    else:
+        message = f"{request.method} is not allowed on {request.url.path}"
+    info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
+    if request.url.path.startswith("/v1/messages"):
+        status = anthropic_status(info) if missing else exc.status_code
+        return JSONResponse(anthropic_error(info), status_code=status)
+    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
+    return JSONResponse(render(info), status_code=exc.status_code)
+
+
+def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
+    """The end of the log of a run lost with its process: the Responses `response.failed`."""
+    data = orjson.dumps({"type": "response.failed", "sequence_number": seq, "response": failed})
+    return [frame_bytes(Frame(data, "response.failed"))]
+
+
+class SluicegateApp(Starlette):
+    """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # Starlette's own `__call__`, inlined: one frame less held by every open stream.
+        scope["app"] = self
+        scope[SERVER_SEND] = send
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        await self.middleware_stack(scope, receive, send)
+
+
+class TurnRoutes:
+    """The chat routes, dispatched before Starlette's exception middleware and router.
+
+    A stream holds a frame in every layer it passed for as long as it lasts; those two are
+    three frames (~1 KiB an open stream) and a regex match per request. A turn endpoint renders
+    its own errors in its dialect's shape, so it needs neither. Any other path or method goes
+    on as before (the router keeps the same routes, for its 405s)."""
+
+    def __init__(self, app: ASGIApp, turns: Mapping[str, ASGIApp]) -> None:
+        self.app = app
+        self.turns = dict(turns)
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] == "http" and scope["method"] == "POST":
+            turn = self.turns.get(scope["path"])
+            if turn is not None:
+                return turn(scope, receive, send)
+        return self.app(scope, receive, send)
+
+
+def create_app(settings: Settings) -> Starlette:
+    registry = build_registry(settings)  # config errors surface here, before serving
+    limits = StreamLimits(
+        heartbeat_seconds=settings.heartbeat_seconds,
+        request_timeout_seconds=settings.request_timeout_seconds or None,
+        idle_timeout_seconds=settings.idle_timeout_seconds or None,
+    )
+
+    lifecycle = Lifecycle(
+        registry,
+        jit_ttl=settings.jit_ttl_seconds,
+        auto_evict=settings.jit_auto_evict,
+        interval=settings.reaper_interval_seconds,
+        caps=LoadCaps.from_settings(settings.max_instances, settings.max_loaded_model_bytes),
+    )
+    tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
+    store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    downloads = Downloads(
+        models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
+    )
+    sealer = sealer_for(settings.data_dir)  # the key that seals compactions and reasoning for clients
+    state = AppState(
+        settings,
+        registry,
+        limits,
+        Admission(settings.max_concurrent_requests),
+        store,
+        downloads,
+        tools=tools,
+        sealer=sealer,
+        images=ImageSettings.from_settings(settings),
+    )
+
+    async def purge_expired_forever() -> None:
+        while True:
+            try:
+                purged = await store.purge_expired()
+                if purged:
+                    log.info("purged %d expired responses", purged)
+            except Exception:
+                log.exception("purging expired responses failed")
+            await asyncio.sleep(3600)
+
+    def cancel_local(scope: str, response_id: str) -> None:
+        """A client asked (on any replica) to cancel a run this process owns."""
+        live = state.live_turn(response_id, scope)
+        if live is not None and live.background:
+            live.cancel("cancelled")
+
+    store.on_cancel = cancel_local
+    store.lost_run_frames = lost_run_frames
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        METRICS.add_live(collector := RegistryCollector(registry))
+        await store.start()  # runs left in flight by a crash are marked failed here
+        purger = asyncio.create_task(purge_expired_forever())
+        reaper = asyncio.create_task(lifecycle.run())
+        await tools.start()  # discovery runs in the background; a dead server is only logged
+        await registry.start()
+        try:
+            yield
+        finally:
+            purger.cancel()
+            reaper.cancel()
+            downloads.close()
+            for live in list(state.live.values()):
+                live.cancel("server_shutdown")
+                await asyncio.gather(live.wait(), return_exceptions=True)
+            await registry.aclose()
+            await tools.aclose()
+            await store.aclose()
+            METRICS.remove_live(collector)
+
+    # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
+    responses = ResponsesDialect(
+        tools.plugin_ids,
+        settings.responses_reasoning_events,
+        hosted_tools=settings.responses_hosted_tools,
+        sealer=sealer,
+    )
+    dialects: list[Dialect] = [
+        ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
+        responses,
+        LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
+        AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
+    ]
+    turns = {d.path: TurnEndpoint(d) for d in dialects}
+    routes = [
+        *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
+        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
+        # The Responses API's WebSocket transport: the same runner, frames as text messages.
+        WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
+        Route("/v1/responses/compact", compact_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
+        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
+        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
+        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
+        Route("/api/v1/models", list_lmstudio_models, methods=["GET"]),
+        Route("/api/v1/models/load", load_model, methods=["POST"]),
+        Route("/api/v1/models/unload", unload_model, methods=["POST"]),
+        Route("/api/v1/models/download", download_model, methods=["POST"]),
+        Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
+        *embeddings.ROUTES,
+        *rerank.ROUTES,
+        *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
+    ]
+    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    auth = Middleware(
+        APIKeyMiddleware, api_keys=settings.api_keys
+    )  # before routing: every path but the open ones
+    app = SluicegateApp(
+        routes=routes,
+        middleware=[observe, auth, Middleware(TurnRoutes, turns=turns)],
+        lifespan=lifespan,
+        exception_handlers={HTTPException: http_error},
+    )
+    app.state.sluicegate = state
+    return app

@@ -1,0 +1,57 @@
+"""uvicorn's HTTP protocol, answering a request it cannot parse with a JSON error.
+
+A request line or header the parser rejects (an unknown method llhttp does not know, raw
+spaces or non-ASCII bytes in the path, a broken header) never reaches the app: uvicorn answers
+it itself, with a plain-text "Invalid HTTP request received.". Clients of this server expect
+a JSON error body everywhere, so the protocol classes are subclassed to send the same 400 in
+the error shape of the API the path names (when the path got that far), OpenAI's otherwise.
+"""
+
+from __future__ import annotations
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from sluicegate.app.auth import error_body
+from sluicegate.core.errors import ErrorInfo, ErrorKind
+
+MESSAGE = "Invalid HTTP request received."
+# How much of the latest read is kept to find the path in: a request line, not a request body
+# (the whole read stayed referenced for the connection's life, ~its body size per stream).
+HEAD_KEPT = 2048
+
+
+def bad_request(path: str) -> bytes:
+    """The whole 400 response, bytes on the wire (the connection is closed after it)."""
+    info = ErrorInfo(ErrorKind.INVALID_REQUEST, MESSAGE, code="invalid_http_request")
+    body = orjson.dumps(error_body(path, info))
+    head = (
+        b"HTTP/1.1 400 Bad Request\r\n"
+        b"content-type: application/json\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n"
+        b"connection: close\r\n\r\n"
+    )
+    return head + body
+
+
+def path_of(url: bytes, head: bytes) -> str:
+    """The request's path as far as it can be told: the URL the parser saw, else the second
+    word of the request line (a method the parser refused comes before the URL)."""
+    if not url:
+        words = head.split(b"\r\n", 1)[0].split(b" ")
+        url = words[1] if len(words) > 2 else b""
+    return url.split(b"?", 1)[0].decode("latin-1")
+
+
+class JSONHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400."""
+
+    _head = b""
+
+    def data_received(self, data: bytes) -> None:
+        self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
+        super().data_received(data)
+
+    def send_400_response(self, msg: str) -> None:
+        self.transport.write(bad_request(path_of(bytes(getattr(self, "url", b"")), self._head)))
+        self.transport.close()

@@ -1,0 +1,133 @@
+"""Running the server: one process, or `workers` processes on one port.
+
+One process runs one event loop on one core. A gateway in front of upstream servers spends
+its CPU in Python per request and per token, so past one core it needs more processes:
+`workers = N` starts N of them behind one listening socket (uvicorn's supervisor, which
+restarts a worker that dies). They are replicas of each other, as servers behind a load
+balancer are: what must be shared (stored responses, background runs and their cancels,
+conversations) is shared through the Redis store, and `/metrics` adds up every worker's
+counts through prometheus-client's multiprocess mode. A model that loads weights into the
+process (llama.cpp) would be loaded once per worker, so those stay with one process.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import gc
+import os
+import pickle
+import shutil
+import tempfile
+from collections.abc import Iterator
+from typing import Any, Final
+
+from starlette.applications import Starlette
+
+from sluicegate.app.factory import create_app
+from sluicegate.config import Settings
+from sluicegate.core.errors import ConfigError
+from sluicegate.engines.registry import Registry
+from sluicegate.observe.logs import configure_logging
+from sluicegate.observe.metrics import MULTIPROCESS_DIR_ENV, forget_dead_processes, multiprocess_dir
+
+WORKER_SETTINGS_ENV: Final = "SLUICEGATE_WORKER_SETTINGS"  # the parent's settings, for its workers
+
+
+def settle_garbage_collector() -> None:
+    """Keep full collections from walking what lives as long as the process.
+
+    Everything built at startup (the app, its routes, the imported modules) is frozen: the
+    older-generation collections that a stream of requests triggers no longer traverse it, and
+    those pauses were the tail of time to first token under a burst of requests. The young
+    collections keep CPython's threshold: raising it (20,000) did not shorten the tail and, in
+    paired runs, held more RSS per open stream (bench/README, round four).
+    """
+    gc.collect()
+    gc.freeze()
+
+
+def check_workers(settings: Settings, registry: Registry) -> None:
+    """Refuse `workers > 1` where the processes could not be replicas of each other."""
+    if settings.workers <= 1:
+        return
+    if settings.store_backend != "redis":
+        raise ConfigError(
+            '[server].workers > 1 needs [store] backend = "redis": the workers are replicas and '
+            "share stored responses, background runs and their cancels through it (a SQLite file "
+            "belongs to one server process)"
+        )
+    local = sorted(model.id for model in registry.models.values() if model.engine.holds_weights)
+    if local:
+        raise ConfigError(
+            f"[server].workers > 1 serves upstream and scripted models only; {', '.join(local)} "
+            "would load its weights once per worker. Run local models with workers = 1 (the "
+            "llamacpp engine batches concurrent requests itself), and a gateway in front of it "
+            "with more workers."
+        )
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    from sluicegate.app.http_protocol import JSONHttpToolsProtocol
+
+    return {
+        "http": JSONHttpToolsProtocol,  # unparseable requests get a JSON 400, not uvicorn's plain text
+        "host": settings.host,
+        "port": settings.port,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 5,
+        "log_config": None,  # ours (configure_logging), text or JSON
+        "access_log": False,  # the one access line per request comes from sluicegate.observe.requests
+    }
+
+
+def serve_one(app: Starlette, settings: Settings) -> None:
+    import uvicorn
+
+    settle_garbage_collector()
+    uvicorn.run(app, **uvicorn_options(settings))
+
+
+def serve_workers(settings: Settings) -> None:
+    """`settings.workers` processes on one socket, each building its app from these settings."""
+    import uvicorn
+
+    os.environ[WORKER_SETTINGS_ENV] = base64.b64encode(pickle.dumps(settings)).decode("ascii")
+    with _metrics_dir():
+        uvicorn.run(
+            "sluicegate.app.serving:worker_app",
+            factory=True,
+            workers=settings.workers,
+            **uvicorn_options(settings),
+        )
+
+
+def worker_app() -> Starlette:
+    """The app of one worker (uvicorn calls this in each new process)."""
+    encoded = os.environ.get(WORKER_SETTINGS_ENV)
+    if not encoded:
+        raise RuntimeError(f"{WORKER_SETTINGS_ENV} is not set: workers are started by `sluicegate serve`")
+    settings: Settings = pickle.loads(base64.b64decode(encoded))  # written by our own parent process
+    configure_logging(settings.log_level, settings.log_format)
+    metrics_dir = multiprocess_dir()
+    if metrics_dir is not None:  # this may be the replacement of a worker that was killed
+        forget_dead_processes(metrics_dir)
+    app = create_app(settings)
+    settle_garbage_collector()
+    return app
+
+
+@contextlib.contextmanager
+def _metrics_dir() -> Iterator[None]:
+    """Where the workers' metric values live so that `/metrics` sums them: the operator's
+    `PROMETHEUS_MULTIPROC_DIR`, else a fresh directory removed when the server stops."""
+    if multiprocess_dir() is not None:
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="sluicegate-metrics-")
+    os.environ[MULTIPROCESS_DIR_ENV] = path
+    try:
+        yield
+    finally:
+        del os.environ[MULTIPROCESS_DIR_ENV]
+        shutil.rmtree(path, ignore_errors=True)

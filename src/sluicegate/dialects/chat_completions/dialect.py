@@ -1,0 +1,47 @@
+"""OpenAI Chat Completions as a `Dialect`: stateless; configured server-side tools run unseen."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sluicegate.core.errors import ErrorInfo
+from sluicegate.dialects.base import Dialect, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField
+from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.tools.catalog import ToolSelection
+
+
+class ChatCompletionsDialect(Dialect):
+    name = "chat_completions"
+    path = "/v1/chat/completions"
+
+    def __init__(self, reasoning_field: ReasoningField = "reasoning_content") -> None:
+        self.reasoning_field = reasoning_field
+
+    def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
+        chat, options = parse_chat_request(body)
+        return Turn(
+            request=options,
+            chat=chat,
+            stream=options.stream,
+            # Configured MCP servers and plugins run server-side; the client sees only its own calls.
+            tools=ServerTools(ToolSelection(all_configured=True), param="tools"),
+            id_prefix="chatcmpl-",
+            id_length=32,
+        )
+
+    def encoder(self, turn: Turn, context: EncoderContext) -> ChatCompletionsEncoder:
+        options: ChatOptions = turn.request
+        return ChatCompletionsEncoder(
+            context.turn_id,
+            context.created,
+            turn.chat.model,
+            include_usage=options.include_usage,
+            logprobs=turn.chat.sampling.logprobs,
+            reasoning_field=self.reasoning_field,
+        )
+
+    def error(self, info: ErrorInfo) -> dict[str, Any]:
+        return openai_error(info)

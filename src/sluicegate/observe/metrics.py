@@ -1,0 +1,298 @@
+"""Prometheus metrics through `prometheus-client`, exposed at GET /metrics.
+
+Two ways in:
+
+- the declared families below (histograms of TTFT, inter-token and end-to-end latency, tokens,
+  loads, tool calls…), fed by `sluicegate.observe.requests.RequestObserver` and a few hooks;
+- the small dict-like API older code uses: `METRICS.inc(name, **labels)`,
+  `METRICS.add_gauge(name, delta, **labels)`, and for hot paths a precomputed
+  `key = METRICS.key(name, **labels)` with `METRICS.counters[key] += 1`. Those families are
+  created on first use with the label names they were first used with.
+
+With `PROMETHEUS_MULTIPROC_DIR` set (several worker processes), every value lives in that
+directory's memory-mapped files and /metrics sums them over the processes (gauges: live ones).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from typing import Any, Generic, TypeVar
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.registry import Collector
+
+Labels = tuple[tuple[str, str], ...]
+Key = tuple[str, Labels]
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # `*_created` samples only add noise here
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56)
+LOAD_BUCKETS = (0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+C = TypeVar("C", Counter, Gauge)
+
+
+MULTIPROCESS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's own variable
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get(MULTIPROCESS_DIR_ENV) or None
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live\w+_(\d+)\.db")
+
+
+def forget_dead_processes(path: str) -> list[int]:
+    """Drop the live gauges of processes that are gone (a worker killed without the chance to
+    say so), so `/metrics` stops adding their last values; says whose."""
+    from prometheus_client import multiprocess
+
+    dead = set()
+    for name in os.listdir(path):
+        match = _LIVE_GAUGE_FILE.fullmatch(name)
+        if match is not None and not _alive(int(match[1])):
+            dead.add(int(match[1]))
+    for pid in dead:
+        multiprocess.mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
+    return sorted(dead)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's: alive
+        return True
+    return True
+
+
+class _Table(MutableMapping[Key, float], Generic[C]):
+    """`{(name, labels): value}` whose writes go to prometheus-client families.
+
+    Reads return this process's own value (what `+=` needs); a write adds the difference to
+    the family's child, so `table[key] += n` is one dict lookup and one `inc` per call.
+    """
+
+    def __init__(self, make: Callable[[str, list[str]], C]) -> None:
+        self._make: Callable[[str, list[str]], C] = make
+        self._values: dict[Key, float] = {}
+        self._children: dict[Key, Any] = {}
+        self._families: dict[str, tuple[C, tuple[str, ...]]] = {}
+
+    def _child(self, key: Key) -> Any:
+        child = self._children.get(key)
+        if child is None:
+            name, labels = key
+            names = tuple(k for k, _ in labels)
+            family = self._families.get(name)
+            if family is None:
+                family = self._families[name] = (self._make(name, list(names)), names)
+            if family[1] != names:
+                raise ValueError(f"metric {name} is labelled {family[1]}, not {names}")
+            child = family[0].labels(*(v for _, v in labels)) if names else family[0]
+            self._children[key] = child
+        return child
+
+    def __getitem__(self, key: Key) -> float:
+        return self._values.get(key, 0.0)
+
+    def __setitem__(self, key: Key, value: float) -> None:
+        delta = value - self._values.get(key, 0.0)
+        self._values[key] = value
+        self._child(key).inc(delta)
+
+    def __delitem__(self, key: Key) -> None:
+        raise TypeError("metric series cannot be removed")
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+
+class _DictCollector:
+    """The legacy counters and gauges of one process, as metric families."""
+
+    def __init__(self, counters: Mapping[Key, float], gauges: Mapping[Key, float]) -> None:
+        self.counters, self.gauges = counters, gauges
+
+    def collect(self) -> Iterator[Metric]:
+        for table, family_class in ((self.counters, CounterMetricFamily), (self.gauges, GaugeMetricFamily)):
+            families: dict[str, Metric] = {}
+            for (name, labels), value in sorted(table.items()):
+                family = families.get(name)
+                if family is None:
+                    family = families[name] = family_class(name, name, labels=[k for k, _ in labels])
+                family.add_metric([v for _, v in labels], value)  # type: ignore[attr-defined]
+            yield from families.values()
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        reg = self.registry
+        # The small legacy API: plain dicts read at scrape time in one process (a dict increment
+        # is all a per-token counter costs); prometheus-client cells with several processes.
+        self.counters: MutableMapping[Key, float]
+        self.gauges: MutableMapping[Key, float]
+        if multiprocess_dir() is None:
+            self.counters, self.gauges = defaultdict(float), defaultdict(float)
+            reg.register(_DictCollector(self.counters, self.gauges))
+        else:
+            self.counters = _Table(lambda name, labels: Counter(name, name, labels, registry=reg))
+            self.gauges = _Table(
+                lambda name, labels: Gauge(name, name, labels, registry=reg, multiprocess_mode="livesum")
+            )
+        self._live: list[Collector] = []  # state read at scrape time (replica health)
+
+        by_request = ["dialect", "model", "status"]
+        self.requests = Histogram(
+            "sluicegate_request_duration_seconds",
+            "End-to-end request time, from the request to the last byte of the response; its _count "
+            "is the request count. status: the HTTP status, or for a stream the error's status, 499 "
+            "when the client went away.",
+            by_request,
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.ttft = Histogram(
+            "sluicegate_time_to_first_token_seconds",
+            "From the request to the first generated token (reasoning or text or tool call).",
+            ["dialect", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=reg,
+        )
+        self.inter_token = Histogram(
+            "sluicegate_inter_token_seconds",
+            "Time between consecutive generated tokens of one response.",
+            ["dialect", "model"],
+            buckets=TOKEN_GAP_BUCKETS,
+            registry=reg,
+        )
+        self.prompt_tokens = Counter(
+            "sluicegate_prompt_tokens_total", "Prompt (input) tokens.", ["dialect", "model"], registry=reg
+        )
+        self.completion_tokens = Counter(
+            "sluicegate_completion_tokens_total",
+            "Generated (output) tokens, reasoning included.",
+            ["dialect", "model"],
+            registry=reg,
+        )
+        self.queue_depth = Gauge(
+            "sluicegate_queue_depth",
+            "Requests admitted to a model and waiting for a free slot (or for its load).",
+            ["model"],
+            registry=reg,
+            multiprocess_mode="livesum",
+        )
+        self.loads = Counter(
+            "sluicegate_model_loads_total",
+            "Model loads, by outcome (ok, error).",
+            ["model", "outcome"],
+            registry=reg,
+        )
+        self.load_seconds = Histogram(
+            "sluicegate_model_load_seconds",
+            "Time a model took to load.",
+            ["model"],
+            buckets=LOAD_BUCKETS,
+            registry=reg,
+        )
+        self.tool_calls = Counter(
+            "sluicegate_tool_calls_total",
+            "Server-side tool calls, by provider (mcp server or plugin) and outcome (ok, error).",
+            ["provider", "outcome"],
+            registry=reg,
+        )
+
+    @staticmethod
+    def key(name: str, **labels: str) -> Key:
+        """A precomputed counter key, for hot paths that increment `counters[key]` directly."""
+        return (name, tuple(sorted(labels.items())))
+
+    def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
+        self.counters[(name, tuple(sorted(labels.items())))] += value
+
+    def add_gauge(self, name: str, value: float, **labels: str) -> None:
+        self.gauges[(name, tuple(sorted(labels.items())))] += value
+
+    def record_load(self, model: str, seconds: float, ok: bool) -> None:
+        self.loads.labels(model, "ok" if ok else "error").inc()
+        if ok:
+            self.load_seconds.labels(model).observe(seconds)
+
+    def add_live(self, collector: Collector) -> None:
+        """A collector of state read at scrape time (this process's own, also in multiprocess mode)."""
+        self._live.append(collector)
+
+    def remove_live(self, collector: Collector) -> None:
+        if collector in self._live:
+            self._live.remove(collector)
+
+    def render(self) -> str:
+        return self.render_bytes().decode()
+
+    def render_bytes(self) -> bytes:
+        path = multiprocess_dir()
+        if path is None:
+            registry = _Joined(self.registry, self._live)
+            return generate_latest(registry)
+        from prometheus_client import multiprocess
+
+        fresh = CollectorRegistry()
+        multiprocess.MultiProcessCollector(fresh, path=path)  # type: ignore[no-untyped-call]
+        return generate_latest(_Joined(fresh, self._live))
+
+    content_type = CONTENT_TYPE_PLAIN_0_0_4
+
+
+_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+
+
+def child(family: Any, *values: str) -> Any:
+    """`family.labels(*values)`, remembered. prometheus-client checks the values and takes a
+    lock on every `labels` call; a request makes five of them. The children it returns live as
+    long as their family anyway, so this holds nothing it does not."""
+    key = (family, values)
+    found = _CHILDREN.get(key)
+    if found is None:
+        found = _CHILDREN[key] = family.labels(*values)
+    return found
+
+
+def observe_counts(histogram: Any, counts: list[int], total: float) -> None:
+    """Add observations already counted per bucket (`counts[i]`: values <= bucket i's bound and
+    above the one before; the last is +Inf) and their `total` to a histogram child at once —
+    what `observe` does per value, without its per-value cost. Uses the child's value cells,
+    which are the same objects in multiprocess mode."""
+    buckets = histogram._buckets
+    if len(buckets) != len(counts):
+        raise ValueError(f"{len(counts)} counts for {len(buckets)} buckets")
+    for cell, count in zip(buckets, counts, strict=True):
+        if count:
+            cell.inc(count)
+    histogram._sum.inc(total)
+
+
+class _Joined:
+    """A registry plus live collectors, as one thing `generate_latest` can collect."""
+
+    def __init__(self, registry: CollectorRegistry, live: Iterable[Collector]) -> None:
+        self.registry, self.live = registry, list(live)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.registry.collect()
+        for collector in self.live:
+            yield from collector.collect()
+
+
+METRICS = Metrics()

@@ -1,0 +1,358 @@
+"""Per-request observation: metrics (TTFT, inter-token, end-to-end, tokens, tool calls) and the
+one access-log line, from one object per HTTP request.
+
+- `ObserveMiddleware` (ASGI) makes a `RequestObserver` per request, keeps it in a context
+  variable for everything the request runs (tasks it starts copy the context), notes the
+  response status, and calls `end()` after the last byte: that records the end-to-end
+  histogram and writes the access line.
+- Whoever runs a turn reports generation progress: `first_token()`, `token()`, `usage()`,
+  `tool_result()`, `stream_status()`; `observe_events` does it for a canonical event stream.
+- `note_model(model_id)` says which model the current request uses (metrics label).
+
+Timings are `time.perf_counter()` seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import logging
+import secrets
+import time
+from bisect import bisect_left
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.request import ProviderInfo
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, child, observe_counts
+
+access_log = logging.getLogger("sluicegate.access")
+
+CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
+QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
+MAX_LOGGED_TEXT = 4096  # --log-prompts: characters of the request body and of the answer kept
+
+_current: contextvars.ContextVar[RequestObserver | None] = contextvars.ContextVar(
+    "sluicegate_request_observer", default=None
+)
+
+
+def dialect_of(path: str) -> str:
+    """The API a path belongs to (a metrics label; "" for the page, /health and /metrics)."""
+    if path.startswith("/api/"):
+        return "lmstudio"
+    if path.startswith("/v1/chat/"):
+        return "chat_completions"
+    if path.startswith("/v1/responses"):
+        return "responses"
+    if path.startswith("/v1/messages"):
+        return "anthropic"
+    if path.startswith("/v1/"):
+        return "openai"
+    return ""
+
+
+@dataclass(slots=True)
+class RequestObserver:
+    """What one request did; generation metrics are recorded as they happen, the rest at `end`."""
+
+    dialect: str
+    method: str = "GET"
+    path: str = "/"
+    request_id: str = ""
+    model: str = ""
+    started: float = field(default_factory=time.perf_counter)
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    tokens: int = 0  # streamed deltas: a fallback for the output count when no usage came
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    status_override: int | None = None  # a stream's failure or the client going away
+    ended: bool = False
+    generating: int = 0  # event streams still running (a background response outlives `end`)
+    log_text: bool = False  # --log-prompts
+    request_text: list[bytes] = field(default_factory=list)
+    answer_text: list[str] = field(default_factory=list)
+    answer_chars: int = 0
+    # Inter-token gaps, counted per histogram bucket here and added to the histogram when the
+    # generation ends: a list increment per token instead of a locked observe.
+    gap_counts: list[int] = field(default_factory=lambda: [0] * (len(TOKEN_GAP_BUCKETS) + 1))
+    gap_sum: float = 0.0
+
+    # --- generation -----------------------------------------------------------------------
+
+    def first_token(self, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        self.first_token_at = self.last_token_at = now
+        self.tokens += 1
+        if self.dialect:
+            child(METRICS.ttft, self.dialect, self.model).observe(now - self.started)
+
+    def token(self, now: float | None = None) -> None:
+        now = time.perf_counter() if now is None else now
+        last = self.last_token_at
+        if last is None:
+            self.first_token(now)
+            return
+        gap = now - last
+        self.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, gap)] += 1
+        self.gap_sum += gap
+        self.last_token_at = now
+        self.tokens += 1
+
+    def _flush_gaps(self) -> None:
+        if self.dialect and any(self.gap_counts):
+            observe_counts(
+                child(METRICS.inter_token, self.dialect, self.model), self.gap_counts, self.gap_sum
+            )
+        self.gap_counts[:] = [0] * len(self.gap_counts)  # in place: a running tap holds the list
+        self.gap_sum = 0.0
+
+    def usage(self, usage: Usage) -> None:
+        self.prompt_tokens = usage.prompt_tokens
+        self.completion_tokens = usage.completion_tokens
+
+    def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
+        name = "request" if provider is None or provider.type != "plugin" else provider.id
+        child(METRICS.tool_calls, name, "error" if error else "ok").inc()
+
+    def stream_status(self, status: int) -> None:
+        """How a stream that already answered 200 really ended (an error's status, or 499)."""
+        if self.status_override is None:
+            self.status_override = status
+
+    def generation_ended(self) -> None:
+        """A generation ended; one that outlived its HTTP exchange (a background response) had
+        its tokens left uncounted by `end`, so they are counted now."""
+        self.generating -= 1
+        self._flush_gaps()
+        if self.ended and not self.generating and self.dialect:
+            out = self.completion_tokens if self.completion_tokens is not None else self.tokens
+            self._count_tokens(self.prompt_tokens or 0, out)
+
+    def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
+        if tokens_in:
+            child(METRICS.prompt_tokens, self.dialect, self.model).inc(tokens_in)
+        if tokens_out:
+            child(METRICS.completion_tokens, self.dialect, self.model).inc(tokens_out)
+
+    # --- the end of the HTTP exchange -------------------------------------------------------
+
+    def end(self, status: int, usage: Usage | None = None) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        if usage is not None:
+            self.usage(usage)
+        status = self.status_override or status
+        total = time.perf_counter() - self.started
+        tokens_in = self.prompt_tokens or 0
+        tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
+        self._flush_gaps()
+        if self.dialect:
+            child(METRICS.requests, self.dialect, self.model, str(status)).observe(total)
+            if not self.generating:  # else counted when the generation ends
+                self._count_tokens(tokens_in, tokens_out)
+        ttft = None if self.first_token_at is None else self.first_token_at - self.started
+        fields: dict[str, Any] = {
+            "request_id": self.request_id,
+            "method": self.method,
+            "path": self.path,
+            "dialect": self.dialect or None,
+            "model": self.model or None,
+            "status": status,
+            "ttft_seconds": None if ttft is None else round(ttft, 4),
+            "total_seconds": round(total, 4),
+            "tokens_in": tokens_in,
+            "tokens_out": tokens_out,
+        }
+        if self.log_text:
+            fields["request_body"] = b"".join(self.request_text).decode("utf-8", "replace")
+            fields["answer"] = "".join(self.answer_text)[:MAX_LOGGED_TEXT]
+        timing = f"ttft={ttft:.3f}s " if ttft is not None else ""
+        tokens = f" tokens={tokens_in}/{tokens_out}" if tokens_in or tokens_out else ""
+        model = f" model={self.model}" if self.model else ""
+        access_log.log(
+            logging.DEBUG if self.path in QUIET_PATHS else logging.INFO,
+            '"%s %s" %d%s %stotal=%.3fs%s id=%s',
+            self.method,
+            self.path,
+            status,
+            model,
+            timing,
+            total,
+            tokens,
+            self.request_id,
+            extra={"access": fields},
+        )
+
+
+def current() -> RequestObserver | None:
+    return _current.get()
+
+
+@contextlib.contextmanager
+def observing(observer: RequestObserver) -> Iterator[RequestObserver]:
+    """Make `observer` the current one: for a turn without an HTTP request of its own (a
+    WebSocket turn); the caller ends it."""
+    token = _current.set(observer)
+    try:
+        yield observer
+    finally:
+        _current.reset(token)
+
+
+def note_model(model_id: str) -> None:
+    """The model the current request uses (a known one: labels must stay bounded)."""
+    observer = _current.get()
+    if observer is not None and not observer.model:
+        observer.model = model_id
+
+
+class EventTap:
+    """Reports a canonical stream to the current request's observer, event by event, for a
+    loop that already iterates it (`TurnPipeline`): a call per event instead of a generator
+    layer. `start()` when the stream starts, `see(event)` for each, `end()` once it stops."""
+
+    __slots__ = ("_bounds", "_counts", "_log_text", "_observer", "_perf", "terminal")
+
+    def __init__(self, observer: RequestObserver) -> None:
+        self._observer = observer
+        self.terminal = False
+        self._perf = time.perf_counter
+        self._counts = observer.gap_counts
+        self._bounds = TOKEN_GAP_BUCKETS
+        self._log_text = observer.log_text
+
+    @staticmethod
+    def current() -> EventTap | None:
+        observer = _current.get()
+        return EventTap(observer) if observer is not None else None
+
+    def start(self) -> None:
+        self._observer.generating += 1
+
+    def see(self, event: Event) -> None:
+        observer = self._observer
+        if type(event) is ItemDelta:  # per token: `observer.token()`, inlined
+            now = self._perf()
+            last = observer.last_token_at
+            if last is None:
+                observer.first_token(now)
+            else:
+                gap = now - last
+                self._counts[bisect_left(self._bounds, gap)] += 1
+                observer.gap_sum += gap
+                observer.last_token_at = now
+                observer.tokens += 1
+            if (
+                self._log_text
+                and event.item.kind is ItemKind.MESSAGE
+                and observer.answer_chars < MAX_LOGGED_TEXT
+            ):
+                observer.answer_text.append(event.text)  # bounded: only what the log keeps
+                observer.answer_chars += len(event.text)
+        elif isinstance(event, ItemDone):
+            item = event.item
+            if item.kind is ItemKind.TOOL_RESULT:
+                observer.tool_result(item.provider, item.error)
+            elif item.kind is ItemKind.TOOL_CALL and observer.last_token_at is None:
+                observer.token()  # a call that came whole is still the first output
+        elif isinstance(event, UsageReport):
+            observer.usage(event.usage)
+        elif isinstance(event, Failed):
+            self.terminal = True
+            observer.stream_status(event.error.status)
+        elif isinstance(event, Finished):
+            self.terminal = True
+
+    def end(self) -> None:
+        if not self.terminal:
+            self._observer.stream_status(CLIENT_GONE)
+        self._observer.generation_ended()
+
+
+async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """Pass a canonical stream through, reporting it to the current request's observer."""
+    tap = EventTap.current()
+    if tap is None:
+        async for event in events:
+            yield event
+        return
+    tap.start()
+    see = tap.see
+    try:
+        async for event in events:
+            see(event)
+            yield event
+    finally:
+        tap.end()
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+class ObserveMiddleware:
+    """One `RequestObserver` per HTTP request, ended after the response's last byte."""
+
+    def __init__(self, app: ASGIApp, *, log_prompts: bool = False) -> None:
+        self.app = app
+        self.log_prompts = log_prompts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path: str = scope["path"]
+        observer = RequestObserver(
+            dialect_of(path), scope["method"], path, "req_" + secrets.token_hex(8), log_text=self.log_prompts
+        )
+        status = 500
+        started_response = False
+
+        async def send_observed(message: Message) -> None:
+            nonlocal status, started_response
+            if message["type"] == "http.response.start":
+                started_response = True
+                status = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name.lower() == b"x-request-id":
+                        observer.request_id = value.decode("latin-1")
+            await send(message)
+
+        receive_observed = receive
+        if self.log_prompts:
+            kept = 0
+
+            async def receive_observed() -> Message:
+                nonlocal kept
+                message = await receive()
+                body = message.get("body", b"")
+                if body and kept < MAX_LOGGED_TEXT:
+                    observer.request_text.append(body[: MAX_LOGGED_TEXT - kept])
+                    kept += len(body)
+                return message
+
+        token = _current.set(observer)
+        try:
+            await self.app(scope, receive_observed, send_observed)
+        except BaseException as exc:
+            if started_response:  # the status line went out already; say how it really ended
+                observer.stream_status(500 if isinstance(exc, Exception) else CLIENT_GONE)
+            raise
+        finally:
+            _current.reset(token)
+            observer.end(status)

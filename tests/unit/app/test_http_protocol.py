@@ -1,0 +1,56 @@
+"""app/http_protocol.py: the JSON 400 for what the parser refuses, without keeping request bodies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+import uvicorn
+from uvicorn.server import ServerState
+
+from sluicegate.app.http_protocol import HEAD_KEPT, JSONHttpToolsProtocol
+
+
+async def _app(scope: Any, receive: Any, send: Any) -> None:
+    await asyncio.sleep(3600)  # a stream that lasts: the connection stays open
+
+
+@pytest.fixture
+async def protocol() -> AsyncIterator[tuple[JSONHttpToolsProtocol, mock.Mock]]:
+    config = uvicorn.Config(_app, log_level="error")
+    config.load()
+    proto = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    transport = mock.Mock()
+    transport.get_extra_info.return_value = None
+    transport.is_closing.return_value = False
+    proto.connection_made(transport)
+    yield proto, transport
+    proto.connection_lost(None)
+    for task in asyncio.all_tasks() - {asyncio.current_task()}:
+        task.cancel()
+
+
+async def test_a_large_request_is_not_kept_for_the_connections_life(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    proto, _ = protocol
+    body = b'{"model": "m", "messages": [' + b" " * 200_000 + b"]}"
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    proto.data_received(head + body)
+    assert len(proto._head) <= HEAD_KEPT
+
+
+async def test_a_refused_request_line_still_names_its_api(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    proto, transport = protocol
+    proto.data_received(b"FOO /api/v1/models HTTP/1.1\r\nHost: x\r\n\r\n" + b"x" * 100_000)
+    written = b"".join(call.args[0] for call in transport.write.call_args_list)
+    assert written.startswith(b"HTTP/1.1 400 ")
+    error = orjson.loads(written.partition(b"\r\n\r\n")[2])["error"]
+    assert error["message"] == "Invalid HTTP request received."
+    assert "param" not in error  # LM Studio's shape, from the path

@@ -1,0 +1,48 @@
+"""server.TurnRoutes: the chat routes skip the router and exception middleware, nothing else does."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from sluicegate.app.factory import TurnRoutes
+
+
+class _App:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: list[str] = []
+
+    def __call__(self, scope: Any, receive: Any, send: Any) -> object:
+        self.calls.append(scope["path"])
+        return (self.name, scope["path"])  # what the caller awaits: handed on as it is
+
+
+async def _never(*_: Any) -> Any:
+    raise AssertionError("not called")
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "expected"),
+    [
+        ("POST", "/v1/chat/completions", "turn"),
+        ("GET", "/v1/chat/completions", "router"),  # the router's 405, in the dialect's shape
+        ("POST", "/v1/chat/completions/", "router"),  # the router's redirect
+        ("POST", "/v1/responses/compact", "router"),
+        ("GET", "/health", "router"),
+    ],
+)
+def test_dispatch(method: str, path: str, expected: str) -> None:
+    router, turn = _App("router"), _App("turn")
+    routes = TurnRoutes(cast(Any, router), {"/v1/chat/completions": cast(Any, turn)})
+    scope = {"type": "http", "method": method, "path": path}
+    assert cast(object, routes(scope, _never, _never)) == (expected, path)
+
+
+def test_websockets_go_to_the_router() -> None:
+    router, turn = _App("router"), _App("turn")
+    routes = TurnRoutes(cast(Any, router), {"/v1/responses": cast(Any, turn)})
+    scope = {"type": "websocket", "path": "/v1/responses"}
+    assert cast(object, routes(scope, _never, _never)) == ("router", "/v1/responses")
+    assert turn.calls == []

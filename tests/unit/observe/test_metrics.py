@@ -1,0 +1,204 @@
+"""Metrics through prometheus-client: the small legacy API still works and renders as before,
+the observer's histograms carry dialect/model/status, and with PROMETHEUS_MULTIPROC_DIR the
+values of several processes are summed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from bisect import bisect_left
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from prometheus_client import multiprocess
+from prometheus_client.parser import text_string_to_metric_families
+
+from sluicegate.core.events import (
+    Event,
+    Finished,
+    FinishReason,
+    Item,
+    ItemAdded,
+    ItemDelta,
+    ItemDone,
+    ItemKind,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.request import ProviderInfo
+from sluicegate.observe import requests as observe
+from sluicegate.observe.metrics import TOKEN_GAP_BUCKETS, Metrics, forget_dead_processes, observe_counts
+from sluicegate.observe.requests import CLIENT_GONE, RequestObserver
+
+
+def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    text = metrics.render()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_the_legacy_api_counts_and_renders() -> None:
+    metrics = Metrics()
+    key = metrics.key("sluicegate_engine_deltas_total", model="m")
+    for _ in range(3):
+        metrics.counters[key] += 1
+    metrics.inc("sluicegate_requests_total", dialect="chat_completions", status="200")
+    metrics.add_gauge("sluicegate_generations_active", 1, model="m")
+    metrics.add_gauge("sluicegate_generations_active", 1, model="m")
+    metrics.add_gauge("sluicegate_generations_active", -1, model="m")
+    assert metrics.counters.get(key) == 3
+    assert metrics.gauges[metrics.key("sluicegate_generations_active", model="m")] == 1
+    text = metrics.render()
+    assert 'sluicegate_engine_deltas_total{model="m"} 3.0' in text
+    assert 'sluicegate_generations_active{model="m"} 1.0' in text
+    assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 1.0' in text
+    assert "_created" not in text
+
+
+def test_an_observed_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    metrics = Metrics()
+    monkeypatch.setattr(observe, "METRICS", metrics)
+    observer = RequestObserver("chat_completions", "POST", "/v1/chat/completions", "req_1", model="m")
+    observer.started = 10.0
+    observer.first_token(now=10.5)
+    observer.token(now=10.6)
+    observer.token(now=10.8)
+    observer.usage(Usage(prompt_tokens=7, completion_tokens=3))
+    observer.tool_result(ProviderInfo("plugin", "files", "files"), None)
+    observer.tool_result(ProviderInfo("ephemeral_mcp", "x", "x"), "boom")
+    observer.end(200)
+    failed = RequestObserver("responses", "POST", "/v1/responses", "req_2", model="m")
+    failed.stream_status(CLIENT_GONE)
+    failed.end(200)
+    got = samples(metrics)
+
+    def value(name: str, **labels: str) -> float:
+        return got[(name, frozenset(labels.items()))]
+
+    chat = {"dialect": "chat_completions", "model": "m"}
+    assert value("sluicegate_request_duration_seconds_count", **chat, status="200") == 1
+    assert (
+        value("sluicegate_request_duration_seconds_count", dialect="responses", model="m", status="499") == 1
+    )
+    assert value("sluicegate_time_to_first_token_seconds_sum", **chat) == 0.5
+    assert value("sluicegate_time_to_first_token_seconds_bucket", **chat, le="0.5") == 1
+    assert value("sluicegate_inter_token_seconds_count", **chat) == 2
+    assert round(value("sluicegate_inter_token_seconds_sum", **chat), 6) == 0.3
+    assert value("sluicegate_prompt_tokens_total", **chat) == 7
+    assert value("sluicegate_completion_tokens_total", **chat) == 3
+    assert value("sluicegate_tool_calls_total", provider="files", outcome="ok") == 1
+    assert value("sluicegate_tool_calls_total", provider="request", outcome="error") == 1
+
+
+CHILD = """
+import sys
+from sluicegate.observe.metrics import METRICS
+METRICS.inc("sluicegate_requests_total", dialect="chat_completions", status="200")
+METRICS.add_gauge("sluicegate_generations_active", 1, model="m")
+METRICS.record_load("m", 1.5, ok=True)
+if sys.argv[1] == "render":
+    sys.stdout.write(METRICS.render())
+"""
+
+
+def render_in_a_child(env: dict[str, str]) -> str:
+    """/metrics as another process of the same directory renders it."""
+    command = [sys.executable, "-c", CHILD, "render"]
+    return subprocess.run(command, env=env, check=True, timeout=60, capture_output=True, text=True).stdout
+
+
+def test_several_processes_are_summed(tmp_path: Path) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    for _ in range(2):
+        child = subprocess.Popen([sys.executable, "-c", CHILD, "count"], env=env)
+        assert child.wait(timeout=60) == 0
+        multiprocess.mark_process_dead(child.pid, str(tmp_path))  # what a supervisor does on exit
+    rendered = render_in_a_child(env)
+    assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 3.0' in rendered
+    assert 'sluicegate_model_loads_total{model="m",outcome="ok"} 3.0' in rendered
+    assert 'sluicegate_model_load_seconds_count{model="m"} 3.0' in rendered
+    # A gauge counts live processes only: the two that exited are gone.
+    assert 'sluicegate_generations_active{model="m"} 1.0' in rendered
+
+
+def test_the_live_gauges_of_a_process_gone_without_a_word_are_forgotten(tmp_path: Path) -> None:
+    """A worker killed with SIGKILL cannot mark itself dead; its replacement does it for it."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, "count"], env=env)
+    assert child.wait(timeout=60) == 0  # gone, its gauge file left behind
+    live_file = tmp_path / f"gauge_livesum_{child.pid}.db"
+    mine = tmp_path / f"gauge_livesum_{os.getpid()}.db"
+    mine.write_bytes(live_file.read_bytes())  # a live process's file, which must stay
+    assert forget_dead_processes(str(tmp_path)) == [child.pid]
+    assert not live_file.exists() and mine.exists()
+    assert (tmp_path / f"counter_{child.pid}.db").exists()  # its counts still add up
+    rendered = render_in_a_child(env)
+    assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 2.0' in rendered
+
+
+def test_counts_added_at_once_equal_observing_each_value() -> None:
+    values = [0.0005, 0.001, 0.003, 0.02, 0.02, 0.5, 2.56, 7.0]
+    metrics = Metrics()
+    one_by_one = metrics.inter_token.labels("a", "m")
+    for value in values:
+        one_by_one.observe(value)
+    observer = RequestObserver("b", model="m")
+    observer.gap_counts = [0] * len(observer.gap_counts)
+    for value in values:
+        observer.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
+    observe_counts(metrics.inter_token.labels("b", "m"), observer.gap_counts, sum(values))
+    got = samples(metrics)
+    for name in ("bucket", "count", "sum"):
+        a = {
+            k[1] - {("dialect", "a")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "a") in k[1]
+        }
+        b = {
+            k[1] - {("dialect", "b")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "b") in k[1]
+        }
+        assert a == b and a, name
+
+
+async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(observe, "METRICS", Metrics())
+    message = Item(0, ItemKind.MESSAGE, "msg_1")
+    result = Item(1, ItemKind.TOOL_RESULT, "r", provider=ProviderInfo("plugin", "files", "files"), error="x")
+
+    async def stream() -> AsyncIterator[Event]:
+        for event in (
+            ItemAdded(message),
+            ItemDelta(message, "a"),
+            ItemDelta(message, "b"),
+            ItemDone(message),
+            ItemDone(result),
+            UsageReport(Usage(prompt_tokens=4, completion_tokens=2)),
+            Finished(FinishReason.STOP),
+        ):
+            yield event
+
+    observer = RequestObserver("chat_completions", model="m", log_text=True)
+    token = observe._current.set(observer)
+    try:
+        seen = [event async for event in observe.observe_events(stream())]
+        assert len(seen) == 7
+        assert observer.tokens == 2 and observer.first_token_at is not None
+        assert (observer.prompt_tokens, observer.completion_tokens) == (4, 2)
+        assert observer.answer_text == ["a", "b"] and observer.status_override is None
+        assert observer.generating == 0
+
+        cut = RequestObserver("chat_completions", model="m")
+        observe._current.set(cut)
+        tap = observe.observe_events(stream())
+        await anext(tap)
+        await tap.aclose()  # the client went away before the end
+        assert cut.status_override == CLIENT_GONE
+    finally:
+        observe._current.reset(token)

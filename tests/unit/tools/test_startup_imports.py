@@ -1,0 +1,34 @@
+"""A server that uses no MCP server does not load the MCP SDK: it is ~27 MB of every server's
+memory (beside a local model, part of the RSS that issue 21 measures) and half its start-up.
+One that may use it loads it at start, not on the event loop in the middle of a request."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _mcp_modules(code: str) -> list[str]:
+    script = (
+        "import json, sys\n"
+        + code
+        + "\nprint(json.dumps(sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_')))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    modules: list[str] = json.loads(result.stdout)
+    return modules
+
+
+def test_the_server_without_mcp_does_not_import_the_mcp_sdk() -> None:
+    assert (
+        _mcp_modules("import sluicegate.app.serving, sluicegate.app.factory, sluicegate.tools.catalog") == []
+    )
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_catalog_that_may_connect_to_request_servers_imports_it_up_front(allow: bool) -> None:
+    code = f"from sluicegate.tools.catalog import ToolCatalog\nToolCatalog(allow_request_servers={allow})"
+    assert ("mcp" in _mcp_modules(code)) is allow
