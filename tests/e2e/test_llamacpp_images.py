@@ -311,3 +311,5 @@ def test_capabilities_say_vision(sdk: openai.OpenAI, vision_server: Server) -> N
     listing = httpx.get(f"{vision_server.base_url}/api/v1/models", timeout=30).json()
     caps = {m["key"]: m.get("capabilities", {}) for m in listing["models"]}
     assert caps[EYE]["vision"] is True and caps[BLIND]["vision"] is False
+    meta = {m.id: m.model_extra["meta"] for m in sdk.models.list().data if m.model_extra}
+    assert meta[EYE]["vision"] is True and meta[BLIND]["vision"] is False

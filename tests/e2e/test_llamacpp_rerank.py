@@ -53,6 +53,8 @@ def test_scores_from_the_demo_reranker(rerank_server: Server) -> None:
     assert scores == sorted(scores, reverse=True) and all(0.0 < s < 1.0 for s in scores)
     by_index = {r["index"]: r["relevance_score"] for r in results}
     assert by_index[0] == pytest.approx(by_index[3]) and by_index[0] != pytest.approx(by_index[1])
+    listing = httpx.get(f"{rerank_server.base_url}/v1/models", timeout=30).json()["data"]
+    assert {m["id"]: m["meta"]["type"] for m in listing} == {RANKER: "rerank", "chatty": "llm"}
     again = post(
         rerank_server, {"model": RANKER, "query": "weather in Paris", "documents": DOCUMENTS}, "/rerank"
     )
