@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import anthropic
@@ -128,6 +129,23 @@ def test_a_second_turn_with_the_same_image_reuses_the_cache(sdk: openai.OpenAI, 
     assert second.usage is not None and second.usage.prompt_tokens_details is not None
     cached = second.usage.prompt_tokens_details.cached_tokens or 0
     assert cached > IMAGE_TOKENS  # the prefix through the image was not decoded again
+
+
+def test_an_image_request_batches_beside_a_running_stream(sdk: openai.OpenAI) -> None:
+    """Continuous batching: the image is admitted while another sequence streams, and its reply
+    is the one it gets alone."""
+    alone = chat(sdk, EYE, BLUE, text="Batched?").choices[0].message.content
+    with ThreadPoolExecutor(2) as pool:
+        long = pool.submit(
+            sdk.chat.completions.create,
+            model=EYE,
+            messages=[{"role": "user", "content": "Talk for a while."}],
+            temperature=0,
+            max_tokens=60,
+        )
+        beside = pool.submit(chat, sdk, EYE, BLUE, text="Batched?")
+        assert beside.result().choices[0].message.content == alone
+        assert long.result().usage.completion_tokens == 60
 
 
 def test_image_formats(sdk: openai.OpenAI) -> None:
