@@ -254,6 +254,12 @@ def test_bad_images_are_400s_in_chat_and_responses(sdk: openai.OpenAI, url: str,
     assert caught.value.code == code
 
 
+def test_text_with_the_image_marker_is_refused(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        chat(sdk, EYE, RED, text="Is <__media__> an image?")
+    assert caught.value.code == "invalid_image"
+
+
 def test_too_many_images(sdk: openai.OpenAI) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
         chat(sdk, EYE, RED, RED, BLUE, BLUE)

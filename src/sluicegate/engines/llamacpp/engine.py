@@ -250,6 +250,12 @@ class LlamaCppEngine(Engine):
         policy = self._policy(request)
         prompt = self._render(request)
         pictures = self._pictures(request)
+        if pictures and prompt.count(MARKER) != len(pictures):
+            raise invalid(
+                f"A message's text contains libmtmd's image marker {MARKER!r}; it cannot be sent "
+                "with images.",
+                code="invalid_image",
+            )
         tokens = None
         n_ctx = self._limit(request)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
