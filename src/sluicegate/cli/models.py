@@ -175,6 +175,8 @@ def _download(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     size = f" ({target.size / 1e6:.1f} MB)" if target.size else ""
     print(f"downloading {target.repo_id}/{target.filename}{size} to {target.folder}", flush=True)
+    if target.projector is not None:
+        print(f"with its vision projector {target.projector}", flush=True)
     try:
         path = fetch(target)  # huggingface_hub draws its progress bar on a terminal
     except Exception as exc:
