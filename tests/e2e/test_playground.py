@@ -222,3 +222,47 @@ def test_anthropic_messages(server: Server, browser: WebDriver) -> None:
     shown = turn.find_element(By.CSS_SELECTOR, ".stats").text
     assert shown.startswith(f"{final['usage']['input_tokens']} in · {final['usage']['output_tokens']} out")
     browser.save_screenshot(str(ARTIFACTS / "playground-anthropic.png"))
+
+
+EXPECTED_IMAGE_PARTS = {  # the attached image in each dialect's user content
+    "chat": lambda url: {"type": "image_url", "image_url": {"url": url}},
+    "responses": lambda url: {"type": "input_image", "image_url": url, "detail": "auto"},
+    "lmstudio": lambda url: {"type": "image", "data_url": url},
+    "anthropic": lambda url: {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": url.split(",", 1)[1]},
+    },
+}
+
+
+def test_an_attached_image_goes_with_the_message(server: Server, browser: WebDriver, tmp_path: Path) -> None:
+    import base64
+
+    png = base64.b64decode(  # a 1x1 PNG
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
+    picture = tmp_path / "dot.png"
+    picture.write_bytes(png)
+    url = "data:image/png;base64," + base64.b64encode(png).decode()
+    open_page(browser, server)
+    browser.execute_script(  # remember what the page sends
+        "window.sent = []; const real = window.fetch;"
+        "window.fetch = (path, init) => { if (init && init.body) window.sent.push(JSON.parse(init.body));"
+        " return real(path, init); };"
+    )
+    for dialect, part in EXPECTED_IMAGE_PARTS.items():
+        browser.find_element(By.ID, "clear").click()
+        Select(browser.find_element(By.ID, "dialect")).select_by_value(dialect)
+        browser.find_element(By.ID, "image").send_keys(str(picture))
+        WebDriverWait(browser, WAIT).until(lambda b: b.find_element(By.ID, "attached").text == "dot.png")
+        turn = send(browser, dialect, "Hello there")
+        assert turn.find_element(By.CSS_SELECTOR, ".text").text == PLAIN_REPLY, dialect
+        assert not turn.find_elements(By.CSS_SELECTOR, ".error"), dialect
+        shown = browser.find_elements(By.CSS_SELECTOR, ".turn.user img.attachment")
+        assert shown and shown[-1].get_attribute("src") == url, dialect
+        body = browser.execute_script("return window.sent[window.sent.length - 1]")
+        user = (body.get("messages") or body.get("input"))[-1] if dialect != "lmstudio" else body
+        content = user["content"] if dialect != "lmstudio" else user["input"]
+        assert part(url) in content, (dialect, content)
+        assert browser.find_element(By.ID, "attached").text == ""  # sent once, then cleared
+    browser.save_screenshot(str(ARTIFACTS / "playground-image.png"))

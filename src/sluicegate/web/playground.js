@@ -10,6 +10,7 @@ const state = {
   history: [], // [{role: "user"|"assistant", content}] for dialects that resend the conversation
   lmstudioPrevious: null, // LM Studio keeps the conversation server-side: previous_response_id
   controller: null,
+  image: null, // the attached image: {url (a data URL), type, name}, sent with the next message
 };
 
 // --- HTTP ------------------------------------------------------------------------------------
@@ -236,9 +237,9 @@ class Turn {
 
 // --- dialects: request bodies and stream handlers --------------------------------------------
 
-function conversation(system, userText) {
+function conversation(system, content) {
   return [...(system ? [{ role: "system", content: system }] : []), ...state.history,
-    { role: "user", content: userText }];
+    { role: "user", content }];
 }
 
 function providerName(info) {
@@ -249,8 +250,11 @@ function providerName(info) {
 const DIALECTS = {
   chat: {
     path: "/v1/chat/completions",
-    body: (model, system, text) => ({
-      model, stream: true, stream_options: { include_usage: true }, messages: conversation(system, text),
+    // A user message's content: the text, and the attached image in this dialect's shape.
+    content: (text, image) => image
+      ? [{ type: "text", text }, { type: "image_url", image_url: { url: image.url } }] : text,
+    body: (model, system, content) => ({
+      model, stream: true, stream_options: { include_usage: true }, messages: conversation(system, content),
     }),
     handler(turn) {
       let usage = null;
@@ -281,9 +285,11 @@ const DIALECTS = {
 
   responses: {
     path: "/v1/responses",
-    body: (model, system, text) => ({
+    content: (text, image) => image
+      ? [{ type: "input_text", text }, { type: "input_image", image_url: image.url, detail: "auto" }] : text,
+    body: (model, system, content) => ({
       model, stream: true, store: false, ...(system ? { instructions: system } : {}),
-      input: [...state.history, { role: "user", content: text }],
+      input: [...state.history, { role: "user", content }],
     }),
     handler(turn) {
       let usage = null;
@@ -322,10 +328,12 @@ const DIALECTS = {
 
   lmstudio: {
     path: "/api/v1/chat",
-    body: (model, system, text) => {
+    content: (text, image) => image
+      ? [{ type: "text", content: text }, { type: "image", data_url: image.url }] : text,
+    body: (model, system, content) => {
       const integrations = $("integrations").value.split(",").map((s) => s.trim()).filter(Boolean);
       return {
-        model, stream: true, input: text,
+        model, stream: true, input: content,
         ...(system ? { system_prompt: system } : {}),
         ...(state.lmstudioPrevious ? { previous_response_id: state.lmstudioPrevious } : {}),
         ...(integrations.length ? { integrations } : {}),
@@ -371,9 +379,13 @@ const DIALECTS = {
 
   anthropic: {
     path: "/v1/messages",
-    body: (model, system, text) => ({
+    content: (text, image) => image
+      ? [{ type: "image", source: { type: "base64", media_type: image.type, data: image.url.split(",", 2)[1] } },
+        { type: "text", text }]
+      : text,
+    body: (model, system, content) => ({
       model, stream: true, max_tokens: 4096, ...(system ? { system } : {}),
-      messages: [...state.history, { role: "user", content: text }],
+      messages: [...state.history, { role: "user", content }],
     }),
     extraHeaders: { "anthropic-version": "2023-06-01" },
     handler(turn) {
@@ -425,11 +437,28 @@ const DIALECTS = {
 
 function setStatus(text) { $("status").textContent = text; }
 
-function userTurn(text) {
+function userTurn(text, image) {
   const el = document.createElement("article");
   el.className = "turn user";
   el.textContent = text;
+  if (image) {
+    const img = document.createElement("img");
+    img.className = "attachment";
+    img.src = image.url;
+    img.alt = image.name;
+    el.append(img);
+  }
   $("conversation").append(el);
+}
+
+function attach(file) {
+  if (!file) { state.image = null; $("attached").textContent = ""; return; }
+  const reader = new FileReader();
+  reader.onload = () => {
+    state.image = { url: reader.result, type: file.type || "image/png", name: file.name };
+    $("attached").textContent = file.name;
+  };
+  reader.readAsDataURL(file);
 }
 
 async function send(text) {
@@ -437,7 +466,11 @@ async function send(text) {
   const model = $("model").value;
   if (!model) { setStatus("Pick a model first."); return; }
   setStatus("");
-  userTurn(text);
+  const image = state.image;
+  const content = dialect.content(text, image);
+  userTurn(text, image);
+  $("image").value = "";
+  attach(null);
   const turn = new Turn(model);
   const controller = new AbortController();
   state.controller = controller;
@@ -446,7 +479,7 @@ async function send(text) {
     const response = await fetch(dialect.path, {
       method: "POST",
       headers: { ...headers(), ...(dialect.extraHeaders || {}) },
-      body: JSON.stringify(dialect.body(model, $("system").value.trim(), text)),
+      body: JSON.stringify(dialect.body(model, $("system").value.trim(), content)),
       signal: controller.signal,
     });
     if (!response.ok) { turn.error(await errorText(response)); turn.finish({ note: "failed" }); return; }
@@ -457,7 +490,7 @@ async function send(text) {
       try { handler.event(name, data); } catch (e) { turn.error(`could not read an event: ${e}`); }
     });
     handler.end();
-    if (turn.text) state.history.push({ role: "user", content: text }, { role: "assistant", content: turn.text });
+    if (turn.text) state.history.push({ role: "user", content }, { role: "assistant", content: turn.text });
   } catch (e) {
     if (e.name === "AbortError") turn.finish({ note: "stopped" });
     else { turn.error(String(e)); turn.finish({ note: "failed" }); }
@@ -510,6 +543,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("reload-models").addEventListener("click", loadModels);
   $("stop").addEventListener("click", () => state.controller && state.controller.abort());
   $("clear").addEventListener("click", newChat);
+  $("image").addEventListener("change", () => attach($("image").files[0]));
   $("composer").addEventListener("submit", (event) => {
     event.preventDefault();
     const text = $("prompt").value.trim();
