@@ -60,6 +60,12 @@ path = "~/.local/share/sluicegate/sluicegate.sqlite3"   # sqlite; default: <data
 url = "redis://127.0.0.1:6379/0"                        # redis
 retention_days = 30             # the same setting as [responses] retention_days
 
+[tracing]                       # OpenTelemetry traces (docs/operations.md); off by default
+exporter = "otlp"               # or "console", "none"; OTEL_TRACES_EXPORTER overrides
+endpoint = "http://127.0.0.1:4318/v1/traces"  # OTLP/HTTP; default: OTEL_EXPORTER_OTLP_* or the exporter's
+service_name = "sluicegate"     # OTEL_SERVICE_NAME overrides
+sample_ratio = 1.0              # of requests traced (a client's sampled traceparent is followed)
+
 [[models]]
 id = "my-model"
 engine = "scripted"
@@ -134,6 +140,10 @@ class Settings:
     tools_allow_request_servers: bool = False
     tools_allowed_hosts: list[str] = field(default_factory=list)
     tools_plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tracing_exporter: Literal["otlp", "console", "none"] = "none"
+    tracing_endpoint: str | None = None
+    tracing_service_name: str = "sluicegate"
+    tracing_sample_ratio: float = 1.0
     base_dir: Path = field(default_factory=Path.cwd)  # where relative paths in the config start
 
 
@@ -167,7 +177,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "image_fetch_timeout_seconds": (int, float),
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
-_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools"}
+_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -242,6 +252,7 @@ def load_settings(
         _apply_responses(settings, data.get("responses", {}), str(path))
         _apply_store(settings, data.get("store", {}), str(path))
         _apply_tools(settings, data.get("tools", {}), str(path))
+        _apply_tracing(settings, data.get("tracing", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key != "events" or value not in ("current", "v0"):
@@ -355,8 +366,52 @@ def _apply_tools(settings: Settings, table: Any, source: str) -> None:
             )
 
 
+def _apply_tracing(settings: Settings, table: Any, source: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [tracing] must be a table")
+    for key, value in table.items():
+        where = f"{source}: [tracing].{key}"
+        if key == "exporter":
+            if value not in ("otlp", "console", "none"):
+                raise ConfigError(f'{where} must be "otlp", "console" or "none"')
+            settings.tracing_exporter = value
+        elif key == "endpoint":
+            if not isinstance(value, str) or not value.startswith(("http://", "https://")):
+                raise ConfigError(f"{where} must be an http(s) URL (the OTLP/HTTP traces endpoint)")
+            settings.tracing_endpoint = value
+        elif key == "service_name":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{where} must be a non-empty string")
+            settings.tracing_service_name = value
+        elif key == "sample_ratio":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ConfigError(f"{where} must be a number from 0 to 1")
+            settings.tracing_sample_ratio = float(value)
+        else:
+            raise ConfigError(
+                f"{where} is unknown; known keys: exporter, endpoint, service_name, sample_ratio"
+            )
+
+
+def _apply_otel_env(settings: Settings, env: dict[str, str]) -> None:
+    """The standard OpenTelemetry variables: `OTEL_SDK_DISABLED=true` turns tracing off,
+    `OTEL_TRACES_EXPORTER` (otlp, console, none) picks the exporter, `OTEL_SERVICE_NAME` the name."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        settings.tracing_exporter = "none"
+        return
+    if exporter := env.get("OTEL_TRACES_EXPORTER", "").split(",")[0].strip().lower():
+        if exporter not in ("otlp", "console", "none"):
+            raise ConfigError(
+                f"OTEL_TRACES_EXPORTER={exporter!r}: Sluicegate exports to otlp or console (or none)"
+            )
+        settings.tracing_exporter = exporter  # type: ignore[assignment]
+    if name := env.get("OTEL_SERVICE_NAME"):
+        settings.tracing_service_name = name
+
+
 def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
     """Environment overrides; says whether it set the models folder."""
+    _apply_otel_env(settings, env)
     if host := env.get(ENV_PREFIX + "HOST"):
         settings.host = host
     if port := env.get(ENV_PREFIX + "PORT"):

@@ -5,8 +5,8 @@ result, the text, usage — in each dialect. A screenshot is kept under tests/ar
 
 from __future__ import annotations
 
+import base64
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,49 +26,22 @@ from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 WAIT = 30.0  # an upper bound for waits, never a pass condition
 
 webdriver = pytest.importorskip("selenium.webdriver")
-if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-    pytest.skip("needs Debian's chromium and chromium-driver (see .ci/run)", allow_module_level=True)
-
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from browser_support import browser  # noqa: E402  (a fixture; skips the module without Chromium)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
 from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
+__all__ = ["browser"]
+
 
 @pytest.fixture(scope="module")
 def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
     return start_playground_server(start_server, tmp_path_factory.mktemp("playground"))
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--disable-quic",
-        "--window-size=1100,1300",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
 
 
 def wait_for(browser: WebDriver, css: str) -> WebElement:
@@ -236,7 +209,6 @@ EXPECTED_IMAGE_PARTS = {  # the attached image in each dialect's user content
 
 
 def test_an_attached_image_goes_with_the_message(server: Server, browser: WebDriver, tmp_path: Path) -> None:
-    import base64
 
     png = base64.b64decode(  # a 1x1 PNG
         "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="

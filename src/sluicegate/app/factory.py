@@ -40,6 +40,7 @@ from sluicegate.engines.load_caps import LoadCaps
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.registry import Registry
+from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
 from sluicegate.routes import embeddings, rerank
@@ -72,6 +73,8 @@ from sluicegate.turn.websocket import ResponsesSocket
 log = logging.getLogger(__name__)
 
 DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
+STORE_PROBE_ID = "resp_store_probe"  # read, never written: a miss is a working store
+STORE_PROBE_SECONDS = 10.0
 
 
 def build_registry(settings: Settings) -> Registry:
@@ -176,8 +179,25 @@ class TurnRoutes:
         return self.app(scope, receive, send)
 
 
+def start_tracing(settings: Settings) -> None:
+    """This process's tracer, when `[tracing]` or `OTEL_TRACES_EXPORTER` asks for one."""
+    if settings.tracing_exporter == "none":
+        return
+    config = tracing.TracingConfig(
+        settings.tracing_exporter,
+        settings.tracing_endpoint,
+        settings.tracing_service_name,
+        settings.tracing_sample_ratio,
+    )
+    try:
+        tracing.configure(config)
+    except ValueError as exc:
+        raise ConfigError(f"[tracing]: {exc}") from exc
+
+
 def create_app(settings: Settings) -> Starlette:
     registry = build_registry(settings)  # config errors surface here, before serving
+    start_tracing(settings)
     limits = StreamLimits(
         heartbeat_seconds=settings.heartbeat_seconds,
         request_timeout_seconds=settings.request_timeout_seconds or None,
@@ -219,6 +239,20 @@ def create_app(settings: Settings) -> Starlette:
                 log.exception("purging expired responses failed")
             await asyncio.sleep(3600)
 
+    async def probe_store_forever() -> None:
+        """`sluicegate_store_up`: 1 while a read of the store works, 0 while it fails (the
+        overview page and alerts read it); one cheap read every STORE_PROBE_SECONDS."""
+        key = METRICS.key("sluicegate_store_up")
+        while True:
+            try:
+                await store.get(STORE_PROBE_ID, events=False)
+                METRICS.gauges[key] = 1.0
+            except Exception as exc:
+                if METRICS.gauges[key]:
+                    log.warning("the store stopped answering: %s", exc)
+                METRICS.gauges[key] = 0.0
+            await asyncio.sleep(STORE_PROBE_SECONDS)
+
     def cancel_local(scope: str, response_id: str) -> None:
         """A client asked (on any replica) to cancel a run this process owns."""
         live = state.live_turn(response_id, scope)
@@ -233,6 +267,7 @@ def create_app(settings: Settings) -> Starlette:
         METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
         purger = asyncio.create_task(purge_expired_forever())
+        prober = asyncio.create_task(probe_store_forever())
         reaper = asyncio.create_task(lifecycle.run())
         await tools.start()  # discovery runs in the background; a dead server is only logged
         await registry.start()
@@ -240,6 +275,7 @@ def create_app(settings: Settings) -> Starlette:
             yield
         finally:
             purger.cancel()
+            prober.cancel()
             reaper.cancel()
             downloads.close()
             for live in list(state.live.values()):
@@ -249,6 +285,7 @@ def create_app(settings: Settings) -> Starlette:
             await tools.aclose()
             await store.aclose()
             METRICS.remove_live(collector)
+            tracing.shutdown()  # export the spans still pending
 
     # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
     responses = ResponsesDialect(

@@ -1,5 +1,6 @@
-"""The playground page at `/`: static files shipped in the package (`sluicegate/web/`), no build
-step. Open without an API key: the page holds no data, it asks for a key itself."""
+"""The web pages: the playground at `/` and the operators' overview at `/overview`; static files
+shipped in the package (`sluicegate/web/`), no build step. Open without an API key: the pages
+hold no data, they ask for a key themselves."""
 
 from __future__ import annotations
 
@@ -17,8 +18,14 @@ async def index(request: Request) -> Response:
     return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
 
 
+async def overview(request: Request) -> Response:
+    """The operators' page: what `/metrics` says, live (it fetches `/metrics` with the key)."""
+    return FileResponse(WEB / "overview.html", headers={"Cache-Control": "no-cache"})
+
+
 def playground_routes() -> list[BaseRoute]:
     return [
         Route("/", index, methods=["GET"]),
+        Route("/overview", overview, methods=["GET"]),
         Mount("/playground", StaticFiles(packages=[("sluicegate", "web")]), name="playground"),
     ]

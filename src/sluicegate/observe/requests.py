@@ -37,9 +37,11 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
-from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, child, observe_counts
+from sluicegate.observe import tracing
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts
 
 access_log = logging.getLogger("sluicegate.access")
+IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
 
 CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
 QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
@@ -91,6 +93,11 @@ class RequestObserver:
     # generation ends: a list increment per token instead of a locked observe.
     gap_counts: list[int] = field(default_factory=lambda: [0] * (len(TOKEN_GAP_BUCKETS) + 1))
     gap_sum: float = 0.0
+    # Tracing (None when off): the request's span, the span new children hang from (a tool
+    # round while one runs), and how the generation finished.
+    span: Any = None
+    parent_span: Any = None
+    finish_reason: str | None = None
 
     # --- generation -----------------------------------------------------------------------
 
@@ -139,9 +146,12 @@ class RequestObserver:
         its tokens left uncounted by `end`, so they are counted now."""
         self.generating -= 1
         self._flush_gaps()
-        if self.ended and not self.generating and self.dialect:
+        if self.ended and not self.generating:
             out = self.completion_tokens if self.completion_tokens is not None else self.tokens
-            self._count_tokens(self.prompt_tokens or 0, out)
+            if self.dialect:
+                self._count_tokens(self.prompt_tokens or 0, out)
+            if self.span is not None:
+                self._end_span(self.status_override or 200, out)
 
     def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
         if tokens_in:
@@ -166,6 +176,8 @@ class RequestObserver:
             child(METRICS.requests, self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
+        if self.span is not None and not self.generating:  # else ended when the generation ends
+            self._end_span(status, tokens_out)
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
         fields: dict[str, Any] = {
             "request_id": self.request_id,
@@ -199,6 +211,34 @@ class RequestObserver:
             extra={"access": fields},
         )
 
+    def start_span(self, headers: list[tuple[bytes, bytes]]) -> None:
+        """Trace this request (tracing is on)."""
+        self.span = self.parent_span = tracing.start_request_span(self.method, self.path, headers)
+
+    def _end_span(self, status: int, tokens_out: int) -> None:
+        span, self.span = self.span, None
+        operation = tracing.operation_of(self.path)
+        attributes: dict[str, Any] = {"http.response.status_code": status}
+        if self.request_id:
+            attributes["sluicegate.request_id"] = self.request_id
+        if operation:
+            attributes["gen_ai.operation.name"] = operation
+            if self.model:
+                span.update_name(f"{operation} {self.model}")
+        if self.model:
+            attributes["gen_ai.request.model"] = self.model
+        if self.prompt_tokens is not None or tokens_out:
+            attributes["gen_ai.usage.input_tokens"] = self.prompt_tokens or 0
+            attributes["gen_ai.usage.output_tokens"] = tokens_out
+        if self.finish_reason is not None:
+            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason]
+        error = None
+        if status >= 500:
+            error = str(status)
+        elif status == CLIENT_GONE:
+            error = "client_closed_request"
+        tracing.end(span, error=error, attributes=attributes)
+
 
 def current() -> RequestObserver | None:
     return _current.get()
@@ -227,11 +267,12 @@ class EventTap:
     loop that already iterates it (`TurnPipeline`): a call per event instead of a generator
     layer. `start()` when the stream starts, `see(event)` for each, `end()` once it stops."""
 
-    __slots__ = ("_bounds", "_counts", "_log_text", "_observer", "_perf", "terminal")
+    __slots__ = ("_bounds", "_counts", "_in_flight", "_log_text", "_observer", "_perf", "terminal")
 
     def __init__(self, observer: RequestObserver) -> None:
         self._observer = observer
         self.terminal = False
+        self._in_flight: Key = ("", ())
         self._perf = time.perf_counter
         self._counts = observer.gap_counts
         self._bounds = TOKEN_GAP_BUCKETS
@@ -243,7 +284,12 @@ class EventTap:
         return EventTap(observer) if observer is not None else None
 
     def start(self) -> None:
-        self._observer.generating += 1
+        observer = self._observer
+        observer.generating += 1
+        # Generations in flight by dialect and model (the overview page's first table); the
+        # key is kept so the end takes off exactly what the start added.
+        self._in_flight = METRICS.key(IN_FLIGHT, dialect=observer.dialect, model=observer.model)
+        METRICS.gauges[self._in_flight] += 1
 
     def see(self, event: Event) -> None:
         observer = self._observer
@@ -278,10 +324,12 @@ class EventTap:
             observer.stream_status(event.error.status)
         elif isinstance(event, Finished):
             self.terminal = True
+            observer.finish_reason = event.reason.value
 
     def end(self) -> None:
         if not self.terminal:
             self._observer.stream_status(CLIENT_GONE)
+        METRICS.gauges[self._in_flight] -= 1
         self._observer.generation_ended()
 
 
@@ -346,6 +394,8 @@ class ObserveMiddleware:
                     kept += len(body)
                 return message
 
+        if tracing.enabled():
+            observer.start_span(scope["headers"])
         token = _current.set(observer)
         try:
             await self.app(scope, receive_observed, send_observed)

@@ -42,6 +42,9 @@ from sluicegate.core.ids import new_id
 from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ServerTool, ToolCall
 from sluicegate.engines.instances import Generation
 from sluicegate.engines.models import Model
+from sluicegate.observe import tracing
+from sluicegate.observe.requests import RequestObserver
+from sluicegate.observe.requests import current as current_observer
 from sluicegate.tools.base import ToolOutcome
 
 log = logging.getLogger(__name__)
@@ -196,7 +199,7 @@ class _Loop:
             call.provider = self.fallback
 
 
-async def run_tool_loop(
+def run_tool_loop(
     request: ChatRequest,
     toolset: ToolSetLike,
     open_round: OpenRound,
@@ -209,6 +212,20 @@ async def run_tool_loop(
     `request` is the client's own (without the server tools: they are added here), so its tools
     are the client's functions. `open_round` admits one engine run of the request it is given.
     """
+    events = _rounds(request, toolset, open_round, max_rounds, needs_approval)
+    observer = current_observer()
+    if observer is None or observer.parent_span is None:  # not traced: no layer, no cost
+        return events
+    return _traced_rounds(events, observer)
+
+
+async def _rounds(
+    request: ChatRequest,
+    toolset: ToolSetLike,
+    open_round: OpenRound,
+    max_rounds: int,
+    needs_approval: Callable[[ServerTool], bool],
+) -> AsyncIterator[RawEvent]:
     loop = _Loop(toolset, {spec.name for spec in request.tools}, needs_approval)
     request = with_server_tools(request, toolset)
     messages = list(request.messages)
@@ -216,8 +233,13 @@ async def run_tool_loop(
         yield listing
     total = Usage()
     offset = 0
+    observer = current_observer()
+    traced = observer is not None and observer.parent_span is not None
     for number in range(1, max(max_rounds, 1) + 1):
         round_ = _Round(loop, offset)
+        if traced:
+            assert observer is not None
+            _start_round_span(observer, number)
         try:
             events = await open_round(replace(request, messages=list(messages)))
         except SluicegateError as exc:  # e.g. the queue filled up while tools ran
@@ -261,7 +283,7 @@ async def run_tool_loop(
             yield Finished(round_.finish or FinishReason.STOP)
             return
         outcomes: list[ToolOutcome] = []
-        tasks = [asyncio.ensure_future(_run(toolset, call)) for call in server]
+        tasks = [asyncio.ensure_future(_run(toolset, call, observer if traced else None)) for call in server]
         try:
             for call, task in zip(server, tasks, strict=True):
                 outcome = await task
@@ -305,7 +327,32 @@ async def run_tool_loop(
     )
 
 
-async def _run(toolset: ToolSetLike, call: _Call) -> ToolOutcome:
+async def _run(toolset: ToolSetLike, call: _Call, observer: RequestObserver | None) -> ToolOutcome:
+    """One call's outcome, traced under the round when `observer` is given."""
+    if observer is None or observer.parent_span is None:
+        return await _outcome(toolset, call)
+    provider = call.provider.id if call.provider is not None else ""
+    span = tracing.start_child(
+        observer.parent_span,
+        f"execute_tool {call.name}",
+        attributes={
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name or "",
+            "gen_ai.tool.call.id": call.call_id,
+            "gen_ai.tool.type": "extension",  # runs here, on the server (MCP or a plugin)
+            "sluicegate.tool.provider": provider,
+        },
+    )
+    error: str | None = "cancelled"
+    try:
+        outcome = await _outcome(toolset, call)
+        error = "tool_error" if outcome.error else None
+        return outcome
+    finally:
+        tracing.end(span, error=error)
+
+
+async def _outcome(toolset: ToolSetLike, call: _Call) -> ToolOutcome:
     """One call's outcome; whatever goes wrong becomes an error the model is told about."""
     name = call.name or ""
     if name not in toolset.tools:
@@ -330,3 +377,35 @@ def _add(a: Usage, b: Usage) -> Usage:
         a.cached_tokens + b.cached_tokens,
         a.reasoning_tokens + b.reasoning_tokens,
     )
+
+
+def _start_round_span(observer: RequestObserver, number: int) -> None:
+    """Round `number` begins: its span (under the request's) is where its upstream call and tool
+    calls hang; the previous round's ends."""
+    _end_round_span(observer)
+    if observer.span is None:  # the request's span has ended (nothing left to hang from)
+        return
+    span = tracing.start_child(
+        observer.span, f"tool_round {number}", attributes={"sluicegate.tool_round": number}
+    )
+    observer.parent_span = span
+
+
+def _end_round_span(observer: RequestObserver) -> None:
+    if observer.parent_span is not None and observer.parent_span is not observer.span:
+        tracing.end(observer.parent_span)
+    observer.parent_span = observer.span
+
+
+async def _traced_rounds(
+    events: AsyncIterator[RawEvent], observer: RequestObserver
+) -> AsyncIterator[RawEvent]:
+    """The rounds, with the last round's span ended however the turn ends."""
+    try:
+        async for event in events:
+            yield event
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        _end_round_span(observer)

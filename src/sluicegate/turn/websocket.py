@@ -43,6 +43,7 @@ from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.owned import Owned
 from sluicegate.dialects.base import Turn
+from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import RequestObserver, observing
 from sluicegate.transport.websocket import stream_websocket
@@ -188,6 +189,8 @@ class _Connection:
         status = 500
         path = self.websocket.scope["path"]
         observer = RequestObserver(self.dialect.name, "WS", path, "req_" + secrets.token_hex(8))
+        if tracing.enabled():
+            observer.start_span([])
         try:
             with observing(observer):
                 status = await self._observed_turn(text)

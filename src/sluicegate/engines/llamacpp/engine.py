@@ -49,6 +49,7 @@ from sluicegate.engines.base import (
 )
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.context import choose_context
+from sluicegate.engines.llamacpp.fallback_templates import fallback_template
 from sluicegate.engines.llamacpp.gguf_info import (
     POOLING_MEAN,
     POOLING_RANK,
@@ -70,7 +71,7 @@ from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
-from sluicegate.engines.llamacpp.template import render_chat
+from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
@@ -105,6 +106,11 @@ class LlamaCppEngine(Engine):
         self.settings = settings
         self.gguf: GGUFInfo = read_gguf_info(settings.path)
         self.template = settings.chat_template or self.gguf.chat_template
+        # A GGUF without a template: its architecture's format (llama.cpp's built-ins), or for a
+        # base model a plain transcript, with the stop strings that end its answer.
+        fallback = fallback_template(self.gguf.architecture, base_model=self.gguf.finetune is None)
+        self.prompt_template = self.template or fallback.source
+        self._template_stops = fallback.stops if self.template is None else ()
         self.tool_format = settings.tool_call_format or detect_tool_format(
             self.template, self.gguf.architecture
         )
@@ -200,19 +206,15 @@ class LlamaCppEngine(Engine):
 
     # --- requests --------------------------------------------------------------------------
 
-    def _render(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
-        if self.template is None:
-            raise invalid(f"Model {self.model_id!r} has no chat template; set `chat_template` in its config.")
-        effort = request.reasoning_effort
-        thinking = None if effort is None or not self._thinking_switch else effort not in ("off", "none")
-        tools = request.tools if request.tool_choice != "none" else []
-        return render_chat(
-            self.template,
-            request.messages if messages is None else messages,
-            tools,
+    def render_prompt(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
+        """The prompt text this engine decodes for the request (`sluicegate models render`)."""
+        return render_request(
+            self.prompt_template,
+            request,
+            messages,
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
-            enable_thinking=thinking,
+            add_bos=self.gguf.add_bos,
             media_marker=MARKER if self.mmproj is not None else None,
         )
 
@@ -248,7 +250,7 @@ class LlamaCppEngine(Engine):
             return
         grammar = request_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
-        prompt = self._render(request)
+        prompt = self.render_prompt(request)
         pictures = self._pictures(request)
         if pictures and prompt.count(MARKER) != len(pictures):
             raise invalid(
@@ -267,7 +269,10 @@ class LlamaCppEngine(Engine):
                     raise too_long(len(tokens), n_ctx, self.model_id)
                 budget = n_ctx - answer_room(n_ctx, request.sampling.max_tokens)
                 fitted = fit(
-                    request.messages, policy, budget, lambda kept: self._tokenize(self._render(request, kept))
+                    request.messages,
+                    policy,
+                    budget,
+                    lambda kept: self._tokenize(self.render_prompt(request, kept)),
                 )
                 if fitted is None:
                     raise too_long(len(tokens), n_ctx, self.model_id)
@@ -281,7 +286,7 @@ class LlamaCppEngine(Engine):
                     len(fitted.tokens),
                 )
                 request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
-                prompt, tokens = self._render(request, fitted.messages), fitted.tokens
+                prompt, tokens = self.render_prompt(request, fitted.messages), fitted.tokens
         self._prepared = (request, prompt, tokens, grammar, pictures)
 
     def _pictures(self, request: ChatRequest) -> list[Picture]:
@@ -354,7 +359,7 @@ class LlamaCppEngine(Engine):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The rendered prompt's tokens: by the loaded model, or its tokenizer alone."""
-        return len(self._tokenize(self._render(request)))
+        return len(self._tokenize(self.render_prompt(request)))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
@@ -430,7 +435,7 @@ class LlamaCppEngine(Engine):
             _, prompt, tokens, grammar, pictures = prepared
             self._prepared = None
         else:
-            prompt, tokens = self._render(request), None
+            prompt, tokens = self.render_prompt(request), None
             grammar = request_grammar(request, self.tool_format, self.model_id)
             pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
@@ -438,9 +443,12 @@ class LlamaCppEngine(Engine):
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
+        sampling = request.sampling
+        if self._template_stops:
+            sampling = replace(sampling, stop=[*sampling.stop, *self._template_stops])
         job = Job(
             tokens=tokens or [],
-            sampling=request.sampling,
+            sampling=sampling,
             seed=llama_seed(seed) if seed is not None else random.getrandbits(31),
             parser=OutputParser(
                 tool_format=self.tool_format,

@@ -9,11 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import gguf
 
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.gguf_header import GGUFHeader, read_gguf_header
 
 # llama.cpp's pooling types that make an embedding model (NONE = 0 and RANK = 4 do not).
 POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
@@ -39,6 +39,8 @@ class GGUFInfo:
     chat_template: str | None
     bos_token: str
     eos_token: str
+    add_bos: bool = False  # the tokenizer prepends BOS itself (`tokenizer.ggml.add_bos_token`)
+    finetune: str | None = None  # `general.finetune` ("it", "Instruct" …); None: a base model or unsaid
     # The KV cache's shape, for the context a memory budget allows (None when the header is silent).
     n_layers: int | None = None
     n_head_kv: int | None = None
@@ -83,48 +85,47 @@ class GGUFInfo:
         return str(self.parameters)
 
 
-def _value(reader: gguf.GGUFReader, key: str) -> Any:
-    field = reader.fields.get(key)
-    if field is None or not field.types:
-        return None
-    return field.contents()
-
-
-def _quantization(reader: gguf.GGUFReader) -> str | None:
+def _quantization(header: GGUFHeader) -> str | None:
     """The file type's name, or failing that the type most of the weights are stored in."""
-    file_type = _value(reader, "general.file_type")
+    file_type = header.fields.get("general.file_type")
     if isinstance(file_type, int):
         try:
             return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
         except ValueError:
             pass
     counts: dict[str, int] = {}
-    for tensor in reader.tensors:
-        counts[tensor.tensor_type.name] = counts.get(tensor.tensor_type.name, 0) + int(tensor.n_elements)
+    for tensor in header.tensors:
+        try:
+            name = gguf.GGMLQuantizationType(tensor.type).name
+        except ValueError:
+            name = f"type {tensor.type}"
+        counts[name] = counts.get(name, 0) + tensor.n_elements
     return max(counts, key=lambda name: counts[name]) if counts else None
 
 
 def read_gguf_info(path: Path) -> GGUFInfo:
     """Read a GGUF's header; a file that is not a readable GGUF is a configuration error."""
     try:
-        reader = gguf.GGUFReader(path, "r")
-    except (OSError, ValueError, KeyError) as exc:
+        header = read_gguf_header(path)
+    except (OSError, ValueError) as exc:
         raise ConfigError(f"{path} is not a readable GGUF file: {exc}") from exc
-    architecture = str(_value(reader, "general.architecture") or "unknown")
-    context = _value(reader, f"{architecture}.context_length")
-    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    fields = header.fields
+    architecture = str(fields.get("general.architecture") or "unknown")
+    context = fields.get(f"{architecture}.context_length")
+    tokens = fields.get("tokenizer.ggml.tokens")
+    tokens = tokens if isinstance(tokens, list) else []
 
     def token_text(key: str) -> str:
-        token_id = _value(reader, key)
-        if tokens is None or not isinstance(token_id, int) or token_id >= len(tokens.data):
+        token_id = fields.get(key)
+        if not isinstance(token_id, int) or not 0 <= token_id < len(tokens):
             return ""
-        return str(tokens.contents(token_id))
+        return str(tokens[token_id])
 
-    template = _value(reader, "tokenizer.chat_template")
-    rerank = _value(reader, "tokenizer.chat_template.rerank")
+    template = fields.get("tokenizer.chat_template")
+    rerank = fields.get("tokenizer.chat_template.rerank")
 
     def integer(key: str) -> int | None:
-        value = _value(reader, f"{architecture}.{key}")
+        value = fields.get(f"{architecture}.{key}")
         if isinstance(value, list):  # per-layer counts (some architectures): the largest
             value = max((v for v in value if isinstance(v, int)), default=None)
         return int(value) if isinstance(value, int) and value > 0 else None
@@ -134,22 +135,24 @@ def read_gguf_info(path: Path) -> GGUFInfo:
     return GGUFInfo(
         path=path,
         architecture=architecture,
-        name=_value(reader, "general.name"),
-        description=_value(reader, "general.description"),
-        organization=_value(reader, "general.organization"),
-        quantization=_quantization(reader),
+        name=fields.get("general.name"),
+        description=fields.get("general.description"),
+        organization=fields.get("general.organization"),
+        quantization=_quantization(header),
         size_bytes=path.stat().st_size,
-        parameters=sum(int(t.n_elements) for t in reader.tensors),
+        parameters=sum(t.n_elements for t in header.tensors),
         context_length=int(context) if isinstance(context, int) else None,
         chat_template=template if isinstance(template, str) else None,
         bos_token=token_text("tokenizer.ggml.bos_token_id"),
         eos_token=token_text("tokenizer.ggml.eos_token_id"),
+        add_bos=fields.get("tokenizer.ggml.add_bos_token") is True,
+        finetune=fields.get("general.finetune") or None,
         n_layers=integer("block_count"),
         n_head_kv=integer("attention.head_count_kv") or n_head,
         head_dim_k=integer("attention.key_length") or head_dim,
         head_dim_v=integer("attention.value_length") or head_dim,
-        pooling=_value(reader, f"{architecture}.pooling_type"),
+        pooling=fields.get(f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
-        vocab_size=len(tokens.data) if tokens is not None else 0,
+        vocab_size=len(tokens),
         rerank_template=rerank if isinstance(rerank, str) else None,
     )

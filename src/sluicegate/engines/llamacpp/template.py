@@ -1,51 +1,37 @@
-"""Render a conversation with the model's own Jinja2 chat template, the way Hugging Face does.
+"""Render a conversation with the model's own chat template, the way llama.cpp does.
 
-The messages and tools are handed over in the shape HF templates expect (OpenAI-style dicts:
-assistant `tool_calls` with `function.arguments` as an object, tool results with their call id
-and tool name), in a sandbox, with the globals those templates use.
+The messages and tools are handed over in the shape llama.cpp's `common/chat.cpp` gives
+templates (OpenAI-style dicts: `content` always a string, `reasoning_content` when there is
+some, tool calls with their id, tool results with the call id and tool name), adjusted to what
+the template can take (`template_caps`), in llama.cpp's Jinja environment (`jinja_env`).
 """
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
-from functools import lru_cache
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
-from sluicegate.core.request import Message, ToolSpec
+from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.jinja_env import TemplateRaised, compile_template
+from sluicegate.engines.llamacpp.template_caps import TemplateCaps, template_caps
+from sluicegate.engines.llamacpp.template_quirks import (
+    adjust,
+    calls_as_text,
+    is_gpt_oss,
+    patched_source,
+    without_tool_turns,
+)
 
-
-def _raise_exception(message: str) -> NoReturn:
-    raise jinja2.TemplateError(message)
-
-
-def _tojson(
-    value: Any, indent: int | None = None, ensure_ascii: bool = False, sort_keys: bool = False
-) -> str:
-    # HF's tojson: no HTML escaping (Jinja's own would turn `<` into `\u003c`).
-    return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
-
-
-def _strftime_now(fmt: str) -> str:
-    return datetime.now().strftime(fmt)
-
-
-@lru_cache(maxsize=32)
-def compile_template(source: str) -> jinja2.Template:
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = _strftime_now
-    return env.from_string(source)
+Json = dict[str, Any]
+# Efforts a template may read as `reasoning_effort` (gpt-oss, DeepSeek V4 …); on/off only switch thinking.
+EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def template_source(value: str, base_dir: Path) -> str:
@@ -64,9 +50,11 @@ def template_source(value: str, base_dir: Path) -> str:
     return value
 
 
-def _arguments(text: str) -> Any:
-    """Tool-call arguments as an object (HF templates `tojson` them); kept as text if not JSON,
+def _arguments(text: Any) -> Any:
+    """Tool-call arguments as an object (templates `tojson` them); kept as text if not JSON,
     or if nested deeper than any request body may be (rendering recurses per level)."""
+    if not isinstance(text, str):
+        return text
     try:
         value = json.loads(text)
     except (ValueError, RecursionError):
@@ -82,40 +70,43 @@ def _content(message: Message, media_marker: str | None) -> str:
     return "".join(part.text if part.type == "text" else media_marker for part in message.content)
 
 
-def template_messages(messages: list[Message], media_marker: str | None = None) -> list[dict[str, Any]]:
-    """Messages in the OpenAI/HF dict shape; leading system and developer turns become one system."""
-    out: list[dict[str, Any]] = []
+def template_messages(
+    messages: list[Message], *, merge_system: bool = True, media_marker: str | None = None
+) -> list[Json]:
+    """Messages in llama.cpp's shape (`common_chat_msg::to_json_oaicompat`), arguments as
+    objects; leading system and developer turns become one system turn. With `media_marker`,
+    images are that marker in the text (a model with a projector), else left out."""
+    out: list[Json] = []
     tool_names: dict[str, str] = {}
     for message in messages:
-        role = "system" if message.role == "developer" else message.role
-        if role == "system" and out and out[-1]["role"] == "system" and len(out) == 1:
-            out[-1]["content"] += "\n\n" + _content(message, media_marker)
+        role = "system" if message.role == "developer" and merge_system else message.role
+        if role == "system" and merge_system and len(out) == 1 and out[0]["role"] == "system":
+            out[0]["content"] += "\n\n" + _content(message, media_marker)
             continue
-        entry: dict[str, Any] = {"role": role, "content": _content(message, media_marker)}
-        if role == "assistant":
-            if message.reasoning:
-                entry["reasoning_content"] = message.reasoning
-            if message.tool_calls:
-                entry["content"] = message.text or None
-                entry["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": _arguments(call.arguments)},
-                    }
-                    for call in message.tool_calls
-                ]
-                tool_names.update((call.id, call.name) for call in message.tool_calls)
-        elif role == "tool":
-            entry["tool_call_id"] = message.tool_call_id
+        entry: Json = {"role": role, "content": _content(message, media_marker)}
+        if message.reasoning:
+            entry["reasoning_content"] = message.reasoning
+        if role == "tool":
             name = message.name or tool_names.get(message.tool_call_id or "")
             if name:
                 entry["name"] = name
+            if message.tool_call_id:
+                entry["tool_call_id"] = message.tool_call_id
+        if message.tool_calls:
+            entry["tool_calls"] = [
+                {
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": _arguments(call.arguments)},
+                    **({"id": call.id} if call.id else {}),
+                }
+                for call in message.tool_calls
+            ]
+            tool_names.update((call.id, call.name) for call in message.tool_calls)
         out.append(entry)
     return out
 
 
-def template_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
+def template_tools(tools: list[ToolSpec]) -> list[Json]:
     return [
         {
             "type": "function",
@@ -129,6 +120,91 @@ def template_tools(tools: list[ToolSpec]) -> list[dict[str, Any]]:
     ]
 
 
+def _as_text(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _fit(messages: list[Json], caps: TemplateCaps) -> list[Json]:
+    """llama.cpp's workarounds (chat.cpp): a system prompt the template ignores goes in front of
+    the first user turn; arguments stay JSON text for a template that prints them as they come;
+    content becomes typed parts for a template that only reads those."""
+    if not caps.system_role and messages and messages[0]["role"] == "system":
+        system, *messages = messages
+        if messages:
+            messages[0] = {**messages[0], "content": system["content"] + "\n" + messages[0]["content"]}
+    out = []
+    for message in messages:
+        message = dict(message)
+        if message.get("tool_calls"):
+            shape = _arguments if caps.object_arguments else _as_text
+            message["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": shape(c["function"]["arguments"])}}
+                for c in message["tool_calls"]
+            ]
+        if not caps.string_content and isinstance(message.get("content"), str):
+            message["content"] = [{"type": "text", "text": message["content"]}]
+        out.append(message)
+    return out
+
+
+def render_messages(
+    source: str,
+    messages: list[Json],
+    tools: list[Json],
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_generation_prompt: bool = True,
+    extra: Json | None = None,
+) -> str:
+    """Render llama.cpp-shaped messages; what the template refuses is a 400 naming why."""
+    caps = template_caps(source)
+    if not is_gpt_oss(source):
+        messages = [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
+    messages = adjust(source, _fit(messages, caps), caps)
+    # A template that renders no tool calls: where it never mentions tools (or refuses the
+    # turns below), calls and results reach it as plain text rather than not at all.
+    plain = not caps.tool_calls and any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
+    if plain and "tool" not in source:
+        messages, plain = without_tool_turns(messages), False
+    elif plain:
+        messages = calls_as_text(messages)
+    now = datetime.now()
+    variables: Json = {
+        "messages": messages,
+        "bos_token": bos_token,
+        "eos_token": eos_token,
+        "datetime": now.strftime("%b %d %Y"),
+        "date_string": now.strftime("%d %b %Y"),
+    }
+    if tools:
+        variables["tools"] = tools
+    if add_generation_prompt:
+        variables["add_generation_prompt"] = True
+    variables.update(extra or {})
+    try:
+        try:
+            return compile_template(patched_source(source)).render(**variables)
+        except TemplateRaised:
+            if not plain:
+                raise
+            variables["messages"] = without_tool_turns(messages)
+            return compile_template(patched_source(source)).render(**variables)
+    except TemplateRaised as exc:
+        raise invalid(
+            f"The model's chat template rejected the conversation: {exc}", code="template_error"
+        ) from exc
+    except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
+        raise invalid(
+            f"The model's chat template cannot render this conversation: {type(exc).__name__}: {exc}",
+            code="template_error",
+        ) from exc
+    except RecursionError as exc:
+        raise invalid(
+            "The conversation is nested too deeply for the chat template.", code="template_error"
+        ) from exc
+
+
 def render_chat(
     source: str,
     messages: list[Message],
@@ -137,22 +213,54 @@ def render_chat(
     bos_token: str,
     eos_token: str,
     enable_thinking: bool | None = None,
+    reasoning_effort: str | None = None,
     media_marker: str | None = None,
 ) -> str:
-    """The prompt text, ending with the assistant's generation prompt; template errors are 400s."""
-    variables: dict[str, Any] = {
-        "messages": template_messages(messages, media_marker),
-        "add_generation_prompt": True,
-        "bos_token": bos_token,
-        "eos_token": eos_token,
-    }
-    if tools:
-        variables["tools"] = template_tools(tools)
+    """The prompt text, ending with the assistant's generation prompt.
+
+    `enable_thinking` and `reasoning_effort` reach the template only when the request set them,
+    so a request that sets neither gets the template's own defaults."""
+    extra: Json = {}
     if enable_thinking is not None:
-        variables["enable_thinking"] = enable_thinking
-    try:
-        return compile_template(source).render(**variables)
-    except jinja2.TemplateError as exc:
-        raise invalid(
-            f"The model's chat template rejected the conversation: {exc}", code="template_error"
-        ) from exc
+        extra["enable_thinking"] = enable_thinking
+    if reasoning_effort:
+        extra["reasoning_effort"] = extra["reasoning_strength"] = reasoning_effort
+    return render_messages(
+        source,
+        template_messages(messages, merge_system=not is_gpt_oss(source), media_marker=media_marker),
+        template_tools(tools),
+        bos_token=bos_token,
+        eos_token=eos_token,
+        extra=extra,
+    )
+
+
+def render_request(
+    source: str,
+    request: ChatRequest,
+    messages: list[Message] | None = None,
+    *,
+    bos_token: str,
+    eos_token: str,
+    add_bos: bool = False,
+    media_marker: str | None = None,
+) -> str:
+    """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
+    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch."""
+    effort = request.reasoning_effort
+    switch = "enable_thinking" in source
+    prompt = render_chat(
+        source,
+        request.messages if messages is None else messages,
+        request.tools if request.tool_choice != "none" else [],
+        bos_token=bos_token,
+        eos_token=eos_token,
+        enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
+        reasoning_effort=effort if effort in EFFORT_LEVELS else None,
+        media_marker=media_marker,
+    )
+    # The tokenizer adds the BOS token itself: one the template wrote would be a second
+    # (llama.cpp's common_chat_template_direct_apply drops it the same way).
+    if add_bos and bos_token and prompt.startswith(bos_token):
+        prompt = prompt[len(bos_token) :]
+    return prompt

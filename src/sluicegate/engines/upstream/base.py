@@ -32,6 +32,8 @@ from sluicegate.core.events import (
     PromptStarted,
     RawBatch,
     RawEvent,
+    Usage,
+    UsageReport,
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
@@ -42,6 +44,8 @@ from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import SSEReader
+from sluicegate.observe import tracing
+from sluicegate.observe.requests import current as current_observer
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 DRAIN_SECONDS = 0.05  # how long the end of a body may take after its last event before we hang up
@@ -126,7 +130,24 @@ class UpstreamEngine(Engine):
         if self._owns_replicas:
             await self.replicas.aclose()
 
-    async def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+    def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        observer = current_observer()
+        parent = observer.parent_span if observer is not None else None
+        if parent is None:  # tracing off (or no request to trace): no layer, no cost
+            return self._generate(request, b"")
+        span = tracing.start_child(
+            parent,
+            f"chat {self.config.upstream_model}",
+            client=True,
+            attributes={
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": self.kind,
+                "gen_ai.request.model": self.config.upstream_model,
+            },
+        )
+        return _traced(self._generate(request, tracing.traceparent_header(span)), span)
+
+    async def _generate(self, request: ChatRequest, trace_headers: bytes) -> AsyncIterator[RawEvent]:
         config = self.config
         try:
             body = self.request_body(request)
@@ -143,7 +164,7 @@ class UpstreamEngine(Engine):
             yield PromptStarted()
             yield PromptProgress(0.0)
             try:
-                replica, response, refusal = await self._send(body, clocks)
+                replica, response, refusal = await self._send(body, clocks, trace_headers)
                 # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
                 del body
             except asyncio.CancelledError:
@@ -218,7 +239,7 @@ class UpstreamEngine(Engine):
                 replica.outstanding -= 1
 
     async def _send(
-        self, body: bytes, clocks: Clocks
+        self, body: bytes, clocks: Clocks, trace_headers: bytes = b""
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
         error to fail with. The returned replica's `outstanding` count is held."""
@@ -232,7 +253,7 @@ class UpstreamEngine(Engine):
             response: StreamingResponse | None = None
             try:
                 clocks.waiting()
-                response = await replica.pool.post_stream(self.path, body)
+                response = await replica.pool.post_stream(self.path, body, trace_headers)
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)
@@ -257,3 +278,31 @@ class UpstreamEngine(Engine):
             if response is not None:
                 await response.aclose()
         return None, None, error
+
+
+async def _traced(events: AsyncIterator[RawEvent], span: Any) -> AsyncIterator[RawEvent]:
+    """Pass an upstream call's events through, ending its span with what the call came to."""
+    error: str | None = None
+    usage: Usage | None = None
+    attributes: dict[str, Any] = {}
+    try:
+        async for event in events:
+            for seen in event.events if type(event) is RawBatch else (event,):
+                if type(seen) is UsageReport:
+                    usage = seen.usage
+                elif type(seen) is Failed:
+                    error = seen.error.code or seen.error.kind.value
+                elif type(seen) is Answered:
+                    attributes["sluicegate.replica"] = seen.headers.get(REPLICA_HEADER, "")
+            yield event
+    except BaseException as exc:
+        error = error or type(exc).__name__
+        raise
+    finally:
+        aclose = getattr(events, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        if usage is not None:
+            attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+            attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
+        tracing.end(span, error=error, attributes=attributes)

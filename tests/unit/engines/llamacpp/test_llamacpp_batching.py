@@ -219,7 +219,7 @@ def test_shared_prefix_reports_cached_tokens(loaded: Any) -> None:
     runtime = engine._runtime
     assert runtime is not None
     one, two = (
-        runtime.tokenize(engine._render(_request(p))) for p in (PROMPTS[3], PROMPTS[3] + " And rivers?")
+        runtime.tokenize(engine.render_prompt(_request(p))) for p in (PROMPTS[3], PROMPTS[3] + " And rivers?")
     )
     shared = next(i for i, (a, b) in enumerate(zip(one, two, strict=False)) if a != b)
     assert again.usage.cached_tokens == shared
@@ -316,7 +316,7 @@ def test_running_sequences_stay_in_adjacent_slots(loaded: Any) -> None:
     loop.run_until_complete(fill())  # slots 0, 1, 2 each cache a prompt and its reply
     cached = [list(slot.cached) for slot in scheduler.slots]
     follow_up = _request(prompts[2] + " And in winter?")
-    tokens = runtime.tokenize(engine._render(follow_up))
+    tokens = runtime.tokenize(engine.render_prompt(follow_up))
 
     def shared(a: list[int]) -> int:
         return next((i for i, (x, y) in enumerate(zip(a, tokens, strict=False)) if x != y), len(a))
@@ -384,7 +384,7 @@ def test_short_request_is_not_stuck_behind_a_long_prompt(loaded: Any) -> None:
     progress, at_start, at_end = loop.run_until_complete(scenario())
     runtime = engine._runtime
     assert runtime is not None
-    tokens = len(runtime.tokenize(engine._render(_request(LONG))))
+    tokens = len(runtime.tokenize(engine.render_prompt(_request(LONG))))
     assert tokens > 1000 and len(progress) >= tokens // 128  # chunks of at most 128 tokens
     # The short reply (prompt + 4 tokens: 5 steps) took a few of the long prompt's chunks.
     assert (at_end - at_start) * tokens <= 7 * 128
