@@ -44,7 +44,7 @@ from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp.constrained import GrammarSampler
 from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
-from sluicegate.engines.llamacpp.vision import MediaPrompt, Projector
+from sluicegate.engines.llamacpp.vision import ImageSpan, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import OutputParser, ReasoningStyle
 
@@ -179,6 +179,7 @@ class LlamaRuntime:
         self.sequences = sequences
         self.n_ctx = llama_cpp.llama_n_ctx_seq(self.context.ctx)  # per sequence
         self.n_vocab = self.model.n_vocab()
+        self.n_embd = int(llama_cpp.llama_model_n_embd_inp(self.model.model))  # an input embedding's size
         self.evaluated: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -234,6 +235,28 @@ class LlamaRuntime:
             self.context.ctx, span, position=position, seq_id=seq_id, n_batch=self.batch_size
         )
         return span.n_pos
+
+    def decode_image_part(
+        self, span: ImageSpan, *, done: int, count: int, position: int, seq_id: int
+    ) -> None:
+        """Decode embeddings `done` to `done + count` of an encoded image into `seq_id`."""
+        assert span.embeddings is not None
+        rows = span.embeddings[done : done + count]
+        n_embd = rows.shape[1]
+        batch = llama_cpp.llama_batch_init(count, n_embd, 1)
+        try:
+            ctypes.memmove(batch.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.nbytes)
+            for i in range(count):
+                batch.pos[i] = position + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq_id
+                batch.logits[i] = False
+            batch.n_tokens = count
+            status = llama_cpp.llama_decode(self.context.ctx, batch)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        if status != 0:
+            raise EngineFailure(f"llama_decode failed on an image ({status})", code="decode_failed")
 
     def piece(self, token: int) -> bytes:
         """The token's bytes; control tokens (end of turn) are empty, text markers are text."""

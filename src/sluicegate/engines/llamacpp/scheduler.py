@@ -265,25 +265,41 @@ class BatchScheduler:
         return job.tokens
 
     def _image(self, slot: Slot) -> None:
-        """Decode the image its sequence's prompt goes on with, in a decode of its own (an
-        image's embeddings cannot share a batch with tokens): at most one a step, so the other
-        sequences wait no longer than for a prompt step."""
+        """The next piece of the image its sequence's prompt goes on with, in a decode of its
+        own (embeddings cannot share a batch with tokens), one piece a step: the encoder, then
+        the embeddings a prompt chunk at a time, so the other sequences wait no longer than for
+        the encoder or a prompt step. An image that must go whole goes in one step."""
         sequence = slot.sequence
         assert sequence is not None and sequence.job.media is not None
+        runtime = self.runtime
+        here = sequence.base + sequence.prompt_done
+        covering = sequence.job.media.covering(here)
+        assert covering is not None and runtime.projector is not None
+        start, span = covering
         self._flush()  # what the others have so far goes out while the image decodes
         try:
-            taken = self.runtime.decode_image(
-                sequence.job.media,
-                sequence.base + sequence.prompt_done,
-                position=len(slot.cached),
-                seq_id=slot.id,
-            )
+            if not runtime.projector.splittable(span):
+                taken = runtime.decode_image(
+                    sequence.job.media, start, position=len(slot.cached), seq_id=slot.id
+                )
+            elif span.embeddings is None:  # the encoder runs in a step of its own
+                runtime.projector.encode(span, runtime.n_embd)
+                taken = 0
+            else:  # then its embeddings, a prompt chunk at a time
+                done = here - start
+                taken = min(self.prefill_chunk, span.n_tokens - done)
+                runtime.decode_image_part(
+                    span, done=done, count=taken, position=len(slot.cached), seq_id=slot.id
+                )
+                if done + taken == span.n_tokens:
+                    span.embeddings = None
         except Exception as exc:
             self._release(slot, exc, keep=False)
             return
         self.steps += 1
-        slot.cached.extend(sequence.todo[sequence.prompt_done : sequence.prompt_done + taken])
-        sequence.prefilled(taken)
+        if taken:
+            slot.cached.extend(sequence.todo[sequence.prompt_done : sequence.prompt_done + taken])
+            sequence.prefilled(taken)
 
     def _step(self) -> None:
         runtime, batch = self.runtime, self._batch

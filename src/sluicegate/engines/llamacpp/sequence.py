@@ -167,8 +167,10 @@ class Sequence:
         if media is None:
             return False, None
         here = self.base + self.prompt_done
+        if media.covering(here) is not None:  # at an image's start, or part-way through it
+            return True, self.prompt_done
         start = media.next_image(here)
-        return start == here, None if start is None else start - self.base
+        return False, None if start is None else start - self.base
 
     def free(self) -> None:
         self.job.free()

@@ -8,9 +8,10 @@ lists work for images too: a prompt that repeats an earlier turn's image shares 
 the cache, so its cells are reused and reported as cached tokens.
 
 The text between images is decoded as ever (with other sequences, in the scheduler's batch);
-an image is encoded by the projector and its embeddings decoded in a `llama_decode` of their
-own (`Projector.decode`), one image per scheduler step. All of it runs on the engine's worker
-thread, as every other use of the context.
+an image is encoded by the projector and its embeddings decoded in `llama_decode`s of their own:
+whole (`Projector.decode`), or, in the batch scheduler, a prompt chunk per step (`encode`, then
+`LlamaRuntime.decode_image_part`). All of it runs on the engine's worker thread, as every other
+use of the context.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import llama_cpp
+import numpy as np
 from llama_cpp import _logger
 from llama_cpp import mtmd_cpp as mtmd
 
@@ -62,6 +64,8 @@ class ImageSpan:
     chunk: Any  # an owned mtmd_input_chunk copy
     n_pos: int  # positions (= prompt tokens) it takes
     n_tokens: int  # embeddings it decodes to
+    # Encoded, while the batch scheduler decodes it a prompt chunk at a time.
+    embeddings: np.ndarray | None = None
 
 
 @dataclass(slots=True)
@@ -71,6 +75,13 @@ class MediaPrompt:
 
     def span_at(self, index: int) -> ImageSpan | None:
         return self.images.get(index)
+
+    def covering(self, index: int) -> tuple[int, ImageSpan] | None:
+        """The image whose positions include `index`, and where it starts."""
+        for start, span in self.images.items():
+            if start <= index < start + span.n_pos:
+                return start, span
+        return None
 
     def next_image(self, index: int) -> int | None:
         """Where the first image at or after `index` starts."""
@@ -167,6 +178,22 @@ class Projector:
             out.free()
             raise
         return out
+
+    def splittable(self, span: ImageSpan) -> bool:
+        """Whether the image's embeddings may be decoded a few at a time: one position each and
+        causal attention (not M-RoPE, not Gemma 3's non-causal images, which go whole)."""
+        return (
+            span.n_pos == span.n_tokens
+            and not mtmd.mtmd_decode_use_mrope(self.ctx)
+            and not mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk)
+        )
+
+    def encode(self, span: ImageSpan, n_embd: int) -> None:
+        """Run the image encoder; its embeddings are kept on the span."""
+        if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+            raise EngineFailure("the projector could not encode an image", code="decode_failed")
+        pointer = mtmd.mtmd_get_output_embd(self.ctx)
+        span.embeddings = np.ctypeslib.as_array(pointer, shape=(span.n_tokens, n_embd)).copy()
 
     def decode(self, context: Any, span: ImageSpan, *, position: int, seq_id: int, n_batch: int) -> None:
         """Encode the image and decode its embeddings into sequence `seq_id` at `position`."""

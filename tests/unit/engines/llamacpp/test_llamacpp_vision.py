@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import pytest
 from PIL import Image
 
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.events import RawBatch, TextDelta, Usage, UsageReport
 from sluicegate.core.images import ImageLimits, Picture, data_url_bytes, decode_image
-from sluicegate.core.request import SamplingParams
+from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
 from sluicegate.engines.llamacpp.demo_vision import IMAGE_TOKENS, make_demo_vision, projector_path
+from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
 from sluicegate.engines.llamacpp.vision import MARKER, ImageSpan, MediaPrompt, find_projector
 from sluicegate.parsing import OutputParser
@@ -111,3 +114,66 @@ def test_find_projector_prefers_the_one_named_after_the_model(tmp_path: Path) ->
     (tmp_path / "mmproj-other.gguf").write_bytes(b"")
     (tmp_path / "mmproj-model-Q4-f16.gguf").write_bytes(b"")
     assert find_projector(model) == tmp_path / "mmproj-model-Q4-f16.gguf"
+
+
+# --- the engine, batched and not ------------------------------------------------------------
+
+
+def _image_request(picture: Picture) -> ChatRequest:
+    part = ContentPart("image", image_url="data:image/png;base64,")
+    part.picture = picture
+    return ChatRequest(
+        model="eye",
+        messages=[Message("user", [ContentPart("text", text="What is it?"), part])],
+        sampling=SamplingParams(temperature=0.0, max_tokens=10),
+    )
+
+
+async def _reply(engine: LlamaCppEngine, request: ChatRequest) -> tuple[str, Usage]:
+    engine.check(request)
+    text, usage = "", Usage()
+    stream = engine.generate(request)
+    try:
+        async for received in stream:
+            for event in received.events if isinstance(received, RawBatch) else [received]:
+                if isinstance(event, TextDelta):
+                    text += event.text
+                elif isinstance(event, UsageReport):
+                    usage = event.usage
+    finally:
+        await stream.aclose()
+    return text, usage
+
+
+async def test_the_scheduler_decodes_an_image_a_prompt_chunk_at_a_time(tmp_path: Path) -> None:
+    model = tmp_path / "eye.gguf"
+    make_demo_vision(model, ends_replies=False)
+    table = {"id": "eye", "engine": "llamacpp", "path": str(model), "context_length": 512}
+    single = LlamaCppEngine.from_config({**table, "batching": False}, tmp_path)
+    batched = LlamaCppEngine.from_config({**table, "parallel": 2}, tmp_path)
+    red = decode_image(encoded((220, 10, 10)), ImageLimits())
+    try:
+        for engine in (single, batched):
+            await engine.load(lambda _: None)
+        scheduler = batched._scheduler
+        assert scheduler is not None
+        scheduler.prefill_chunk = 4  # the image's 16 embeddings: 4 steps, after the encoder's
+        runtime = batched._runtime
+        assert runtime is not None
+        parts: list[tuple[int, int]] = []
+        decode_part = runtime.decode_image_part
+
+        def noted(span: Any, *, done: int, count: int, position: int, seq_id: int) -> None:
+            parts.append((done, count))
+            decode_part(span, done=done, count=count, position=position, seq_id=seq_id)
+
+        runtime.decode_image_part = noted
+        expected, usage = await _reply(single, _image_request(red))
+        text, batched_usage = await _reply(batched, _image_request(red))
+        assert text == expected and batched_usage.prompt_tokens == usage.prompt_tokens
+        assert parts == [(0, 4), (4, 4), (8, 4), (12, 4)]  # one prompt chunk a step
+        again, cached = await _reply(batched, _image_request(red))
+        assert again == expected and cached.cached_tokens == usage.prompt_tokens - 1
+    finally:
+        for engine in (single, batched):
+            await engine.aclose()
