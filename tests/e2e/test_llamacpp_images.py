@@ -179,6 +179,31 @@ def test_responses_input_image(sdk: openai.OpenAI) -> None:
     assert red.usage is not None and red.usage.input_tokens > IMAGE_TOKENS
 
 
+def test_a_stored_responses_turn_keeps_its_image(sdk: openai.OpenAI) -> None:
+    """The image travels in the stored conversation: the next turn (previous_response_id) sees
+    it again, and its prefix, image included, comes from the cache."""
+    first = sdk.responses.create(
+        model=EYE,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_image", "image_url": data_url(encoded((90, 60, 30))), "detail": "auto"},
+                    {"type": "input_text", "text": "Remember this."},
+                ],
+            }
+        ],
+        temperature=0,
+        max_output_tokens=6,
+    )
+    second = sdk.responses.create(
+        model=EYE, previous_response_id=first.id, input="And now?", temperature=0, max_output_tokens=6
+    )
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens
+    assert second.usage.input_tokens_details.cached_tokens > IMAGE_TOKENS
+
+
 def test_anthropic_image_block(claude: anthropic.Anthropic) -> None:
     def ask(color: Any) -> Any:
         return claude.messages.create(
