@@ -25,7 +25,7 @@ from sluicegate.dialects.lmstudio.encoder import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.observe.metrics import METRICS
 
-OPEN_PATHS = frozenset({"/health", "/", "/overview"})  # the pages hold no data
+OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
 MISSING = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 INCORRECT = "Incorrect API key provided."

@@ -47,7 +47,9 @@ from sluicegate.routes import embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
+    cancel_download,
     download_model,
+    download_options,
     download_status,
     list_lmstudio_models,
     load_model,
@@ -319,6 +321,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/load", load_model, methods=["POST"]),
         Route("/api/v1/models/unload", unload_model, methods=["POST"]),
         Route("/api/v1/models/download", download_model, methods=["POST"]),
+        Route("/api/v1/models/download/options", download_options, methods=["GET"]),
+        Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
         *rerank.ROUTES,

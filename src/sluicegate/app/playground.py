@@ -1,6 +1,6 @@
-"""The web pages: the playground at `/` and the operators' overview at `/overview`; static files
-shipped in the package (`sluicegate/web/`), no build step. Open without an API key: the pages
-hold no data, they ask for a key themselves."""
+"""The web pages: the playground at `/`, the models page at `/models` and the operators'
+overview at `/overview`; static files shipped in the package (`sluicegate/web/`), no build step.
+Open without an API key: the pages hold no data, they ask for a key themselves."""
 
 from __future__ import annotations
 
@@ -23,9 +23,15 @@ async def overview(request: Request) -> Response:
     return FileResponse(WEB / "overview.html", headers={"Cache-Control": "no-cache"})
 
 
+async def models_page(request: Request) -> Response:
+    """Models: list, load, unload, download from the Hub (through the LM Studio models API)."""
+    return FileResponse(WEB / "models.html", headers={"Cache-Control": "no-cache"})
+
+
 def playground_routes() -> list[BaseRoute]:
     return [
         Route("/", index, methods=["GET"]),
         Route("/overview", overview, methods=["GET"]),
+        Route("/models", models_page, methods=["GET"]),
         Mount("/playground", StaticFiles(packages=[("sluicegate", "web")]), name="playground"),
     ]

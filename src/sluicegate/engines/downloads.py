@@ -27,7 +27,7 @@ from sluicegate.core.ids import new_id
 log = logging.getLogger(__name__)
 
 Json = dict[str, Any]
-Status = Literal["downloading", "completed", "failed"]
+Status = Literal["downloading", "completed", "failed", "cancelled"]
 HUB_HOSTS = {"huggingface.co", "www.huggingface.co", "hf.co"}
 METADATA_TIMEOUT = 20.0
 # A quantization label in a GGUF file name: Q4_K_M, IQ3_XXS, Q8_0, F16, BF16, ...
@@ -107,10 +107,14 @@ def quantization_of(filename: str) -> str | None:
     return match[1].upper() if match else None
 
 
+def is_model_gguf(filename: str) -> bool:
+    """A GGUF that is a model: vision projectors ride along with some, but are never the model."""
+    return filename.lower().endswith(".gguf") and "mmproj" not in filename.lower()
+
+
 def pick_file(repo_id: str, files: dict[str, int | None], quantization: str | None) -> str:
     """The GGUF file to fetch: the one matching `quantization`, or the only one there is."""
-    # Vision projectors ride along with some models; they are never the model itself.
-    ggufs = sorted(f for f in files if f.lower().endswith(".gguf") and "mmproj" not in f.lower())
+    ggufs = sorted(f for f in files if is_model_gguf(f))
     if not ggufs:
         raise DownloadError(f"Repository {repo_id!r} has no .gguf files; only GGUF models can be downloaded.")
     choices = ", ".join(f"{quantization_of(f) or '?'} ({f})" for f in ggufs)
@@ -155,16 +159,20 @@ def pick_projector(files: dict[str, int | None], model: str) -> str | None:
     return min(found, key=rank) if found else None
 
 
-def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str | None = None) -> Target:
-    """Ask the Hub what the repo holds and pick the file (blocking: run it off the loop).
+@dataclass(slots=True, frozen=True)
+class GgufFile:
+    filename: str
+    quantization: str | None
+    size: int | None
 
-    Raises `DownloadError` for what the caller asked wrong, and huggingface_hub's errors (repo
-    not found, network) for what went wrong on the way.
-    """
+
+def _repo_files(
+    repo_id: str, revision: str | None, endpoint: str | None
+) -> tuple[str | None, dict[str, int | None]]:
+    """A repository's commit and its files' sizes, from the Hub (blocking)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HFValidationError
 
-    repo_id, revision, filename = parse_model_ref(ref)
     try:
         info = HfApi(endpoint=endpoint).model_info(
             repo_id, revision=revision, files_metadata=True, timeout=METADATA_TIMEOUT
@@ -175,6 +183,29 @@ def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str 
     for sibling in info.siblings or []:
         lfs = sibling.lfs
         sizes[sibling.rfilename] = sibling.size if sibling.size is not None else (lfs.size if lfs else None)
+    return info.sha, sizes
+
+
+def gguf_files(ref: str, endpoint: str | None = None) -> list[GgufFile]:
+    """The model files (GGUFs, projectors left out) of a repository (blocking: run it off the
+    loop). Raises like `resolve`."""
+    repo_id, revision, _ = parse_model_ref(ref)
+    _, sizes = _repo_files(repo_id, revision, endpoint)
+    return [
+        GgufFile(name, quantization_of(name), size)
+        for name, size in sorted(sizes.items())
+        if is_model_gguf(name)
+    ]
+
+
+def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str | None = None) -> Target:
+    """Ask the Hub what the repo holds and pick the file (blocking: run it off the loop).
+
+    Raises `DownloadError` for what the caller asked wrong, and huggingface_hub's errors (repo
+    not found, network) for what went wrong on the way.
+    """
+    repo_id, revision, filename = parse_model_ref(ref)
+    sha, sizes = _repo_files(repo_id, revision, endpoint)
     if filename is not None:
         if filename not in sizes:
             raise DownloadError(f"Repository {repo_id!r} has no file {filename!r}.")
@@ -187,7 +218,7 @@ def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str 
     projector = pick_projector(sizes, filename)
     return Target(
         repo_id=repo_id,
-        revision=info.sha or revision or "main",
+        revision=sha or revision or "main",
         filename=filename,
         size=sizes.get(filename),
         folder=models_dir / repo_id,
@@ -248,7 +279,7 @@ def _iso(moment: float | None) -> str | None:
 
 
 class Cancelled(Exception):
-    """Raised inside the transfer to stop it (server shutdown)."""
+    """Raised inside the transfer to stop it (a cancel, or the server shutting down)."""
 
 
 @dataclass(slots=True)
@@ -262,17 +293,21 @@ class DownloadJob:
     started_at: float = field(default_factory=time.time)
     completed_at: float | None = None
     error: str | None = None
-    cancelled: bool = False
+    cancelled: bool = False  # the server is shutting down
+    cancel_requested: bool = False  # a client asked to stop it
     _clock_start: float = field(default_factory=time.monotonic)
 
     def progress(self, count: int) -> None:
         if self.cancelled:
             raise Cancelled("the server is shutting down")
+        if self.cancel_requested:
+            raise Cancelled("cancelled")
         self.downloaded_bytes += count
 
     def finish(self, error: str | None = None) -> None:
         self.error = error
-        self.status = "failed" if error else "completed"
+        # A cancel that came after the last chunk leaves the file whole: that is a completion.
+        self.status = ("cancelled" if self.cancel_requested else "failed") if error else "completed"
         self.completed_at = time.time()
         if not error and self.total_bytes is not None:
             self.downloaded_bytes = self.total_bytes
@@ -385,6 +420,10 @@ class Downloads:
         try:
             fetch(target, progress=_progress_for(job), endpoint=self.endpoint)
         except Exception as exc:
+            if job.cancel_requested and not job.cancelled:
+                log.info("download %s of %s cancelled", job.job_id, target.filename)
+                job.finish("cancelled")
+                return
             log.warning("download %s of %s failed: %s", job.job_id, target.filename, exc)
             job.finish(describe(exc, job.ref, self.endpoint))
             return
@@ -392,6 +431,17 @@ class Downloads:
         if self.on_downloaded is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(self.on_downloaded, target.destination)
         job.finish()
+
+    def cancel(self, job_id: str) -> DownloadJob | None:
+        """Stop a running job at its next chunk (it ends `cancelled`); None: no such job."""
+        job = self.jobs.get(job_id)
+        if job is not None and job.status == "downloading":
+            job.cancel_requested = True
+        return job
+
+    async def options(self, ref: str) -> list[GgufFile]:
+        """The GGUF files a repository offers, to choose a quantization from."""
+        return await asyncio.to_thread(gguf_files, ref, self.endpoint)
 
     def close(self) -> None:
         """Stop every transfer at its next chunk."""

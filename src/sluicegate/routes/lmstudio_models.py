@@ -12,7 +12,7 @@ from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.lmstudio.encoder import lmstudio_error
 from sluicegate.dialects.lmstudio.request import reject_unknown_keys
 from sluicegate.engines.base import LoadConfig
-from sluicegate.engines.downloads import DownloadError, Target
+from sluicegate.engines.downloads import DownloadError, Target, describe
 from sluicegate.engines.instances import Instance
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
@@ -66,6 +66,7 @@ def model_entry(model: Model) -> Json:
         "type": details.get("type", "llm"),
         "publisher": details.get("publisher", info.owned_by),
         "key": info.id,
+        "engine": info.engine,  # Sluicegate's: which engine serves it
         "display_name": info.display_name or info.id,
         "architecture": details.get("architecture"),
         "quantization": details.get("quantization"),
@@ -185,6 +186,54 @@ async def download_model(request: Request) -> Response:
 async def download_status(request: Request) -> Response:
     job_id = request.path_params["job_id"]
     job = app_state(request).downloads.get(job_id)
+    if job is None:
+        raise SluicegateError(
+            ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
+        )
+    return JSONResponse(job.body())
+
+
+# --- Sluicegate's additions to LM Studio's download API (the models page uses them) ------------
+
+
+@endpoint
+async def download_options(request: Request) -> Response:
+    """`GET /api/v1/models/download/options?model=owner/repo`: the repository's GGUF files, each
+    with its quantization and size, to choose the `quantization` of a download from."""
+    state = app_state(request)
+    ref = request.query_params.get("model", "").strip()
+    if not ref:
+        raise invalid("Name a repository: ?model=owner/repo.", "model", "missing_required_parameter")
+    try:
+        files = await state.downloads.options(ref)
+    except DownloadError as exc:
+        raise invalid(str(exc), exc.param, "invalid_value") from exc
+    except Exception as exc:  # the Hub did not answer, or does not know the repository
+        raise SluicegateError(
+            ErrorKind.NOT_FOUND,
+            describe(exc, ref, state.downloads.endpoint),
+            param="model",
+            code="model_not_found",
+        ) from exc
+    return JSONResponse(
+        {
+            "model": ref,
+            "files": [
+                {"file": f.filename, "quantization": f.quantization, "size_bytes": f.size} for f in files
+            ],
+        }
+    )
+
+
+@endpoint
+async def cancel_download(request: Request) -> Response:
+    """`POST /api/v1/models/download/cancel {"job_id"}`: stop a download at its next chunk; its
+    status ends `cancelled`."""
+    state = app_state(request)
+    f = Fields(await read_json(request, state.settings.max_body_bytes))
+    reject_unknown_keys(f, frozenset({"job_id"}))
+    job_id = f.string("job_id", required=True) or ""
+    job = state.downloads.cancel(job_id)
     if job is None:
         raise SluicegateError(
             ErrorKind.NOT_FOUND, f"No download job with id '{job_id}'.", param="job_id", code="job_not_found"
