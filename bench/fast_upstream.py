@@ -1,4 +1,5 @@
-"""A fake OpenAI-compatible upstream that streams Chat Completions as fast as a socket allows.
+"""A fake OpenAI-compatible upstream that streams Chat Completions (and legacy text
+completions, `/v1/completions`) as fast as a socket allows.
 
 Run: `python bench/fast_upstream.py --port 9000 [--delay-ms 0] [--tokens 256]`
 
@@ -8,7 +9,8 @@ one `transport.write` per token as vLLM writes one chunk per token, then it yiel
 (or sleeps the inter-token delay). The wire format is vLLM's: a first chunk with
 `{"role":"assistant","content":""}`, one chunk per token, a finish chunk with
 `finish_reason` `length`, a `choices: []` usage chunk when `stream_options.include_usage` is
-set, then `data: [DONE]`; HTTP/1.1 keep-alive with chunked transfer encoding.
+set, then `data: [DONE]`; HTTP/1.1 keep-alive with chunked transfer encoding. A text completion
+is the same without the role chunk, `text_completion` chunks with `"text"` in vLLM's shape.
 
 Per request:
 - the token count is `max_tokens` (or `max_completion_tokens`), else `--tokens`;
@@ -84,17 +86,43 @@ class Frames:
         return _chunk(self.head + b',"choices":[],"usage":' + orjson.dumps(usage) + b"}")
 
 
+class TextFrames(Frames):
+    """`/v1/completions`: the same stream as `text_completion` chunks (vLLM's shape)."""
+
+    def __init__(self, model: str, max_tokens: int) -> None:
+        head = orjson.dumps(
+            {"id": "cmpl-fake", "object": "text_completion", "created": int(time.time()), "model": model}
+        )[:-1]
+        self.role = b""
+        self.tokens = [
+            _chunk(
+                head
+                + b',"choices":[{"index":0,"text":'
+                + orjson.dumps(WORDS[i % len(WORDS)])
+                + b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}'
+            )
+            for i in range(max_tokens)
+        ]
+        self.finish = _chunk(
+            head
+            + b',"choices":[{"index":0,"text":"","logprobs":null,"finish_reason":"length","stop_reason":null}]}'
+        )
+        self.head = head
+        self.done = _chunk(b"[DONE]") + b"0\r\n\r\n"
+
+
 class Upstream:
     def __init__(self, default_tokens: int, default_delay: float) -> None:
         self.default_tokens = default_tokens
         self.default_delay = default_delay
-        self.frames: dict[str, Frames] = {}
+        self.frames: dict[tuple[str, bool], Frames] = {}
         self.open_streams = 0
 
-    def frames_for(self, model: str, tokens: int) -> Frames:
-        frames = self.frames.get(model)
+    def frames_for(self, model: str, tokens: int, text: bool = False) -> Frames:
+        frames = self.frames.get((model, text))
         if frames is None or len(frames.tokens) < tokens:
-            frames = self.frames[model] = Frames(model, max(tokens, self.default_tokens))
+            kind = TextFrames if text else Frames
+            frames = self.frames[(model, text)] = kind(model, max(tokens, self.default_tokens))
         return frames
 
     def delay_for(self, model: str) -> float:
@@ -194,7 +222,8 @@ class Connection(asyncio.Protocol):
             }
             transport.write(_plain(b"200 OK", orjson.dumps(listing) if path != b"/health" else b"{}"))
             return
-        if method != b"POST" or not path.endswith(b"/chat/completions"):
+        text = path.endswith(b"/v1/completions")
+        if method != b"POST" or not (text or path.endswith(b"/chat/completions")):
             transport.write(_plain(b"404 Not Found", b'{"error":{"message":"not found"}}'))
             return
         request = orjson.loads(body)
@@ -203,7 +232,7 @@ class Connection(asyncio.Protocol):
             request.get("max_tokens") or request.get("max_completion_tokens") or self.upstream.default_tokens
         )
         delay = self.upstream.delay_for(model)
-        frames = self.upstream.frames_for(model, tokens)
+        frames = self.upstream.frames_for(model, tokens, text)
         if not request.get("stream"):
             text = "".join(WORDS[i % len(WORDS)] for i in range(tokens))
             transport.write(_plain(b"200 OK", orjson.dumps(_completion(model, text, tokens))))

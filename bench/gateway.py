@@ -11,6 +11,7 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (a) direct        the fake upstream itself: the baseline every ratio is taken against
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
+  (c3) sg-completions  Sluicegate `/v1/completions` → the upstream's `/v1/completions`
   (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
   (e) litellm       LiteLLM's proxy pointed at the upstream
 
@@ -61,6 +62,7 @@ TITLES = {
     "sg-chat": "(b) Sluicegate chat",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
+    "sg-completions": "(c3) Sluicegate text",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
@@ -394,7 +396,7 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
-    if key in ("sg-chat", "sg-responses", "sg-lmstudio"):
+    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-completions"):
         missing = sluicegate_missing()
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
@@ -413,6 +415,8 @@ def make_target(
             return Target(key, port, "/v1/responses", "responses", proc)
         if key == "sg-lmstudio":
             return Target(key, port, "/api/v1/chat", "lmstudio", proc)
+        if key == "sg-completions":
+            return Target(key, port, "/v1/completions", "completions", proc)
         return Target(key, port, proc=proc)
     if key == "nginx":
         binary = find_nginx(args.nginx)
@@ -512,6 +516,21 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             f"{f(ratios['vs_litellm'], 10)}   {cpu.get('gateway', 0):>7.2f} {cpu.get('upstream', 0):>8.2f}"
             f" {cpu.get('client', 0):>6.2f}   {cpu.get('gateway', 0) * 1e6 / run.tps:>10.2f}{_errors(run)}"
         )
+    chat = r.throughput.get("sg-chat")
+    if chat is not None and _gateway_us_per_token(chat):
+        print("\nGateway CPU per relayed token against Sluicegate chat's, same run (throughput; paced c=1)")
+        for key, run in r.throughput.items():
+            if key.startswith("sg-") and key != "sg-chat" and (mine := _gateway_us_per_token(run)):
+                ratio = mine / (_gateway_us_per_token(chat) or 1.0)
+                out["throughput"][key]["gateway_cpu_vs_chat"] = ratio
+                paced = r.latency.get(key, {}).get(1)
+                paced_chat = r.latency.get("sg-chat", {}).get(1)
+                paced_ratio = float("nan")
+                if paced is not None and paced_chat is not None:
+                    paced_ratio = (_gateway_us_per_token(paced) or 0.0) / (
+                        _gateway_us_per_token(paced_chat) or 1.0
+                    )
+                print(f"  {TITLES[key]:<26}x{ratio:.3f}   paced c=1: x{paced_ratio:.3f}")
     if r.memory:
         print(f"\nMemory: {args.hold_streams} open streams, {args.hold_delay_ms:g} ms between tokens")
         for key, mem in r.memory.items():
@@ -609,7 +628,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--targets",
-        default="direct,sg-chat,sg-responses,sg-lmstudio,nginx,litellm",
+        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-completions,nginx,litellm",
         help="comma-separated, in order",
     )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")

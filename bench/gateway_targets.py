@@ -120,6 +120,16 @@ class Target:
             return json.dumps(
                 {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}
             )
+        if self.dialect == "completions":
+            return json.dumps(
+                {
+                    "model": model,
+                    "prompt": PROMPT,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                    "max_tokens": tokens,
+                }
+            )
         if self.dialect == "lmstudio":
             return json.dumps(
                 {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}

@@ -31,6 +31,7 @@ import orjson
 MARKS = {
     # (a frame is content-bearing when it holds `mark` and not `empty`)
     "chat": (b'"content":"', b'"content":""'),
+    "completions": (b'"text":"', b'"text":""'),
     "responses": (b"response.output_text.delta", None),
     "lmstudio": (b"event: message.delta", None),
 }

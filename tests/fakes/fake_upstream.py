@@ -82,6 +82,54 @@ def text_stream(words: list[str], *, finish: str = "stop", use: dict[str, Any] |
     return frames
 
 
+def completion_chunk(
+    text: str = "",
+    *,
+    finish_reason: str | None = None,
+    usage: dict[str, Any] | None = None,
+    logprobs: dict[str, Any] | None = None,
+    choices: bool = True,
+    model: str = "fake-model",
+) -> bytes:
+    """One legacy `text_completion` chunk in vLLM's exact shape (`/v1/completions`)."""
+    body: dict[str, Any] = {
+        "id": "cmpl-fake0123456789",
+        "object": "text_completion",
+        "created": CREATED,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }
+        ]
+        if choices
+        else [],
+    }
+    if usage is not None:
+        body["usage"] = usage
+    return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+def completion_stream(body: Any, words: list[str]) -> list[bytes]:
+    """vLLM's `/v1/completions` stream for `body`: the prompt first when `echo`, a chunk per
+    word, the finish chunk (`length` when `max_tokens` cut it), then a `choices: []` usage chunk."""
+    prompt = body.get("prompt")
+    limit = body.get("max_tokens")
+    finish = "stop"
+    if isinstance(limit, int) and len(words) > limit:
+        words, finish = words[:limit], "length"
+    frames = [completion_chunk(prompt)] if body.get("echo") and isinstance(prompt, str) else []
+    frames += [completion_chunk(w) for w in words]
+    frames.append(completion_chunk(finish_reason=finish))
+    prompt_tokens = len(prompt.split()) if isinstance(prompt, str) else len(prompt or [])
+    frames.append(completion_chunk(choices=False, usage=usage(prompt_tokens, len(words))))
+    return frames
+
+
 @dataclass
 class Scenario:
     """What to answer. Frames are sent as given; `None` in `frames` means "stall here forever"."""
@@ -280,6 +328,14 @@ class FakeUpstream:
         if method == "POST" and path.endswith("/rerank"):
             await self._plain(writer, observed, 200, json.dumps(rerank(body)).encode())
             return True
+        if method == "POST" and path.endswith("/v1/completions") and isinstance(body, dict):
+            # Legacy completions: the model's scenario when there is one, else a fixed middle
+            # for a `suffix` (fill-in-the-middle) and a fixed continuation otherwise.
+            words = [" return", " a", " +", " b"] if "suffix" in body else [" upon", " a", " time"]
+            found = self.scenarios.get(str(body.get("model")))
+            return await self._answer(
+                reader, writer, observed, found or Scenario(completion_stream(body, words))
+            )
         if method != "POST" or not path.split("?")[0].endswith(self.api_path):
             await self._plain(writer, observed, 404, b'{"error":{"message":"no such route"}}')
             return True

@@ -206,6 +206,48 @@ def chat_bodies() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda a, b: {**a, **b}, required, optional)
 
 
+def completions_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """OpenAI legacy completions: a prompt as text, token ids or a list of them."""
+    tokens = st.lists(st.integers(0, 300), min_size=1, max_size=5)
+    prompt = st.one_of(TEXT, tokens, st.lists(TEXT, min_size=1, max_size=2), st.lists(tokens, max_size=2))
+    required = st.fixed_dictionaries({"model": MODEL, "prompt": prompt})
+    optional = _optional(
+        suffix=TEXT,
+        stream=st.booleans(),
+        stream_options=st.just({"include_usage": True}),
+        echo=st.booleans(),
+        logprobs=st.integers(0, 5),
+        max_tokens=st.integers(1, 50),
+        n=st.integers(1, 2),
+        best_of=st.integers(1, 2),
+        seed=st.integers(-(2**63), 2**63 - 1),
+        stop=st.one_of(TEXT, st.lists(TEXT, max_size=4)),
+        temperature=st.floats(0, 2),
+        top_p=st.floats(0, 1),
+        user=TEXT,
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
+def infill_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """llama-server's /infill (the model may be left out)."""
+    extra = st.lists(_optional(filename=TEXT, text=TEXT), max_size=2)
+    required = st.fixed_dictionaries({"input_prefix": TEXT, "input_suffix": TEXT})
+    optional = _optional(
+        model=MODEL,
+        input_extra=extra,
+        prompt=TEXT,
+        n_predict=st.integers(-1, 50),
+        n_probs=st.integers(0, 5),
+        stream=st.booleans(),
+        stop=st.lists(TEXT, max_size=3),
+        temperature=st.floats(0, 2),
+        top_k=st.integers(-1, 100),
+        seed=st.integers(-(2**63), 2**63 - 1),
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
 def anthropic_bodies() -> st.SearchStrategy[dict[str, Any]]:
     """Anthropic Messages bodies: what Claude Code sends, and the block types around it."""
     text_block = st.fixed_dictionaries({"type": st.just("text"), "text": TEXT})
@@ -481,6 +523,8 @@ CONTENT_TYPES = [
 
 
 def shape_of(path: str) -> str:
+    if path == "/infill":
+        return "llama_server"
     if path.startswith("/api/"):
         return "lmstudio"
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
@@ -505,7 +549,9 @@ def check_answer(method: str, path: str, response: httpx.Response) -> None:
     error = body["error"]
     assert isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"], where
     assert "Traceback" not in error["message"], where
-    if kind == "lmstudio":
+    if kind == "llama_server":  # {"code": <status>, "message", "type"}
+        assert set(error) == {"code", "message", "type"} and error["code"] == response.status_code, where
+    elif kind == "lmstudio":
         assert isinstance(error.get("type"), str), where
         assert set(error) <= {"type", "message", "code", "param"}, where
     else:

@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.dialects.anthropic.encoder import anthropic_error
+from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.lmstudio.encoder import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.observe.metrics import METRICS
@@ -65,6 +66,8 @@ def error_body(path: str, info: ErrorInfo) -> dict[str, Any]:
         return lmstudio_error(info)
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return anthropic_error(info)
+    if path == "/infill":
+        return llama_server_error(info)
     return openai_error(info)
 
 

@@ -30,6 +30,8 @@ from sluicegate.dialects.anthropic.encoder import anthropic_error, anthropic_sta
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
+from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
+from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
 from sluicegate.dialects.lmstudio.encoder import lmstudio_error
 from sluicegate.dialects.openai_errors import openai_error
@@ -112,6 +114,12 @@ def add_model_files(registry: Registry, settings: Settings) -> list[str]:
     return added
 
 
+def _fill_in_middle_model(registry: Registry) -> str | None:
+    """The model an `/infill` request without `model` goes to: the first that can fill in the
+    middle (llama-server serves one model; its clients often name none)."""
+    return next((m.id for m in registry.models.values() if m.engine.info().capabilities.fill_in_middle), None)
+
+
 def _log_added(model_ids: list[str]) -> None:
     if model_ids:
         log.info("now serving downloaded models: %s", ", ".join(model_ids))
@@ -139,6 +147,8 @@ async def http_error(request: Request, exc: Exception) -> Response:
     if request.url.path.startswith("/v1/messages"):
         status = anthropic_status(info) if missing else exc.status_code
         return JSONResponse(anthropic_error(info), status_code=status)
+    if request.url.path == "/infill":
+        return JSONResponse(llama_server_error(info, exc.status_code), status_code=exc.status_code)
     render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
     return JSONResponse(render(info), status_code=exc.status_code)
 
@@ -301,6 +311,8 @@ def create_app(settings: Settings) -> Starlette:
         responses,
         LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
+        CompletionsDialect(),
+        InfillDialect(lambda: _fill_in_middle_model(registry)),
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
     routes = [

@@ -60,6 +60,11 @@ def add_commands(commands: Any) -> None:
     demo.add_argument(
         "--endless", action="store_true", help="never end a reply by itself (replies run to max_tokens)"
     )
+    demo.add_argument(
+        "--fim",
+        action="store_true",
+        help="give the tokenizer fill-in-the-middle tokens (for /infill and completions with a suffix)",
+    )
     kind = demo.add_mutually_exclusive_group()
     kind.add_argument(
         "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
@@ -80,7 +85,12 @@ def make_demo(args: argparse.Namespace) -> int:
         print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its vision projector, random weights too")
         return 0
     path = make_demo_gguf(
-        args.path, size=args.size, seed=args.seed, ends_replies=not args.endless, rerank=args.rerank
+        args.path,
+        size=args.size,
+        seed=args.seed,
+        ends_replies=not args.endless,
+        rerank=args.rerank,
+        fim=args.fim,
     )
     print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
     return 0

@@ -101,6 +101,37 @@ class SamplingParams:
     n: int = 1
 
 
+@dataclass(slots=True)
+class FileChunk:
+    """Another file given as context to a fill-in-the-middle prompt (llama-server's
+    `input_extra`): the FIM repo-level layout puts each before the prefix."""
+
+    filename: str
+    text: str
+
+
+@dataclass(slots=True)
+class RawPrompt:
+    """A text completion's prompt: the model continues it as it is, with no chat template, and
+    what it writes is text (never parsed into reasoning or tool calls).
+
+    With `suffix` (or `extra`), it is fill-in-the-middle: the engine lays out prefix (`text`),
+    suffix and extra files with its tokenizer's FIM tokens, and the model writes the middle.
+    """
+
+    text: str | list[int]  # the text, or token ids as the client sent them
+    suffix: str | None = None
+    extra: list[FileChunk] = field(default_factory=list)
+    # llama-server's infill `prompt`: text after the prefix that starts the middle (special
+    # tokens in it are read as such, unlike in prefix and suffix).
+    middle: str = ""
+    echo: bool = False  # the output starts with the prompt itself (OpenAI's `echo`)
+
+    @property
+    def fill_in_middle(self) -> bool:
+        return self.suffix is not None or bool(self.extra)
+
+
 ToolChoice = Literal["auto", "none", "required"] | str  # a str other than the three: that tool
 
 
@@ -131,6 +162,9 @@ class ChatRequest:
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
     options: RequestOptions = field(default_factory=RequestOptions)
+    # A text completion (`/v1/completions`, `/infill`, Ollama's raw generate): `messages` is
+    # empty and the engine generates from this prompt instead (`Capabilities.completion`).
+    prompt: RawPrompt | None = None
     # Pass-through only: a client's extension parameters sent on untouched to an upstream that
     # understands them (e.g. `chat_template_kwargs`, `cache_prompt` from an `extra_body`). The
     # server itself reads nothing here; what it reads is a typed field (`options`).
@@ -141,6 +175,9 @@ class ChatRequest:
 
     @property
     def last_user_text(self) -> str:
+        """The last user message's text; a completion's prompt text (what the user wrote)."""
+        if self.prompt is not None and isinstance(self.prompt.text, str):
+            return self.prompt.text
         for message in reversed(self.messages):
             if message.role == "user":
                 return message.text

@@ -159,6 +159,21 @@ class Fields:
             self._type_error(key, "an object", value)
         return Fields(value, self.where(key))
 
+    def stop(self, key: str = "stop", *, most: int = 4) -> list[str]:
+        """OpenAI's `stop`: a string or an array of at most `most` strings."""
+        value = self.obj.get(key)
+        if value is None:
+            return []
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, list):
+            self.fail(key, f"Invalid type for '{self.where(key)}': expected a string or an array of strings.")
+        if len(value) > most or not all(isinstance(x, str) for x in value):
+            self.fail(
+                key, f"Invalid '{self.where(key)}': expected a string or an array of at most {most} strings."
+            )
+        return list(value)
+
     def items(self, key: str, values: list[Any]) -> list[Fields]:
         """Each element of an array parameter as `Fields`, erroring on non-objects."""
         base = self.where(key)

@@ -15,13 +15,19 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
-from sluicegate.core.errors import invalid
+from sluicegate.core.errors import SluicegateError, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
 
 
 @dataclass(slots=True)
 class Capabilities:
+    """What a model can do; routes refuse the rest with a 400 before generating."""
+
+    # Raw-prompt text completion (`ChatRequest.prompt`): no chat template, text out.
+    completion: bool = False
+    # Fill-in-the-middle: a completion with a suffix (the tokenizer has FIM tokens).
+    fill_in_middle: bool = False
     tool_use: bool = True
     reasoning: bool = False
     vision: bool = False
@@ -41,6 +47,16 @@ class ModelInfo:
     capabilities: Capabilities = field(default_factory=Capabilities)
     # Free-form facts for the model listings: architecture, quantization, size_bytes, ...
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def fim_unsupported(model_id: str, missing: str = "") -> SluicegateError:
+    """The 400 for a fill-in-the-middle request to a model without FIM tokens."""
+    detail = f" (its tokenizer has no {missing} token)" if missing else ""
+    return invalid(
+        f"Model {model_id!r} does not support fill-in-the-middle{detail}; send no 'suffix'.",
+        param="suffix",
+        code="fill_in_middle_unsupported",
+    )
 
 
 ProgressCallback = Callable[[float], None]
@@ -139,6 +155,8 @@ class Engine(ABC):
                 param=None,
                 code="image_input_unsupported",
             )
+        if request.prompt is not None:
+            self.check_completion(request)
         if request.sampling.n != 1:
             raise invalid(
                 f"n={request.sampling.n} is not supported by the {self.kind} engine of "
@@ -157,6 +175,21 @@ class Engine(ABC):
         this model's id. None (the default): the engine runs the task itself, as a job through
         `generate` (admitted, queued and loaded just in time like a chat)."""
         return None
+
+    def check_completion(self, request: ChatRequest) -> None:
+        """Refuse a text completion this model cannot run (by its declared capabilities)."""
+        capabilities = self.info().capabilities
+        prompt = request.prompt
+        assert prompt is not None
+        if not capabilities.completion:
+            raise invalid(
+                f"Model {self.model_id!r} does not do text completion (a raw prompt); "
+                "use a chat endpoint with messages.",
+                param="model",
+                code="model_not_supported",
+            )
+        if prompt.fill_in_middle and not capabilities.fill_in_middle:
+            raise fim_unsupported(self.model_id)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The prompt's token count by this engine's own tokenizer, or None without one."""

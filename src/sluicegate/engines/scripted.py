@@ -36,7 +36,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RawPrompt
 from sluicegate.engines.base import Capabilities, ConfigError, Engine, ModelInfo, ProgressCallback
 
 WORD = re.compile(r"\s*\S+|\s+$")
@@ -240,9 +240,25 @@ def demo_script() -> Script:
     return parse_script(yaml.safe_load(text), "built-in demo script")
 
 
+def raw_prompt_text(prompt: RawPrompt) -> str:
+    """A completion's prompt as one text: fill-in-the-middle in the repo-level FIM layout with
+    Qwen2.5-Coder's token names (what llama.cpp decodes), token ids as `<id>`s."""
+    text = prompt.text if isinstance(prompt.text, str) else "".join(f"<{t}>" for t in prompt.text)
+    if not prompt.fill_in_middle:
+        return text
+    files = "".join(f"<|file_sep|>{chunk.filename}\n{chunk.text}" for chunk in prompt.extra)
+    return (
+        f"<|repo_name|>myproject\n{files}<|file_sep|>filename\n"
+        f"<|fim_prefix|>{text}{prompt.middle}<|fim_suffix|>{prompt.suffix or ''}<|fim_middle|>"
+    )
+
+
 def rendered_prompt(request: ChatRequest) -> str:
     """Every message of the prompt as text, tool calls with their arguments: what tests read to
-    tell what reached the model (e.g. that no other API key's stored text did)."""
+    tell what reached the model (e.g. that no other API key's stored text did). A completion's
+    prompt as the model would read it (`raw_prompt_text`)."""
+    if request.prompt is not None:
+        return raw_prompt_text(request.prompt)
     lines = []
     for m in request.messages:
         calls = " ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
@@ -251,6 +267,11 @@ def rendered_prompt(request: ChatRequest) -> str:
 
 
 def prompt_tokens(request: ChatRequest) -> int:
+    if request.prompt is not None:  # a word a token, the FIM markup one each
+        raw = request.prompt
+        if isinstance(raw.text, list) and not raw.fill_in_middle:
+            return len(raw.text)
+        return len(words(raw_prompt_text(raw).replace("<|", " <|").replace("|>", "|> ")))
     count = sum(len(words(m.text)) + 4 for m in request.messages)
     return count + sum(len(words(json.dumps(t.parameters))) + 8 for t in request.tools)
 
@@ -284,6 +305,8 @@ class ScriptedEngine(Engine):
             display_name=f"{self.model_id} (scripted)",
             context_length=32768,
             capabilities=Capabilities(
+                completion=True,
+                fill_in_middle=True,
                 tool_use=True,
                 reasoning=True,
                 vision=True,  # accepts images (and ignores them), so clients can test image input
@@ -327,6 +350,8 @@ class ScriptedEngine(Engine):
         reply = script.pick(request)
         if reply.echo_prompt:
             reply = replace(reply, content=rendered_prompt(request))
+        if request.prompt is not None:  # a text completion writes text: no reasoning, no calls
+            reply = replace(reply, reasoning="", refusal="", tool_calls=[])
         if not request.parallel_tool_calls and len(reply.tool_calls) > 1:
             reply = replace(reply, tool_calls=reply.tool_calls[:1])
         if request.tool_choice == "none" and reply.tool_calls:
@@ -347,6 +372,9 @@ class ScriptedEngine(Engine):
         sampling = request.sampling
         usage = Usage(prompt_tokens=prompt_tokens(request))
         yield UsageReport(_override(usage, reply))  # the prompt's cost is known from here on
+        raw = request.prompt
+        if raw is not None and raw.echo and (echoed := raw_prompt_text(raw)):
+            yield TextDelta(ItemKind.MESSAGE, echoed)  # OpenAI's `echo`: the prompt, then the rest
         for count, delta in enumerate(deltas):
             if reply.error_after_deltas is not None and count >= reply.error_after_deltas:
                 yield UsageReport(_override(usage, reply))

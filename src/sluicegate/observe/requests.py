@@ -62,6 +62,10 @@ def dialect_of(path: str) -> str:
         return "responses"
     if path.startswith("/v1/messages"):
         return "anthropic"
+    if path == "/v1/completions":
+        return "completions"
+    if path == "/infill":
+        return "infill"
     if path.startswith("/v1/"):
         return "openai"
     return ""

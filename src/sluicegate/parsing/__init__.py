@@ -14,10 +14,12 @@ from sluicegate.parsing.formats import (
     tool_format_setting,
 )
 from sluicegate.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.plain import PlainText
 
 __all__ = [
     "THINK",
     "OutputParser",
+    "PlainText",
     "ReasoningStyle",
     "ToolCallFormat",
     "detect_reasoning",

@@ -27,7 +27,15 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams, ToolCall, ToolSpec
+from sluicegate.core.request import (
+    ChatRequest,
+    ContentPart,
+    Message,
+    RawPrompt,
+    SamplingParams,
+    ToolCall,
+    ToolSpec,
+)
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.scripted import (
     Reply,
@@ -629,3 +637,25 @@ async def test_reasoning_turned_off(effort: str) -> None:
     assert usage.usage == Usage(prompt_tokens=prompt_tokens(req), completion_tokens=1, reasoning_tokens=0)
     req.reasoning_effort = "low"
     assert texts(await generate(eng, req), ItemKind.REASONING) == ["hidden", " thoughts"]
+
+
+async def test_completion_is_text_only_with_echo_and_the_fim_layout() -> None:
+    script = parse_script(
+        {"replies": [{"reasoning": "hmm", "content": "a + b", "tool_calls": [{"name": "f"}]}]}, "t"
+    )
+    engine = ScriptedEngine("s", script)
+    request = ChatRequest(model="s", messages=[], prompt=RawPrompt("return ", echo=True))
+    engine.check(request)
+    events = [e async for e in engine.generate(request)]
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert all(d.channel is ItemKind.MESSAGE for d in deltas)
+    assert "".join(d.text for d in deltas) == "return a + b"
+    assert not any(isinstance(e, ToolCallDelta) for e in events)
+
+    echo = ScriptedEngine("s", parse_script({"replies": [{"echo_prompt": True}]}, "t"))
+    fim = ChatRequest(model="s", messages=[], prompt=RawPrompt("def f(", suffix=")"))
+    text = "".join(e.text for e in [e async for e in echo.generate(fim)] if isinstance(e, TextDelta))
+    assert (
+        text
+        == "<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>def f(<|fim_suffix|>)<|fim_middle|>"
+    )

@@ -97,15 +97,7 @@ def _sampling(f: Fields) -> SamplingParams:
             "top_logprobs",
             "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
         )
-    stop = f.obj.get("stop")
-    if isinstance(stop, str):
-        s.stop = [stop]
-    elif isinstance(stop, list):
-        if len(stop) > 4 or not all(isinstance(x, str) for x in stop):
-            f.fail("stop", "Invalid 'stop': expected a string or an array of at most 4 strings.")
-        s.stop = list(stop)
-    elif stop is not None:
-        f.fail("stop", "Invalid type for 'stop': expected a string or an array of strings.")
+    s.stop = f.stop()
     return s
 
 

@@ -36,6 +36,17 @@ SPECIAL_TOKENS = (
     "<tool_response>",
     "</tool_response>",
 )
+# Fill-in-the-middle tokens as Qwen2.5-Coder names them (with `fim`): llama.cpp's FIM layout
+# (`/infill`, a completion's `suffix`) needs prefix, suffix and middle; repo and file
+# separators make it the repo-level layout. Key: the GGUF tokenizer key's part.
+FIM_TOKENS = {
+    "pre": "<|fim_prefix|>",
+    "suf": "<|fim_suffix|>",
+    "mid": "<|fim_middle|>",
+    "pad": "<|fim_pad|>",
+    "rep": "<|repo_name|>",
+    "sep": "<|file_sep|>",
+}
 # Text markers the parsers must see are USER_DEFINED (detokenized as text); the rest CONTROL.
 _TEXT_MARKERS = frozenset(SPECIAL_TOKENS[3:])
 EOS = "<|im_end|>"
@@ -191,6 +202,7 @@ def make_demo_gguf(
     rerank: bool = False,
     extra_vocab: int = 0,
     mixing: float = 0.02,
+    fim: bool = False,
 ) -> Path:
     """Write the demo model to `path` and return it. `ends_replies=False` makes end-of-turn as
     unlikely as the other special tokens, so every reply runs to its token limit (tests, bench).
@@ -200,7 +212,8 @@ def make_demo_gguf(
     (Qwen3-reranker-shaped: rank pooling over the last token, a one-score head, and a rerank
     prompt template), whose scores are random but fixed. `extra_vocab`: that
     many more ordinary tokens (random lowercase words, never produced by the tokenizer but
-    sampled like the others), for a vocabulary the size of a real model's (benchmarks). `mixing`:
+    sampled like the others), for a vocabulary the size of a real model's (benchmarks). `fim`:
+    fill-in-the-middle tokens (FIM_TOKENS) in the tokenizer, as a code model has. `mixing`:
     the scale of the attention weights; at the default a token's output hardly depends on the
     tokens before it, so the vision demo raises it (its replies must depend on the image)."""
     shape = SHAPES[size]
@@ -211,12 +224,13 @@ def make_demo_gguf(
 
     merges = learn_merges(_CORPUS, max_merges=400)
     learned = [*byte_symbols(), *(a + b for a, b in merges)]
-    tokens = [*learned, *_filler(rng, extra_vocab, set(learned)), *SPECIAL_TOKENS]
-    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(SPECIAL_TOKENS)) + [
-        gguf.TokenType.USER_DEFINED if t in _TEXT_MARKERS else gguf.TokenType.CONTROL for t in SPECIAL_TOKENS
+    specials = [*SPECIAL_TOKENS, *(FIM_TOKENS.values() if fim else ())]
+    tokens = [*learned, *_filler(rng, extra_vocab, set(learned)), *specials]
+    types = [gguf.TokenType.NORMAL] * (len(tokens) - len(specials)) + [
+        gguf.TokenType.USER_DEFINED if t in _TEXT_MARKERS else gguf.TokenType.CONTROL for t in specials
     ]
     n_vocab = len(tokens)
-    special_ids = range(n_vocab - len(SPECIAL_TOKENS), n_vocab)
+    special_ids = range(n_vocab - len(specials), n_vocab)
     eos_id = tokens.index(EOS)
 
     n, head_dim = shape.n_embd, shape.n_embd // shape.n_heads
@@ -269,6 +283,9 @@ def make_demo_gguf(
     writer.add_eos_token_id(eos_id)
     writer.add_pad_token_id(tokens.index("<|endoftext|>"))
     writer.add_add_bos_token(False)
+    if fim:
+        for part, text in FIM_TOKENS.items():
+            writer.add_uint32(f"tokenizer.ggml.fim_{part}_token_id", tokens.index(text))
     if not embedding and not rerank:
         template = chat_template()
         assert not thinks or _OPEN_THINKING in template, "demo_template.jinja changed: update _OPEN_THINKING"

@@ -28,10 +28,12 @@ from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.events import (
     Finished,
     FinishReason,
+    ItemKind,
     PromptFinished,
     PromptStarted,
     RawBatch,
     RawEvent,
+    TextDelta,
     Usage,
     UsageReport,
 )
@@ -46,8 +48,16 @@ from sluicegate.engines.base import (
     ModelInfo,
     ProgressCallback,
     Task,
+    fim_unsupported,
 )
 from sluicegate.engines.llamacpp.channel import Channel
+from sluicegate.engines.llamacpp.completion import (
+    FimTokens,
+    detokenize,
+    fim_tokens,
+    prompt_tokens,
+    refuse_unservable,
+)
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.fallback_templates import fallback_template
 from sluicegate.engines.llamacpp.gguf_info import (
@@ -74,7 +84,7 @@ from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_setting
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, detect_reasoning, detect_tool_format
+from sluicegate.parsing import OutputParser, PlainText, detect_reasoning, detect_tool_format
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
@@ -145,6 +155,7 @@ class LlamaCppEngine(Engine):
         self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None, list[Picture]] | None = None
+        self._fim: tuple[FimTokens | None, str] | None = None  # from the vocabulary, once asked
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
 
     def _default_sequences(self) -> int:
@@ -180,6 +191,10 @@ class LlamaCppEngine(Engine):
             display_name=gguf.name,
             context_length=self.context_length,
             capabilities=Capabilities(
+                completion=not embedding,
+                # The vocabulary's answer once it was asked (a FIM request), else the header's.
+                fill_in_middle=not embedding
+                and (self.gguf.has_fim if self._fim is None else self._fim[0] is not None),
                 tool_use=self.template is not None and gguf.supports_tools and not embedding,
                 reasoning=reasoning,
                 vision=self.mmproj is not None,
@@ -224,6 +239,52 @@ class LlamaCppEngine(Engine):
             return self._runtime.tokenize(text)
         return self._vocab().tokenize(text)
 
+    def _tokenizer(self) -> Any:
+        """The llama.cpp model whose vocabulary tokenizes: the loaded one, or the tokenizer alone."""
+        if self._runtime is not None:
+            return self._runtime.model
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.settings.path)
+        return self._vocabulary.model
+
+    # --- text completions ------------------------------------------------------------------
+
+    def _fim_tokens(self) -> tuple[FimTokens | None, str]:
+        if self._fim is None:
+            self._fim = fim_tokens(self._tokenizer().vocab)
+        return self._fim
+
+    def check_completion(self, request: ChatRequest) -> None:
+        """The base checks, FIM by the vocabulary itself, and what this engine cannot add."""
+        prompt = request.prompt
+        assert prompt is not None
+        if prompt.fill_in_middle:
+            fim, missing = self._fim_tokens()
+            if fim is None:
+                raise fim_unsupported(self.model_id, missing)
+        super().check_completion(request)
+        refuse_unservable(prompt, request.sampling, self.model_id, self.gguf.vocab_size)
+
+    def _completion_tokens(self, request: ChatRequest) -> list[int]:
+        """The prompt's tokens as llama-server lays them out (completion.py)."""
+        assert request.prompt is not None
+        asked = request.sampling.max_tokens
+        return prompt_tokens(
+            self._tokenizer(),
+            self._fim_tokens()[0] if request.prompt.fill_in_middle else None,
+            request.prompt,
+            n_batch=self.settings.batch_size,
+            n_ctx=self._limit(request),
+            n_predict=-1 if asked is None else asked,
+        )
+
+    def _check_completion_length(self, request: ChatRequest) -> list[int]:
+        tokens = self._completion_tokens(request)
+        n_ctx = self._limit(request)
+        if len(tokens) >= n_ctx:
+            raise too_long(len(tokens), n_ctx, self.model_id)
+        return tokens
+
     def _policy(self, request: ChatRequest) -> Policy:
         value = request.options.context_overflow
         return self.settings.context_overflow if value is None else policy_value(value, "context_overflow")
@@ -244,6 +305,9 @@ class LlamaCppEngine(Engine):
             raise invalid(message, param="model", code="model_not_supported")
         if isinstance(job, EmbeddingJob):
             self._check_embedding(request, job)
+            return
+        if request.prompt is not None:
+            self._prepared = (request, "", self._check_completion_length(request), None, [])
             return
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
@@ -434,6 +498,8 @@ class LlamaCppEngine(Engine):
         if prepared is not None and prepared[0] is request:
             _, prompt, tokens, grammar, pictures = prepared
             self._prepared = None
+        elif request.prompt is not None:
+            prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
         else:
             prompt, tokens = self.render_prompt(request), None
             grammar = request_grammar(request, self.tool_format, self.model_id)
@@ -442,15 +508,23 @@ class LlamaCppEngine(Engine):
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
-        in_reasoning = self.reasoning is not None and self.reasoning.opened_by(prompt)
+        raw = request.prompt
+        in_reasoning = raw is None and self.reasoning is not None and self.reasoning.opened_by(prompt)
+        if raw is not None and raw.echo:  # the prompt as it was given, before what follows it
+            text = raw.text if isinstance(raw.text, str) else detokenize(runtime.model.vocab, raw.text)
+            if text:
+                yield TextDelta(ItemKind.MESSAGE, text)
         sampling = request.sampling
-        if self._template_stops:
+        if self._template_stops and raw is None:  # a completion has no template, nor its stops
             sampling = replace(sampling, stop=[*sampling.stop, *self._template_stops])
         job = Job(
             tokens=tokens or [],
             sampling=sampling,
             seed=llama_seed(seed) if seed is not None else random.getrandbits(31),
-            parser=OutputParser(
+            # A completion's output is text: no reasoning or tool calls are looked for in it.
+            parser=PlainText()
+            if raw is not None
+            else OutputParser(
                 tool_format=self.tool_format,
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
@@ -458,7 +532,7 @@ class LlamaCppEngine(Engine):
             emit=channel.put,
             tokens_key=self._tokens_key,
             grammar=grammar,
-            reasoning=self.reasoning,
+            reasoning=self.reasoning if raw is None else None,
             in_reasoning=in_reasoning,
             pictures=pictures,
         )

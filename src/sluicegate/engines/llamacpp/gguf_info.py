@@ -51,6 +51,9 @@ class GGUFInfo:
     vocab_size: int = 0
     # A reranker's prompt (`tokenizer.chat_template.rerank`), with {query} and {document} in it.
     rerank_template: str | None = None
+    # The header names fill-in-the-middle tokens (llama.cpp may also find them by their text:
+    # the engine asks the vocabulary itself when a FIM request comes).
+    has_fim: bool = False
 
     @property
     def kv_bytes_per_token(self) -> int | None:
@@ -155,4 +158,8 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         embedding_length=n_embd or 0,
         vocab_size=len(tokens),
         rerank_template=rerank if isinstance(rerank, str) else None,
+        has_fim=all(
+            isinstance(fields.get(f"tokenizer.ggml.fim_{part}_token_id"), int)
+            for part in ("pre", "suf", "mid")
+        ),
     )

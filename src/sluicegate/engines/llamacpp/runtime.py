@@ -46,7 +46,7 @@ from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.vision import ImageSpan, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, ReasoningStyle
+from sluicegate.parsing import OutputParser, PlainText, ReasoningStyle
 
 _backend_ready = False
 
@@ -73,7 +73,7 @@ class Job:
     tokens: list[int]
     sampling: SamplingParams
     seed: int
-    parser: OutputParser
+    parser: OutputParser | PlainText  # PlainText: a text completion (nothing to parse)
     emit: Callable[[list[RawEvent]], None]
     tokens_key: tuple[str, Any]
     cancelled: bool = False

@@ -112,6 +112,11 @@ class UpstreamEngine(Engine):
     def decoder(self) -> StreamDecoder:
         """A fresh decoder for one response stream."""
 
+    def route(self, request: ChatRequest) -> tuple[str, StreamDecoder]:
+        """Where `request` goes and its stream's decoder: `path` and `decoder()`, unless an
+        engine sends some requests elsewhere (a text completion: `/completions`)."""
+        return self.path, self.decoder()
+
     def info(self) -> ModelInfo:
         return ModelInfo(
             id=self.model_id,
@@ -157,14 +162,14 @@ class UpstreamEngine(Engine):
         clocks = Clocks(
             first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
         )
-        decoder = self.decoder()
+        path, decoder = self.route(request)
         replica: Replica | None = None
         response: StreamingResponse | None = None
         try:
             yield PromptStarted()
             yield PromptProgress(0.0)
             try:
-                replica, response, refusal = await self._send(body, clocks, trace_headers)
+                replica, response, refusal = await self._send(path, body, clocks, trace_headers)
                 # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
                 del body
             except asyncio.CancelledError:
@@ -239,7 +244,7 @@ class UpstreamEngine(Engine):
                 replica.outstanding -= 1
 
     async def _send(
-        self, body: bytes, clocks: Clocks, trace_headers: bytes = b""
+        self, path: str, body: bytes, clocks: Clocks, trace_headers: bytes = b""
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
         error to fail with. The returned replica's `outstanding` count is held."""
@@ -253,7 +258,7 @@ class UpstreamEngine(Engine):
             response: StreamingResponse | None = None
             try:
                 clocks.waiting()
-                response = await replica.pool.post_stream(self.path, body, trace_headers)
+                response = await replica.pool.post_stream(path, body, trace_headers)
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)

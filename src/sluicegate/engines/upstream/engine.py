@@ -2,18 +2,21 @@
 LM Studio, OpenAI) generates; Sluicegate adds the dialects, tools, state and robustness.
 
 The upstream hears streamed Chat Completions (request_body.py) and its chunks are decoded by
-wire.py; replicas, failover, timeouts and relaying are the shared `UpstreamEngine`'s (base.py).
+wire.py; a text completion goes to its `/completions` (completions.py); replicas, failover, timeouts and relaying are the shared `UpstreamEngine`'s (base.py).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import orjson
 
+from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import Task
-from sluicegate.engines.upstream.base import REPLICA_HEADER, UpstreamEngine
+from sluicegate.engines.base import ModelInfo, Task
+from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
+from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.relay import relay_json
 from sluicegate.engines.upstream.request_body import request_body
@@ -35,11 +38,36 @@ class OpenAIUpstreamEngine(UpstreamEngine):
     kind: ClassVar[str] = "openai"
     path: ClassVar[str] = CHAT_PATH
 
+    def info(self) -> ModelInfo:
+        info = super().info()
+        # Completions are relayed to the upstream's `/completions`: whether its model takes a
+        # suffix is the upstream's to say (its 400 reaches the client).
+        info.capabilities = replace(info.capabilities, completion=True, fill_in_middle=True)
+        return info
+
+    def check_completion(self, request: ChatRequest) -> None:
+        super().check_completion(request)
+        prompt = request.prompt
+        assert prompt is not None
+        if prompt.extra or prompt.middle:  # llama-server's infill fields: no OpenAI equivalent
+            raise invalid(
+                f"Model {self.model_id!r} is served by an OpenAI-compatible upstream, which takes "
+                "no 'input_extra' or infill 'prompt'; send 'input_prefix' and 'input_suffix' only.",
+                param="input_extra" if prompt.extra else "prompt",
+            )
+
     def request_body(self, request: ChatRequest) -> bytes:
+        if request.prompt is not None:
+            return orjson.dumps(completion_body(request, self.config.upstream_model))
         return orjson.dumps(request_body(request, self.config.upstream_model))
 
     def decoder(self) -> ChunkDecoder:
         return ChunkDecoder(content_parser(self.config))
+
+    def route(self, request: ChatRequest) -> tuple[str, StreamDecoder]:
+        if request.prompt is not None:  # text: no `<think>` tags looked for
+            return COMPLETIONS_PATH, CompletionChunkDecoder(None)
+        return self.path, self.decoder()
 
     def tasks(self) -> frozenset[Task]:
         """What an OpenAI-compatible server may offer besides chat; one that does not answers

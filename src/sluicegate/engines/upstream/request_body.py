@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluicegate.core.request import ChatRequest, ContentPart, Message, ToolSpec
+from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams, ToolSpec
 
 
 def _content(content: str | list[ContentPart]) -> str | list[dict[str, Any]]:
@@ -71,6 +71,22 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
         if not request.parallel_tool_calls:
             body["parallel_tool_calls"] = False
     s = request.sampling
+    add_sampling(body, s)
+    for key, value in (
+        ("top_logprobs", s.top_logprobs),
+        ("reasoning_effort", request.reasoning_effort),
+        ("response_format", request.response_format),
+    ):
+        if value is not None:
+            body[key] = value
+    if s.logprobs:
+        body["logprobs"] = True
+    add_extra(body, request)
+    return body
+
+
+def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
+    """The sampling settings the request set (the upstream's defaults apply to the rest)."""
     for key, value in (
         ("temperature", s.temperature),
         ("top_p", s.top_p),
@@ -81,17 +97,15 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
         ("frequency_penalty", s.frequency_penalty),
         ("seed", s.seed),
         ("max_tokens", s.max_tokens),
-        ("top_logprobs", s.top_logprobs),
-        ("reasoning_effort", request.reasoning_effort),
-        ("response_format", request.response_format),
     ):
         if value is not None:
             body[key] = value
     if s.stop:
         body["stop"] = s.stop
-    if s.logprobs:
-        body["logprobs"] = True
-    for key, value in request.extra.items():  # the client's extras (e.g. chat_template_kwargs)
+
+
+def add_extra(body: dict[str, Any], request: ChatRequest) -> None:
+    """The client's extension parameters (e.g. chat_template_kwargs), under what is set."""
+    for key, value in request.extra.items():
         if key not in body:
             body[key] = value
-    return body

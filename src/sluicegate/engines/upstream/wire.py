@@ -161,6 +161,8 @@ class _PlainChunks:
     exactly a known tail; and the head must say nothing more than a token would."""
 
     __slots__ = ("_head", "_tail")
+    content_at: ClassVar[bytes] = _CONTENT_AT
+    tails: ClassVar[tuple[bytes, ...]] = _PLAIN_TAILS
 
     def __init__(self) -> None:
         self._head = b""
@@ -168,9 +170,9 @@ class _PlainChunks:
 
     def text(self, data: bytes) -> str | None:
         """The text of a chunk that carries nothing but one content delta, else None."""
-        head, tail = self._head, self._tail
-        if not (head and data.startswith(head) and data.startswith(_CONTENT_AT, len(head))):
-            at = data.find(_CONTENT_AT)
+        head, tail, content_at = self._head, self._tail, self.content_at
+        if not (head and data.startswith(head) and data.startswith(content_at, len(head))):
+            at = data.find(content_at)
             if at <= 0:
                 return None
             head = data[:at]
@@ -179,14 +181,14 @@ class _PlainChunks:
                     return None
             self._head = head
         if not (tail and data.endswith(tail)):
-            for tail in _PLAIN_TAILS:
+            for tail in self.tails:
                 if data.endswith(tail):
                     self._tail = tail
                     break
             else:
                 return None
         try:
-            text = orjson.loads(data[len(head) + len(_CONTENT_AT) - 1 : len(data) - len(tail)])
+            text = orjson.loads(data[len(head) + len(content_at) - 1 : len(data) - len(tail)])
         except orjson.JSONDecodeError:
             return None
         return text if type(text) is str else None
@@ -236,6 +238,7 @@ class ChunkDecoder(StreamEnding):
 
     __slots__ = ("_call_ids", "_content", "_last_index", "_plain", "usage")
     closed_early = CLOSED_EARLY  # no finish_reason, no [DONE]
+    plain_chunks: ClassVar[type[_PlainChunks]] = _PlainChunks  # its per-token chunks
 
     def __init__(self, content_parser: ContentParser | None = None) -> None:
         super().__init__()
@@ -243,7 +246,7 @@ class ChunkDecoder(StreamEnding):
         self.usage: dict[str, Any] | None = None
         self._call_ids: dict[str, int] = {}  # for tool-call deltas without an `index`
         self._last_index = -1
-        self._plain = _PlainChunks()
+        self._plain = self.plain_chunks()
 
     def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
         if self.over:
@@ -277,9 +280,7 @@ class ChunkDecoder(StreamEnding):
         choices = chunk.get("choices")
         if choices:
             choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                self._delta(delta, choice.get("logprobs"), out)
+            self._choice(choice, out)
             reason = choice.get("finish_reason")
             if reason:
                 self.finish = FINISH_REASONS.get(reason, FinishReason.STOP)
@@ -291,6 +292,12 @@ class ChunkDecoder(StreamEnding):
             total = progress.get("total") or 0
             out.append(PromptProgress(min(1.0, progress.get("processed", 0) / total) if total else 0.0))
         return out
+
+    def _choice(self, choice: dict[str, Any], out: list[RawEvent]) -> None:
+        """What a choice carries besides its finish reason."""
+        delta = choice.get("delta")
+        if delta:
+            self._delta(delta, choice.get("logprobs"), out)
 
     def _delta(self, delta: dict[str, Any], logprobs: dict[str, Any] | None, out: list[RawEvent]) -> None:
         if len(delta) == 1 and not logprobs:  # per token, almost always `{"content": "..."}`

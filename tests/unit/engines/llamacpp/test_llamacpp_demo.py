@@ -50,3 +50,21 @@ def test_llama_cpp_loads_it_and_generates(demo: Path) -> None:
         assert first["choices"][0]["finish_reason"] == "length"
     finally:
         llm.close()
+
+
+def test_make_demo_fim_gives_the_tokenizer_fim_tokens(tmp_path: Path) -> None:
+    from sluicegate.cli.main import main
+    from sluicegate.engines.llamacpp.completion import fim_tokens
+    from sluicegate.engines.llamacpp.runtime import Vocabulary
+
+    assert main(["models", "make-demo", str(tmp_path / "fim.gguf"), "--fim"]) == 0
+    assert read_gguf_info(tmp_path / "fim.gguf").has_fim
+    vocabulary = Vocabulary(tmp_path / "fim.gguf")
+    try:
+        fim, missing = fim_tokens(vocabulary.model.vocab)
+        assert fim is not None and missing == ""
+        assert -1 not in (fim.pre, fim.suf, fim.mid, fim.rep, fim.sep)
+    finally:
+        vocabulary.close()
+    plain = make_demo_gguf(tmp_path / "plain.gguf")
+    assert not read_gguf_info(plain).has_fim

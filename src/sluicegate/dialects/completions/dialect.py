@@ -1,0 +1,71 @@
+"""Text completions as `Dialect`s: OpenAI's `/v1/completions` and llama-server's `/infill`.
+
+Both are stateless and take no server-side tools: a raw prompt has no chat template to
+render tools into. The engine lays the prompt out (fill-in-the-middle included); these only
+translate the wire.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from sluicegate.core.errors import ErrorInfo
+from sluicegate.dialects.base import Dialect, EncoderContext, Turn
+from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder
+from sluicegate.dialects.completions.errors import llama_server_error
+from sluicegate.dialects.completions.request import (
+    CompletionOptions,
+    InfillOptions,
+    parse_completion_request,
+    parse_infill_request,
+)
+from sluicegate.dialects.openai_errors import openai_error
+
+
+class CompletionsDialect(Dialect):
+    name = "completions"
+    path = "/v1/completions"
+
+    def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
+        chat, options = parse_completion_request(body)
+        return Turn(request=options, chat=chat, stream=options.stream, id_prefix="cmpl-", id_length=32)
+
+    def encoder(self, turn: Turn, context: EncoderContext) -> CompletionsEncoder:
+        options: CompletionOptions = turn.request
+        return CompletionsEncoder(
+            context.turn_id,
+            context.created,
+            turn.chat.model,
+            include_usage=options.include_usage,
+            logprobs=turn.chat.sampling.logprobs,
+        )
+
+    def error(self, info: ErrorInfo) -> dict[str, Any]:
+        return openai_error(info)
+
+
+class InfillDialect(Dialect):
+    """`default_model`: the model a request without `model` goes to (llama-server serves one)."""
+
+    name = "infill"
+    path = "/infill"
+
+    def __init__(self, default_model: Callable[[], str | None] = lambda: None) -> None:
+        self.default_model = default_model
+
+    def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
+        chat, options = parse_infill_request(body, self.default_model())
+        return Turn(request=options, chat=chat, stream=options.stream, id_prefix="")
+
+    def encoder(self, turn: Turn, context: EncoderContext) -> InfillEncoder:
+        options: InfillOptions = turn.request
+        return InfillEncoder(
+            turn.chat.model,
+            context.accumulator,
+            n_predict=options.n_predict,
+            logprobs=turn.chat.sampling.logprobs,
+        )
+
+    def error(self, info: ErrorInfo) -> dict[str, Any]:
+        return llama_server_error(info)

@@ -1,0 +1,240 @@
+"""Text completion encoding: canonical events → OpenAI `text_completion` chunks, or llama-server
+`/infill` objects; the non-streaming bodies from the accumulated result.
+
+A completion's output is one message item of text (engines parse nothing out of it), so each
+encoder only ever looks at message deltas, usage and the ending. The per-token frame is the
+precomputed envelope around one orjson call on the text, as in Chat Completions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.events import (
+    Event,
+    Failed,
+    Finished,
+    FinishReason,
+    ItemDelta,
+    ItemKind,
+    TokenLogprob,
+    Usage,
+    UsageReport,
+)
+from sluicegate.core.frames import DONE, Frame
+from sluicegate.dialects.completions.errors import llama_server_error
+from sluicegate.dialects.openai_errors import openai_error
+
+_MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
+
+
+def finish_reason(reason: FinishReason | None) -> str:
+    """A completion ends by a stop (end of text, a stop string) or the token limit."""
+    if reason is FinishReason.LENGTH or reason is FinishReason.CONTENT_FILTER:
+        return reason.value
+    return "stop"
+
+
+def usage_body(usage: Usage) -> dict[str, Any]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    }
+
+
+def legacy_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    """OpenAI's legacy logprobs: parallel arrays, the alternatives as {token: logprob}, and each
+    token's character offset in the whole text (from `offset`)."""
+    offsets = []
+    for entry in entries:
+        offsets.append(offset)
+        offset += len(entry.token)
+    return {
+        "tokens": [e.token for e in entries],
+        "token_logprobs": [e.logprob for e in entries],
+        "top_logprobs": [{t.token: t.logprob for t in e.top} for e in entries],
+        "text_offset": offsets,
+    }
+
+
+class CompletionsEncoder:
+    """`POST /v1/completions`: `text_completion` chunks, the finish chunk, the usage chunk
+    (`stream_options.include_usage`), `[DONE]`."""
+
+    def __init__(
+        self, completion_id: str, created: int, model: str, *, include_usage: bool, logprobs: bool
+    ) -> None:
+        envelope = orjson.dumps(
+            {"id": completion_id, "object": "text_completion", "created": created, "model": model}
+        )
+        self._open = envelope[:-1]  # a slice: the orjson result's buffer is not kept
+        self._head = self._open + b',"choices":[{"index":0,"text":'
+        self._usage_null = b',"usage":null' if include_usage else b""
+        self._tail = b',"logprobs":null,"finish_reason":null}]' + self._usage_null + b"}"
+        self.completion_id, self.created, self.model = completion_id, created, model
+        self.include_usage = include_usage
+        self.logprobs = logprobs
+        self.usage = Usage()
+        self._offset = 0  # characters streamed so far (legacy logprobs' text_offset)
+
+    def opening(self) -> list[Frame]:
+        return []
+
+    def encode(self, event: Event) -> list[Frame]:
+        if type(event) is ItemDelta:  # per token
+            if event.item.kind is not _MESSAGE:
+                return []
+            if not self.logprobs:
+                return [Frame(self._head + orjson.dumps(event.text) + self._tail)]
+            logprobs = legacy_logprobs(event.logprobs or [], self._offset)
+            self._offset += len(event.text)
+            return [self._choice(event.text, logprobs, None)]
+        match event:
+            case UsageReport():
+                self.usage = event.usage
+            case Finished():
+                frames = [self._choice("", None, finish_reason(event.reason))]
+                if self.include_usage:
+                    usage = orjson.dumps(usage_body(self.usage))
+                    frames.append(Frame(self._open + b',"choices":[],"usage":' + usage + b"}"))
+                return frames
+            case Failed():
+                return [Frame(orjson.dumps(openai_error(event.error)), "error")]
+        return []
+
+    def _choice(self, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> Frame:
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return Frame(self._open + b',"choices":[' + orjson.dumps(choice) + b"]" + self._usage_null + b"}")
+
+    def cancelled(self, reason: str) -> list[Frame]:
+        return []
+
+    def closing(self) -> list[Frame]:
+        return [DONE]
+
+    def body(self, result: ChatResult) -> dict[str, Any]:
+        logprobs = None
+        if self.logprobs:
+            logprobs = legacy_logprobs([lp for i in result.of_kind(_MESSAGE) for lp in i.logprobs], 0)
+        choice = {
+            "index": 0,
+            "text": result.text_of(_MESSAGE) or "",
+            "logprobs": logprobs,
+            "finish_reason": finish_reason(result.finish_reason),
+        }
+        return {
+            "id": self.completion_id,
+            "object": "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [choice],
+            "usage": usage_body(result.usage),
+            "system_fingerprint": None,
+        }
+
+    def response_object(self) -> dict[str, Any] | None:
+        return None
+
+
+def probabilities(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
+    """llama-server's `completion_probabilities` (no token ids: not every engine has them)."""
+    return [
+        {
+            "token": e.token,
+            "logprob": e.logprob,
+            "bytes": e.bytes,
+            "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top],
+        }
+        for e in entries
+    ]
+
+
+class InfillEncoder:
+    """`POST /infill`: llama-server's objects — one per token with `stop: false`, then the
+    final one with `stop: true`, the counts, `stop_type` and `timings`; no `[DONE]`."""
+
+    def __init__(self, model: str, accumulator: Accumulator, *, n_predict: int, logprobs: bool) -> None:
+        self.model = model
+        self.accumulator = accumulator
+        self.n_predict = n_predict
+        self.logprobs = logprobs
+        self.usage = Usage()
+        self.predicted = 0
+        self._head = b'{"index":0,"content":'
+        self._tail_at = b',"tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":'
+
+    def opening(self) -> list[Frame]:
+        return []
+
+    def encode(self, event: Event) -> list[Frame]:
+        if type(event) is ItemDelta:  # per token
+            if event.item.kind is not _MESSAGE:
+                return []
+            self.predicted += 1
+            counts = b"%d" % self.predicted + b',"tokens_evaluated":' + b"%d" % self.usage.prompt_tokens
+            extra = b""
+            if self.logprobs:
+                extra = b',"completion_probabilities":' + orjson.dumps(probabilities(event.logprobs or []))
+            return [Frame(self._head + orjson.dumps(event.text) + self._tail_at + counts + extra + b"}")]
+        match event:
+            case UsageReport():
+                self.usage = event.usage
+            case Finished():
+                final = self.final(self.accumulator.result, stream=True)
+                return [Frame(orjson.dumps(final))]
+            case Failed():
+                return [Frame(orjson.dumps(llama_server_error(event.error)))]
+        return []
+
+    def final(self, result: ChatResult, *, stream: bool) -> dict[str, Any]:
+        usage = result.usage
+        content = "" if stream else result.text_of(_MESSAGE) or ""
+        predicted_ms = result.generation_seconds * 1000
+        prompt_ms = (result.time_to_first_token or 0.0) * 1000
+        body: dict[str, Any] = {
+            "index": 0,
+            "content": content,
+            "tokens": [],
+            "id_slot": -1,
+            "stop": True,
+            "model": self.model,
+            "tokens_predicted": usage.completion_tokens,
+            "tokens_evaluated": usage.prompt_tokens,
+            "generation_settings": {"n_predict": self.n_predict},
+            "prompt": "",
+            "has_new_line": "\n" in (result.text_of(_MESSAGE) or ""),
+            "truncated": False,
+            # A stop string and the end of text are one finish reason here: both say "eos".
+            "stop_type": "limit" if result.finish_reason is FinishReason.LENGTH else "eos",
+            "stopping_word": "",
+            "tokens_cached": usage.cached_tokens,
+            "timings": {
+                "cache_n": usage.cached_tokens,
+                "prompt_n": usage.prompt_tokens - usage.cached_tokens,
+                "prompt_ms": prompt_ms,
+                "predicted_n": usage.completion_tokens,
+                "predicted_ms": predicted_ms,
+                "predicted_per_second": result.tokens_per_second,
+            },
+        }
+        if self.logprobs and not stream:
+            body["completion_probabilities"] = probabilities(
+                [lp for i in result.of_kind(_MESSAGE) for lp in i.logprobs]
+            )
+        return body
+
+    def cancelled(self, reason: str) -> list[Frame]:
+        return []
+
+    def closing(self) -> list[Frame]:
+        return []
+
+    def body(self, result: ChatResult) -> dict[str, Any]:
+        return self.final(result, stream=False)
+
+    def response_object(self) -> dict[str, Any] | None:
+        return None
