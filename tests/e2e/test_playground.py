@@ -5,9 +5,7 @@ result, the text, usage — in each dialect. A screenshot is kept under tests/ar
 
 from __future__ import annotations
 
-import base64
 import json
-from pathlib import Path
 
 import httpx
 import pytest
@@ -30,6 +28,7 @@ WAIT = 30.0  # an upper bound for waits, never a pass condition
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from browser_support import browser  # noqa: E402  (a fixture; skips the module without Chromium)
+from playground_page import models_listed, open_page  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -49,10 +48,6 @@ def wait_for(browser: WebDriver, css: str) -> WebElement:
     return element
 
 
-def models_listed(browser: WebDriver) -> list[str]:
-    return [o.get_attribute("value") or "" for o in Select(browser.find_element(By.ID, "model")).options]
-
-
 def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
     """Pick the dialect, send `text`, and return the assistant turn once it has finished."""
     Select(browser.find_element(By.ID, "dialect")).select_by_value(dialect)
@@ -65,17 +60,6 @@ def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
         lambda b: (t := b.find_elements(By.CSS_SELECTOR, ".turn.assistant.finished"))[finished:] and t
     )
     return turns[-1]
-
-
-def open_page(browser: WebDriver, server: Server) -> None:
-    """The page with the key typed in (and so kept in localStorage), its models listed."""
-    browser.get(server.base_url + "/")
-    key = browser.find_element(By.ID, "api-key")
-    if key.get_attribute("value") != API_KEY:
-        key.clear()
-        key.send_keys(API_KEY)
-        browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
-    WebDriverWait(browser, WAIT).until(lambda b: MODEL in models_listed(b))
 
 
 def test_the_page_and_its_assets_need_no_key(server: Server) -> None:
@@ -154,6 +138,7 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
 
 def test_stop_cancels_the_generation(server: Server, browser: WebDriver) -> None:
     open_page(browser, server)
+    browser.find_element(By.ID, "clear").click()  # the earlier tests' conversation is kept
     Select(browser.find_element(By.ID, "dialect")).select_by_value("chat")
     Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
     browser.find_element(By.ID, "prompt").send_keys("crawl along\n")
@@ -195,46 +180,3 @@ def test_anthropic_messages(server: Server, browser: WebDriver) -> None:
     shown = turn.find_element(By.CSS_SELECTOR, ".stats").text
     assert shown.startswith(f"{final['usage']['input_tokens']} in · {final['usage']['output_tokens']} out")
     browser.save_screenshot(str(ARTIFACTS / "playground-anthropic.png"))
-
-
-EXPECTED_IMAGE_PARTS = {  # the attached image in each dialect's user content
-    "chat": lambda url: {"type": "image_url", "image_url": {"url": url}},
-    "responses": lambda url: {"type": "input_image", "image_url": url, "detail": "auto"},
-    "lmstudio": lambda url: {"type": "image", "data_url": url},
-    "anthropic": lambda url: {
-        "type": "image",
-        "source": {"type": "base64", "media_type": "image/png", "data": url.split(",", 1)[1]},
-    },
-}
-
-
-def test_an_attached_image_goes_with_the_message(server: Server, browser: WebDriver, tmp_path: Path) -> None:
-
-    png = base64.b64decode(  # a 1x1 PNG
-        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
-    )
-    picture = tmp_path / "dot.png"
-    picture.write_bytes(png)
-    url = "data:image/png;base64," + base64.b64encode(png).decode()
-    open_page(browser, server)
-    browser.execute_script(  # remember what the page sends
-        "window.sent = []; const real = window.fetch;"
-        "window.fetch = (path, init) => { if (init && init.body) window.sent.push(JSON.parse(init.body));"
-        " return real(path, init); };"
-    )
-    for dialect, part in EXPECTED_IMAGE_PARTS.items():
-        browser.find_element(By.ID, "clear").click()
-        Select(browser.find_element(By.ID, "dialect")).select_by_value(dialect)
-        browser.find_element(By.ID, "image").send_keys(str(picture))
-        WebDriverWait(browser, WAIT).until(lambda b: b.find_element(By.ID, "attached").text == "dot.png")
-        turn = send(browser, dialect, "Hello there")
-        assert turn.find_element(By.CSS_SELECTOR, ".text").text == PLAIN_REPLY, dialect
-        assert not turn.find_elements(By.CSS_SELECTOR, ".error"), dialect
-        shown = browser.find_elements(By.CSS_SELECTOR, ".turn.user img.attachment")
-        assert shown and shown[-1].get_attribute("src") == url, dialect
-        body = browser.execute_script("return window.sent[window.sent.length - 1]")
-        user = (body.get("messages") or body.get("input"))[-1] if dialect != "lmstudio" else body
-        content = user["content"] if dialect != "lmstudio" else user["input"]
-        assert part(url) in content, (dialect, content)
-        assert browser.find_element(By.ID, "attached").text == ""  # sent once, then cleared
-    browser.save_screenshot(str(ARTIFACTS / "playground-image.png"))

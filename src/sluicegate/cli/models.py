@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from sluicegate.cli.parse import add_command as add_parse_command
 from sluicegate.cli.render import add_render_command
 from sluicegate.config import Settings, models_dir
 from sluicegate.engines.downloads import DownloadError, describe, fetch, is_present, resolve
@@ -70,6 +71,7 @@ def add_commands(commands: Any) -> None:
         "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
     )
     kind.add_argument("--rerank", action="store_true", help="a reranker (for POST /v1/rerank) instead")
+    add_parse_command(commands)
     add_render_command(commands)
 
 

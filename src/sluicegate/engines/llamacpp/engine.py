@@ -50,6 +50,7 @@ from sluicegate.engines.base import (
     Task,
     fim_unsupported,
 )
+from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
     FimTokens,
@@ -67,7 +68,7 @@ from sluicegate.engines.llamacpp.gguf_info import (
     GGUFInfo,
     read_gguf_info,
 )
-from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -84,7 +85,7 @@ from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_setting
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, PlainText, detect_reasoning, detect_tool_format
+from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
@@ -312,7 +313,7 @@ class LlamaCppEngine(Engine):
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
             return
-        grammar = request_grammar(request, self.tool_format, self.model_id)
+        grammar = forced_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
         pictures = self._pictures(request)
@@ -502,7 +503,7 @@ class LlamaCppEngine(Engine):
             prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
         else:
             prompt, tokens = self.render_prompt(request), None
-            grammar = request_grammar(request, self.tool_format, self.model_id)
+            grammar = forced_grammar(request, self.tool_format, self.model_id)
             pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
@@ -524,10 +525,11 @@ class LlamaCppEngine(Engine):
             # A completion's output is text: no reasoning or tool calls are looked for in it.
             parser=PlainText()
             if raw is not None
-            else OutputParser(
-                tool_format=self.tool_format,
+            else new_parser(
+                self.tool_format,
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
+                tools={tool.name: tool.parameters for tool in request.tools},
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,
