@@ -25,6 +25,11 @@ jit_auto_evict = false          # true: a JIT load unloads the previous JIT-load
 reaper_interval_seconds = 5     # how often idle models are checked
 log_format = "text"             # or "json": one object per line (--log-format)
 log_prompts = false             # true: request bodies and answers in the access log (--log-prompts)
+max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
+max_image_pixels = 32000000     # per image, width x height
+max_images_per_request = 16
+allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
+image_fetch_timeout_seconds = 10
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -116,6 +121,11 @@ class Settings:
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     log_prompts: bool = False  # request bodies and answers in the access log (off: no prompt text)
+    max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
+    max_image_pixels: int = 32_000_000
+    max_images_per_request: int = 16
+    allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
+    image_fetch_timeout_seconds: float = 10.0
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -166,6 +176,11 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_level": str,
     "log_format": str,
     "log_prompts": bool,
+    "max_image_bytes": int,
+    "max_image_pixels": int,
+    "max_images_per_request": int,
+    "allow_image_urls": bool,
+    "image_fetch_timeout_seconds": (int, float),
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
