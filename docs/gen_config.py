@@ -78,6 +78,35 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "unloads idle just-in-time loads, least recently used first; if that cannot make room, "
             "it is refused (503, `max_loaded_model_bytes_reached`). `0`: no cap",
         ),
+        "header_timeout_seconds": (
+            None,
+            "a connection must send a request's line and headers within this, counted from when it "
+            "opened or the request's first byte; one that sends nothing, or dribbles its headers, is "
+            "closed. `0` turns it off",
+        ),
+        "keep_alive_seconds": (None, "an idle keep-alive connection (between requests) is closed after this"),
+        "max_image_bytes": (
+            None,
+            "one image (a local model with a projector reads it): more is a 400 `image_too_large`",
+        ),
+        "max_image_pixels": (
+            None,
+            "one image's width x height, read from its header before it is decoded: more is a 400 `image_too_large`",
+        ),
+        "max_images_per_request": (
+            None,
+            "images in one request, the conversation's earlier turns included: more is a 400 `too_many_images`",
+        ),
+        "allow_image_urls": (
+            None,
+            "`true`: http(s) image URLs are fetched for local vision models, through the SSRF guard "
+            "(public addresses, or `[tools] allowed_hosts`); off, a URL is a 400 `image_url_not_allowed` "
+            "(data URLs and base64 always work)",
+        ),
+        "image_fetch_timeout_seconds": (
+            None,
+            "with `allow_image_urls`: the longest one image's fetch may take",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",
@@ -245,6 +274,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "with `batching`: a stream's tokens reach its client at most this often; `0`: every token",
         ),
         "seed": ("random", "the seed when a request gives none"),
+        "mmproj": (
+            "an `mmproj*.gguf` beside the GGUF",
+            "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
+        ),
+        "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
     },
     "openai": {
         "base_url": ("one of the two is required", "the upstream's OpenAI base URL (`http://host:8000/v1`)"),
@@ -287,6 +321,12 @@ _SETTINGS_FIELD = {  # table → how its keys are named on `Settings`
 }
 
 
+def _documented_order(table: str) -> Any:
+    """Sort an engine's keys (a set in the code) as this file lists them; new ones last."""
+    order = list(MEANINGS.get(table, {}))
+    return lambda key: (order.index(key) if key in order else len(order), key)
+
+
 def code_keys() -> dict[str, tuple[str, ...]]:
     """Every key the loader and the built-in engines accept, per table, in the code's order."""
     from sluicegate.config import table_keys
@@ -298,8 +338,8 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     common = ("id", "engine", *MODEL_KEYS)
     keys = dict(table_keys())
     keys["models"] = common
-    keys["llamacpp"] = tuple(sorted(LLAMACPP - set(common), key=list(MEANINGS["llamacpp"]).index))
-    keys["openai"] = tuple(sorted(UPSTREAM - set(common), key=list(MEANINGS["openai"]).index))
+    keys["llamacpp"] = tuple(sorted(LLAMACPP - set(common), key=_documented_order("llamacpp")))
+    keys["openai"] = tuple(sorted(UPSTREAM - set(common), key=_documented_order("openai")))
     keys["scripted"] = tuple(sorted(SCRIPTED - set(common)))
     return keys
 

@@ -145,6 +145,22 @@ async def test_request_ttl_beats_model_ttl_beats_server_ttl() -> None:
     assert await life.reap(now + 31) == ["b"]
 
 
+async def test_the_listings_say_when_an_idle_instance_will_be_unloaded() -> None:
+    life = setup("a", "b", jit_ttl=60)
+    a, b = life.registry.models["a"], life.registry.models["b"]
+    await run(a.open(request("a")))  # loaded just in time: the server's TTL
+    instance = a.instances[0]
+    left = a.unloads_in(instance)
+    assert left is not None and 0 < left <= 60
+    instance.last_used -= 45  # idle for 45 s
+    left = a.unloads_in(instance)
+    assert left is not None and left <= 15
+    instance.last_used -= 60
+    assert a.unloads_in(instance) == 0  # due: the reaper's next round unloads it
+    loaded, _ = await b.load(new_instance=False)  # loaded explicitly: stays
+    assert b.unloads_in(loaded) is None
+
+
 async def test_a_request_ttl_also_applies_to_an_instance_it_did_not_load() -> None:
     life = setup("a")
     a = life.registry.models["a"]

@@ -268,6 +268,20 @@ async def test_a_run_its_owner_gives_up_is_failed_at_once(store: Store) -> None:
     assert await store.recover_in_flight() == 0
 
 
+async def test_a_run_given_up_keeps_the_failure_its_owner_showed(store: Store) -> None:
+    """One failure, one code: the store records the error the owner already showed for the run
+    (e.g. `store_unavailable`), not a code of its own."""
+    store.lost_run_frames = lambda failed, seq: [frame("response.failed", seq, response=failed)]
+    await store.create_run(record("resp_shown", status="in_progress"), scope=A)
+    error = {"code": "store_unavailable", "message": "The response store is unavailable; retry shortly."}
+    await store.abandon_run("resp_shown", scope=A, error=error)
+    failed = await store.get("resp_shown", scope=A)
+    assert failed is not None and failed.response["error"] == error
+    replay = await asyncio.wait_for(collect(store.follow_events("resp_shown", -1, scope=A)), 30)
+    shown = orjson.loads(replay.split(b"data: ")[-2].split(b"\n")[0])["response"]["error"]
+    assert shown == error
+
+
 async def _as_if_killed(store: Store) -> None:
     """Let go of a store the way a killed process does: nothing finished, nothing handed over."""
     redis = getattr(store, "redis", None)
