@@ -103,7 +103,10 @@ function state(model) {
     line.className = "instance";
     const context = instance.config && instance.config.context_length ? ` · ctx ${instance.config.context_length}` : "";
     const ttl = instance.unloads_in_seconds !== undefined ? ` · idle TTL left ${duration(instance.unloads_in_seconds)}` : "";
-    line.append(`loaded: ${instance.id}${context}${ttl}`, button("Unload", async () => {
+    // Memory: the weights plus the KV cache at the loaded context (what the engine reports).
+    const kv = model.context && model.context.kv_cache_bytes ? model.context.kv_cache_bytes : 0;
+    const memory = model.size_bytes ? ` · ~${bytes(model.size_bytes + kv)}` : "";
+    line.append(`loaded: ${instance.id}${context}${memory}${ttl}`, button("Unload", async () => {
       await call("POST", "/api/v1/models/unload", { instance_id: instance.id });
       say(`Unloaded ${instance.id}.`);
       await refresh();
