@@ -173,6 +173,23 @@ def embeddings(body: Any) -> dict[str, Any]:
     }
 
 
+def rerank(body: Any) -> dict[str, Any]:
+    """llama-server's rerank answer: a document's score is its share of the query's words, best
+    first, at most `top_n`."""
+    words = set(body["query"].lower().split())
+    scored = [
+        {"index": i, "relevance_score": len(words & set(str(doc).lower().split())) / max(len(words), 1)}
+        for i, doc in enumerate(body["documents"])
+    ]
+    scored.sort(key=lambda r: -r["relevance_score"])
+    return {
+        "model": body["model"],
+        "object": "list",
+        "results": scored[: body.get("top_n") or len(scored)],
+        "usage": {"prompt_tokens": 10, "total_tokens": 10},
+    }
+
+
 @dataclass
 class Observed:
     path: str
@@ -311,6 +328,9 @@ class FakeUpstream:
             if scenario is not None:  # a misbehaving embeddings answer: its frames are the body
                 return await self._answer(reader, writer, observed, scenario)
             await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
+            return True
+        if method == "POST" and path.endswith("/rerank"):
+            await self._plain(writer, observed, 200, json.dumps(rerank(body)).encode())
             return True
         if method == "POST" and path.endswith("/v1/completions") and isinstance(body, dict):
             # Legacy completions: the model's scenario when there is one, else a fixed middle

@@ -45,7 +45,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings
+from sluicegate.routes import embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -71,6 +71,7 @@ from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
+from sluicegate.turn.images import ImageSettings
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
 from sluicegate.turn.websocket import ResponsesSocket
@@ -160,12 +161,10 @@ class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Starlette's own `__call__`, inlined: one frame less held by every open stream.
-        scope["app"] = self
+        # Starlette's own `__call__` after it: inlining it bought nothing measurable
+        # (bench/workarounds.py, docs/architecture.md).
         scope[SERVER_SEND] = send
-        if self.middleware_stack is None:
-            self.middleware_stack = self.build_middleware_stack()
-        await self.middleware_stack(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 class TurnRoutes:
@@ -235,6 +234,7 @@ def create_app(settings: Settings) -> Starlette:
         downloads,
         tools=tools,
         sealer=sealer,
+        images=ImageSettings.from_settings(settings),
     )
 
     async def purge_expired_forever() -> None:
@@ -335,6 +335,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        *rerank.ROUTES,
         *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]

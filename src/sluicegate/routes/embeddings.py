@@ -1,8 +1,8 @@
 """POST /v1/embeddings (and LM Studio's /api/v0/embeddings, the same shape).
 
-A GGUF embedding model embeds through the instance machinery every request uses (admission,
-queueing, just-in-time load, idle TTL); an `openai` upstream model gets the body as it came,
-with the upstream's model name, and its answer is relayed. Any other model is a 400.
+An engine that relays (an `openai` upstream) gets the body as it came and its server's answer
+goes back; one that embeds itself (a GGUF embedding model) runs it as a job (routes/jobs.py).
+Any other model is a 400.
 """
 
 from __future__ import annotations
@@ -14,55 +14,33 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.events import Failed
 from sluicegate.core.pipeline import unless_disconnected
-from sluicegate.core.request import ChatRequest
 from sluicegate.dialects.embeddings import embeddings_body, parse_embeddings_request
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.models import Model
-from sluicegate.engines.upstream import OpenAIUpstreamEngine
+from sluicegate.engines.upstream.embeddings import EMBEDDINGS_PATH
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+from sluicegate.routes.jobs import model_for, run_job
 from sluicegate.turn.http import INSTANCE_HEADER, wait_for_disconnect
+from sluicegate.turn.state import AppState
 
 
-def embeds_locally(model: Model) -> bool:
-    engine = model.engine
-    return isinstance(engine, LlamaCppEngine) and engine.pooling is not None
-
-
-async def embed(model: Model, job: EmbeddingJob) -> tuple[Embedded, str]:
-    """Run one embedding job on a local embedding model: its vectors and the instance's id."""
-    generation = model.open(ChatRequest(model=model.id, messages=[], extra={EMBED: job}))
-    try:
-        async for event in generation.events:
-            if isinstance(event, Failed):
-                raise SluicegateError(event.error.kind, event.error.message, code=event.error.code)
-    finally:
-        aclose = getattr(generation.events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if job.result is None:
-        raise SluicegateError(
-            ErrorKind.ENGINE, f"model {model.id!r} returned no embeddings", code="engine_error"
-        )
-    return job.result, generation.instance_id
-
-
-def not_embedding(model: Model) -> SluicegateError:
-    return invalid(
-        f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported"
-    )
-
-
-async def _local(model: Model, body: Any) -> Response:
-    req = parse_embeddings_request(body)
-    result, instance_id = await embed(model, EmbeddingJob(req.job.inputs, req.job.dimensions))
-    return JSONResponse(
-        embeddings_body(req.model, result, req.encoding_format),
-        headers={INSTANCE_HEADER: instance_id},
-    )
+async def embed(state: AppState, model: Model, job: EmbeddingJob) -> tuple[Embedded, str]:
+    """One embedding job on any model that embeds: its vectors and the instance that ran it
+    ("" for an upstream, which gets the job as an OpenAI embeddings body). For the dialects
+    whose answers are not OpenAI's (Ollama's)."""
+    body: dict[str, Any] = {"input": job.inputs}
+    if job.dimensions is not None:
+        body["dimensions"] = job.dimensions
+    answer = await model.engine.relay(EMBEDDINGS_PATH, body)
+    if answer is not None:  # checked by the engine: `data` holds one vector per input
+        usage = answer.get("usage")
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        vectors = [item["embedding"] for item in answer["data"]]
+        return Embedded(vectors, tokens if isinstance(tokens, int) else 0), ""
+    instance = await run_job(state, model, EMBED, job)
+    assert job.result is not None
+    return job.result, instance
 
 
 @dialect_endpoint("embeddings", openai_error)
@@ -71,20 +49,20 @@ async def create_embeddings(request: Request) -> Response:
     body = await read_json(request, state.settings.max_body_bytes)
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         parse_embeddings_request(body)  # raises the right 400
-    model = state.registry.get(body["model"])
-    engine = model.engine
-    if isinstance(engine, OpenAIUpstreamEngine):
-        parse_embeddings_request(body)  # the same 400s as a local model, before the upstream sees it
-        # A client that leaves cancels the relay, which closes the upstream connection at once.
-        answer = await unless_disconnected(engine.embeddings(body), lambda: wait_for_disconnect(request))
+    model = model_for(state, body["model"], "embeddings")
+    req = parse_embeddings_request(body)  # the same 400s for every engine, before an upstream sees it
+    # A client that leaves cancels a relay, which closes the upstream connection at once.
+    answer = await unless_disconnected(
+        model.engine.relay(EMBEDDINGS_PATH, body), lambda: wait_for_disconnect(request)
+    )
+    if answer is not None:
         return JSONResponse(answer)
-    if embeds_locally(model):
-        release = state.admission.take()
-        try:
-            return await _local(model, body)
-        finally:
-            release()
-    raise not_embedding(model)
+    job = EmbeddingJob(req.job.inputs, req.job.dimensions)
+    instance = await run_job(state, model, EMBED, job)
+    assert job.result is not None
+    return JSONResponse(
+        embeddings_body(req.model, job.result, req.encoding_format), headers={INSTANCE_HEADER: instance}
+    )
 
 
 ROUTES = [

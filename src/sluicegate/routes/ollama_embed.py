@@ -12,7 +12,8 @@ from sluicegate.core.embeddings import Embedded, EmbeddingJob
 from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.routes.common import JSONResponse, app_state, read_json
-from sluicegate.routes.embeddings import embed, embeds_locally, not_embedding
+from sluicegate.routes.embeddings import embed
+from sluicegate.routes.jobs import model_for
 from sluicegate.routes.ollama_models import endpoint
 from sluicegate.turn.http import INSTANCE_HEADER
 from sluicegate.turn.state import AppState
@@ -25,14 +26,8 @@ async def _run(
 ) -> tuple[str, Embedded, str]:
     """The model name as sent, its vectors, and the instance that embedded them."""
     name = f.string("model", required=True) or ""
-    model = state.registry.models[resolve_model(name, state.registry.models)]
-    if not embeds_locally(model):
-        raise not_embedding(model)
-    release = state.admission.take()
-    try:
-        result, instance_id = await embed(model, EmbeddingJob(inputs, dimensions))
-    finally:
-        release()
+    model = model_for(state, resolve_model(name, state.registry.models), "embeddings")
+    result, instance_id = await embed(state, model, EmbeddingJob(inputs, dimensions))
     return name, result, instance_id
 
 
@@ -60,7 +55,7 @@ async def embed_many(request: Request) -> Response:
             "load_duration": 0,
             "prompt_eval_count": result.prompt_tokens,
         },
-        headers={INSTANCE_HEADER: instance_id},
+        headers={INSTANCE_HEADER: instance_id} if instance_id else None,
     )
 
 
@@ -74,4 +69,5 @@ async def embed_one(request: Request) -> Response:
         resolve_model(f.string("model", required=True) or "", state.registry.models)
         return JSONResponse({"embedding": []})
     _, result, instance_id = await _run(state, f, [prompt], None)
-    return JSONResponse({"embedding": result.vectors[0]}, headers={INSTANCE_HEADER: instance_id})
+    headers = {INSTANCE_HEADER: instance_id} if instance_id else None
+    return JSONResponse({"embedding": result.vectors[0]}, headers=headers)

@@ -167,14 +167,9 @@ async def show(request: Request) -> Response:
     )
 
 
-def expires_at(state: AppState, instance: Instance) -> str:
-    ttl = (
-        instance.ttl if instance.ttl is not None else (state.settings.jit_ttl_seconds if instance.jit else 0)
-    )
-    if not ttl:
-        return FAR_FUTURE
-    idle = time.monotonic() - instance.last_used
-    return iso(time.time() + max(ttl - idle, 0.0))
+def expires_at(model: Model, instance: Instance) -> str:
+    seconds = model.unloads_in(instance)
+    return FAR_FUTURE if seconds is None else iso(time.time() + seconds)
 
 
 @endpoint
@@ -186,7 +181,7 @@ async def ps(request: Request) -> Response:
             entry = tag_entry(name, model)
             del entry["modified_at"]
             context = instance.config.context_length or model.engine.info().context_length
-            entry |= {"expires_at": expires_at(state, instance), "size_vram": 0, "context_length": context}
+            entry |= {"expires_at": expires_at(model, instance), "size_vram": 0, "context_length": context}
             running.append(entry)
     return JSONResponse({"models": running})
 

@@ -56,6 +56,7 @@ from sluicegate.turn.http import (
     safe_headers,
     wait_for_disconnect,
 )
+from sluicegate.turn.images import load_images
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
 from sluicegate.turn.record import built_response
@@ -253,6 +254,8 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
+        if model.engine.reads_pixels and model.engine.info().capabilities.vision:
+            await load_images(chat, state.images)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
         if turn.tools is not None and _wants_tools(turn, state):

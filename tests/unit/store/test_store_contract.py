@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from loop_support import settled
 from redis_support import RedisServer, redis_server
 from sluicegate.store.base import DONE, Store, StoredResponse, StoreUnavailable, request_scope, scope_of
 from sluicegate.store.runlog import RunLog
@@ -464,7 +465,8 @@ async def test_a_run_log_finished_while_its_lingering_batch_is_being_written_sto
     await log.extend(frames[:5])
     await written.wait()  # the linger passed: the flusher is inside its write
     finishing = asyncio.ensure_future(log.finish(frames[5:], record("resp_race")))
-    await asyncio.sleep(0.05)
+    await settled()  # `finish` has met the flusher inside its write
+    assert not finishing.done()
     release.set()
     await finishing
     assert not await store.run_in_flight("resp_race", scope=A)

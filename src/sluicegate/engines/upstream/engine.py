@@ -14,7 +14,7 @@ import orjson
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import ModelInfo
+from sluicegate.engines.base import ModelInfo, Task
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
@@ -64,20 +64,27 @@ class OpenAIUpstreamEngine(UpstreamEngine):
     def decoder(self) -> ChunkDecoder:
         return ChunkDecoder(content_parser(self.config))
 
-    async def embeddings(self, body: dict[str, Any]) -> dict[str, Any]:
-        """An embeddings request relayed as it came (with the upstream's model name); the
-        answer, checked, names our model id (the one the client asked for)."""
-        try:
-            payload = orjson.dumps({**body, "model": self.config.upstream_model})
-        except orjson.JSONEncodeError as exc:
-            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
-        answer, replica = await self.exchange(EMBEDDINGS_PATH, payload, max_bytes=MAX_UPSTREAM_BODY)
-        checked = checked_embeddings(answer, replica)
-        if "model" in checked:
-            checked["model"] = self.model_id
-        return checked
-
     def route(self, request: ChatRequest) -> tuple[str, StreamDecoder]:
         if request.prompt is not None:  # text: no `<think>` tags looked for
             return COMPLETIONS_PATH, CompletionChunkDecoder(None)
         return self.path, self.decoder()
+
+    def tasks(self) -> frozenset[Task]:
+        """What an OpenAI-compatible server may offer besides chat; one that does not answers
+        with its own error, relayed."""
+        return frozenset({"chat", "embeddings", "rerank"})
+
+    async def relay(self, path: str, body: dict[str, Any]) -> Any:
+        """The request relayed as it came (with the upstream's model name), under the chat
+        stream's replica failover and clocks; the answer names our model id. An embeddings
+        answer is checked to be one (an upstream's 200 of another shape is a 502)."""
+        try:
+            payload = orjson.dumps({**body, "model": self.config.upstream_model})
+        except orjson.JSONEncodeError as exc:
+            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
+        answer, replica = await self.exchange(path, payload, max_bytes=MAX_UPSTREAM_BODY)
+        if path == EMBEDDINGS_PATH:
+            answer = checked_embeddings(answer, replica)
+        if isinstance(answer, dict) and "model" in answer:
+            answer["model"] = self.model_id  # the client asked for our id
+        return answer
