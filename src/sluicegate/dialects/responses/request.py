@@ -1,9 +1,9 @@
 """Responses request parsing: the `POST /v1/responses` body → a validated `ResponsesRequest`.
 
 Input items are normalised to the item shapes the API returns (every item gets an id), so the
-same list can be stored, listed by `input_items` and later turned into chat messages by
-`responses_items.items_to_messages`. `item_reference` items are left for the route to resolve
-against the store.
+same list can be listed by `input_items` exactly as sent; the dialect maps it to our own
+conversation items (`conversation.py`), which the conversation turns into chat messages.
+`item_reference` items are left for the conversation to resolve against the store.
 """
 
 from __future__ import annotations
