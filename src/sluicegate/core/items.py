@@ -7,7 +7,8 @@ ones (a Responses `custom_tool_call` is the call the model made), a result is it
 error is its message.
 
 `native` is the item as the dialect that wrote it showed it (`origin`), kept so that dialect can
-echo it exactly (the Responses `input_items` listing, `item_reference`); nothing else reads it.
+echo it exactly (the Responses `input_items` listing, `item_reference`) where its fields would
+not rebuild it; nothing else reads it.
 
 The stored form (`item_to_json` / `item_from_json`) is tagged by `"kind"`; a stored item
 without one is of the earlier, Responses-shaped records (`ITEMS_VERSION` 1), which a reader

@@ -91,7 +91,21 @@ def test_an_item_written_elsewhere_becomes_a_responses_item() -> None:
         "id": "msg_9",
         "role": "assistant",
         "status": "completed",
-        "content": [{"type": "output_text", "text": "hi", "annotations": []}],
+        "content": [{"type": "output_text", "text": "hi", "annotations": [], "logprobs": []}],
     }
     assert from_item(ResultItem("c1", "ok"))["type"] == "function_call_output"
     assert to_item(from_item(CallItem("c1", "f", "{}"))).name == "f"  # type: ignore[union-attr]
+
+
+def test_an_item_its_fields_rebuild_is_stored_once() -> None:
+    plain = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "user",
+        "status": "completed",
+        "content": [{"type": "input_text", "text": "hi"}],
+    }
+    item = to_item(plain)
+    assert item.native is None and from_item(item) == plain
+    assert "native" not in item_to_json(item)
+    assert to_item(ITEMS[0]).native == ITEMS[0]  # an image part's detail is not rebuilt: kept

@@ -68,7 +68,23 @@ def _output_text(output: Any) -> str:
 
 
 def to_item(item: Json) -> ConversationItem:
-    """One Responses item (input or output) as a conversation item."""
+    """One Responses item (input or output) as a conversation item; its `native` form is kept
+    only when building it from the fields would not give it back (stored once, not twice)."""
+    mapped = _to_item(item)
+    if mapped.native is not None and _built(mapped) == item:
+        mapped.native = None
+    return mapped
+
+
+def _built(item: ConversationItem) -> Json:
+    native, item.native = item.native, None
+    try:
+        return from_item(item)
+    finally:
+        item.native = native
+
+
+def _to_item(item: Json) -> ConversationItem:
     kind = item.get("type")
     ident = item.get("id") if isinstance(item.get("id"), str) else None
     meta: dict[str, Any] = {"origin": ORIGIN, "native": item}
@@ -133,7 +149,7 @@ def to_items(items: list[Json]) -> list[ConversationItem]:
 def from_item(item: ConversationItem) -> Json:
     """A conversation item as a Responses item."""
     if item.origin == ORIGIN and item.native is not None:
-        return item.native
+        return item.native  # exactly as the client sent or saw it
     if isinstance(item, MessageItem):
         return _message(item)
     if isinstance(item, ReasoningItem):
@@ -212,7 +228,7 @@ def _message(item: MessageItem) -> Json:
         if part.type == "image":
             content.append({"type": "input_image", "image_url": part.image_url, "detail": "auto"})
         elif assistant:
-            content.append({"type": "output_text", "text": part.text, "annotations": []})
+            content.append({"type": "output_text", "text": part.text, "annotations": [], "logprobs": []})
         else:
             content.append({"type": "input_text", "text": part.text})
     return {
