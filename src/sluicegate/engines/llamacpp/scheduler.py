@@ -240,6 +240,9 @@ class BatchScheduler:
                 keep = 0
                 self._drop(slot)
             del slot.cached[keep:]
+        if not self.runtime.reusable(slot.id, keep):  # a sliding window moved past the prefix
+            keep = 0
+            self._drop(slot)
         return slot, keep
 
     def _prepare(self, sequence: Sequence) -> list[int]:
