@@ -1,25 +1,73 @@
-"""Benchmark: what the streaming output parser (parsing) costs per token.
+"""Benchmark: what the streaming output parser (parsing) costs per token, for every family.
 
-Run from the repository root (venv active): `python bench/parsing.py`
+Run from the repository root (venv active): `python bench/parsing.py [--generation]`
 
-Feeds token-sized chunks through `OutputParser` in several configurations and prints µs per
-token and the ratio against a baseline that only builds the one `TextDelta` a token needs
-(what an engine without a parser would do). Absolute numbers depend on the machine; compare
-the ratios within one run.
+Feeds token-sized chunks through each family's parser (`new_parser`): plain text, and one long
+tool-call argument in the family's own markup. Prints µs per token, the ratio against a
+baseline that only builds the one `TextDelta` a token needs (what an engine without a parser
+would do) and, with `--generation`, the share of a token's generation time on the bench model
+(`sluicegate models make-demo --size bench`, decoded by llama.cpp in this process). Absolute
+numbers depend on the machine; compare the ratios within one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from sluicegate.core.events import ItemKind, TextDelta
-from sluicegate.parsing import THINK, OutputParser, ToolCallFormat
+from sluicegate.parsing import THINK, ToolCallFormat, new_parser
+
+# Each family's call opening, an argument's text is repeated between, then its closing.
+CALLS: dict[ToolCallFormat, tuple[str, str]] = {
+    ToolCallFormat.HERMES: ('<tool_call>{"name": "w", "arguments": {"t": "', '"}}</tool_call>'),
+    ToolCallFormat.LLAMA3_JSON: ('{"name": "w", "parameters": {"t": "', '"}}'),
+    ToolCallFormat.MISTRAL: ('[TOOL_CALLS][{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat.HARMONY: (
+        '<|channel|>commentary to=functions.w <|constrain|>json<|message|>{"t": "',
+        '"}<|call|>',
+    ),
+    ToolCallFormat.QWEN3_CODER: (
+        "<tool_call>\n<function=w>\n<parameter=t>\n",
+        "\n</parameter>\n</function>\n</tool_call>",
+    ),
+    ToolCallFormat.SEED_OSS: (
+        "<seed:tool_call>\n<function=w>\n<parameter=t>",
+        "</parameter>\n</function>\n</seed:tool_call>",
+    ),
+    ToolCallFormat.GLM: ("<tool_call>w\n<arg_key>t</arg_key>\n<arg_value>", "</arg_value>\n</tool_call>"),
+    ToolCallFormat.MINIMAX_M2: (
+        '<minimax:tool_call>\n<invoke name="w">\n<parameter name="t">',
+        "</parameter>\n</invoke>\n</minimax:tool_call>",
+    ),
+    ToolCallFormat.DEEPSEEK_V3_1: (
+        '<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>w<\uff5ctool\u2581sep\uff5c>{"t": "',
+        '"}<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>',
+    ),
+    ToolCallFormat.KIMI_K2: (
+        '<|tool_calls_section_begin|><|tool_call_begin|>functions.w:0<|tool_call_argument_begin|>{"t": "',
+        '"}<|tool_call_end|><|tool_calls_section_end|>',
+    ),
+    ToolCallFormat.GEMMA4: ('<|tool_call>call:w{t:<|"|>', '<|"|>}<tool_call|>'),
+    ToolCallFormat.LFM2: ('<|tool_call_start|>[w(t="', '")]<|tool_call_end|>'),
+    ToolCallFormat.NEMOTRON: ('<TOOLCALL>[{"name": "w", "arguments": {"t": "', '"}}]</TOOLCALL>'),
+    ToolCallFormat.GRANITE: ('<|tool_call|>[{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat.COMMAND_R7B: (
+        '<|START_ACTION|>[{"tool_name": "w", "parameters": {"t": "',
+        '"}}]<|END_ACTION|>',
+    ),
+    ToolCallFormat.APERTUS: ('<|tools_prefix|>[{"w": {"t": "', '"}}]<|tools_suffix|>'),
+    ToolCallFormat.FUNCTIONARY_V3_1: ('<function=w>{"t": "', '"}</function>'),
+    ToolCallFormat.FUNCTIONARY_V3_2: ('w\n{"t": "', '"}'),
+}
+TOOLS: dict[str, dict[str, object]] = {"w": {"type": "object", "properties": {"t": {"type": "string"}}}}
 
 
-def per_token(chunks: list[str], **config: Any) -> float:
-    parser = OutputParser(**config)
+def per_token(chunks: list[str], fmt: ToolCallFormat, **config: Any) -> float:
+    parser = new_parser(fmt, tools=TOOLS, **config)
     start = time.perf_counter()
     for chunk in chunks:
         parser.feed(chunk)
@@ -34,36 +82,45 @@ def baseline(chunks: list[str]) -> float:
     return (time.perf_counter() - start) / len(chunks)
 
 
+def generation_time(tokens: int = 64) -> float:
+    """Seconds per generated token on the bench demo model, in this process."""
+    import llama_cpp
+
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = make_demo_gguf(Path(folder) / "bench.gguf", size="bench", ends_replies=False)
+        llm = llama_cpp.Llama(str(path), n_ctx=512, verbose=False)
+        llm("warm up", max_tokens=4)
+        start = time.perf_counter()
+        out = llm("Once upon a time", max_tokens=tokens, temperature=0.0)
+        elapsed = time.perf_counter() - start
+        done = out["usage"]["completion_tokens"]  # type: ignore[index]
+        return elapsed / max(int(done), 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description="Per-token cost of the streaming output parser.")
-    parser.add_argument("--tokens", type=int, default=200_000)
-    tokens = parser.parse_args().tokens
-    words = [" word"] * tokens
-    code = [" a", " <", " b", "[i]", ";"] * (tokens // 5)
-    argument = [' wo\\"rd'] * (tokens // 10)
-    cases: list[tuple[str, list[str], dict[str, Any]]] = [
-        ("plain text, no format", words, {}),
-        ("plain text, hermes + think", words, {"tool_format": ToolCallFormat.HERMES, "reasoning": THINK}),
-        ("plain text, mistral", words, {"tool_format": ToolCallFormat.MISTRAL}),
-        ("reasoning text, think", ["<think>", *words], {"reasoning": THINK}),
-        ("code full of < and [, hermes", code, {"tool_format": ToolCallFormat.HERMES}),
-        (
-            "one long hermes call argument",
-            ['<tool_call>{"name": "w", "arguments": {"t": "', *argument, '"}}</tool_call>'],
-            {"tool_format": ToolCallFormat.HERMES},
-        ),
-        (
-            "one long llama3 call argument",
-            ['{"name": "w", "parameters": {"t": "', *argument, '"}}'],
-            {"tool_format": ToolCallFormat.LLAMA3_JSON},
-        ),
-    ]
+    parser.add_argument("--tokens", type=int, default=100_000)
+    parser.add_argument("--generation", action="store_true", help="compare with the bench model's token time")
+    args = parser.parse_args()
+    words = [" word"] * args.tokens
+    argument = [" wo rd"] * args.tokens
     baseline(words)  # warm up
     base = baseline(words)
-    print(f"{'baseline: one TextDelta per token':38s} {base * 1e6:6.2f} µs/token")
-    for label, chunks, config in cases:
-        cost = per_token(chunks, **config)
-        print(f"{label:38s} {cost * 1e6:6.2f} µs/token  {cost / base:5.2f}x baseline")
+    token = generation_time() if args.generation else None
+    print(f"{'baseline: one TextDelta per token':44s} {base * 1e6:6.2f} µs/token")
+    if token is not None:
+        print(f"{'a token generated (bench model)':44s} {token * 1e6:8.1f} µs/token")
+    rows: list[tuple[str, float]] = [
+        ("no format, <think> reasoning", per_token(["<think>", *words], ToolCallFormat.NONE, reasoning=THINK))
+    ]
+    for fmt, (head, tail) in CALLS.items():
+        rows.append((f"{fmt.value}: plain text", per_token(words, fmt)))
+        rows.append((f"{fmt.value}: one long call argument", per_token([head, *argument, tail], fmt)))
+    for label, cost in rows:
+        share = f"  {cost / token * 100:5.2f}% of a token" if token else ""
+        print(f"{label:44s} {cost * 1e6:6.2f} µs/token  {cost / base:6.2f}x baseline{share}")
 
 
 if __name__ == "__main__":

@@ -8,14 +8,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, ToolCallDelta
-from sluicegate.parsing import OutputParser
+from sluicegate.parsing import StreamParser, ToolCallFormat, new_parser
 
 Out = tuple[Any, ...]
 
 
-def make_parser(**kwargs: Any) -> OutputParser:
+def make_parser(**kwargs: Any) -> StreamParser:
+    """The engine's parser for `tool_format` (`new_parser`)."""
     counter = itertools.count()
-    return OutputParser(new_call_id=lambda: f"call_{next(counter)}", **kwargs)
+    fmt = kwargs.pop("tool_format", ToolCallFormat.NONE)
+    return new_parser(fmt, new_call_id=lambda: f"call_{next(counter)}", **kwargs)
 
 
 def run(chunks: list[str], **kwargs: Any) -> list[RawEvent]:
@@ -39,7 +41,10 @@ def collapse(events: list[RawEvent]) -> list[Out]:
                 out.append((event.channel.value, event.text))
         else:
             assert isinstance(event, ToolCallDelta)
-            out.append(("call", event.index, event.call_id, event.name, event.arguments))
+            if event.call_id is None and out and out[-1][0] == "call" and out[-1][1] == event.index:
+                out[-1] = (*out[-1][:4], out[-1][4] + event.arguments)  # a streamed piece
+            else:
+                out.append(("call", event.index, event.call_id, event.name, event.arguments))
     return out
 
 

@@ -28,6 +28,7 @@ WAIT = 30.0  # an upper bound for waits, never a pass condition
 
 webdriver = pytest.importorskip("selenium.webdriver")
 from browser_support import browser  # noqa: E402  (a fixture; skips the module without Chromium)
+from playground_page import models_listed, open_page  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -47,10 +48,6 @@ def wait_for(browser: WebDriver, css: str) -> WebElement:
     return element
 
 
-def models_listed(browser: WebDriver) -> list[str]:
-    return [o.get_attribute("value") or "" for o in Select(browser.find_element(By.ID, "model")).options]
-
-
 def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
     """Pick the dialect, send `text`, and return the assistant turn once it has finished."""
     Select(browser.find_element(By.ID, "dialect")).select_by_value(dialect)
@@ -63,17 +60,6 @@ def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
         lambda b: (t := b.find_elements(By.CSS_SELECTOR, ".turn.assistant.finished"))[finished:] and t
     )
     return turns[-1]
-
-
-def open_page(browser: WebDriver, server: Server) -> None:
-    """The page with the key typed in (and so kept in localStorage), its models listed."""
-    browser.get(server.base_url + "/")
-    key = browser.find_element(By.ID, "api-key")
-    if key.get_attribute("value") != API_KEY:
-        key.clear()
-        key.send_keys(API_KEY)
-        browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", key)
-    WebDriverWait(browser, WAIT).until(lambda b: MODEL in models_listed(b))
 
 
 def test_the_page_and_its_assets_need_no_key(server: Server) -> None:
@@ -152,6 +138,7 @@ def test_a_stream_in_every_dialect(server: Server, browser: WebDriver) -> None:
 
 def test_stop_cancels_the_generation(server: Server, browser: WebDriver) -> None:
     open_page(browser, server)
+    browser.find_element(By.ID, "clear").click()  # the earlier tests' conversation is kept
     Select(browser.find_element(By.ID, "dialect")).select_by_value("chat")
     Select(browser.find_element(By.ID, "model")).select_by_value(MODEL)
     browser.find_element(By.ID, "prompt").send_keys("crawl along\n")

@@ -1,4 +1,4 @@
-"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo|render`,
+"""Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo|parse|render`,
 `--version`."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from sluicegate.cli.chat import add_command as add_chat_command
 from sluicegate.cli.models import add_commands as add_model_commands
 from sluicegate.cli.models import make_demo
 from sluicegate.cli.models import run as run_models_command
+from sluicegate.cli.parse import parse_output
 from sluicegate.cli.render import render_command
 from sluicegate.config import Settings, load_settings
 from sluicegate.core.errors import ConfigError
@@ -107,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "models_command", None) == "make-demo":
         return make_demo(args)  # needs no config
+    if getattr(args, "models_command", None) == "parse":
+        return parse_output(args)  # needs no config either
     if getattr(args, "models_command", None) == "render":
         return render_command(args)  # needs no config
     try:

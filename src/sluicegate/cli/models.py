@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from sluicegate.cli.parse import add_command as add_parse_command
 from sluicegate.cli.render import add_render_command
 from sluicegate.config import Settings, models_dir
 from sluicegate.engines.downloads import DownloadError, describe, fetch, is_present, resolve
@@ -65,6 +66,7 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="give the tokenizer fill-in-the-middle tokens (for /infill and completions with a suffix)",
     )
+    add_parse_command(commands)
     add_render_command(commands)
 
 

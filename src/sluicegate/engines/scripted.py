@@ -254,15 +254,18 @@ def raw_prompt_text(prompt: RawPrompt) -> str:
 
 
 def rendered_prompt(request: ChatRequest) -> str:
-    """Every message of the prompt as text, tool calls with their arguments: what tests read to
-    tell what reached the model (e.g. that no other API key's stored text did). A completion's
-    prompt as the model would read it (`raw_prompt_text`)."""
+    """Every message of the prompt as text, images as `[image data:image/png;base…]` markers,
+    tool calls with their arguments: what tests read to tell what reached the model (e.g. that
+    no other API key's stored text did, or that an image came through). A completion's prompt
+    as the model would read it (`raw_prompt_text`)."""
     if request.prompt is not None:
         return raw_prompt_text(request.prompt)
     lines = []
     for m in request.messages:
         calls = " ".join(f"{c.name}({c.arguments})" for c in m.tool_calls)
-        lines.append(f"{m.role}: {m.text} {calls}".rstrip())
+        parts = [] if isinstance(m.content, str) else m.content
+        images = " ".join(f"[image {p.image_url[:22]}]" for p in parts if p.type == "image")
+        lines.append(" ".join(x for x in (f"{m.role}: {m.text}", images, calls) if x).rstrip())
     return "\n".join(lines)
 
 

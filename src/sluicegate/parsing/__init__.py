@@ -1,30 +1,40 @@
 """Reasoning and tool calls parsed out of generated text while it streams.
 
 Engines that see raw model text (llama.cpp; an upstream that leaves `<think>` in `content`)
-feed it to an `OutputParser` and yield the raw events it returns. See docs/parsing.md.
+feed it to the parser `new_parser` returns for the model's family and yield the raw events it
+returns. One module per family in `families/`, one registry (registry.py) that recognises a
+family by its chat template. See docs/parsing.md.
 """
 
-from sluicegate.parsing.formats import (
-    THINK,
-    ReasoningStyle,
-    ToolCallFormat,
-    detect_reasoning,
-    detect_tool_format,
-    reasoning_setting,
-    tool_format_setting,
-)
+from sluicegate.parsing.families.base import Family, StreamParser
+from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat, tool_format_setting
 from sluicegate.parsing.parser import OutputParser, new_call_id
 from sluicegate.parsing.plain import PlainText
+from sluicegate.parsing.registry import (
+    FAMILIES,
+    detect_family,
+    detect_reasoning,
+    detect_tool_format,
+    new_parser,
+    reasoning_setting,
+    tool_schemas,
+)
 
 __all__ = [
+    "FAMILIES",
     "THINK",
+    "Family",
     "OutputParser",
     "PlainText",
     "ReasoningStyle",
+    "StreamParser",
     "ToolCallFormat",
+    "detect_family",
     "detect_reasoning",
     "detect_tool_format",
     "new_call_id",
+    "new_parser",
     "reasoning_setting",
     "tool_format_setting",
+    "tool_schemas",
 ]

@@ -44,6 +44,7 @@ from sluicegate.engines.scripted import (
     demo_script,
     parse_script,
     prompt_tokens,
+    rendered_prompt,
     words,
 )
 
@@ -658,4 +659,22 @@ async def test_completion_is_text_only_with_echo_and_the_fim_layout() -> None:
     assert (
         text
         == "<|repo_name|>myproject\n<|file_sep|>filename\n<|fim_prefix|>def f(<|fim_suffix|>)<|fim_middle|>"
+    )
+
+
+def test_the_echoed_prompt_marks_each_image() -> None:
+    """What `echo_prompt` answers: an image shows as a marker beside its message's text."""
+    picture = ContentPart("image", image_url="data:image/png;base64,iVBORw0KGgo=")
+    req = ChatRequest(
+        model="m",
+        messages=[
+            Message("user", [ContentPart("text", text="What is this?"), picture]),
+            Message("assistant", "A picture."),
+            Message("user", [picture]),
+        ],
+    )
+    assert rendered_prompt(req) == (
+        "user: What is this? [image data:image/png;base64,]\n"
+        "assistant: A picture.\n"
+        "user:  [image data:image/png;base64,]"
     )

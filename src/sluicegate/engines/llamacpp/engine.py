@@ -46,6 +46,7 @@ from sluicegate.engines.base import (
     ProgressCallback,
     fim_unsupported,
 )
+from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
     FimTokens,
@@ -57,7 +58,7 @@ from sluicegate.engines.llamacpp.completion import (
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.fallback_templates import fallback_template
 from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
-from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -72,7 +73,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, PlainText, detect_reasoning, detect_tool_format
+from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
@@ -275,7 +276,7 @@ class LlamaCppEngine(Engine):
         if request.prompt is not None:
             self._prepared = (request, "", self._check_completion_length(request), None)
             return
-        grammar = request_grammar(request, self.tool_format, self.model_id)
+        grammar = forced_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
         tokens = None
@@ -422,7 +423,7 @@ class LlamaCppEngine(Engine):
             prompt, tokens, grammar = "", self._check_completion_length(request), None
         else:
             prompt, tokens = self.render_prompt(request), None
-            grammar = request_grammar(request, self.tool_format, self.model_id)
+            grammar = forced_grammar(request, self.tool_format, self.model_id)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
@@ -443,10 +444,11 @@ class LlamaCppEngine(Engine):
             # A completion's output is text: no reasoning or tool calls are looked for in it.
             parser=PlainText()
             if raw is not None
-            else OutputParser(
-                tool_format=self.tool_format,
+            else new_parser(
+                self.tool_format,
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
+                tools={tool.name: tool.parameters for tool in request.tools},
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,

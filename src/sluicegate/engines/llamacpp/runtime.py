@@ -23,6 +23,7 @@ from typing import Any
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals, _logger
+from llguidance import LLTokenizer
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -40,11 +41,11 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import SamplingParams
-from sluicegate.engines.llamacpp.constrained import GrammarSampler
-from sluicegate.engines.llamacpp.grammar import ROOT, Grammar
+from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
+from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.observe.metrics import METRICS
-from sluicegate.parsing import OutputParser, PlainText, ReasoningStyle
+from sluicegate.parsing import ReasoningStyle, StreamParser
 
 _backend_ready = False
 
@@ -71,7 +72,7 @@ class Job:
     tokens: list[int]
     sampling: SamplingParams
     seed: int
-    parser: OutputParser | PlainText  # PlainText: a text completion (nothing to parse)
+    parser: StreamParser  # PlainText for a text completion (nothing to parse)
     emit: Callable[[list[RawEvent]], None]
     tokens_key: tuple[str, Any]
     cancelled: bool = False
@@ -181,9 +182,17 @@ class LlamaRuntime:
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
+        self._guidance: LLTokenizer | None = None
+
+    def guidance(self) -> LLTokenizer:
+        """The vocabulary as the grammar engine sees it: built on the first grammar, then kept."""
+        if self._guidance is None:
+            self._guidance = vocab_tokenizer(self.model.vocab)
+        return self._guidance
 
     def close(self) -> None:
         """Free the batch, the context and the weights now, not whenever the GC gets to them."""
+        self._guidance = None  # it tokenizes through the model's vocabulary
         parts: list[Any] = [self.batch, self.context, self.model]
         for part in parts:
             part.close()
@@ -427,12 +436,12 @@ class _Samplers:
         self.watching = grammar is not None and (job.in_reasoning or self._first)
         self._tail = ""
         if grammar is not None and not self.watching:
-            self._constrain(grammar.text)
+            self._constrain(grammar)
 
-    def _constrain(self, text: str) -> GrammarSampler:
+    def _constrain(self, grammar: Grammar) -> GrammarSampler:
         runtime, job = self._runtime, self._job
         chain = runtime._sampler(job.sampling, job.seed)
-        self.grammar = GrammarSampler(runtime.model.vocab, runtime.n_vocab, text, ROOT, chain)
+        self.grammar = GrammarSampler(runtime.guidance(), runtime.n_vocab, grammar.lark, chain)
         return self.grammar
 
     def watch(self, token: int, ctx: Any, index: int = -1) -> int:
@@ -444,12 +453,12 @@ class _Samplers:
             self._first = False
             if text.strip() != reasoning.open_tag:  # no reasoning: this token must obey the grammar
                 self.watching = False
-                return self._constrain(grammar.text).sample(ctx, index)
+                return self._constrain(grammar).sample(ctx, index)
             return token
         self._tail = (self._tail + text)[-4 * len(reasoning.close_tag) :]
         if reasoning.close_tag in self._tail:
             self.watching = False
-            self._constrain(grammar.after_reasoning().text)
+            self._constrain(grammar.after_reasoning())
         return token
 
     def free(self) -> None:

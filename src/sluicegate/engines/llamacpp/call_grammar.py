@@ -1,0 +1,181 @@
+"""Forced tool calls in a family's own markup (`tool_choice` `required` or a tool's name).
+
+grammar.py writes the calls of the first three formats (Hermes, Llama 3 JSON, Mistral); here
+every other family's call markup becomes a GBNF grammar around the arguments' JSON-schema
+rules, which come from grammar.py's converter (`json_schema_grammar`), one tool's rules renamed
+apart from another's. Families with key/value parameters (Qwen3-Coder, GLM, MiniMax, Seed-OSS)
+get one rule per parameter: a JSON value, or for a string the plain text the model writes
+between the tags. What the grammar makes, the family's output parser reads back.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sluicegate.core.errors import invalid
+from sluicegate.core.request import ChatRequest, ToolSpec
+from sluicegate.engines.llamacpp.grammar import ANSWER, Grammar, literal, request_grammar, tool_rule
+from sluicegate.parsing import ToolCallFormat
+from sluicegate.parsing.families import deepseek as ds
+
+_TEXT_LIMIT = 64  # characters of a string parameter without maxLength (a cut-off call is invalid)
+
+
+_lit = literal
+
+
+class _Rules:
+    """The rules of one grammar as it is assembled."""
+
+    def __init__(self, tool: ToolSpec | None = None) -> None:
+        self.lines: list[str] = []
+        self.count = 0
+        self.tool = tool
+        self.ignored: set[str] = set()
+
+    def schema(self, schema: dict[str, Any]) -> str:
+        """A rule for JSON valid against `schema`; its name."""
+        assert self.tool is not None
+        body, skipped = tool_rule(self.tool, schema)
+        self.ignored.update(skipped)
+        return self.add(body)
+
+    def add(self, body: str) -> str:
+        self.count += 1
+        name = f"r{self.count}"
+        self.lines.append(f"{name}: {body}")
+        return name
+
+    def text_value(self, schema: Any) -> str:
+        """A parameter between tags: a string's plain text (its enum, or bounded text), or JSON."""
+        if isinstance(schema, dict) and schema.get("type") == "string" and "pattern" not in schema:
+            enum = schema.get("enum")
+            if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
+                return self.add(" | ".join(_lit(v) for v in enum))
+            limit = min(int(schema.get("maxLength", _TEXT_LIMIT)), _TEXT_LIMIT)
+            return self.add(f"/[^<\\n]{{1,{max(limit, 1)}}}/")
+        return self.schema(schema if isinstance(schema, dict) else {})
+
+
+Call = Callable[[_Rules, str, dict[str, Any]], str]  # rules, tool name, parameters -> call rule body
+
+
+def _json_call(before: Callable[[str], str], after: str) -> Call:
+    def call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
+        return f"{_lit(before(name))} {rules.schema(params)} {_lit(after)}"
+
+    return call
+
+
+def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, str]], tail: str) -> Call:
+    """Key/value markup: required parameters in order, then the optional ones, each optional."""
+
+    def call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
+        found = params.get("properties")
+        props: dict[str, Any] = found if isinstance(found, dict) else {}
+        required = [k for k in params.get("required", []) if k in props]
+        parts = []
+        for key in [*required, *(k for k in props if k not in required)]:
+            open_, close = param(key)
+            part = f"{_lit(open_)} {rules.text_value(props[key])} {_lit(close)}"
+            parts.append(part if key in required else f"( {part} )?")
+        return " ".join([_lit(head(name)), *parts, _lit(tail)])
+
+    return call
+
+
+def _python_call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
+    """LFM2: `[name(key=VALUE, ...)]`, each value JSON (a Python literal too, JSON's `true`,
+    `false` and `null` aside, which the parser reads as well)."""
+    found = params.get("properties")
+    props: dict[str, Any] = found if isinstance(found, dict) else {}
+    required = [k for k in params.get("required", []) if k in props] or list(props)
+    parts = [
+        f"{_lit(k + '=')} {rules.schema(props[k] if isinstance(props[k], dict) else {})}" for k in required
+    ]
+    inner = ' ", " '.join(parts)
+    return f"{_lit('<|tool_call_start|>[' + name + '(')} {inner} {_lit(')]<|tool_call_end|>')}"
+
+
+CALLS: dict[ToolCallFormat, Call] = {
+    ToolCallFormat.LFM2: _python_call,
+    ToolCallFormat.HARMONY: _json_call(
+        lambda n: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>", ""
+    ),
+    ToolCallFormat.DEEPSEEK_V3_1: _json_call(
+        lambda n: f"{ds.CALLS_BEGIN}{ds.CALL_BEGIN}{n}{ds.SEP}", ds.CALL_END + ds.CALLS_END
+    ),
+    ToolCallFormat.DEEPSEEK_R1: _json_call(
+        lambda n: f"{ds.CALLS_BEGIN}{ds.CALL_BEGIN}function{ds.SEP}{n}\n```json\n",
+        f"\n```{ds.CALL_END}{ds.CALLS_END}",
+    ),
+    ToolCallFormat.KIMI_K2: _json_call(
+        lambda n: (
+            f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{n}:0<|tool_call_argument_begin|>"
+        ),
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
+    ToolCallFormat.GEMMA4: _json_call(lambda n: f"<|tool_call>call:{n}", "<tool_call|>"),
+    ToolCallFormat.NEMOTRON: _json_call(
+        lambda n: f'<TOOLCALL>[{{"name": {json.dumps(n)}, "arguments": ', "}]</TOOLCALL>"
+    ),
+    ToolCallFormat.GRANITE: _json_call(
+        lambda n: f'<|tool_call|>[{{"name": {json.dumps(n)}, "arguments": ', "}]"
+    ),
+    ToolCallFormat.COMMAND_R7B: _json_call(
+        lambda n: f'<|START_ACTION|>[{{"tool_call_id": "0", "tool_name": {json.dumps(n)}, "parameters": ',
+        "}]<|END_ACTION|>",
+    ),
+    ToolCallFormat.APERTUS: _json_call(
+        lambda n: f"<|tools_prefix|>[{{{json.dumps(n)}: ", "}]<|tools_suffix|>"
+    ),
+    ToolCallFormat.FUNCTIONARY_V3_1: _json_call(lambda n: f"<function={n}>", "</function>"),
+    ToolCallFormat.FUNCTIONARY_V3_2: _json_call(lambda n: f"{n}\n", ""),
+    ToolCallFormat.QWEN3_CODER: _params_call(
+        lambda n: f"<tool_call>\n<function={n}>\n",
+        lambda k: (f"<parameter={k}>\n", "\n</parameter>\n"),
+        "</function>\n</tool_call>",
+    ),
+    ToolCallFormat.SEED_OSS: _params_call(
+        lambda n: f"<seed:tool_call>\n<function={n}>\n",
+        lambda k: (f"<parameter={k}>", "</parameter>\n"),
+        "</function>\n</seed:tool_call>",
+    ),
+    ToolCallFormat.GLM: _params_call(
+        lambda n: f"<tool_call>{n}\n",
+        lambda k: (f"<arg_key>{k}</arg_key>\n<arg_value>", "</arg_value>\n"),
+        "</tool_call>",
+    ),
+    ToolCallFormat.MINIMAX_M2: _params_call(
+        lambda n: f'<minimax:tool_call>\n<invoke name="{n}">\n',
+        lambda k: (f'<parameter name="{k}">', "</parameter>\n"),
+        "</invoke>\n</minimax:tool_call>",
+    ),
+}
+
+
+def family_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Grammar:
+    """One call of one of `tools`, in the family's markup."""
+    write = CALLS[tool_format]
+    rules = _Rules()
+    calls = []
+    for tool in tools:
+        rules.tool = tool
+        calls.append(
+            rules.add(write(rules, tool.name, tool.parameters or {"type": "object", "properties": {}}))
+        )
+    text = "\n".join([f"{ANSWER}: {' | '.join(calls)}", *rules.lines]) + "\n"
+    return Grammar(text, "tool_call", tuple(sorted(rules.ignored)))
+
+
+def forced_grammar(request: ChatRequest, tool_format: ToolCallFormat, model_id: str) -> Grammar | None:
+    """`request_grammar`, with forced calls of the families above in their own markup."""
+    choice = request.tool_choice
+    if tool_format in CALLS and choice not in ("auto", "none") and request.tools:
+        tools = request.tools if choice == "required" else [t for t in request.tools if t.name == choice]
+        if not tools:
+            raise invalid(f"tool_choice names {choice!r}, which is not among the tools.", param="tool_choice")
+        return family_call_grammar(tools, tool_format)
+    return request_grammar(request, tool_format, model_id)

@@ -1,0 +1,56 @@
+"""Families whose calls are JSON objects (or arrays of them) between their own tokens:
+
+- Nemotron Nano v2: `<TOOLCALL>[{"name": ..., "arguments": {...}}]</TOOLCALL>`, `<think>`
+- Granite 3.3: `<|tool_call|>[{"name": ..., "arguments": {...}}]`, `<think>`, `<response>`
+- Command R7B: `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}]<|END_ACTION|>`,
+  `<|START_THINKING|>` reasoning, the answer in `<|START_RESPONSE|>…<|END_RESPONSE|>`
+- Apertus: `<|tools_prefix|>[{"NAME": {...}}]<|tools_suffix|>`, `<|inner_prefix|>` reasoning
+"""
+
+from __future__ import annotations
+
+from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.formats import ReasoningStyle
+from sluicegate.parsing.markup import Markup
+from sluicegate.parsing.readers import JsonCallsReader
+
+NEMOTRON = Family(
+    "nemotron",
+    has("<TOOLCALL>"),
+    markup_family(Markup(calls=(("<TOOLCALL>", lambda tools: JsonCallsReader("</TOOLCALL>")),))),
+    templates=("NVIDIA-Nemotron-Nano-v2.jinja",),
+)
+GRANITE = Family(
+    "granite",
+    has("<|tool_call|>"),
+    markup_family(
+        Markup(
+            calls=(("<|tool_call|>", lambda tools: JsonCallsReader(None)),),
+            drop=("<response>", "</response>"),
+        )
+    ),
+    templates=("ibm-granite-granite-3.3-2B-Instruct.jinja",),
+)
+COMMAND_R7B = Family(
+    "command_r7b",
+    has("<|START_ACTION|>"),
+    markup_family(
+        Markup(
+            calls=(("<|START_ACTION|>", lambda tools: JsonCallsReader("<|END_ACTION|>")),),
+            drop=("<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"),
+        )
+    ),
+    reasoning=ReasoningStyle("<|START_THINKING|>", "<|END_THINKING|>"),
+    templates=("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", "Cohere2MoE.jinja"),
+)
+APERTUS = Family(
+    "apertus",
+    has("<|tools_prefix|>"),
+    markup_family(
+        Markup(
+            calls=(("<|tools_prefix|>", lambda tools: JsonCallsReader("<|tools_suffix|>", name_as_key=True)),)
+        )
+    ),
+    reasoning=ReasoningStyle("<|inner_prefix|>", "<|inner_suffix|>"),
+    templates=("Apertus-8B-Instruct.jinja",),
+)

@@ -1,0 +1,251 @@
+"""The streaming parser for families described as markup: reasoning tags, tokens that open a
+tool call (each handing the text to a `Reader` of that family's call syntax until the call
+ends), and special tokens that are dropped.
+
+Text streams through with at most a marker's length of delay (a suffix that could begin a
+marker is held back). A reader emits a call's name as soon as it is known and its arguments as
+they are written, where the syntax allows. Whatever the model writes, nothing raises and no
+markup reaches the message: a broken or cut-off call is still a call, whose arguments are not
+valid JSON, which the dialects report as an invalid call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sluicegate.core.events import ItemKind, RawEvent, TextDelta, TokenLogprob, ToolCallDelta
+from sluicegate.parsing.formats import ReasoningStyle
+from sluicegate.parsing.scan import held_from
+
+_MESSAGE = ItemKind.MESSAGE
+_REASONING = ItemKind.REASONING
+
+
+class CallOut:
+    """Where readers put calls: a name (opening one), argument pieces, in order."""
+
+    __slots__ = ("count", "events", "new_call_id")
+
+    def __init__(self, new_call_id: Callable[[], str]) -> None:
+        self.new_call_id = new_call_id
+        self.events: list[RawEvent] = []
+        self.count = 0
+
+    def begin(self, name: str) -> None:
+        self.events.append(ToolCallDelta(self.count, "", self.new_call_id(), name))
+        self.count += 1
+
+    def args(self, text: str) -> None:
+        if text:
+            self.events.append(ToolCallDelta(self.count - 1, text))
+
+    def call(self, name: str, arguments: str) -> None:
+        self.begin(name)
+        self.args(arguments)
+
+
+class Reader(Protocol):
+    """One tool call's (or call section's) text after its opening marker."""
+
+    def feed(self, text: str, out: CallOut) -> str | None:
+        """Consume `text`; the text after the call's end, or None while the call goes on."""
+
+    def close(self, out: CallOut) -> None:
+        """The output ended inside the call: emit what there is (a cut-off call)."""
+
+
+ReaderFactory = Callable[["Tools"], Reader]
+Tools = dict[str, dict[str, object]]  # tool name -> its parameters' JSON schema
+
+
+@dataclass(frozen=True, slots=True)
+class Markup:
+    """A family's markup: `calls` maps an opening marker to the reader of what follows it;
+    `drop` are tokens removed wherever they appear in message text."""
+
+    calls: tuple[tuple[str, ReaderFactory], ...] = ()
+    drop: tuple[str, ...] = ()
+    starts_with: str = ""  # text the output is read as if preceded by (Functionary's `>>>`)
+    calls_end_reasoning: bool = False  # a call's marker closes an unclosed reasoning block
+
+
+class MarkupParser:
+    """One generation's text → raw events. Feed chunks as they come; call `finish` once."""
+
+    def __init__(
+        self,
+        markup: Markup,
+        *,
+        reasoning: ReasoningStyle | None,
+        starts_in_reasoning: bool,
+        tools: Tools | None,
+        new_call_id: Callable[[], str],
+    ) -> None:
+        self.saw_tool_calls = False
+        self._markup = markup
+        self._openers = dict(markup.calls)
+        self._drop = frozenset(markup.drop)
+        self._reasoning = reasoning
+        self._tools = tools or {}
+        self._out = CallOut(new_call_id)
+        self._channel = _REASONING if reasoning is not None and starts_in_reasoning else _MESSAGE
+        self._reader: Reader | None = None
+        self._buf = markup.starts_with
+        self._at_start = True  # no message text, no call yet: reasoning may still open
+        self._trim = self._channel is _REASONING  # drop whitespace that starts a part
+        self._ws = ""  # message whitespace held back: it may only precede a call
+        self._logprobs: list[TokenLogprob] | None = None
+        self._markers: tuple[str, ...] = ()
+        self._triggers = ""
+        self._refresh()
+
+    # --- public --------------------------------------------------------------------------
+
+    def feed(self, text: str, logprobs: list[TokenLogprob] | None = None) -> list[RawEvent]:
+        if logprobs:
+            self._logprobs = [*(self._logprobs or ()), *logprobs]
+        out: list[RawEvent] = []
+        if self._reader is None and not self._buf:
+            for c in self._triggers:
+                if c in text:
+                    break
+            else:  # the per-token fast path: no markup in sight
+                self._emit_text(text, out)
+                return out
+        self._buf += text
+        while self._buf and self._step(out):
+            pass
+        return out
+
+    def finish(self) -> list[RawEvent]:
+        """Flush at the end: held text is text, an unfinished call still a call."""
+        out: list[RawEvent] = []
+        buf, self._buf = self._buf, ""
+        if self._reader is not None:
+            self._reader.close(self._out)
+            self._reader = None
+            self._calls(out)
+        else:
+            self._emit_text(buf, out)
+        if self._ws and not self._at_start and self._channel is _MESSAGE:
+            out.append(TextDelta(_MESSAGE, self._ws, self._take_logprobs()))
+        self._ws = ""
+        return out
+
+    # --- state ---------------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        markers: list[str] = []
+        if self._channel is _REASONING:
+            assert self._reasoning is not None
+            markers.append(self._reasoning.close_tag)
+            if self._markup.calls_end_reasoning:
+                markers.extend(self._openers)
+                markers.extend(self._drop)
+        else:
+            if self._reasoning is not None and self._at_start:
+                markers.append(self._reasoning.open_tag)
+            markers.extend(self._openers)
+            markers.extend(self._drop)
+        self._markers = tuple(markers)
+        self._triggers = "".join({m[0] for m in markers})
+
+    def _take_logprobs(self) -> list[TokenLogprob] | None:
+        logprobs, self._logprobs = self._logprobs, None
+        return logprobs
+
+    # --- output --------------------------------------------------------------------------
+
+    def _emit_text(self, text: str, out: list[RawEvent]) -> None:
+        if not text:
+            return
+        if self._trim:
+            text = text.lstrip()
+            if not text:
+                return
+            self._trim = False
+        if self._channel is _REASONING:
+            out.append(TextDelta(_REASONING, text, self._take_logprobs()))
+            return
+        if self._ws:
+            text, self._ws = self._ws + text, ""
+        body = text.rstrip() if self._openers else text
+        self._ws = text[len(body) :]
+        if not body:
+            return
+        out.append(TextDelta(_MESSAGE, body, self._take_logprobs()))
+        if self._at_start:
+            self._at_start = False
+            self._refresh()
+
+    def _calls(self, out: list[RawEvent]) -> None:
+        events = self._out.events
+        if events:
+            out.extend(events)
+            events.clear()
+            self._ws = ""
+            self._logprobs = None
+            self.saw_tool_calls = True
+            self._trim = True
+            if self._at_start:
+                self._at_start = False
+                self._refresh()
+
+    # --- steps ---------------------------------------------------------------------------
+
+    def _step(self, out: list[RawEvent]) -> bool:
+        reader = self._reader
+        if reader is not None:
+            buf, self._buf = self._buf, ""
+            rest = reader.feed(buf, self._out)
+            self._calls(out)
+            if rest is None:
+                return False
+            self._reader = None
+            self._buf = rest
+            return True
+        buf, markers = self._buf, self._markers
+        if not markers:
+            self._buf = ""
+            self._emit_text(buf, out)
+            return False
+        at, found = len(buf), ""
+        for marker in markers:
+            i = buf.find(marker, 0, at + len(marker))
+            if i != -1 and (i < at or (i == at and len(marker) > len(found))):
+                at, found = i, marker
+        if not found:
+            held = held_from(buf, markers, self._triggers)
+            self._buf = buf[held:]
+            self._emit_text(buf[:held], out)
+            return False
+        tail = buf[at:]
+        if any(len(m) > len(found) and m.startswith(tail) for m in markers):
+            self._buf = tail  # the start of a longer marker (`<|channel>` of `<|channel>thought`)
+            self._emit_text(buf[:at], out)
+            return False
+        before = buf[:at]
+        if before.strip() and self._at_start and self._channel is _MESSAGE:
+            self._buf = buf[at:]
+            self._emit_text(before, out)  # no longer at the start: the marker may mean less
+            return True
+        self._emit_text(before, out)
+        self._buf = buf[at + len(found) :]
+        self._enter(found)
+        return True
+
+    def _enter(self, marker: str) -> None:
+        reasoning = self._reasoning
+        if reasoning is not None and self._channel is _REASONING:
+            self._channel = _MESSAGE
+            self._trim = True
+            if marker in self._openers and marker != reasoning.close_tag:
+                self._reader = self._openers[marker](self._tools)
+        elif reasoning is not None and marker == reasoning.open_tag and self._at_start:
+            self._channel = _REASONING
+            self._ws = ""
+        elif marker in self._openers:
+            self._reader = self._openers[marker](self._tools)
+        self._refresh()

@@ -1,0 +1,121 @@
+"""Forced tool calls in each family's own markup, end to end with the openai SDK: the tiny
+random-weight GGUF served with a template of llama.cpp's corpus, `tool_choice: "required"`
+under the family's call grammar; the call arrives parsed, its arguments valid against the
+schema, streamed in more than one piece where the family writes arguments as they go.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+from e2e_support import Server
+
+from llama_cpp_support import templates_dir
+
+pytestmark = pytest.mark.e2e
+
+WEATHER: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "city": {"type": "string", "maxLength": 10},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    },
+    "required": ["city", "unit"],
+    "additionalProperties": False,
+}
+TOOLS: list[Any] = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
+ASK = [{"role": "user", "content": "What is the weather in Paris today?"}]
+
+# family -> (template, whether its arguments stream in pieces)
+FAMILIES = {
+    "harmony": ("openai-gpt-oss-120b.jinja", True),
+    "mistral": ("mistralai-Ministral-3-14B-Reasoning-2512.jinja", True),
+    "hermes": ("Qwen-Qwen2.5-7B-Instruct.jinja", True),
+    "qwen3_coder": ("Qwen3-Coder.jinja", True),
+    "glm": ("GLM-4.6.jinja", True),
+    "minimax_m2": ("MiniMax-M2.jinja", True),
+    "seed_oss": ("ByteDance-Seed-OSS.jinja", True),
+    "deepseek_v3_1": ("deepseek-ai-DeepSeek-V3.1.jinja", True),
+    "deepseek_r1": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", True),
+    "kimi_k2": ("moonshotai-Kimi-K2.jinja", True),
+    "gemma4": ("google-gemma-4-31B-it.jinja", False),
+    "lfm2": ("LFM2-8B-A1B.jinja", False),
+    "nemotron": ("NVIDIA-Nemotron-Nano-v2.jinja", True),
+    "command_r7b": ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", True),
+    "granite": ("ibm-granite-granite-3.3-2B-Instruct.jinja", True),
+    "apertus": ("Apertus-8B-Instruct.jinja", True),
+    "functionary_v3_1": ("meetkai-functionary-medium-v3.1.jinja", True),
+    "functionary_v3_2": ("meetkai-functionary-medium-v3.2.jinja", True),
+}
+
+
+@pytest.fixture(scope="module")
+def family_server(start_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+
+    corpus = templates_dir()
+    if corpus is None:
+        pytest.skip("llama.cpp's template corpus is not available")
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
+    models = [
+        {
+            "id": family,
+            "engine": "llamacpp",
+            "path": gguf,
+            "context_length": 16384,
+            "chat_template": str(Path(corpus) / template),
+            "reasoning": "none",  # the grammar applies from the first token
+        }
+        for family, (template, _) in FAMILIES.items()
+    ]
+    server: Server = start_server(models=models)
+    return server
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_a_forced_call_in_the_family_markup(family_server: Server, family: str) -> None:
+    with openai.OpenAI(base_url=family_server.api_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
+        pieces = 0
+        with sdk.chat.completions.stream(
+            model=family, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=300, seed=3
+        ) as events:
+            for event in events:
+                if event.type == "tool_calls.function.arguments.delta":
+                    pieces += 1
+            completion = events.get_final_completion()
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    calls = choice.message.tool_calls or []
+    assert len(calls) == 1 and calls[0].function.name == "get_weather"
+    jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER)
+    if FAMILIES[family][1]:
+        assert pieces > 1
+
+
+@pytest.mark.parametrize("family", ["harmony", "qwen3_coder", "glm", "kimi_k2", "minimax_m2", "gemma4"])
+def test_a_forced_call_through_the_anthropic_sdk(family_server: Server, family: str) -> None:
+    import anthropic
+
+    tools: list[Any] = [{"name": "get_weather", "input_schema": WEATHER}]
+    with anthropic.Anthropic(
+        base_url=family_server.base_url, api_key="unused", max_retries=0, timeout=120.0
+    ) as sdk:
+        pieces = 0
+        with sdk.messages.stream(
+            model=family, messages=ASK, tools=tools, tool_choice={"type": "any"}, max_tokens=300
+        ) as events:
+            for event in events:
+                if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
+                    pieces += 1
+            message = events.get_final_message()
+    assert message.stop_reason == "tool_use"
+    (block,) = [b for b in message.content if b.type == "tool_use"]
+    assert block.name == "get_weather"
+    jsonschema.validate(block.input, WEATHER)
+    if FAMILIES[family][1]:
+        assert pieces > 1

@@ -1,0 +1,94 @@
+"""Forced calls in every other family's markup (call_grammar.py): each grammar compiles (in
+llguidance), holds only the tools the request allows, and writes the family's own markers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluicegate.core.errors import SluicegateError
+from sluicegate.core.request import ChatRequest, Message, ToolSpec
+from sluicegate.engines.llamacpp.call_grammar import CALLS, forced_grammar
+from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.engines.llamacpp.grammar import Grammar
+from sluicegate.engines.llamacpp.runtime import Vocabulary
+from sluicegate.parsing import ToolCallFormat
+
+TOOLS = [
+    ToolSpec(
+        "get_weather",
+        parameters={
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "maxLength": 10},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "days": {"type": "integer"},
+            },
+            "required": ["city"],
+        },
+    ),
+    ToolSpec("lookup", parameters={"type": "object", "properties": {"id": {"type": "integer"}}}),
+]
+MARKERS = {
+    ToolCallFormat.HARMONY: "to=functions.",
+    ToolCallFormat.QWEN3_CODER: "<parameter=",
+    ToolCallFormat.GLM: "<arg_key>",
+    ToolCallFormat.MINIMAX_M2: "<invoke name=",
+    ToolCallFormat.KIMI_K2: "<|tool_call_begin|>",
+    ToolCallFormat.GEMMA4: "<|tool_call>call:",
+    ToolCallFormat.LFM2: "<|tool_call_start|>",
+}
+
+
+@pytest.fixture(scope="module")
+def vocabulary(tmp_path_factory: pytest.TempPathFactory) -> Vocabulary:
+    return Vocabulary(make_demo_gguf(tmp_path_factory.mktemp("grammar") / "demo.gguf"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(vocabulary: Vocabulary) -> Any:
+    """llguidance's view of the demo vocabulary, built once for the module."""
+    from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
+
+    return vocab_tokenizer(vocabulary.model.vocab)
+
+
+def compiles(tokenizer: Any, grammar: Grammar) -> bool:
+    from llguidance import LLMatcher
+
+    matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar.lark), log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    return True
+
+
+def request(choice: str) -> ChatRequest:
+    return ChatRequest(model="m", messages=[Message("user", "hi")], tools=list(TOOLS), tool_choice=choice)
+
+
+@pytest.mark.parametrize("fmt", list(CALLS))
+def test_every_family_grammar_compiles(tokenizer: Any, fmt: ToolCallFormat) -> None:
+    for choice in ("required", "lookup"):
+        grammar = forced_grammar(request(choice), fmt, "m")
+        assert grammar is not None and grammar.purpose == "tool_call"
+        assert compiles(tokenizer, grammar) and compiles(tokenizer, grammar.after_reasoning())
+    only_lookup = forced_grammar(request("lookup"), fmt, "m")
+    assert only_lookup is not None and "get_weather" not in only_lookup.text
+    if fmt in MARKERS:
+        assert MARKERS[fmt].replace('"', '\\"') in only_lookup.text
+
+
+def test_every_format_with_calls_can_be_forced() -> None:
+    first = {ToolCallFormat.NONE, ToolCallFormat.HERMES, ToolCallFormat.LLAMA3_JSON, ToolCallFormat.MISTRAL}
+    assert set(ToolCallFormat) - first == set(CALLS)
+
+
+def test_a_string_parameter_between_tags_is_plain_text_within_its_length() -> None:
+    grammar = forced_grammar(request("get_weather"), ToolCallFormat.QWEN3_CODER, "m")
+    assert grammar is not None
+    assert "/[^<\\n]{1,10}/" in grammar.text and '"celsius" | "fahrenheit"' in grammar.text
+
+
+def test_a_named_tool_that_is_not_offered_is_a_400() -> None:
+    with pytest.raises(SluicegateError, match="not among the tools"):
+        forced_grammar(request("nope"), ToolCallFormat.GLM, "m")

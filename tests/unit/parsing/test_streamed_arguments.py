@@ -1,0 +1,95 @@
+"""Arguments leave while the model writes them; what leaves concatenates to valid JSON; a
+cut-off call is still a call (with arguments that are not JSON: the dialects' invalid call);
+no family's special tokens reach the message."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+from llama_cpp_support import fold
+from sluicegate.core.events import RawEvent, TextDelta, ToolCallDelta
+from sluicegate.parsing import THINK, ToolCallFormat, new_parser
+
+SCHEMA = {
+    "get_weather": {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+}
+
+# family -> (output with one call of get_weather {"city": "Paris", "days": 3}, text before the arguments end)
+OUTPUTS: dict[ToolCallFormat, str] = {
+    ToolCallFormat.MISTRAL: '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "days": 3}',
+    ToolCallFormat.HERMES: '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_call>',
+    ToolCallFormat.HARMONY: '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris", "days": 3}<|call|>',
+    ToolCallFormat.QWEN3_CODER: "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+    ToolCallFormat.SEED_OSS: "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n</function>\n</seed:tool_call>",
+    ToolCallFormat.GLM: "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>",
+    ToolCallFormat.MINIMAX_M2: '<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">Paris</parameter>\n<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>',
+    ToolCallFormat.DEEPSEEK_V3_1: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{"city": "Paris", "days": 3}<｜tool▁call▁end｜><｜tool▁calls▁end｜>',  # noqa: RUF001
+    ToolCallFormat.DEEPSEEK_R1: '<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n{"city": "Paris", "days": 3}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>',  # noqa: RUF001
+    ToolCallFormat.KIMI_K2: '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris", "days": 3}<|tool_call_end|><|tool_calls_section_end|>',
+    ToolCallFormat.GEMMA4: '<|tool_call>call:get_weather{city:<|"|>Paris<|"|>,days:3}<tool_call|>',
+    ToolCallFormat.LFM2: '<|tool_call_start|>[get_weather(city="Paris", days=3)]<|tool_call_end|>',
+    ToolCallFormat.NEMOTRON: '<TOOLCALL>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]</TOOLCALL>',
+    ToolCallFormat.GRANITE: '<|tool_call|>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
+    ToolCallFormat.COMMAND_R7B: '<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}]<|END_ACTION|>',
+    ToolCallFormat.APERTUS: '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3}}]<|tools_suffix|>',
+    ToolCallFormat.FUNCTIONARY_V3_1: '<function=get_weather>{"city": "Paris", "days": 3}</function>',
+    ToolCallFormat.FUNCTIONARY_V3_2: 'get_weather\n{"city": "Paris", "days": 3}',
+}
+WHOLE = {ToolCallFormat.GEMMA4, ToolCallFormat.LFM2}  # converted when the call closes
+
+
+def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
+    counter = itertools.count()
+    parser = new_parser(fmt, tools=SCHEMA, new_call_id=lambda: f"call_{next(counter)}")
+    events: list[RawEvent] = []
+    for piece in pieces:
+        events.extend(parser.feed(piece))
+    return events + parser.finish()
+
+
+@pytest.mark.parametrize("fmt", list(OUTPUTS))
+def test_one_call_whole_and_streamed(fmt: ToolCallFormat) -> None:
+    text = "Let me look.\n" + OUTPUTS[fmt] if fmt is not ToolCallFormat.FUNCTIONARY_V3_2 else OUTPUTS[fmt]
+    whole, by_char = _run(fmt, [text]), _run(fmt, list(text))
+    for events in (whole, by_char):
+        message = fold(events)
+        assert [c["name"] for c in message["tool_calls"]] == ["get_weather"]
+        assert json.loads(message["tool_calls"][0]["arguments"]) == {"city": "Paris", "days": 3}
+    pieces = [e for e in by_char if isinstance(e, ToolCallDelta) and e.arguments]
+    assert len(pieces) == 1 if fmt in WHOLE else len(pieces) > 1
+
+
+@pytest.mark.parametrize("fmt", list(OUTPUTS))
+def test_no_markup_reaches_the_message(fmt: ToolCallFormat) -> None:
+    for events in (_run(fmt, [OUTPUTS[fmt]]), _run(fmt, list(OUTPUTS[fmt]))):
+        assert not [e.text for e in events if isinstance(e, TextDelta)]
+
+
+@pytest.mark.parametrize("fmt", [f for f in OUTPUTS if f not in WHOLE])
+def test_a_cut_off_call_is_a_call_with_broken_arguments(fmt: ToolCallFormat) -> None:
+    text = OUTPUTS[fmt]
+    cut = text[: text.index("Paris") + 3]
+    message = fold(_run(fmt, list(cut)))
+    assert [c["name"] for c in message["tool_calls"]] == ["get_weather"]
+    arguments: Any = message["tool_calls"][0]["arguments"]
+    with pytest.raises(ValueError):
+        json.loads(arguments)
+
+
+def test_reasoning_that_never_closes_stays_reasoning() -> None:
+    parser = new_parser(ToolCallFormat.GLM, reasoning=THINK, tools=SCHEMA)
+    events = parser.feed("<think>still ") + parser.feed("thinking <tool_call") + parser.finish()
+    assert fold(events) == {"content": "", "reasoning": "still thinking <tool_call", "tool_calls": []}
+
+
+def test_harmony_builtin_recipients_are_dropped() -> None:
+    text = "<|channel|>analysis<|message|>run it<|end|><|start|>assistant<|channel|>commentary to=python <|constrain|>code<|message|>print(1)<|call|>"
+    assert fold(_run(ToolCallFormat.HARMONY, list(text))) == {
+        "content": "",
+        "reasoning": "run it",
+        "tool_calls": [],
+    }
