@@ -1,24 +1,30 @@
-"""A sliding-window model's KV cache follows the window, by llama.cpp's own count.
+"""A sliding-window model's KV cache follows the window, by llama.cpp's own numbers.
 
 Gemma 3 270M (the real model, `gemma_model.py`): 15 of its 18 layers attend over a 512-token
 window. llama.cpp's C default (`swa_full`) gives those layers the whole context too; the engine
-turns that off, so past the window a token adds keys and values to the 3 full-attention layers
-only. Measured by `llama_state_seq_get_size` (the bytes of a sequence's cells), not by RSS. The
-price is prefix reuse: once the window has moved on, the cells before it are gone.
+turns that off. Measured by what llama.cpp reports, not by RSS: the cells it allocates per
+layer type (its load log), the oldest position a sequence still holds
+(`llama_memory_seq_pos_min`) and the bytes of a sequence's cells (`llama_state_seq_get_size`).
+The price is prefix reuse: once the window has moved on, the cells before it are gone.
 """
 
 from __future__ import annotations
 
+import io
 import random
+import re
 from collections.abc import Iterator
+from contextlib import redirect_stderr
 from pathlib import Path
 from typing import NamedTuple
 
 import llama_cpp
 import pytest
+from llama_cpp import _logger
 
 from gemma_model import gemma_gguf_path
 from sluicegate.core.request import SamplingParams
+from sluicegate.engines.llamacpp import runtime as runtime_module
 from sluicegate.engines.llamacpp.gguf_info import read_gguf_info
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
 from sluicegate.parsing import PlainText
@@ -31,21 +37,39 @@ def gemma() -> Path:
     return gemma_gguf_path()
 
 
+class Loaded(NamedTuple):
+    runtime: LlamaRuntime
+    kv_caches: list[tuple[int, int]]  # (cells per sequence, layers) of each KV cache llama.cpp made
+
+
 @pytest.fixture(scope="module")
-def runtime(gemma: Path) -> Iterator[LlamaRuntime]:
-    # As the engine loads it with batching: several sequences of one context.
-    runtime = LlamaRuntime(
-        gemma,
-        context_length=2048,
-        n_gpu_layers=0,
-        threads=2,
-        batch_size=BATCH,
-        flash_attention=None,
-        on_progress=lambda _: None,
-        sequences=2,
-    )
-    yield runtime
+def loaded(gemma: Path) -> Iterator[Loaded]:
+    runtime_module._init_backend()
+    _logger.set_verbose(True)  # llama.cpp's load log, for the sizes of its KV caches
+    log = io.StringIO()
+    try:
+        with redirect_stderr(log):
+            # As the engine loads it with batching: several sequences of one context.
+            runtime = LlamaRuntime(
+                gemma,
+                context_length=2048,
+                n_gpu_layers=0,
+                threads=2,
+                batch_size=BATCH,
+                flash_attention=None,
+                on_progress=lambda _: None,
+                sequences=2,
+            )
+    finally:
+        _logger.set_verbose(False)
+    caches = re.findall(r"llama_kv_cache: size = .*?\(\s*(\d+) cells,\s*(\d+) layers", log.getvalue())
+    yield Loaded(runtime, [(int(cells), int(layers)) for cells, layers in caches])
     runtime.close()
+
+
+@pytest.fixture(scope="module")
+def runtime(loaded: Loaded) -> LlamaRuntime:
+    return loaded.runtime
 
 
 def _tokens(count: int, seed: int) -> list[int]:
@@ -80,17 +104,23 @@ def filled(runtime: LlamaRuntime) -> Filled:
     return Filled(runtime, [*first, *more], at_1024, _state_bytes(runtime))
 
 
-def test_windowed_layers_keep_the_window_not_the_context(filled: Filled, gemma: Path) -> None:
+def test_windowed_layers_keep_the_window_not_the_context(loaded: Loaded, filled: Filled) -> None:
     assert filled.runtime.n_swa == 512
+    # Per sequence: the 3 full-attention layers hold the context, the 15 windowed ones the
+    # window plus one batch (512 + 128 cells); a full-size cache would give them 2048 too.
+    assert sorted(loaded.kv_caches) == [(768, 15), (2048, 3)]
+    # 1280 tokens in: the windowed layers have reused the cells of the oldest positions.
+    oldest = llama_cpp.llama_memory_seq_pos_min(filled.runtime.context.memory, 0)
+    assert oldest >= 1280 - 768
+
+
+def test_the_state_of_a_sequence_grows_by_the_full_attention_layers(filled: Filled, gemma: Path) -> None:
     per_token = read_gguf_info(gemma).kv_bytes_per_token  # all 18 layers
     assert per_token
-    # Past the window, a token's keys and values go to the 3 full-attention layers: 3/18 of
-    # all layers' (with a full-size cache: all 18).
+    # Past the window, a token's keys and values stay in the 3 full-attention layers only.
     growth = (filled.at_1280 - filled.at_1024) / 256
     assert growth == pytest.approx(per_token * 3 / 18, rel=0.05)
-    # In all: 1280 tokens in 3 layers, at most 768 cells in 15 (full-size: 1280 in 18).
     assert filled.at_1280 <= (1280 * 3 + 768 * 15) * per_token / 18 * 1.05
-    assert filled.at_1280 < 0.7 * 1280 * per_token
 
 
 def test_a_prefix_the_window_has_left_is_decoded_again(filled: Filled) -> None:
