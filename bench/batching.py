@@ -300,6 +300,9 @@ def main() -> int:
                     # cache is all that either reuses). On, it costs llama-server ~300 ms per
                     # request and its RSS grows with every prompt it keeps.
                     *([] if args.prompt_cache else ["--cache-ram", "0"]),
+                    # No CPU weight repacking, as Sluicegate (`repack = false`); on this machine
+                    # the wheel's AMX repack kernels stop on an illegal instruction.
+                    "--no-repack",
                     # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format.
                     *(["--chat-template", "gemma"] if real else []),
                     *args.llama_server_arg,
