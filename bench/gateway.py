@@ -11,6 +11,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (a) direct        the fake upstream itself: the baseline every ratio is taken against
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
+  (c2) sg-lmstudio  Sluicegate LM Studio REST v1
+  (c4) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
   (c3) sg-completions  Sluicegate `/v1/completions` → the upstream's `/v1/completions`
   (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
   (e) litellm       LiteLLM's proxy pointed at the upstream
@@ -63,6 +65,7 @@ TITLES = {
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
     "sg-completions": "(c3) Sluicegate text",
+    "sg-ollama": "(c4) Sluicegate Ollama",
     "nginx": "(d) nginx",
     "litellm": "(e) LiteLLM",
 }
@@ -396,7 +399,7 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
-    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-completions"):
+    if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-completions", "sg-ollama"):
         missing = sluicegate_missing()
         if missing:
             skip(f"Sluicegate cannot serve an upstream: {missing}")
@@ -417,6 +420,8 @@ def make_target(
             return Target(key, port, "/api/v1/chat", "lmstudio", proc)
         if key == "sg-completions":
             return Target(key, port, "/v1/completions", "completions", proc)
+        if key == "sg-ollama":  # NDJSON
+            return Target(key, port, "/api/chat", "ollama", proc)
         return Target(key, port, proc=proc)
     if key == "nginx":
         binary = find_nginx(args.nginx)
@@ -628,7 +633,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--targets",
-        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-completions,nginx,litellm",
+        default="direct,sg-chat,sg-responses,sg-lmstudio,sg-completions,sg-ollama,nginx,litellm",
         help="comma-separated, in order",
     )
     parser.add_argument("--delay-ms", type=float, default=5.0, help="inter-token delay for the latency runs")

@@ -130,6 +130,15 @@ class Target:
                     "max_tokens": tokens,
                 }
             )
+        if self.dialect == "ollama":
+            return json.dumps(
+                {
+                    "model": model,
+                    "messages": [{"role": "user", "content": PROMPT}],
+                    "stream": True,
+                    "options": {"num_predict": tokens},
+                }
+            )
         if self.dialect == "lmstudio":
             return json.dumps(
                 {"model": model, "input": PROMPT, "stream": True, "max_output_tokens": tokens, "store": False}

@@ -34,7 +34,10 @@ MARKS = {
     "completions": (b'"text":"', b'"text":""'),
     "responses": (b"response.output_text.delta", None),
     "lmstudio": (b"event: message.delta", None),
+    "ollama": (b'"content":"', b'"content":""'),  # NDJSON: the last line's content is ""
 }
+# How frames are separated: SSE's blank line, or NDJSON's newline.
+SEPARATORS = {"ollama": b"\n"}
 
 
 class Stream:
@@ -54,7 +57,8 @@ class Stream:
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, mark: bytes, empty: bytes | None, keep_itl: bool) -> None:
+    def __init__(self, mark: bytes, empty: bytes | None, keep_itl: bool, separator: bytes = b"\n\n") -> None:
+        self.separator = separator
         self.mark = mark
         self.empty = empty
         self.keep_itl = keep_itl
@@ -97,7 +101,7 @@ class Connection(asyncio.Protocol):
         if stream.status != 200:
             stream.error += body.decode(errors="replace")[:500]
             return
-        frames = (self.buffer + body).split(b"\n\n")
+        frames = (self.buffer + body).split(self.separator)
         self.buffer = frames.pop()
         mark, empty, now = self.mark, self.empty, self.now
         for frame in frames:
@@ -143,7 +147,7 @@ async def connect(args: argparse.Namespace, keep_itl: bool) -> Connection:
     mark, empty = MARKS[args.dialect]
     loop = asyncio.get_running_loop()
     _, protocol = await loop.create_connection(
-        lambda: Connection(mark, empty, keep_itl), args.host, args.port
+        lambda: Connection(mark, empty, keep_itl, SEPARATORS.get(args.dialect, b"\n\n")), args.host, args.port
     )
     return protocol
 

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -93,7 +93,9 @@ async def measure(url: str) -> None:
             print(f"round {r}  {name:<24}{c / tokens * 1e6:6.2f} µs CPU/token {tokens / t:>10,.0f} tokens/s")
 
 
-def main() -> None:
+@contextlib.contextmanager
+def fast_upstream() -> Iterator[str]:
+    """`bench/fast_upstream.py` in its own process; yields its OpenAI base URL."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -109,10 +111,15 @@ def main() -> None:
             ):
                 break
             time.sleep(0.1)
-        uvloop.run(measure(f"http://127.0.0.1:{port}/v1"))
+        yield f"http://127.0.0.1:{port}/v1"
     finally:
         upstream.terminate()
         upstream.wait()
+
+
+def main() -> None:
+    with fast_upstream() as url:
+        uvloop.run(measure(url))
 
 
 if __name__ == "__main__":

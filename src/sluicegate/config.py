@@ -13,6 +13,8 @@ max_concurrent_requests = 512   # 429 above this (per worker)
 workers = 1                     # server processes on the port; > 1 needs [store] backend = "redis"
 stream_buffer_bytes = 262144    # per stream: frames waiting for a slow client before generation pauses
 max_json_depth = 64             # request bodies nested deeper get a 400; 0: no limit
+header_timeout_seconds = 10     # a request's line and headers must arrive within this; else closed
+keep_alive_seconds = 5          # an idle keep-alive connection is closed after this
 max_instances = 4               # instances of one model; 0: no cap
 max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT loads evicted first;
                                 # default: the machine's physical memory; 0: no cap
@@ -23,6 +25,11 @@ jit_auto_evict = false          # true: a JIT load unloads the previous JIT-load
 reaper_interval_seconds = 5     # how often idle models are checked
 log_format = "text"             # or "json": one object per line (--log-format)
 log_prompts = false             # true: request bodies and answers in the access log (--log-prompts)
+max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
+max_image_pixels = 32000000     # per image, width x height
+max_images_per_request = 16
+allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
+image_fetch_timeout_seconds = 10
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -103,6 +110,8 @@ class Settings:
     workers: int = 1  # server processes on the port; more than one needs the Redis store
     stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    header_timeout_seconds: float = 10.0  # slow clients: request line and headers within this
+    keep_alive_seconds: float = 5.0  # idle keep-alive connections are closed after this
     max_instances: int = 4  # instances of one model the models API may load; 0: no cap
     max_loaded_model_bytes: int | None = None  # GGUF bytes loaded at once; None: physical RAM, 0: no cap
     data_dir: Path = field(default_factory=default_data_dir)
@@ -112,6 +121,11 @@ class Settings:
     log_level: str = "info"
     log_format: Literal["text", "json"] = "text"
     log_prompts: bool = False  # request bodies and answers in the access log (off: no prompt text)
+    max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
+    max_image_pixels: int = 32_000_000
+    max_images_per_request: int = 16
+    allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
+    image_fetch_timeout_seconds: float = 10.0
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -150,6 +164,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "workers": int,
     "stream_buffer_bytes": int,
     "max_json_depth": int,
+    "header_timeout_seconds": (int, float),
+    "keep_alive_seconds": (int, float),
     "max_instances": int,
     "max_loaded_model_bytes": int,
     "data_dir": str,
@@ -160,9 +176,47 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "log_level": str,
     "log_format": str,
     "log_prompts": bool,
+    "max_image_bytes": int,
+    "max_image_pixels": int,
+    "max_images_per_request": int,
+    "allow_image_urls": bool,
+    "image_fetch_timeout_seconds": (int, float),
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
+# The keys each table accepts: the loader refuses any other, and the configuration reference
+# (docs/gen_config.py) is checked against these, so neither can drift from the other.
+RESPONSES_KEYS = (
+    "retention_days",
+    "reasoning_events",
+    "hosted_tools",
+    "websocket_max_seconds",
+    "websocket_cached_responses",
+)
+LMSTUDIO_KEYS = ("events",)
+STORE_KEYS = ("backend", "path", "url", "retention_days")
+TOOLS_KEYS = (
+    "mcp_config",
+    "call_timeout_seconds",
+    "max_rounds",
+    "allow_request_servers",
+    "allowed_hosts",
+    "plugins",
+)
+TRACING_KEYS = ("exporter", "endpoint", "service_name", "sample_ratio")
 _TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
+
+
+def table_keys() -> dict[str, tuple[str, ...]]:
+    """Every key of every table the loader accepts (engines check their own `[[models]]` keys)."""
+    return {
+        "server": tuple(_SERVER_KEYS),
+        "chat_completions": tuple(_CHAT_KEYS),
+        "responses": RESPONSES_KEYS,
+        "lmstudio": LMSTUDIO_KEYS,
+        "store": STORE_KEYS,
+        "tools": TOOLS_KEYS,
+        "tracing": TRACING_KEYS,
+    }
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -240,7 +294,7 @@ def load_settings(
         _apply_tracing(settings, data.get("tracing", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
-            if key != "events" or value not in ("current", "v0"):
+            if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):
                 raise ConfigError(f"{path}: [lmstudio] takes only events = 'current' | 'v0'")
             settings.lmstudio_events = value
         models = data.get("models", [])
@@ -257,6 +311,10 @@ def _apply_responses(settings: Settings, table: Any, source: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [responses] must be a table")
     for key, value in table.items():
+        if key not in RESPONSES_KEYS:
+            raise ConfigError(
+                f"{source}: unknown key [responses].{key}; known keys: {', '.join(RESPONSES_KEYS)}"
+            )
         if key == "retention_days":
             if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ConfigError(f"{source}: [responses].retention_days must be a positive number")
@@ -296,6 +354,8 @@ def _apply_store(settings: Settings, table: Any, source: str) -> None:
     if not isinstance(table, dict):
         raise ConfigError(f"{source}: [store] must be a table")
     for key, value in table.items():
+        if key not in STORE_KEYS:
+            raise ConfigError(f"{source}: unknown key [store].{key}; known keys: {', '.join(STORE_KEYS)}")
         if key == "path" and isinstance(value, str) and value:
             path = Path(value).expanduser()
             settings.store_path = path if path.is_absolute() else settings.base_dir / path
@@ -316,6 +376,8 @@ def _apply_tools(settings: Settings, table: Any, source: str) -> None:
         raise ConfigError(f"{source}: [tools] must be a table")
     for key, value in table.items():
         where = f"{source}: [tools].{key}"
+        if key not in TOOLS_KEYS:
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TOOLS_KEYS)}")
         if key == "mcp_config":
             if not isinstance(value, str) or not value:
                 raise ConfigError(f"{where} must be the path of an mcp.json file")
@@ -345,10 +407,7 @@ def _apply_tools(settings: Settings, table: Any, source: str) -> None:
                 raise ConfigError(f"{where} must hold one [tools.plugins.<id>] table per plugin")
             settings.tools_plugins = {name: dict(t) for name, t in value.items()}
         else:
-            raise ConfigError(
-                f"{where} is unknown; known keys: mcp_config, call_timeout_seconds, max_rounds, "
-                "allow_request_servers, allowed_hosts, plugins"
-            )
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TOOLS_KEYS)}")
 
 
 def _apply_tracing(settings: Settings, table: Any, source: str) -> None:
@@ -356,6 +415,8 @@ def _apply_tracing(settings: Settings, table: Any, source: str) -> None:
         raise ConfigError(f"{source}: [tracing] must be a table")
     for key, value in table.items():
         where = f"{source}: [tracing].{key}"
+        if key not in TRACING_KEYS:
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TRACING_KEYS)}")
         if key == "exporter":
             if value not in ("otlp", "console", "none"):
                 raise ConfigError(f'{where} must be "otlp", "console" or "none"')
@@ -373,9 +434,7 @@ def _apply_tracing(settings: Settings, table: Any, source: str) -> None:
                 raise ConfigError(f"{where} must be a number from 0 to 1")
             settings.tracing_sample_ratio = float(value)
         else:
-            raise ConfigError(
-                f"{where} is unknown; known keys: exporter, endpoint, service_name, sample_ratio"
-            )
+            raise ConfigError(f"{where} is unknown; known keys: {', '.join(TRACING_KEYS)}")
 
 
 def _apply_otel_env(settings: Settings, env: dict[str, str]) -> None:

@@ -23,6 +23,8 @@ COMMON_MODELS = [
     scripted("cancel-raw", "slow.yaml"),
     scripted("cancel-sdk", "slow.yaml"),
     scripted("cancel-nonstream", "slow.yaml"),
+    # The same pace, as a clock: "nothing more happened while it produced N deltas".
+    scripted("pace", "slow.yaml"),
     # One generation at a time and no queue: a second concurrent request gets 503.
     {**scripted("single", "slow.yaml"), "max_concurrency": 1, "max_queue": 0},
 ]

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import httpx
 
 SCRIPTS = Path(__file__).parent / "scripts"
-STARTUP_TIMEOUT = 20.0
+STARTUP_TIMEOUT = 60.0  # an upper bound on a server start (a loaded 2-core machine is slow), never a pass condition
 STOP_TIMEOUT = 5.0
 
 # The exact text of the scripts, for assertions (kept next to the scripts they mirror).
@@ -307,6 +307,30 @@ def poll(check: Callable[[], T], timeout: float, interval: float = 0.02, *, fail
                 raise AssertionError(f"condition not met within {timeout}s (last value: {result!r})")
             return result
         time.sleep(interval)
+
+
+def engine_window(base_url: str, model: str, deltas: int, prompt: str = "go") -> None:
+    """Stream `deltas` text deltas of a paced scripted `model`, then hang up.
+
+    A window of engine time measured in the engine's own steps, not the wall clock: "a cancelled
+    engine produced nothing more" is checked over the time an engine of the same pace took to
+    produce `deltas` deltas on this machine, however slow the machine is.
+    """
+    body = chat_body(model, prompt, stream=True)
+    with (
+        httpx.Client(base_url=base_url, timeout=30.0) as client,
+        client.stream("POST", "/v1/chat/completions", json=body) as response,
+    ):
+        assert response.status_code == 200, response.read()
+        seen = 0
+        for line in response.iter_lines():
+            if line.startswith("data: {") and json.loads(line[len("data: ") :])["choices"][0]["delta"].get(
+                "content"
+            ):
+                seen += 1
+                if seen >= deltas:
+                    return
+    raise AssertionError(f"{model} ended after {seen} deltas, before {deltas}")
 
 
 def assert_openai_error(

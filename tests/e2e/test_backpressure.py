@@ -1,10 +1,11 @@
 """Backpressure end to end: a client that stops reading stops the upstream, in every dialect.
 
-A fake upstream floods 1,000,000 tokens as fast as it is read. Three clients — one per dialect
-— open a stream over a socket with a tiny receive buffer and then read nothing for 20 s. The
+A fake upstream floods 1,000,000 tokens as fast as it is read. One client per dialect (every
+chat route the app serves: a new dialect without a request here fails the test) opens a stream over a socket with a tiny receive buffer and then read nothing for 20 s. The
 server must stop pulling from the upstream (TCP flow control reaches it: the fake's writes stop
 being accepted) instead of draining it into memory, and its RSS must stay within a bound:
-+20 MiB over the idle server for all three streams together (the per-stream outbox is
++20 MiB over the idle server for three streams together, so 20 MiB * dialects / 3 for all of
+them (the per-stream outbox is
 `stream_buffer_bytes`, 256 KiB by default; the rest is socket buffers, which are the kernel's).
 """
 
@@ -17,20 +18,38 @@ from pathlib import Path
 
 import pytest
 from e2e_support import read_metrics, run_server, write_config
-from fake_upstream import FakeUpstream, Scenario, chunk
+from fake_upstream import FakeUpstream, Observed, Scenario, chunk
 from upstream_support import upstream_model
 
 pytestmark = pytest.mark.e2e
 
 FLOOD = 1_000_000
 STALL_SECONDS = 20.0
-RSS_BOUND_KIB = 20 * 1024
+RSS_BOUND_KIB_PER_3 = 20 * 1024  # the bound for three stalled readers, scaled to every dialect
 
 REQUESTS = {
     "chat_completions": ("/v1/chat/completions", {"messages": [{"role": "user", "content": "go"}]}),
     "responses": ("/v1/responses", {"input": "go"}),
     "lmstudio": ("/api/v1/chat", {"input": "go"}),
+    # Anthropic once kept orjson's 4 KiB buffer per waiting frame: 13-17 MB per stalled stream.
+    "anthropic": ("/v1/messages", {"messages": [{"role": "user", "content": "go"}], "max_tokens": 4096}),
+    "completions": ("/v1/completions", {"prompt": "go", "max_tokens": 2_000_000}),
+    "infill": ("/infill", {"input_prefix": "def f(", "input_suffix": ")", "n_predict": 2_000_000}),
+    "ollama_chat": ("/api/chat", {"messages": [{"role": "user", "content": "go"}]}),
+    "ollama_generate": ("/api/generate", {"prompt": "go"}),
 }
+
+
+def test_every_chat_route_has_a_slow_reader(tmp_path: Path) -> None:
+    from sluicegate.app.factory import create_app
+    from sluicegate.config import load_settings
+    from sluicegate.turn.runner import TurnEndpoint
+
+    config = write_config(tmp_path, {}, [])
+    app = create_app(load_settings(config, env={}))
+    chat_routes = {r.path for r in app.routes if isinstance(getattr(r, "app", None), TurnEndpoint)}
+    chat_routes |= {r.path for r in app.routes if isinstance(getattr(r, "endpoint", None), TurnEndpoint)}
+    assert chat_routes == {path for path, _ in REQUESTS.values()}
 
 
 def rss_kib(pid: int) -> int:
@@ -54,6 +73,15 @@ def slow_reader(port: int, path: str, body: dict[str, object]) -> socket.socket:
     return sock
 
 
+def flooded(fake: FakeUpstream) -> list[Observed]:
+    """The upstream requests of the slow readers (chat and legacy completions alike)."""
+    return [
+        r
+        for r in fake.requests
+        if r.method == "POST" and isinstance(r.body, dict) and r.body.get("model") == "flood"
+    ]
+
+
 def test_a_client_that_stops_reading_pauses_the_upstream_in_every_dialect(tmp_path: Path) -> None:
     with FakeUpstream(name="flood") as fake:
         fake.scenarios["flood"] = Scenario(frames=[chunk(finish_reason="stop")], flood=FLOOD)
@@ -64,9 +92,7 @@ def test_a_client_that_stops_reading_pauses_the_upstream_in_every_dialect(tmp_pa
             baseline = rss_kib(pid)
             sockets = {name: slow_reader(port, path, body) for name, (path, body) in REQUESTS.items()}
             try:
-                observed = fake.wait_for(
-                    lambda: len(fake.chat_requests("flood")) == 3 and fake.chat_requests()
-                )
+                observed = fake.wait_for(lambda: len(flooded(fake)) == len(REQUESTS) and flooded(fake))
                 time.sleep(STALL_SECONDS / 2)
                 halfway = [o.frames_sent for o in observed]
                 time.sleep(STALL_SECONDS / 2)
@@ -77,7 +103,8 @@ def test_a_client_that_stops_reading_pauses_the_upstream_in_every_dialect(tmp_pa
                 assert all(sent < FLOOD // 4 for sent in end), end
                 assert end == halfway, (halfway, end)
                 assert not any(o.finished for o in observed)
-                assert grown < RSS_BOUND_KIB, f"server RSS grew by {grown} KiB with 3 stalled streams"
+                bound = RSS_BOUND_KIB_PER_3 * len(REQUESTS) // 3
+                assert grown < bound, f"server RSS grew by {grown} KiB with {len(REQUESTS)} stalled streams"
             finally:
                 for sock in sockets.values():
                     sock.close()

@@ -35,6 +35,10 @@ MODEL_KEYS = {
     "capabilities",
 }
 OPTIONAL_MODEL_KEYS = {"description", "variants", "selected_variant"}
+# Sluicegate's own additions, documented in docs/models.md (LM Studio's clients ignore them):
+# the engine that serves a model, and when an idle instance's TTL unloads it.
+EXTENSION_MODEL_KEYS = {"engine"}
+EXTENSION_INSTANCE_KEYS = {"unloads_in_seconds"}
 
 
 def models_by_key(client: httpx.Client) -> dict[str, dict[str, Any]]:
@@ -50,7 +54,7 @@ def instance_ids(client: httpx.Client, key: str) -> list[str]:
 
 
 def check_model(model: dict[str, Any]) -> None:
-    assert MODEL_KEYS <= set(model) <= MODEL_KEYS | OPTIONAL_MODEL_KEYS, sorted(model)
+    assert MODEL_KEYS <= set(model) <= MODEL_KEYS | OPTIONAL_MODEL_KEYS | EXTENSION_MODEL_KEYS, sorted(model)
     assert model["type"] in ("llm", "embedding")
     for key in ("publisher", "key", "display_name"):
         assert isinstance(model[key], str) and model[key], (key, model)
@@ -62,7 +66,7 @@ def check_model(model: dict[str, Any]) -> None:
     assert isinstance(model["max_context_length"], int) and model["max_context_length"] > 0
     assert model["format"] in ("gguf", "mlx", None)
     for instance in model["loaded_instances"]:
-        assert set(instance) == {"id", "config"}, instance
+        assert {"id", "config"} <= set(instance) <= {"id", "config"} | EXTENSION_INSTANCE_KEYS, instance
         assert isinstance(instance["id"], str) and instance["id"].startswith(model["key"])
         assert isinstance(instance["config"]["context_length"], int)
         assert instance["config"]["context_length"] <= model["max_context_length"]

@@ -63,7 +63,7 @@ def send(browser: WebDriver, dialect: str, text: str) -> WebElement:
 
 
 def test_the_page_and_its_assets_need_no_key(server: Server) -> None:
-    page = httpx.get(server.base_url + "/")
+    page = httpx.get(server.base_url + "/", headers={"Accept": "text/html"})  # a browser's ask
     assert page.status_code == 200 and "Sluicegate playground" in page.text
     for asset, kind in (("playground.js", "javascript"), ("playground.css", "text/css")):
         response = httpx.get(f"{server.base_url}/playground/{asset}")

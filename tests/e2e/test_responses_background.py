@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
+from e2e_support import engine_window
 from responses_support import (
     CRAWL_WORDS,
     LATE_ANSWER,
@@ -39,6 +39,7 @@ MODELS = {
     "cancel-fg": "responses_slow.yaml",
     "cancel-nonstream": "responses_slow.yaml",
     "delete-bg": "responses_slow.yaml",
+    "pace": "responses_slow.yaml",  # a clock in engine steps (engine_window)
 }
 
 
@@ -74,7 +75,7 @@ def assert_stops_generating(server: Server, model: str) -> None:
     """The engine is no longer producing: no active generation, and the delta count stays put."""
     poll(lambda: metric(server, "sluicegate_generations_active", model) == 0, timeout=10)
     before = metric(server, "sluicegate_engine_deltas_total", model)
-    time.sleep(0.3)  # six token delays of the crawl script
+    engine_window(server.base_url, "pace", 6, prompt="crawl")  # six token delays of the crawl script
     assert metric(server, "sluicegate_engine_deltas_total", model) == before
     assert 0 < before < CRAWL_WORDS  # it did generate (so the metric exists), and stopped early
 

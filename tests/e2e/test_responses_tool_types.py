@@ -280,3 +280,19 @@ def test_a_hosted_tool_mapped_to_a_provider_is_served_by_it(tmp_path_factory: py
     calls = [item for item in response.output if item.type == "mcp_call"]
     assert [(c.name, c.output) for c in calls] == [("add", "5")]
     assert response.output_text == "Done with the tool."
+
+
+@pytest.mark.parametrize("kind", ["🙂", "a\r\nX-Injected: 1", "nul\x00byte", "é"])
+def test_an_unserved_tool_type_is_named_percent_encoded_and_never_breaks_the_answer(
+    server: Server, kind: str
+) -> None:
+    body = {"model": MODEL, "input": "hello", "tools": [{"type": kind}]}
+    with httpx.Client(timeout=30.0) as client:
+        r = client.post(f"{server.api_url}/responses", json=body, headers={"Authorization": "Bearer key-a"})
+    assert r.status_code == 200, r.text
+    assert "x-injected" not in r.headers
+    header = r.headers["x-sluicegate-ignored-tools"]
+    assert header.isascii() and header.isprintable()
+    from urllib.parse import unquote
+
+    assert unquote(header) == kind

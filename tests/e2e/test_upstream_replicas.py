@@ -4,7 +4,7 @@ and least-outstanding-requests routing."""
 
 from __future__ import annotations
 
-import time
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,9 +97,17 @@ def test_a_5xx_before_the_first_byte_is_retried_on_another_replica(
     assert refusals and all(r.answered_status == 503 for r in refusals)  # it was asked, and said no
 
 
+def requests_finished(server: Server, model: str) -> float:
+    """Requests for `model` the server has finished, whatever their status (GET /metrics)."""
+    text = httpx.get(server.base_url + "/metrics", timeout=10).text
+    pattern = rf'^sluicegate_request_duration_seconds_count{{[^}}]*model="{re.escape(model)}"[^}}]*}} (\S+)$'
+    return sum(float(v) for v in re.findall(pattern, text, re.MULTILINE))
+
+
 def test_no_retry_once_bytes_reached_the_client(server: Server, fakes: dict[str, FakeUpstream]) -> None:
     alpha, beta = fakes["alpha"], fakes["beta"]
     before = len(alpha.chat_requests("dies-mid")) + len(beta.chat_requests("dies-mid"))
+    finished = requests_finished(server, "dies-mid")
     with openai.OpenAI(base_url=server.api_url, api_key="x", max_retries=0) as client:
         text = ""
         with pytest.raises(openai.APIError, match="connection broke"):
@@ -108,7 +116,9 @@ def test_no_retry_once_bytes_reached_the_client(server: Server, fakes: dict[str,
             ):
                 text += (part.choices[0].delta.content or "") if part.choices else ""
     assert text == "started"
-    time.sleep(0.3)  # a retry, if there were one, would have reached an upstream by now
+    # The server has finished the request (it is counted once its handler returned): a retry,
+    # if there were one, has been sent by now.
+    poll(lambda: requests_finished(server, "dies-mid") == finished + 1, timeout=30, fail=True)
     assert len(alpha.chat_requests("dies-mid")) + len(beta.chat_requests("dies-mid")) == before + 1
 
 

@@ -146,6 +146,7 @@ class Scenario:
     fail_first: int = 0  # answer 503 to the first N requests, then this scenario
     split: bool = False  # send every frame in two TCP writes, split mid-line
     flood: int = 0  # first send this many one-token content frames, as fast as the client reads
+    raw: bool = False  # write the frames as they are, no chunk framing (a broken chunked body)
 
 
 def embeddings(body: Any) -> dict[str, Any]:
@@ -169,6 +170,23 @@ def embeddings(body: Any) -> dict[str, Any]:
         "data": data,
         "model": body["model"],
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def rerank(body: Any) -> dict[str, Any]:
+    """llama-server's rerank answer: a document's score is its share of the query's words, best
+    first, at most `top_n`."""
+    words = set(body["query"].lower().split())
+    scored = [
+        {"index": i, "relevance_score": len(words & set(str(doc).lower().split())) / max(len(words), 1)}
+        for i, doc in enumerate(body["documents"])
+    ]
+    scored.sort(key=lambda r: -r["relevance_score"])
+    return {
+        "model": body["model"],
+        "object": "list",
+        "results": scored[: body.get("top_n") or len(scored)],
+        "usage": {"prompt_tokens": 10, "total_tokens": 10},
     }
 
 
@@ -306,7 +324,13 @@ class FakeUpstream:
                 await self._plain(writer, observed, 503, b'{"error":{"message":"warming up"}}')
             return True
         if method == "POST" and path.endswith("/embeddings"):
+            scenario = self.scenarios.get(str(body.get("model")) if isinstance(body, dict) else "")
+            if scenario is not None:  # a misbehaving embeddings answer: its frames are the body
+                return await self._answer(reader, writer, observed, scenario)
             await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
+            return True
+        if method == "POST" and path.endswith("/rerank"):
+            await self._plain(writer, observed, 200, json.dumps(rerank(body)).encode())
             return True
         if method == "POST" and path.endswith("/v1/completions") and isinstance(body, dict):
             # Legacy completions: the model's scenario when there is one, else a fixed middle
@@ -381,8 +405,10 @@ class FakeUpstream:
             if not await self._pause(gone, scenario.body_delay, observed):
                 return False
             if scenario.flood:
-                token = chunk({"content": " tok"})
-                writer.write(b"%x\r\n" % len(frames_head := chunk({"role": "assistant", "content": ""})))
+                legacy = observed.path.endswith("/v1/completions")  # text chunks, not chat deltas
+                token = completion_chunk(" tok") if legacy else chunk({"content": " tok"})
+                frames_head = completion_chunk("") if legacy else chunk({"role": "assistant", "content": ""})
+                writer.write(b"%x\r\n" % len(frames_head))
                 writer.write(frames_head + b"\r\n")
                 for _ in range(scenario.flood):
                     writer.write(b"%x\r\n" % len(token) + token + b"\r\n")
@@ -401,7 +427,7 @@ class FakeUpstream:
                     return False
                 parts = [frame[: len(frame) // 2], frame[len(frame) // 2 :]] if scenario.split else [frame]
                 for part in parts:
-                    writer.write(f"{len(part):x}\r\n".encode() + part + b"\r\n")
+                    writer.write(part if scenario.raw else f"{len(part):x}\r\n".encode() + part + b"\r\n")
                     await writer.drain()
                 observed.frames_sent += 1
             if scenario.abrupt:

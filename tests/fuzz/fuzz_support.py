@@ -415,11 +415,97 @@ def lmstudio_bodies() -> st.SearchStrategy[dict[str, Any]]:
     return st.builds(lambda a, b: {**a, **b}, required, optional)
 
 
+def ollama_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """Ollama `/api/chat` and `/api/generate` bodies (one strategy: each route ignores the
+    other's fields), as the `ollama` client libraries send them."""
+    message = st.one_of(
+        st.fixed_dictionaries({"role": st.sampled_from(["user", "system", "assistant"]), "content": TEXT}),
+        st.fixed_dictionaries({"role": st.just("user"), "content": TEXT, "images": st.just(["AAAA"])}),
+        st.fixed_dictionaries(
+            {
+                "role": st.just("assistant"),
+                "content": st.just(""),
+                "tool_calls": st.just([{"function": {"name": "f", "arguments": {"a": 1}}}]),
+            }
+        ),
+        st.fixed_dictionaries({"role": st.just("tool"), "tool_name": st.just("f"), "content": TEXT}),
+    )
+    tool = st.builds(
+        lambda params: {"type": "function", "function": {"name": "f", "parameters": params}},
+        FUNCTION_TOOL_PARAMS,
+    )
+    options = _optional(
+        temperature=st.floats(0, 2),
+        top_k=st.integers(-1, 100),
+        num_predict=st.integers(-2, 50),
+        num_ctx=st.integers(1, 4096),
+        seed=st.integers(-(2**63), 2**63 - 1),
+        stop=st.lists(TEXT, max_size=3),
+        mirostat=st.integers(0, 2),
+    )
+    required = st.fixed_dictionaries({"model": st.sampled_from(["chat", "chat:latest", "up", "nope:7b"])})
+    optional = _optional(
+        messages=st.lists(message, max_size=3),
+        prompt=TEXT,
+        system=TEXT,
+        stream=st.booleans(),
+        think=st.sampled_from([True, False, "low", "high"]),
+        format=st.sampled_from(["json", "", {"type": "object"}]),
+        options=options,
+        keep_alive=st.sampled_from([0, "5m", -1, "1h30m", 3.5]),
+        tools=st.lists(tool, max_size=2),
+        raw=st.booleans(),
+        suffix=TEXT,
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
+def ollama_models_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """The Ollama model endpoints' bodies: show, pull, embed, copy, delete."""
+    name = st.sampled_from(["chat", "chat:latest", "nope", "", "hf.co/acme/x:Q4_K_M", "hf.co/x"])
+    return _optional(
+        model=name,
+        name=name,
+        input=st.one_of(TEXT, st.lists(TEXT, max_size=2)),
+        prompt=TEXT,
+        source=name,
+        destination=st.sampled_from(["copy", "", "chat"]),
+        stream=st.booleans(),
+        verbose=st.booleans(),
+        keep_alive=st.sampled_from([0, "5m"]),
+    )
+
+
 def models_api_bodies() -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(
         _optional(model=MODEL, context_length=st.integers(1, 4096), echo_load_config=st.booleans()),
         _optional(instance_id=st.sampled_from(["chat", "chat:2", "nope", ""])),
         _optional(model=st.sampled_from(["", "nope", "https://example.invalid/x.gguf"]), quantization=TEXT),
+    )
+
+
+def embeddings_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    required = st.fixed_dictionaries(
+        {
+            "model": MODEL,
+            "input": st.one_of(TEXT, st.lists(TEXT, max_size=3), st.lists(st.integers(0, 50), max_size=5)),
+        }
+    )
+    optional = _optional(
+        encoding_format=st.sampled_from(["float", "base64", "x"]), dimensions=st.integers(-1, 4096), user=TEXT
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
+def generic_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """For a POST route no strategy names: any dialect's body (a new route is still attacked)."""
+    return st.one_of(
+        chat_bodies(),
+        responses_bodies(),
+        lmstudio_bodies(),
+        anthropic_bodies(),
+        models_api_bodies(),
+        embeddings_bodies(),
     )
 
 
@@ -525,8 +611,10 @@ CONTENT_TYPES = [
 def shape_of(path: str) -> str:
     if path == "/infill":
         return "llama_server"
-    if path.startswith("/api/"):
+    if path.startswith(("/api/v1/", "/api/v0/")):
         return "lmstudio"
+    if path.startswith("/api/"):
+        return "ollama"
     if path == "/v1/messages" or path.startswith("/v1/messages/"):
         return "anthropic"
     return "openai"
@@ -547,6 +635,9 @@ def check_answer(method: str, path: str, response: httpx.Response) -> None:
         return
     assert set(body) == {"error"}, where
     error = body["error"]
+    if kind == "ollama":  # Ollama's error is a string
+        assert isinstance(error, str) and error and "Traceback" not in error, where
+        return
     assert isinstance(error, dict) and isinstance(error.get("message"), str) and error["message"], where
     assert "Traceback" not in error["message"], where
     if kind == "llama_server":  # {"code": <status>, "message", "type"}

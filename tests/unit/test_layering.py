@@ -68,6 +68,16 @@ def test_the_real_tree_keeps_every_contract(tree: Path) -> None:
             "import sluicegate.dialects.responses.items",
             "no dialect imports another",
         ),
+        (
+            "sluicegate.dialects.ollama.encoder",
+            "import sluicegate.dialects.chat_completions.encoder",
+            "no dialect imports another",
+        ),
+        (
+            "sluicegate.dialects.ollama.request",
+            "import sluicegate.transport.ndjson",
+            "dialects translate: no engine, no transport",
+        ),
         ("sluicegate.core.events", "import sluicegate.engines.base", "layers"),
         ("sluicegate.engines.scripted", "import sluicegate.dialects.base", "layers"),
         ("sluicegate.observe.metrics", "import sluicegate.turn.runner", "layers"),

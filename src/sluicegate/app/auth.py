@@ -20,10 +20,7 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
-from sluicegate.dialects.anthropic.encoder import anthropic_error
-from sluicegate.dialects.completions.errors import llama_server_error
-from sluicegate.dialects.lmstudio.encoder import lmstudio_error
-from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
 
 OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
@@ -62,13 +59,8 @@ def key_matches(presented: bytes, digests: list[bytes]) -> bool:
 
 
 def error_body(path: str, info: ErrorInfo) -> dict[str, Any]:
-    if path.startswith("/api/"):
-        return lmstudio_error(info)
-    if path == "/v1/messages" or path.startswith("/v1/messages/"):
-        return anthropic_error(info)
-    if path == "/infill":
-        return llama_server_error(info)
-    return openai_error(info)
+    """The error body in the shape of the API the path belongs to (the dialect registry's)."""
+    return dialect_for(path).error(info)
 
 
 class APIKeyMiddleware:

@@ -26,15 +26,14 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import load_key, sealer_for
 from sluicegate.dialects.anthropic.dialect import AnthropicDialect
-from sluicegate.dialects.anthropic.encoder import anthropic_error, anthropic_status
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
 from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
-from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
-from sluicegate.dialects.lmstudio.encoder import lmstudio_error
+from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.dialects.registry import dialect_for, dialect_name
 from sluicegate.dialects.responses.dialect import ResponsesDialect
 from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
@@ -45,7 +44,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings
+from sluicegate.routes import embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -58,6 +57,8 @@ from sluicegate.routes.lmstudio_models import (
     unload_model,
 )
 from sluicegate.routes.models import get_model, list_models
+from sluicegate.routes.ollama_routes import ROUTES as OLLAMA_ROUTES
+from sluicegate.routes.ollama_turns import OllamaTurnEndpoint
 from sluicegate.routes.responses_compact import compact_response
 from sluicegate.routes.responses_stored import (
     cancel_response,
@@ -69,6 +70,7 @@ from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
+from sluicegate.turn.images import ImageSettings
 from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
 from sluicegate.turn.websocket import ResponsesSocket
@@ -143,13 +145,9 @@ async def http_error(request: Request, exc: Exception) -> Response:
     else:
         message = f"{request.method} is not allowed on {request.url.path}"
     info = ErrorInfo(kind, message, code="unknown_route" if missing else "method_not_allowed")
-    if request.url.path.startswith("/v1/messages"):
-        status = anthropic_status(info) if missing else exc.status_code
-        return JSONResponse(anthropic_error(info), status_code=status)
-    if request.url.path == "/infill":
-        return JSONResponse(llama_server_error(info, exc.status_code), status_code=exc.status_code)
-    render = lmstudio_error if request.url.path.startswith("/api/") else openai_error
-    return JSONResponse(render(info), status_code=exc.status_code)
+    spec = dialect_for(request.url.path)
+    status = spec.status(info) if missing else exc.status_code
+    return JSONResponse(spec.body(info, status), status_code=status)
 
 
 def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
@@ -162,12 +160,10 @@ class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Starlette's own `__call__`, inlined: one frame less held by every open stream.
-        scope["app"] = self
+        # Starlette's own `__call__` after it: inlining it bought nothing measurable
+        # (bench/workarounds.py, docs/architecture.md).
         scope[SERVER_SEND] = send
-        if self.middleware_stack is None:
-            self.middleware_stack = self.build_middleware_stack()
-        await self.middleware_stack(scope, receive, send)
+        await super().__call__(scope, receive, send)
 
 
 class TurnRoutes:
@@ -237,6 +233,7 @@ def create_app(settings: Settings) -> Starlette:
         downloads,
         tools=tools,
         sealer=sealer,
+        images=ImageSettings.from_settings(settings),
     )
 
     async def purge_expired_forever() -> None:
@@ -313,6 +310,7 @@ def create_app(settings: Settings) -> Starlette:
         InfillDialect(lambda: _fill_in_middle_model(registry)),
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
+    turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
     routes = [
         *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
@@ -335,9 +333,13 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        *rerank.ROUTES,
+        *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
-    observe = Middleware(ObserveMiddleware, log_prompts=settings.log_prompts)  # metrics, access log
+    observe = Middleware(
+        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
+    )  # metrics, access log
     auth = Middleware(
         APIKeyMiddleware, api_keys=settings.api_keys
     )  # before routing: every path but the open ones

@@ -5,9 +5,18 @@ spaces or non-ASCII bytes in the path, a broken header) never reaches the app: u
 it itself, with a plain-text "Invalid HTTP request received.". Clients of this server expect
 a JSON error body everywhere, so the protocol classes are subclassed to send the same 400 in
 the error shape of the API the path names (when the path got that far), OpenAI's otherwise.
+
+It also bounds how long a request head may take: from the connection's start (a client that
+connects and sends nothing) or a request's first byte (on a kept-alive connection) to the end
+of its headers, at most `header_timeout` seconds, or the connection is closed. uvicorn bounds
+only the idle time between requests (`timeout_keep_alive`); a client dribbling its headers a
+byte at a time, or sending none, held a connection for as long as it liked.
 """
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
 
 import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -44,9 +53,46 @@ def path_of(url: bytes, head: bytes) -> str:
 
 
 class JSONHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400."""
+    """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400 and a
+    deadline on request heads."""
 
     _head = b""
+    _head_deadline: asyncio.TimerHandle | None = None
+
+    def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout or None  # 0: no deadline
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_deadline()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._head_deadline is None:  # a kept-alive connection's next request begins
+            self._arm_head_deadline()
+
+    def on_headers_complete(self) -> None:
+        self._disarm_head_deadline()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_deadline()
+        super().connection_lost(exc)
+
+    def _arm_head_deadline(self) -> None:
+        if self.header_timeout is not None:
+            self._head_deadline = self.loop.call_later(self.header_timeout, self._head_too_slow)
+
+    def _disarm_head_deadline(self) -> None:
+        if self._head_deadline is not None:
+            self._head_deadline.cancel()
+            self._head_deadline = None
+
+    def _head_too_slow(self) -> None:
+        self._head_deadline = None
+        if not self.transport.is_closing():
+            self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from starlette.requests import Request
-from starlette.responses import FileResponse, Response
+from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -15,6 +15,10 @@ WEB = Path(__file__).parent.parent / "web"  # sluicegate/web: the static pages
 
 
 async def index(request: Request) -> Response:
+    """The page for a browser; for an API client, Ollama's liveness answer (Ollama clients
+    probe `GET /` and `HEAD /` for it before anything else)."""
+    if "text/html" not in request.headers.get("accept", ""):
+        return PlainTextResponse("Ollama is running")
     return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
 
 

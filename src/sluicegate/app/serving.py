@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import gc
 import os
 import pickle
@@ -71,7 +72,11 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     from sluicegate.app.http_protocol import JSONHttpToolsProtocol
 
     return {
-        "http": JSONHttpToolsProtocol,  # unparseable requests get a JSON 400, not uvicorn's plain text
+        # Unparseable requests get a JSON 400, not uvicorn's plain text; a request head that takes
+        # too long (a client dribbling it, or sending nothing) is cut off. A partial of the class
+        # (not a class made here) so that worker processes can unpickle it.
+        "http": functools.partial(JSONHttpToolsProtocol, header_timeout=settings.header_timeout_seconds),
+        "timeout_keep_alive": settings.keep_alive_seconds,
         "host": settings.host,
         "port": settings.port,
         "log_level": settings.log_level,

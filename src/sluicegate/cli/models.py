@@ -66,6 +66,11 @@ def add_commands(commands: Any) -> None:
         action="store_true",
         help="give the tokenizer fill-in-the-middle tokens (for /infill and completions with a suffix)",
     )
+    kind = demo.add_mutually_exclusive_group()
+    kind.add_argument(
+        "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
+    )
+    kind.add_argument("--rerank", action="store_true", help="a reranker (for POST /v1/rerank) instead")
     add_parse_command(commands)
     add_render_command(commands)
 
@@ -73,8 +78,21 @@ def add_commands(commands: Any) -> None:
 def make_demo(args: argparse.Namespace) -> int:
     from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
 
+    if args.vision:
+        from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
+
+        mmproj = make_demo_vision(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+        path = Path(args.path)
+        print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
+        print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its vision projector, random weights too")
+        return 0
     path = make_demo_gguf(
-        args.path, size=args.size, seed=args.seed, ends_replies=not args.endless, fim=args.fim
+        args.path,
+        size=args.size,
+        seed=args.seed,
+        ends_replies=not args.endless,
+        rerank=args.rerank,
+        fim=args.fim,
     )
     print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
     return 0
@@ -171,6 +189,8 @@ def _download(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     size = f" ({target.size / 1e6:.1f} MB)" if target.size else ""
     print(f"downloading {target.repo_id}/{target.filename}{size} to {target.folder}", flush=True)
+    if target.projector is not None:
+        print(f"with its vision projector {target.projector}", flush=True)
     try:
         path = fetch(target)  # huggingface_hub draws its progress bar on a terminal
     except Exception as exc:

@@ -185,6 +185,9 @@ class Finished:
 @dataclass(slots=True)
 class Failed:
     error: ErrorInfo
+    # The turn's record could not be written: nothing may name it as retrievable (an id is
+    # only announced once it is durable).
+    unstored: bool = False
 
 
 # --- canonical item events (the segmenter yields these) -------------------------------------

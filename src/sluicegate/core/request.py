@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sluicegate.core.images import Picture
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
@@ -13,6 +15,8 @@ class ContentPart:
     type: Literal["text", "image"]
     text: str = ""
     image_url: str = ""  # an http(s) URL or a data: URL
+    # The image decoded, for an engine that reads pixels itself (filled in by the turn runner).
+    picture: Picture | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ import re
 from typing import Any, NoReturn
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.request import SamplingParams
 
 # What engines and the wire carry: token counts and llama.cpp's integers are int32, seeds and
 # everything else at most int64 (orjson cannot encode an int of 2**64 or more).
@@ -203,3 +204,18 @@ def query_int(text: str, param: str, *, low: int, high: int) -> int:
             f"Invalid '{param}': expected an integer between {low} and {high}, got {text[:40]!r}.", param
         )
     return int(text)
+
+
+def sampling_fields(f: Fields) -> SamplingParams:
+    """The sampling parameters dialects name alike (OpenAI's, and the local servers' extensions
+    `top_k`, `min_p`, `repeat_penalty`), within the ranges every engine accepts."""
+    s = SamplingParams()
+    s.temperature = f.number("temperature", low=0, high=2)
+    s.top_p = f.number("top_p", low=0, high=1)
+    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
+    s.min_p = f.number("min_p", low=0, high=1)
+    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
+    s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
+    s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
+    s.seed = f.integer("seed")
+    return s

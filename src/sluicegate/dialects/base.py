@@ -6,7 +6,9 @@ tools, which conversation it continues); its encoder turns canonical events into
 the accumulated result into the non-streaming body; its error renderer gives the error shape.
 The runner (`sluicegate.turn`) does everything else — admission, conversation, tools, the
 model, the pipeline, streaming or collecting, persisting, releasing — once, for every dialect.
-Adding a dialect is its own modules plus one registration line in `app/factory.py`.
+Adding a dialect is its own subpackage plus one line in `dialects/registry.py` (the table that
+routing, auth, error handling, metrics and the transport choice read) and its construction in
+`app/factory.py` (it needs the server's settings).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorInfo, SluicegateError
@@ -24,6 +26,31 @@ from sluicegate.core.request import ChatRequest, ServerTool
 from sluicegate.tools.catalog import ToolSelection
 
 Json = dict[str, Any]
+TransportName = Literal["sse", "ndjson"]
+
+
+def _own_status(info: ErrorInfo) -> int:
+    return info.status
+
+
+@dataclass(frozen=True, slots=True)
+class DialectSpec:
+    """What everything outside a dialect needs to know about it, without importing its code:
+    the paths it owns, how its errors look, how its streams are framed and kept alive."""
+
+    name: str  # metrics and logs label, e.g. "chat_completions"
+    prefixes: tuple[str, ...]  # the path prefixes it owns (the longest match wins)
+    error: Callable[[ErrorInfo], Json]  # the error body in this dialect's shape
+    status: Callable[[ErrorInfo], int] = _own_status  # its HTTP status (Anthropic: 529)
+    transport: TransportName = "sse"  # how its streams are framed
+    heartbeat: Frame | None = None  # sent while a stream is quiet; None: the transport's own
+    # The body of an error answered with a status of its own (a router's 405), for a shape that
+    # carries the status in its body (llama-server's); None: `error` serves.
+    error_at: Callable[[ErrorInfo, int], Json] | None = None
+
+    def body(self, info: ErrorInfo, status: int) -> Json:
+        """The error body for `info` answered with `status`."""
+        return self.error(info) if self.error_at is None else self.error_at(info, status)
 
 
 @dataclass(slots=True)
@@ -112,13 +139,25 @@ class Encoder(Protocol):
 class Dialect(ABC):
     """One wire dialect: parse, encode, render errors; the runner serves its chat route."""
 
-    name: str  # metrics and logs label, e.g. "chat_completions"
+    spec: DialectSpec  # its registry entry: name, paths, error shape, transport, heartbeat
     path: str  # the chat route, e.g. "/v1/chat/completions"
-    heartbeat: Frame | None = None  # sent while a stream is quiet; None: an SSE comment
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def heartbeat(self) -> Frame | None:
+        return self.spec.heartbeat
 
     @abstractmethod
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
         """Wire request → Turn; invalid input raises `SluicegateError` naming the parameter."""
+
+    def resolve_model(self, requested: str, models: Mapping[str, Any]) -> str:
+        """The served model id a request's model name means (Ollama's `name:tag`); the name
+        itself by default (the registry answers an unknown one with its 404)."""
+        return requested
 
     def check(self, turn: Turn, capabilities: Any) -> None:  # noqa: B027 - optional hook
         """Refuse what the chosen model cannot do (its `EngineInfo`); nothing by default."""
@@ -126,13 +165,13 @@ class Dialect(ABC):
     @abstractmethod
     def encoder(self, turn: Turn, context: EncoderContext) -> Encoder: ...
 
-    @abstractmethod
     def error(self, info: ErrorInfo) -> Json:
-        """The error body in this dialect's shape (the status is `info.status`)."""
+        """The error body in this dialect's shape (the status is `status(info)`)."""
+        return self.spec.error(info)
 
     def status(self, info: ErrorInfo) -> int:
         """The HTTP status of an error; a dialect may map kinds differently (Anthropic: 529)."""
-        return info.status
+        return self.spec.status(info)
 
     def failure(self, result_error: ErrorInfo, body: Json | None) -> ErrorInfo:
         """The error a failed non-streaming turn answers with (its body may refine it)."""

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
 from sluicegate.core.errors import SluicegateError, invalid
@@ -60,6 +60,9 @@ def fim_unsupported(model_id: str, missing: str = "") -> SluicegateError:
 
 
 ProgressCallback = Callable[[float], None]
+# What a model serves: chat (every dialect), embeddings (POST /v1/embeddings), rerank (POST /v1/rerank).
+Task = Literal["chat", "embeddings", "rerank"]
+CHAT_ONLY: frozenset[Task] = frozenset({"chat"})
 
 
 @dataclass(slots=True)
@@ -108,6 +111,10 @@ class Engine(ABC):
     # a llama.cpp context runs one sequence; an upstream that batches (vLLM, SGLang) is not
     # capped by default, so a gateway never holds requests in its queue while the upstream idles.
     default_max_concurrency: ClassVar[int] = 64
+    # Engines that read an image's pixels themselves (llama.cpp with a projector) say True: the
+    # turn runner then decodes every image part (`ContentPart.picture`) within the server's
+    # limits before `check`; other engines get image parts as URLs, to pass on.
+    reads_pixels: ClassVar[bool] = False
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1
 
@@ -157,6 +164,17 @@ class Engine(ABC):
                 param="n",
                 code="unsupported_parameter",
             )
+
+    def tasks(self) -> frozenset[Task]:
+        """What this engine serves; the routes ask this, never the engine's class."""
+        return CHAT_ONLY
+
+    async def relay(self, path: str, body: dict[str, Any]) -> Any:
+        """A task this engine hands on to a server as the client sent it (an upstream's
+        `/embeddings`, `/rerank`, relative to its base URL): the server's JSON answer, with
+        this model's id. None (the default): the engine runs the task itself, as a job through
+        `generate` (admitted, queued and loaded just in time like a chat)."""
+        return None
 
     def check_completion(self, request: ChatRequest) -> None:
         """Refuse a text completion this model cannot run (by its declared capabilities)."""

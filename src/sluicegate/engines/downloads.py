@@ -54,10 +54,24 @@ class Target:
     filename: str
     size: int | None
     folder: Path  # <models_dir>/<owner>/<repo>
+    # The repository's vision projector beside the model file, fetched with it (first, so the
+    # server finds it beside the model when the model arrives).
+    projector: str | None = None
+    projector_size: int | None = None
 
     @property
     def destination(self) -> Path:
         return self.folder / self.filename
+
+    def files(self) -> list[tuple[str, int | None]]:
+        """What to fetch, in order: the projector, then the model."""
+        first = [(self.projector, self.projector_size)] if self.projector is not None else []
+        return [*first, (self.filename, self.size)]
+
+    @property
+    def total_size(self) -> int | None:
+        sizes = [size for _, size in self.files()]
+        return None if any(size is None for size in sizes) else sum(s or 0 for s in sizes)
 
 
 def parse_model_ref(text: str) -> tuple[str, str | None, str | None]:
@@ -126,6 +140,25 @@ def pick_file(repo_id: str, files: dict[str, int | None], quantization: str | No
     )
 
 
+# Which projector of several: full-precision ones first, as LM Studio and llama-server's -hf pick.
+_PROJECTOR_ORDER = ("f16", "bf16", "f32", "q8_0")
+
+
+def pick_projector(files: dict[str, int | None], model: str) -> str | None:
+    """An `mmproj*.gguf` in the model file's folder of the repository, if there is one."""
+    folder = str(Path(model).parent)
+    found = [
+        f for f in files if Path(f).name.lower().startswith("mmproj") and f.lower().endswith(".gguf")
+        and str(Path(f).parent) == folder
+    ]  # fmt: skip
+
+    def rank(name: str) -> tuple[int, str]:
+        tag = re.split(r"[-_.]", Path(name).stem.lower())[-1]  # mmproj-model-F16 -> f16
+        return (_PROJECTOR_ORDER.index(tag) if tag in _PROJECTOR_ORDER else len(_PROJECTOR_ORDER)), name
+
+    return min(found, key=rank) if found else None
+
+
 @dataclass(slots=True, frozen=True)
 class GgufFile:
     filename: str
@@ -182,33 +215,47 @@ def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str 
             )
     else:
         filename = pick_file(repo_id, sizes, quantization)
+    projector = pick_projector(sizes, filename)
     return Target(
         repo_id=repo_id,
         revision=sha or revision or "main",
         filename=filename,
         size=sizes.get(filename),
         folder=models_dir / repo_id,
+        projector=projector,
+        projector_size=sizes.get(projector) if projector is not None else None,
     )
 
 
 def is_present(target: Target) -> bool:
-    path = target.destination
-    return path.is_file() and (target.size is None or path.stat().st_size == target.size)
+    for filename, size in target.files():
+        path = target.folder / filename
+        if not path.is_file() or (size is not None and path.stat().st_size != size):
+            return False
+    return True
 
 
-def fetch(target: Target, *, tqdm_class: Any = None, endpoint: str | None = None) -> Path:
-    """Download the file into place (blocking). `tqdm_class` None: huggingface_hub's own bar."""
+def fetch(
+    target: Target, *, progress: Callable[[int], Any] | None = None, endpoint: str | None = None
+) -> Path:
+    """Download the projector (if any) and the model into place (blocking); returns the model's
+    path. `progress(bytes fetched before this file)` gives each file's `tqdm_class` for
+    huggingface_hub; None: its own bar."""
     from huggingface_hub import hf_hub_download
 
     target.folder.mkdir(parents=True, exist_ok=True)
-    path = hf_hub_download(
-        target.repo_id,
-        target.filename,
-        revision=target.revision,
-        local_dir=target.folder,
-        endpoint=endpoint,
-        tqdm_class=tqdm_class,
-    )
+    before = 0
+    path = ""
+    for filename, size in target.files():
+        path = hf_hub_download(
+            target.repo_id,
+            filename,
+            revision=target.revision,
+            local_dir=target.folder,
+            endpoint=endpoint,
+            tqdm_class=progress(before) if progress is not None else None,
+        )
+        before += size or 0
     return Path(path)
 
 
@@ -270,6 +317,8 @@ class DownloadJob:
         out: Json = {"job_id": self.job_id, "status": self.status, "model": self.ref}
         if self.target is not None:
             out |= {"file": self.target.filename, "path": str(self.target.destination)}
+            if self.target.projector is not None:
+                out["projector"] = self.target.projector
         out |= {
             "total_size_bytes": self.total_bytes,
             "downloaded_bytes": self.downloaded_bytes,
@@ -289,14 +338,18 @@ class DownloadJob:
         return {k: v for k, v in out.items() if v is not None}
 
 
-def _progress_for(job: DownloadJob) -> type:
-    """What huggingface_hub calls as its `tqdm_class`: counts bytes into the job, draws nothing."""
+def _progress_for(job: DownloadJob) -> Callable[[int], type]:
+    """What huggingface_hub calls as its `tqdm_class`, for a file after `before` bytes of the
+    job's other files: counts bytes into the job, draws nothing."""
+    return lambda before: _progress_class(job, before)
 
+
+def _progress_class(job: DownloadJob, before: int) -> type:
     class Progress:
         def __init__(self, *args: Any, total: int | None = None, initial: int = 0, **kwargs: Any) -> None:
-            if total is not None:
-                job.total_bytes = total
-            job.downloaded_bytes = initial
+            if total is not None and (job.target is None or job.target.projector is None):
+                job.total_bytes = total  # one file: the Hub's count is the job's
+            job.downloaded_bytes = before + initial
 
         def __enter__(self) -> Progress:
             return self
@@ -356,7 +409,7 @@ class Downloads:
         for running in self.jobs.values():
             if running.status == "downloading" and running.target == target:
                 return running
-        job.target, job.total_bytes = target, target.size
+        job.target, job.total_bytes = target, target.total_size
         self.jobs[job.job_id] = job
         threading.Thread(
             target=self._run, args=(job, target), name=f"download-{job.job_id}", daemon=True
@@ -365,7 +418,7 @@ class Downloads:
 
     def _run(self, job: DownloadJob, target: Target) -> None:
         try:
-            fetch(target, tqdm_class=_progress_for(job), endpoint=self.endpoint)
+            fetch(target, progress=_progress_for(job), endpoint=self.endpoint)
         except Exception as exc:
             if job.cancel_requested and not job.cancelled:
                 log.info("download %s of %s cancelled", job.job_id, target.filename)

@@ -13,6 +13,8 @@ from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
+# Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl")
 
 
 def engine_class(kind: str) -> type[Engine]:
@@ -39,7 +41,7 @@ def _limits(table: dict[str, Any], default_concurrency: int) -> tuple[int, int]:
 def add_table(registry: Registry, table: dict[str, Any], base_dir: Path) -> None:
     """A `[[models]]` table → a model in `registry`, or a discovery source of models."""
     if isinstance(table.get("engine"), str):
-        own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
+        own = {k: v for k, v in table.items() if k not in MODEL_KEYS}
         cls = engine_class(table["engine"])
         discovery = cls.discovery(own, base_dir)
         if discovery is not None:
@@ -54,7 +56,7 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
         if not isinstance(table.get(key), str) or not table[key]:
             raise ConfigError(f"every [[models]] table needs a string `{key}`")
     cls = engine_class(table["engine"])
-    own = {k: v for k, v in table.items() if k not in ("max_concurrency", "max_queue", "ttl")}
+    own = {k: v for k, v in table.items() if k not in MODEL_KEYS}
     engine = cls.from_config(own, base_dir)
     max_concurrency, max_queue = _limits(table, engine.default_concurrency())
     ttl = table.get("ttl")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
@@ -16,6 +17,10 @@ class ModelHooks(InstanceHooks):
     def check_load(self, model: Model, instance: Instance | None) -> None:
         """`instance` (None: a new instance of `model`) is about to be loaded: raise a
         `SluicegateError` now if an operator's cap forbids it (`engines/load_caps.py`)."""
+
+    def ttl_of(self, model: Model, instance: Instance) -> float | None:
+        """The idle seconds after which `instance` is unloaded (None: it stays loaded)."""
+        return instance.ttl
 
 
 NO_HOOKS = ModelHooks()
@@ -50,6 +55,14 @@ class Model:
         for _ in range(engine.parallel - 1):
             self.add_instance()
         self.fixed = len(self.instances)  # built up front: unloading keeps them, loadable
+
+    def unloads_in(self, instance: Instance) -> float | None:
+        """Seconds until `instance` is unloaded for being idle, if nothing uses it before (None:
+        it stays loaded; 0 while due); the listings show it (Ollama's `expires_at`)."""
+        ttl = self._hooks.ttl_of(self, instance)
+        if ttl is None or not instance.engine.needs_load:
+            return None
+        return max(ttl - (time.monotonic() - instance.last_used), 0.0)
 
     @property
     def hooks(self) -> ModelHooks:

@@ -60,6 +60,7 @@ _REPLY_KEYS = _PACING_KEYS | {
 }
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
+KEYS = frozenset({"id", "engine", "script"})  # a `[[models]]` table of this engine
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -291,7 +292,7 @@ class ScriptedEngine(Engine):
 
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> ScriptedEngine:
-        unknown = set(table) - {"id", "engine", "script"}
+        unknown = set(table) - KEYS
         if unknown:
             raise ConfigError(f"model {table['id']!r}: unknown keys {sorted(unknown)} for engine scripted")
         if "script" not in table:

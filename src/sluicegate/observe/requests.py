@@ -20,7 +20,7 @@ import logging
 import secrets
 import time
 from bisect import bisect_left
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,22 +52,8 @@ _current: contextvars.ContextVar[RequestObserver | None] = contextvars.ContextVa
 )
 
 
-def dialect_of(path: str) -> str:
-    """The API a path belongs to (a metrics label; "" for the page, /health and /metrics)."""
-    if path.startswith("/api/"):
-        return "lmstudio"
-    if path.startswith("/v1/chat/"):
-        return "chat_completions"
-    if path.startswith("/v1/responses"):
-        return "responses"
-    if path.startswith("/v1/messages"):
-        return "anthropic"
-    if path == "/v1/completions":
-        return "completions"
-    if path == "/infill":
-        return "infill"
-    if path.startswith("/v1/"):
-        return "openai"
+def no_dialect(path: str) -> str:
+    """Without the app's dialect table (observe sits below dialects): no API label."""
     return ""
 
 
@@ -360,9 +346,13 @@ async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
 class ObserveMiddleware:
     """One `RequestObserver` per HTTP request, ended after the response's last byte."""
 
-    def __init__(self, app: ASGIApp, *, log_prompts: bool = False) -> None:
+    def __init__(
+        self, app: ASGIApp, *, log_prompts: bool = False, dialect_of: Callable[[str], str] = no_dialect
+    ) -> None:
         self.app = app
         self.log_prompts = log_prompts
+        # The API a path belongs to (a metrics label): the dialect registry's, given by the app.
+        self.dialect_of = dialect_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -370,7 +360,11 @@ class ObserveMiddleware:
             return
         path: str = scope["path"]
         observer = RequestObserver(
-            dialect_of(path), scope["method"], path, "req_" + secrets.token_hex(8), log_text=self.log_prompts
+            self.dialect_of(path),
+            scope["method"],
+            path,
+            "req_" + secrets.token_hex(8),
+            log_text=self.log_prompts,
         )
         status = 500
         started_response = False

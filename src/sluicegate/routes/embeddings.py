@@ -1,94 +1,46 @@
 """POST /v1/embeddings (and LM Studio's /api/v0/embeddings, the same shape).
 
-A GGUF embedding model embeds through the instance machinery every request uses (admission,
-queueing, just-in-time load, idle TTL); an `openai` upstream model gets the body as it came,
-with the upstream's model name, and its answer is relayed. Any other model is a 400.
+An engine that relays (an `openai` upstream) gets the body as it came and its server's answer
+goes back; one that embeds itself (a GGUF embedding model) runs it as a job (routes/jobs.py).
+Any other model is a 400.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sluicegate.core.embeddings import EMBED, EmbeddingJob
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
-from sluicegate.core.events import Failed
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
+from sluicegate.core.pipeline import unless_disconnected
 from sluicegate.dialects.embeddings import embeddings_body, parse_embeddings_request
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.engines.llamacpp import LlamaCppEngine
 from sluicegate.engines.models import Model
-from sluicegate.engines.upstream import OpenAIUpstreamEngine
-from sluicegate.engines.upstream.errors import http_error
-from sluicegate.engines.upstream.http import ConnectFailed
+from sluicegate.engines.upstream.embeddings import EMBEDDINGS_PATH
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
-from sluicegate.turn.http import INSTANCE_HEADER
-
-EMBEDDINGS_PATH = "/embeddings"
-MAX_UPSTREAM_BODY = 256 << 20  # an upstream's answer is read whole: bounded
-
-
-async def _local(model: Model, body: Any) -> Response:
-    req = parse_embeddings_request(body)
-    job = EmbeddingJob(req.job.inputs, req.job.dimensions)
-    generation = model.open(ChatRequest(model=req.model, messages=[], extra={EMBED: job}))
-    try:
-        async for event in generation.events:
-            if isinstance(event, Failed):
-                raise SluicegateError(event.error.kind, event.error.message, code=event.error.code)
-    finally:
-        aclose = getattr(generation.events, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if job.result is None:
-        raise SluicegateError(
-            ErrorKind.ENGINE, f"model {req.model!r} returned no embeddings", code="engine_error"
-        )
-    return JSONResponse(
-        embeddings_body(req.model, job.result, req.encoding_format),
-        headers={INSTANCE_HEADER: generation.instance_id},
-    )
+from sluicegate.routes.jobs import model_for, run_job
+from sluicegate.turn.http import INSTANCE_HEADER, wait_for_disconnect
+from sluicegate.turn.state import AppState
 
 
-async def _upstream(engine: OpenAIUpstreamEngine, body: Any) -> Response:
-    parse_embeddings_request(body)  # the same 400s as a local model, before the upstream sees it
-    payload = orjson.dumps({**body, "model": engine.config.upstream_model})
-    replica = engine.replicas.pick(set())
-    if replica is None:
-        raise SluicegateError(
-            ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
-        )
-    replica.outstanding += 1
-    try:
-        response = await replica.pool.post_stream(EMBEDDINGS_PATH, payload)
-        try:
-            data = b""
-            async for chunk in response.chunks():
-                data += chunk
-                if len(data) > MAX_UPSTREAM_BODY:
-                    raise SluicegateError(ErrorKind.UPSTREAM, "The upstream's embeddings are too large.")
-        finally:
-            await response.aclose()
-    except ConnectFailed as exc:
-        engine.replicas.connect_failed(replica, str(exc))
-        raise SluicegateError(
-            ErrorKind.UPSTREAM,
-            f"Could not reach the upstream {replica.name}: {exc}",
-            code="upstream_unavailable",
-        ) from exc
-    finally:
-        replica.outstanding -= 1
-    if not 200 <= response.status < 300:
-        info: ErrorInfo = http_error(response.status, data, replica.name, engine.model_id)
-        raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
-    answer = orjson.loads(data)
-    if isinstance(answer, dict) and "model" in answer:
-        answer["model"] = engine.model_id  # the client asked for our id
-    return JSONResponse(answer)
+async def embed(state: AppState, model: Model, job: EmbeddingJob) -> tuple[Embedded, str]:
+    """One embedding job on any model that embeds: its vectors and the instance that ran it
+    ("" for an upstream, which gets the job as an OpenAI embeddings body). For the dialects
+    whose answers are not OpenAI's (Ollama's)."""
+    body: dict[str, Any] = {"input": job.inputs}
+    if job.dimensions is not None:
+        body["dimensions"] = job.dimensions
+    answer = await model.engine.relay(EMBEDDINGS_PATH, body)
+    if answer is not None:  # checked by the engine: `data` holds one vector per input
+        usage = answer.get("usage")
+        tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+        vectors = [item["embedding"] for item in answer["data"]]
+        return Embedded(vectors, tokens if isinstance(tokens, int) else 0), ""
+    instance = await run_job(state, model, EMBED, job)
+    assert job.result is not None
+    return job.result, instance
 
 
 @dialect_endpoint("embeddings", openai_error)
@@ -97,17 +49,20 @@ async def create_embeddings(request: Request) -> Response:
     body = await read_json(request, state.settings.max_body_bytes)
     if not isinstance(body, dict) or not isinstance(body.get("model"), str):
         parse_embeddings_request(body)  # raises the right 400
-    model = state.registry.get(body["model"])
-    engine = model.engine
-    if isinstance(engine, OpenAIUpstreamEngine):
-        return await _upstream(engine, body)
-    if isinstance(engine, LlamaCppEngine) and engine.pooling is not None:
-        release = state.admission.take()
-        try:
-            return await _local(model, body)
-        finally:
-            release()
-    raise invalid(f"Model {model.id!r} is not an embedding model.", param="model", code="model_not_supported")
+    model = model_for(state, body["model"], "embeddings")
+    req = parse_embeddings_request(body)  # the same 400s for every engine, before an upstream sees it
+    # A client that leaves cancels a relay, which closes the upstream connection at once.
+    answer = await unless_disconnected(
+        model.engine.relay(EMBEDDINGS_PATH, body), lambda: wait_for_disconnect(request)
+    )
+    if answer is not None:
+        return JSONResponse(answer)
+    job = EmbeddingJob(req.job.inputs, req.job.dimensions)
+    instance = await run_job(state, model, EMBED, job)
+    assert job.result is not None
+    return JSONResponse(
+        embeddings_body(req.model, job.result, req.encoding_format), headers={INSTANCE_HEADER: instance}
+    )
 
 
 ROUTES = [

@@ -52,6 +52,14 @@ def _instance_config(model: Model, instance: Instance) -> Json:
     return {"context_length": context_length, "parallel": model.max_concurrency}
 
 
+def _loaded(model: Model, instance: Instance) -> Json:
+    loaded: Json = {"id": instance.instance_id, "config": _instance_config(model, instance)}
+    seconds = model.unloads_in(instance)
+    if seconds is not None:  # Sluicegate's: when the idle TTL unloads it, if nothing uses it first
+        loaded["unloads_in_seconds"] = round(seconds)
+    return loaded
+
+
 def model_entry(model: Model) -> Json:
     info = model.engine.info()
     details = info.details
@@ -72,9 +80,7 @@ def model_entry(model: Model) -> Json:
         "quantization": details.get("quantization"),
         "size_bytes": details.get("size_bytes", 0),
         "params_string": details.get("params_string"),
-        "loaded_instances": [
-            {"id": i.instance_id, "config": _instance_config(model, i)} for i in model.loaded_instances()
-        ],
+        "loaded_instances": [_loaded(model, i) for i in model.loaded_instances()],
         "max_context_length": info.context_length,
         "format": details.get("format"),
         "capabilities": capabilities,

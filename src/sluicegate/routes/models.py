@@ -8,8 +8,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.base import Task
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
+
+
+def _kind(tasks: frozenset[Task]) -> str:
+    return "rerank" if "rerank" in tasks else "embeddings" if "embeddings" in tasks else "llm"
 
 
 def model_object(model: Model) -> dict[str, Any]:
@@ -32,8 +37,9 @@ def model_object(model: Model) -> dict[str, Any]:
             "context_length": info.context_length,
             "tool_use": info.capabilities.tool_use,
             "reasoning": info.capabilities.reasoning,
+            "vision": info.capabilities.vision,
             "description": details.get("description"),
-            "type": "embeddings" if details.get("type") == "embedding" else "llm",
+            "type": _kind(model.engine.tasks()),
             "context": details.get("context"),
         }
     return body

@@ -58,8 +58,9 @@ never vanished. Set `lost_run_frames` before `start()`: it builds the terminal f
 to such a run's log from (failed snapshot, next sequence number), e.g. the Responses
 `event: response.failed` frame, so followers see an ending the SDKs understand.
 A run that ended without its ending stored (the write failed, or its task did) is given up
-by its owner with `abandon_run(id, scope=)`: failed the same way (code `server_error`) at
-once, instead of staying in flight, its followers waiting, until the process restarts.
+by its owner with `abandon_run(id, scope=, error=)`: failed the same way (with the error the
+owner showed for it, else code `server_error`) at once, instead of staying in flight, its
+followers waiting, until the process restarts; the owner retries until the store can say so.
 
 Cancellation: `request_cancel(id, scope=)` on any replica; the owning replica's store calls
 `on_cancel(scope, response_id)` (set by the wiring; called on the event loop), which cancels
@@ -111,11 +112,11 @@ class StoredResponse:
     events: list[bytes] = field(default_factory=list)
 
 
-def failed_snapshot(response: Json, code: str, message: str) -> Json:
+def failed_snapshot(response: Json, code: str, message: str | None) -> Json:
     """A run's last snapshot turned into the `failed` response object of a lost run."""
     failed = dict(response)
     failed["status"] = "failed"
-    failed["error"] = {"code": code, "message": message}
+    failed["error"] = {"code": code, "message": message or LOST_MESSAGES.get(code, code)}
     output = []
     for item in failed.get("output") or []:
         if isinstance(item, dict) and item.get("status") == "in_progress":
@@ -130,6 +131,14 @@ LOST_MESSAGES: Final = {
     "owner_lost": "The server running this response stopped while it was in progress.",
     "server_error": "The server had an error while running this response.",
 }
+
+
+def lost_error(error: Json | None) -> tuple[str, str | None]:
+    """(code, message or None for the code's own) of a run its owner gives up."""
+    if error is None or not isinstance(error.get("code"), str):
+        return "server_error", None
+    message = error.get("message")
+    return error["code"], message if isinstance(message, str) else None
 
 
 def indexed_items(record: StoredResponse) -> list[Json]:
@@ -245,8 +254,9 @@ class Store(ABC):
         """Ask the owner of a run in flight to cancel it; False when no such run is in flight."""
 
     @abstractmethod
-    async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
-        """The owner gives up a run it cannot finish: failed (`server_error`) with the lost-run
+    async def abandon_run(self, response_id: str, *, scope: str = "", error: Json | None = None) -> None:
+        """The owner gives up a run it cannot finish: failed with `error` (`{"code", "message"}`:
+        the failure the owner already showed for it; `server_error` when None), the lost-run
         frames ending its log. A no-op when the run is not in flight."""
 
     @abstractmethod

@@ -44,13 +44,13 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.exceptions import WatchError
 
 from sluicegate.store.base import (
-    LOST_MESSAGES,
     Json,
     Store,
     StoredResponse,
     StoreUnavailable,
     failed_snapshot,
     indexed_items,
+    lost_error,
 )
 from sluicegate.store.codec import (
     batches,
@@ -432,21 +432,26 @@ class RedisStore(Store):
             if flag is not None:
                 self._cancel_local(f"{scope}:{rid}")
 
-    async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
-        # Drop the lease, then fail the run as any replica's sweep would (at once, not a sweep later).
-        self._owned.discard((scope, response_id))
+    async def abandon_run(self, response_id: str, *, scope: str = "", error: Json | None = None) -> None:
+        # Drop the lease, then fail the run as any replica's sweep would (at once, not a sweep
+        # later). The lease is renewed until then: a sweep must not fail it with another code.
+        code, message = lost_error(error)
 
         async def abandon() -> bool:
             await self.redis.delete(self._key("lease", scope, response_id))
             try:
-                return await self._mark_lost(scope, response_id, "server_error")
+                return await self._mark_lost(scope, response_id, code, message)
             except WatchError:  # changed meanwhile; without a lease, a sweep fails it if need be
                 return False
 
-        if await self._do(abandon):
+        abandoned = await self._do(abandon)
+        self._owned.discard((scope, response_id))
+        if abandoned:
             log.warning("response %s could not be finished: marked failed", response_id)
 
-    async def _mark_lost(self, scope: str, response_id: str, code: str = "owner_lost") -> bool:
+    async def _mark_lost(
+        self, scope: str, response_id: str, code: str = "owner_lost", message: str | None = None
+    ) -> bool:
         key, lease = self._key("r", scope, response_id), self._key("lease", scope, response_id)
         stream = self._key("e", scope, response_id)
         async with self.redis.pipeline(transaction=True) as pipe:
@@ -461,7 +466,7 @@ class RedisStore(Store):
                 pipe.srem(self._running, f"{scope}:{response_id}")
                 await pipe.execute()
                 return False
-            failed = failed_snapshot(orjson.loads(response), code, LOST_MESSAGES[code])
+            failed = failed_snapshot(orjson.loads(response), code, message)
             seq = int(next_seq or 0)
             frames = self.lost_run_frames(failed, seq) if self.lost_run_frames is not None else []
             pipe.multi()

@@ -32,13 +32,13 @@ from typing import Any, TypeVar
 import orjson
 
 from sluicegate.store.base import (
-    LOST_MESSAGES,
     Json,
     Store,
     StoredResponse,
     StoreUnavailable,
     failed_snapshot,
     indexed_items,
+    lost_error,
 )
 from sluicegate.store.codec import (
     batches,
@@ -164,7 +164,11 @@ class SQLiteStore(Store):
             yield db
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself on some errors (SQLITE_FULL, SQLITE_IOERR): a ROLLBACK
+            # then would raise "no transaction is active" in place of the error that matters.
+            if db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
             raise
         finally:
             if not durable:
@@ -414,10 +418,12 @@ class SQLiteStore(Store):
 
     _IN_FLIGHT = "SELECT scope, id, response, template, next_seq FROM responses WHERE in_flight"
 
-    def _fail(self, lost: list[tuple[Any, ...]], code: str) -> list[tuple[str, str]]:
+    def _fail(
+        self, lost: list[tuple[Any, ...]], code: str, message: str | None = None
+    ) -> list[tuple[str, str]]:
         """Finish these runs in flight (rows of `_IN_FLIGHT`) as failed with `code`."""
         for scope, rid, response, template, next_seq in lost:
-            failed = failed_snapshot(orjson.loads(response), code, LOST_MESSAGES[code])
+            failed = failed_snapshot(orjson.loads(response), code, message)
             frames = self.lost_run_frames(failed, next_seq) if self.lost_run_frames is not None else []
             with self._transaction() as db:
                 if frames:
@@ -435,12 +441,13 @@ class SQLiteStore(Store):
     def _recover(self) -> list[tuple[str, str]]:
         return self._fail(self.db.execute(self._IN_FLIGHT).fetchall(), "server_restarted")
 
-    def _abandon(self, scope: str, response_id: str) -> list[tuple[str, str]]:
+    def _abandon(self, scope: str, response_id: str, code: str, message: str | None) -> list[tuple[str, str]]:
         own = self.db.execute(self._IN_FLIGHT + " AND scope = ? AND id = ?", (scope, response_id))
-        return self._fail(own.fetchall(), "server_error")
+        return self._fail(own.fetchall(), code, message)
 
-    async def abandon_run(self, response_id: str, *, scope: str = "") -> None:
-        if await self._call(self._abandon, scope, response_id):
+    async def abandon_run(self, response_id: str, *, scope: str = "", error: Json | None = None) -> None:
+        code, message = lost_error(error)
+        if await self._call(self._abandon, scope, response_id, code, message):
             log.warning("response %s could not be finished: marked failed", response_id)
             self._wake(scope, response_id)
 

@@ -1,49 +1,45 @@
-"""The one place that owns Server-Sent Events: framing, heartbeats, backpressure, disconnects.
+"""Server-Sent Events: the framing (`event:`/`data:` lines, the blank line, `[DONE]`) and the
+`: heartbeat` comment. Encoders yield `Frame`s; only this module writes them as SSE bytes.
 
-Encoders yield `Frame`s; only this module writes them as bytes (`event:`/`data:` lines, the
-blank line, `[DONE]`). Headers go out at once; from then on a `: heartbeat` comment is sent
-whenever nothing else was sent for `heartbeat_seconds`, also while the engine has produced
-nothing yet.
-
-Backpressure: frames wait in a per-stream outbox bounded in bytes (`buffer_bytes`). The sender
-writes them as fast as the client reads — uvicorn's `send` waits while the socket's write
-buffer is above its high-water mark — and the producer stops pulling from the pipeline while
-the outbox is full, so a client that stops reading stops the engine (llama.cpp pauses between
-tokens, an upstream connection stops being read and TCP flow control reaches it). Memory per
-stream is the outbox bound plus the transport's write buffer, however long the answer.
-
-When the client goes away the producer (and with it the whole generator chain down to the
-engine) is cancelled at once.
+Headers go out at once; from then on a heartbeat is sent whenever nothing else was sent for
+`heartbeat_seconds`, also while the engine has produced nothing yet. The outbox, backpressure
+and disconnect → cancel are every streaming transport's (`transport/stream.py`).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncIterator, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
+from dataclasses import replace
 from typing import Final
 
 from starlette.types import Receive, Send
 
 from sluicegate.core.frames import Frame
+from sluicegate.transport.stream import (
+    DEFAULT_BUFFER_BYTES,
+    SERVER_SEND,
+    Chunk,
+    Framing,
+    StreamOutcome,
+    raw_headers,
+    server_send,
+    stream_chunks,
+)
 
-log = logging.getLogger(__name__)
+__all__ = [
+    "HEARTBEAT",
+    "SERVER_SEND",
+    "Chunk",
+    "StreamOutcome",
+    "frame_bytes",
+    "frames_bytes",
+    "server_send",
+    "sse_framing",
+    "stream_sse",
+]
 
 HEARTBEAT: Final = b": heartbeat\n\n"
-DEFAULT_BUFFER_BYTES: Final = 256 * 1024
 SSE_HEADERS: Final = {"Cache-Control": "no-cache", "Connection": "keep-alive", "X-Accel-Buffering": "no"}
-_END: Final = b"\x00end"  # producer finished (identity-compared, never sent)
-_GONE: Final = b"\x00gone"  # client disconnected
-
-# Scope key under which the app keeps the server's own `send`, from below every middleware.
-# A stream's head goes through the middleware (they note its status); its body frames do not
-# need them and skip their layers, one call each per frame.
-SERVER_SEND: Final = "sluicegate.server_send"
-
-# What a frame producer yields: frames to write, or bytes already framed (a stored replay).
-Chunk = list[Frame] | bytes
-
 
 _PREFIXES: dict[str | None, bytes] = {None: b"data: "}  # per event name: its lines up to the data
 
@@ -56,12 +52,6 @@ def _prefix(event: str | None) -> bytes:
         if len(_PREFIXES) < 256:  # encoders use a few dozen names; the cache stays small anyway
             _PREFIXES[event] = prefix
     return prefix
-
-
-def server_send(scope: Mapping[str, object], send: Send) -> Send:
-    """The send for a stream's body: the server's own, when the app put it in the scope."""
-    raw = scope.get(SERVER_SEND)
-    return raw if callable(raw) else send
 
 
 def frame_bytes(frame: Frame) -> bytes:
@@ -84,84 +74,17 @@ def _list_bytes(frames: list[Frame]) -> bytes:
     return frames_bytes(frames)
 
 
-_BASE_HEADERS: Final = {"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS}
-_BASE_RAW: Final = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in _BASE_HEADERS.items()]
+SSE: Final = Framing(
+    _list_bytes, raw_headers({"content-type": "text/event-stream; charset=utf-8", **SSE_HEADERS}), HEARTBEAT
+)
 
 
-def _raw_headers(headers: Mapping[str, str] | None) -> list[tuple[bytes, bytes]]:
-    """The response head's headers as ASGI wants them; the fixed ones encoded once (they are
-    shared, not copied, by every stream)."""
-    if not headers:
-        return list(_BASE_RAW)
-    fixed = {k.lower() for k in headers}
-    raw = [pair for pair, name in zip(_BASE_RAW, _BASE_HEADERS, strict=True) if name.lower() not in fixed]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
-    return raw
+def sse_framing(heartbeat: Frame | None = None) -> Framing:
+    """SSE, with a dialect's own keep-alive event (Anthropic's `ping`) instead of the comment."""
+    return SSE if heartbeat is None else replace(SSE, heartbeat=frame_bytes(heartbeat))
 
 
-class _Outbox:
-    """Frames waiting to be sent, for one consumer: a list, a byte count and two futures.
-
-    `put` never waits (control items — heartbeats, the end, a disconnect — must always get
-    through); the producer checks `full` and waits for `room` itself. The consumer takes
-    everything waiting at once, which is how frames that are ready together go out in one write.
-    """
-
-    __slots__ = ("_items", "_room", "_size", "_waiter", "limit")
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._items: list[bytes] = []
-        self._size = 0
-        self._waiter: asyncio.Future[None] | None = None  # the consumer, waiting for items
-        self._room: asyncio.Future[None] | None = None  # the producer, waiting for space
-
-    @property
-    def full(self) -> bool:
-        return self._size >= self.limit
-
-    @property
-    def empty(self) -> bool:
-        return not self._items
-
-    def put(self, item: bytes) -> None:
-        self._items.append(item)
-        self._size += len(item)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def room(self) -> None:
-        """Wait until the consumer has taken what is waiting."""
-        if self.full:
-            self._room = asyncio.get_running_loop().create_future()
-            try:
-                await self._room
-            finally:
-                self._room = None
-
-    async def take(self) -> list[bytes]:
-        """Everything waiting, in order; waits for at least one item."""
-        if not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        items, self._items, self._size = self._items, [], 0
-        room = self._room
-        if room is not None and not room.done():
-            room.set_result(None)
-        return items
-
-
-@dataclass(slots=True)
-class StreamOutcome:
-    finished: bool  # the producer ran to its end and everything was sent
-    client_gone: bool  # the client disconnected (or vanished mid-write) first
-
-
-async def stream_sse(
+def stream_sse(
     chunks: AsyncIterator[Chunk],
     send: Send,
     receive: Receive,
@@ -170,101 +93,17 @@ async def stream_sse(
     buffer_bytes: int = DEFAULT_BUFFER_BYTES,
     status: int = 200,
     headers: Mapping[str, str] | None = None,
-    heartbeat: Frame | None = None,  # a dialect's own keep-alive event (Anthropic's `ping`)
     body_send: Send | None = None,  # for the body, once the head went through `send`
-) -> StreamOutcome:
-    """Send the response head, then every chunk as SSE, with heartbeats and backpressure.
-
-    Returns once the stream ended or the client left; either way the producer has been run
-    to completion or cancelled and awaited, so whatever it holds is released by then.
-    """
-    # (built in the call, not a local: this frame lives as long as the stream)
-    await send({"type": "http.response.start", "status": status, "headers": _raw_headers(headers)})
-    send = body_send or send
-    loop = asyncio.get_running_loop()
-    outbox = _Outbox(max(buffer_bytes, 1))
-    producer = loop.create_task(_produce(chunks, outbox))
-    watcher = loop.create_task(_watch_disconnect(receive, outbox))
-    interval = heartbeat_seconds
-    beat_bytes = frame_bytes(heartbeat) if heartbeat is not None else HEARTBEAT
-    last_sent = loop.time()
-    timer: asyncio.TimerHandle | None = None
-
-    def beat() -> None:
-        nonlocal timer
-        quiet = loop.time() - last_sent
-        if quiet >= interval * 0.999:
-            if outbox.empty:  # a client that reads nothing gets no pile of heartbeats either
-                outbox.put(beat_bytes)
-            timer = loop.call_later(interval, beat)
-        else:
-            timer = loop.call_later(interval - quiet, beat)
-
-    if interval > 0:
-        timer = loop.call_later(interval, beat)
-    finished = False
-    gone = False
-    last = b""  # frames that came with the end: they go out with it, in one write
-    try:
-        while not (gone or finished):
-            chunks_out: list[bytes] = []
-            for item in await outbox.take():
-                if item is _GONE:
-                    gone = True
-                    break
-                if item is _END:
-                    finished = True
-                    break
-                chunks_out.append(item)
-            if finished:
-                last = b"".join(chunks_out)
-            elif chunks_out and not gone:
-                await send({"type": "http.response.body", "body": b"".join(chunks_out), "more_body": True})
-                last_sent = loop.time()
-    except OSError:  # the client vanished mid-write
-        gone = True
-    finally:
-        if timer is not None:
-            timer.cancel()
-        watcher.cancel()
-        if not producer.done():
-            gone = True
-            producer.cancel()
-        await asyncio.gather(producer, watcher, return_exceptions=True)
-    if finished and not gone:
-        try:
-            await send({"type": "http.response.body", "body": last, "more_body": False})
-        except OSError:
-            return StreamOutcome(finished=False, client_gone=True)
-    return StreamOutcome(finished=finished and not gone, client_gone=gone)
-
-
-async def _produce(chunks: AsyncIterator[Chunk], outbox: _Outbox) -> None:
-    put = outbox.put
-    try:
-        async for chunk in chunks:
-            if isinstance(chunk, bytes):
-                if chunk:
-                    put(chunk)
-            elif chunk:
-                put(_list_bytes(chunk))
-            if outbox.full:
-                await outbox.room()
-    except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
-        log.exception("stream producer failed")
-    finally:
-        put(_END)
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                log.exception("closing a stream producer failed")
-
-
-async def _watch_disconnect(receive: Receive, outbox: _Outbox) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            outbox.put(_GONE)
-            return
+) -> Awaitable[StreamOutcome]:
+    """Send the response head, then every chunk as SSE, with heartbeats and backpressure."""
+    return stream_chunks(
+        chunks,
+        send,
+        receive,
+        framing=SSE,
+        heartbeat_seconds=heartbeat_seconds,
+        buffer_bytes=buffer_bytes,
+        status=status,
+        headers=headers,
+        body_send=body_send,
+    )

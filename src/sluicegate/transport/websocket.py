@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from starlette.websockets import WebSocketDisconnect
 
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.transport.sse import StreamOutcome
+from sluicegate.transport.stream import StreamOutcome
 
 log = logging.getLogger(__name__)
 

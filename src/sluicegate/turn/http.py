@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.headers import header_value
 from sluicegate.core.json_limits import check_json_depth
 from sluicegate.turn.state import AppState
 
@@ -21,6 +22,15 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
+
+
+def safe_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
+    been percent-encoded on purpose); any other is percent-encoded."""
+    return {
+        name: value if value.isascii() and value.isprintable() else header_value(value)
+        for name, value in headers.items()
+    }
 
 
 def app_state(request: HTTPConnection) -> AppState:
@@ -48,17 +58,26 @@ async def read_json(request: Request, max_bytes: int) -> Any:
             chunks.append(chunk)
     except ClientDisconnect:  # gone mid-body: nothing to answer, and nothing went wrong here
         raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled") from None
-    body = b"".join(chunks)
+    return parse_json(b"".join(chunks), app_state(request).settings.max_json_depth)
+
+
+HTTP_HINT = "Send valid JSON with Content-Type: application/json."
+
+
+def parse_json(
+    body: bytes | str, max_depth: int, *, what: str = "request body", hint: str = HTTP_HINT
+) -> Any:
+    """A client's JSON, with every check a body gets (empty, invalid JSON or UTF-8, nesting past
+    `max_json_depth`): one parser for every transport (HTTP bodies, WebSocket messages)."""
     if not body.strip():
-        raise invalid("The request body is empty; expected a JSON object.")
+        raise invalid(f"The {what} is empty; expected a JSON object.")
     try:
         value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid(
-            f"We could not parse the JSON body of your request ({exc.msg} at position {exc.pos}). "
-            "Send valid JSON with Content-Type: application/json."
+            f"We could not parse the JSON {what.split()[-1]} of your request ({exc.msg} at position {exc.pos}). {hint}"
         ) from exc
-    check_json_depth(value, app_state(request).settings.max_json_depth)  # one limit, applied once
+    check_json_depth(value, max_depth)  # one limit, applied once
     return value
 
 

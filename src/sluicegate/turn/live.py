@@ -14,16 +14,20 @@ import logging
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.owned import Owned
 from sluicegate.dialects.base import Encoder
-from sluicegate.store.base import Store, StoredResponse
+from sluicegate.store.base import Store, StoredResponse, StoreUnavailable
 from sluicegate.store.runlog import RunLog
 from sluicegate.transport.sse import frame_bytes
 from sluicegate.turn.pipeline import TurnPipeline
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+# How soon a run the store could not fail is tried again (doubling up to the maximum).
+ABANDON_RETRY_SECONDS = 0.1
+ABANDON_RETRY_MAX_SECONDS = 10.0
 
 
 class LiveTurn:
@@ -143,30 +147,51 @@ class BackgroundRun(LiveTurn):
 
     async def _run(self, frames: AsyncGenerator[list[Frame], None]) -> None:
         try:
-            async with self._owned:
-                try:
-                    async for batch in frames:
-                        await self._log(batch)
-                finally:
-                    await frames.aclose()
-        except asyncio.CancelledError:
-            raise  # the server is stopping: its store's recovery ends the run
-        except BaseException:
-            log.exception("background run %s failed", self.id)
-            await self._abandon()
-            raise
-        else:
+            try:
+                async with self._owned:
+                    try:
+                        async for batch in frames:
+                            await self._log(batch)
+                    finally:
+                        await frames.aclose()
+            except asyncio.CancelledError:
+                raise  # the server is stopping: its store's recovery ends the run
+            except SluicegateError as exc:  # the store could not take the run's state
+                log.warning("background run %s failed: %s (%s)", self.id, exc, getattr(exc, "detail", ""))
+                self.pipeline.fail(exc.info)
+            except Exception:
+                log.exception("background run %s failed", self.id)
+                self.pipeline.fail(
+                    ErrorInfo(ErrorKind.INTERNAL, "The server had an error while running this response.")
+                )
+            self.log.abort()  # followers end now (a no-op when the persister finished it)
             await self._abandon()
         finally:
-            self.log.abort()  # a no-op when the persister finished it
+            self.log.abort()
             self.__exit__()
 
     async def _abandon(self) -> None:
-        """A run that ended without its ending stored is failed in the store now: else it stays
-        in flight, and its followers wait, until the process restarts."""
+        """A run that ended without its ending stored is failed in the store, with the error it
+        shows here: else it stays in flight, and its followers wait, until the process restarts.
+        While the store cannot take even that, the run stays live here (a GET shows it failed)
+        and it is retried until the store can say so."""
         if self.log.ended:
             return
-        try:
-            await self.store.abandon_run(self.id, scope=self.scope)
-        except Exception:  # the store is down too: recovery fails it once the process restarts
-            log.exception("giving up background run %s failed", self.id)
+        snapshot = self.snapshot()
+        error = snapshot.get("error") if snapshot.get("status") == "failed" else None
+        delay = ABANDON_RETRY_SECONDS
+        while True:
+            try:
+                await self.store.abandon_run(self.id, scope=self.scope, error=error)
+                return
+            except StoreUnavailable as exc:
+                log.warning(
+                    "giving up background run %s: the store is unavailable (%s); retrying",
+                    self.id,
+                    exc.detail,
+                )
+            except Exception:
+                log.exception("giving up background run %s failed", self.id)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, ABANDON_RETRY_MAX_SECONDS)

@@ -95,13 +95,26 @@ class TurnPipeline:
             info = ErrorInfo(ErrorKind.INTERNAL, "The response could not be stored; it was not saved.")
         if reason is not None:
             return frames  # cancelled: nothing claims the record exists
-        failed = Failed(info)
+        failed = Failed(info, unstored=True)
         self.accumulator.feed(failed)
         try:
             return self.encoder.encode(failed)
         except Exception:
             log.exception("encoding a storage failure failed")
             return []
+
+    def fail(self, info: ErrorInfo) -> None:
+        """The turn's consumer failed it from outside (its state could not be written): the
+        response object says so too, with the same error the store is given."""
+        if self.ended:
+            return
+        self.ended = True
+        failed = Failed(info)
+        self.accumulator.feed(failed)
+        try:
+            self.encoder.encode(failed)
+        except Exception:
+            log.exception("encoding a failure failed")
 
     def _internal_failure(self) -> list[Frame]:
         failed = Failed(

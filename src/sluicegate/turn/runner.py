@@ -43,15 +43,19 @@ from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
-from sluicegate.transport.sse import Chunk, StreamOutcome, frame_bytes, server_send, stream_sse
+from sluicegate.transport.ndjson import NDJSON
+from sluicegate.transport.sse import frame_bytes, sse_framing
+from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, server_send, stream_chunks
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     app_state,
     read_json,
     request_scope,
+    safe_headers,
     wait_for_disconnect,
 )
+from sluicegate.turn.images import load_images
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
 from sluicegate.turn.state import AppState
@@ -60,6 +64,8 @@ from sluicegate.turn.tools import open_model, request_toolset
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 
+# A dialect's declared transport (its registry entry) → the framing its streams get.
+TRANSPORTS: dict[str, Callable[[Frame | None], Framing]] = {"sse": sse_framing, "ndjson": lambda _: NDJSON}
 ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
 
 
@@ -97,6 +103,7 @@ class TurnEndpoint:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -111,7 +118,11 @@ class TurnEndpoint:
         async with Owned() as owned:
             try:
                 # The request's JSON is not kept for the stream's life (nothing here holds it).
-                prepared = await self.prepare(state, await self._source(state, request), owned)
+                source = await self._source(state, request)
+                answer = await self.answer_without_turn(state, source)
+                if answer is not None:
+                    return await self._send_json(answer, send, {})
+                prepared = await self.prepare(state, source, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
@@ -130,6 +141,11 @@ class TurnEndpoint:
                     return 200
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
+
+    async def answer_without_turn(self, state: AppState, source: TurnSource) -> Json | None:
+        """A request on the chat route that is no turn (Ollama's load and unload): its answer,
+        or None to run the turn. Nothing by default."""
+        return None
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
@@ -188,13 +204,14 @@ class TurnEndpoint:
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
     ) -> Awaitable[StreamOutcome]:
-        # The transport's own coroutine, not a frame of ours around it for the stream's life.
-        return stream_sse(
+        # The transport's own coroutine, not a frame of ours around it for the stream's life;
+        # which transport is the dialect's registry entry.
+        return stream_chunks(
             chunks,
             send,
             request.receive,
+            framing=self.framing,
             heartbeat_seconds=state.limits.heartbeat_seconds,
-            heartbeat=self.dialect.heartbeat,
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
             body_send=server_send(request.scope, send),
@@ -220,6 +237,7 @@ class TurnEndpoint:
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
+        turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
         model = state.registry.get(turn.chat.model)
         dialect.check(turn, model.engine.info())
         scope = source.scope
@@ -234,6 +252,8 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
+        if model.engine.reads_pixels and model.engine.info().capabilities.vision:
+            await load_images(chat, state.images)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
         if turn.tools is not None and _wants_tools(turn, state):
@@ -275,12 +295,16 @@ class TurnEndpoint:
         pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
-        headers = {
-            INSTANCE_HEADER: generation.instance_id,
-            **opened.headers,
-            **chat.response_headers,
-            **turn.headers,
-        }
+        # Checked here, before the turn runs: a header that cannot be sent must not surface as an
+        # error after the store has recorded the response as completed.
+        headers = safe_headers(
+            {
+                INSTANCE_HEADER: generation.instance_id,
+                **opened.headers,
+                **chat.response_headers,
+                **turn.headers,
+            }
+        )
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = resolved.input_items if resolved is not None else []

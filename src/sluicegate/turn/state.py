@@ -15,6 +15,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe.metrics import METRICS
 from sluicegate.store.base import Store
 from sluicegate.tools.catalog import ToolCatalog
+from sluicegate.turn.images import ImageSettings
 
 if TYPE_CHECKING:
     from sluicegate.turn.live import LiveTurn
@@ -60,6 +61,7 @@ class AppState:
     live: dict[str, LiveTurn] = field(default_factory=dict)  # stored turns being generated, by id
     tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
     sealer: Sealer | None = None  # seals what clients carry for us (compactions, reasoning)
+    images: ImageSettings = field(default_factory=ImageSettings)  # limits on image input
 
     def live_turn(self, turn_id: str, scope: str) -> LiveTurn | None:
         """The turn being generated with this id, if it is `scope`'s: `live` is keyed by id

@@ -47,7 +47,7 @@ from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import RequestObserver, observing
 from sluicegate.transport.websocket import stream_websocket
-from sluicegate.turn.http import app_state, request_scope
+from sluicegate.turn.http import app_state, parse_json, request_scope
 from sluicegate.turn.runner import TurnEndpoint, TurnSource
 from sluicegate.turn.state import AppState
 
@@ -100,7 +100,7 @@ class _Connection:
         self.websocket = websocket
         self.local = ConnectionResponses(state.settings.responses_websocket_cached_responses)
         self.scope = request_scope(websocket, state.settings.api_keys)
-        self.inbox: asyncio.Queue[str] = asyncio.Queue(PENDING_MESSAGES)
+        self.inbox: asyncio.Queue[str | bytes] = asyncio.Queue(PENDING_MESSAGES)
         self.closing: tuple[int, str] | None = None  # why the server closes the connection
         self.gone = asyncio.Event()  # the client disconnected
 
@@ -123,7 +123,7 @@ class _Connection:
                 with contextlib.suppress(OSError, WebSocketDisconnect, RuntimeError):
                     await self.websocket.close(*self.closing)
 
-    async def _next(self, remaining: float) -> str | None:
+    async def _next(self, remaining: float) -> str | bytes | None:
         """The next message; None when the client left or the connection's time is up."""
         if remaining <= 0:
             return None
@@ -148,12 +148,11 @@ class _Connection:
                 message = await self.websocket.receive()
                 if message["type"] == "websocket.disconnect":
                     return
+                # A binary message is parsed as it came: invalid UTF-8 is a 400, not replaced.
                 text = message.get("text")
-                if text is None:
-                    data = message.get("bytes") or b""
-                    text = data.decode("utf-8", "replace")
+                data: str | bytes = text if text is not None else message.get("bytes") or b""
                 try:
-                    self.inbox.put_nowait(text)
+                    self.inbox.put_nowait(data)
                 except asyncio.QueueFull:
                     reason = (
                         f"more than {PENDING_MESSAGES} response.create messages waiting; send one at a time"
@@ -185,7 +184,7 @@ class _Connection:
         with contextlib.suppress(OSError, WebSocketDisconnect, RuntimeError):
             await self.websocket.close(1000, LIMIT_CODE)
 
-    async def _turn(self, text: str) -> None:
+    async def _turn(self, text: str | bytes) -> None:
         status = 500
         path = self.websocket.scope["path"]
         observer = RequestObserver(self.dialect.name, "WS", path, "req_" + secrets.token_hex(8))
@@ -197,7 +196,7 @@ class _Connection:
         finally:
             observer.end(status)
 
-    async def _observed_turn(self, text: str) -> int:
+    async def _observed_turn(self, text: str | bytes) -> int:
         status = 500
         previous: str | None = None
         try:
@@ -220,22 +219,19 @@ class _Connection:
             METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
         return status
 
-    def _create_body(self, text: str) -> Json:
-        """A `response.create` message → the create body the dialect parses (streaming)."""
-        limit = self.state.settings.max_body_bytes
-        if len(text) > limit or len(text.encode()) > limit:
+    def _create_body(self, text: str | bytes) -> Json:
+        """A `response.create` message → the create body the dialect parses (streaming). The
+        message gets every check an HTTP body gets (`parse_json`)."""
+        settings = self.state.settings
+        limit = settings.max_body_bytes
+        if len(text) > limit or (isinstance(text, str) and len(text.encode()) > limit):
             raise SluicegateError(
                 ErrorKind.PAYLOAD_TOO_LARGE,
                 f"Message is larger than the limit of {limit} bytes (max_body_bytes).",
                 code="request_too_large",
             )
-        try:
-            message = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
-            raise invalid(
-                f"We could not parse the JSON message ({exc.msg} at position {exc.pos}); "
-                f"send a JSON object with type '{CREATE}'."
-            ) from exc
+        hint = f"Send a JSON object with type '{CREATE}'."
+        message = parse_json(text, settings.max_json_depth, what="message", hint=hint)
         if not isinstance(message, dict):
             raise invalid(f"A message must be a JSON object with type '{CREATE}'.")
         if message.get("type") != CREATE:

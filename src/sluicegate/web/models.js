@@ -40,6 +40,12 @@ function bytes(n) {
   return `${n.toFixed(n >= 100 || i === 0 ? 0 : 1)} ${units[i]}`;
 }
 
+function duration(seconds) {
+  if (seconds < 90) return `${seconds} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  return `${(seconds / 3600).toFixed(1)} h`;
+}
+
 function cell(content, className) {
   const td = document.createElement("td");
   if (content instanceof Node) td.append(content); else td.textContent = content ?? "–";
@@ -96,8 +102,11 @@ function state(model) {
     const line = document.createElement("div");
     line.className = "instance";
     const context = instance.config && instance.config.context_length ? ` · ctx ${instance.config.context_length}` : "";
-    const ttl = instance.expires_at ? ` · unloads ${new Date(instance.expires_at).toLocaleTimeString()}` : "";
-    line.append(`loaded: ${instance.id}${context}${ttl}`, button("Unload", async () => {
+    const ttl = instance.unloads_in_seconds !== undefined ? ` · idle TTL left ${duration(instance.unloads_in_seconds)}` : "";
+    // Memory: the weights plus the KV cache at the loaded context (what the engine reports).
+    const kv = model.context && model.context.kv_cache_bytes ? model.context.kv_cache_bytes : 0;
+    const memory = model.size_bytes ? ` · ~${bytes(model.size_bytes + kv)}` : "";
+    line.append(`loaded: ${instance.id}${context}${memory}${ttl}`, button("Unload", async () => {
       await call("POST", "/api/v1/models/unload", { instance_id: instance.id });
       say(`Unloaded ${instance.id}.`);
       await refresh();

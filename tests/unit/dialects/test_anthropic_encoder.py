@@ -274,3 +274,26 @@ async def test_failed_event_from_the_core_is_rendered() -> None:
     encoder = AnthropicEncoder("msg_1", "m", SIGNER)
     frames = encoder.encode(Failed(ErrorInfo(ErrorKind.OVERLOADED, "busy")))
     assert orjson.loads(frames[0].data)["error"]["type"] == "overloaded_error"
+
+
+async def test_frames_waiting_in_an_outbox_cost_their_size_not_orjsons_buffer() -> None:
+    """A slow reader's outbox holds every frame it has not read: each Anthropic frame once kept
+    orjson's ~4 KiB output buffer (13-17 MB per stalled stream, against 3-6 MB for Chat
+    Completions). Per token and per event, a frame now costs about its own length."""
+    import tracemalloc
+
+    raw: list[RawEvent] = [TextDelta(ItemKind.REASONING, "hmm ") for _ in range(1000)]
+    raw += [TextDelta(ItemKind.MESSAGE, "tok ") for _ in range(1000)]
+    raw += [ToolCallDelta(0, call_id="call_1", name="f", arguments='{"a":')]
+    raw += [ToolCallDelta(0, arguments="1,") for _ in range(500)]
+    raw += [Finished(FinishReason.TOOL_CALLS)]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        frames, _ = await encode(raw)
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    per_frame = held / len(frames)
+    assert len(frames) > 2000
+    assert per_frame < 1024, f"{per_frame:.0f} bytes held per frame"

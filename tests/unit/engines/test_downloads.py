@@ -18,6 +18,7 @@ from sluicegate.engines.downloads import (
     fetch,
     parse_model_ref,
     pick_file,
+    pick_projector,
     quantization_of,
     resolve,
 )
@@ -118,10 +119,22 @@ def test_pick_file() -> None:
 
 def test_resolve_and_fetch_put_the_file_in_the_models_dir(hub: FakeHub, tmp_path: Path) -> None:
     target = resolve(REPO, "Q8_0", tmp_path, hub.url)
-    assert target == Target(REPO, hub.repos[REPO].sha, "tiny-Q8_0.gguf", len(Q8), tmp_path / REPO)
+    projector = FILES["mmproj-tiny-f16.gguf"]
+    assert target == Target(
+        REPO,
+        hub.repos[REPO].sha,
+        "tiny-Q8_0.gguf",
+        len(Q8),
+        tmp_path / REPO,
+        "mmproj-tiny-f16.gguf",
+        len(projector),
+    )
     path = fetch(target, endpoint=hub.url)
     assert path == tmp_path / "acme" / "Tiny-GGUF" / "tiny-Q8_0.gguf"
     assert path.read_bytes() == Q8
+    assert (path.parent / "mmproj-tiny-f16.gguf").read_bytes() == projector  # the projector came along
+    solo = resolve("acme/solo-GGUF", None, tmp_path, hub.url)
+    assert solo.projector is None and solo.files() == [("solo.Q5_K_S.gguf", len(Q4))]
     assert not list(path.parent.glob("*.incomplete"))
 
 
@@ -142,7 +155,8 @@ async def test_a_job_downloads_and_reports_progress(hub: FakeHub, tmp_path: Path
     assert isinstance(job, DownloadJob) and job.job_id.startswith("job_")
     body = job.body()
     assert body["status"] == "downloading"
-    assert body["total_size_bytes"] == len(Q4)
+    total = len(Q4) + len(FILES["mmproj-tiny-f16.gguf"])  # the model and its projector
+    assert body["total_size_bytes"] == total and body["projector"] == "mmproj-tiny-f16.gguf"
     assert body["started_at"].endswith("Z") and "completed_at" not in body
     assert body["path"] == str(tmp_path / REPO / "tiny-Q4_K_M.gguf")
     again = await downloads.start(REPO, "Q4_K_M")
@@ -151,7 +165,7 @@ async def test_a_job_downloads_and_reports_progress(hub: FakeHub, tmp_path: Path
     await until(lambda: job.status != "downloading", "the job ends")
     body = job.body()
     assert body["status"] == "completed", body
-    assert body["downloaded_bytes"] == body["total_size_bytes"] == len(Q4)
+    assert body["downloaded_bytes"] == body["total_size_bytes"] == total
     assert body["completed_at"] >= body["started_at"]
     assert (tmp_path / REPO / "tiny-Q4_K_M.gguf").read_bytes() == Q4
     assert downloads.get(job.job_id) is job
@@ -162,6 +176,7 @@ async def test_a_job_downloads_and_reports_progress(hub: FakeHub, tmp_path: Path
     assert isinstance(present, Target)  # already there: no job, no second transfer
     assert finished == [path, path]  # and the server is told again (served already: no-op)
     assert hub.downloads_of(REPO, "tiny-Q4_K_M.gguf") == 1
+    assert hub.downloads_of(REPO, "mmproj-tiny-f16.gguf") == 1
 
 
 async def test_an_unknown_repo_is_a_failed_job_with_the_reason(hub: FakeHub, tmp_path: Path) -> None:
@@ -202,3 +217,17 @@ async def test_closing_stops_a_transfer_and_leaves_no_file(hub: FakeHub, tmp_pat
     await until(lambda: job.status != "downloading", "the job ends")
     assert job.status == "failed" and job.error is not None and "shutting down" in job.error
     assert not (tmp_path / "acme" / "solo-GGUF" / "solo.Q5_K_S.gguf").exists()
+
+
+def test_pick_projector() -> None:
+    files: dict[str, int | None] = {
+        "m-Q4_K_M.gguf": 1,
+        "mmproj-m-f32.gguf": 1,
+        "mmproj-m-f16.gguf": 1,
+        "mmproj-m-BF16.gguf": 1,
+        "sub/mmproj-other-f16.gguf": 1,
+    }
+    assert pick_projector(files, "m-Q4_K_M.gguf") == "mmproj-m-f16.gguf"
+    assert pick_projector({"mmproj-m-f32.gguf": 1, "mmproj-m-BF16.gguf": 1}, "m.gguf") == "mmproj-m-BF16.gguf"
+    assert pick_projector(files, "sub/m-Q8_0.gguf") == "sub/mmproj-other-f16.gguf"  # the model's folder
+    assert pick_projector({"m.gguf": 1}, "m.gguf") is None

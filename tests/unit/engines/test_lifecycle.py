@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from loop_support import settled
 from sluicegate.core.events import Finished, LoadFinished, LoadStarted, RawEvent, TextDelta
 from sluicegate.core.request import ChatRequest, Message, RequestOptions
 from sluicegate.engines.instances import Generation
@@ -79,6 +80,19 @@ async def until(condition: Callable[[], bool], what: str) -> None:
             await asyncio.sleep(0.001)
 
 
+def count_reaper_rounds(life: Lifecycle) -> list[list[str]]:
+    """What each of the reaper's rounds unloaded, one entry a round (wraps `life.reap`)."""
+    rounds: list[list[str]] = []
+    reap = life.reap
+
+    async def counted(now: float | None = None) -> list[str]:
+        rounds.append(await reap(now))
+        return rounds[-1]
+
+    life.reap = counted  # type: ignore[method-assign]
+    return rounds
+
+
 def engine_of(life: Lifecycle, model_id: str) -> GatedUnload:
     engine = life.registry.models[model_id].engine
     assert isinstance(engine, GatedUnload)
@@ -129,6 +143,22 @@ async def test_request_ttl_beats_model_ttl_beats_server_ttl() -> None:
     assert life.ttl_of(b, b.instances[0]) == 30
     assert await life.reap(now + 6) == ["a"]
     assert await life.reap(now + 31) == ["b"]
+
+
+async def test_the_listings_say_when_an_idle_instance_will_be_unloaded() -> None:
+    life = setup("a", "b", jit_ttl=60)
+    a, b = life.registry.models["a"], life.registry.models["b"]
+    await run(a.open(request("a")))  # loaded just in time: the server's TTL
+    instance = a.instances[0]
+    left = a.unloads_in(instance)
+    assert left is not None and 0 < left <= 60
+    instance.last_used -= 45  # idle for 45 s
+    left = a.unloads_in(instance)
+    assert left is not None and left <= 15
+    instance.last_used -= 60
+    assert a.unloads_in(instance) == 0  # due: the reaper's next round unloads it
+    loaded, _ = await b.load(new_instance=False)  # loaded explicitly: stays
+    assert b.unloads_in(loaded) is None
 
 
 async def test_a_request_ttl_also_applies_to_an_instance_it_did_not_load() -> None:
@@ -182,7 +212,7 @@ async def test_a_request_arriving_during_an_unload_loads_again_after_it() -> Non
     await until(lambda: engine.unloads == 1, "the unload started")
     assert not a.loaded  # from the first moment of the unload
     arriving = asyncio.create_task(run(a.open(request("a"))))
-    await asyncio.sleep(0.05)
+    await settled()
     assert engine.loads == 1 and not arriving.done()  # waits for the unload to finish
     engine.unload_gate.set()
     assert await reaping == ["a"]
@@ -210,6 +240,7 @@ async def test_a_jit_load_evicts_the_previous_idle_jit_model_first() -> None:
 
 async def test_auto_evict_waits_for_a_busy_model_then_evicts_it_once_idle() -> None:
     life = setup("a", "b", auto_evict=True)
+    rounds = count_reaper_rounds(life)
     reaper = asyncio.create_task(life.run())
     try:
         a, b = life.registry.models["a"], life.registry.models["b"]
@@ -218,8 +249,9 @@ async def test_auto_evict_waits_for_a_busy_model_then_evicts_it_once_idle() -> N
         events = await run(b.open(request("b")))  # b loads anyway
         assert isinstance(events[0], LoadStarted) and isinstance(events[-1], Finished)
         assert a.loaded and b.loaded and a.instances[0].evict_when_idle
-        await asyncio.sleep(0.05)  # several reaper rounds: a is busy, it stays
-        assert a.loaded
+        seen = len(rounds)
+        await until(lambda: len(rounds) >= seen + 3, "three more reaper rounds")
+        assert a.loaded  # a is busy: it stays
         rest = [e async for e in streaming.events]
         assert isinstance(rest[-1], Finished)  # a's stream ran to the end, untouched
         await until(lambda: not a.loaded, "a is evicted once idle")

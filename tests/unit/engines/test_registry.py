@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from loop_support import settled
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Failed,
@@ -182,9 +183,9 @@ async def test_max_concurrency_runs_that_many_at_once() -> None:
     generations = [model.open(request()) for _ in range(3)]
     tasks = [asyncio.create_task(anext(g.events)) for g in generations]
     await until(lambda: engine.log.count("started") == 2, "two run at once")
-    await asyncio.sleep(0.05)
-    assert engine.log.count("started") == 2  # the third waits for a slot
-    assert model.instances[0]._waiting == 1
+    await until(lambda: model.instances[0]._waiting == 1, "the third waits for a slot")
+    await settled()
+    assert engine.log.count("started") == 2  # and it does not start while it waits
     assert gauge("sluicegate_generations_active", model.id) == 2
     engine.release.set()
     # the first two finish, which lets the third in
@@ -286,7 +287,7 @@ async def test_jit_load_events_only_for_the_request_that_triggered_it() -> None:
     first_task = asyncio.create_task(collect(model.open(request()).events))
     await until(lambda: engine.load_calls == 1, "the first request starts the load")
     second_task = asyncio.create_task(collect(model.open(request()).events))
-    await asyncio.sleep(0.02)
+    await settled()
     assert not second_task.done()  # waits for the load
     engine.load_gate.set()
 
@@ -435,7 +436,7 @@ async def test_cancellation_counts_and_releases_the_slot() -> None:
 
     task = asyncio.create_task(consume())
     await until(lambda: "started" in engine.log, "the engine started")
-    await asyncio.sleep(0.01)  # now parked in `release.wait()`
+    await settled()  # now parked in `release.wait()`
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await with_timeout(task)

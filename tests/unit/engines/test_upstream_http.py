@@ -189,7 +189,10 @@ async def test_a_slow_reader_pauses_the_socket_and_still_gets_everything() -> No
     async with server as url:
         pool = HttpPool(url, {}, connect_timeout=5)
         response = await pool.post_stream("/chat/completions", b"{}")
-        await asyncio.sleep(0.3)  # let the upstream write ahead
+        connection = response._conn
+        async with asyncio.timeout(10):  # the upstream writes ahead until the reader pauses
+            while connection._reading:
+                await asyncio.sleep(0.005)
         assert await body(response.chunks()) == b"".join(frames)
         await response.aclose()
         await pool.aclose()

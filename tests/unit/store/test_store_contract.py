@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 import pytest
 
+from loop_support import settled
 from redis_support import RedisServer, redis_server
 from sluicegate.store.base import DONE, Store, StoredResponse, StoreUnavailable, request_scope, scope_of
 from sluicegate.store.runlog import RunLog
@@ -267,6 +268,20 @@ async def test_a_run_its_owner_gives_up_is_failed_at_once(store: Store) -> None:
     assert await store.recover_in_flight() == 0
 
 
+async def test_a_run_given_up_keeps_the_failure_its_owner_showed(store: Store) -> None:
+    """One failure, one code: the store records the error the owner already showed for the run
+    (e.g. `store_unavailable`), not a code of its own."""
+    store.lost_run_frames = lambda failed, seq: [frame("response.failed", seq, response=failed)]
+    await store.create_run(record("resp_shown", status="in_progress"), scope=A)
+    error = {"code": "store_unavailable", "message": "The response store is unavailable; retry shortly."}
+    await store.abandon_run("resp_shown", scope=A, error=error)
+    failed = await store.get("resp_shown", scope=A)
+    assert failed is not None and failed.response["error"] == error
+    replay = await asyncio.wait_for(collect(store.follow_events("resp_shown", -1, scope=A)), 30)
+    shown = orjson.loads(replay.split(b"data: ")[-2].split(b"\n")[0])["response"]["error"]
+    assert shown == error
+
+
 async def _as_if_killed(store: Store) -> None:
     """Let go of a store the way a killed process does: nothing finished, nothing handed over."""
     redis = getattr(store, "redis", None)
@@ -450,7 +465,8 @@ async def test_a_run_log_finished_while_its_lingering_batch_is_being_written_sto
     await log.extend(frames[:5])
     await written.wait()  # the linger passed: the flusher is inside its write
     finishing = asyncio.ensure_future(log.finish(frames[5:], record("resp_race")))
-    await asyncio.sleep(0.05)
+    await settled()  # `finish` has met the flusher inside its write
+    assert not finishing.done()
     release.set()
     await finishing
     assert not await store.run_in_flight("resp_race", scope=A)

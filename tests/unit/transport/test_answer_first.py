@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from loop_support import settled
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Answered,
@@ -80,7 +81,8 @@ async def test_the_client_leaving_cancels_the_engine_at_once() -> None:
     gone = asyncio.Event()
     engine = Engine(PromptStarted(), Answered({}), gate=asyncio.Event())
     waiting = asyncio.ensure_future(await_answer(engine.run(), bound=None, disconnected=gone.wait))
-    await asyncio.sleep(0.01)
+    await settled()  # waiting for the answer that never comes
+    assert not waiting.done()
     gone.set()
     with pytest.raises(SluicegateError) as caught:
         await waiting

@@ -11,6 +11,7 @@ import pytest
 from starlette.middleware import Middleware
 from starlette.routing import Route
 
+from loop_support import settled
 from sluicegate.app.factory import SluicegateApp
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta
@@ -156,10 +157,7 @@ async def test_headers_go_out_before_the_first_frame_exists() -> None:
 
     client = Client()
     task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=0))
-    for _ in range(20):
-        await asyncio.sleep(0.01)
-        if client.sent:
-            break
+    await settled()  # the producer waits on its gate: whatever goes out without a frame has gone
     assert [m["type"] for m in client.sent] == ["http.response.start"]
     gate.set()
     await task
@@ -235,7 +233,8 @@ async def test_disconnect_before_any_frame_cancels_the_producer() -> None:
 
     client = Client()
     task = asyncio.create_task(serve(frames(), client, heartbeat_seconds=15))
-    await asyncio.sleep(0.05)
+    await settled()  # the producer is inside its sleep, the transport waits on it
+    assert log == [] and not task.done()
     client.disconnect()
     outcome = await task
     assert log == ["cancelled"]

@@ -5,18 +5,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sluicegate.core.errors import ErrorInfo
 from sluicegate.dialects.anthropic.encoder import PING, AnthropicEncoder, anthropic_error, anthropic_status
 from sluicegate.dialects.anthropic.request import MessagesOptions, clamp_max_tokens, parse_messages_request
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
-from sluicegate.dialects.base import Dialect, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
 from sluicegate.tools.catalog import ToolSelection
+
+SPEC = DialectSpec("anthropic", ("/v1/messages",), anthropic_error, anthropic_status, heartbeat=PING)
 
 
 class AnthropicDialect(Dialect):
-    name = "anthropic"
+    spec = SPEC
     path = "/v1/messages"
-    heartbeat = PING
 
     def __init__(self, signer: ThinkingSigner) -> None:
         self.signer = signer
@@ -41,9 +41,3 @@ class AnthropicDialect(Dialect):
         return AnthropicEncoder(
             context.turn_id, turn.chat.model, self.signer, omit_thinking=options.omit_thinking
         )
-
-    def error(self, info: ErrorInfo) -> dict[str, Any]:
-        return anthropic_error(info)
-
-    def status(self, info: ErrorInfo) -> int:
-        return anthropic_status(info)

@@ -97,7 +97,18 @@ def _client_item(item: Item) -> bool:
 
 
 def _frame(event: str, body: dict[str, Any]) -> Frame:
-    return Frame(orjson.dumps(body), event)
+    # Copied to its own size: orjson's output keeps a 4 KiB buffer however short it is, and a
+    # frame may wait in a slow reader's outbox (13-17 MB per stalled stream, once).
+    return Frame(bytes(memoryview(orjson.dumps(body))), event)
+
+
+# Per token: one bytes template, no dict (and no orjson buffer kept; see `_frame`).
+_DELTA_HEAD = b'{"type":"content_block_delta","index":%d,"delta":{"type":"%s","%s":'
+_DELTA_FIELDS = {
+    ItemKind.REASONING: (b"thinking_delta", b"thinking"),
+    ItemKind.TOOL_CALL: (b"input_json_delta", b"partial_json"),
+}
+_TEXT_DELTA = (b"text_delta", b"text")
 
 
 class AnthropicEncoder:
@@ -205,13 +216,8 @@ class AnthropicEncoder:
         return frames
 
     def _delta(self, block: int, item: Item, text: str) -> Frame:
-        if item.kind is ItemKind.REASONING:
-            delta: dict[str, Any] = {"type": "thinking_delta", "thinking": text}
-        elif item.kind is ItemKind.TOOL_CALL:
-            delta = {"type": "input_json_delta", "partial_json": text}
-        else:
-            delta = {"type": "text_delta", "text": text}
-        return _frame("content_block_delta", {"type": "content_block_delta", "index": block, "delta": delta})
+        kind, field = _DELTA_FIELDS.get(item.kind, _TEXT_DELTA)
+        return Frame(_DELTA_HEAD % (block, kind, field) + orjson.dumps(text) + b"}}", "content_block_delta")
 
     def _done(self, item: Item) -> list[Frame]:
         block = self.index_of.get(item.index)

@@ -5,16 +5,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sluicegate.core.errors import ErrorInfo
-from sluicegate.dialects.base import Dialect, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField
 from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.tools.catalog import ToolSelection
 
+SPEC = DialectSpec("chat_completions", ("/v1/chat/",), openai_error)
+
 
 class ChatCompletionsDialect(Dialect):
-    name = "chat_completions"
+    spec = SPEC
     path = "/v1/chat/completions"
 
     def __init__(self, reasoning_field: ReasoningField = "reasoning_content") -> None:
@@ -42,6 +43,3 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             reasoning_field=self.reasoning_field,
         )
-
-    def error(self, info: ErrorInfo) -> dict[str, Any]:
-        return openai_error(info)

@@ -20,7 +20,7 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
+from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
@@ -77,15 +77,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
 
 
 def _sampling(f: Fields) -> SamplingParams:
-    s = SamplingParams()
-    s.temperature = f.number("temperature", low=0, high=2)
-    s.top_p = f.number("top_p", low=0, high=1)
-    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
-    s.min_p = f.number("min_p", low=0, high=1)
-    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
-    s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
-    s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
-    s.seed = f.integer("seed")
+    s = sampling_fields(f)
     s.max_tokens = f.integer("max_completion_tokens", low=1, high=INT32_MAX)
     if s.max_tokens is None:
         s.max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sluicegate.core.errors import ErrorInfo
-from sluicegate.dialects.base import Dialect, EncoderContext, Turn
+from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, Turn
 from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder
 from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.completions.request import (
@@ -22,9 +21,13 @@ from sluicegate.dialects.completions.request import (
 )
 from sluicegate.dialects.openai_errors import openai_error
 
+SPEC = DialectSpec("completions", ("/v1/completions",), openai_error)
+# llama-server's shape carries the HTTP status in the body, a router's 405 included.
+INFILL_SPEC = DialectSpec("infill", ("/infill",), llama_server_error, error_at=llama_server_error)
+
 
 class CompletionsDialect(Dialect):
-    name = "completions"
+    spec = SPEC
     path = "/v1/completions"
 
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
@@ -41,14 +44,11 @@ class CompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
         )
 
-    def error(self, info: ErrorInfo) -> dict[str, Any]:
-        return openai_error(info)
-
 
 class InfillDialect(Dialect):
     """`default_model`: the model a request without `model` goes to (llama-server serves one)."""
 
-    name = "infill"
+    spec = INFILL_SPEC
     path = "/infill"
 
     def __init__(self, default_model: Callable[[], str | None] = lambda: None) -> None:
@@ -66,6 +66,3 @@ class InfillDialect(Dialect):
             n_predict=options.n_predict,
             logprobs=turn.chat.sampling.logprobs,
         )
-
-    def error(self, info: ErrorInfo) -> dict[str, Any]:
-        return llama_server_error(info)

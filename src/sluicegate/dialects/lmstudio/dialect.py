@@ -7,10 +7,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import ChatRequest, RequestOptions
-from sluicegate.dialects.base import ConversationInput, Dialect, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.base import (
+    ConversationInput,
+    Dialect,
+    DialectSpec,
+    EncoderContext,
+    ServerTools,
+    Turn,
+)
 from sluicegate.dialects.lmstudio.encoder import LMStudioEncoder, Vocabulary, lmstudio_error
 from sluicegate.dialects.lmstudio.request import LMStudioChatRequest, parse_lmstudio_chat, tool_selection
 
@@ -28,8 +35,12 @@ def _message(role: str, content: list[Json]) -> Json:
     return {"type": "message", "id": new_id("msg_"), "role": role, "content": content, "status": "completed"}
 
 
+# LM Studio owns its versioned REST paths; the other `/api/` paths are Ollama's.
+SPEC = DialectSpec("lmstudio", ("/api/v1/", "/api/v0/"), lmstudio_error)
+
+
 class LMStudioDialect(Dialect):
-    name = "lmstudio"
+    spec = SPEC
     path = "/api/v1/chat"
 
     def __init__(self, default_vocabulary: str = "current", retention_days: float = 30.0) -> None:
@@ -112,6 +123,3 @@ class LMStudioDialect(Dialect):
             vocabulary=turn.request.vocabulary,
             providers=context.provider_info,
         )
-
-    def error(self, info: ErrorInfo) -> Json:
-        return lmstudio_error(info)

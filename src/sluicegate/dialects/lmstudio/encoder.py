@@ -266,7 +266,9 @@ class LMStudioEncoder:
                 return _frame("model_load.end", fields)
             case Finished():
                 return self.end()
-            case Failed(error=error):
+            case Failed(error=error, unstored=unstored):
+                if unstored:  # the store failed: the id would answer 404 for ever
+                    self.response_id = None
                 return [_frame("error", {"error": lmstudio_error_payload(error)}), self.end()]
         return None
 

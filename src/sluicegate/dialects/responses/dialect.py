@@ -11,7 +11,14 @@ from typing import Any
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.core.sealing import Sealer
-from sluicegate.dialects.base import ConversationInput, Dialect, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.base import (
+    ConversationInput,
+    Dialect,
+    DialectSpec,
+    EncoderContext,
+    ServerTools,
+    Turn,
+)
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses.encoder import ReasoningNames, ResponsesEncoder, ResponseState
 from sluicegate.dialects.responses.hosted import resolve_hosted
@@ -28,6 +35,7 @@ FAILED_STATUS_KIND = {
     "invalid_prompt": ErrorKind.INVALID_REQUEST,
     "rate_limit_exceeded": ErrorKind.RATE_LIMITED,
     "server_is_overloaded": ErrorKind.OVERLOADED,
+    "store_unavailable": ErrorKind.OVERLOADED,
 }
 
 
@@ -70,8 +78,11 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     )
 
 
+SPEC = DialectSpec("responses", ("/v1/responses",), openai_error)
+
+
 class ResponsesDialect(Dialect):
-    name = "responses"
+    spec = SPEC
     path = "/v1/responses"
 
     def __init__(
@@ -114,9 +125,6 @@ class ResponsesDialect(Dialect):
         seal = reasoning_sealer(self.sealer, context.scope) if self.sealer is not None else None
         state = ResponseState(context.turn_id, turn.request, created_at=context.created, seal_reasoning=seal)
         return ResponsesEncoder(state, context.accumulator, reasoning_names=self.reasoning_names)
-
-    def error(self, info: ErrorInfo) -> Json:
-        return openai_error(info)
 
     def failure(self, result_error: ErrorInfo, body: Json | None) -> ErrorInfo:
         """A failed non-streaming response answers with the error its object carries."""

@@ -75,6 +75,7 @@ SPECIFIC_CODES = frozenset(
         "insufficient_quota",
         "invalid_prompt",
         "server_is_overloaded",
+        "store_unavailable",  # ours (README): the response store is down, retry shortly
         "vector_store_timeout",
         "invalid_image",
     }

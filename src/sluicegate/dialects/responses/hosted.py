@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 
 from sluicegate.core.errors import invalid
+from sluicegate.core.headers import header_value
 from sluicegate.dialects.responses.request import ResponsesRequest
 
 log = logging.getLogger(__name__)
@@ -25,7 +26,9 @@ class HostedTools:
     ignored: list[str] = field(default_factory=list)  # hosted tool types left out
 
     def headers(self) -> dict[str, str]:
-        return {IGNORED_HEADER: ",".join(self.ignored)} if self.ignored else {}
+        # The types are the client's own text: each percent-encoded where a header needs it.
+        names = ",".join(header_value(kind, list_item=True) for kind in self.ignored)
+        return {IGNORED_HEADER: names} if self.ignored else {}
 
 
 def resolve_hosted(req: ResponsesRequest, mapping: dict[str, str], configured: list[str]) -> HostedTools:
@@ -46,5 +49,5 @@ def resolve_hosted(req: ResponsesRequest, mapping: dict[str, str], configured: l
             "tool_choice",
         )
     if out.ignored:
-        log.warning("responses: hosted tools left out (no provider serves them): %s", ", ".join(out.ignored))
+        log.warning("responses: hosted tools left out (no provider serves them): %r", out.ignored)
     return out

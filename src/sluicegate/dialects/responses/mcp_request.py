@@ -72,22 +72,31 @@ def parse_mcp_tool(t: Fields) -> tuple[McpServerParam, Json]:
     credentials, and responses are stored and listed)."""
     label = t.string("server_label", required=True) or ""
     if not label.strip():
-        t.fail("server_label", f"Invalid '{t.where('server_label')}': expected a non-empty string.")
+        t.fail(
+            "server_label",
+            f"Invalid '{t.where('server_label')}': expected a non-empty string.",
+            "invalid_value",
+        )
     for unsupported in ("connector_id", "tunnel_id"):
         if t.has(unsupported):
             t.fail(
                 unsupported,
                 f"'{t.where(unsupported)}' is not supported by Sluicegate; give 'server_url', "
                 "or a 'server_label' naming a configured MCP server.",
+                "unsupported_parameter",
             )
     server = McpServerParam(server_label=label, server_url=t.string("server_url"))
     if server.server_url is not None and not server.server_url.startswith(("http://", "https://")):
-        t.fail("server_url", f"Invalid '{t.where('server_url')}': expected an http(s) URL.")
+        t.fail("server_url", f"Invalid '{t.where('server_url')}': expected an http(s) URL.", "invalid_value")
     headers = t.object("headers")
     if headers is not None:
         for key, value in headers.obj.items():
             if not isinstance(value, str):
-                headers.fail(key, f"Invalid type for '{headers.where(key)}': header values must be strings.")
+                headers.fail(
+                    key,
+                    f"Invalid type for '{headers.where(key)}': header values must be strings.",
+                    "invalid_type",
+                )
         server.headers = dict(headers.obj)
     if (token := t.string("authorization")) is not None:
         server.headers["Authorization"] = f"Bearer {token}"

@@ -139,6 +139,9 @@ def chat_template() -> str:
     return resources.files(__package__).joinpath("demo_template.jinja").read_text(encoding="utf-8")
 
 
+# The prompt a reranker scores, as llama-server fills it in (`tokenizer.chat_template.rerank`).
+RERANK_TEMPLATE = "<|im_start|>query\n{query}<|im_end|>\n<|im_start|>document\n{document}<|im_end|>\n"
+
 # Q5_0 by default: llama.cpp has no CPU "repack" kernels for it, so it ran even before the
 # engine turned repacking off (Q4_0 and Q8_0 repacked crashed on an AVX-512 machine). Tests
 # build Q4_0 and Q8_0 variants to prove they no longer do.
@@ -196,17 +199,23 @@ def make_demo_gguf(
     quantization: str = "Q5_0",
     thinks: bool = False,
     embedding: bool = False,
+    rerank: bool = False,
     extra_vocab: int = 0,
+    mixing: float = 0.02,
     fim: bool = False,
 ) -> Path:
     """Write the demo model to `path` and return it. `ends_replies=False` makes end-of-turn as
     unlikely as the other special tokens, so every reply runs to its token limit (tests, bench).
     `quantization`: "Q5_0", "Q4_0" or "Q8_0". `thinks`: the generation prompt opens `<think>`
     and the model closes it after a few dozen tokens. `embedding`: an embedding model (mean
-    pooling, no chat template), as llama.cpp serves with `embeddings = true`. `extra_vocab`: that
+    pooling, no chat template), as llama.cpp serves with `embeddings = true`. `rerank`: a reranker
+    (Qwen3-reranker-shaped: rank pooling over the last token, a one-score head, and a rerank
+    prompt template), whose scores are random but fixed. `extra_vocab`: that
     many more ordinary tokens (random lowercase words, never produced by the tokenizer but
     sampled like the others), for a vocabulary the size of a real model's (benchmarks). `fim`:
-    fill-in-the-middle tokens (FIM_TOKENS) in the tokenizer, as a code model has."""
+    fill-in-the-middle tokens (FIM_TOKENS) in the tokenizer, as a code model has. `mixing`:
+    the scale of the attention weights; at the default a token's output hardly depends on the
+    tokens before it, so the vision demo raises it (its replies must depend on the image)."""
     shape = SHAPES[size]
     kind, file_type = QUANTIZATIONS[quantization]
     path = Path(path)
@@ -243,7 +252,7 @@ def make_demo_gguf(
         output[tokens.index("</think>")] = THINK_PULL * pull * bias
 
     tmp = path.with_name(path.name + ".partial")  # written whole, then renamed into place
-    writer = gguf.GGUFWriter(str(tmp), "llama")
+    writer = gguf.GGUFWriter(str(tmp), "qwen3" if rerank else "llama")
     writer.add_name(DEMO_NAME)
     writer.add_description(DEMO_DESCRIPTION)
     writer.add_string("general.organization", "sluicegate")
@@ -260,6 +269,11 @@ def make_demo_gguf(
     writer.add_file_type(file_type)
     if embedding:
         writer.add_pooling_type(gguf.PoolingType.MEAN)
+    if rerank:
+        writer.add_pooling_type(gguf.PoolingType.RANK)
+        writer.add_chat_template([{"name": "rerank", "template": RERANK_TEMPLATE}])
+        # As Qwen3-Reranker's conversion: two labels, a softmax over them; the score is "yes".
+        writer.add_array("qwen3.classifier.output_labels", ["yes", "no"])
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("gpt-2")
     writer.add_token_list(tokens)
@@ -272,7 +286,7 @@ def make_demo_gguf(
     if fim:
         for part, text in FIM_TOKENS.items():
             writer.add_uint32(f"tokenizer.ggml.fim_{part}_token_id", tokens.index(text))
-    if not embedding:
+    if not embedding and not rerank:
         template = chat_template()
         assert not thinks or _OPEN_THINKING in template, "demo_template.jinja changed: update _OPEN_THINKING"
         writer.add_chat_template(template.replace(_OPEN_THINKING, _OPENS_THINKING) if thinks else template)
@@ -283,13 +297,18 @@ def make_demo_gguf(
         blk = f"blk.{layer}"
         writer.add_tensor(f"{blk}.attn_norm.weight", np.ones(n, dtype=np.float32))
         for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
-            _quantized(writer, f"{blk}.{name}.weight", rng.standard_normal((n, n)) * small, kind)
+            _quantized(writer, f"{blk}.{name}.weight", rng.standard_normal((n, n)) * mixing, kind)
+        if rerank:  # Qwen3 normalises queries and keys per head
+            writer.add_tensor(f"{blk}.attn_q_norm.weight", np.ones(head_dim, dtype=np.float32))
+            writer.add_tensor(f"{blk}.attn_k_norm.weight", np.ones(head_dim, dtype=np.float32))
         writer.add_tensor(f"{blk}.ffn_norm.weight", np.ones(n, dtype=np.float32))
         _quantized(writer, f"{blk}.ffn_gate.weight", rng.standard_normal((shape.n_ff, n)) * small, kind)
         _quantized(writer, f"{blk}.ffn_up.weight", rng.standard_normal((shape.n_ff, n)) * small, kind)
         _quantized(writer, f"{blk}.ffn_down.weight", rng.standard_normal((n, shape.n_ff)) * small, kind)
     writer.add_tensor("output_norm.weight", np.ones(n, dtype=np.float32))
     _quantized(writer, "output.weight", output, kind)
+    if rerank:  # the score: one row over the last token's hidden state
+        writer.add_tensor("cls.output.weight", (rng.standard_normal((2, n)) * 0.5).astype(np.float32))
 
     writer.write_header_to_file()
     writer.write_kv_data_to_file()

@@ -37,13 +37,17 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.images import Picture
 from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.rerank import RERANK, Ranked, RerankJob
 from sluicegate.engines.base import (
+    CHAT_ONLY,
     Capabilities,
     Engine,
     LoadConfig,
     ModelInfo,
     ProgressCallback,
+    Task,
     fim_unsupported,
 )
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
@@ -57,7 +61,13 @@ from sluicegate.engines.llamacpp.completion import (
 )
 from sluicegate.engines.llamacpp.context import choose_context
 from sluicegate.engines.llamacpp.fallback_templates import fallback_template
-from sluicegate.engines.llamacpp.gguf_info import POOLING_MEAN, POOLING_TYPES, GGUFInfo, read_gguf_info
+from sluicegate.engines.llamacpp.gguf_info import (
+    POOLING_MEAN,
+    POOLING_RANK,
+    POOLING_TYPES,
+    GGUFInfo,
+    read_gguf_info,
+)
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
@@ -67,17 +77,25 @@ from sluicegate.engines.llamacpp.overflow import (
     policy_value,
     too_long,
 )
+from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_request
+from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
+EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
+RERANK_ONLY: frozenset[Task] = frozenset({"rerank"})
+_REFUSALS: dict[Task, str] = {  # a request for a task this model does not serve
+    "embeddings": "Model {model!r} is not an embedding model.",
+    "rerank": "Model {model!r} is not a reranker.",
+}
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
@@ -91,6 +109,7 @@ class LlamaCppEngine(Engine):
     kind = "llamacpp"
     needs_load = True
     holds_weights = True
+    reads_pixels = True
     default_max_concurrency: ClassVar[int] = 1
 
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:
@@ -109,8 +128,15 @@ class LlamaCppEngine(Engine):
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
         # An embedding model: said so by the config, or by a pooling type (mean, cls, last) in the GGUF.
         self.pooling: int | None = None
-        if settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
+        # A reranker: said so by the config, or by rank pooling in the GGUF.
+        if settings.rerank if settings.rerank is not None else self.gguf.pooling == POOLING_RANK:
+            self.pooling = POOLING_RANK
+        elif settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
             self.pooling = self.gguf.pooling if self.gguf.pooling in POOLING_TYPES else POOLING_MEAN
+        # A vision projector: the config's, or an `mmproj*.gguf` beside the model.
+        self.mmproj: Path | None = None
+        if self.pooling is None:
+            self.mmproj = settings.mmproj or find_projector(settings.path)
         # The most a load may ask for (listed as the model's maximum), and what it loads with.
         self.context = choose_context(self.gguf, settings.context_length, settings.kv_cache_budget_mib)
         self.context_length = self.context.length
@@ -129,7 +155,7 @@ class LlamaCppEngine(Engine):
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None] | None = None
+        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None, list[Picture]] | None = None
         self._fim: tuple[FimTokens | None, str] | None = None  # from the vocabulary, once asked
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
 
@@ -147,6 +173,11 @@ class LlamaCppEngine(Engine):
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> LlamaCppEngine:
         return cls(table["id"], parse_settings(table, base_dir))
+
+    def tasks(self) -> frozenset[Task]:
+        if self.pooling is None:
+            return CHAT_ONLY
+        return RERANK_ONLY if self.pooling == POOLING_RANK else EMBEDDINGS_ONLY
 
     def info(self) -> ModelInfo:
         gguf = self.gguf
@@ -167,7 +198,7 @@ class LlamaCppEngine(Engine):
                 and (self.gguf.has_fim if self._fim is None else self._fim[0] is not None),
                 tool_use=self.template is not None and gguf.supports_tools and not embedding,
                 reasoning=reasoning,
-                vision=False,
+                vision=self.mmproj is not None,
                 logprobs=True,
                 reasoning_options=options,
                 reasoning_default="on" if reasoning else None,
@@ -183,6 +214,7 @@ class LlamaCppEngine(Engine):
                 "params_string": gguf.params_string,
                 "format": "gguf",
                 "path": str(gguf.path),
+                "mmproj": str(self.mmproj) if self.mmproj is not None else None,
                 "description": gguf.description,
                 "context": self.context.details(),
             },
@@ -199,15 +231,14 @@ class LlamaCppEngine(Engine):
             bos_token=self.gguf.bos_token,
             eos_token=self.gguf.eos_token,
             add_bos=self.gguf.add_bos,
+            media_marker=MARKER if self.mmproj is not None else None,
         )
 
     def _tokenize(self, text: str) -> list[int]:
         """With the loaded model's vocabulary, or before the load with the tokenizer alone."""
         if self._runtime is not None:
             return self._runtime.tokenize(text)
-        if self._vocabulary is None:
-            self._vocabulary = Vocabulary(self.settings.path)
-        return self._vocabulary.tokenize(text)
+        return self._vocab().tokenize(text)
 
     def _tokenizer(self) -> Any:
         """The llama.cpp model whose vocabulary tokenizes: the loaded one, or the tokenizer alone."""
@@ -262,27 +293,41 @@ class LlamaCppEngine(Engine):
     def check(self, request: ChatRequest) -> None:
         super().check(request)
         job = request.extra.get(EMBED)
-        if (job is not None) != (self.pooling is not None):
-            raise invalid(
-                f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
-                if job is None
-                else f"Model {self.model_id!r} is not an embedding model.",
-                param="model",
-                code="model_not_supported",
+        ranking = request.extra.get(RERANK)
+        task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"
+        if task not in self.tasks():
+            message = (
+                _REFUSALS[task].format(model=self.model_id)
+                if task != "chat"
+                else f"Model {self.model_id!r} is a reranker; use POST /v1/rerank."
+                if self.pooling == POOLING_RANK
+                else f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
             )
+            raise invalid(message, param="model", code="model_not_supported")
         if isinstance(job, EmbeddingJob):
             self._check_embedding(request, job)
             return
         if request.prompt is not None:
-            self._prepared = (request, "", self._check_completion_length(request), None)
+            self._prepared = (request, "", self._check_completion_length(request), None, [])
+            return
+        if isinstance(ranking, RerankJob):
+            self._check_rerank(request, ranking)
             return
         grammar = forced_grammar(request, self.tool_format, self.model_id)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
+        pictures = self._pictures(request)
+        if pictures and prompt.count(MARKER) != len(pictures):
+            raise invalid(
+                f"A message's text contains libmtmd's image marker {MARKER!r}; it cannot be sent "
+                "with images.",
+                code="invalid_image",
+            )
         tokens = None
         n_ctx = self._limit(request)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
-        if len(prompt.encode("utf-8")) >= n_ctx:
+        # (With images, the worker counts: their tokens are known once the projector has them.)
+        if not pictures and len(prompt.encode("utf-8")) >= n_ctx:
             tokens = self._tokenize(prompt)
             if len(tokens) >= n_ctx:
                 if policy == "error":
@@ -307,7 +352,23 @@ class LlamaCppEngine(Engine):
                 )
                 request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
                 prompt, tokens = self.render_prompt(request, fitted.messages), fitted.tokens
-        self._prepared = (request, prompt, tokens, grammar)
+        self._prepared = (request, prompt, tokens, grammar, pictures)
+
+    def _pictures(self, request: ChatRequest) -> list[Picture]:
+        """The request's images in prompt order, decoded (the turn runner did it)."""
+        pictures = []
+        for message in request.messages:
+            if isinstance(message.content, str):
+                continue
+            for part in message.content:
+                if part.type != "image":
+                    continue
+                if part.picture is None:
+                    raise invalid(
+                        f"Model {self.model_id!r} got an image it cannot read.", code="invalid_image"
+                    )
+                pictures.append(part.picture)
+        return pictures
 
     def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
         if job.dimensions is not None and job.dimensions > self.gguf.embedding_length:
@@ -332,6 +393,24 @@ class LlamaCppEngine(Engine):
                 )
             inputs.append(tokens)
         self._embedding_inputs = (request, inputs)
+
+    def _check_rerank(self, request: ChatRequest, job: RerankJob) -> None:
+        model = self._runtime.model if self._runtime is not None else self._vocab().model
+        inputs = [rerank_tokens(model, self.gguf.rerank_template, job.query, doc) for doc in job.documents]
+        for index, tokens in enumerate(inputs):
+            if len(tokens) > self.context_length:
+                raise invalid(
+                    f"Query and document {index} are {len(tokens)} tokens, more than model "
+                    f"{self.model_id!r} can rank (its context is {self.context_length} tokens).",
+                    param="documents",
+                    code="context_length_exceeded",
+                )
+        self._embedding_inputs = (request, inputs)
+
+    def _vocab(self) -> Vocabulary:
+        if self._vocabulary is None:
+            self._vocabulary = Vocabulary(self.settings.path)
+        return self._vocabulary
 
     def _limit(self, request: ChatRequest) -> int:
         """The context this request may fill: the loaded one (or the one a load will give),
@@ -369,6 +448,7 @@ class LlamaCppEngine(Engine):
                 repack=settings.repack,
                 pooling=self.pooling,
                 sequences=self.sequences,
+                mmproj=self.mmproj,
             )
 
         log.info("loading %s: %s", self.model_id, self.context.describe())
@@ -410,20 +490,21 @@ class LlamaCppEngine(Engine):
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
-        job = request.extra.get(EMBED)
-        if isinstance(job, EmbeddingJob):
+        job = request.extra.get(EMBED) or request.extra.get(RERANK)
+        if isinstance(job, EmbeddingJob | RerankJob):
             async for embedded in self._embed(runtime, executor, request, job):
                 yield embedded
             return
         prepared = self._prepared
         if prepared is not None and prepared[0] is request:
-            _, prompt, tokens, grammar = prepared
+            _, prompt, tokens, grammar, pictures = prepared
             self._prepared = None
         elif request.prompt is not None:
-            prompt, tokens, grammar = "", self._check_completion_length(request), None
+            prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
         else:
             prompt, tokens = self.render_prompt(request), None
             grammar = forced_grammar(request, self.tool_format, self.model_id)
+            pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
@@ -455,6 +536,7 @@ class LlamaCppEngine(Engine):
             grammar=grammar,
             reasoning=self.reasoning if raw is None else None,
             in_reasoning=in_reasoning,
+            pictures=pictures,
         )
 
         if scheduler is not None:
@@ -479,7 +561,7 @@ class LlamaCppEngine(Engine):
         def work() -> None:
             try:
                 if not job.tokens:
-                    job.tokens = runtime.tokenize(prompt)
+                    job.tokens = runtime.prompt_tokens(job, prompt)
                 limit = _context(runtime, request)
                 if len(job.tokens) >= limit:
                     raise EngineFailure(
@@ -498,6 +580,7 @@ class LlamaCppEngine(Engine):
                 runtime.forget()  # the KV cache may be half-written
                 channel.fail(_engine_failure(exc))
             finally:
+                job.free()
                 channel.close()
 
         loop.run_in_executor(executor, work)
@@ -509,28 +592,41 @@ class LlamaCppEngine(Engine):
             job.cancelled = True  # the worker stops before its next token
 
     async def _embed(
-        self, runtime: LlamaRuntime, executor: ThreadPoolExecutor, request: ChatRequest, job: EmbeddingJob
+        self,
+        runtime: LlamaRuntime,
+        executor: ThreadPoolExecutor,
+        request: ChatRequest,
+        job: EmbeddingJob | RerankJob,
     ) -> AsyncIterator[RawEvent]:
+        """Embeddings, or a reranker's scores (its pooled output's first value: the score)."""
         prepared = self._embedding_inputs
         self._embedding_inputs = None
         if prepared is None or prepared[0] is not request:
-            self._check_embedding(request, job)
+            if isinstance(job, EmbeddingJob):
+                self._check_embedding(request, job)
+            else:
+                self._check_rerank(request, job)
             prepared = self._embedding_inputs
             assert prepared is not None
         inputs = prepared[1]
         cancelled = threading.Event()
 
-        def work() -> Embedded:
-            vectors = []
+        def work() -> list[np.ndarray]:
+            outputs = []
             for tokens in inputs:
                 if cancelled.is_set():
                     raise EngineFailure("cancelled", code="cancelled")
-                vectors.append(normalised(runtime.embed(tokens), job.dimensions))
-            return Embedded(vectors, sum(len(t) for t in inputs))
+                outputs.append(runtime.embed(tokens))
+            return outputs
 
         yield PromptStarted()
+        prompt_tokens = sum(len(t) for t in inputs)
         try:
-            job.result = await asyncio.get_running_loop().run_in_executor(executor, work)
+            outputs = await asyncio.get_running_loop().run_in_executor(executor, work)
+            if isinstance(job, EmbeddingJob):
+                job.result = Embedded([normalised(v, job.dimensions) for v in outputs], prompt_tokens)
+            else:
+                job.result = Ranked([float(v[0]) for v in outputs], prompt_tokens)
         except EngineFailure:
             raise
         except Exception as exc:
@@ -538,7 +634,7 @@ class LlamaCppEngine(Engine):
         finally:
             cancelled.set()  # a client gone: the worker stops before the next input
         yield PromptFinished()
-        yield UsageReport(Usage(prompt_tokens=job.result.prompt_tokens))
+        yield UsageReport(Usage(prompt_tokens=prompt_tokens))
         yield Finished(FinishReason.STOP)
 
 

@@ -17,6 +17,7 @@ from sluicegate.engines.llamacpp.gguf_header import GGUFHeader, read_gguf_header
 
 # llama.cpp's pooling types that make an embedding model (NONE = 0 and RANK = 4 do not).
 POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
+POOLING_RANK = 4  # a reranker: one score per input
 POOLING_TYPES = (POOLING_MEAN, POOLING_CLS, POOLING_LAST)
 
 # Markers of a template that can render tools, and of one that knows reasoning blocks.
@@ -48,6 +49,8 @@ class GGUFInfo:
     pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
     embedding_length: int = 0
     vocab_size: int = 0
+    # A reranker's prompt (`tokenizer.chat_template.rerank`), with {query} and {document} in it.
+    rerank_template: str | None = None
     # The header names fill-in-the-middle tokens (llama.cpp may also find them by their text:
     # the engine asks the vocabulary itself when a FIM request comes).
     has_fim: bool = False
@@ -122,6 +125,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         return str(tokens[token_id])
 
     template = fields.get("tokenizer.chat_template")
+    rerank = fields.get("tokenizer.chat_template.rerank")
 
     def integer(key: str) -> int | None:
         value = fields.get(f"{architecture}.{key}")
@@ -153,6 +157,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         pooling=fields.get(f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
         vocab_size=len(tokens),
+        rerank_template=rerank if isinstance(rerank, str) else None,
         has_fim=all(
             isinstance(fields.get(f"tokenizer.ggml.fim_{part}_token_id"), int)
             for part in ("pre", "suf", "mid")

@@ -40,10 +40,12 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.images import Picture
 from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
+from sluicegate.engines.llamacpp.vision import ImageSpan, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
 
@@ -83,6 +85,14 @@ class Job:
     grammar: Grammar | None = None
     reasoning: ReasoningStyle | None = None
     in_reasoning: bool = False
+    # Images, in prompt order (one marker each in the prompt), for a model with a projector;
+    # `media` is the prompt tokenized with them (its image chunks are freed with the job).
+    pictures: list[Picture] = field(default_factory=list)
+    media: MediaPrompt | None = None
+
+    def free(self) -> None:
+        if self.media is not None:
+            self.media.free()
 
 
 class Vocabulary:
@@ -119,6 +129,7 @@ class LlamaRuntime:
         repack: bool = False,
         pooling: int | None = None,
         sequences: int = 1,
+        mmproj: Path | None = None,
     ) -> None:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
@@ -178,11 +189,21 @@ class LlamaRuntime:
         # The sliding window of the model's windowed layers (0: none), whose cache keeps only
         # the window's last cells.
         self.n_swa = int(llama_cpp.llama_model_n_swa(self.model.model))
+        self.n_embd = int(llama_cpp.llama_model_n_embd_inp(self.model.model))  # an input embedding's size
         self.evaluated: list[int] = []
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
         self._guidance: LLTokenizer | None = None
+        self.projector: Projector | None = None
+        if mmproj is not None:
+            try:
+                self.projector = Projector(
+                    mmproj, self.model.model, threads=ctx_params.n_threads_batch, use_gpu=self.offloaded
+                )
+            except BaseException:
+                self.close()
+                raise
 
     def guidance(self) -> LLTokenizer:
         """The vocabulary as the grammar engine sees it: built on the first grammar, then kept."""
@@ -191,8 +212,11 @@ class LlamaRuntime:
         return self._guidance
 
     def close(self) -> None:
-        """Free the batch, the context and the weights now, not whenever the GC gets to them."""
+        """Free the projector, the batch, the context and the weights now, not whenever the GC
+        gets to them."""
         self._guidance = None  # it tokenizes through the model's vocabulary
+        if self.projector is not None:
+            self.projector.close()
         parts: list[Any] = [self.batch, self.context, self.model]
         for part in parts:
             part.close()
@@ -220,6 +244,46 @@ class LlamaRuntime:
             text.encode("utf-8"), add_bos=self.model.add_bos_token(), special=True
         )
         return tokens
+
+    def prompt_tokens(self, job: Job, prompt: str) -> list[int]:
+        """The job's prompt as tokens (with its images, through the projector); worker thread."""
+        if not job.pictures:
+            return self.tokenize(prompt)
+        if self.projector is None:
+            raise EngineFailure("this model has no vision projector", code="image_input_unsupported")
+        job.media = self.projector.tokenize(prompt, job.pictures)
+        return job.media.tokens
+
+    def decode_image(self, media: MediaPrompt, start: int, *, position: int, seq_id: int) -> int:
+        """Decode the image that starts at prompt index `start`; returns the positions it took."""
+        span = media.span_at(start)
+        assert span is not None and self.projector is not None
+        self.projector.decode(
+            self.context.ctx, span, position=position, seq_id=seq_id, n_batch=self.batch_size
+        )
+        return span.n_pos
+
+    def decode_image_part(
+        self, span: ImageSpan, *, done: int, count: int, position: int, seq_id: int
+    ) -> None:
+        """Decode embeddings `done` to `done + count` of an encoded image into `seq_id`."""
+        assert span.embeddings is not None
+        rows = span.embeddings[done : done + count]
+        n_embd = rows.shape[1]
+        batch = llama_cpp.llama_batch_init(count, n_embd, 1)
+        try:
+            ctypes.memmove(batch.embd, np.ascontiguousarray(rows, dtype=np.float32).ctypes.data, rows.nbytes)
+            for i in range(count):
+                batch.pos[i] = position + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = seq_id
+                batch.logits[i] = False
+            batch.n_tokens = count
+            status = llama_cpp.llama_decode(self.context.ctx, batch)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        if status != 0:
+            raise EngineFailure(f"llama_decode failed on an image ({status})", code="decode_failed")
 
     def piece(self, token: int) -> bytes:
         """The token's bytes; control tokens (end of turn) are empty, text markers are text."""
@@ -260,7 +324,7 @@ class LlamaRuntime:
         size = llama_cpp.llama_model_n_embd(self.model.model)
         return np.ctypeslib.as_array(pointer, shape=(size,)).astype(np.float64)
 
-    def _reuse(self, prompt: list[int]) -> int:
+    def _reuse(self, prompt: list[int], media: MediaPrompt | None = None) -> int:
         """Keep the cached prefix the prompt shares (minus one: its last token must be decoded
         again for fresh logits) and drop the rest from the KV cache."""
         same = 0
@@ -269,6 +333,8 @@ class LlamaRuntime:
                 break
             same += 1
         keep = min(same, len(prompt) - 1)
+        if media is not None:
+            keep = media.snap(keep)
         if keep < len(self.evaluated):
             if not llama_cpp.llama_memory_seq_rm(self.context.memory, 0, keep, -1):
                 keep = 0
@@ -281,16 +347,23 @@ class LlamaRuntime:
 
     def prefill(self, job: Job) -> bool:
         """Decode the prompt in batches, reporting progress; False when cancelled."""
-        prompt = job.tokens
-        cached = self._reuse(prompt)
+        prompt, media = job.tokens, job.media
+        cached = self._reuse(prompt, media)
         job.emit([PromptStarted()])
-        todo = prompt[cached:]
-        for start in range(0, len(todo), self.batch_size):
+        position, todo = cached, len(prompt) - cached
+        while position < len(prompt):
             if job.cancelled:
                 return False
-            chunk = todo[start : start + self.batch_size]
-            self._decode(chunk)
-            job.emit([PromptProgress((start + len(chunk)) / len(todo))])
+            if media is not None and media.span_at(position) is not None:
+                taken = self.decode_image(media, position, position=len(self.evaluated), seq_id=0)
+                self.evaluated.extend(prompt[position : position + taken])
+                position += taken
+            else:
+                end = min(position + self.batch_size, len(prompt))
+                image = media.next_image(position) if media is not None else None
+                self._decode(prompt[position : end if image is None else min(end, image)])
+                position = end if image is None else min(end, image)
+            job.emit([PromptProgress((position - cached) / todo)])
         job.usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached)
         job.emit([PromptFinished(), UsageReport(Usage(len(prompt), 0, cached))])
         return True

@@ -208,6 +208,14 @@ class BatchScheduler:
                 self._end(sequence, exc)
                 continue
             slot, keep = self._place(free, tokens)
+            media = sequence.job.media
+            if media is not None and media.snap(keep) < keep:  # never a cache ending inside an image
+                keep = media.snap(keep)
+                llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, keep, -1)
+                del slot.cached[keep:]
+            if not self.runtime.reusable(slot.id, keep):  # a sliding window moved past the prefix
+                keep = 0
+                self._drop(slot)
             slot.sequence = sequence
             self._relist()
             sequence.slot = slot.id
@@ -240,16 +248,13 @@ class BatchScheduler:
                 keep = 0
                 self._drop(slot)
             del slot.cached[keep:]
-        if not self.runtime.reusable(slot.id, keep):  # a sliding window moved past the prefix
-            keep = 0
-            self._drop(slot)
         return slot, keep
 
     def _prepare(self, sequence: Sequence) -> list[int]:
         """Tokenize, and refuse a prompt that cannot fit one sequence's context."""
         runtime, job = self.runtime, sequence.job
         if not job.tokens:
-            job.tokens = runtime.tokenize(sequence.prompt)
+            job.tokens = runtime.prompt_tokens(job, sequence.prompt)
         limit = runtime.n_ctx if sequence.cap is None else min(sequence.cap, runtime.n_ctx)
         if len(job.tokens) >= limit:
             raise EngineFailure(
@@ -262,6 +267,43 @@ class BatchScheduler:
             job.sampling = replace(job.sampling, max_tokens=room if asked is None else min(asked, room))
         return job.tokens
 
+    def _image(self, slot: Slot) -> None:
+        """The next piece of the image its sequence's prompt goes on with, in a decode of its
+        own (embeddings cannot share a batch with tokens), one piece a step: the encoder, then
+        the embeddings a prompt chunk at a time, so the other sequences wait no longer than for
+        the encoder or a prompt step. An image that must go whole goes in one step."""
+        sequence = slot.sequence
+        assert sequence is not None and sequence.job.media is not None
+        runtime = self.runtime
+        here = sequence.base + sequence.prompt_done
+        covering = sequence.job.media.covering(here)
+        assert covering is not None and runtime.projector is not None
+        start, span = covering
+        self._flush()  # what the others have so far goes out while the image decodes
+        try:
+            if not runtime.projector.splittable(span):
+                taken = runtime.decode_image(
+                    sequence.job.media, start, position=len(slot.cached), seq_id=slot.id
+                )
+            elif span.embeddings is None:  # the encoder runs in a step of its own
+                runtime.projector.encode(span, runtime.n_embd)
+                taken = 0
+            else:  # then its embeddings, a prompt chunk at a time
+                done = here - start
+                taken = min(self.prefill_chunk, span.n_tokens - done)
+                runtime.decode_image_part(
+                    span, done=done, count=taken, position=len(slot.cached), seq_id=slot.id
+                )
+                if done + taken == span.n_tokens:
+                    span.embeddings = None
+        except Exception as exc:
+            self._release(slot, exc, keep=False)
+            return
+        self.steps += 1
+        if taken:
+            slot.cached.extend(sequence.todo[sequence.prompt_done : sequence.prompt_done + taken])
+            sequence.prefilled(taken)
+
     def _step(self) -> None:
         runtime, batch = self.runtime, self._batch
         room = runtime.batch_size
@@ -269,6 +311,7 @@ class BatchScheduler:
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
         parts: list[tuple[Slot, list[int], int]] = []
         prefilling: list[Slot] = []
+        image_ran = False
         for slot in live:
             sequence = slot.sequence
             assert sequence is not None
@@ -276,7 +319,12 @@ class BatchScheduler:
                 parts.append((slot, [sequence.next_token], 0))
                 room -= 1
             elif sequence.prefilling:
-                prefilling.append(slot)
+                at_image, _ = sequence.next_image()
+                if not at_image:
+                    prefilling.append(slot)
+                elif not image_ran:
+                    image_ran = True
+                    self._image(slot)
         if len(prefilling) > 1:
             prefilling.sort(key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0)
         space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget
@@ -286,6 +334,9 @@ class BatchScheduler:
             sequence = slot.sequence
             assert sequence is not None
             left = len(sequence.todo) - sequence.prompt_done
+            image = sequence.next_image()[1]
+            if image is not None:  # text up to the next image: the image goes in a step of its own
+                left = image - sequence.prompt_done
             # A tail of a quarter chunk or less goes along now: a step of its own (or a compute
             # of its own beside the next prompt's chunk) would cost more than its tokens.
             take = left if left - room <= self.prefill_chunk // 4 and left <= space else room

@@ -41,6 +41,7 @@ class Sequence:
         "_reasoning",
         "_stops",
         "_top",
+        "base",
         "cap",
         "done",
         "fail",
@@ -69,6 +70,7 @@ class Sequence:
         self.done = done  # closes the consumer's channel; called exactly once
         self.slot = -1  # the llama.cpp sequence id while admitted
         self.todo: list[int] = []  # prompt tokens not in the cache when admitted
+        self.base = 0  # where `todo` starts in the prompt
         self.prompt_done = 0  # of `todo`, decoded so far
         self.samplers: _Samplers | None = None
         self.next_token: int | None = None  # sampled, to be decoded in the next step
@@ -88,6 +90,7 @@ class Sequence:
         """Admitted with `cached` prompt tokens already in its slot's cache."""
         tokens = self.job.tokens
         self.todo = tokens[cached:]
+        self.base = cached
         self.prompt_done = 0
         self.job.usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
         self.job.emit([PromptStarted()])
@@ -157,7 +160,20 @@ class Sequence:
         )
         job.emit([*events, UsageReport(final), Finished(finish)])
 
+    def next_image(self) -> tuple[bool, int | None]:
+        """Whether the prompt goes on with an image now, and where its next image starts
+        (an index in `todo`), if it has one."""
+        media = self.job.media
+        if media is None:
+            return False, None
+        here = self.base + self.prompt_done
+        if media.covering(here) is not None:  # at an image's start, or part-way through it
+            return True, self.prompt_done
+        start = media.next_image(here)
+        return False, None if start is None else start - self.base
+
     def free(self) -> None:
+        self.job.free()
         if self.samplers is not None:
             self.samplers.free()
             self.samplers = None

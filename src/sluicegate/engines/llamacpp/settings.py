@@ -33,6 +33,8 @@ KEYS = frozenset(
         "embedding",
         "batching",
         "stream_interval_ms",
+        "mmproj",
+        "rerank",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -45,6 +47,7 @@ class LlamaCppSettings:
     kv_cache_budget_mib: int | None = None  # None: context.default_budget_mib()
     context_overflow: Policy = "error"  # or "rolling_window", "truncate_middle" (overflow.py)
     embedding: bool | None = None  # None: an embedding model when the GGUF states a pooling type
+    rerank: bool | None = None  # None: a reranker when the GGUF states rank pooling
     n_gpu_layers: int = 0  # -1: all
     threads: int | None = None  # None: half the cores to decode, all of them for prompts
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -65,6 +68,8 @@ class LlamaCppSettings:
     # buffer types"): faster prompts, but it crashed in llama_decode on an AVX-512 machine, so
     # it is opt-in.
     repack: bool = False
+    # The vision projector (mmproj GGUF); None: an `mmproj*.gguf` beside the model, if any.
+    mmproj: Path | None = None
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -93,6 +98,12 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     if not path.is_file():
         raise ConfigError(f"model {model!r}: no GGUF file at {path}")
     values: dict[str, Any] = {"path": path}
+    if "mmproj" in table:
+        mmproj = Path(_string(model, "mmproj", table["mmproj"])).expanduser()
+        mmproj = mmproj if mmproj.is_absolute() else base_dir / mmproj
+        if not mmproj.is_file():
+            raise ConfigError(f"model {model!r}: no projector (mmproj) GGUF file at {mmproj}")
+        values["mmproj"] = mmproj
     for key, low in (
         ("context_length", 16),
         ("threads", 1),
@@ -104,7 +115,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
-    for key in ("flash_attention", "repack", "embedding", "batching"):
+    for key in ("flash_attention", "repack", "embedding", "batching", "rerank"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"model {model!r}: `{key}` must be true or false")

@@ -62,17 +62,28 @@ def _arguments(text: Any) -> Any:
     return text if json_depth_exceeds(value, DEFAULT_MAX_JSON_DEPTH) else value
 
 
-def template_messages(messages: list[Message], *, merge_system: bool = True) -> list[Json]:
+def _content(message: Message, media_marker: str | None) -> str:
+    """The message's text; with a media marker, each image stands where it was as the marker
+    (as llama-server hands a template image parts), for libmtmd to put the image there."""
+    if media_marker is None or isinstance(message.content, str):
+        return message.text
+    return "".join(part.text if part.type == "text" else media_marker for part in message.content)
+
+
+def template_messages(
+    messages: list[Message], *, merge_system: bool = True, media_marker: str | None = None
+) -> list[Json]:
     """Messages in llama.cpp's shape (`common_chat_msg::to_json_oaicompat`), arguments as
-    objects; leading system and developer turns become one system turn."""
+    objects; leading system and developer turns become one system turn. With `media_marker`,
+    images are that marker in the text (a model with a projector), else left out."""
     out: list[Json] = []
     tool_names: dict[str, str] = {}
     for message in messages:
         role = "system" if message.role == "developer" and merge_system else message.role
         if role == "system" and merge_system and len(out) == 1 and out[0]["role"] == "system":
-            out[0]["content"] += "\n\n" + message.text
+            out[0]["content"] += "\n\n" + _content(message, media_marker)
             continue
-        entry: Json = {"role": role, "content": message.text}
+        entry: Json = {"role": role, "content": _content(message, media_marker)}
         if message.reasoning:
             entry["reasoning_content"] = message.reasoning
         if role == "tool":
@@ -203,6 +214,7 @@ def render_chat(
     eos_token: str,
     enable_thinking: bool | None = None,
     reasoning_effort: str | None = None,
+    media_marker: str | None = None,
 ) -> str:
     """The prompt text, ending with the assistant's generation prompt.
 
@@ -215,7 +227,7 @@ def render_chat(
         extra["reasoning_effort"] = extra["reasoning_strength"] = reasoning_effort
     return render_messages(
         source,
-        template_messages(messages, merge_system=not is_gpt_oss(source)),
+        template_messages(messages, merge_system=not is_gpt_oss(source), media_marker=media_marker),
         template_tools(tools),
         bos_token=bos_token,
         eos_token=eos_token,
@@ -231,6 +243,7 @@ def render_request(
     bos_token: str,
     eos_token: str,
     add_bos: bool = False,
+    media_marker: str | None = None,
 ) -> str:
     """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
     unless `tool_choice` is "none", its reasoning effort as the template's thinking switch."""
@@ -244,6 +257,7 @@ def render_request(
         eos_token=eos_token,
         enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
         reasoning_effort=effort if effort in EFFORT_LEVELS else None,
+        media_marker=media_marker,
     )
     # The tokenizer adds the BOS token itself: one the template wrote would be a second
     # (llama.cpp's common_chat_template_direct_apply drops it the same way).

@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import orjson
 
-from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Answered,
     Failed,
@@ -243,6 +243,61 @@ class UpstreamEngine(Engine):
             if replica is not None:
                 replica.outstanding -= 1
 
+    async def exchange(self, path: str, body: bytes, *, max_bytes: int) -> tuple[Any, str]:
+        """One non-streamed request (embeddings): (the answer's JSON, the replica that gave it),
+        under the same replica failover and clocks as a chat stream. A refusal, a timeout, a
+        broken, oversized or non-JSON answer raises a `SluicegateError` (502/504, never a 500);
+        a caller cancelled (the client left) closes the upstream connection at once."""
+        clocks = Clocks(
+            first_byte=self.config.first_byte_timeout,
+            idle=self.config.idle_timeout,
+            total=self.config.total_timeout,
+        )
+        replica: Replica | None = None
+        response: StreamingResponse | None = None
+        data = bytearray()
+        try:
+            try:
+                replica, response, refusal = await self._send(path, body, clocks)
+            except asyncio.CancelledError:
+                if not clocks.owns(asyncio.current_task()):
+                    raise
+                refusal = clocks.expired
+            if refusal is not None:
+                raise SluicegateError(refusal.kind, refusal.message, param=refusal.param, code=refusal.code)
+            assert replica is not None and response is not None
+            chunks = response.chunks()
+            while True:
+                if clocks.expired is not None:
+                    info = clocks.expired
+                    raise SluicegateError(info.kind, info.message, code=info.code)
+                clocks.waiting()
+                try:
+                    chunk = await anext(chunks)
+                except StopAsyncIteration:
+                    break
+                except asyncio.CancelledError:
+                    if not clocks.owns(asyncio.current_task()):
+                        raise
+                    continue  # `expired` is set: the loop's top reports it
+                except Exception as exc:  # the connection broke mid-body
+                    raise _bad_answer(replica, f"the connection broke: {exc or type(exc).__name__}") from exc
+                clocks.chunk()
+                data += chunk
+                if len(data) > max_bytes:
+                    raise _bad_answer(replica, f"its answer is larger than {max_bytes} bytes")
+            clocks.idle()
+        finally:
+            clocks.stop()
+            if response is not None:
+                await response.aclose()
+            if replica is not None:
+                replica.outstanding -= 1
+        try:
+            return orjson.loads(data), replica.name
+        except orjson.JSONDecodeError as exc:
+            raise _bad_answer(replica, f"its answer is not JSON ({exc.msg})") from exc
+
     async def _send(
         self, path: str, body: bytes, clocks: Clocks, trace_headers: bytes = b""
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
@@ -283,6 +338,12 @@ class UpstreamEngine(Engine):
             if response is not None:
                 await response.aclose()
         return None, None, error
+
+
+def _bad_answer(replica: Replica, what: str) -> SluicegateError:
+    return SluicegateError(
+        ErrorKind.UPSTREAM, f"The upstream {replica.name} failed: {what}.", code="upstream_error"
+    )
 
 
 async def _traced(events: AsyncIterator[RawEvent], span: Any) -> AsyncIterator[RawEvent]:

@@ -37,7 +37,7 @@ from sluicegate.engines.base import Capabilities, ConfigError
 Auth = Literal["bearer", "x-api-key"]
 ANTHROPIC_VERSION = "2023-06-01"
 _TIMEOUTS = {"connect_timeout": 10.0, "first_byte_timeout": 120.0, "idle_timeout": 60.0, "total_timeout": 0.0}
-_KEYS = {
+KEYS = {
     "id",
     "engine",
     "base_url",
@@ -112,9 +112,9 @@ def parse_config(
         raise ConfigError("every [[models]] table needs a string `id` (optional only with discover = true)")
     engine = table.get("engine", "openai")
     where = f"model {model_id!r}" if model_id else f"an `{engine}` model with discover = true"
-    unknown = sorted(set(table) - _KEYS)
+    unknown = sorted(set(table) - KEYS)
     if unknown:
-        raise ConfigError(f"{where}: unknown keys {unknown}; known keys: {', '.join(sorted(_KEYS))}")
+        raise ConfigError(f"{where}: unknown keys {unknown}; known keys: {', '.join(sorted(KEYS))}")
 
     if ("base_url" in table) == ("base_urls" in table):
         raise ConfigError(f"{where}: set exactly one of `base_url` or `base_urls`")

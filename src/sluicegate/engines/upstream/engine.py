@@ -8,16 +8,17 @@ wire.py; a text completion goes to its `/completions` (completions.py); replicas
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import orjson
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import ModelInfo
+from sluicegate.engines.base import ModelInfo, Task
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
+from sluicegate.engines.upstream.embeddings import EMBEDDINGS_PATH, MAX_UPSTREAM_BODY, checked_embeddings
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
 from sluicegate.parsing import THINK, OutputParser
@@ -67,3 +68,23 @@ class OpenAIUpstreamEngine(UpstreamEngine):
         if request.prompt is not None:  # text: no `<think>` tags looked for
             return COMPLETIONS_PATH, CompletionChunkDecoder(None)
         return self.path, self.decoder()
+
+    def tasks(self) -> frozenset[Task]:
+        """What an OpenAI-compatible server may offer besides chat; one that does not answers
+        with its own error, relayed."""
+        return frozenset({"chat", "embeddings", "rerank"})
+
+    async def relay(self, path: str, body: dict[str, Any]) -> Any:
+        """The request relayed as it came (with the upstream's model name), under the chat
+        stream's replica failover and clocks; the answer names our model id. An embeddings
+        answer is checked to be one (an upstream's 200 of another shape is a 502)."""
+        try:
+            payload = orjson.dumps({**body, "model": self.config.upstream_model})
+        except orjson.JSONEncodeError as exc:
+            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
+        answer, replica = await self.exchange(path, payload, max_bytes=MAX_UPSTREAM_BODY)
+        if path == EMBEDDINGS_PATH:
+            answer = checked_embeddings(answer, replica)
+        if isinstance(answer, dict) and "model" in answer:
+            answer["model"] = self.model_id  # the client asked for our id
+        return answer

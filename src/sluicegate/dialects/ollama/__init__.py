@@ -1,0 +1,1 @@
+"""Ollama's native API (`/api/chat`, `/api/generate`, …): NDJSON streams, `{"error": …}` errors."""

@@ -1,0 +1,69 @@
+"""The rerank wire format llama-server, Jina and Cohere share (`POST /v1/rerank`, `/rerank`).
+
+`{"model", "query", "documents": [string | {"text"}], "top_n", "return_documents"}` →
+`{"model", "object": "list", "results": [{"index", "relevance_score"[, "document"]}], "usage"}`,
+the results best first and at most `top_n` of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sluicegate.core.rerank import Ranked
+from sluicegate.core.validation import Fields
+
+MAX_DOCUMENTS = 1000  # Cohere's limit per request
+
+
+@dataclass(frozen=True, slots=True)
+class RerankRequest:
+    model: str
+    query: str
+    documents: list[str]
+    top_n: int | None
+    return_documents: bool
+
+
+def _document(f: Fields, index: int, value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("text"), str):
+        return str(value["text"])
+    f.fail(
+        "documents", f"Invalid '{f.where('documents')}[{index}]': expected a string or an object with 'text'."
+    )
+
+
+def parse_rerank_request(body: Any) -> RerankRequest:
+    f = Fields(body)
+    model = f.string("model", required=True)
+    query = f.string("query", required=True)
+    documents = f.array("documents", required=True, non_empty=True)
+    assert model is not None and query is not None and documents is not None
+    if len(documents) > MAX_DOCUMENTS:
+        f.fail(
+            "documents", f"Invalid 'documents': at most {MAX_DOCUMENTS} per request, got {len(documents)}."
+        )
+    texts = [_document(f, i, d) for i, d in enumerate(documents)]
+    top_n = f.integer("top_n", low=1)
+    return_documents = bool(f.boolean("return_documents"))
+    return RerankRequest(model, query, texts, top_n, return_documents)
+
+
+def rerank_body(request: RerankRequest, ranked: Ranked) -> dict[str, Any]:
+    order = sorted(range(len(ranked.scores)), key=lambda i: -ranked.scores[i])
+    if request.top_n is not None:
+        order = order[: request.top_n]
+    results: list[dict[str, Any]] = []
+    for index in order:
+        result: dict[str, Any] = {"index": index, "relevance_score": ranked.scores[index]}
+        if request.return_documents:
+            result["document"] = {"text": request.documents[index]}
+        results.append(result)
+    return {
+        "model": request.model,
+        "object": "list",
+        "results": results,
+        "usage": {"prompt_tokens": ranked.prompt_tokens, "total_tokens": ranked.prompt_tokens},
+    }

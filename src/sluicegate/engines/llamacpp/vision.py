@@ -1,0 +1,217 @@
+"""Images into a llama.cpp context through libmtmd (llama-cpp-python's `mtmd_cpp` bindings).
+
+A model with a projector (`mmproj`) turns its prompt into tokens with images among them:
+`Projector.tokenize` gives a `MediaPrompt`, the prompt's token list where each image stands as
+`n_pos` placeholder ids (negative, so never a real token, and derived from the image's hash),
+plus the image chunks by where they start. The placeholders make everything that compares token
+lists work for images too: a prompt that repeats an earlier turn's image shares that prefix with
+the cache, so its cells are reused and reported as cached tokens.
+
+The text between images is decoded as ever (with other sequences, in the scheduler's batch);
+an image is encoded by the projector and its embeddings decoded in `llama_decode`s of their own:
+whole (`Projector.decode`), or, in the batch scheduler, a prompt chunk per step (`encode`, then
+`LlamaRuntime.decode_image_part`). All of it runs on the engine's worker thread, as every other
+use of the context.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llama_cpp
+import numpy as np
+from llama_cpp import _logger
+from llama_cpp import mtmd_cpp as mtmd
+
+from sluicegate.core.errors import EngineFailure, invalid
+from sluicegate.core.images import Picture
+
+MARKER = "<__media__>"  # libmtmd's default media marker: where an image goes in the rendered prompt
+_TEXT = 0  # MTMD_INPUT_CHUNK_TYPE_TEXT
+_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a NULL function pointer
+_logs_routed = False
+
+
+def _route_logs() -> None:
+    """libmtmd logs every image it encodes; through llama.cpp's logger, only errors show."""
+    global _logs_routed
+    if not _logs_routed:
+        mtmd.mtmd_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        mtmd.mtmd_helper_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
+        _logs_routed = True
+
+
+def find_projector(model: Path) -> Path | None:
+    """An `mmproj*.gguf` beside the model, as LM Studio and llama-server's `-hf` keep them:
+    the one named after the model if there are several."""
+    found = sorted(p for p in model.parent.glob("mmproj*.gguf") if p.is_file())
+    if not found:
+        return None
+    named = [p for p in found if model.stem in p.stem]
+    return (named or found)[0]
+
+
+def placeholder(digest: str) -> int:
+    """The id every position of an image stands as: negative, and the same for the same image."""
+    return -1 - int(digest[:8], 16) % (1 << 30)
+
+
+@dataclass(slots=True)
+class ImageSpan:
+    chunk: Any  # an owned mtmd_input_chunk copy
+    n_pos: int  # positions (= prompt tokens) it takes
+    n_tokens: int  # embeddings it decodes to
+    # Encoded, while the batch scheduler decodes it a prompt chunk at a time.
+    embeddings: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class MediaPrompt:
+    tokens: list[int]
+    images: dict[int, ImageSpan] = field(default_factory=dict)  # by the index it starts at
+
+    def span_at(self, index: int) -> ImageSpan | None:
+        return self.images.get(index)
+
+    def covering(self, index: int) -> tuple[int, ImageSpan] | None:
+        """The image whose positions include `index`, and where it starts."""
+        for start, span in self.images.items():
+            if start <= index < start + span.n_pos:
+                return start, span
+        return None
+
+    def next_image(self, index: int) -> int | None:
+        """Where the first image at or after `index` starts."""
+        starts = [start for start in self.images if start >= index]
+        return min(starts) if starts else None
+
+    def snap(self, keep: int) -> int:
+        """A cached prefix never ends inside an image: cut it back to the image's start."""
+        for start, span in self.images.items():
+            if start < keep < start + span.n_pos:
+                return start
+        return keep
+
+    def free(self) -> None:
+        for span in self.images.values():
+            mtmd.mtmd_input_chunk_free(span.chunk)
+        self.images.clear()
+
+
+class Projector:
+    """A loaded mmproj file, bound to the loaded text model."""
+
+    def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool) -> None:
+        _route_logs()
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = use_gpu
+        params.n_threads = threads
+        params.print_timings = False
+        self._marker = MARKER.encode()
+        params.media_marker = self._marker
+        self.ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
+        if not self.ctx:
+            raise ValueError(f"libmtmd could not load the projector {path}")
+        if not mtmd.mtmd_support_vision(self.ctx):
+            self.close()
+            raise ValueError(f"the projector {path} has no vision encoder")
+
+    def close(self) -> None:
+        if self.ctx:
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+    def tokenize(self, prompt: str, pictures: list[Picture]) -> MediaPrompt:
+        """The prompt (with one `MARKER` per picture, in order) as tokens and image chunks."""
+        if prompt.count(MARKER) != len(pictures):
+            raise invalid(
+                f"The prompt has {prompt.count(MARKER)} image markers ({MARKER!r}) for {len(pictures)} "
+                "images; a message's text must not contain the marker itself.",
+                code="invalid_image",
+            )
+        bitmaps = []
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            for picture in pictures:
+                pixels = (ctypes.c_uint8 * len(picture.rgb)).from_buffer_copy(picture.rgb)
+                bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, pixels)
+                if not bitmap:
+                    raise EngineFailure("libmtmd could not take an image", code="engine_error")
+                bitmaps.append(bitmap)
+                mtmd.mtmd_bitmap_set_id(bitmap, picture.digest.encode())
+            data = prompt.encode("utf-8")
+            text = mtmd.mtmd_input_text(data, len(data), True, True)
+            array = (mtmd.mtmd_bitmap_p_ctypes * len(bitmaps))(*bitmaps)
+            status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), array, len(bitmaps))
+            if status != 0:
+                raise EngineFailure(f"libmtmd could not tokenize the prompt ({status})", code="engine_error")
+            return self._media_prompt(chunks, pictures)
+        finally:
+            for bitmap in bitmaps:
+                mtmd.mtmd_bitmap_free(bitmap)
+            mtmd.mtmd_input_chunks_free(chunks)
+
+    def _media_prompt(self, chunks: Any, pictures: list[Picture]) -> MediaPrompt:
+        out = MediaPrompt([])
+        pictures_left = iter(pictures)
+        try:
+            for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+                chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+                if mtmd.mtmd_input_chunk_get_type(chunk) == _TEXT:
+                    count = ctypes.c_size_t()
+                    pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
+                    out.tokens.extend(pointer[: count.value])
+                    continue
+                picture = next(pictures_left)
+                n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
+                span = ImageSpan(
+                    mtmd.mtmd_input_chunk_copy(chunk), n_pos, int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                )
+                out.images[len(out.tokens)] = span
+                out.tokens.extend([placeholder(picture.digest)] * n_pos)
+            if out.tokens and out.tokens[-1] < 0:  # its last token must give logits
+                raise EngineFailure("The prompt cannot end with an image.", code="invalid_image")
+        except BaseException:
+            out.free()
+            raise
+        return out
+
+    def splittable(self, span: ImageSpan) -> bool:
+        """Whether the image's embeddings may be decoded a few at a time: one position each and
+        causal attention (not M-RoPE, not Gemma 3's non-causal images, which go whole)."""
+        return (
+            span.n_pos == span.n_tokens
+            and not mtmd.mtmd_decode_use_mrope(self.ctx)
+            and not mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk)
+        )
+
+    def encode(self, span: ImageSpan, n_embd: int) -> None:
+        """Run the image encoder; its embeddings are kept on the span."""
+        if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+            raise EngineFailure("the projector could not encode an image", code="decode_failed")
+        pointer = mtmd.mtmd_get_output_embd(self.ctx)
+        span.embeddings = np.ctypeslib.as_array(pointer, shape=(span.n_tokens, n_embd)).copy()
+
+    def decode(self, context: Any, span: ImageSpan, *, position: int, seq_id: int, n_batch: int) -> None:
+        """Encode the image and decode its embeddings into sequence `seq_id` at `position`."""
+        if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
+            raise EngineFailure("the projector could not encode an image", code="decode_failed")
+        embeddings = mtmd.mtmd_get_output_embd(self.ctx)
+        new_position = llama_cpp.llama_pos(0)
+        status = mtmd.mtmd_helper_decode_image_chunk(
+            self.ctx,
+            context,
+            span.chunk,
+            embeddings,
+            position,
+            seq_id,
+            n_batch,
+            ctypes.byref(new_position),
+            _NO_CALLBACK,
+            None,
+        )
+        if status != 0:
+            raise EngineFailure(f"llama_decode failed on an image ({status})", code="decode_failed")

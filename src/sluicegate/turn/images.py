@@ -1,0 +1,122 @@
+"""Before an engine that reads pixels sees a request: each image part's bytes, decoded.
+
+Data URLs always; http(s) URLs only when `[server] allow_image_urls` is on, through the SSRF
+guard (public addresses, or `[tools] allowed_hosts`), with the byte cap and a time cap. The
+decoding runs in a thread, off the event loop. Anything wrong is a 400 in the client's dialect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import httpx2
+
+from sluicegate.config import Settings
+from sluicegate.core.allowlist import AllowList
+from sluicegate.core.errors import invalid
+from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_image
+from sluicegate.core.request import ChatRequest, ContentPart
+from sluicegate.tools.ssrf import PinnedTransport, UrlRefused, check_url
+
+
+@dataclass(frozen=True, slots=True)
+class ImageSettings:
+    limits: ImageLimits = field(default_factory=ImageLimits)
+    fetch_urls: bool = False  # `[server] allow_image_urls`
+    allowed_hosts: AllowList = field(default_factory=AllowList)
+    fetch_timeout: float = 10.0  # `[server] image_fetch_timeout_seconds`
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ImageSettings:
+        limits = ImageLimits(
+            settings.max_image_bytes, settings.max_image_pixels, settings.max_images_per_request
+        )
+        return cls(
+            limits,
+            settings.allow_image_urls,
+            AllowList.parse(settings.tools_allowed_hosts),
+            settings.image_fetch_timeout_seconds,
+        )
+
+
+def image_parts(chat: ChatRequest) -> list[ContentPart]:
+    return [
+        part
+        for message in chat.messages
+        if not isinstance(message.content, str)
+        for part in message.content
+        if part.type == "image"
+    ]
+
+
+async def load_images(chat: ChatRequest, settings: ImageSettings) -> None:
+    """Fill in `picture` on every image part of `chat` (those not already decoded)."""
+    parts = image_parts(chat)
+    if not parts:
+        return
+    limits = settings.limits
+    if len(parts) > limits.max_images:
+        raise invalid(
+            f"The request has {len(parts)} images, more than this server accepts ({limits.max_images}).",
+            code="too_many_images",
+        )
+    todo = [part for part in parts if part.picture is None]
+    encoded = [await _image_bytes(part.image_url, settings) for part in todo]
+    pictures = await asyncio.to_thread(lambda: [decode_image(data, limits) for data in encoded])
+    for part, picture in zip(todo, pictures, strict=True):
+        part.picture = picture
+
+
+async def _image_bytes(url: str, settings: ImageSettings) -> bytes:
+    if url.startswith("data:"):
+        data = data_url_bytes(url)
+    elif url.startswith(("http://", "https://")):
+        if not settings.fetch_urls:
+            raise invalid(
+                "Image URLs are not fetched by this server; send the image as a data URL (base64). "
+                "The operator can allow URLs with [server] allow_image_urls.",
+                code="image_url_not_allowed",
+            )
+        data = await fetch_image(url, settings)
+    else:
+        raise invalid("Invalid image: expected a data: URL or an http(s) URL.", code="invalid_image")
+    check_size(data, settings.limits)
+    return data
+
+
+async def fetch_image(url: str, settings: ImageSettings) -> bytes:
+    """GET the URL, pinned to the address the SSRF guard checked; at most `max_bytes`, within
+    `fetch_timeout` seconds all told."""
+    try:
+        target = await check_url(url, settings.allowed_hosts)
+    except UrlRefused as exc:
+        raise invalid(f"The image URL cannot be fetched: {exc}.", code="image_url_not_allowed") from None
+    cap = settings.limits.max_bytes
+    try:
+        async with asyncio.timeout(settings.fetch_timeout):
+            async with (
+                httpx2.AsyncClient(
+                    transport=PinnedTransport(target), timeout=settings.fetch_timeout
+                ) as client,
+                client.stream("GET", url) as response,
+            ):
+                if response.status_code != 200:
+                    raise invalid(
+                        f"The image URL answered HTTP {response.status_code}.", code="image_fetch_failed"
+                    )
+                data = bytearray()
+                async for chunk in response.aiter_bytes():
+                    data += chunk
+                    if len(data) > cap:
+                        raise invalid(
+                            f"The image at the URL is more than this server accepts ({cap} bytes).",
+                            code="image_too_large",
+                        )
+                return bytes(data)
+    except TimeoutError:
+        raise invalid(
+            f"The image URL did not answer within {settings.fetch_timeout:g} s.", code="image_fetch_failed"
+        ) from None
+    except httpx2.HTTPError as exc:
+        raise invalid(f"The image URL could not be fetched ({exc}).", code="image_fetch_failed") from None

@@ -1,0 +1,83 @@
+"""Image parts decoded before an engine that reads pixels: data URLs, and http(s) URLs only when
+allowed, through the SSRF guard, with a byte and a time cap."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+
+import pytest
+from PIL import Image
+
+from sluicegate.core.allowlist import AllowList
+from sluicegate.core.errors import SluicegateError
+from sluicegate.core.images import ImageLimits
+from sluicegate.core.request import ChatRequest, ContentPart, Message
+from sluicegate.turn.images import ImageSettings, load_images
+
+PNG = io.BytesIO()
+Image.new("RGB", (20, 10), (1, 2, 3)).save(PNG, "PNG")
+IMAGE = PNG.getvalue()
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    """A loopback HTTP server: /a.png answers the image, /slow never answers."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await reader.readuntil(b"\r\n\r\n")
+        if b"/slow" in request:
+            await asyncio.sleep(30)
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(IMAGE) + IMAGE
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield f"http://127.0.0.1:{port}"
+
+
+def request(*urls: str) -> ChatRequest:
+    return ChatRequest("m", [Message("user", [ContentPart("image", image_url=u) for u in urls])])
+
+
+def settings(**kwargs: object) -> ImageSettings:
+    values: dict[str, object] = {"fetch_urls": True, "allowed_hosts": AllowList.parse(["127.0.0.1"])}
+    return ImageSettings(**{**values, **kwargs})  # type: ignore[arg-type]
+
+
+async def code(chat: ChatRequest, images: ImageSettings) -> str | None:
+    with pytest.raises(SluicegateError) as caught:
+        await load_images(chat, images)
+    return caught.value.info.code
+
+
+async def test_an_allowed_url_is_fetched_and_decoded(site: str) -> None:
+    chat = request(f"{site}/a.png")
+    await load_images(chat, settings())
+    part = chat.messages[0].content[0]
+    assert isinstance(part, ContentPart) and part.picture is not None
+    assert (part.picture.width, part.picture.height) == (20, 10)
+
+
+async def test_urls_are_refused_unless_allowed(site: str) -> None:
+    assert await code(request(f"{site}/a.png"), ImageSettings()) == "image_url_not_allowed"
+    # Allowed, but loopback is not public and not on the allow-list: the SSRF guard says no.
+    assert (
+        await code(request(f"{site}/a.png"), settings(allowed_hosts=AllowList())) == "image_url_not_allowed"
+    )
+    assert await code(request("ftp://example.com/a.png"), settings()) == "invalid_image"
+
+
+async def test_byte_and_time_caps(site: str) -> None:
+    assert (
+        await code(request(f"{site}/a.png"), settings(limits=ImageLimits(max_bytes=20))) == "image_too_large"
+    )
+    assert await code(request(f"{site}/slow"), settings(fetch_timeout=0.2)) == "image_fetch_failed"
+    assert (
+        await code(request(f"{site}/a.png"), settings(limits=ImageLimits(max_images=0))) == "too_many_images"
+    )
