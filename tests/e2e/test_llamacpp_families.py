@@ -73,7 +73,8 @@ def family_server(start_server: Any, tmp_path_factory: pytest.TempPathFactory) -
         }
         for family, (template, _) in FAMILIES.items()
     ]
-    server: Server = start_server(models=models)
+    # One family's model loaded at a time: twenty 16k contexts held for the whole session were ~5 GB.
+    server: Server = start_server({"jit_auto_evict": True}, models=models)
     return server
 
 

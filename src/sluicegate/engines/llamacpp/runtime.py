@@ -156,6 +156,12 @@ class LlamaRuntime:
         if sequences > 1:
             ctx_params.n_seq_max = sequences
             ctx_params.kv_unified = False
+        # A sliding-window layer keeps the window's cells (plus a batch), not the context's:
+        # llama.cpp's C default (true) gives every layer the full context, which for Gemma 3
+        # (15 of its 18 layers use a 512-token window) is 2.7x the KV cache at 4k tokens per
+        # sequence; llama-server's default is false too. What it costs is prefix reuse deep in
+        # the past (`reusable`).
+        ctx_params.swa_full = False
         if pooling is not None:  # an embedding model: one input is one batch (pooling needs it whole)
             ctx_params.embeddings = True
             ctx_params.pooling_type = pooling
@@ -180,6 +186,9 @@ class LlamaRuntime:
         self.sequences = sequences
         self.n_ctx = llama_cpp.llama_n_ctx_seq(self.context.ctx)  # per sequence
         self.n_vocab = self.model.n_vocab()
+        # The sliding window of the model's windowed layers (0: none), whose cache keeps only
+        # the window's last cells.
+        self.n_swa = int(llama_cpp.llama_model_n_swa(self.model.model))
         self.n_embd = int(llama_cpp.llama_model_n_embd_inp(self.model.model))  # an input embedding's size
         self.evaluated: list[int] = []
         self._pieces: dict[int, bytes] = {}
@@ -217,6 +226,15 @@ class LlamaRuntime:
         if self.context.memory:  # encoder-only embedding models have none
             llama_cpp.llama_memory_clear(self.context.memory, True)
         self.evaluated.clear()
+
+    def reusable(self, seq: int, keep: int) -> bool:
+        """Whether a sequence can go on from its first `keep` cached tokens. A sliding-window
+        layer reuses the cells of positions that fell out of every window, so the next token
+        (at position `keep`) needs the window's cells before it to still be there."""
+        if not self.n_swa or not keep:
+            return True
+        oldest = int(llama_cpp.llama_memory_seq_pos_min(self.context.memory, seq))
+        return 0 <= oldest <= max(0, keep - self.n_swa + 1)
 
     # --- tokens ----------------------------------------------------------------------------
 
@@ -322,6 +340,9 @@ class LlamaRuntime:
                 keep = 0
                 llama_cpp.llama_memory_clear(self.context.memory, True)
             del self.evaluated[keep:]
+        if not self.reusable(0, keep):
+            keep = 0
+            self.forget()
         return keep
 
     def prefill(self, job: Job) -> bool:

@@ -213,6 +213,9 @@ class BatchScheduler:
                 keep = media.snap(keep)
                 llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, keep, -1)
                 del slot.cached[keep:]
+            if not self.runtime.reusable(slot.id, keep):  # a sliding window moved past the prefix
+                keep = 0
+                self._drop(slot)
             slot.sequence = sequence
             self._relist()
             sequence.slot = slot.id
