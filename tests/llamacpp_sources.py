@@ -29,34 +29,43 @@ class SourcesUnavailable(Exception):
     """The sdist could not be had (no network, no such version)."""
 
 
-def llama_cpp_tree() -> Path:
-    """The vendored llama.cpp directory (holding models/templates and tests) of the installed
-    llama-cpp-python, downloaded into the cache on first use."""
-    version = importlib.metadata.version("llama-cpp-python")
-    root = CACHE / f"llama-cpp-python-{version}"
-    tree = root / "vendor" / "llama.cpp"
-    if (tree / "models" / "templates").is_dir() and (tree / "tests" / "test-chat.cpp").is_file():
-        return tree
+def sdist_files(package: str, keep: re.Pattern[str], into: Path) -> Path:
+    """The files of the installed `package`'s sdist whose archive paths `keep` matches, unpacked
+    once into `into` (the sdist's top folder renamed); downloaded with `pip download`."""
+    if into.is_dir():
+        return into
+    version = importlib.metadata.version(package)
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
         done = subprocess.run(
-            [*_PIP_DOWNLOAD, f"llama-cpp-python=={version}", "-d", scratch],
+            [*_PIP_DOWNLOAD, f"{package}=={version}", "-d", scratch],
             capture_output=True,
             text=True,
             timeout=600,
         )
         archives = list(Path(scratch).glob("*.tar.gz"))
         if done.returncode or not archives:
-            raise SourcesUnavailable(f"pip download llama-cpp-python=={version} failed: {done.stderr[-500:]}")
+            raise SourcesUnavailable(f"pip download {package}=={version} failed: {done.stderr[-500:]}")
         unpacked = Path(scratch) / "unpacked"
         with tarfile.open(archives[0]) as archive:
-            members = [m for m in archive.getmembers() if m.isfile() and _KEEP.match(m.name)]
+            members = [m for m in archive.getmembers() if m.isfile() and keep.match(m.name)]
             archive.extractall(unpacked, members=members, filter="data")
         (top,) = list(unpacked.iterdir())
         try:
-            top.rename(root)
+            top.rename(into)
         except OSError:  # another run put it there first
             shutil.rmtree(top, ignore_errors=True)
+    return into
+
+
+def llama_cpp_tree() -> Path:
+    """The vendored llama.cpp directory (holding models/templates and tests) of the installed
+    llama-cpp-python, downloaded into the cache on first use."""
+    version = importlib.metadata.version("llama-cpp-python")
+    root = sdist_files("llama-cpp-python", _KEEP, CACHE / f"llama-cpp-python-{version}")
+    tree = root / "vendor" / "llama.cpp"
+    if not (tree / "models" / "templates").is_dir() or not (tree / "tests" / "test-chat.cpp").is_file():
+        raise SourcesUnavailable(f"{root} holds no llama.cpp template corpus")
     return tree
 
 

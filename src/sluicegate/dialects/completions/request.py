@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt, SamplingParams
-from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
+from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt
+from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a completion
 MAX_LOGPROBS = 20  # OpenAI allows 5; llama.cpp and vLLM give more
@@ -55,20 +55,6 @@ def _prompt(f: Fields) -> str | list[int]:
     )
 
 
-def _sampling(f: Fields) -> SamplingParams:
-    """What OpenAI's completions and llama.cpp's extensions share with Chat Completions."""
-    s = SamplingParams()
-    s.temperature = f.number("temperature", low=0, high=2)
-    s.top_p = f.number("top_p", low=0, high=1)
-    s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
-    s.min_p = f.number("min_p", low=0, high=1)
-    s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
-    s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
-    s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
-    s.seed = f.integer("seed")
-    return s
-
-
 def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]:
     f = Fields(body)
     model = f.string("model", required=True)
@@ -85,7 +71,7 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
                 "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
             )
         include_usage = bool(options.boolean("include_usage"))
-    s = _sampling(f)
+    s = sampling_fields(f)
     max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)
     s.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
     s.n = f.integer("n", low=1, high=128) or 1
@@ -134,7 +120,7 @@ def parse_infill_request(body: Any, default_model: str | None) -> tuple[ChatRequ
         assert text is not None
         extra.append(FileChunk(chunk.string("filename") or "tmp", text))
     middle = f.string("prompt") or ""
-    s = _sampling(f)
+    s = sampling_fields(f)
     n_predict = f.integer("n_predict", low=-1, high=INT32_MAX)
     if n_predict is None:
         n_predict = f.integer("max_tokens", low=-1, high=INT32_MAX)
