@@ -82,6 +82,7 @@ from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
+from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import MARKER, find_projector
 from sluicegate.observe.metrics import METRICS
@@ -152,6 +153,7 @@ class LlamaCppEngine(Engine):
         self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
+        self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
@@ -459,11 +461,53 @@ class LlamaCppEngine(Engine):
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
         if self.batching:
+            speculator = None
+            if settings.speculative is not None:
+                try:
+                    speculator = await loop.run_in_executor(
+                        self._executor, self._speculator, self._runtime, context_length
+                    )
+                except BaseException:
+                    await self.unload()
+                    raise
             self._scheduler = BatchScheduler(
-                self._runtime, stream_interval=settings.stream_interval_ms / 1000
+                self._runtime, stream_interval=settings.stream_interval_ms / 1000, speculator=speculator
             )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
         self._close_vocabulary()  # the loaded model tokenizes now
+
+    def _speculator(self, target: LlamaRuntime, context_length: int) -> Speculator:
+        """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
+        thread, with the target's context and threads, one KV stream per slot)."""
+        settings, spec = self.settings, self.settings.speculative
+        assert spec is not None
+        if spec.kind == "ngram":
+            return Speculator(spec, NgramDrafter(spec, target.sequences), self.model_id)
+        assert spec.draft_model is not None
+        try:
+            draft = LlamaRuntime(
+                spec.draft_model,
+                context_length=context_length,
+                n_gpu_layers=settings.n_gpu_layers,
+                threads=settings.threads,
+                batch_size=settings.batch_size,
+                flash_attention=settings.flash_attention,
+                on_progress=lambda _: None,
+                repack=settings.repack,
+                sequences=target.sequences,
+            )
+        except ValueError as exc:
+            raise EngineFailure(
+                f"llama.cpp could not load the draft model {spec.draft_model}: {exc}",
+                code="model_load_failed",
+            ) from exc
+        try:
+            check_vocabularies(target, draft)
+        except BaseException:
+            draft.close()
+            raise
+        self._draft = draft
+        return Speculator(spec, ModelDrafter(spec, draft), self.model_id)
 
     def _close_vocabulary(self) -> None:
         vocabulary, self._vocabulary = self._vocabulary, None
@@ -472,12 +516,15 @@ class LlamaCppEngine(Engine):
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
+        draft, self._draft = self._draft, None
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.stop()  # its loop ends; `close` below runs after it on the same thread
-        if runtime is not None and self._executor is not None:
+        if self._executor is not None:
             # On the worker thread, after whatever it is finishing: never under a running decode.
-            await asyncio.get_running_loop().run_in_executor(self._executor, runtime.close)
+            for part in (draft, runtime):
+                if part is not None:
+                    await asyncio.get_running_loop().run_in_executor(self._executor, part.close)
 
     async def aclose(self) -> None:
         await self.unload()

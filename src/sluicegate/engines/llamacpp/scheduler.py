@@ -14,6 +14,10 @@ tokens share the longest prefix with its prompt (reported as cached tokens); a m
 prefix in another free slot is copied over. A finished sequence leaves its tokens in its slot
 for the next request to reuse; a cancelled or failed one has its cells removed at once. A
 slot's stream is its own, so what one slot keeps never takes room from another.
+
+Speculative decoding (speculative.py): a decoding sequence may put a draft after its next token
+in the same batch, every row with logits; it then samples row after row while what it samples
+equals the draft, and the cells of the rows it did not take are removed from its stream.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
+from sluicegate.engines.llamacpp.speculative import Speculator, Want
 
 log = logging.getLogger(__name__)
 # A free slot whose cache shares this many more prompt tokens than the best-placed slot's is
@@ -68,8 +73,11 @@ def _runs(ids: set[int]) -> int:
 
 
 class BatchScheduler:
-    def __init__(self, runtime: LlamaRuntime, stream_interval: float = 0.0) -> None:
+    def __init__(
+        self, runtime: LlamaRuntime, stream_interval: float = 0.0, speculator: Speculator | None = None
+    ) -> None:
         self.runtime = runtime
+        self.speculator = speculator
         self.slots = [Slot(i) for i in range(runtime.sequences)]
         # The slots holding a sequence, in slot order: what each step walks (not all N slots).
         self._live: list[Slot] = []
@@ -163,6 +171,8 @@ class BatchScheduler:
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
         self._flush()
         llama_cpp.llama_batch_free(self._batch)
+        if self.speculator is not None:
+            self.speculator.close()
 
     def _end(self, sequence: Sequence, error: BaseException | None = None) -> None:
         self._urgent = True  # its ending reaches the client at once
@@ -176,6 +186,8 @@ class BatchScheduler:
         """Remove a slot's cells (a cancelled or failed sequence: its cache is not trusted)."""
         llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, -1, -1)
         slot.cached.clear()
+        if self.speculator is not None:
+            self.speculator.drafter.drop(slot.id)
 
     def _release(self, slot: Slot, error: BaseException | None = None, *, keep: bool = True) -> None:
         sequence = slot.sequence
@@ -218,6 +230,8 @@ class BatchScheduler:
                 self._drop(slot)
             slot.sequence = sequence
             self._relist()
+            if self.speculator is not None:
+                self.speculator.drafter.reset(slot.id)
             sequence.slot = slot.id
             sequence.start(keep)
 
@@ -344,27 +358,33 @@ class BatchScheduler:
             parts.append((slot, chunk, len(chunk)))
             room -= len(chunk)
             space -= len(chunk)
+        if self.speculator is not None and space > 0:
+            self._draft(parts, space)
         # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
         if prefilling:
             parts.sort(key=lambda part: part[0].id)
         n = 0
-        # (slot, batch row with logits or -1, tokens added to the slot's cache, prompt tokens)
+        # (slot, first batch row with logits or -1, tokens added to the slot's cache (a decoding
+        # sequence's next token and its draft), prompt tokens)
         plan: list[tuple[Slot, int, list[int], int]] = []
         for slot, tokens, prompt_tokens in parts:
             sequence = slot.sequence
             assert sequence is not None
             position, seq = len(slot.cached), slot.id
+            first = n
             for offset, token in enumerate(tokens):
                 batch.token[n] = token
                 batch.pos[n] = position + offset
                 batch.n_seq_id[n] = 1
                 batch.seq_id[n][0] = seq
-                batch.logits[n] = False
+                batch.logits[n] = not prompt_tokens  # every row of a decoding sequence (its draft)
                 n += 1
-            # Logits for a decoded token, and for a prompt's last one.
-            last = not prompt_tokens or sequence.prompt_done + prompt_tokens == len(sequence.todo)
-            batch.logits[n - 1] = last
-            plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
+            if prompt_tokens:  # logits for a prompt's last token
+                last = sequence.prompt_done + prompt_tokens == len(sequence.todo)
+                batch.logits[n - 1] = last
+                plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
+            else:
+                plan.append((slot, first, tokens, 0))
         if not n:
             return
         batch.n_tokens = n
@@ -380,6 +400,9 @@ class BatchScheduler:
                     self._release(slot, error, keep=False)
             return
         for slot, row, tokens, prompt_tokens in plan:
+            if len(tokens) > 1 and not prompt_tokens:
+                self._verify(slot, row, tokens)
+                continue
             slot.cached.extend(tokens)
             sequence = slot.sequence
             if sequence is None:
@@ -398,3 +421,62 @@ class BatchScheduler:
             except Exception as exc:
                 log.exception("sequence %d failed", slot.id)
                 self._release(slot, exc, keep=False)
+
+    def _draft(self, parts: list[tuple[Slot, list[int], int]], space: int) -> None:
+        """Drafts after the next tokens of the decoding sequences, within the batch's `space`."""
+        speculator = self.speculator
+        assert speculator is not None
+        wants: list[Want] = []
+        where: list[int] = []
+        most_ever, least = speculator.settings.draft_max, max(speculator.settings.draft_min, 1)
+        for i, (slot, _, prompt_tokens) in enumerate(parts):
+            sequence = slot.sequence
+            if prompt_tokens or sequence is None:
+                continue
+            # Cut to what the sequence may still output (and so to its context) and to the batch.
+            most = min(most_ever, sequence.draft_room(), space)
+            if most < least:
+                continue
+            wants.append((slot.id, sequence.history, most))
+            where.append(i)
+            space -= most
+        if not wants:
+            return
+        try:
+            drafts = speculator.draft(wants)
+        except Exception:
+            log.exception("drafting failed; this step decodes without drafts")
+            return
+        for i, draft in zip(where, drafts, strict=True):
+            if draft:
+                slot, tokens, _ = parts[i]
+                parts[i] = (slot, [tokens[0], *draft], 0)
+
+    def _verify(self, slot: Slot, row: int, tokens: list[int]) -> None:
+        """A decoding sequence's next token and draft are in: sample row after row while the
+        draw equals the draft, keep the cells of the rows it took, remove the others'."""
+        sequence, speculator = slot.sequence, self.speculator
+        assert sequence is not None and speculator is not None
+        draft = tokens[1:]
+        taken = 0
+        finish = None
+        try:
+            for i in range(len(tokens)):
+                # A stop string, end of generation or the limit inside the draft ends it there.
+                finish = sequence.accept(self.runtime, row + i)
+                if finish is not None or i == len(draft) or sequence.next_token != draft[i]:
+                    break
+                taken += 1
+        except Exception as exc:
+            log.exception("sequence %d failed", slot.id)
+            slot.cached.extend(tokens)
+            self._release(slot, exc, keep=False)
+            return
+        finally:
+            speculator.record(len(draft), taken)
+        slot.cached.extend(tokens[: 1 + taken])
+        if taken < len(draft):
+            llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, len(slot.cached), -1)
+        if finish is not None:
+            sequence.finish(finish)
+            self._release(slot)

@@ -45,6 +45,7 @@ class Sequence:
         "cap",
         "done",
         "fail",
+        "history",
         "job",
         "next_token",
         "prompt",
@@ -74,6 +75,8 @@ class Sequence:
         self.prompt_done = 0  # of `todo`, decoded so far
         self.samplers: _Samplers | None = None
         self.next_token: int | None = None  # sampled, to be decoded in the next step
+        # Prompt and output so far, ending with `next_token`: what an n-gram draft looks in.
+        self.history: list[int] = []
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = StopScanner(job.sampling.stop)
         self._pending: list[TokenLogprob] = []
@@ -107,6 +110,14 @@ class Sequence:
         asked = self.job.sampling.max_tokens
         self._limit = room if asked is None else min(asked, room)
         self.samplers = _Samplers(runtime, self.job)
+        self.history = list(self.job.tokens)
+
+    def draft_room(self) -> int:
+        """How many draft tokens may follow `next_token`: what the output limit leaves after
+        the token each of them would be verified into (and so what the context leaves). Under
+        a grammar too: its sampler only ever sees the tokens the target draws, so a draft token
+        it would refuse is never drawn, and the grammar's state never needs rolling back."""
+        return self._limit - self.job.usage.completion_tokens - 1
 
     def accept(self, runtime: LlamaRuntime, index: int) -> FinishReason | None:
         """Sample from batch row `index`; None to go on (with `next_token` to decode)."""
@@ -145,6 +156,7 @@ class Sequence:
         if usage.completion_tokens >= self._limit:
             return FinishReason.LENGTH
         self.next_token = token
+        self.history.append(token)
         return None
 
     def finish(self, finish: FinishReason) -> None:

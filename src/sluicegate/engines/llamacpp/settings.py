@@ -9,6 +9,7 @@ from typing import Any
 from sluicegate.core.errors import SluicegateError
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.overflow import Policy, policy_value
+from sluicegate.engines.llamacpp.speculative import SpeculativeSettings
 from sluicegate.engines.llamacpp.template import template_source
 from sluicegate.parsing import ReasoningStyle, ToolCallFormat, reasoning_setting, tool_format_setting
 
@@ -35,6 +36,12 @@ KEYS = frozenset(
         "stream_interval_ms",
         "mmproj",
         "rerank",
+        "speculative",
+        "draft_model",
+        "draft_max",
+        "draft_min",
+        "draft_p_min",
+        "ngram_size",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -70,6 +77,8 @@ class LlamaCppSettings:
     repack: bool = False
     # The vision projector (mmproj GGUF); None: an `mmproj*.gguf` beside the model, if any.
     mmproj: Path | None = None
+    # Speculative decoding (speculative.py): n-gram lookup or a draft model; None: off.
+    speculative: SpeculativeSettings | None = None
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -82,6 +91,53 @@ def _string(model: str, key: str, value: Any) -> str:
     if not isinstance(value, str) or not value:
         raise ConfigError(f"model {model!r}: `{key}` must be a non-empty string, got {value!r}")
     return value
+
+
+def _path(model: str, key: str, value: Any, base_dir: Path) -> Path:
+    path = Path(_string(model, key, value)).expanduser()
+    return path if path.is_absolute() else base_dir / path
+
+
+def _speculative(model: str, table: dict[str, Any], base_dir: Path) -> SpeculativeSettings | None:
+    """`speculative = "ngram"` or `draft_model = "…gguf"`, and the draft's limits."""
+    kind = table.get("speculative")
+    if kind is not None and kind not in ("ngram", "draft", "none"):
+        raise ConfigError(f'model {model!r}: `speculative` must be "ngram", "draft" or "none", got {kind!r}')
+    tuning = [key for key in ("draft_max", "draft_min", "draft_p_min", "ngram_size") if key in table]
+    if "draft_model" in table:
+        if kind not in (None, "draft"):
+            raise ConfigError(f'model {model!r}: `draft_model` goes with `speculative = "draft"` (or none)')
+        kind = "draft"
+    if kind == "draft" and "draft_model" not in table:
+        raise ConfigError(f'model {model!r}: `speculative = "draft"` needs `draft_model`, the draft GGUF')
+    if kind in (None, "none"):
+        if tuning:
+            raise ConfigError(f"model {model!r}: {tuning} need `speculative` or `draft_model`")
+        return None
+    if table.get("batching") is False:
+        raise ConfigError(f"model {model!r}: speculative decoding needs `batching = true`")
+    values: dict[str, Any] = {"kind": kind}
+    if kind == "draft":
+        path = _path(model, "draft_model", table["draft_model"], base_dir)
+        if not path.is_file():
+            raise ConfigError(f"model {model!r}: no draft model GGUF file at {path}")
+        values["draft_model"] = path
+    elif "draft_p_min" in table:
+        raise ConfigError(f"model {model!r}: `draft_p_min` is for a draft model, not n-gram drafts")
+    if kind != "ngram" and "ngram_size" in table:
+        raise ConfigError(f'model {model!r}: `ngram_size` is for `speculative = "ngram"`')
+    for key, low in (("draft_max", 1), ("draft_min", 0), ("ngram_size", 1)):
+        if key in table:
+            values[key] = _integer(model, key, table[key], low)
+    if "draft_p_min" in table:
+        p_min = table["draft_p_min"]
+        if isinstance(p_min, bool) or not isinstance(p_min, int | float) or not 0 <= p_min <= 1:
+            raise ConfigError(f"model {model!r}: `draft_p_min` must be a number in [0, 1], got {p_min!r}")
+        values["draft_p_min"] = float(p_min)
+    settings = SpeculativeSettings(**values)
+    if settings.draft_min > settings.draft_max:
+        raise ConfigError(f"model {model!r}: `draft_min` ({settings.draft_min}) is above `draft_max`")
+    return settings
 
 
 def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
@@ -127,6 +183,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
             raise ConfigError(f"model {model!r}: {exc}") from exc
     if "n_gpu_layers" in table:
         values["n_gpu_layers"] = _integer(model, "n_gpu_layers", table["n_gpu_layers"], -1)
+    values["speculative"] = _speculative(model, table, base_dir)
     try:
         if "tool_call_format" in table:
             values["tool_call_format"] = tool_format_setting(

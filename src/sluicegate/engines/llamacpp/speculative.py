@@ -1,0 +1,249 @@
+"""Speculative decoding: drafts of the next few tokens, verified by the target in its batch.
+
+A draft comes from one of two places:
+
+- `NgramDrafter`: the sequence's own text (prompt and output). Where the last `ngram_size`
+  tokens occurred before, the tokens that followed then are the guess (llama.cpp's
+  `ngram-simple`, `common/ngram-map.cpp`). Costs a dict lookup; pays off where the output
+  repeats the prompt — an agent rewriting a file it was shown.
+- `ModelDrafter`: a small model with the same vocabulary, loaded beside the target with one KV
+  stream per slot. It decodes the drafts greedily, every drafting sequence in one batch per
+  draft position, and stops a sequence's draft where its top token is less likely than
+  `draft_p_min`.
+
+The scheduler puts `[next token, *draft]` in the step's one batch (scheduler.py) with logits on
+every row, and the sequence samples row after row with its own sampler chain while what it
+samples equals the draft (sequence.py). That rule — a draft token is taken iff the target's
+own draw is that token — leaves the output exactly what decoding without a draft gives: the
+same tokens at temperature 0, the same distribution when sampling (each token is still drawn
+from the target's distribution given the tokens before it). The rejected rows' cells are
+removed from the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import llama_cpp
+import numpy as np
+
+from sluicegate.core.errors import EngineFailure
+from sluicegate.observe.metrics import METRICS
+
+if TYPE_CHECKING:
+    from sluicegate.engines.llamacpp.runtime import LlamaRuntime
+
+Kind = Literal["ngram", "draft"]
+DRAFTED_METRIC = "sluicegate_llamacpp_draft_tokens_total"
+ACCEPTED_METRIC = "sluicegate_llamacpp_draft_tokens_accepted_total"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculativeSettings:
+    kind: Kind
+    draft_model: Path | None = None  # kind "draft"
+    draft_max: int = 16  # tokens drafted per step at most
+    draft_min: int = 0  # a shorter draft is not tried (the step decodes one token)
+    draft_p_min: float = 0.75  # kind "draft": the draft stops where its top token is less likely
+    ngram_size: int = 12  # kind "ngram": the tokens a match needs (llama.cpp's default)
+
+
+# One drafting sequence: (slot id, its tokens so far ending with the one to decode next, the
+# most it may draft).
+Want = tuple[int, list[int], int]
+
+
+class NgramIndex:
+    """Where each n-gram of a token list last ended, kept as the list grows."""
+
+    __slots__ = ("_ends", "_indexed", "n")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self._ends: dict[tuple[int, ...], int] = {}
+        self._indexed = 0  # ends below this are in `_ends`
+
+    def draft(self, tokens: list[int], most: int) -> list[int]:
+        """The tokens that followed the last earlier occurrence of `tokens`' last n-gram."""
+        n, end = self.n, len(tokens)
+        if end < self._indexed:  # not the list it indexed: start over
+            self._ends.clear()
+            self._indexed = 0
+        ends = self._ends
+        for stop in range(max(self._indexed, n), end):  # every end but the current one
+            ends[tuple(tokens[stop - n : stop])] = stop
+        self._indexed = max(self._indexed, end)
+        if end <= n:
+            return []
+        found = ends.get(tuple(tokens[end - n :]))
+        return [] if found is None else tokens[found : found + most]
+
+
+class NgramDrafter:
+    def __init__(self, settings: SpeculativeSettings, slots: int) -> None:
+        self.settings = settings
+        self._indices = [NgramIndex(settings.ngram_size) for _ in range(slots)]
+
+    def reset(self, slot: int) -> None:
+        """A new sequence in `slot`."""
+        self._indices[slot] = NgramIndex(self.settings.ngram_size)
+
+    def drop(self, slot: int) -> None:
+        self.reset(slot)
+
+    def draft(self, wants: list[Want]) -> list[list[int]]:
+        return [self._indices[slot].draft(tokens, most) for slot, tokens, most in wants]
+
+
+def _shared(a: list[int], b: list[int]) -> int:
+    same = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        same += 1
+    return same
+
+
+def check_vocabularies(target: LlamaRuntime, draft: LlamaRuntime) -> None:
+    """A draft model must tokenize as the target does: its guesses are token ids."""
+    if target.n_vocab != draft.n_vocab:
+        raise EngineFailure(
+            f"the draft model's vocabulary has {draft.n_vocab} tokens, the target's {target.n_vocab}: "
+            "a draft model needs the target's vocabulary",
+            code="model_load_failed",
+        )
+    step = max(1, target.n_vocab // 512)
+    for token in range(0, target.n_vocab, step):
+        if target.piece(token) != draft.piece(token):
+            raise EngineFailure(
+                f"the draft model's token {token} is {draft.piece(token)!r}, the target's "
+                f"{target.piece(token)!r}: a draft model needs the target's vocabulary",
+                code="model_load_failed",
+            )
+
+
+class ModelDrafter:
+    """A draft model's context, one KV stream per slot, kept in step with each slot's tokens."""
+
+    def __init__(self, settings: SpeculativeSettings, runtime: LlamaRuntime) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self._cached: list[list[int]] = [[] for _ in range(runtime.sequences)]
+        self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
+        self.steps = 0  # the draft model's decodes (tests read it)
+
+    def reset(self, slot: int) -> None:
+        """A new sequence: its tokens' common prefix with what the stream holds is kept."""
+
+    def drop(self, slot: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot, -1, -1)
+        self._cached[slot].clear()
+
+    def close(self) -> None:
+        llama_cpp.llama_batch_free(self._batch)
+
+    def _decode(self, rows: list[tuple[int, int, bool]]) -> None:
+        """One decode of (slot, token, logits?) rows, each at the end of its slot's stream."""
+        batch, cached = self._batch, self._cached
+        for n, (slot, token, logits) in enumerate(rows):
+            batch.token[n] = token
+            batch.pos[n] = len(cached[slot])
+            batch.n_seq_id[n] = 1
+            batch.seq_id[n][0] = slot
+            batch.logits[n] = logits
+            cached[slot].append(token)
+        batch.n_tokens = len(rows)
+        status = llama_cpp.llama_decode(self.runtime.context.ctx, batch)
+        self.steps += 1
+        if status != 0:
+            for slot, *_ in rows:
+                self.drop(slot)
+            raise EngineFailure(f"the draft model's llama_decode failed ({status})", code="decode_failed")
+
+    def _catch_up(self, wants: list[Want]) -> None:
+        """Bring every stream to its tokens but the last (which the first draft step decodes)."""
+        runtime, memory = self.runtime, self.runtime.context.memory
+        pending: list[tuple[int, list[int]]] = []
+        for slot, tokens, _ in wants:
+            cached = self._cached[slot]
+            keep = min(_shared(cached, tokens), len(tokens) - 1)
+            if keep < len(cached):
+                if not llama_cpp.llama_memory_seq_rm(memory, slot, keep, -1):
+                    keep = 0
+                    self.drop(slot)
+                del cached[keep:]
+            if not runtime.reusable(slot, keep):  # a sliding window moved past the prefix
+                keep = 0
+                self.drop(slot)
+            pending.append((slot, tokens[keep:-1]))
+        rows: list[tuple[int, int, bool]] = []
+        for slot, tokens in pending:
+            for token in tokens:
+                rows.append((slot, token, False))
+                if len(rows) == runtime.batch_size:
+                    self._decode(rows)
+                    rows = []
+        if rows:
+            self._decode(rows)
+
+    def _pick(self, row: int) -> tuple[int, float]:
+        """The draft model's top token at `row` of its last decode, and its probability (1.0
+        when no `draft_p_min` needs it)."""
+        runtime = self.runtime
+        logits = np.ctypeslib.as_array(
+            llama_cpp.llama_get_logits_ith(runtime.context.ctx, row), shape=(runtime.n_vocab,)
+        )
+        token = int(logits.argmax())
+        if self.settings.draft_p_min <= 0:
+            return token, 1.0
+        return token, 1.0 / float(np.exp(logits - logits[token]).sum())
+
+    def draft(self, wants: list[Want]) -> list[list[int]]:
+        self._catch_up(wants)
+        drafts: list[list[int]] = [[] for _ in wants]
+        # (index in wants, slot, token to decode)
+        going = [(i, slot, tokens[-1]) for i, (slot, tokens, most) in enumerate(wants) if most > 0]
+        p_min = self.settings.draft_p_min
+        while going:
+            self._decode([(slot, token, True) for _, slot, token in going])
+            more = []
+            for row, (i, slot, _) in enumerate(going):
+                token, p = self._pick(row)
+                if p < p_min:
+                    continue
+                drafts[i].append(token)
+                if len(drafts[i]) < wants[i][2]:
+                    more.append((i, slot, token))
+            going = more
+        return drafts
+
+
+class Speculator:
+    """What the scheduler asks for drafts, and the counts of what they brought."""
+
+    def __init__(
+        self, settings: SpeculativeSettings, drafter: NgramDrafter | ModelDrafter, model: str
+    ) -> None:
+        self.settings = settings
+        self.drafter = drafter
+        self.drafted = 0  # draft tokens put in a batch
+        self.accepted = 0  # of them, taken
+        self._keys = (METRICS.key(DRAFTED_METRIC, model=model), METRICS.key(ACCEPTED_METRIC, model=model))
+
+    def draft(self, wants: list[Want]) -> list[list[int]]:
+        """Each want's draft; one shorter than `draft_min` is dropped."""
+        least = max(self.settings.draft_min, 1)
+        return [d if len(d) >= least else [] for d in self.drafter.draft(wants)]
+
+    def record(self, drafted: int, accepted: int) -> None:
+        self.drafted += drafted
+        self.accepted += accepted
+        counters = METRICS.counters
+        counters[self._keys[0]] += drafted
+        counters[self._keys[1]] += accepted
+
+    def close(self) -> None:
+        if isinstance(self.drafter, ModelDrafter):
+            self.drafter.close()
