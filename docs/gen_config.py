@@ -279,6 +279,16 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
         ),
         "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
+        "speculative": (
+            "off",
+            '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '
+            "`draft_model`): speculative decoding, with batching; see [the llamacpp engine](engines-llamacpp.md)",
+        ),
+        "draft_model": ("none", "a draft GGUF with the target's vocabulary (implies `speculative = \"draft\"`)"),
+        "draft_max": ("`16`", "tokens drafted per step at most"),
+        "draft_min": ("`0`", "a shorter draft is not tried"),
+        "draft_p_min": ("`0.75`", "draft model: the draft stops where its top token is less likely"),
+        "ngram_size": ("`12`", "`ngram`: the tokens a match needs"),
     },
     "openai": {
         "base_url": ("one of the two is required", "the upstream's OpenAI base URL (`http://host:8000/v1`)"),
