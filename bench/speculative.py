@@ -21,8 +21,8 @@ Two workloads, temperature 0, one user:
   out again, which is what an agent rewriting a file it was shown does;
 - chat: `/v1/chat/completions` with a question no part of the prompt answers.
 
-Each request is sent twice in a row per round and the second is timed: its prompt is then in
-the slot's KV cache on every server (all but the last token), so the time is the decode's.
+Each request is sent first with max_tokens 1, then timed: its prompt is then in the slot's KV
+cache on every server (all but the last token), so the time is the decode's.
 Tokens/s = the server's completion tokens / the request's wall time; the median over rounds.
 The servers' acceptance (drafted and taken tokens) is read from llama-server's `timings` and
 Sluicegate's `/metrics`.
@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import statistics
 import sys
 import tempfile
@@ -98,6 +99,7 @@ def main() -> int:
     parser.add_argument("--chat-tokens", type=int, default=128)
     parser.add_argument("--lines", type=int, default=32, help="lines of the source file in the prompt")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill still stops the servers
     gguf = gemma_gguf()
     prompt = edit_prompt(args.lines)
 
@@ -150,7 +152,7 @@ def main() -> int:
         for round_ in range(args.rounds):
             for workload, max_tokens in (("edit", args.edit_tokens), ("chat", args.chat_tokens)):
                 for name, (_, url, _) in targets.items():
-                    request(url, workload, max_tokens, prompt)  # the prompt into the slot's cache
+                    request(url, workload, 1, prompt)  # the prompt into the slot's cache
                     count, wall, reported = request(url, workload, max_tokens, prompt)
                     speeds.setdefault((name, workload), []).append(count / wall)
                     print(f"  {workload} {name}: {count} tokens, {count / wall:.1f}/s", file=sys.stderr)
