@@ -247,7 +247,9 @@ def test_cancel_mid_draft_frees_the_sequence(loaded: Any) -> None:
             if texts >= 5:
                 break
         others = asyncio.gather(*(_run(engine, _request(p, max_tokens=30)) for p in PROMPTS[1:3]))
-        await asyncio.sleep(0)
+        # Every slot busy before the cancel, so no other request takes the cancelled one's.
+        while not all(slot.sequence is not None for slot in scheduler.slots):
+            await asyncio.sleep(0.001)
         await stream.aclose()  # the client went away while its drafts were being verified
         return list(await others)
 
