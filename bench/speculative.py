@@ -24,6 +24,8 @@ Two workloads, temperature 0, one user:
 Each request is sent first with max_tokens 1, then timed: its prompt is then in the slot's KV
 cache on every server (all but the last token), so the time is the decode's.
 Tokens/s = the server's completion tokens / the request's wall time; the median over rounds.
+Also the server process's CPU time (user + system, all threads) per completion token, which a
+busy machine's waiting does not inflate (llama.cpp's spinning threads do, alike on both).
 The servers' acceptance (drafted and taken tokens) is read from llama-server's `timings` and
 Sluicegate's `/metrics`.
 """
@@ -44,7 +46,7 @@ from pathlib import Path
 import httpx
 
 from batching import gemma_gguf
-from local_engine import free_port, serving
+from local_engine import cpu_seconds, free_port, serving
 
 MODEL = "bench"
 ROOT = Path(__file__).resolve().parent.parent
@@ -118,7 +120,16 @@ def main() -> int:
             config = folder / f"{name.replace(' ', '-')}.toml"
             config.write_text(base + extra)
             url = f"http://127.0.0.1:{free_port()}"
-            command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", url.rsplit(":", 1)[1]]
+            command = [
+                sys.executable,
+                "-m",
+                "sluicegate",
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                url.rsplit(":", 1)[1],
+            ]
             targets[name] = (command, url, env)
         ref_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
         for name, extra_args in (
@@ -126,10 +137,14 @@ def main() -> int:
             (
                 "llama-server ngram",
                 [
-                    "--spec-type", "ngram-simple",
-                    "--spec-ngram-simple-size-n", str(args.ngram),
-                    "--spec-ngram-simple-size-m", str(args.draft_max),
-                    "--spec-draft-n-max", str(args.draft_max),
+                    "--spec-type",
+                    "ngram-simple",
+                    "--spec-ngram-simple-size-n",
+                    str(args.ngram),
+                    "--spec-ngram-simple-size-m",
+                    str(args.draft_max),
+                    "--spec-draft-n-max",
+                    str(args.draft_max),
                 ],
             ),
         ):
@@ -142,8 +157,13 @@ def main() -> int:
                 "--chat-template", "gemma", *extra_args,
             ]  # fmt: skip
             targets[name] = (command, url, ref_env)
-        for name, (command, url, target_env) in targets.items():
-            stack.enter_context(serving(command, url, folder / f"{name.replace(' ', '-')}.log", target_env))
+        pids = {
+            name: stack.enter_context(
+                serving(command, url, folder / f"{name.replace(' ', '-')}.log", target_env)
+            )
+            for name, (command, url, target_env) in targets.items()
+        }
+        cpu: dict[tuple[str, str], list[float]] = {}
 
         speeds: dict[tuple[str, str], list[float]] = {}
         tokens: dict[tuple[str, str], int] = {}
@@ -153,7 +173,9 @@ def main() -> int:
             for workload, max_tokens in (("edit", args.edit_tokens), ("chat", args.chat_tokens)):
                 for name, (_, url, _) in targets.items():
                     request(url, workload, 1, prompt)  # the prompt into the slot's cache
+                    used = cpu_seconds(pids[name])
                     count, wall, reported = request(url, workload, max_tokens, prompt)
+                    cpu.setdefault((name, workload), []).append((cpu_seconds(pids[name]) - used) / count)
                     speeds.setdefault((name, workload), []).append(count / wall)
                     print(f"  {workload} {name}: {count} tokens, {count / wall:.1f}/s", file=sys.stderr)
                     tokens[(name, workload)] = count
@@ -162,22 +184,29 @@ def main() -> int:
                         for key, value in reported.items():
                             totals[key] = totals.get(key, 0) + value
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
-        for name, (_, url, _) in targets.items():
-            if name.startswith("sluicegate"):
-                drafts[name] = sluicegate_drafts(url)
+            drafts.update({n: sluicegate_drafts(targets[n][1]) for n in targets if n == "sluicegate ngram"})
         load = tuple(round((a + b) / 2, 2) for a, b in zip(load, os.getloadavg(), strict=True))
 
     median = {key: statistics.median(values) for key, values in speeds.items()}
     print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, ngram {args.ngram}, draft_max {args.draft_max}, "
           f"{args.rounds} rounds, load average (1, 5, 15 min; mean of start and end) {load}\n")  # fmt: skip
-    print("| workload | server | tokens | tokens/s (median) | drafted / accepted |")
-    print("|---|---|---:|---:|---|")
+    print(
+        "| workload | server | tokens | tokens/s (median) | CPU ms per token (median) | drafted / accepted |"
+    )
+    print("|---|---|---:|---:|---:|---|")
     for workload in ("edit", "chat"):
         for name in targets:
             counts = drafts.get(name, {})
-            drafted = f"{counts.get('draft_n', 0)} / {counts.get('draft_n_accepted', 0)}" if "ngram" in name else ""
-            print(f"| {workload} | {name} | {tokens[(name, workload)]} | {median[(name, workload)]:.1f} | {drafted} |")
-    print("\n| workload | ngram / none (Sluicegate) | ngram / none (llama-server) | Sluicegate ngram / llama-server ngram | Sluicegate / llama-server (none) |")
+            drafted = (
+                f"{counts.get('draft_n', 0)} / {counts.get('draft_n_accepted', 0)}" if "ngram" in name else ""
+            )
+            per_token = statistics.median(cpu[(name, workload)]) * 1000
+            print(
+                f"| {workload} | {name} | {tokens[(name, workload)]} | {median[(name, workload)]:.1f} | {per_token:.0f} | {drafted} |"
+            )
+    print(
+        "\n| workload | ngram / none (Sluicegate) | ngram / none (llama-server) | Sluicegate ngram / llama-server ngram | Sluicegate / llama-server (none) |"
+    )
     print("|---|---:|---:|---:|---:|")
     for workload in ("edit", "chat"):
         m = {name: median[(name, workload)] for name in targets}
