@@ -102,14 +102,19 @@ class MediaPrompt:
 
 
 class Projector:
-    """A loaded mmproj file, bound to the loaded text model."""
+    """A loaded mmproj file, bound to the loaded text model (or, only to count a prompt's
+    tokens, to its tokenizer alone: `warmup=False` then skips the encoder's trial run).
 
-    def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool) -> None:
+    `tokenize` may run on another thread than `encode`/`decode` (llama-server tokenizes on its
+    HTTP threads while its loop encodes): it only preprocesses pixels and counts."""
+
+    def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool, warmup: bool = True) -> None:
         _route_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = threads
         params.print_timings = False
+        params.warmup = warmup
         self._marker = MARKER.encode()
         params.media_marker = self._marker
         self.ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
