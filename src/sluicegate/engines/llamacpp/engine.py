@@ -163,11 +163,14 @@ class LlamaCppEngine(Engine):
 
     def _default_sequences(self) -> int:
         """As many full contexts as the KV-cache budget holds, between 1 and DEFAULT_SEQUENCES."""
-        per_token = self.context.kv_bytes_per_token
-        if not per_token:
+        one = self.context.cache_bytes(1, self.settings.batch_size)
+        if not one:
             return 1
-        fits = self.context.budget_mib * MIB // (per_token * self.context_length)
-        return max(1, min(DEFAULT_SEQUENCES, fits))
+        return max(1, min(DEFAULT_SEQUENCES, self.context.budget_mib * MIB // one))
+
+    def _n_ubatch(self) -> int:
+        """The micro-batch the context loads with (a windowed layer keeps one beyond the window)."""
+        return self.context_length if self.pooling is not None else self.settings.batch_size
 
     def default_concurrency(self) -> int:
         return self.sequences if self.batching else self.default_max_concurrency
@@ -218,7 +221,7 @@ class LlamaCppEngine(Engine):
                 "path": str(gguf.path),
                 "mmproj": str(self.mmproj) if self.mmproj is not None else None,
                 "description": gguf.description,
-                "context": self.context.details(),
+                "context": self.context.details(self.sequences, self._n_ubatch()),
             },
         )
 
@@ -501,7 +504,7 @@ class LlamaCppEngine(Engine):
                 mmproj=self.mmproj,
             )
 
-        log.info("loading %s: %s", self.model_id, self.context.describe())
+        log.info("loading %s: %s", self.model_id, self.context.describe(self.sequences, self._n_ubatch()))
         try:
             self._runtime = await loop.run_in_executor(self._executor, build)
         except ValueError as exc:  # llama-cpp-python's way of saying the load failed
