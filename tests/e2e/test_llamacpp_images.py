@@ -470,3 +470,26 @@ def test_count_tokens_counts_the_image(vision_server: Server, claude: anthropic.
     ).usage
     used = usage.input_tokens + (usage.cache_read_input_tokens or 0)  # Anthropic's split of the prompt
     assert _count(vision_server, EYE, image, text) == used == idle
+
+
+def test_audio_input_is_a_clear_400(sdk: openai.OpenAI) -> None:
+    """Chat's `input_audio` parts: no engine here takes audio yet (the demo projector has no audio
+    encoder either), so a 400 that says so, with or without a projector."""
+    wav = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
+    for model in (EYE, BLIND):
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk.chat.completions.create(
+                model=model,
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "What is said?"},
+                            {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
+                        ],
+                    }
+                ],
+                max_tokens=4,
+            )
+        assert caught.value.code == "audio_input_unsupported"
+        assert "audio" in caught.value.message
