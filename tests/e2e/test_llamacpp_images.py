@@ -493,3 +493,28 @@ def test_audio_input_is_a_clear_400(sdk: openai.OpenAI) -> None:
             )
         assert caught.value.code == "audio_input_unsupported"
         assert "audio" in caught.value.message
+
+
+def test_a_context_overflow_policy_counts_the_images(sdk: openai.OpenAI) -> None:
+    """`rolling_window` drops an old turn whose image makes the prompt too long: the images are
+    counted while the prompt is fitted, so the reply comes, trimmed, instead of an error."""
+    old_turn = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": BLUE}},
+                {"type": "text", "text": "x" * 120},
+            ],
+        },
+        {"role": "assistant", "content": "Blue."},
+    ]
+    messages: Any = [*old_turn, {"role": "user", "content": "y" * 110}]
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=EYE_SHORT,
+        messages=messages,
+        max_tokens=2,
+        extra_body={"context_overflow": "rolling_window"},
+    )
+    reply = raw.parse()
+    assert raw.headers["x-sluicegate-context-truncated"] == "2"
+    assert reply.usage is not None and reply.usage.prompt_tokens < SHORT_CONTEXT - 100
