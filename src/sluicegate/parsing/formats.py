@@ -33,6 +33,15 @@ class ToolCallFormat(StrEnum):
     APERTUS = "apertus"
     FUNCTIONARY_V3_1 = "functionary_v3_1"
     FUNCTIONARY_V3_2 = "functionary_v3_2"
+    DEEPSEEK_V3_2 = "deepseek_v3_2"
+    KIMI_K3 = "kimi_k3"
+    MINIMAX_M3 = "minimax_m3"
+    COMMAND_R_PLUS = "command_r_plus"
+    FIREFUNCTION_V2 = "firefunction_v2"
+    APRIEL = "apriel"
+    GIGACHAT3 = "gigachat3"
+    MINICPM5 = "minicpm5"
+    LLAMA4_PYTHONIC = "llama4_pythonic"
 
 
 @dataclass(slots=True, frozen=True)

@@ -331,6 +331,10 @@ class XmlCall:
     call_close: str
     value_open: str = ""
     name_prefix: str = ""  # text before the name to skip (`<function=` after `<tool_call>`)
+    # The key tag's attributes after the name (`city" string="true` of DeepSeek's DSML): the key,
+    # and whether the value is plain text (True), JSON (False) or as the schema says (None).
+    key_attrs: Callable[[str], tuple[str, bool | None]] | None = None
+    cdata: bool = False  # a value may be wrapped in `<![CDATA[…]]>` (MiniCPM 5)
 
 
 def markup_value(text: str) -> Any:
@@ -342,6 +346,9 @@ def markup_value(text: str) -> Any:
     if text.startswith("\n"):
         text = text[1:-1] if text.endswith("\n") and len(text) > 1 else text[1:]
     return text
+
+
+_CDATA = "<![CDATA["
 
 
 def _param_types(tools: Tools, name: str) -> dict[str, Any]:
@@ -372,6 +379,7 @@ class XmlCallReader:
         self._ws = ""  # a streamed value's last newline, held back: it may be the markup's
         self._newline = False  # the value began with a newline (so its last one is markup too)
         self._opened = False
+        self._close = spec.value_close  # the current value's closing tag
 
     def feed(self, text: str, out: CallOut) -> str | None:
         self._buf += text
@@ -429,13 +437,24 @@ class XmlCallReader:
                     return None
                 key = self._buf[:i].strip()
                 self._buf = self._buf[i + len(spec.key_close) :]
+                plain = None
+                if spec.key_attrs is not None:
+                    key, plain = spec.key_attrs(key)
                 out.args(("" if self._first else ",") + compact(key) + ":")
                 self._first = False
-                self._stream = _is_string(self._types.get(key))
+                self._stream = _is_string(self._types.get(key)) if plain is None else plain
                 self._value_started = False
                 self._newline = False
                 self._ws = ""
-                self._state = "value_open" if spec.value_open else "value"
+                self._close = spec.value_close
+                self._state = "value_open" if spec.value_open else ("cdata" if spec.cdata else "value")
+            elif state == "cdata":
+                if len(self._buf) < len(_CDATA) and _CDATA.startswith(self._buf):
+                    return None
+                if self._buf.startswith(_CDATA):
+                    self._buf = self._buf[len(_CDATA) :]
+                    self._close = "]]>" + spec.value_close
+                self._state = "value"
             elif state == "value_open":
                 head = self._buf.lstrip()
                 if len(head) < len(spec.value_open) and spec.value_open.startswith(head):
@@ -443,14 +462,15 @@ class XmlCallReader:
                 self._buf = head[len(spec.value_open) :] if head.startswith(spec.value_open) else head
                 self._state = "value"
             elif state == "value":
-                i = self._buf.find(spec.value_close)
+                close = self._close
+                i = self._buf.find(close)
                 if not self._stream:
                     if i == -1:
                         return None
                     out.args(compact(markup_value(self._buf[:i])))
                 else:
                     if i == -1:
-                        held = held_from(self._buf, (spec.value_close,), spec.value_close[0])
+                        held = held_from(self._buf, (close,), close[0])
                         self._stream_piece(self._buf[:held], out)
                         self._buf = self._buf[held:]
                         return None
@@ -459,7 +479,7 @@ class XmlCallReader:
                         out.args(quoted_piece(self._ws))  # held back, and not the closing newline
                     out.args("" if self._value_started else '"')
                     out.args('"')
-                self._buf = self._buf[i + len(spec.value_close) :]
+                self._buf = self._buf[i + len(close) :]
                 self._state = "params"
             else:  # done
                 rest, self._buf = self._buf, ""

@@ -1,0 +1,84 @@
+"""Families whose calls are JSON objects (or an array of them) after a marker of their own:
+
+- Command R+: `Action:` then a fenced JSON array, `[{"tool_name": ..., "parameters": {...}}]`
+- Firefunction v2: ` functools[{"name": ..., "arguments": {...}}]` (no closing marker)
+- Apriel 1.5 / 1.6: `<tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls>`; 1.6 thinks
+  after the generation prompt's `Here are my reasoning steps:` until `[BEGIN FINAL RESPONSE]`
+- GigaChat 3: `<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": ..., "arguments": {...}}`,
+  GigaChat 3.1: `<|function_call|>{...}`
+"""
+
+from __future__ import annotations
+
+from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.formats import ReasoningStyle
+from sluicegate.parsing.markup import CallOut, Markup, Reader
+from sluicegate.parsing.readers import JsonCallsReader
+
+
+class Fenced:
+    """A reader after a code fence's opening (```` ```json ````), which it skips if written."""
+
+    def __init__(self, fence: str, reader: Reader) -> None:
+        self._fence = fence
+        self._reader = reader
+        self._buf: str | None = ""
+
+    def feed(self, text: str, out: CallOut) -> str | None:
+        if self._buf is not None:
+            head = (self._buf + text).lstrip()
+            if len(head) < len(self._fence) and self._fence.startswith(head):
+                self._buf = head
+                return None
+            text = head[len(self._fence) :] if head.startswith(self._fence) else head
+            self._buf = None
+        return self._reader.feed(text, out)
+
+    def close(self, out: CallOut) -> None:
+        self._reader.close(out)
+
+
+COMMAND_R_PLUS = Family(
+    "command_r_plus",
+    lambda s: has("Action:", "```json", "<|CHATBOT_TOKEN|>")(s) and "<|START_ACTION|>" not in s,
+    markup_family(
+        Markup(
+            calls=(("Action:", lambda tools: Fenced("```json", JsonCallsReader("```"))),),
+            drop=("<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|>"),
+        )
+    ),
+    templates=("CohereForAI-c4ai-command-r-plus-tool_use.jinja",),
+)
+FIREFUNCTION_V2 = Family(
+    "firefunction_v2",
+    has("functools["),
+    markup_family(Markup(calls=(("functools", lambda tools: JsonCallsReader(None)),))),
+    templates=("fireworks-ai-llama-3-firefunction-v2.jinja",),
+)
+APRIEL = Family(
+    "apriel",
+    has("<tool_calls>", "[BEGIN FINAL RESPONSE]"),
+    markup_family(
+        Markup(
+            calls=(("<tool_calls>", lambda tools: JsonCallsReader("</tool_calls>")),),
+            drop=("[END FINAL RESPONSE]", "<|end|>"),
+        )
+    ),
+    reasoning=ReasoningStyle("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"),
+    templates=("unsloth-Apriel-1.5.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja"),
+    reasoning_built=True,
+)
+GIGACHAT3 = Family(
+    "gigachat3",
+    has("<|role_sep|>", "<|message_sep|>"),
+    markup_family(
+        Markup(
+            calls=(
+                ("function call<|role_sep|>", lambda tools: JsonCallsReader(None)),
+                ("<|function_call|>", lambda tools: JsonCallsReader(None)),
+            ),
+            drop=("<|message_sep|>",),
+        )
+    ),
+    templates=("GigaChat3-10B-A1.8B.jinja", "GigaChat3.1-10B-A1.8B.jinja"),
+)
