@@ -40,6 +40,7 @@ class ToolCallFormat(StrEnum):
     FIREFUNCTION_V2 = "firefunction_v2"
     APRIEL = "apriel"
     GIGACHAT3 = "gigachat3"
+    GIGACHAT3_1 = "gigachat3_1"
     MINICPM5 = "minicpm5"
     LLAMA4_PYTHONIC = "llama4_pythonic"
 

@@ -143,3 +143,17 @@ def test_kimi_k3_reasoning_ends_at_the_response_when_think_never_closes() -> Non
         "reasoning": "hmm",
         "tool_calls": [],
     }
+
+
+def test_minimax_m3_reads_an_object_written_as_json() -> None:
+    tools: dict[str, dict[str, object]] = {
+        "f": {
+            "type": "object",
+            "properties": {"o": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+        }
+    }
+    text = f'{NS}<tool_call>\n{NS}<invoke name="f">{NS}<o>{{"a": 1}}{NS}</o>{NS}</invoke>\n{NS}</tool_call>'
+    parser = new_parser(F.MINIMAX_M3, tools=tools)
+    assert json.loads(fold([*parser.feed(text), *parser.finish()])["tool_calls"][0]["arguments"]) == {
+        "o": {"a": 1}
+    }

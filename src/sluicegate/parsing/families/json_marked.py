@@ -4,7 +4,7 @@
 - Firefunction v2: ` functools[{"name": ..., "arguments": {...}}]` (no closing marker)
 - Apriel 1.5 / 1.6: `<tool_calls>[{"name": ..., "arguments": {...}}]</tool_calls>`; 1.6 thinks
   after the generation prompt's `Here are my reasoning steps:` until `[BEGIN FINAL RESPONSE]`
-- GigaChat 3: `<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": ..., "arguments": {...}}`,
+- GigaChat 3: `<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": ..., "arguments": {...}}`;
   GigaChat 3.1: `<|function_call|>{...}`
 """
 
@@ -68,17 +68,22 @@ APRIEL = Family(
     templates=("unsloth-Apriel-1.5.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja"),
     reasoning_built=True,
 )
+_GIGACHAT_CALLS = Markup(
+    calls=(
+        ("function call<|role_sep|>", lambda tools: JsonCallsReader(None)),
+        ("<|function_call|>", lambda tools: JsonCallsReader(None)),
+    ),
+    drop=("<|message_sep|>",),
+)
 GIGACHAT3 = Family(
     "gigachat3",
-    has("<|role_sep|>", "<|message_sep|>"),
-    markup_family(
-        Markup(
-            calls=(
-                ("function call<|role_sep|>", lambda tools: JsonCallsReader(None)),
-                ("<|function_call|>", lambda tools: JsonCallsReader(None)),
-            ),
-            drop=("<|message_sep|>",),
-        )
-    ),
-    templates=("GigaChat3-10B-A1.8B.jinja", "GigaChat3.1-10B-A1.8B.jinja"),
+    lambda s: has("<|role_sep|>", "<|message_sep|>")(s) and "<|function_call|>" not in s,
+    markup_family(_GIGACHAT_CALLS),
+    templates=("GigaChat3-10B-A1.8B.jinja",),
+)
+GIGACHAT3_1 = Family(
+    "gigachat3_1",
+    has("<|role_sep|>", "<|function_call|>"),
+    markup_family(_GIGACHAT_CALLS),  # (either call form is read in both)
+    templates=("GigaChat3.1-10B-A1.8B.jinja",),
 )

@@ -52,9 +52,10 @@ def _value(schema: Any, text: str, close: str) -> _Read:
         if found is not None:
             return found
     props = schema.get("properties")
-    if schema.get("type") == "object" and isinstance(props, dict) and props:
+    nested = text.lstrip().startswith(NS + "<")  # else JSON (as the forced-call grammar writes it)
+    if nested and schema.get("type") == "object" and isinstance(props, dict) and props:
         return _members(props, text, close)
-    if schema.get("type") == "array":
+    if nested and schema.get("type") == "array":
         return _items(schema.get("items"), text, close)
     if not schema and text.lstrip().startswith(NS + "<"):  # no schema: nested tags are an object
         found = _members({}, text, close)

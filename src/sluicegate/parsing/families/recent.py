@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family
 from sluicegate.parsing.families.deepseek_dsml import DEEPSEEK_V3_2
-from sluicegate.parsing.families.json_marked import APRIEL, COMMAND_R_PLUS, FIREFUNCTION_V2, GIGACHAT3
+from sluicegate.parsing.families.json_marked import (
+    APRIEL,
+    COMMAND_R_PLUS,
+    FIREFUNCTION_V2,
+    GIGACHAT3,
+    GIGACHAT3_1,
+)
 from sluicegate.parsing.families.kimi_k3 import KIMI_K3
 from sluicegate.parsing.families.llama4 import LLAMA4_PYTHONIC
 from sluicegate.parsing.families.minicpm5 import MINICPM5
@@ -18,6 +24,7 @@ RECENT: tuple[Family, ...] = (
     MINIMAX_M3,
     MINICPM5,
     GIGACHAT3,
+    GIGACHAT3_1,
     APRIEL,
     COMMAND_R_PLUS,
     FIREFUNCTION_V2,
