@@ -50,6 +50,8 @@ FAMILIES = {
     "command_r_plus": ("CohereForAI-c4ai-command-r-plus-tool_use.jinja", True),
     "firefunction_v2": ("fireworks-ai-llama-3-firefunction-v2.jinja", True),
     "llama4_pythonic": ("", False),
+    "hy3": ("tencent-Hy3.jinja", True),
+    "muse_glimmer": ("muse-glimmer.jinja", True),
 }
 
 

@@ -43,6 +43,8 @@ class ToolCallFormat(StrEnum):
     GIGACHAT3_1 = "gigachat3_1"
     MINICPM5 = "minicpm5"
     LLAMA4_PYTHONIC = "llama4_pythonic"
+    HY3 = "hy3"
+    MUSE_GLIMMER = "muse_glimmer"
 
 
 @dataclass(slots=True, frozen=True)

@@ -27,9 +27,7 @@ CASES: list[dict[str, Any]] = json.loads(Path(__file__).with_name("llama_cpp_cas
 ]
 
 # Templates of families this project does not parse (llama.cpp's newer specialised handlers).
-UNSUPPORTED = {
-    "muse-glimmer.jinja",
-}
+UNSUPPORTED: set[str] = set()
 # "template:line" -> why we differ from llama.cpp's expectation.
 _RAW_REASONING = "reasoning_format none: llama.cpp hands reasoning markup back in content; we always parse it"
 _APRIEL = "llama.cpp keeps the generation prompt's 'Here are my reasoning steps:' in the reasoning"

@@ -1,6 +1,6 @@
 # ruff: noqa: RUF001  (DeepSeek's DSML token is written with full-width bars on purpose)
 """The families added after the first nineteen (DeepSeek V3.2/V4 DSML, Kimi K3, MiniMax M3,
-MiniCPM 5, GigaChat 3, Apriel, Command R+, Firefunction v2, Llama 4 pythonic): one call parses
+MiniCPM 5, GigaChat 3, Apriel, Command R+, Firefunction v2, Llama 4 pythonic, Hy3, Muse Glimmer): one call parses
 the same whole and a character at a time, arguments stream where the format allows, no special
 token reaches the message, and a cut-off or malformed call is a call whose arguments are not
 JSON (the dialects' invalid call), never an exception."""
@@ -33,6 +33,8 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     F.COMMAND_R_PLUS: 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}]\n```',
     F.FIREFUNCTION_V2: ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
     F.LLAMA4_PYTHONIC: '[get_weather(city="Paris", days=3)]',
+    F.HY3: "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
+    F.MUSE_GLIMMER: '<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">3</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>',
 }
 WHOLE = {F.MINIMAX_M3, F.LLAMA4_PYTHONIC}  # read when the call closes
 TEXT_FIRST = {F.LLAMA4_PYTHONIC}  # the call list must be the whole message
@@ -157,3 +159,12 @@ def test_minimax_m3_reads_an_object_written_as_json() -> None:
     assert json.loads(fold([*parser.feed(text), *parser.finish()])["tool_calls"][0]["arguments"]) == {
         "o": {"a": 1}
     }
+
+
+def test_muse_glimmer_reasoning_then_the_answer() -> None:
+    from sluicegate.parsing.registry import reasoning_setting
+
+    parser = new_parser(F.MUSE_GLIMMER, reasoning=reasoning_setting("muse_glimmer"), tools=SCHEMA)
+    text = " to=self<|message|>Think.<|eom|><|start|>assistant to=user<|message|>Hi there.<|eot|>"
+    events = [e for piece in text for e in parser.feed(piece)] + parser.finish()
+    assert fold(events) == {"content": "Hi there.", "reasoning": "Think.", "tool_calls": []}

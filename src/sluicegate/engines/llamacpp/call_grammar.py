@@ -20,6 +20,7 @@ from sluicegate.engines.llamacpp.grammar import ANSWER, Grammar, literal, reques
 from sluicegate.parsing import ToolCallFormat
 from sluicegate.parsing.families import deepseek as ds
 from sluicegate.parsing.families import deepseek_dsml as dsml
+from sluicegate.parsing.families import hy3
 from sluicegate.parsing.families import minimax_m3 as m3
 
 _TEXT_LIMIT = 64  # characters of a string parameter without maxLength (a cut-off call is invalid)
@@ -222,6 +223,19 @@ CALLS: dict[ToolCallFormat, Call] = {
         "<|message_sep|>\n\nfunction call<|role_sep|>\n", "name", "arguments", ""
     ),
     ToolCallFormat.GIGACHAT3_1: _json_object_call("<|function_call|>", "name", "arguments", ""),
+    ToolCallFormat.HY3: _params_call(
+        lambda n: f"{hy3.token('tool_calls')}\n{hy3.token('tool_call')}{n}{hy3.token('tool_sep')}\n",
+        lambda k: (
+            f"{hy3.token('arg_key')}{k}{hy3.token('/arg_key')}\n{hy3.token('arg_value')}",
+            f"{hy3.token('/arg_value')}\n",
+        ),
+        f"{hy3.token('/tool_call')}\n{hy3.token('/tool_calls')}",
+    ),
+    ToolCallFormat.MUSE_GLIMMER: _params_call(
+        lambda n: f' to={n}<|message|><atem:function_calls>\n<atem:invoke name="{n}">\n',
+        lambda k: (f'<atem:parameter name="{k}">', "</atem:parameter>\n"),
+        "</atem:invoke>\n</atem:function_calls>",
+    ),
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family
 from sluicegate.parsing.families.deepseek_dsml import DEEPSEEK_V3_2
+from sluicegate.parsing.families.hy3 import HY3
 from sluicegate.parsing.families.json_marked import (
     APRIEL,
     COMMAND_R_PLUS,
@@ -17,6 +18,7 @@ from sluicegate.parsing.families.kimi_k3 import KIMI_K3
 from sluicegate.parsing.families.llama4 import LLAMA4_PYTHONIC
 from sluicegate.parsing.families.minicpm5 import MINICPM5
 from sluicegate.parsing.families.minimax_m3 import MINIMAX_M3
+from sluicegate.parsing.families.muse_glimmer import MUSE_GLIMMER
 
 RECENT: tuple[Family, ...] = (
     DEEPSEEK_V3_2,
@@ -28,5 +30,7 @@ RECENT: tuple[Family, ...] = (
     APRIEL,
     COMMAND_R_PLUS,
     FIREFUNCTION_V2,
+    HY3,
+    MUSE_GLIMMER,
     LLAMA4_PYTHONIC,
 )
