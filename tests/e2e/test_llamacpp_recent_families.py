@@ -41,6 +41,7 @@ LLAMA4 = (
 # family -> (template, whether its arguments stream in pieces)
 FAMILIES = {
     "deepseek_v3_2": ("deepseek-ai-DeepSeek-V3.2.jinja", True),
+    "deepseek_v4": ("deepseek-ai-DeepSeek-V4.jinja", True),
     "kimi_k3": ("Kimi-K3.jinja", True),
     "minimax_m3": ("MiniMax-M3.jinja", False),
     "minicpm5": ("openbmb-MiniCPM5-1B.jinja", True),

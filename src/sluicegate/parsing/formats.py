@@ -34,6 +34,7 @@ class ToolCallFormat(StrEnum):
     FUNCTIONARY_V3_1 = "functionary_v3_1"
     FUNCTIONARY_V3_2 = "functionary_v3_2"
     DEEPSEEK_V3_2 = "deepseek_v3_2"
+    DEEPSEEK_V4 = "deepseek_v4"
     KIMI_K3 = "kimi_k3"
     MINIMAX_M3 = "minimax_m3"
     COMMAND_R_PLUS = "command_r_plus"

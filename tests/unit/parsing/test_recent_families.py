@@ -25,6 +25,7 @@ F = ToolCallFormat
 # family -> output with one call of get_weather {"city": "Paris", "days": 3}
 OUTPUTS: dict[ToolCallFormat, str] = {
     F.DEEPSEEK_V3_2: '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    F.DEEPSEEK_V4: '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
     F.KIMI_K3: '<|open|>tools<|sep|><|open|>call tool="get_weather" index="1"<|sep|><|open|>argument key="city" type="string"<|sep|>Paris<|close|>argument<|sep|><|open|>argument key="days" type="number"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>',
     F.MINIMAX_M3: f'{NS}<tool_call>\n{NS}<invoke name="get_weather">{NS}<city>Paris{NS}</city>{NS}<days>3{NS}</days>{NS}</invoke>\n{NS}</tool_call>',
     F.MINICPM5: '<function name="get_weather"><param name="city"><![CDATA[Paris]]></param><param name="days">3</param></function>',
@@ -168,3 +169,13 @@ def test_muse_glimmer_reasoning_then_the_answer() -> None:
     text = " to=self<|message|>Think.<|eom|><|start|>assistant to=user<|message|>Hi there.<|eot|>"
     events = [e for piece in text for e in parser.feed(piece)] + parser.finish()
     assert fold(events) == {"content": "Hi there.", "reasoning": "Think.", "tool_calls": []}
+
+
+def test_command_r_plus_action_in_prose_is_text() -> None:
+    text = "Action: book the flight.\nDone."
+    assert fold(_run(F.COMMAND_R_PLUS, list(text))) == {"content": text, "reasoning": "", "tool_calls": []}
+
+
+def test_muse_glimmer_a_header_is_only_where_a_message_starts() -> None:
+    for text in ("go to=x now", " to=a b\nc"):
+        assert fold(_run(F.MUSE_GLIMMER, list(text)))["content"] == text

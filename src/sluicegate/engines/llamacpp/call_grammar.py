@@ -125,6 +125,14 @@ def _dsml_param(key: str, plain: bool) -> tuple[str, str]:
     return f'<{dsml.DSML}parameter name="{key}" string="{attr}">', f"</{dsml.DSML}parameter>\n"
 
 
+def _dsml_call(block: str) -> Call:
+    return _typed_params_call(
+        lambda n: f'<{dsml.DSML}{block}>\n{dsml.INVOKE}{n}">\n',
+        _dsml_param,
+        f"</{dsml.DSML}invoke>\n</{dsml.DSML}{block}>",
+    )
+
+
 def _k3_param(key: str, plain: bool) -> tuple[str, str]:
     kind = "string" if plain else "json"
     return f'<|open|>argument key="{key}" type="{kind}"<|sep|>', "<|close|>argument<|sep|>"
@@ -196,11 +204,8 @@ CALLS: dict[ToolCallFormat, Call] = {
     ),
     # The families of parsing/families/recent.py.
     ToolCallFormat.LLAMA4_PYTHONIC: _python_calls("", ""),
-    ToolCallFormat.DEEPSEEK_V3_2: _typed_params_call(  # (V4 writes `tool_calls`; the parser reads both)
-        lambda n: f'<{dsml.DSML}function_calls>\n{dsml.INVOKE}{n}">\n',
-        _dsml_param,
-        f"</{dsml.DSML}invoke>\n</{dsml.DSML}function_calls>",
-    ),
+    ToolCallFormat.DEEPSEEK_V3_2: _dsml_call("function_calls"),
+    ToolCallFormat.DEEPSEEK_V4: _dsml_call("tool_calls"),
     ToolCallFormat.KIMI_K3: _typed_params_call(
         lambda n: f'<|open|>tools<|sep|><|open|>call tool="{n}" index="1"<|sep|>',
         _k3_param,

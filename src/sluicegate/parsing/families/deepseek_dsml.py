@@ -43,19 +43,24 @@ def _dsml(source: str) -> bool:
     return "dsml_token" in source and "DSML" in source and any(b in source for b in BLOCKS)
 
 
+_MARKUP = markup_family(
+    Markup(
+        calls=((INVOKE, lambda tools: XmlCallReader(DSML_XML, tools)),),
+        drop=tuple(t for b in BLOCKS for t in (f"<{DSML}{b}>", f"</{DSML}{b}>")),
+        calls_end_reasoning=True,
+    )
+)
+
+# Both read either block name; the forced-call grammar writes the family's own.
 DEEPSEEK_V3_2 = Family(
     "deepseek_v3_2",
-    _dsml,
-    markup_family(
-        Markup(
-            calls=((INVOKE, lambda tools: XmlCallReader(DSML_XML, tools)),),
-            drop=tuple(t for b in BLOCKS for t in (f"<{DSML}{b}>", f"</{DSML}{b}>")),
-            calls_end_reasoning=True,
-        )
-    ),
-    templates=(
-        "deepseek-ai-DeepSeek-V3.2.jinja",
-        "deepseek-ai-DeepSeek-V4.jinja",
-        "deepseek-ai-DeepSeek-V4-Flash-0731.jinja",
-    ),
+    lambda s: _dsml(s) and "function_calls" in s,
+    _MARKUP,
+    templates=("deepseek-ai-DeepSeek-V3.2.jinja",),
+)
+DEEPSEEK_V4 = Family(
+    "deepseek_v4",
+    lambda s: _dsml(s) and "function_calls" not in s,
+    _MARKUP,
+    templates=("deepseek-ai-DeepSeek-V4.jinja", "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"),
 )

@@ -12,30 +12,12 @@ from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle
-from sluicegate.parsing.markup import CallOut, Markup, Reader
+from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import JsonCallsReader
 
 
-class Fenced:
-    """A reader after a code fence's opening (```` ```json ````), which it skips if written."""
-
-    def __init__(self, fence: str, reader: Reader) -> None:
-        self._fence = fence
-        self._reader = reader
-        self._buf: str | None = ""
-
-    def feed(self, text: str, out: CallOut) -> str | None:
-        if self._buf is not None:
-            head = (self._buf + text).lstrip()
-            if len(head) < len(self._fence) and self._fence.startswith(head):
-                self._buf = head
-                return None
-            text = head[len(self._fence) :] if head.startswith(self._fence) else head
-            self._buf = None
-        return self._reader.feed(text, out)
-
-    def close(self, out: CallOut) -> None:
-        self._reader.close(out)
+def _fenced(tools: object) -> JsonCallsReader:
+    return JsonCallsReader("```")
 
 
 COMMAND_R_PLUS = Family(
@@ -43,7 +25,8 @@ COMMAND_R_PLUS = Family(
     lambda s: has("Action:", "```json", "<|CHATBOT_TOKEN|>")(s) and "<|START_ACTION|>" not in s,
     markup_family(
         Markup(
-            calls=(("Action:", lambda tools: Fenced("```json", JsonCallsReader("```"))),),
+            # The fence is part of the marker: `Action:` alone is prose.
+            calls=(("Action:\n```json", _fenced), ("Action: ```json", _fenced)),
             drop=("<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>", "<|START_OF_TURN_TOKEN|>"),
         )
     ),

@@ -1,5 +1,6 @@
 """Muse Glimmer: messages addressed ` to=RECIPIENT<|message|>…`, ended by `<|eom|>` (more
-follow) or `<|eot|>`; the generation prompt is `<|start|>assistant`. `to=self` is reasoning,
+follow) or `<|eot|>`; the generation prompt is `<|start|>assistant`, so the output is read as
+following it (a header only opens a message). `to=self` is reasoning,
 `to=user` the answer, any other recipient a call in ATEM markup:
 
  to=self<|message|>Let me look.<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>
@@ -27,8 +28,12 @@ ATEM_XML = XmlCall(
 )
 
 
+START = "<|start|>assistant"  # the generation prompt's end: the output is read as following it
+
+
 class Recipient:
-    """` to=RECIPIENT<|message|>`: read past; the invoke that follows names the call."""
+    """` to=RECIPIENT<|message|>` at a message's start: read past (the invoke that follows names
+    the call). A line break before `<|message|>` means it was no header: the text goes back."""
 
     def __init__(self) -> None:
         self._buf = ""
@@ -36,10 +41,12 @@ class Recipient:
     def feed(self, text: str, out: CallOut) -> str | None:
         self._buf += text
         i = self._buf.find(MESSAGE)
-        return None if i == -1 else self._buf[i + len(MESSAGE) :]
+        if i != -1:
+            return self._buf[i + len(MESSAGE) :]
+        return " to=" + self._buf if "\n" in self._buf else None  # (no marker without START)
 
     def close(self, out: CallOut) -> None:
-        pass  # cut off in the header: nothing was said
+        pass  # cut off inside a header: markup, nothing said
 
 
 MUSE_GLIMMER = Family(
@@ -48,19 +55,14 @@ MUSE_GLIMMER = Family(
     markup_family(
         Markup(
             calls=(
-                (" to=", lambda tools: Recipient()),
+                (f"{START} to=", lambda tools: Recipient()),
                 ('<atem:invoke name="', lambda tools: XmlCallReader(ATEM_XML, tools)),
             ),
-            drop=(
-                "<|start|>assistant",
-                "<atem:function_calls>",
-                "</atem:function_calls>",
-                "<|eom|>",
-                "<|eot|>",
-            ),
+            drop=(START, "<atem:function_calls>", "</atem:function_calls>", "<|eom|>", "<|eot|>"),
+            starts_with=START,
         )
     ),
-    reasoning=ReasoningStyle(f" to=self{MESSAGE}", "<|eom|>"),
+    reasoning=ReasoningStyle(f"{START} to=self{MESSAGE}", "<|eom|>"),
     templates=("muse-glimmer.jinja",),
     reasoning_built=True,
 )

@@ -5,7 +5,7 @@ specific, and some templates also contain an older family's marker (MiniMax M3's
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family
-from sluicegate.parsing.families.deepseek_dsml import DEEPSEEK_V3_2
+from sluicegate.parsing.families.deepseek_dsml import DEEPSEEK_V3_2, DEEPSEEK_V4
 from sluicegate.parsing.families.hy3 import HY3
 from sluicegate.parsing.families.json_marked import (
     APRIEL,
@@ -22,6 +22,7 @@ from sluicegate.parsing.families.muse_glimmer import MUSE_GLIMMER
 
 RECENT: tuple[Family, ...] = (
     DEEPSEEK_V3_2,
+    DEEPSEEK_V4,
     KIMI_K3,
     MINIMAX_M3,
     MINICPM5,
