@@ -68,6 +68,16 @@ CALLS: dict[ToolCallFormat, tuple[str, str]] = {
         '<\uff5cDSML\uff5cparameter name="t" string="true">',
         "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5cfunction_calls>",
     ),
+    ToolCallFormat.DEEPSEEK_V4: (
+        '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
+        '<\uff5cDSML\uff5cparameter name="t" string="true">',
+        "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>",
+    ),
+    ToolCallFormat.SOLAR_OPEN: (
+        '<|tool_calls|><|tool_call:begin|>c<|tool_call:name|>w<|tool_call:args|>{"t": "',
+        '"}<|tool_call:end|><|calls|>',
+    ),
+    ToolCallFormat.MINIMAX_M1: ('<tool_calls>\n{"name": "w", "arguments": {"t": "', '"}}\n</tool_calls>'),
     ToolCallFormat.KIMI_K3: (
         '<|open|>tools<|sep|><|open|>call tool="w" index="1"<|sep|><|open|>argument key="t" type="string"<|sep|>',
         "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",

@@ -53,6 +53,8 @@ FAMILIES = {
     "llama4_pythonic": ("", False),
     "hy3": ("tencent-Hy3.jinja", True),
     "muse_glimmer": ("muse-glimmer.jinja", True),
+    "solar_open": ("upstage-Solar-Open-100B.jinja", True),
+    "minimax_m1": ("MiniMax-M1.jinja", True),
 }
 
 

@@ -46,6 +46,8 @@ class ToolCallFormat(StrEnum):
     LLAMA4_PYTHONIC = "llama4_pythonic"
     HY3 = "hy3"
     MUSE_GLIMMER = "muse_glimmer"
+    SOLAR_OPEN = "solar_open"
+    MINIMAX_M1 = "minimax_m1"
 
 
 @dataclass(slots=True, frozen=True)

@@ -67,12 +67,12 @@ class JsonCallsReader:
     arguments stream when the object starts with the name; otherwise the call leaves whole.
     `close` outside a JSON string ends the call even where the JSON has not (a broken call)."""
 
-    def __init__(self, close: str | None, *, name_as_key: bool = False) -> None:
+    def __init__(self, close: str | None, *, name_as_key: bool = False, several: bool = False) -> None:
         self._close = close
         self._name_as_key = name_as_key
         self._buf = ""
         self._state = "start"  # start | item | args | args_text | item_end | between | after | raw
-        self._array = False
+        self._array = several  # objects one after another, as in an array (MiniMax M1: a line each)
         self._scan = JsonScanner()
         self._quotes = QuoteTracker()
         self._args = JsonArgs()

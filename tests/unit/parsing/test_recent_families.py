@@ -34,6 +34,8 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     F.COMMAND_R_PLUS: 'Action:\n```json\n[{"tool_name": "get_weather", "parameters": {"city": "Paris", "days": 3}}]\n```',
     F.FIREFUNCTION_V2: ' functools[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}]',
     F.LLAMA4_PYTHONIC: '[get_weather(city="Paris", days=3)]',
+    F.SOLAR_OPEN: '<|tool_calls|><|tool_call:begin|>call_1<|tool_call:name|>get_weather<|tool_call:args|>{"city": "Paris", "days": 3}<|tool_call:end|><|calls|>',
+    F.MINIMAX_M1: '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}\n</tool_calls>',
     F.HY3: "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
     F.MUSE_GLIMMER: '<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">3</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>',
 }
@@ -179,3 +181,20 @@ def test_command_r_plus_action_in_prose_is_text() -> None:
 def test_muse_glimmer_a_header_is_only_where_a_message_starts() -> None:
     for text in ("go to=x now", " to=a b\nc"):
         assert fold(_run(F.MUSE_GLIMMER, list(text)))["content"] == text
+
+
+def test_minimax_m1_a_call_a_line() -> None:
+    text = '<tool_calls>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_calls>'
+    for events in (_run(F.MINIMAX_M1, [text]), _run(F.MINIMAX_M1, list(text))):
+        message = fold(events)
+        assert [json.loads(c["arguments"])["city"] for c in message["tool_calls"]] == ["Paris", "Rome"]
+        assert message["content"] == ""
+
+
+def test_solar_open_reasoning_then_the_answer() -> None:
+    from sluicegate.parsing.registry import reasoning_setting
+
+    parser = new_parser(F.SOLAR_OPEN, reasoning=reasoning_setting("solar_open"), tools=SCHEMA)
+    text = "<|think|>Hmm.<|end|><|begin|>assistant<|content|>Hi there.<|end|>"
+    events = [e for piece in text for e in parser.feed(piece)] + parser.finish()
+    assert fold(events) == {"content": "Hi there.", "reasoning": "Hmm.", "tool_calls": []}

@@ -236,6 +236,11 @@ CALLS: dict[ToolCallFormat, Call] = {
         ),
         f"{hy3.token('/tool_call')}\n{hy3.token('/tool_calls')}",
     ),
+    ToolCallFormat.SOLAR_OPEN: _json_call(
+        lambda n: f"<|tool_calls|><|tool_call:begin|>call_0<|tool_call:name|>{n}<|tool_call:args|>",
+        "<|tool_call:end|><|calls|>",
+    ),
+    ToolCallFormat.MINIMAX_M1: _json_object_call("<tool_calls>\n", "name", "arguments", "\n</tool_calls>"),
     ToolCallFormat.MUSE_GLIMMER: _params_call(
         lambda n: f' to={n}<|message|><atem:function_calls>\n<atem:invoke name="{n}">\n',
         lambda k: (f'<atem:parameter name="{k}">', "</atem:parameter>\n"),

@@ -19,6 +19,7 @@ from sluicegate.parsing.families.llama4 import LLAMA4_PYTHONIC
 from sluicegate.parsing.families.minicpm5 import MINICPM5
 from sluicegate.parsing.families.minimax_m3 import MINIMAX_M3
 from sluicegate.parsing.families.muse_glimmer import MUSE_GLIMMER
+from sluicegate.parsing.families.solar_minimax_m1 import MINIMAX_M1, SOLAR_OPEN
 
 RECENT: tuple[Family, ...] = (
     DEEPSEEK_V3_2,
@@ -33,5 +34,7 @@ RECENT: tuple[Family, ...] = (
     FIREFUNCTION_V2,
     HY3,
     MUSE_GLIMMER,
+    SOLAR_OPEN,
+    MINIMAX_M1,
     LLAMA4_PYTHONIC,
 )
