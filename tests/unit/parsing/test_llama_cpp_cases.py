@@ -37,7 +37,6 @@ GAPS: dict[str, str] = {
     "google-gemma-4-31B-it.jinja:3011": _RAW_REASONING,
     "openai-gpt-oss-120b.jinja:6442": _RAW_REASONING,
     "Cohere2MoE.jinja:2883": _RAW_REASONING,
-    "inclusionai-ling-3.0-flash.jinja:4742": "Ling's turn-end token: it ends generation before the parser sees it",
     "Apriel-1.6-15b-Thinker-fixed.jinja:6211": _APRIEL,
     "Apriel-1.6-15b-Thinker-fixed.jinja:6219": _APRIEL,
 }
