@@ -198,3 +198,8 @@ def test_solar_open_reasoning_then_the_answer() -> None:
     text = "<|think|>Hmm.<|end|><|begin|>assistant<|content|>Hi there.<|end|>"
     events = [e for piece in text for e in parser.feed(piece)] + parser.finish()
     assert fold(events) == {"content": "Hi there.", "reasoning": "Hmm.", "tool_calls": []}
+
+
+def test_dsml_a_stray_think_close_is_not_text() -> None:
+    text = "Sure.</think> Here."
+    assert fold(_run(F.DEEPSEEK_V3_2, list(text)))["content"] == "Sure. Here."

@@ -46,7 +46,8 @@ def _dsml(source: str) -> bool:
 _MARKUP = markup_family(
     Markup(
         calls=((INVOKE, lambda tools: XmlCallReader(DSML_XML, tools)),),
-        drop=tuple(t for b in BLOCKS for t in (f"<{DSML}{b}>", f"</{DSML}{b}>")),
+        # (a stray `</think>` where the prompt closed the block is markup, not text)
+        drop=(*(t for b in BLOCKS for t in (f"<{DSML}{b}>", f"</{DSML}{b}>")), "</think>"),
         calls_end_reasoning=True,
     )
 )
