@@ -43,7 +43,7 @@ FAMILIES = {
     "deepseek_v3_2": ("deepseek-ai-DeepSeek-V3.2.jinja", True),
     "deepseek_v4": ("deepseek-ai-DeepSeek-V4.jinja", True),
     "kimi_k3": ("Kimi-K3.jinja", True),
-    "minimax_m3": ("MiniMax-M3.jinja", False),
+    "minimax_m3": ("MiniMax-M3.jinja", True),
     "minicpm5": ("openbmb-MiniCPM5-1B.jinja", True),
     "gigachat3": ("GigaChat3-10B-A1.8B.jinja", True),
     "gigachat3_1": ("GigaChat3.1-10B-A1.8B.jinja", True),

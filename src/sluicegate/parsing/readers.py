@@ -335,6 +335,11 @@ class XmlCall:
     # and whether the value is plain text (True), JSON (False) or as the schema says (None).
     key_attrs: Callable[[str], tuple[str, bool | None]] | None = None
     cdata: bool = False  # a value may be wrapped in `<![CDATA[…]]>` (MiniCPM 5)
+    # MiniMax M3: each value closes with its key's own tag, a value is text when its schema may be
+    # a string, and other values are read (from their text, as their schema shapes them) here.
+    value_close_for: Callable[[str], str] | None = None
+    is_text: Callable[[Any], bool] | None = None
+    read_value: Callable[[Any, str], str] | None = None  # (schema, text) -> JSON text
 
 
 def markup_value(text: str) -> Any:
@@ -380,6 +385,7 @@ class XmlCallReader:
         self._newline = False  # the value began with a newline (so its last one is markup too)
         self._opened = False
         self._close = spec.value_close  # the current value's closing tag
+        self._schema: Any = None  # the current value's schema
 
     def feed(self, text: str, out: CallOut) -> str | None:
         self._buf += text
@@ -420,6 +426,8 @@ class XmlCallReader:
                     self._opened = False
                     self._buf = head[len(spec.call_close) :]
                     self._state = "done"
+                elif spec.call_close.startswith(head):
+                    return None  # (M3's key tag begins like its call's closing tag)
                 elif head.startswith(spec.key_open):
                     self._buf = head[len(spec.key_open) :]
                     self._state = "key"
@@ -442,11 +450,15 @@ class XmlCallReader:
                     key, plain = spec.key_attrs(key)
                 out.args(("" if self._first else ",") + compact(key) + ":")
                 self._first = False
-                self._stream = _is_string(self._types.get(key)) if plain is None else plain
+                schema = self._types.get(key)
+                self._schema = schema
+                if plain is None:
+                    plain = spec.is_text(schema) if spec.is_text is not None else _is_string(schema)
+                self._stream = plain
                 self._value_started = False
                 self._newline = False
                 self._ws = ""
-                self._close = spec.value_close
+                self._close = spec.value_close_for(key) if spec.value_close_for else spec.value_close
                 self._state = "value_open" if spec.value_open else ("cdata" if spec.cdata else "value")
             elif state == "cdata":
                 if len(self._buf) < len(_CDATA) and _CDATA.startswith(self._buf):
@@ -467,7 +479,9 @@ class XmlCallReader:
                 if not self._stream:
                     if i == -1:
                         return None
-                    out.args(compact(markup_value(self._buf[:i])))
+                    raw = self._buf[:i]
+                    read = spec.read_value
+                    out.args(read(self._schema, raw) if read else compact(markup_value(raw)))
                 else:
                     if i == -1:
                         held = held_from(self._buf, (close,), close[0])

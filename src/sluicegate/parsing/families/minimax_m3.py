@@ -6,7 +6,8 @@ them (`<item>` for array items); `<mm:think>` reasoning:
 ]<]minimax[>[<invoke name="get_weather">]<]minimax[>[<city>Paris]<]minimax[>[</city>]<]minimax[>[</invoke>
 ]<]minimax[>[</tool_call>
 
-The values' shape comes from the schema, so a call is read whole when its `</invoke>` arrives.
+A parameter the schema lets be a string streams as it is written; other values leave when their
+tag closes, shaped by the schema.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.jsonstream import compact
-from sluicegate.parsing.markup import CallOut, Markup, Tools
-from sluicegate.parsing.readers import BufferedReader, markup_value
+from sluicegate.parsing.markup import Markup
+from sluicegate.parsing.readers import XmlCall, XmlCallReader, markup_value
 
 NS = "]<]minimax[>["
 INVOKE = f'{NS}<invoke name="'
@@ -102,32 +103,25 @@ def _items(schema: Any, text: str, close: str) -> _Read:
         out.append(value)
 
 
-def m3_call(raw: str, tools: Tools) -> list[tuple[str, str]] | None:
-    """`NAME">` and the parameters' tags (the text between `<invoke name="` and `</invoke>`)."""
-    name, sep, body = raw.partition('">')
-    name = name.strip()
-    if not sep or not name:
-        return None
-    schema = tools.get(name) or {}
-    props = schema.get("properties") if isinstance(schema, dict) else None
-    found = _members(props if isinstance(props, dict) else {}, body + INVOKE_END, INVOKE_END)
-    if found is None or found[1].strip():
-        return [(name, body.strip())]  # not what the schema says: an invalid call
-    return [(name, compact(found[0]))]
+def read_value(schema: Any, text: str) -> str:
+    """A parameter's value (the text inside its tag) as JSON text; the text itself, which is not
+    JSON, when it is not what the schema says (an invalid call)."""
+    found = _value(schema, text + _END, _END)
+    return text if found is None or found[1] else compact(found[0])
 
 
-class _InvokeReader(BufferedReader):
-    """A call cut off before `</invoke>` keeps its name (its arguments, unfinished, are invalid)."""
+_END = f"{NS}</>"  # a closing tag no parameter has, to read one value alone
 
-    def __init__(self, tools: Tools) -> None:
-        super().__init__(INVOKE_END, lambda raw: m3_call(raw, tools))
-
-    def close(self, out: CallOut) -> None:
-        name, sep, body = self._buf.partition('">')
-        if sep and name.strip():
-            out.call(name.strip(), body.strip() or "{")
-        else:
-            super().close(out)
+M3_XML = XmlCall(
+    name_end=('">',),
+    key_open=NS + "<",
+    key_close=">",
+    value_close="",
+    call_close=INVOKE_END,
+    value_close_for=lambda key: f"{NS}</{key}>",
+    is_text=_may_be_string,
+    read_value=read_value,
+)
 
 
 MINIMAX_M3 = Family(
@@ -135,7 +129,7 @@ MINIMAX_M3 = Family(
     has(NS, "<invoke name="),
     markup_family(
         Markup(
-            calls=((INVOKE, _InvokeReader),),
+            calls=((INVOKE, lambda tools: XmlCallReader(M3_XML, tools)),),
             drop=(f"{NS}<tool_call>", f"{NS}</tool_call>", "</mm:think>"),
         )
     ),
