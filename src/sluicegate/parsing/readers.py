@@ -174,9 +174,7 @@ class JsonCallsReader:
                 return rest
             else:  # raw: not JSON; everything up to the closing marker is one broken call
                 if self._close is None:
-                    rest, self._buf = self._buf, ""
-                    out.call(*broken_call(rest))
-                    return ""
+                    return None  # the rest of the output: one broken call at the end
                 i = self._buf.find(self._close)
                 if i == -1:
                     return None
@@ -433,8 +431,11 @@ class XmlCallReader:
                     self._state = "key"
                 elif spec.call_close.startswith(head) or spec.key_open.startswith(head):
                     return None
-                else:  # stray text between parameters
-                    i = head.find("<", 1)
+                else:  # stray text between parameters: skip to what may be the next tag
+                    starts = [
+                        j for c in {spec.key_open[0], spec.call_close[0]} if (j := head.find(c, 1)) != -1
+                    ]
+                    i = min(starts, default=-1)
                     if i == -1:
                         self._buf = ""
                         return None

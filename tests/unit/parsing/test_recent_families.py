@@ -203,3 +203,25 @@ def test_solar_open_reasoning_then_the_answer() -> None:
 def test_dsml_a_stray_think_close_is_not_text() -> None:
     text = "Sure.</think> Here."
     assert fold(_run(F.DEEPSEEK_V3_2, list(text)))["content"] == "Sure. Here."
+
+
+def test_firefunction_functools_in_prose_is_text() -> None:
+    text = "Python's functools module caches."
+    assert fold(_run(F.FIREFUNCTION_V2, list(text))) == {"content": text, "reasoning": "", "tool_calls": []}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "text"),
+    [
+        (F.GIGACHAT3_1, "<|function_call|>not json at all, then more"),
+        (
+            F.MINIMAX_M3,
+            f'{NS}<invoke name="get_weather">{NS}<days>3{NS}</days>]<]min junk{NS}<city>Paris{NS}</city>{NS}</invoke>',
+        ),
+    ],
+)
+def test_a_malformed_call_parses_the_same_however_it_is_cut(fmt: ToolCallFormat, text: str) -> None:
+    whole = fold(_run(fmt, [text]))
+    assert fold(_run(fmt, list(text))) == whole
+    assert fold(_run(fmt, [text[:7], text[7:19], text[19:]])) == whole
+    assert [c["name"] for c in whole["tool_calls"]] in (["get_weather"], [""])

@@ -35,7 +35,8 @@ COMMAND_R_PLUS = Family(
 FIREFUNCTION_V2 = Family(
     "firefunction_v2",
     has("functools["),
-    markup_family(Markup(calls=(("functools", lambda tools: JsonCallsReader(None)),))),
+    # The bracket is part of the marker (`functools` alone is prose): the calls as array items.
+    markup_family(Markup(calls=(("functools[", lambda tools: JsonCallsReader(None, several=True)),))),
     templates=("fireworks-ai-llama-3-firefunction-v2.jinja",),
 )
 APRIEL = Family(
