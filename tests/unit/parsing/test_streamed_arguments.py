@@ -38,7 +38,9 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     ToolCallFormat.APERTUS: '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3}}]<|tools_suffix|>',
     ToolCallFormat.FUNCTIONARY_V3_1: '<function=get_weather>{"city": "Paris", "days": 3}</function>',
     ToolCallFormat.FUNCTIONARY_V3_2: 'get_weather\n{"city": "Paris", "days": 3}',
+    ToolCallFormat.LLAMA3_JSON: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
 }
+AT_START = {ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.LLAMA3_JSON}  # a call only opens the message
 WHOLE = {ToolCallFormat.GEMMA4, ToolCallFormat.LFM2}  # converted when the call closes
 
 
@@ -53,7 +55,7 @@ def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
 
 @pytest.mark.parametrize("fmt", list(OUTPUTS))
 def test_one_call_whole_and_streamed(fmt: ToolCallFormat) -> None:
-    text = "Let me look.\n" + OUTPUTS[fmt] if fmt is not ToolCallFormat.FUNCTIONARY_V3_2 else OUTPUTS[fmt]
+    text = OUTPUTS[fmt] if fmt in AT_START else "Let me look.\n" + OUTPUTS[fmt]
     whole, by_char = _run(fmt, [text]), _run(fmt, list(text))
     for events in (whole, by_char):
         message = fold(events)
