@@ -313,7 +313,7 @@ class LlamaCppEngine(Engine):
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
             return
-        grammar = forced_grammar(request, self.tool_format, self.model_id)
+        grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
         pictures = self._pictures(request)
@@ -503,7 +503,7 @@ class LlamaCppEngine(Engine):
             prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
         else:
             prompt, tokens = self.render_prompt(request), None
-            grammar = forced_grammar(request, self.tool_format, self.model_id)
+            grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
             pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
