@@ -232,6 +232,7 @@ class LlamaCppEngine(Engine):
             eos_token=self.gguf.eos_token,
             add_bos=self.gguf.add_bos,
             media_marker=MARKER if self.mmproj is not None else None,
+            reasoning=self.reasoning,
         )
 
     def _tokenize(self, text: str) -> list[int]:
@@ -510,7 +511,11 @@ class LlamaCppEngine(Engine):
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         raw = request.prompt
-        in_reasoning = raw is None and self.reasoning is not None and self.reasoning.opened_by(prompt)
+        in_reasoning = (
+            raw is None
+            and self.reasoning is not None
+            and (self.reasoning.opened_by(prompt) or request.continues_reasoning)
+        )
         if raw is not None and raw.echo:  # the prompt as it was given, before what follows it
             text = raw.text if isinstance(raw.text, str) else detokenize(runtime.model.vocab, raw.text)
             if text:
