@@ -41,7 +41,7 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     ToolCallFormat.LLAMA3_JSON: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
 }
 AT_START = {ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.LLAMA3_JSON}  # a call only opens the message
-WHOLE = {ToolCallFormat.GEMMA4, ToolCallFormat.LFM2}  # converted when the call closes
+WHOLE = {ToolCallFormat.LFM2}  # converted when the call closes
 
 
 def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
@@ -95,3 +95,34 @@ def test_harmony_builtin_recipients_are_dropped() -> None:
         "reasoning": "run it",
         "tool_calls": [],
     }
+
+
+GEMMA_BODIES = [
+    '{city:<|"|>Paris, "FR" {x}: a<b <tool_call<|"|>,days:3}',
+    "{q:hello world,n:-1.5e3,ok:true,none:null,list:[1,two,[3]],o:{k:{j:v}}}",
+    '{s:"a \\"json\\" string",t:<|"|><|"|>, e:[]}',
+    "{}",
+]
+
+
+@pytest.mark.parametrize("body", GEMMA_BODIES)
+def test_gemma4_arguments_stream_as_the_whole_conversion(body: str) -> None:
+    from sluicegate.parsing.families.gemma import gemma_json
+
+    text = f"<|tool_call>call:f{body}<tool_call|>after"
+    expected = gemma_json(body)
+    assert expected is not None
+    for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
+        message = fold(_run(ToolCallFormat.GEMMA4, pieces))
+        assert message["tool_calls"] == [{"name": "f", "arguments": expected}]
+        assert message["content"] == "after"
+    streamed = [e for e in _run(ToolCallFormat.GEMMA4, list(text)) if isinstance(e, ToolCallDelta)]
+    assert len(streamed) > 2 or body == "{}"
+
+
+def test_gemma4_call_cut_off_or_without_arguments_is_invalid() -> None:
+    for text in ("<|tool_call>call:f<tool_call|>", '<|tool_call>call:f{a:<|"|>unfinished'):
+        (call,) = fold(_run(ToolCallFormat.GEMMA4, list(text)))["tool_calls"]
+        assert call["name"] == "f"
+        with pytest.raises(ValueError):
+            json.loads(call["arguments"])
