@@ -45,7 +45,7 @@ FAMILIES = {
     "deepseek_r1": ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", True),
     "kimi_k2": ("moonshotai-Kimi-K2.jinja", True),
     "gemma4": ("google-gemma-4-31B-it.jinja", True),
-    "lfm2": ("LFM2-8B-A1B.jinja", False),
+    "lfm2": ("LFM2-8B-A1B.jinja", True),
     "nemotron": ("NVIDIA-Nemotron-Nano-v2.jinja", True),
     "command_r7b": ("CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", True),
     "granite": ("ibm-granite-granite-3.3-2B-Instruct.jinja", True),

@@ -41,7 +41,7 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     ToolCallFormat.LLAMA3_JSON: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
 }
 AT_START = {ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.LLAMA3_JSON}  # a call only opens the message
-WHOLE = {ToolCallFormat.LFM2}  # converted when the call closes
+WHOLE: set[ToolCallFormat] = set()  # formats whose call leaves whole when it closes
 
 
 def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
@@ -123,6 +123,35 @@ def test_gemma4_arguments_stream_as_the_whole_conversion(body: str) -> None:
 def test_gemma4_call_cut_off_or_without_arguments_is_invalid() -> None:
     for text in ("<|tool_call>call:f<tool_call|>", '<|tool_call>call:f{a:<|"|>unfinished'):
         (call,) = fold(_run(ToolCallFormat.GEMMA4, list(text)))["tool_calls"]
+        assert call["name"] == "f"
+        with pytest.raises(ValueError):
+            json.loads(call["arguments"])
+
+
+LFM2_BODIES = [
+    "[get_weather(city='Paris, \"FR\" (x)', days=3)]",
+    '[f(s="tab\\there \\u00e9 \\x41 \\101 \\\\ \\\' q", n=-1.5e3, ok=True, no=None, t=(1, 2), l=[1, [2]], d={"k": {"j": False}})]',
+    "[a(), b(x=1)]",
+    "f(q='<|tool_call_end not yet|>')",
+]
+
+
+@pytest.mark.parametrize("body", LFM2_BODIES)
+def test_lfm2_arguments_stream_as_the_whole_conversion(body: str) -> None:
+    from sluicegate.parsing.families.lfm2 import python_calls
+
+    text = f"<|tool_call_start|>{body}<|tool_call_end|>after"
+    expected = python_calls(body)
+    assert expected is not None
+    for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
+        message = fold(_run(ToolCallFormat.LFM2, pieces))
+        assert [(c["name"], c["arguments"]) for c in message["tool_calls"]] == expected
+        assert message["content"] == "after"
+
+
+def test_lfm2_positional_or_cut_off_arguments_are_invalid() -> None:
+    for text in ("<|tool_call_start|>[f(1)]<|tool_call_end|>", "<|tool_call_start|>[f(a='unfinished"):
+        (call,) = fold(_run(ToolCallFormat.LFM2, list(text)))["tool_calls"]
         assert call["name"] == "f"
         with pytest.raises(ValueError):
             json.loads(call["arguments"])
