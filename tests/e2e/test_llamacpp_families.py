@@ -55,7 +55,7 @@ FAMILIES = {
     "llama3_json": ("meta-llama-Llama-3.1-8B-Instruct.jinja", True),
 }
 # Models whose reasoning is detected from the template (the grammar lets them reason first).
-REASONING = {"harmony-thinks": "openai-gpt-oss-120b.jinja"}
+REASONING = {"harmony-thinks": "openai-gpt-oss-120b.jinja", "qwen3-thinks": "Qwen-Qwen3-0.6B.jinja"}
 
 
 @pytest.fixture(scope="module")
@@ -171,3 +171,15 @@ def test_harmony_may_reason_before_its_json_output(family_server: Server) -> Non
     message = completion.choices[0].message
     assert (message.model_extra or {}).get("reasoning_content")
     assert not message.content
+
+
+def test_json_output_of_a_think_family(family_server: Server) -> None:
+    """Qwen3 (`<think>` detected): the grammar waits for a reasoning block that opens with the
+    first token, else applies from it; the JSON is the content, through the SDK's parse()."""
+    with openai.OpenAI(base_url=family_server.api_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
+        completion = sdk.chat.completions.parse(
+            model="qwen3-thinks", messages=ASK, response_format=Weather, max_tokens=200, seed=1
+        )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Weather)
+    assert "<think>" not in (choice.message.content or "")
