@@ -535,6 +535,7 @@ class LlamaCppEngine(Engine):
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
                 tools={tool.name: tool.parameters for tool in request.tools},
+                continues=request.continue_final,
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,

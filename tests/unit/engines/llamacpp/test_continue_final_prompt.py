@@ -97,3 +97,14 @@ def test_harmony_reasoning_continued_goes_on_as_reasoning() -> None:
         *parser.feed("<|end|><|start|>assistant<|channel|>final<|message|>Red"),
     ]
     assert fold([*events, *parser.finish()]) == {"content": "Red", "reasoning": " and more", "tool_calls": []}
+
+
+def test_continued_reasoning_keeps_its_leading_space() -> None:
+    from sluicegate.parsing import ToolCallFormat, new_parser
+
+    for continues, expected in ((True, " it over"), (False, "it over")):
+        parser = new_parser(
+            ToolCallFormat.HERMES, reasoning=THINK, starts_in_reasoning=True, continues=continues
+        )
+        events = [*parser.feed(" it"), *parser.feed(" over</think>Red"), *parser.finish()]
+        assert fold(events) == {"content": "Red", "reasoning": expected, "tool_calls": []}
