@@ -97,27 +97,47 @@ def test_harmony_builtin_recipients_are_dropped() -> None:
     }
 
 
-GEMMA_BODIES = [
-    '{city:<|"|>Paris, "FR" {x}: a<b <tool_call<|"|>,days:3}',
-    "{q:hello world,n:-1.5e3,ok:true,none:null,list:[1,two,[3]],o:{k:{j:v}}}",
-    '{s:"a \\"json\\" string",t:<|"|><|"|>, e:[]}',
-    "{}",
+def _gemma(body: str) -> tuple[str, list[tuple[str, str]] | None]:
+    from sluicegate.parsing.families.gemma import gemma_json
+
+    whole = gemma_json(body)
+    return f"<|tool_call>call:f{body}<tool_call|>", None if whole is None else [("f", whole)]
+
+
+def _lfm2(body: str) -> tuple[str, list[tuple[str, str]] | None]:
+    from sluicegate.parsing.families.lfm2 import python_calls
+
+    return f"<|tool_call_start|>{body}<|tool_call_end|>", python_calls(body)
+
+
+# Converted syntaxes: (format, call body); the whole conversion (what the family read before
+# its arguments streamed) is the reference.
+CONVERTED = [
+    (ToolCallFormat.GEMMA4, '{city:<|"|>Paris, "FR" {x}: a<b <tool_call<|"|>,days:3}'),
+    (ToolCallFormat.GEMMA4, "{q:hello world,n:-1.5e3,ok:true,none:null,list:[1,two,[3]],o:{k:{j:v}}}"),
+    (ToolCallFormat.GEMMA4, '{s:"a \\"json\\" string",t:<|"|><|"|>, e:[]}'),
+    (ToolCallFormat.GEMMA4, "{}"),
+    (ToolCallFormat.LFM2, "[get_weather(city='Paris, \"FR\" (x)', days=3)]"),
+    (
+        ToolCallFormat.LFM2,
+        '[f(s="tab\\there \\u00e9 \\x41 \\101 \\\\ \\\' q", n=-1.5e3, ok=True, no=None, t=(1, 2), l=[1, [2]], d={"k": {"j": False}})]',
+    ),
+    (ToolCallFormat.LFM2, "[a(), b(x=1)]"),
+    (ToolCallFormat.LFM2, "f(q='<|tool_call_end not yet|>')"),
 ]
 
 
-@pytest.mark.parametrize("body", GEMMA_BODIES)
-def test_gemma4_arguments_stream_as_the_whole_conversion(body: str) -> None:
-    from sluicegate.parsing.families.gemma import gemma_json
-
-    text = f"<|tool_call>call:f{body}<tool_call|>after"
-    expected = gemma_json(body)
+@pytest.mark.parametrize(("fmt", "body"), CONVERTED)
+def test_converted_arguments_stream_as_the_whole_conversion(fmt: ToolCallFormat, body: str) -> None:
+    call, expected = (_gemma if fmt is ToolCallFormat.GEMMA4 else _lfm2)(body)
     assert expected is not None
+    text = call + "after"
     for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
-        message = fold(_run(ToolCallFormat.GEMMA4, pieces))
-        assert message["tool_calls"] == [{"name": "f", "arguments": expected}]
+        message = fold(_run(fmt, pieces))
+        assert [(c["name"], c["arguments"]) for c in message["tool_calls"]] == expected
         assert message["content"] == "after"
-    streamed = [e for e in _run(ToolCallFormat.GEMMA4, list(text)) if isinstance(e, ToolCallDelta)]
-    assert len(streamed) > 2 or body == "{}"
+    streamed = [e for e in _run(fmt, list(text)) if isinstance(e, ToolCallDelta)]
+    assert len(streamed) > 2 * len(expected) or body == "{}"
 
 
 def test_gemma4_call_cut_off_or_without_arguments_is_invalid() -> None:
@@ -126,27 +146,6 @@ def test_gemma4_call_cut_off_or_without_arguments_is_invalid() -> None:
         assert call["name"] == "f"
         with pytest.raises(ValueError):
             json.loads(call["arguments"])
-
-
-LFM2_BODIES = [
-    "[get_weather(city='Paris, \"FR\" (x)', days=3)]",
-    '[f(s="tab\\there \\u00e9 \\x41 \\101 \\\\ \\\' q", n=-1.5e3, ok=True, no=None, t=(1, 2), l=[1, [2]], d={"k": {"j": False}})]',
-    "[a(), b(x=1)]",
-    "f(q='<|tool_call_end not yet|>')",
-]
-
-
-@pytest.mark.parametrize("body", LFM2_BODIES)
-def test_lfm2_arguments_stream_as_the_whole_conversion(body: str) -> None:
-    from sluicegate.parsing.families.lfm2 import python_calls
-
-    text = f"<|tool_call_start|>{body}<|tool_call_end|>after"
-    expected = python_calls(body)
-    assert expected is not None
-    for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
-        message = fold(_run(ToolCallFormat.LFM2, pieces))
-        assert [(c["name"], c["arguments"]) for c in message["tool_calls"]] == expected
-        assert message["content"] == "after"
 
 
 def test_lfm2_positional_or_cut_off_arguments_are_invalid() -> None:
