@@ -50,7 +50,7 @@ FAMILIES = {
     "apriel": ("unsloth-Apriel-1.5.jinja", True),
     "command_r_plus": ("CohereForAI-c4ai-command-r-plus-tool_use.jinja", True),
     "firefunction_v2": ("fireworks-ai-llama-3-firefunction-v2.jinja", True),
-    "llama4_pythonic": ("", False),
+    "llama4_pythonic": ("", True),
     "hy3": ("tencent-Hy3.jinja", True),
     "muse_glimmer": ("muse-glimmer.jinja", True),
     "solar_open": ("upstage-Solar-Open-100B.jinja", True),

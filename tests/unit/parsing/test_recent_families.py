@@ -39,7 +39,7 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     F.HY3: "<tool_calls:opensource>\n<tool_call:opensource>get_weather<tool_sep:opensource>\n<arg_key:opensource>city</arg_key:opensource>\n<arg_value:opensource>Paris</arg_value:opensource>\n<arg_key:opensource>days</arg_key:opensource>\n<arg_value:opensource>3</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
     F.MUSE_GLIMMER: '<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls>\n<atem:invoke name="get_weather">\n<atem:parameter name="city">Paris</atem:parameter>\n<atem:parameter name="days">3</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>',
 }
-WHOLE = {F.LLAMA4_PYTHONIC}  # read when the output ends
+WHOLE: set[ToolCallFormat] = set()  # formats whose arguments leave in one piece
 TEXT_FIRST = {F.LLAMA4_PYTHONIC}  # the call list must be the whole message
 
 

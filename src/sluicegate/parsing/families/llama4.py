@@ -3,8 +3,8 @@
 
 [get_weather(city="Paris", unit="celsius"), get_time(city="Paris")]
 
-A message that starts like a call list (`[name(`) is read whole when the output ends (a call's
-values are Python literals: they are JSON only once the list is complete).
+A message that starts like a call list (`[name(`) is the calls, read by LFM2's reader of Python
+calls, so the keyword arguments stream as JSON while they are written; any other message is text.
 """
 
 from __future__ import annotations
@@ -13,14 +13,40 @@ import re
 
 from sluicegate.core.events import RawEvent, TokenLogprob
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser
-from sluicegate.parsing.families.lfm2 import python_calls
-from sluicegate.parsing.markup import CallOut, Markup, MarkupParser
-from sluicegate.parsing.readers import BufferedReader
+from sluicegate.parsing.families.lfm2 import PythonCallsReader
+from sluicegate.parsing.markup import CallOut, Markup, MarkupParser, Reader
+from sluicegate.parsing.scan import held_from
 
 PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
-_CALLS = re.compile(r"\[\s*([A-Za-z_][\w.]*)\s*\(")
-_MAYBE = re.compile(r"\[\s*[A-Za-z_\w.]*\Z|\[\Z")  # could still become `[name(`
-_MARKUP = Markup(calls=((PYTHON_START, lambda tools: BufferedReader(PYTHON_END, python_calls)),))
+_CALLS = re.compile(r"\[\s*[A-Za-z_][\w.]*\s*\(")
+_MAYBE = re.compile(r"\[\s*[A-Za-z_\w.]*\Z")  # could still become `[name(`
+
+
+class UntilEnd:
+    """`reader` up to `<|python_end|>` (held back while it may be arriving), then the rest."""
+
+    def __init__(self, reader: Reader) -> None:
+        self._reader = reader
+        self._held = ""
+
+    def feed(self, text: str, out: CallOut) -> str | None:
+        buf, self._held = self._held + text, ""
+        i = buf.find(PYTHON_END)
+        if i != -1:
+            self._reader.feed(buf[:i], out)
+            self._reader.close(out)
+            return buf[i + len(PYTHON_END) :]
+        keep = held_from(buf, (PYTHON_END,), "<")
+        self._held = buf[keep:]
+        self._reader.feed(buf[:keep], out)
+        return None
+
+    def close(self, out: CallOut) -> None:
+        self._reader.feed(self._held, out)
+        self._reader.close(out)
+
+
+_MARKUP = Markup(calls=((PYTHON_START, lambda tools: UntilEnd(PythonCallsReader())),))
 
 
 class PythonicParser:
@@ -32,44 +58,51 @@ class PythonicParser:
         self._text = MarkupParser(
             _MARKUP, reasoning=None, starts_in_reasoning=False, tools=args.tools, new_call_id=args.new_call_id
         )
+        self._calls: UntilEnd | None = None
         self._buf = ""
         self._mode = "start"  # start | calls | text
 
     def feed(self, text: str, logprobs: list[TokenLogprob] | None = None) -> list[RawEvent]:
         if self._mode == "text":
             return self._forward(self._text.feed(text, logprobs))
+        if self._mode == "calls":
+            return self._read(text)
         self._buf += text
-        if self._mode == "start":
-            head = self._buf.lstrip()
-            if not head or _MAYBE.match(head):
-                return []
-            if _CALLS.match(head):
-                self._mode = "calls"
-                return []
-            self._mode = "text"
-            buf, self._buf = self._buf, ""
-            return self._forward(self._text.feed(buf, logprobs))
-        return []
+        head = self._buf.lstrip()
+        if not head or _MAYBE.match(head):
+            return []
+        buf, self._buf = self._buf, ""
+        if _CALLS.match(head):
+            self._mode = "calls"
+            self._calls = UntilEnd(PythonCallsReader())
+            return self._read(head)
+        self._mode = "text"
+        return self._forward(self._text.feed(buf, logprobs))
 
     def finish(self) -> list[RawEvent]:
-        if self._mode != "calls":
-            buf, self._buf = self._buf, ""
-            return self._forward(
-                [*self._text.feed(buf), *self._text.finish()] if buf else self._text.finish()
-            )
-        raw = self._buf.strip().removeprefix(PYTHON_START).removesuffix(PYTHON_END)
-        calls = python_calls(raw)
-        if calls is None:  # cut off or not Python: one invalid call
-            m = _CALLS.match(raw)
-            calls = [(m.group(1) if m else "", raw)]
-        for name, arguments in calls:
-            self._out.call(name, arguments)
-        self.saw_tool_calls = True
+        if self._calls is not None:
+            self._calls.close(self._out)
+            return self._take()
+        buf, self._buf = self._buf, ""
+        return self._forward([*self._text.feed(buf), *self._text.finish()] if buf else self._text.finish())
+
+    def _read(self, text: str) -> list[RawEvent]:
+        assert self._calls is not None
+        rest = self._calls.feed(text, self._out)
+        events = self._take()
+        if rest is not None:  # `<|python_end|>` closed the calls: what follows is text
+            self._calls, self._mode = None, "text"
+            events += self._forward(self._text.feed(rest))
+        return events
+
+    def _take(self) -> list[RawEvent]:
         events, self._out.events = self._out.events, []
+        if events:
+            self.saw_tool_calls = True
         return events
 
     def _forward(self, events: list[RawEvent]) -> list[RawEvent]:
-        self.saw_tool_calls = self._text.saw_tool_calls
+        self.saw_tool_calls = self.saw_tool_calls or self._text.saw_tool_calls
         return events
 
 
