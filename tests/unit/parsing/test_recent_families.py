@@ -225,3 +225,9 @@ def test_a_malformed_call_parses_the_same_however_it_is_cut(fmt: ToolCallFormat,
     assert fold(_run(fmt, list(text))) == whole
     assert fold(_run(fmt, [text[:7], text[7:19], text[19:]])) == whole
     assert [c["name"] for c in whole["tool_calls"]] in (["get_weather"], [""])
+
+
+def test_llama4_json_calls_as_meta_template_renders_them() -> None:
+    text = '{"name": "get_weather", "parameters": {"city": "Paris"}}'
+    calls = fold(_run(F.LLAMA4_PYTHONIC, list(text)))["tool_calls"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [("get_weather", {"city": "Paris"})]

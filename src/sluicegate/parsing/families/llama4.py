@@ -4,7 +4,9 @@
 [get_weather(city="Paris", unit="celsius"), get_time(city="Paris")]
 
 A message that starts like a call list (`[name(`) is the calls, read by LFM2's reader of Python
-calls, so the keyword arguments stream as JSON while they are written; any other message is text.
+calls, so the keyword arguments stream as JSON while they are written. Any other message is read
+as Llama 3's (Meta's own Llama 4 template renders past calls as Llama 3's JSON objects): a
+`{"name": …, "parameters": …}` message is a call, the rest text.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ import re
 
 from sluicegate.core.events import RawEvent, TokenLogprob
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser
+from sluicegate.parsing.families.legacy import LLAMA3_JSON
 from sluicegate.parsing.families.lfm2 import PythonCallsReader
-from sluicegate.parsing.markup import CallOut, Markup, MarkupParser, Reader
+from sluicegate.parsing.markup import CallOut, Reader
 from sluicegate.parsing.scan import held_from
 
 PYTHON_START, PYTHON_END = "<|python_start|>", "<|python_end|>"
@@ -46,18 +49,13 @@ class UntilEnd:
         self._reader.close(out)
 
 
-_MARKUP = Markup(calls=((PYTHON_START, lambda tools: UntilEnd(PythonCallsReader())),))
-
-
 class PythonicParser:
-    """`[name(...), ...]` as the whole message, else text (and `<|python_start|>` calls)."""
+    """`[name(...), ...]` (maybe in `<|python_start|>`) as the whole message, else Llama 3's."""
 
     def __init__(self, args: ParserArgs) -> None:
         self.saw_tool_calls = False
         self._out = CallOut(args.new_call_id)
-        self._text = MarkupParser(
-            _MARKUP, reasoning=None, starts_in_reasoning=False, tools=args.tools, new_call_id=args.new_call_id
-        )
+        self._text = LLAMA3_JSON.build(args)
         self._calls: UntilEnd | None = None
         self._buf = ""
         self._mode = "start"  # start | calls | text
@@ -69,7 +67,9 @@ class PythonicParser:
             return self._read(text)
         self._buf += text
         head = self._buf.lstrip()
-        if not head or _MAYBE.match(head):
+        if head.startswith(PYTHON_START):
+            head = self._buf = head[len(PYTHON_START) :].lstrip()
+        if not head or _MAYBE.match(head) or PYTHON_START.startswith(head):
             return []
         buf, self._buf = self._buf, ""
         if _CALLS.match(head):
