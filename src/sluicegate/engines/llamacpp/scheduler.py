@@ -222,6 +222,7 @@ class BatchScheduler:
             try:
                 tokens = self._prepare(sequence)
             except Exception as exc:
+                sequence.free()  # its image chunks, if `check` tokenized it with them
                 self._end(sequence, exc)
                 continue
             slot, keep = self._place(free, tokens)

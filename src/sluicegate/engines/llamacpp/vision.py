@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -219,7 +220,7 @@ class Projector:
         pointer = mtmd.mtmd_get_output_embd(self.ctx)
         span.embeddings = np.ctypeslib.as_array(pointer, shape=(span.n_tokens, n_embd)).copy()
 
-    def encode_soon(self, span: ImageSpan, n_embd: int, done: Any) -> None:
+    def encode_soon(self, span: ImageSpan, n_embd: int, done: Callable[[], None]) -> None:
         """`encode` on the projector's own thread; `done()` is called (on that thread) after.
         One image at a time: libmtmd keeps one output buffer per context."""
         if self._encoder is None:
