@@ -115,6 +115,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--llama-server", help="the llama-server binary (without: Sluicegate alone)")
+    parser.add_argument(
+        "--llama-server-args", default="", help="more llama-server flags, e.g. '--poll 0' (split on spaces)"
+    )
     parser.add_argument("--gguf", type=Path, help="a vision model (default: the demo pair)")
     parser.add_argument("--mmproj", type=Path, help="its projector")
     parser.add_argument("--threads", type=int, default=2)
@@ -155,6 +158,7 @@ def main() -> int:
                     "--cache-ram", "0", "--no-repack",
                 ]  # fmt: skip
                 command += ["--mmproj", str(projector)] if projector is not None else ["--no-mmproj"]
+                command += args.llama_server_args.split()
                 targets[name] = (
                     command,
                     f"http://127.0.0.1:{port}",
