@@ -284,7 +284,10 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '
             "`draft_model`): speculative decoding, with batching; see [the llamacpp engine](engines-llamacpp.md)",
         ),
-        "draft_model": ("none", "a draft GGUF with the target's vocabulary (implies `speculative = \"draft\"`)"),
+        "draft_model": (
+            "none",
+            'a draft GGUF with the target\'s vocabulary (implies `speculative = "draft"`)',
+        ),
         "draft_max": ("`16`", "tokens drafted per step at most"),
         "draft_min": ("`0`", "a shorter draft is not tried"),
         "draft_p_min": ("`0.75`", "draft model: the draft stops where its top token is less likely"),

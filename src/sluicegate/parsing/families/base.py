@@ -28,6 +28,7 @@ class ParserArgs:
     starts_in_reasoning: bool
     tools: Tools
     new_call_id: Callable[[], str]
+    continues: bool = False  # the prompt ends inside a continued message: its text goes on as is
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +41,8 @@ class Family:
     build: Callable[[ParserArgs], StreamParser]
     reasoning: ReasoningStyle | None = None
     templates: tuple[str, ...] = ()  # llama.cpp's corpus files of this family (docs, tests)
+    # The template writes `reasoning`'s tags through macros, not as literals (Kimi K3).
+    reasoning_built: bool = False
 
 
 def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:
@@ -48,6 +51,7 @@ def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:
             markup,
             reasoning=args.reasoning,
             starts_in_reasoning=args.starts_in_reasoning,
+            continues=args.continues,
             tools=args.tools,
             new_call_id=args.new_call_id,
         )

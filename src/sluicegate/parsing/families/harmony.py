@@ -24,19 +24,22 @@ START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", 
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _BODY_MARKERS = (*ENDS, START, CHANNEL)
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
+# What a header cut off before any of its tokens looks like: a role and a recipient, nothing else.
+_CUT_HEADER = re.compile(r"\s*(?:assistant\s*)?to=[^\s<]*\s*")
 _HEADER_LEADS = (START, CHANNEL, " to=", "to=", "assistant")
 
 
 class HarmonyParser:
-    def __init__(self, *, new_call_id: Callable[[], str]) -> None:
+    def __init__(self, *, new_call_id: Callable[[], str], in_analysis: bool = False) -> None:
         self.saw_tool_calls = False
         self._out = CallOut(new_call_id)
         self._buf = ""
-        self._state = "header"  # header | text | call | skip
-        self._channel = ItemKind.MESSAGE
+        # in_analysis: the prompt ends inside an analysis body (a continued message's reasoning).
+        self._state = "text" if in_analysis else "header"  # header | text | call | skip
+        self._channel = ItemKind.REASONING if in_analysis else ItemKind.MESSAGE
+        self._trim = not in_analysis  # (a continued body goes on as it was)
         self._args = JsonArgs()
         self._raw = ""  # a call body that is not JSON
-        self._trim = True
         self._said = False  # some text has left
         self._lead = ""  # whitespace before any text, held back
         self._logprobs: list[TokenLogprob] | None = None
@@ -87,9 +90,13 @@ class HarmonyParser:
                 return True
             i = buf.find(MESSAGE)
             if i == -1:
-                if final and not any(token in buf for token in (START, CHANNEL, "to=")):
+                if (
+                    final
+                    and not any(t in buf for t in (START, CHANNEL, CONSTRAIN))
+                    and not _CUT_HEADER.fullmatch(buf)
+                ):
                     self._channel, self._state, self._trim = ItemKind.MESSAGE, "text", False
-                    return True  # text that only began like a header ("a…" of "assistant")
+                    return True  # text that only began like a header ("a…" of "assistant", "to=…")
                 if final:
                     self._buf = ""  # a header cut off before its body: nothing was said
                 return False
