@@ -78,7 +78,11 @@ class NgramIndex:
         if end <= n:
             return []
         found = ends.get(tuple(tokens[end - n :]))
-        return [] if found is None else tokens[found : found + most]
+        if found is None:
+            return []
+        draft = tokens[found : found + most]
+        # An image's positions stand as negative ids (vision.py): never a token to decode.
+        return draft if min(draft, default=0) >= 0 else draft[: next(i for i, t in enumerate(draft) if t < 0)]
 
 
 class NgramDrafter:
@@ -201,7 +205,10 @@ class ModelDrafter:
         return token, 1.0 / float(np.exp(logits - logits[token]).sum())
 
     def draft(self, wants: list[Want]) -> list[list[int]]:
-        self._catch_up(wants)
+        # A prompt with images (negative ids in its tokens, vision.py) is not the draft model's:
+        # it reads text only. Such a sequence gets no draft.
+        wants = [(slot, tokens, most if min(tokens) >= 0 else 0) for slot, tokens, most in wants]
+        self._catch_up([want for want in wants if want[2] > 0])
         drafts: list[list[int]] = [[] for _ in wants]
         # (index in wants, slot, token to decode)
         going = [(i, slot, tokens[-1]) for i, (slot, tokens, most) in enumerate(wants) if most > 0]

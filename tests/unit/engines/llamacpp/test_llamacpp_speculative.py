@@ -128,6 +128,8 @@ def test_ngram_index_drafts_what_followed_the_last_match() -> None:
     assert index.draft(tokens, 8) == []  # [6, 7] never came before
     assert index.draft([8, 8, 8], 4) == [8]  # another list: indexed afresh
     assert NgramIndex(3).draft([1, 2, 3], 4) == []
+    # An image's positions (negative ids) end a draft: they are no tokens to decode.
+    assert NgramIndex(1).draft([4, 5, -7, -7, 6, 4], 5) == [5]
 
 
 def test_ngram_greedy_output_identical_under_batching(loaded: Any) -> None:
