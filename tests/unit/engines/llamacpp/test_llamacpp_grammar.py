@@ -144,6 +144,13 @@ CONSTRAINTS: list[tuple[dict[str, Any], list[Any], list[Any]]] = [
     ({"type": "string", "format": "date-time"}, ["2024-01-02T03:04:05Z"], ["2024-01-02 03:04"]),
     ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
     ({"type": "string", "format": "email"}, ["a.b@example.com"], ["example.com", "a@"]),
+    # A format JSON Schema does not define is an annotation: any string (JSONSchemaBench has
+    # `url`, `byte`, `int64`, ...), not a refusal.
+    ({"type": "string", "format": "url"}, ["anything at all"], [3]),
+    # An integer without bounds is held to what a JSON reader holds exactly: a model cannot pad it.
+    ({"type": "integer"}, [0, -(2**53 - 1), 2**53 - 1], [2**53, -(2**53), 10**16]),
+    ({"type": "integer", "minimum": 5}, [5, 2**53 - 1], [4, 2**53]),
+    ({"type": "integer", "minimum": 10**17}, [10**17, 10**20], [10**17 - 1]),
     ({"enum": ["a\u0000b", "foo\nbar", 3, None]}, ["a\u0000b", "foo\nbar", 3, None], ["ab", "foo", 4]),
     ({"const": {"$ref": "#/x"}}, [{"$ref": "#/x"}], [{"$ref": "#/y"}]),
     ({"type": "array", "maxItems": 2}, [[], [1, "x"]], [[1, 2, 3]]),
