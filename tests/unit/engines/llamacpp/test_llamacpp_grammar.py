@@ -5,7 +5,9 @@ and what it refuses, and which grammar (if any) a request gets."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,8 +16,10 @@ from llguidance import LLMatcher, LLTokenizer
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
+from sluicegate.engines.llamacpp import runtime as runtime_module
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.grammar import (
     BEST_EFFORT_HEADER,
     Grammar,
@@ -354,3 +358,28 @@ def test_markup_tokens_match_as_text_and_end_of_turn_only_ends(tmp_path: Any) ->
         assert matcher.consume_token(end) and matcher.is_stopped()
     finally:
         vocabulary.close()
+
+
+async def test_the_vocabulary_view_is_built_at_load_off_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded chat model builds its grammar view on a thread of its own, so the first
+    structured request (on the worker, where every sequence waits) finds it ready."""
+    threads: list[str] = []
+
+    def counted(vocab: Any) -> LLTokenizer:
+        threads.append(threading.current_thread().name)
+        return vocab_tokenizer(vocab)
+
+    monkeypatch.setattr(runtime_module, "vocab_tokenizer", counted)
+    gguf = make_demo_gguf(tmp_path / "demo.gguf")
+    engine = LlamaCppEngine.from_config({"id": "m", "path": str(gguf), "context_length": 256}, Path("."))
+    await engine.load(lambda _p: None)
+    try:
+        runtime = engine._runtime
+        assert runtime is not None
+        view = runtime.guidance()  # waits for the build the load started
+        assert threads == ["vocab-view"]
+        assert runtime.guidance() is view and threads == ["vocab-view"]  # built once
+    finally:
+        await engine.unload()
