@@ -18,8 +18,8 @@ the script with `--llama-server-binary` (with `--no-repack`), or already running
 Per target it reports: schemas accepted (2xx; a 4xx is a refusal), outputs valid (of the
 accepted ones that completed — finish `stop` — validated with `jsonschema`, format checking on),
 invalid outputs, cut-off outputs (finish `length`), and 5xx answers or dropped connections,
-for each part of the corpus and both together; `--out FILE` writes every schema's outcome on
-both servers (status, the refusal's message, valid / invalid counts) for a per-case comparison.
+for each part of the corpus and both together; `--out FILE` appends every schema's outcome on
+both servers as it goes (status, the refusal's message, valid / invalid counts).
 """
 
 from __future__ import annotations
@@ -165,7 +165,10 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=256)
     parser.add_argument("--limit", type=int, default=0, help="only every Nth schema (0: all)")
-    parser.add_argument("--out", type=Path, help="write each schema's outcome on both servers here")
+    parser.add_argument(
+        "--out", type=Path, help="append each schema's outcome on both servers here (JSON lines)"
+    )
+    parser.add_argument("--only", choices=("suite", "sample"), help="only one part of the corpus")
     args = parser.parse_args()
     if args.suite is not None:
         os.environ["JSON_SCHEMA_TEST_SUITE"] = str(args.suite)
@@ -173,11 +176,12 @@ def main() -> int:
     from schema_suite_sources import draft2020_12
 
     schemas = corpus(draft2020_12())
+    if args.only:
+        schemas = [entry for entry in schemas if entry[0] == PARTS[args.only == "sample"]]
     if args.limit:
         schemas = schemas[:: args.limit]
     targets = ["sluicegate"] + (["llama-server"] if args.llama_server or args.llama_server_binary else [])
     tallies = {(part, name): Tally() for part in (*PARTS, "both") for name in targets}
-    records = []
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
         folder = Path(tmp)
         gguf = args.gguf or make_demo_gguf(folder / "demo.gguf", ends_replies=False)
@@ -207,12 +211,12 @@ def main() -> int:
                         tallies[key].add(outcome)
                         if outcome["invalid_outputs"] and len(tallies[key].examples) < 10:
                             tallies[key].examples.append(f"{name}: {outcome['invalid_outputs'][0]}")
-                records.append(record)
+                if args.out:  # as it goes: a run stopped early keeps what it measured
+                    with args.out.open("a", encoding="utf-8") as out:
+                        out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 if index % 25 == 24:
                     print(f"{index + 1}/{len(schemas)}: " + "; ".join(
                         tallies[("both", t)].line(t) for t in targets), flush=True)  # fmt: skip
-    if args.out:
-        args.out.write_text(json.dumps(records, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     print(
         f"\n{len(schemas)} schemas, {args.samples} samples each, max_tokens {args.max_tokens}, load average "
         + " ".join(f"{x:.1f}" for x in os.getloadavg())

@@ -28,12 +28,14 @@ vocabulary on the worker), medians of `--compiles`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,15 @@ SCHEMA: dict[str, Any] = {
     "required": ["notes", "done"],
     "additionalProperties": False,
 }
+
+
+@contextlib.contextmanager
+def _log_on_failure(log: Path) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
+        raise
 
 
 def compile_times(gguf: Path, compiles: int) -> tuple[float, float, float]:
@@ -156,7 +167,8 @@ def main() -> int:
         rates: dict[bool, list[float]] = {False: [], True: []}
         cpus: dict[bool, list[float]] = {False: [], True: []}
         ttfts: dict[bool, list[float]] = {False: [], True: []}
-        with serving(command, base_url, folder / "sluicegate.log", env) as pid:
+        log = folder / "sluicegate.log"
+        with serving(command, base_url, log, env) as pid, _log_on_failure(log):
             measure(base_url, pid, -1, 8, grammar=False)  # warm-up: loads the model
             first_structured = measure(base_url, pid, -2, 8, grammar=True)[2]
             for run in range(args.runs):

@@ -112,6 +112,16 @@ _DATA = ("enum", "const", "default", "examples")
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
 _OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 _BESIDE = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+_COUNTS = (
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "minContains",
+    "maxContains",
+)
 # The formats JSON Schema defines (draft 2020-12, section 7.3). Any other name (`url`, `byte`,
 # `int32`, …) is an annotation no validator checks: every string satisfies it, so it is left
 # out rather than refused. A defined format the grammar cannot enforce is still refused.
@@ -159,6 +169,8 @@ def _closed(schema: Any, in_all_of: bool = False) -> Any:
             out[key] = {name: _closed(v) for name, v in value.items()}
         elif key == "format" and isinstance(value, str) and value not in DEFINED_FORMATS:
             continue
+        elif key in _COUNTS and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)  # `2.0` is the count 2 (JSON Schema: a number with no fraction)
         else:
             shared = key == "allOf" or (key in _BESIDE and "properties" in schema)
             out[key] = _closed(value, shared)
