@@ -1,0 +1,48 @@
+"""Builds the compiled hot path: the modules `src/sluicegate/_compiled.py` lists, with mypyc.
+
+Everything else about the package is in pyproject.toml. `pip install -e .` compiles them in
+place beside their sources; `python setup.py build_ext --inplace` rebuilds them without
+reinstalling. With SLUICEGATE_PURE_PYTHON=1 set at build time nothing is compiled.
+See docs/compiled.md.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("_sluicegate_compiled", HERE / "src/sluicegate/_compiled.py")
+assert _spec is not None and _spec.loader is not None
+compiled = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(compiled)
+
+
+class BuildWithRecord(build_ext):
+    """build_ext, then the record of which sources the binaries were compiled from."""
+
+    def run(self) -> None:
+        super().run()
+        if not self.extensions:
+            return
+        # In place (editable installs, `build_ext --inplace`) the binaries sit beside the
+        # sources; for a wheel, in the build directory that becomes the wheel.
+        root = HERE / "src" if self.inplace else Path(self.build_lib)
+        compiled.write_manifest(root / "sluicegate", sources=HERE / "src/sluicegate")
+
+
+def extensions() -> list[Any]:
+    if os.environ.get(compiled.PURE_SWITCH, "") not in ("", "0"):
+        return []
+    from mypyc.build import mypycify
+
+    sources = [str(compiled.source_path(m, Path("src/sluicegate"))) for m in compiled.COMPILED]
+    return mypycify(sources, opt_level="3", verbose=False)
+
+
+setup(ext_modules=extensions(), cmdclass={"build_ext": BuildWithRecord})
