@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -23,8 +23,18 @@ compiled = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(compiled)
 
 
+# Stands for the compiled modules until build_ext runs: mypyc type-checks and writes C when
+# called, which pip's other steps (requirements, metadata) need not wait for.
+HOT_PATH = Extension("sluicegate._hot_path", sources=[])
+
+
 class BuildWithRecord(build_ext):
-    """build_ext, then the record of which sources the binaries were compiled from."""
+    """build_ext of mypyc's extensions, then the record of which sources they were compiled from."""
+
+    def finalize_options(self) -> None:
+        if self.distribution.ext_modules == [HOT_PATH]:
+            self.distribution.ext_modules = mypyc_extensions()
+        super().finalize_options()
 
     def run(self) -> None:
         super().run()
@@ -36,9 +46,7 @@ class BuildWithRecord(build_ext):
         compiled.write_manifest(root / "sluicegate", sources=HERE / "src/sluicegate")
 
 
-def extensions() -> list[Any]:
-    if os.environ.get(compiled.PURE_SWITCH, "") not in ("", "0"):
-        return []
+def mypyc_extensions() -> list[Any]:
     from mypyc.build import mypycify
 
     sources = [str(compiled.source_path(m, Path("src/sluicegate"))) for m in compiled.COMPILED]
@@ -56,4 +64,5 @@ def extensions() -> list[Any]:
     return mypycify([*relaxed, *sources], opt_level="3", verbose=False)
 
 
-setup(ext_modules=extensions(), cmdclass={"build_ext": BuildWithRecord})
+pure = os.environ.get(compiled.PURE_SWITCH, "") not in ("", "0")
+setup(ext_modules=[] if pure else [HOT_PATH], cmdclass={"build_ext": BuildWithRecord})

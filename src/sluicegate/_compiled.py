@@ -91,10 +91,10 @@ def stale(package_dir: Path = PACKAGE_DIR) -> str | None:
         found = [m for m, b in binaries.items() if b is not None]
         return f"{found[0]} is compiled but no build record ({MANIFEST}) says from what" if found else None
     if set(recorded) != set(COMPILED):
-        return "the build compiled another list of modules; rebuild"
+        return "the build compiled another list of modules"
     for module in COMPILED:
         if binaries[module] is None:
-            return f"{module} has no compiled binary; rebuild"
+            return f"{module} has no compiled binary"
         if recorded[module] != source_hash(source_path(module, package_dir)):
             return f"{source_path(module, package_dir).name} ({module}) changed since it was compiled"
     return None
