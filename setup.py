@@ -46,8 +46,23 @@ class BuildWithRecord(build_ext):
         compiled.write_manifest(root / "sluicegate", sources=HERE / "src/sluicegate")
 
 
+def fix_bytes_concat_leak() -> None:
+    """mypyc before mypy PR 21469 (mypyc issue 1192) declares that `bytes + bytes` steals its
+    left operand, which `CPyBytes_Concat` does not: every owned left operand leaks, so a chain
+    like `head + orjson.dumps(text) + tail` leaked one frame per token. The upstream fix, applied
+    to the mypyc that builds here; a no-op on a mypyc that has it."""
+    import mypyc.primitives.bytes_ops  # noqa: F401 - registers the primitive
+    from mypyc.primitives.registry import binary_ops
+
+    for op in binary_ops.get("+", []):
+        if op.c_function_name == "CPyBytes_Concat" and op.steals == [True, False]:
+            op.steals = False
+
+
 def mypyc_extensions() -> list[Any]:
     from mypyc.build import mypycify
+
+    fix_bytes_concat_leak()
 
     sources = [str(compiled.source_path(m, Path("src/sluicegate"))) for m in compiled.COMPILED]
     # The build environment pip makes has only the build requirements (mypy, and orjson and

@@ -69,6 +69,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--py-spy", default="py-spy")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="also sample C frames: the compiled hot path (docs/compiled.md) runs as C, "
+        "each sample is then charged to its innermost Python or compiled (CPyDef_) function",
+    )
     args = parser.parse_args()
     path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "lmstudio": "/api/v1/chat"}[
         args.dialect
@@ -120,6 +126,7 @@ def main() -> None:
                 "-o",
                 str(raw),
                 "--nonblocking",
+                *(["--native"] if args.native else []),
             ],
             check=True,
             capture_output=True,
@@ -137,7 +144,10 @@ def main() -> None:
         samples = int(n)
         total += samples
         frames = stack.split(";")
-        own[re.sub(r":\d+\)", ")", frames[-1])] += samples
+        leaf = frames[-1]
+        if args.native:  # the innermost frame that is Python code or a compiled function
+            leaf = next((f for f in reversed(frames) if ".py:" in f or "CPyDef_" in f), leaf)
+        own[re.sub(r":\d+\)", ")", leaf)] += samples
         if any("TurnEndpoint.prepare" in f for f in frames):
             prepare += samples
     tokens, done = rate * window, requests * window
