@@ -2,7 +2,7 @@
 becomes, exactly as the llama.cpp engine renders it before decoding.
 
 stdin holds an OpenAI Chat Completions body, at least `{"messages": [...]}` and optionally
-`tools`, `tool_choice`, `reasoning_effort`; it is read by the Chat Completions dialect, as the
+`tools`, `tool_choice`, `reasoning_effort`, `continue_final_message`; it is read by the Chat Completions dialect, as the
 server would. With `--gguf` the model's own template (or its fallback), BOS/EOS tokens and BOS
 handling apply; with `--template` (which also overrides a GGUF's) the file is the template.
 """
@@ -56,7 +56,9 @@ def _render(template: str | None, gguf: str | None, text: str) -> str:
     source = Path(template).read_text(encoding="utf-8") if template else None
     if gguf is None:
         assert source is not None
-        return render_request(source, request, bos_token="", eos_token="")
+        from sluicegate.parsing import detect_reasoning
+
+        return render_request(source, request, bos_token="", eos_token="", reasoning=detect_reasoning(source))
     from sluicegate.engines.llamacpp import LlamaCppEngine
 
     table: dict[str, Any] = {"id": "render", "engine": "llamacpp", "path": str(Path(gguf).resolve())}

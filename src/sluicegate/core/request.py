@@ -161,6 +161,9 @@ class ChatRequest:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     reasoning_effort: str | None = None
     response_format: dict[str, Any] | None = None
+    # The last message is the assistant's, left open: the reply continues it (llama-server's
+    # and vLLM's `continue_final_message`, Anthropic's and Ollama's assistant prefill).
+    continue_final: bool = False
     options: RequestOptions = field(default_factory=RequestOptions)
     # A text completion (`/v1/completions`, `/infill`, Ollama's raw generate): `messages` is
     # empty and the engine generates from this prompt instead (`Capabilities.completion`).
@@ -172,6 +175,14 @@ class ChatRequest:
     # Headers the engine adds to the response, set while it checks the request (e.g. how many
     # messages a context-overflow policy dropped).
     response_headers: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def continues_reasoning(self) -> bool:
+        """Whether the continued message is reasoning alone (its reasoning goes on)."""
+        if not (self.continue_final and self.messages and self.messages[-1].role == "assistant"):
+            return False
+        last = self.messages[-1]
+        return bool(last.reasoning) and not last.text
 
     @property
     def last_user_text(self) -> str:

@@ -82,6 +82,7 @@ class MarkupParser:
         starts_in_reasoning: bool,
         tools: Tools | None,
         new_call_id: Callable[[], str],
+        continues: bool = False,
     ) -> None:
         self.saw_tool_calls = False
         self._markup = markup
@@ -94,7 +95,8 @@ class MarkupParser:
         self._reader: Reader | None = None
         self._buf = markup.starts_with
         self._at_start = True  # no message text, no call yet: reasoning may still open
-        self._trim = self._channel is _REASONING  # drop whitespace that starts a part
+        # Drop whitespace that starts a part (not a continued message's: it goes on as written).
+        self._trim = self._channel is _REASONING and not continues
         self._ws = ""  # message whitespace held back: it may only precede a call
         self._logprobs: list[TokenLogprob] | None = None
         self._markers: tuple[str, ...] = ()

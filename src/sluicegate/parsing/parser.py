@@ -4,12 +4,14 @@ tool calls, as raw events.
 Text streams through with at most a tag's length of delay: only a suffix that could be the
 start of a tag is held back until the next chunk decides. Everything inside tool-call markup is
 buffered until the call is complete and leaves as one `ToolCallDelta` (name, fresh call id,
-arguments as JSON text). Whatever the model writes, nothing raises and no markup reaches the
+arguments as JSON text), except a Llama 3 call that starts with its name
+(`{"name": "f", "parameters": {`), whose arguments then stream as they are written. Whatever the model writes, nothing raises and no markup reaches the
 message text: a broken call still becomes a call, which the dialects report as invalid.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from enum import Enum, auto
 
@@ -24,6 +26,7 @@ from sluicegate.parsing.calls import (
     parse_json,
 )
 from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
+from sluicegate.parsing.jsonstream import JsonArgs, json_or_text
 from sluicegate.parsing.scan import JsonScanner, QuoteTracker, held_from
 
 HERMES_OPEN = "<tool_call>"
@@ -33,6 +36,11 @@ MISTRAL_CALLS = "[TOOL_CALLS]"
 MISTRAL_ARGS = "[ARGS]"
 MISTRAL_CALL_ID = "[CALL_ID]"
 _SEPARATORS = " \t\r\n;"  # between Llama 3 JSON calls
+# A Llama 3 call that names itself first: its arguments object can stream from here.
+_LLAMA_HEAD = re.compile(
+    r'\{\s*(?:"type"\s*:\s*"function"\s*,\s*)?"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*'
+    r'"(?:parameters|arguments)"\s*:\s*(?=\{)'
+)
 
 
 def new_call_id() -> str:
@@ -43,6 +51,8 @@ class _Mode(Enum):
     TEXT = auto()  # reasoning or message text, watching for markers
     HERMES_CALL = auto()  # inside <tool_call>, until </tool_call>
     LLAMA_CALL = auto()  # a JSON object at the message start, until it closes
+    LLAMA_ARGS = auto()  # a Llama 3 call's arguments object, streamed
+    LLAMA_END = auto()  # the rest of a Llama 3 call's object after its arguments
     LLAMA_NEXT = auto()  # after a Llama 3 call: another one, or text
     MISTRAL_OPEN = auto()  # after [TOOL_CALLS]: an array, or name[ARGS]{...}
     MISTRAL_ARRAY = auto()  # [TOOL_CALLS][{...}, ...], until the array closes
@@ -85,6 +95,7 @@ class OutputParser:
         self._json_body: bool | None = None  # whether a Hermes call's body is JSON (quotes count)
         self._searched = 0  # how far the buffer was searched for a closing tag
         self._name = ""  # a Mistral call's name, while its arguments arrive
+        self._args = JsonArgs()  # a Llama 3 call's arguments, streamed
         self._markers: tuple[str, ...] = ()
         self._triggers = ""
         self._llama_start = False
@@ -147,8 +158,8 @@ class OutputParser:
                 self._emit_call(name.split(MISTRAL_CALL_ID)[0].strip(), "", out)
             case _Mode.MISTRAL_ARGS:
                 self._emit_call(self._name, buf.strip(), out)
-            case _Mode.LLAMA_NEXT:
-                pass  # separators, or a partial <|python_tag|>
+            case _Mode.LLAMA_NEXT | _Mode.LLAMA_ARGS | _Mode.LLAMA_END:
+                pass  # separators, a partial <|python_tag|>, a cut-off call's arguments (left)
         self._mode = _Mode.TEXT
         if self._ws and not self._at_start:
             out.append(TextDelta(ItemKind.MESSAGE, self._ws, self._take_logprobs()))
@@ -255,6 +266,10 @@ class OutputParser:
                 return self._step_hermes(out)
             case _Mode.LLAMA_CALL | _Mode.MISTRAL_ARRAY | _Mode.MISTRAL_ARGS:
                 return self._step_json(out)
+            case _Mode.LLAMA_ARGS:
+                return self._step_llama_args(out)
+            case _Mode.LLAMA_END:
+                return self._step_llama_end()
             case _Mode.LLAMA_NEXT:
                 return self._step_llama_next()
             case _Mode.MISTRAL_OPEN:
@@ -334,6 +349,13 @@ class OutputParser:
 
     def _step_json(self, out: list[RawEvent]) -> bool:
         buf = self._buf
+        if self._mode is _Mode.LLAMA_CALL and (head := _LLAMA_HEAD.match(buf)) is not None:
+            name = json_or_text(f'"{head.group(1)}"')
+            self._emit_call(name if isinstance(name, str) else head.group(1), "", out)
+            self._buf = buf[head.end() :]
+            self._args = JsonArgs()
+            self._mode = _Mode.LLAMA_ARGS
+            return True
         end = self._json.end(buf)
         if end is None:
             return False
@@ -357,6 +379,27 @@ class OutputParser:
             self._mode = _Mode.LLAMA_NEXT
             return True
         self._to_text()
+        return True
+
+    def _step_llama_args(self, out: list[RawEvent]) -> bool:
+        piece, rest = self._args.feed(self._buf)
+        if piece:
+            out.append(ToolCallDelta(index=self._calls - 1, arguments=piece))
+        if rest is None:
+            self._buf = ""
+            return False
+        self._buf = rest
+        self._json = JsonScanner()
+        self._json.depth = 1  # inside the call's object, after its arguments
+        self._mode = _Mode.LLAMA_END
+        return True
+
+    def _step_llama_end(self) -> bool:
+        end = self._json.end(self._buf)
+        if end is None:
+            return False
+        self._buf = self._buf[end:]
+        self._mode = _Mode.LLAMA_NEXT
         return True
 
     def _step_llama_next(self) -> bool:

@@ -5,8 +5,9 @@ opening marker until the call ends.
   array of them (Hermes, Nemotron, Granite, Command R, Apertus).
 - `NameJsonReader`: a name, a separator, JSON arguments (DeepSeek, Kimi, Functionary).
 - `XmlCallReader`: a name and key/value parameters in tags (Qwen3-Coder, GLM, MiniMax, Seed).
-- `BufferedReader`: the whole call up to its closing marker, converted at the end (Gemma 4's
-  own value syntax, LFM2's Python calls).
+- `BufferedReader`: the whole call up to its closing marker, converted at the end (for a
+  syntax that cannot be converted as it comes; Gemma 4 and LFM2 have streaming readers of their
+  own in their family modules).
 """
 
 from __future__ import annotations

@@ -129,10 +129,12 @@ def new_parser(
     starts_in_reasoning: bool = False,
     tools: dict[str, dict[str, object]] | None = None,
     new_call_id: Callable[[], str] = new_call_id,
+    continues: bool = False,
 ) -> StreamParser:
-    """The streaming parser for a generation in `tool_format`."""
+    """The streaming parser for a generation in `tool_format`. `continues`: the prompt ends
+    inside a message the output continues (`continue_final_message`)."""
     family = BY_FORMAT.get(tool_format)
-    args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id)
+    args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id, continues)
     if family is None:  # no calls: reasoning tags at most
         return OutputParser(
             reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id

@@ -116,3 +116,20 @@ def test_needs_a_template_or_a_gguf(
 ) -> None:
     code, _, err = run(monkeypatch, capsys, "{}")
     assert code == 2 and "--template FILE or --gguf FILE" in err
+
+
+def test_a_continued_message_ends_the_prompt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    template = tmp_path / "chat.jinja"
+    template.write_text(chat_template(), encoding="utf-8")
+    body = {
+        "messages": [
+            {"role": "user", "content": "Colour?"},
+            {"role": "assistant", "content": "Blue", "reasoning_content": "Pick one."},
+        ],
+        "continue_final_message": True,
+    }
+    code, out, _ = run(monkeypatch, capsys, json.dumps(body), "--template", str(template))
+    assert code == 0
+    assert out.endswith("<|im_start|>assistant\n<think>Pick one.</think>Blue")

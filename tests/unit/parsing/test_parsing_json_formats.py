@@ -66,11 +66,16 @@ def test_llama_reasoning_then_call() -> None:
 
 
 def test_llama_malformed_and_unterminated() -> None:
-    # Balanced but not JSON, with a name: an invalid call.
+    # Balanced but not JSON, with a name first: an invalid call, its arguments as streamed.
     text = '{"name": "f", "parameters": {a: 1}}'
-    assert parse_all_ways(text, **LLAMA) == [("call", 0, "call_0", "f", text)]
-    # Cut off: an invalid call with the raw text.
+    assert parse_all_ways(text, **LLAMA) == [("call", 0, "call_0", "f", "{a:1}")]
+    # Cut off: an invalid call with what was written of its arguments.
     text = '{"name": "f", "parameters": {"a": "unfinished'
+    assert parse_all_ways(text, **LLAMA) == [("call", 0, "call_0", "f", '{"a":"unfinished')]
+    # The arguments before the name: the call leaves whole, raw when it is not JSON.
+    text = '{"parameters": {a: 1}, "name": "f"}'
+    assert parse_all_ways(text, **LLAMA) == [("call", 0, "call_0", "f", text)]
+    text = '{"parameters": {"a": 1}, "name": "f", "x": "unfinished'
     assert parse_all_ways(text, **LLAMA) == [("call", 0, "call_0", "f", text)]
     # Cut off and no name in sight: it was text.
     assert parse_all_ways('{"answer": "unfin', **LLAMA) == [(M, '{"answer": "unfin')]

@@ -38,8 +38,10 @@ OUTPUTS: dict[ToolCallFormat, str] = {
     ToolCallFormat.APERTUS: '<|tools_prefix|>[{"get_weather": {"city": "Paris", "days": 3}}]<|tools_suffix|>',
     ToolCallFormat.FUNCTIONARY_V3_1: '<function=get_weather>{"city": "Paris", "days": 3}</function>',
     ToolCallFormat.FUNCTIONARY_V3_2: 'get_weather\n{"city": "Paris", "days": 3}',
+    ToolCallFormat.LLAMA3_JSON: '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}',
 }
-WHOLE = {ToolCallFormat.GEMMA4, ToolCallFormat.LFM2}  # converted when the call closes
+AT_START = {ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.LLAMA3_JSON}  # a call only opens the message
+WHOLE: set[ToolCallFormat] = set()  # formats whose call leaves whole when it closes
 
 
 def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
@@ -53,7 +55,7 @@ def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
 
 @pytest.mark.parametrize("fmt", list(OUTPUTS))
 def test_one_call_whole_and_streamed(fmt: ToolCallFormat) -> None:
-    text = "Let me look.\n" + OUTPUTS[fmt] if fmt is not ToolCallFormat.FUNCTIONARY_V3_2 else OUTPUTS[fmt]
+    text = OUTPUTS[fmt] if fmt in AT_START else "Let me look.\n" + OUTPUTS[fmt]
     whole, by_char = _run(fmt, [text]), _run(fmt, list(text))
     for events in (whole, by_char):
         message = fold(events)
@@ -93,3 +95,62 @@ def test_harmony_builtin_recipients_are_dropped() -> None:
         "reasoning": "run it",
         "tool_calls": [],
     }
+
+
+def _gemma(body: str) -> tuple[str, list[tuple[str, str]] | None]:
+    from sluicegate.parsing.families.gemma import gemma_json
+
+    whole = gemma_json(body)
+    return f"<|tool_call>call:f{body}<tool_call|>", None if whole is None else [("f", whole)]
+
+
+def _lfm2(body: str) -> tuple[str, list[tuple[str, str]] | None]:
+    from sluicegate.parsing.families.lfm2 import python_calls
+
+    return f"<|tool_call_start|>{body}<|tool_call_end|>", python_calls(body)
+
+
+# Converted syntaxes: (format, call body); the whole conversion (what the family read before
+# its arguments streamed) is the reference.
+CONVERTED = [
+    (ToolCallFormat.GEMMA4, '{city:<|"|>Paris, "FR" {x}: a<b <tool_call<|"|>,days:3}'),
+    (ToolCallFormat.GEMMA4, "{q:hello world,n:-1.5e3,ok:true,none:null,list:[1,two,[3]],o:{k:{j:v}}}"),
+    (ToolCallFormat.GEMMA4, '{s:"a \\"json\\" string",t:<|"|><|"|>, e:[]}'),
+    (ToolCallFormat.GEMMA4, "{}"),
+    (ToolCallFormat.LFM2, "[get_weather(city='Paris, \"FR\" (x)', days=3)]"),
+    (
+        ToolCallFormat.LFM2,
+        '[f(s="tab\\there \\u00e9 \\x41 \\101 \\\\ \\\' q", n=-1.5e3, ok=True, no=None, t=(1, 2), l=[1, [2]], d={"k": {"j": False}})]',
+    ),
+    (ToolCallFormat.LFM2, "[a(), b(x=1)]"),
+    (ToolCallFormat.LFM2, "f(q='<|tool_call_end not yet|>')"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "body"), CONVERTED)
+def test_converted_arguments_stream_as_the_whole_conversion(fmt: ToolCallFormat, body: str) -> None:
+    call, expected = (_gemma if fmt is ToolCallFormat.GEMMA4 else _lfm2)(body)
+    assert expected is not None
+    text = call + "after"
+    for pieces in ([text], list(text), [text[i : i + 3] for i in range(0, len(text), 3)]):
+        message = fold(_run(fmt, pieces))
+        assert [(c["name"], c["arguments"]) for c in message["tool_calls"]] == expected
+        assert message["content"] == "after"
+    streamed = [e for e in _run(fmt, list(text)) if isinstance(e, ToolCallDelta)]
+    assert len(streamed) > 2 * len(expected) or body == "{}"
+
+
+def test_gemma4_call_cut_off_or_without_arguments_is_invalid() -> None:
+    for text in ("<|tool_call>call:f<tool_call|>", '<|tool_call>call:f{a:<|"|>unfinished'):
+        (call,) = fold(_run(ToolCallFormat.GEMMA4, list(text)))["tool_calls"]
+        assert call["name"] == "f"
+        with pytest.raises(ValueError):
+            json.loads(call["arguments"])
+
+
+def test_lfm2_positional_or_cut_off_arguments_are_invalid() -> None:
+    for text in ("<|tool_call_start|>[f(1)]<|tool_call_end|>", "<|tool_call_start|>[f(a='unfinished"):
+        (call,) = fold(_run(ToolCallFormat.LFM2, list(text)))["tool_calls"]
+        assert call["name"] == "f"
+        with pytest.raises(ValueError):
+            json.loads(call["arguments"])

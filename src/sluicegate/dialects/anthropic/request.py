@@ -99,11 +99,22 @@ def parse_messages_request(
     request.tool_choice, request.parallel_tool_calls = _tool_choice(f, request.tools)
     request.reasoning_effort, options.omit_thinking = _reasoning(f)
     request.response_format = _output_format(f)
+    request.continue_final = _prefilled(f, messages)
     metadata = f.object("metadata")
     if metadata is not None:
         metadata.string("user_id")
     f.object("context_management")  # clearing old thinking: our templates drop it already
     return request, options
+
+
+def _prefilled(f: Fields, messages: list[Message]) -> bool:
+    """A last assistant message is the start of the reply, which continues it (prefill)."""
+    last = messages[-1] if messages else None
+    if last is None or last.role != "assistant" or last.tool_calls:
+        return False
+    if last.text != last.text.rstrip():
+        f.fail("messages", "messages: final assistant content cannot end with trailing whitespace")
+    return True
 
 
 def clamp_max_tokens(request: ChatRequest, context_length: int | None) -> None:

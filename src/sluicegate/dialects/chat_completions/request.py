@@ -66,6 +66,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
         response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
         request.response_format = response_format.obj
     _refuse_unservable(f)
+    request.continue_final = _continues(f, messages)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
     f.boolean("cache_prompt")
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
@@ -91,6 +92,30 @@ def _sampling(f: Fields) -> SamplingParams:
         )
     s.stop = f.stop()
     return s
+
+
+def _continues(f: Fields, messages: list[Message]) -> bool:
+    """llama-server's and vLLM's `continue_final_message` (vLLM's companion,
+    `add_generation_prompt: false`, says the same of a last assistant message): the reply
+    continues the last message, an assistant's without tool calls, instead of a new one."""
+    cont = f.boolean("continue_final_message")
+    prompt = f.boolean("add_generation_prompt")
+    if cont and prompt:
+        f.fail(
+            "continue_final_message",
+            "Cannot set both add_generation_prompt and continue_final_message to true.",
+        )
+    if not cont and prompt is not False:
+        return False
+    last = messages[-1]
+    key = "continue_final_message" if cont else "add_generation_prompt"
+    if last.role != "assistant":
+        f.fail(
+            key, f"'{key}' continues the last message, which must be an assistant message, not {last.role!r}."
+        )
+    if last.tool_calls:
+        f.fail(key, "Cannot continue an assistant message that contains tool calls.")
+    return True
 
 
 def _refuse_unservable(f: Fields) -> None:

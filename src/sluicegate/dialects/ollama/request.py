@@ -234,6 +234,8 @@ def parse_chat(body: Any) -> tuple[ChatRequest, OllamaOptions]:
     chat, options = _common(f, "chat", messages)
     chat.tools = _tools(f)
     options.empty = not messages
+    # A last assistant message is continued, as Ollama's templates leave the last turn open.
+    chat.continue_final = bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
     return chat, options
 
 

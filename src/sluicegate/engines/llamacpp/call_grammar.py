@@ -6,19 +6,28 @@ rules, which come from grammar.py's converter (`json_schema_grammar`), one tool'
 apart from another's. Families with key/value parameters (Qwen3-Coder, GLM, MiniMax, Seed-OSS)
 get one rule per parameter: a JSON value, or for a string the plain text the model writes
 between the tags. What the grammar makes, the family's output parser reads back.
+
+Where a family's answer sits inside markup, the grammar writes that markup too: Harmony's JSON
+output goes in `<|channel|>final<|message|>`, and a family whose reasoning opens with more than
+one token (Harmony's analysis channel, Gemma 4's `<|channel>thought`) may reason first, under
+the grammar (the engine's watch for a one-token open tag cannot see those). A reasoning block
+the prompt opened is watched as usual; `resume` is then what leads from its end to the answer.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest, ToolSpec
 from sluicegate.engines.llamacpp.grammar import ANSWER, Grammar, literal, request_grammar, tool_rule
-from sluicegate.parsing import ToolCallFormat
+from sluicegate.parsing import ReasoningStyle, ToolCallFormat
 from sluicegate.parsing.families import deepseek as ds
+from sluicegate.parsing.families.harmony import CHANNEL, MESSAGE, START
 
 _TEXT_LIMIT = 64  # characters of a string parameter without maxLength (a cut-off call is invalid)
 
@@ -170,12 +179,70 @@ def family_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> G
     return Grammar(text, "tool_call", tuple(sorted(rules.ignored)))
 
 
-def forced_grammar(request: ChatRequest, tool_format: ToolCallFormat, model_id: str) -> Grammar | None:
-    """`request_grammar`, with forced calls of the families above in their own markup."""
+@dataclass(frozen=True, slots=True)
+class MarkupGrammar(Grammar):
+    """A grammar whose `prefix` lets the family's markup (and reasoning) lead to the answer;
+    `resume` leads there from the end of a reasoning block the prompt opened."""
+
+    resume: str = ""
+
+    def after_reasoning(self) -> Grammar:
+        return replace(self, prefix=self.resume)
+
+
+def _block(name: str, open_tag: str, close: str) -> str:
+    """A terminal: `open_tag`, any text, `close` (once: the first `close` ends the block)."""
+    o, c = re.escape(open_tag), re.escape(close)
+    return f"{name}: /{o}(?s:.*){c}/ & ~/(?s:.*{c}.*{c}.*)/"
+
+
+_ANALYSIS = "harmony_analysis"
+_FINAL = f"{CHANNEL}final{MESSAGE}"
+_AFTER_BLOCK = r"/[ \t\n]{0,4}/"
+
+
+def in_family_markup(
+    grammar: Grammar, tool_format: ToolCallFormat, reasoning: ReasoningStyle | None
+) -> Grammar:
+    """`grammar` with the markup the family writes before its answer: Harmony's final channel
+    header before JSON output, and reasoning before the answer where the family reasons with
+    an open tag of several tokens."""
+    output = grammar.purpose != "tool_call"
+    if tool_format is ToolCallFormat.HARMONY:
+        header = f" {_lit(_FINAL)}" if output else ""
+        if reasoning is None:
+            return replace(grammar, prefix=header.strip())
+        block = _block(_ANALYSIS.upper(), f"{CHANNEL}analysis{MESSAGE}", f"<|end|>{START}assistant")
+        return MarkupGrammar(
+            f"{grammar.text}{block}\n",
+            grammar.purpose,
+            grammar.ignored,
+            prefix=f"{_ANALYSIS.upper()}*{header}",
+            resume=f"{_lit(START + 'assistant')}{header}",
+        )
+    if tool_format is ToolCallFormat.GEMMA4 and reasoning is not None:
+        block = _block("GEMMA_THOUGHT", reasoning.open_tag, reasoning.close_tag)
+        return MarkupGrammar(
+            f"{grammar.text}{block}\n",
+            grammar.purpose,
+            grammar.ignored,
+            prefix=f"(GEMMA_THOUGHT {_AFTER_BLOCK})?",
+            resume=_AFTER_BLOCK,
+        )
+    return grammar
+
+
+def forced_grammar(
+    request: ChatRequest, tool_format: ToolCallFormat, model_id: str, reasoning: ReasoningStyle | None = None
+) -> Grammar | None:
+    """`request_grammar`, with forced calls of the families above in their own markup, and
+    the family's markup (and reasoning, when `reasoning`) before the answer."""
     choice = request.tool_choice
     if tool_format in CALLS and choice not in ("auto", "none") and request.tools:
         tools = request.tools if choice == "required" else [t for t in request.tools if t.name == choice]
         if not tools:
             raise invalid(f"tool_choice names {choice!r}, which is not among the tools.", param="tool_choice")
-        return family_call_grammar(tools, tool_format)
-    return request_grammar(request, tool_format, model_id)
+        grammar: Grammar | None = family_call_grammar(tools, tool_format)
+    else:
+        grammar = request_grammar(request, tool_format, model_id)
+    return None if grammar is None else in_family_markup(grammar, tool_format, reasoning)

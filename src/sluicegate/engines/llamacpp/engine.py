@@ -232,6 +232,7 @@ class LlamaCppEngine(Engine):
             eos_token=self.gguf.eos_token,
             add_bos=self.gguf.add_bos,
             media_marker=MARKER if self.mmproj is not None else None,
+            reasoning=self.reasoning,
         )
 
     def _tokenize(self, text: str) -> list[int]:
@@ -313,7 +314,7 @@ class LlamaCppEngine(Engine):
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
             return
-        grammar = forced_grammar(request, self.tool_format, self.model_id)
+        grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
         pictures = self._pictures(request)
@@ -503,14 +504,18 @@ class LlamaCppEngine(Engine):
             prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
         else:
             prompt, tokens = self.render_prompt(request), None
-            grammar = forced_grammar(request, self.tool_format, self.model_id)
+            grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
             pictures = self._pictures(request)
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
         raw = request.prompt
-        in_reasoning = raw is None and self.reasoning is not None and self.reasoning.opened_by(prompt)
+        in_reasoning = (
+            raw is None
+            and self.reasoning is not None
+            and (self.reasoning.opened_by(prompt) or request.continues_reasoning)
+        )
         if raw is not None and raw.echo:  # the prompt as it was given, before what follows it
             text = raw.text if isinstance(raw.text, str) else detokenize(runtime.model.vocab, raw.text)
             if text:
@@ -530,6 +535,7 @@ class LlamaCppEngine(Engine):
                 reasoning=self.reasoning,
                 starts_in_reasoning=in_reasoning,
                 tools={tool.name: tool.parameters for tool in request.tools},
+                continues=request.continue_final,
             ),
             emit=channel.put,
             tokens_key=self._tokens_key,

@@ -28,6 +28,7 @@ from sluicegate.engines.llamacpp.template_quirks import (
     patched_source,
     without_tool_turns,
 )
+from sluicegate.parsing import ReasoningStyle
 
 Json = dict[str, Any]
 # Efforts a template may read as `reasoning_effort` (gpt-oss, DeepSeek V4 …); on/off only switch thinking.
@@ -215,6 +216,7 @@ def render_chat(
     enable_thinking: bool | None = None,
     reasoning_effort: str | None = None,
     media_marker: str | None = None,
+    add_generation_prompt: bool = True,
 ) -> str:
     """The prompt text, ending with the assistant's generation prompt.
 
@@ -231,8 +233,36 @@ def render_chat(
         template_tools(tools),
         bos_token=bos_token,
         eos_token=eos_token,
+        add_generation_prompt=add_generation_prompt,
         extra=extra,
     )
+
+
+def continuation(
+    prompt: str, generation_prompt: str, last: Message, reasoning: ReasoningStyle | None, *, harmony: bool
+) -> str:
+    """`prompt` (the turns before `last`, with the generation prompt) continued with the
+    assistant message `last`, left open: its reasoning, then its text (as llama.cpp's
+    `continue_final_message` writes it). Reasoning alone stays open for the model to go on."""
+    thought, text = last.reasoning or "", last.text
+    only_thought = bool(thought) and not text
+    if harmony:  # the final channel, after an analysis block when there is reasoning
+        if thought:
+            prompt += f"<|channel|>analysis<|message|>{thought}"
+            if only_thought:
+                return prompt
+            prompt += "<|end|><|start|>assistant"
+        return prompt + "<|channel|>final<|message|>" + text
+    if reasoning is None:
+        return prompt + text
+    at = generation_prompt.rfind(reasoning.open_tag)
+    opens = at != -1 and reasoning.close_tag not in generation_prompt[at:]
+    if not (thought or opens):
+        return prompt + text  # nothing open, no reasoning to write
+    if at != -1:  # the generation prompt's own block (open, or empty and closed) gives way
+        prompt = prompt[: len(prompt) - len(generation_prompt) + at]
+    prompt += reasoning.open_tag + thought
+    return prompt if only_thought else prompt + reasoning.close_tag + text
 
 
 def render_request(
@@ -244,21 +274,38 @@ def render_request(
     eos_token: str,
     add_bos: bool = False,
     media_marker: str | None = None,
+    reasoning: ReasoningStyle | None = None,
 ) -> str:
     """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
-    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch."""
+    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch.
+    With `continue_final`, a last assistant message is continued, not closed (`reasoning`: the
+    model's reasoning tags, where its reasoning goes)."""
     effort = request.reasoning_effort
     switch = "enable_thinking" in source
-    prompt = render_chat(
-        source,
-        request.messages if messages is None else messages,
-        request.tools if request.tool_choice != "none" else [],
-        bos_token=bos_token,
-        eos_token=eos_token,
-        enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
-        reasoning_effort=effort if effort in EFFORT_LEVELS else None,
-        media_marker=media_marker,
-    )
+    messages = request.messages if messages is None else messages
+
+    def render(turns: list[Message], add_generation_prompt: bool = True) -> str:
+        return render_chat(
+            source,
+            turns,
+            request.tools if request.tool_choice != "none" else [],
+            bos_token=bos_token,
+            eos_token=eos_token,
+            enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
+            reasoning_effort=effort if effort in EFFORT_LEVELS else None,
+            media_marker=media_marker,
+            add_generation_prompt=add_generation_prompt,
+        )
+
+    if request.continue_final and messages and messages[-1].role == "assistant":
+        # The turns before it, with the generation prompt (the part a second rendering without
+        # it does not have), then the message itself, left open.
+        *head, last = messages
+        prompt, bare = render(head), render(head, add_generation_prompt=False)
+        generation_prompt = prompt[len(bare) :] if prompt.startswith(bare) else ""
+        prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=is_gpt_oss(source))
+    else:
+        prompt = render(messages)
     # The tokenizer adds the BOS token itself: one the template wrote would be a second
     # (llama.cpp's common_chat_template_direct_apply drops it the same way).
     if add_bos and bos_token and prompt.startswith(bos_token):

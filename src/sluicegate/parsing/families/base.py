@@ -28,6 +28,7 @@ class ParserArgs:
     starts_in_reasoning: bool
     tools: Tools
     new_call_id: Callable[[], str]
+    continues: bool = False  # the prompt ends inside a continued message: its text goes on as is
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:
             markup,
             reasoning=args.reasoning,
             starts_in_reasoning=args.starts_in_reasoning,
+            continues=args.continues,
             tools=args.tools,
             new_call_id=args.new_call_id,
         )

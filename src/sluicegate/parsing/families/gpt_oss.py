@@ -8,7 +8,7 @@ from sluicegate.parsing.formats import ReasoningStyle
 
 
 def _build(args: ParserArgs) -> StreamParser:
-    return HarmonyParser(new_call_id=args.new_call_id)
+    return HarmonyParser(new_call_id=args.new_call_id, in_analysis=args.starts_in_reasoning)
 
 
 HARMONY = Family(

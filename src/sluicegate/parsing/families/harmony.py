@@ -28,15 +28,16 @@ _HEADER_LEADS = (START, CHANNEL, " to=", "to=", "assistant")
 
 
 class HarmonyParser:
-    def __init__(self, *, new_call_id: Callable[[], str]) -> None:
+    def __init__(self, *, new_call_id: Callable[[], str], in_analysis: bool = False) -> None:
         self.saw_tool_calls = False
         self._out = CallOut(new_call_id)
         self._buf = ""
-        self._state = "header"  # header | text | call | skip
-        self._channel = ItemKind.MESSAGE
+        # in_analysis: the prompt ends inside an analysis body (a continued message's reasoning).
+        self._state = "text" if in_analysis else "header"  # header | text | call | skip
+        self._channel = ItemKind.REASONING if in_analysis else ItemKind.MESSAGE
+        self._trim = not in_analysis  # (a continued body goes on as it was)
         self._args = JsonArgs()
         self._raw = ""  # a call body that is not JSON
-        self._trim = True
         self._said = False  # some text has left
         self._lead = ""  # whitespace before any text, held back
         self._logprobs: list[TokenLogprob] | None = None

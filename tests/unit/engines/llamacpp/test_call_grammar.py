@@ -7,13 +7,14 @@ from typing import Any
 
 import pytest
 
+from llama_cpp_support import fold
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.engines.llamacpp.call_grammar import CALLS, forced_grammar
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.runtime import Vocabulary
-from sluicegate.parsing import ToolCallFormat
+from sluicegate.parsing import ReasoningStyle, ToolCallFormat, new_parser
 
 TOOLS = [
     ToolSpec(
@@ -92,3 +93,80 @@ def test_a_string_parameter_between_tags_is_plain_text_within_its_length() -> No
 def test_a_named_tool_that_is_not_offered_is_a_400() -> None:
     with pytest.raises(SluicegateError, match="not among the tools"):
         forced_grammar(request("nope"), ToolCallFormat.GLM, "m")
+
+
+# --- the family's markup before the answer ------------------------------------------------
+
+OUTPUT_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "w",
+        "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+    },
+}
+HARMONY_THINKS = ReasoningStyle("<|channel|>analysis<|message|>", "<|end|>")
+ANALYSIS = "<|channel|>analysis<|message|>They want JSON; a < b <|en.<|end|><|start|>assistant"
+FINAL = '<|channel|>final<|message|>{"a": 1}'
+CALL = '<|channel|>commentary to=functions.lookup <|constrain|>json<|message|>{"id": 7}'
+
+
+def accepts(tokenizer: Any, grammar: Grammar, text: str) -> bool:
+    from llguidance import LLMatcher
+
+    matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar.lark), log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    tokens = tokenizer.tokenize_str(text)
+    return matcher.validate_tokens(tokens) == len(tokens) and (
+        matcher.consume_tokens(tokens) and matcher.is_accepting()
+    )
+
+
+def output_request() -> ChatRequest:
+    return ChatRequest(model="m", messages=[Message("user", "hi")], response_format=OUTPUT_FORMAT)
+
+
+def test_harmony_json_output_sits_in_the_final_channel_after_any_analysis(tokenizer: Any) -> None:
+    grammar = forced_grammar(output_request(), ToolCallFormat.HARMONY, "m", HARMONY_THINKS)
+    assert grammar is not None
+    assert accepts(tokenizer, grammar, FINAL)
+    assert accepts(tokenizer, grammar, ANALYSIS + FINAL)
+    assert accepts(tokenizer, grammar, ANALYSIS + ANALYSIS + FINAL)
+    assert not accepts(tokenizer, grammar, '{"a": 1}')  # bare JSON: not Harmony
+    assert not accepts(tokenizer, grammar, "<|channel|>analysis<|message|>x<|end|>y" + FINAL)
+    # A prompt that opened the analysis channel: from its end to the final channel.
+    assert accepts(tokenizer, grammar.after_reasoning(), "<|start|>assistant" + FINAL)
+    # No reasoning configured: the header, then the JSON.
+    plain = forced_grammar(output_request(), ToolCallFormat.HARMONY, "m")
+    assert plain is not None and accepts(tokenizer, plain, FINAL)
+    assert not accepts(tokenizer, plain, ANALYSIS + FINAL)
+
+
+def test_harmony_reasons_before_a_forced_call(tokenizer: Any) -> None:
+    grammar = forced_grammar(request("lookup"), ToolCallFormat.HARMONY, "m", HARMONY_THINKS)
+    assert grammar is not None
+    assert accepts(tokenizer, grammar, ANALYSIS + CALL)
+    assert accepts(tokenizer, grammar, CALL)
+    assert accepts(tokenizer, grammar.after_reasoning(), "<|start|>assistant" + CALL)
+
+
+def test_what_the_harmony_grammar_writes_parses_back() -> None:
+    parser = new_parser(ToolCallFormat.HARMONY)
+    events = [*parser.feed(ANALYSIS + FINAL), *parser.finish()]
+    assert fold(events) == {
+        "content": '{"a": 1}',
+        "reasoning": "They want JSON; a < b <|en.",
+        "tool_calls": [],
+    }
+
+
+def test_gemma4_thinks_before_its_answer(tokenizer: Any) -> None:
+    thought = ReasoningStyle("<|channel>thought", "<channel|>")
+    grammar = forced_grammar(output_request(), ToolCallFormat.GEMMA4, "m", thought)
+    assert grammar is not None
+    assert accepts(tokenizer, grammar, '<|channel>thought\nhmm<channel|>\n{"a": 1}')
+    assert accepts(tokenizer, grammar, '{"a": 1}')
+    call = forced_grammar(request("lookup"), ToolCallFormat.GEMMA4, "m", thought)
+    assert call is not None
+    assert accepts(
+        tokenizer, call, '<|channel>thought\nhmm<channel|><|tool_call>call:lookup{"id": 7}<tool_call|>'
+    )
