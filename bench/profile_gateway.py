@@ -36,11 +36,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def body(dialect: str, tokens: int) -> str:
+def body(dialect: str, tokens: int, model: str = "fake-d0") -> str:
     if dialect == "chat":
         return json.dumps(
             {
-                "model": "fake-d0",
+                "model": model,
                 "messages": [{"role": "user", "content": "Tell me a long story."}],
                 "stream": True,
                 "stream_options": {"include_usage": True},
@@ -49,7 +49,7 @@ def body(dialect: str, tokens: int) -> str:
         )
     return json.dumps(
         {
-            "model": "fake-d0",
+            "model": model,
             "input": "Tell me a long story.",
             "stream": True,
             "max_output_tokens": tokens,
@@ -66,6 +66,10 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dialect", choices=["chat", "responses", "lmstudio"], default="chat")
     parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument(
+        "--model", default="fake-d0", help="fake-d5: the upstream paces tokens 5 ms apart (one per read)"
+    )
+    parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--py-spy", default="py-spy")
@@ -91,9 +95,9 @@ def main() -> None:
             "--dialect",
             args.dialect,
             "--body",
-            body(args.dialect, args.tokens),
+            body(args.dialect, args.tokens, args.model),
             "--concurrency",
-            "16",
+            str(args.concurrency),
             "--requests",
             "0",
             "--duration",

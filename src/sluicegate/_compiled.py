@@ -31,6 +31,7 @@ from types import ModuleType
 # chunk parser, the segmenter, the output parser, the accumulator, the encoders, the framing.
 COMPILED: tuple[str, ...] = (
     "sluicegate.core.events",
+    "sluicegate.core.frames",  # every encoder makes one per token
     "sluicegate.core.segmenter",
     "sluicegate.core.accumulate",
     "sluicegate.engines.upstream.wire",
