@@ -129,8 +129,8 @@ def main() -> None:
                 "raw",
                 "-o",
                 str(raw),
-                "--nonblocking",
-                *(["--native"] if args.native else []),
+                # native stacks need the process paused per sample (py-spy's rule)
+                *(["--native"] if args.native else ["--nonblocking"]),
             ],
             check=True,
             capture_output=True,
@@ -163,6 +163,22 @@ def main() -> None:
     print(
         f"TurnEndpoint.prepare: {share:.1%} of samples = {share * cpu * 1e6 / max(done, 1):.0f} µs of CPU per request"
     )
+    if args.native:  # where the compiled hot path stands among the rest
+        groups: collections.Counter[str] = collections.Counter()
+        for name, samples in own.items():
+            if "CPyDef_" in name:
+                groups["compiled hot path (CPyDef_)"] += samples
+            elif "sluicegate/" in name:
+                groups["sluicegate, Python"] += samples
+            elif "uvicorn/" in name:
+                groups["uvicorn (its send: the socket write)"] += samples
+            elif "asyncio/" in name or "concurrent/" in name:
+                groups["asyncio, the event loop (epoll and its callbacks)"] += samples
+            else:
+                groups["other"] += samples
+        print("\nself time by part:")
+        for group, samples in groups.most_common():
+            print(f"  {samples / total:6.1%}  {group}")
     print("\nself time, top functions:")
     for name, samples in own.most_common(args.top):
         print(f"  {samples / total:6.1%}  {name[:120]}")
