@@ -62,6 +62,52 @@ CALLS: dict[ToolCallFormat, tuple[str, str]] = {
     ToolCallFormat.APERTUS: ('<|tools_prefix|>[{"w": {"t": "', '"}}]<|tools_suffix|>'),
     ToolCallFormat.FUNCTIONARY_V3_1: ('<function=w>{"t": "', '"}</function>'),
     ToolCallFormat.FUNCTIONARY_V3_2: ('w\n{"t": "', '"}'),
+    # parsing/families/recent.py
+    ToolCallFormat.DEEPSEEK_V3_2: (
+        '<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
+        '<\uff5cDSML\uff5cparameter name="t" string="true">',
+        "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5cfunction_calls>",
+    ),
+    ToolCallFormat.DEEPSEEK_V4: (
+        '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
+        '<\uff5cDSML\uff5cparameter name="t" string="true">',
+        "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>",
+    ),
+    ToolCallFormat.SOLAR_OPEN: (
+        '<|tool_calls|><|tool_call:begin|>c<|tool_call:name|>w<|tool_call:args|>{"t": "',
+        '"}<|tool_call:end|><|calls|>',
+    ),
+    ToolCallFormat.MINIMAX_M1: ('<tool_calls>\n{"name": "w", "arguments": {"t": "', '"}}\n</tool_calls>'),
+    ToolCallFormat.KIMI_K3: (
+        '<|open|>tools<|sep|><|open|>call tool="w" index="1"<|sep|><|open|>argument key="t" type="string"<|sep|>',
+        "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+    ),
+    ToolCallFormat.MINIMAX_M3: (
+        ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="w">]<]minimax[>[<t>',
+        "]<]minimax[>[</t>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
+    ),
+    ToolCallFormat.MINICPM5: ('<function name="w"><param name="t">', "</param></function>"),
+    ToolCallFormat.GIGACHAT3: (
+        '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "w", "arguments": {"t": "',
+        '"}}',
+    ),
+    ToolCallFormat.GIGACHAT3_1: ('<|function_call|>{"name": "w", "arguments": {"t": "', '"}}'),
+    ToolCallFormat.APRIEL: ('<tool_calls>[{"name": "w", "arguments": {"t": "', '"}}]</tool_calls>'),
+    ToolCallFormat.COMMAND_R_PLUS: (
+        'Action:\n```json\n[{"tool_name": "w", "parameters": {"t": "',
+        '"}}]\n```',
+    ),
+    ToolCallFormat.FIREFUNCTION_V2: (' functools[{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat.LLAMA4_PYTHONIC: ('[w(t="', '")]'),
+    ToolCallFormat.HY3: (
+        "<tool_calls:opensource>\n<tool_call:opensource>w<tool_sep:opensource>\n"
+        "<arg_key:opensource>t</arg_key:opensource>\n<arg_value:opensource>",
+        "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
+    ),
+    ToolCallFormat.MUSE_GLIMMER: (
+        ' to=w<|message|><atem:function_calls>\n<atem:invoke name="w">\n<atem:parameter name="t">',
+        "</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>",
+    ),
 }
 TOOLS: dict[str, dict[str, object]] = {"w": {"type": "object", "properties": {"t": {"type": "string"}}}}
 
@@ -103,6 +149,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description="Per-token cost of the streaming output parser.")
     parser.add_argument("--tokens", type=int, default=100_000)
     parser.add_argument("--generation", action="store_true", help="compare with the bench model's token time")
+    parser.add_argument("--only", default="", help="comma-separated formats to measure (default: all)")
     args = parser.parse_args()
     words = [" word"] * args.tokens
     argument = [" wo rd"] * args.tokens
@@ -115,7 +162,10 @@ def main() -> None:
     rows: list[tuple[str, float]] = [
         ("no format, <think> reasoning", per_token(["<think>", *words], ToolCallFormat.NONE, reasoning=THINK))
     ]
+    only = {f.strip() for f in args.only.split(",") if f.strip()}
     for fmt, (head, tail) in CALLS.items():
+        if only and fmt.value not in only:
+            continue
         rows.append((f"{fmt.value}: plain text", per_token(words, fmt)))
         rows.append((f"{fmt.value}: one long call argument", per_token([head, *argument, tail], fmt)))
     for label, cost in rows:

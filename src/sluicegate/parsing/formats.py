@@ -33,6 +33,21 @@ class ToolCallFormat(StrEnum):
     APERTUS = "apertus"
     FUNCTIONARY_V3_1 = "functionary_v3_1"
     FUNCTIONARY_V3_2 = "functionary_v3_2"
+    DEEPSEEK_V3_2 = "deepseek_v3_2"
+    DEEPSEEK_V4 = "deepseek_v4"
+    KIMI_K3 = "kimi_k3"
+    MINIMAX_M3 = "minimax_m3"
+    COMMAND_R_PLUS = "command_r_plus"
+    FIREFUNCTION_V2 = "firefunction_v2"
+    APRIEL = "apriel"
+    GIGACHAT3 = "gigachat3"
+    GIGACHAT3_1 = "gigachat3_1"
+    MINICPM5 = "minicpm5"
+    LLAMA4_PYTHONIC = "llama4_pythonic"
+    HY3 = "hy3"
+    MUSE_GLIMMER = "muse_glimmer"
+    SOLAR_OPEN = "solar_open"
+    MINIMAX_M1 = "minimax_m1"
 
 
 @dataclass(slots=True, frozen=True)

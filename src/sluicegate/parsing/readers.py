@@ -68,12 +68,12 @@ class JsonCallsReader:
     arguments stream when the object starts with the name; otherwise the call leaves whole.
     `close` outside a JSON string ends the call even where the JSON has not (a broken call)."""
 
-    def __init__(self, close: str | None, *, name_as_key: bool = False) -> None:
+    def __init__(self, close: str | None, *, name_as_key: bool = False, several: bool = False) -> None:
         self._close = close
         self._name_as_key = name_as_key
         self._buf = ""
         self._state = "start"  # start | item | args | args_text | item_end | between | after | raw
-        self._array = False
+        self._array = several  # objects one after another, as in an array (MiniMax M1: a line each)
         self._scan = JsonScanner()
         self._quotes = QuoteTracker()
         self._args = JsonArgs()
@@ -175,9 +175,7 @@ class JsonCallsReader:
                 return rest
             else:  # raw: not JSON; everything up to the closing marker is one broken call
                 if self._close is None:
-                    rest, self._buf = self._buf, ""
-                    out.call(*broken_call(rest))
-                    return ""
+                    return None  # the rest of the output: one broken call at the end
                 i = self._buf.find(self._close)
                 if i == -1:
                     return None
@@ -332,6 +330,15 @@ class XmlCall:
     call_close: str
     value_open: str = ""
     name_prefix: str = ""  # text before the name to skip (`<function=` after `<tool_call>`)
+    # The key tag's attributes after the name (`city" string="true` of DeepSeek's DSML): the key,
+    # and whether the value is plain text (True), JSON (False) or as the schema says (None).
+    key_attrs: Callable[[str], tuple[str, bool | None]] | None = None
+    cdata: bool = False  # a value may be wrapped in `<![CDATA[…]]>` (MiniCPM 5)
+    # MiniMax M3: each value closes with its key's own tag, a value is text when its schema may be
+    # a string, and other values are read (from their text, as their schema shapes them) here.
+    value_close_for: Callable[[str], str] | None = None
+    is_text: Callable[[Any], bool] | None = None
+    read_value: Callable[[Any, str], str] | None = None  # (schema, text) -> JSON text
 
 
 def markup_value(text: str) -> Any:
@@ -343,6 +350,9 @@ def markup_value(text: str) -> Any:
     if text.startswith("\n"):
         text = text[1:-1] if text.endswith("\n") and len(text) > 1 else text[1:]
     return text
+
+
+_CDATA = "<![CDATA["
 
 
 def _param_types(tools: Tools, name: str) -> dict[str, Any]:
@@ -373,6 +383,8 @@ class XmlCallReader:
         self._ws = ""  # a streamed value's last newline, held back: it may be the markup's
         self._newline = False  # the value began with a newline (so its last one is markup too)
         self._opened = False
+        self._close = spec.value_close  # the current value's closing tag
+        self._schema: Any = None  # the current value's schema
 
     def feed(self, text: str, out: CallOut) -> str | None:
         self._buf += text
@@ -413,13 +425,18 @@ class XmlCallReader:
                     self._opened = False
                     self._buf = head[len(spec.call_close) :]
                     self._state = "done"
+                elif spec.call_close.startswith(head):
+                    return None  # (M3's key tag begins like its call's closing tag)
                 elif head.startswith(spec.key_open):
                     self._buf = head[len(spec.key_open) :]
                     self._state = "key"
                 elif spec.call_close.startswith(head) or spec.key_open.startswith(head):
                     return None
-                else:  # stray text between parameters
-                    i = head.find("<", 1)
+                else:  # stray text between parameters: skip to what may be the next tag
+                    starts = [
+                        j for c in {spec.key_open[0], spec.call_close[0]} if (j := head.find(c, 1)) != -1
+                    ]
+                    i = min(starts, default=-1)
                     if i == -1:
                         self._buf = ""
                         return None
@@ -430,13 +447,28 @@ class XmlCallReader:
                     return None
                 key = self._buf[:i].strip()
                 self._buf = self._buf[i + len(spec.key_close) :]
+                plain = None
+                if spec.key_attrs is not None:
+                    key, plain = spec.key_attrs(key)
                 out.args(("" if self._first else ",") + compact(key) + ":")
                 self._first = False
-                self._stream = _is_string(self._types.get(key))
+                schema = self._types.get(key)
+                self._schema = schema
+                if plain is None:
+                    plain = spec.is_text(schema) if spec.is_text is not None else _is_string(schema)
+                self._stream = plain
                 self._value_started = False
                 self._newline = False
                 self._ws = ""
-                self._state = "value_open" if spec.value_open else "value"
+                self._close = spec.value_close_for(key) if spec.value_close_for else spec.value_close
+                self._state = "value_open" if spec.value_open else ("cdata" if spec.cdata else "value")
+            elif state == "cdata":
+                if len(self._buf) < len(_CDATA) and _CDATA.startswith(self._buf):
+                    return None
+                if self._buf.startswith(_CDATA):
+                    self._buf = self._buf[len(_CDATA) :]
+                    self._close = "]]>" + spec.value_close
+                self._state = "value"
             elif state == "value_open":
                 head = self._buf.lstrip()
                 if len(head) < len(spec.value_open) and spec.value_open.startswith(head):
@@ -444,14 +476,17 @@ class XmlCallReader:
                 self._buf = head[len(spec.value_open) :] if head.startswith(spec.value_open) else head
                 self._state = "value"
             elif state == "value":
-                i = self._buf.find(spec.value_close)
+                close = self._close
+                i = self._buf.find(close)
                 if not self._stream:
                     if i == -1:
                         return None
-                    out.args(compact(markup_value(self._buf[:i])))
+                    raw = self._buf[:i]
+                    read = spec.read_value
+                    out.args(read(self._schema, raw) if read else compact(markup_value(raw)))
                 else:
                     if i == -1:
-                        held = held_from(self._buf, (spec.value_close,), spec.value_close[0])
+                        held = held_from(self._buf, (close,), close[0])
                         self._stream_piece(self._buf[:held], out)
                         self._buf = self._buf[held:]
                         return None
@@ -460,7 +495,7 @@ class XmlCallReader:
                         out.args(quoted_piece(self._ws))  # held back, and not the closing newline
                     out.args("" if self._value_started else '"')
                     out.args('"')
-                self._buf = self._buf[i + len(spec.value_close) :]
+                self._buf = self._buf[i + len(close) :]
                 self._state = "params"
             else:  # done
                 rest, self._buf = self._buf, ""

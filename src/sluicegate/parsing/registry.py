@@ -25,12 +25,14 @@ from sluicegate.parsing.families.legacy import HERMES, LLAMA3_JSON, MISTRAL
 from sluicegate.parsing.families.lfm2 import LFM2
 from sluicegate.parsing.families.minimax import MINIMAX_M2
 from sluicegate.parsing.families.qwen_xml import QWEN3_CODER
+from sluicegate.parsing.families.recent import RECENT
 from sluicegate.parsing.families.seed_oss import SEED_OSS
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat
 from sluicegate.parsing.parser import OutputParser, new_call_id
 
 # In the order they are tried.
 FAMILIES: tuple[Family, ...] = (
+    *RECENT,
     HARMONY,
     MISTRAL,
     FUNCTIONARY_V3_2,
@@ -88,7 +90,10 @@ def detect_reasoning(chat_template: str | None) -> ReasoningStyle | None:
         return None
     family = detect_family(chat_template)
     style = family.reasoning if family else None
-    if style is None or (style.open_tag not in chat_template and style.close_tag not in chat_template):
+    built = family is not None and family.reasoning_built
+    if style is None or (
+        not built and style.open_tag not in chat_template and style.close_tag not in chat_template
+    ):
         if "<think>" not in chat_template and "</think>" not in chat_template:
             return None
         style = THINK

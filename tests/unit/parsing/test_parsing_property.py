@@ -71,7 +71,7 @@ def test_any_chunking_parses_like_the_whole(text: str, cuts: list[int], config: 
 )
 def test_text_without_markup_passes_through_unchanged(text: str, cuts: list[int]) -> None:
     for tool_format in ToolCallFormat:
-        if tool_format is ToolCallFormat.FUNCTIONARY_V3_2:
+        if tool_format in (ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.MUSE_GLIMMER):
             continue  # its every message starts with a recipient line: text alone is not its output
         events = collapse(run(chunk(text, cuts), tool_format=tool_format, reasoning=THINK))
         expected = text if text.strip() else ""  # whitespace alone is no message

@@ -185,6 +185,10 @@ def expectation(call: str, arg: str, names: dict[str, dict[str, Any]], into: dic
     return False
 
 
+# The next `.call(` of a test's chain, past whitespace and `// comments` between calls.
+_CHAINED = re.compile(r"(?:\s|//[^\n]*)*\.\s*(\w+)\(")
+
+
 def cases(src: str) -> list[dict[str, Any]]:
     names = named_messages(src)
     tools = tool_table(src)
@@ -215,7 +219,7 @@ def cases(src: str) -> list[dict[str, Any]]:
         expect: dict[str, Any] = {"content": "", "reasoning": "", "tool_calls": []}
         ok, i = True, end
         while True:
-            mm = re.compile(r"\s*\.\s*(\w+)\(").match(src, i)
+            mm = _CHAINED.match(src, i)
             if not mm:
                 break
             call, arg_end = mm.group(1), balanced(src, mm.end() - 1)

@@ -27,6 +27,9 @@ from sluicegate.core.request import ChatRequest, ToolSpec
 from sluicegate.engines.llamacpp.grammar import ANSWER, Grammar, literal, request_grammar, tool_rule
 from sluicegate.parsing import ReasoningStyle, ToolCallFormat
 from sluicegate.parsing.families import deepseek as ds
+from sluicegate.parsing.families import deepseek_dsml as dsml
+from sluicegate.parsing.families import hy3
+from sluicegate.parsing.families import minimax_m3 as m3
 from sluicegate.parsing.families.harmony import CHANNEL, MESSAGE, START
 
 _TEXT_LIMIT = 64  # characters of a string parameter without maxLength (a cut-off call is invalid)
@@ -57,9 +60,15 @@ class _Rules:
         self.lines.append(f"{name}: {body}")
         return name
 
+    @staticmethod
+    def plain(schema: Any) -> bool:
+        """Whether `text_value` writes the parameter as plain text (else as JSON)."""
+        return isinstance(schema, dict) and schema.get("type") == "string" and "pattern" not in schema
+
     def text_value(self, schema: Any) -> str:
         """A parameter between tags: a string's plain text (its enum, or bounded text), or JSON."""
-        if isinstance(schema, dict) and schema.get("type") == "string" and "pattern" not in schema:
+        if self.plain(schema):
+            assert isinstance(schema, dict)
             enum = schema.get("enum")
             if isinstance(enum, list) and enum and all(isinstance(v, str) for v in enum):
                 return self.add(" | ".join(_lit(v) for v in enum))
@@ -80,6 +89,13 @@ def _json_call(before: Callable[[str], str], after: str) -> Call:
 
 def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, str]], tail: str) -> Call:
     """Key/value markup: required parameters in order, then the optional ones, each optional."""
+    return _typed_params_call(head, lambda key, plain: param(key), tail)
+
+
+def _typed_params_call(
+    head: Callable[[str], str], param: Callable[[str, bool], tuple[str, str]], tail: str
+) -> Call:
+    """`_params_call` where a parameter's tags say whether its value is plain text (DSML)."""
 
     def call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
         found = params.get("properties")
@@ -87,7 +103,7 @@ def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, s
         required = [k for k in params.get("required", []) if k in props]
         parts = []
         for key in [*required, *(k for k in props if k not in required)]:
-            open_, close = param(key)
+            open_, close = param(key, rules.plain(props[key]))
             part = f"{_lit(open_)} {rules.text_value(props[key])} {_lit(close)}"
             parts.append(part if key in required else f"( {part} )?")
         return " ".join([_lit(head(name)), *parts, _lit(tail)])
@@ -95,21 +111,54 @@ def _params_call(head: Callable[[str], str], param: Callable[[str], tuple[str, s
     return call
 
 
-def _python_call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
-    """LFM2: `[name(key=VALUE, ...)]`, each value JSON (a Python literal too, JSON's `true`,
-    `false` and `null` aside, which the parser reads as well)."""
-    found = params.get("properties")
-    props: dict[str, Any] = found if isinstance(found, dict) else {}
-    required = [k for k in params.get("required", []) if k in props] or list(props)
-    parts = [
-        f"{_lit(k + '=')} {rules.schema(props[k] if isinstance(props[k], dict) else {})}" for k in required
-    ]
-    inner = ' ", " '.join(parts)
-    return f"{_lit('<|tool_call_start|>[' + name + '(')} {inner} {_lit(')]<|tool_call_end|>')}"
+def _python_calls(before: str, after: str) -> Call:
+    """LFM2, Llama 4: `[name(key=VALUE, ...)]`, each value JSON (a Python literal too, JSON's
+    `true`, `false` and `null` aside, which the parser reads as well)."""
+
+    def call(rules: _Rules, name: str, params: dict[str, Any]) -> str:
+        found = params.get("properties")
+        props: dict[str, Any] = found if isinstance(found, dict) else {}
+        required = [k for k in params.get("required", []) if k in props] or list(props)
+        parts = [
+            f"{_lit(k + '=')} {rules.schema(props[k] if isinstance(props[k], dict) else {})}"
+            for k in required
+        ]
+        inner = ' ", " '.join(parts)
+        return f"{_lit(before + '[' + name + '(')} {inner} {_lit(')]' + after)}"
+
+    return call
+
+
+def _dsml_param(key: str, plain: bool) -> tuple[str, str]:
+    attr = "true" if plain else "false"
+    return f'<{dsml.DSML}parameter name="{key}" string="{attr}">', f"</{dsml.DSML}parameter>\n"
+
+
+def _dsml_call(block: str) -> Call:
+    return _typed_params_call(
+        lambda n: f'<{dsml.DSML}{block}>\n{dsml.INVOKE}{n}">\n',
+        _dsml_param,
+        f"</{dsml.DSML}invoke>\n</{dsml.DSML}{block}>",
+    )
+
+
+def _k3_param(key: str, plain: bool) -> tuple[str, str]:
+    kind = "string" if plain else "json"
+    return f'<|open|>argument key="{key}" type="{kind}"<|sep|>', "<|close|>argument<|sep|>"
+
+
+def _json_object_call(before: str, name_key: str, args_key: str, after: str) -> Call:
+    """`{"NAME_KEY": name, "ARGS_KEY": ARGUMENTS}` between the family's markers."""
+    return _json_call(
+        lambda n: f"{before}{{{json.dumps(name_key)}: {json.dumps(n)}, {json.dumps(args_key)}: ", "}" + after
+    )
+
+
+_M3 = m3.NS
 
 
 CALLS: dict[ToolCallFormat, Call] = {
-    ToolCallFormat.LFM2: _python_call,
+    ToolCallFormat.LFM2: _python_calls("<|tool_call_start|>", "<|tool_call_end|>"),
     ToolCallFormat.HARMONY: _json_call(
         lambda n: f"<|channel|>commentary to=functions.{n} <|constrain|>json<|message|>", ""
     ),
@@ -161,6 +210,50 @@ CALLS: dict[ToolCallFormat, Call] = {
         lambda n: f'<minimax:tool_call>\n<invoke name="{n}">\n',
         lambda k: (f'<parameter name="{k}">', "</parameter>\n"),
         "</invoke>\n</minimax:tool_call>",
+    ),
+    # The families of parsing/families/recent.py.
+    ToolCallFormat.LLAMA4_PYTHONIC: _python_calls("", ""),
+    ToolCallFormat.DEEPSEEK_V3_2: _dsml_call("function_calls"),
+    ToolCallFormat.DEEPSEEK_V4: _dsml_call("tool_calls"),
+    ToolCallFormat.KIMI_K3: _typed_params_call(
+        lambda n: f'<|open|>tools<|sep|><|open|>call tool="{n}" index="1"<|sep|>',
+        _k3_param,
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+    ),
+    ToolCallFormat.MINIMAX_M3: _params_call(
+        lambda n: f'{_M3}<tool_call>\n{m3.INVOKE}{n}">',
+        lambda k: (f"{_M3}<{k}>", f"{_M3}</{k}>"),
+        f"{m3.INVOKE_END}\n{_M3}</tool_call>",
+    ),
+    ToolCallFormat.MINICPM5: _params_call(
+        lambda n: f'<function name="{n}">', lambda k: (f'<param name="{k}">', "</param>"), "</function>"
+    ),
+    ToolCallFormat.APRIEL: _json_object_call("<tool_calls>[", "name", "arguments", "]</tool_calls>"),
+    ToolCallFormat.COMMAND_R_PLUS: _json_object_call(
+        "Action:\n```json\n[", "tool_name", "parameters", "]\n```"
+    ),
+    ToolCallFormat.FIREFUNCTION_V2: _json_object_call(" functools[", "name", "arguments", "]"),
+    ToolCallFormat.GIGACHAT3: _json_object_call(
+        "<|message_sep|>\n\nfunction call<|role_sep|>\n", "name", "arguments", ""
+    ),
+    ToolCallFormat.GIGACHAT3_1: _json_object_call("<|function_call|>", "name", "arguments", ""),
+    ToolCallFormat.HY3: _params_call(
+        lambda n: f"{hy3.token('tool_calls')}\n{hy3.token('tool_call')}{n}{hy3.token('tool_sep')}\n",
+        lambda k: (
+            f"{hy3.token('arg_key')}{k}{hy3.token('/arg_key')}\n{hy3.token('arg_value')}",
+            f"{hy3.token('/arg_value')}\n",
+        ),
+        f"{hy3.token('/tool_call')}\n{hy3.token('/tool_calls')}",
+    ),
+    ToolCallFormat.SOLAR_OPEN: _json_call(
+        lambda n: f"<|tool_calls|><|tool_call:begin|>call_0<|tool_call:name|>{n}<|tool_call:args|>",
+        "<|tool_call:end|><|calls|>",
+    ),
+    ToolCallFormat.MINIMAX_M1: _json_object_call("<tool_calls>\n", "name", "arguments", "\n</tool_calls>"),
+    ToolCallFormat.MUSE_GLIMMER: _params_call(
+        lambda n: f' to={n}<|message|><atem:function_calls>\n<atem:invoke name="{n}">\n',
+        lambda k: (f'<atem:parameter name="{k}">', "</atem:parameter>\n"),
+        "</atem:invoke>\n</atem:function_calls>",
     ),
 }
 

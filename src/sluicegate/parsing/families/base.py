@@ -41,6 +41,8 @@ class Family:
     build: Callable[[ParserArgs], StreamParser]
     reasoning: ReasoningStyle | None = None
     templates: tuple[str, ...] = ()  # llama.cpp's corpus files of this family (docs, tests)
+    # The template writes `reasoning`'s tags through macros, not as literals (Kimi K3).
+    reasoning_built: bool = False
 
 
 def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:

@@ -24,7 +24,12 @@ GLM_XML = XmlCall(
 GLM = Family(
     "glm",
     has("<arg_key>"),
-    markup_family(Markup(calls=(("<tool_call>", lambda tools: XmlCallReader(GLM_XML, tools)),))),
+    markup_family(
+        Markup(
+            calls=(("<tool_call>", lambda tools: XmlCallReader(GLM_XML, tools)),),
+            drop=("<|role_end|>",),  # Ling 3's turn end, when its GGUF does not end generation there
+        )
+    ),
     templates=(
         "GLM-4.6.jinja",
         "GLM-4.7-Flash.jinja",

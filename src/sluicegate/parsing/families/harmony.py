@@ -24,6 +24,8 @@ START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", 
 ENDS = ("<|end|>", "<|call|>", "<|return|>")
 _BODY_MARKERS = (*ENDS, START, CHANNEL)
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
+# What a header cut off before any of its tokens looks like: a role and a recipient, nothing else.
+_CUT_HEADER = re.compile(r"\s*(?:assistant\s*)?to=[^\s<]*\s*")
 _HEADER_LEADS = (START, CHANNEL, " to=", "to=", "assistant")
 
 
@@ -88,9 +90,13 @@ class HarmonyParser:
                 return True
             i = buf.find(MESSAGE)
             if i == -1:
-                if final and not any(token in buf for token in (START, CHANNEL, "to=")):
+                if (
+                    final
+                    and not any(t in buf for t in (START, CHANNEL, CONSTRAIN))
+                    and not _CUT_HEADER.fullmatch(buf)
+                ):
                     self._channel, self._state, self._trim = ItemKind.MESSAGE, "text", False
-                    return True  # text that only began like a header ("a…" of "assistant")
+                    return True  # text that only began like a header ("a…" of "assistant", "to=…")
                 if final:
                     self._buf = ""  # a header cut off before its body: nothing was said
                 return False
