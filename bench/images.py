@@ -15,8 +15,12 @@ and sequences. Rounds alternate between the servers. Measured, medians over the 
   encode and decode, as a ratio;
 - TTFT of the image request repeated (its prefix, image included, is cached);
 - aggregate tokens/s of 4 concurrent streams where one carries an image, against 4 text streams;
-- RSS of a Sluicegate server with the projector against one serving the model alone: the memory
-  the projector adds.
+- RSS of each server with the projector against the same server serving the model alone: the
+  memory the projector adds.
+
+With `--llama-server`, the last lines are Sluicegate / llama-server ratios (>= 1.0: Sluicegate
+as fast or faster): TTFT with one image, and tokens/s of the batch with an image. Servers that
+only serve the model alone take no part in the rounds (their RSS is read after the warm-up).
 
 The demo projector's ViT is tiny: its image costs little next to a real one (hundreds of tokens
 and a ViT of ~400M parameters); point --gguf/--mmproj at a real pair for real numbers.
@@ -111,6 +115,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--llama-server", help="the llama-server binary (without: Sluicegate alone)")
+    parser.add_argument(
+        "--llama-server-args", default="", help="more llama-server flags, e.g. '--poll 0' (split on spaces)"
+    )
     parser.add_argument("--gguf", type=Path, help="a vision model (default: the demo pair)")
     parser.add_argument("--mmproj", type=Path, help="its projector")
     parser.add_argument("--threads", type=int, default=2)
@@ -142,27 +149,32 @@ def main() -> int:
             command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(path)]
             targets[name] = (command, f"http://127.0.0.1:{port}", env)
         if args.llama_server:
-            port = free_port()
-            command = [
-                args.llama_server, "-m", str(gguf), "--mmproj", str(mmproj), "--alias", MODEL,
-                "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * 4), "-np", "4",
-                "--no-kv-unified", "-t", str(args.threads), "-tb", str(args.threads), "--jinja",
-                "--cache-ram", "0",
-            ]  # fmt: skip
-            targets["llama-server"] = (
-                command,
-                f"http://127.0.0.1:{port}",
-                {k: v for k, v in env.items() if k != "PYTHONPATH"},
-            )
+            for name, projector in (("llama-server", mmproj), ("llama-server, no projector", None)):
+                port = free_port()
+                command = [
+                    args.llama_server, "-m", str(gguf), "--alias", MODEL,
+                    "--host", "127.0.0.1", "--port", str(port), "-c", str(2048 * 4), "-np", "4",
+                    "--no-kv-unified", "-t", str(args.threads), "-tb", str(args.threads), "--jinja",
+                    "--cache-ram", "0", "--no-repack",
+                ]  # fmt: skip
+                command += ["--mmproj", str(projector)] if projector is not None else ["--no-mmproj"]
+                command += args.llama_server_args.split()
+                targets[name] = (
+                    command,
+                    f"http://127.0.0.1:{port}",
+                    {k: v for k, v in env.items() if k != "PYTHONPATH"},
+                )
         results: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
         with contextlib.ExitStack() as stack:
             pids = {}
             for name, (command, url, target_env) in targets.items():
                 pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 ttft(url, "warm-up", None)  # loads the model (just in time in Sluicegate)
-                if name != "sluicegate, no projector":
+                if "no projector" not in name:
                     ttft(url, "warm-up", picture(10_000))  # the projector's first use
-            sighted = [name for name in targets if name != "sluicegate, no projector"]
+                else:  # serves nothing more: its memory now
+                    results[name]["RSS MiB"] = [rss_mib(pids[name])[0]]
+            sighted = [name for name in targets if "no projector" not in name]
             for round_ in range(args.rounds):
                 for name in sighted:
                     url, out = targets[name][1], results[name]
@@ -187,8 +199,8 @@ def main() -> int:
                         f"{name:12} round {round_}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in out.items()),
                         flush=True,
                     )
-            for name, pid in pids.items():
-                results[name]["RSS MiB"] = [rss_mib(pid)[0]]
+            for name in sighted:
+                results[name]["RSS MiB"] = [rss_mib(pids[name])[0]]
 
     print(
         f"\nGGUF {gguf.name} + {mmproj.name}, threads {args.threads}, 4 sequences, {args.rounds} rounds (medians)"
@@ -205,11 +217,13 @@ def main() -> int:
             f"  {'batch with an image / without':32} "
             f"{medians['4 streams, one image, tok/s'] / medians['4 streams tok/s']:9.2f}x"
         )
-    added = results["sluicegate"]["RSS MiB"][0] - results["sluicegate, no projector"]["RSS MiB"][0]
-    print(f"\nthe projector adds {added:.1f} MiB of RSS (Sluicegate, after the rounds)")
+    print()
+    for name in sighted:
+        added = results[name]["RSS MiB"][0] - results[f"{name}, no projector"]["RSS MiB"][0]
+        print(f"the projector adds {added:.1f} MiB of RSS to {name}")
     if "llama-server" in results:
         ours, theirs = results["sluicegate"], results["llama-server"]
-        for key in ("TTFT one image ms", "4 streams, one image, tok/s"):
+        for key in ("TTFT one image ms", "TTFT same image again ms", "4 streams, one image, tok/s"):
             ratio = statistics.median(theirs[key]) / statistics.median(ours[key])
             if "tok/s" in key:
                 ratio = 1 / ratio

@@ -26,6 +26,9 @@ pytestmark = pytest.mark.e2e
 EYE = "eye"  # the vision demo, continuous batching (the default)
 EYE_SINGLE = "eye-single"  # the same files, one sequence per context
 BLIND = "blind"  # the text demo: no projector
+EYE_SHORT = "eye-short"  # the vision demo with a 256-token context: an image can overflow it
+EYE_IDLE = "eye-idle"  # the vision demo, never loaded in the session: counted before a load
+SHORT_CONTEXT = 256
 MAX_PIXELS = 1_000_000
 IMAGE_TOKENS = 16  # the demo projector's (32x32 in 8x8 patches)
 
@@ -59,6 +62,8 @@ def vision_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFa
             {"id": EYE, **common},
             {"id": EYE_SINGLE, **common, "batching": False},
             {"id": BLIND, **common, "path": str(blind)},
+            {"id": EYE_SHORT, **common, "context_length": SHORT_CONTEXT},
+            {"id": EYE_IDLE, **common},
         ],
     )
 
@@ -362,3 +367,154 @@ def test_capabilities_say_vision(sdk: openai.OpenAI, vision_server: Server) -> N
     assert caps[EYE]["vision"] is True and caps[BLIND]["vision"] is False
     meta = {m.id: m.model_extra["meta"] for m in sdk.models.list().data if m.model_extra}
     assert meta[EYE]["vision"] is True and meta[BLIND]["vision"] is False
+
+
+# --- a prompt the image makes too long; counting image tokens ----------------------------------
+
+
+def _prompt_tokens(sdk: openai.OpenAI, text: str) -> int:
+    """The prompt tokens of a one-message chat with this text (on EYE: the same files as the others)."""
+    reply = sdk.chat.completions.create(
+        model=EYE, messages=[{"role": "user", "content": text}], temperature=0, max_tokens=1
+    )
+    assert reply.usage is not None
+    return reply.usage.prompt_tokens
+
+
+def test_an_image_that_overflows_the_context_is_a_400_before_the_stream(
+    sdk: openai.OpenAI, claude: anthropic.Anthropic
+) -> None:
+    """The text fits the context, the image's tokens do not: refused with the dialect's 400
+    before the stream's first byte (as a text prompt that is too long is), whether the model is
+    loaded yet or not."""
+    probe = _prompt_tokens(sdk, "x" * 100)
+    text = "x" * (100 + SHORT_CONTEXT - 8 - probe)  # 8 tokens short of the context
+    assert _prompt_tokens(sdk, text) == SHORT_CONTEXT - 8
+
+    def chat_stream() -> None:
+        content = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": RED}}]
+        stream = sdk.chat.completions.create(
+            model=EYE_SHORT, messages=[{"role": "user", "content": content}], max_tokens=4, stream=True
+        )
+        list(stream)  # before the fix: the error came inside the stream
+
+    def responses_stream() -> None:
+        stream = sdk.responses.create(
+            model=EYE_SHORT,
+            input=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "input_text", "text": text},
+                        {"type": "input_image", "image_url": RED, "detail": "auto"},
+                    ],
+                }
+            ],
+            max_output_tokens=4,
+            stream=True,
+        )
+        list(stream)
+
+    def anthropic_stream() -> None:
+        image = {"type": "base64", "media_type": "image/png", "data": RED.split(",", 1)[1]}
+        with claude.messages.stream(
+            model=EYE_SHORT,
+            max_tokens=4,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "text", "text": text}, {"type": "image", "source": image}],
+                }
+            ],
+        ) as stream:
+            list(stream)
+
+    for loaded in (False, True):
+        if loaded:  # the text alone fits, and loads the model
+            reply = sdk.chat.completions.create(
+                model=EYE_SHORT, messages=[{"role": "user", "content": text}], max_tokens=2
+            )
+            assert reply.usage is not None and reply.usage.prompt_tokens == SHORT_CONTEXT - 8
+        for ask in (chat_stream, responses_stream):
+            with pytest.raises(openai.BadRequestError) as caught:
+                ask()
+            assert caught.value.code == "context_length_exceeded", (loaded, ask.__name__)
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            anthropic_stream()
+        assert "context" in refused.value.message
+
+
+def _count(server: Server, model: str, *content: dict[str, Any]) -> int:
+    body = {"model": model, "messages": [{"role": "user", "content": list(content)}]}
+    response = httpx.post(f"{server.base_url}/v1/messages/count_tokens", json=body, timeout=60)
+    assert response.status_code == 200, response.text
+    counted: int = response.json()["input_tokens"]
+    return counted
+
+
+def test_count_tokens_counts_the_image(vision_server: Server, claude: anthropic.Anthropic) -> None:
+    """Anthropic's count_tokens counts an image's tokens as the model reads them: before the
+    model is loaded (EYE_IDLE, through the projector on the tokenizer alone) and after, the
+    same count the request itself reports."""
+    text = {"type": "text", "text": "What is this?"}
+    image = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": RED.split(",", 1)[1]},
+    }
+    alone = _count(vision_server, EYE_IDLE, text)
+    idle = _count(vision_server, EYE_IDLE, image, text)
+    assert idle >= alone + IMAGE_TOKENS
+    assert _count(vision_server, EYE_IDLE, image, image, text) == 2 * idle - alone
+    usage = claude.messages.create(
+        model=EYE, max_tokens=1, messages=[{"role": "user", "content": [image, text]}]
+    ).usage
+    used = usage.input_tokens + (usage.cache_read_input_tokens or 0)  # Anthropic's split of the prompt
+    assert _count(vision_server, EYE, image, text) == used == idle
+
+
+def test_audio_input_is_a_clear_400(sdk: openai.OpenAI) -> None:
+    """Chat's `input_audio` parts: no engine here takes audio yet (the demo projector has no audio
+    encoder either), so a 400 that says so, with or without a projector."""
+    wav = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
+    for model in (EYE, BLIND):
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk.chat.completions.create(
+                model=model,
+                messages=[
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "text", "text": "What is said?"},
+                            {"type": "input_audio", "input_audio": {"data": wav, "format": "wav"}},
+                        ],
+                    }
+                ],
+                max_tokens=4,
+            )
+        assert caught.value.code == "audio_input_unsupported"
+        assert "audio" in caught.value.message
+
+
+def test_a_context_overflow_policy_counts_the_images(sdk: openai.OpenAI) -> None:
+    """`rolling_window` drops an old turn whose image makes the prompt too long: the images are
+    counted while the prompt is fitted, so the reply comes, trimmed, instead of an error."""
+    old_turn = [
+        {
+            "role": "user",
+            "content": [
+                {"type": "image_url", "image_url": {"url": BLUE}},
+                {"type": "text", "text": "x" * 120},
+            ],
+        },
+        {"role": "assistant", "content": "Blue."},
+    ]
+    messages: Any = [*old_turn, {"role": "user", "content": "y" * 110}]
+    raw = sdk.chat.completions.with_raw_response.create(
+        model=EYE_SHORT,
+        messages=messages,
+        max_tokens=2,
+        extra_body={"context_overflow": "rolling_window"},
+    )
+    reply = raw.parse()
+    assert raw.headers["x-sluicegate-context-truncated"] == "2"
+    assert reply.usage is not None and reply.usage.prompt_tokens < SHORT_CONTEXT - 100

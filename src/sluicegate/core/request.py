@@ -12,9 +12,13 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 @dataclass(slots=True)
 class ContentPart:
-    type: Literal["text", "image"]
+    type: Literal["text", "image", "audio"]
     text: str = ""
     image_url: str = ""  # an http(s) URL or a data: URL
+    # Audio (Chat's `input_audio`): base64 data and its format ("wav", "mp3"). No engine here
+    # takes audio yet (`Engine.check` refuses it); parsed so the refusal can say so plainly.
+    audio_data: str = ""
+    audio_format: str = ""
     # The image decoded, for an engine that reads pixels itself (filled in by the turn runner).
     picture: Picture | None = field(default=None, compare=False, repr=False)
 

@@ -155,6 +155,16 @@ class Engine(ABC):
                 param=None,
                 code="image_input_unsupported",
             )
+        if any(
+            not isinstance(m.content, str) and any(p.type == "audio" for p in m.content)
+            for m in request.messages
+        ):
+            raise invalid(
+                f"Model {self.model_id!r} does not accept audio input (Sluicegate's engines take "
+                "text and images; a llama.cpp projector's audio encoder is not used yet).",
+                param=None,
+                code="audio_input_unsupported",
+            )
         if request.prompt is not None:
             self.check_completion(request)
         if request.sampling.n != 1:

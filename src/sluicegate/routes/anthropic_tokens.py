@@ -1,5 +1,6 @@
 """POST /v1/messages/count_tokens: the prompt's tokens by the model's own tokenizer where the
-engine has one (llama.cpp, loaded or not; scripted), else a stated estimate."""
+engine has one (llama.cpp, loaded or not; scripted), else a stated estimate. Images count as
+the model reads them (a llama.cpp model with a projector: its image tokens)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sluicegate.dialects.anthropic.encoder import anthropic_error, count_tokens_
 from sluicegate.dialects.anthropic.request import parse_messages_request
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+from sluicegate.turn.images import load_images
 
 
 @cache
@@ -29,4 +31,7 @@ async def count_tokens(request: Request) -> Response:
     chat, _ = parse_messages_request(body, _signer(state.settings.data_dir), counting=True)
     model = state.registry.get(chat.model)
     engines = [instance.engine for instance in model.loaded_instances()] or [model.engine]
-    return JSONResponse(count_tokens_body(chat, engines[0].count_tokens(chat)))
+    engine = engines[0]
+    if engine.reads_pixels and engine.info().capabilities.vision:  # its images count as it reads them
+        await load_images(chat, state.images)
+    return JSONResponse(count_tokens_body(chat, engine.count_tokens(chat)))

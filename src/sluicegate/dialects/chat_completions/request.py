@@ -156,6 +156,16 @@ def _content(f: Fields, key: str, role: str) -> str | list[ContentPart]:
                     f"Invalid '{part.where('image_url')}': expected an object with a string 'url'.",
                 )
             parts.append(ContentPart("image", image_url=url))
+        elif kind == "input_audio" and role == "user":
+            audio = part.object("input_audio", required=True)
+            assert audio is not None
+            parts.append(
+                ContentPart(
+                    "audio",
+                    audio_data=audio.string("data", required=True) or "",
+                    audio_format=audio.string("format", required=True) or "",
+                )
+            )
         elif kind == "refusal" and role == "assistant":
             parts.append(ContentPart("text", text=part.string("refusal", required=True) or ""))
         else:

@@ -17,7 +17,7 @@ import random
 import threading
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -83,7 +83,7 @@ from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.template import render_request
-from sluicegate.engines.llamacpp.vision import MARKER, find_projector
+from sluicegate.engines.llamacpp.vision import MARKER, MediaPrompt, Projector, find_projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
@@ -155,17 +155,22 @@ class LlamaCppEngine(Engine):
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: tuple[ChatRequest, str, list[int] | None, Grammar | None, list[Picture]] | None = None
+        self._prepared: _Prepared | None = None  # what `check` worked out, for `generate`
+        # The projector on the tokenizer alone, to count images' tokens before a load.
+        self._counting: Projector | None = None
         self._fim: tuple[FimTokens | None, str] | None = None  # from the vocabulary, once asked
         self._tokens_key = METRICS.key(TOKENS_METRIC, model=model_id)
 
     def _default_sequences(self) -> int:
         """As many full contexts as the KV-cache budget holds, between 1 and DEFAULT_SEQUENCES."""
-        per_token = self.context.kv_bytes_per_token
-        if not per_token:
+        one = self.context.cache_bytes(1, self.settings.batch_size)
+        if not one:
             return 1
-        fits = self.context.budget_mib * MIB // (per_token * self.context_length)
-        return max(1, min(DEFAULT_SEQUENCES, fits))
+        return max(1, min(DEFAULT_SEQUENCES, self.context.budget_mib * MIB // one))
+
+    def _n_ubatch(self) -> int:
+        """The micro-batch the context loads with (a windowed layer keeps one beyond the window)."""
+        return self.context_length if self.pooling is not None else self.settings.batch_size
 
     def default_concurrency(self) -> int:
         return self.sequences if self.batching else self.default_max_concurrency
@@ -216,7 +221,7 @@ class LlamaCppEngine(Engine):
                 "path": str(gguf.path),
                 "mmproj": str(self.mmproj) if self.mmproj is not None else None,
                 "description": gguf.description,
-                "context": self.context.details(),
+                "context": self.context.details(self.sequences, self._n_ubatch()),
             },
         )
 
@@ -309,7 +314,7 @@ class LlamaCppEngine(Engine):
             self._check_embedding(request, job)
             return
         if request.prompt is not None:
-            self._prepared = (request, "", self._check_completion_length(request), None, [])
+            self._prepare(_Prepared(request, "", self._check_completion_length(request)))
             return
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
@@ -317,48 +322,95 @@ class LlamaCppEngine(Engine):
         grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
         policy = self._policy(request)
         prompt = self.render_prompt(request)
-        pictures = self._pictures(request)
+        pictures = self._pictures(request.messages)
         if pictures and prompt.count(MARKER) != len(pictures):
             raise invalid(
                 f"A message's text contains libmtmd's image marker {MARKER!r}; it cannot be sent "
                 "with images.",
                 code="invalid_image",
             )
-        tokens = None
+        tokens: list[int] | None = None
+        media: MediaPrompt | None = None
         n_ctx = self._limit(request)
+        if pictures:  # counted exactly, images included, so an overflow is refused here too
+            media, tokens = self._media(prompt, pictures)
         # A prompt cannot have more tokens than bytes: only a long one needs counting here.
-        # (With images, the worker counts: their tokens are known once the projector has them.)
-        if not pictures and len(prompt.encode("utf-8")) >= n_ctx:
+        elif len(prompt.encode("utf-8")) >= n_ctx:
             tokens = self._tokenize(prompt)
-            if len(tokens) >= n_ctx:
-                if policy == "error":
-                    raise too_long(len(tokens), n_ctx, self.model_id)
-                budget = n_ctx - answer_room(n_ctx, request.sampling.max_tokens)
-                fitted = fit(
-                    request.messages,
-                    policy,
-                    budget,
-                    lambda kept: self._tokenize(self.render_prompt(request, kept)),
-                )
-                if fitted is None:
-                    raise too_long(len(tokens), n_ctx, self.model_id)
-                log.info(
-                    "%s: %s dropped %d of %d messages (%d -> %d prompt tokens)",
-                    self.model_id,
-                    policy,
-                    fitted.dropped,
-                    len(request.messages),
-                    len(tokens),
-                    len(fitted.tokens),
-                )
-                request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
-                prompt, tokens = self.render_prompt(request, fitted.messages), fitted.tokens
-        self._prepared = (request, prompt, tokens, grammar, pictures)
+        if tokens is not None and len(tokens) >= n_ctx:
+            if media is not None:
+                media.free()
+                media = None
+            if policy == "error":
+                raise too_long(len(tokens), n_ctx, self.model_id)
+            budget = n_ctx - answer_room(n_ctx, request.sampling.max_tokens)
+            fitted = fit(request.messages, policy, budget, lambda kept: self._count(request, kept))
+            if fitted is None:
+                raise too_long(len(tokens), n_ctx, self.model_id)
+            log.info(
+                "%s: %s dropped %d of %d messages (%d -> %d prompt tokens)",
+                self.model_id,
+                policy,
+                fitted.dropped,
+                len(request.messages),
+                len(tokens),
+                len(fitted.tokens),
+            )
+            request.response_headers[TRUNCATED_HEADER] = str(fitted.dropped)
+            prompt, tokens = self.render_prompt(request, fitted.messages), fitted.tokens
+            pictures = self._pictures(fitted.messages)
+        if pictures and media is None:  # counted before the load, or trimmed: the worker tokenizes
+            tokens = None
+        self._prepare(_Prepared(request, prompt, tokens, grammar, pictures, media))
 
-    def _pictures(self, request: ChatRequest) -> list[Picture]:
-        """The request's images in prompt order, decoded (the turn runner did it)."""
+    def _prepare(self, prepared: _Prepared) -> None:
+        """Keep what `check` found for `generate` (a request checked and never run leaves its
+        image chunks to the next one's check to free)."""
+        if self._prepared is not None:
+            self._prepared.free()
+        self._prepared = prepared
+
+    def _projector(self) -> Projector:
+        """The projector that counts a prompt's image tokens: the loaded model's, or before a
+        load one on the tokenizer alone (kept, like the tokenizer, until the model loads)."""
+        runtime = self._runtime
+        if runtime is not None and runtime.projector is not None:
+            return runtime.projector
+        assert self.mmproj is not None
+        if self._counting is None:
+            try:
+                self._counting = Projector(
+                    self.mmproj, self._vocab().model.model, threads=1, use_gpu=False, warmup=False
+                )
+            except ValueError as exc:
+                raise EngineFailure(str(exc), code="model_load_failed") from exc
+        return self._counting
+
+    def _media(self, prompt: str, pictures: list[Picture]) -> tuple[MediaPrompt | None, list[int]]:
+        """The prompt's tokens with its images; and the tokenized prompt itself when the loaded
+        model's projector made it (the worker decodes it then), else None (it was freed)."""
+        projector = self._projector()
+        media = projector.tokenize(prompt, pictures)
+        if self._runtime is not None and projector is self._runtime.projector:
+            return media, media.tokens
+        media.free()
+        return None, media.tokens
+
+    def _count(self, request: ChatRequest, messages: list[Message] | None = None) -> list[int]:
+        """The tokens of the prompt for `messages` (default: the request's), images included."""
+        prompt = self.render_prompt(request, messages)
+        pictures = self._pictures(request.messages if messages is None else messages)
+        if not pictures:
+            return self._tokenize(prompt)
+        media, tokens = self._media(prompt, pictures)
+        if media is not None:
+            media.free()
+        return tokens
+
+    def _pictures(self, messages: list[Message]) -> list[Picture]:
+        """The messages' images in prompt order, decoded (the turn runner did it)."""
         pictures = []
-        for message in request.messages:
+        for message in messages:
             if isinstance(message.content, str):
                 continue
             for part in message.content:
@@ -424,8 +476,9 @@ class LlamaCppEngine(Engine):
         return loaded if cap is None else min(cap, loaded)
 
     def count_tokens(self, request: ChatRequest) -> int | None:
-        """The rendered prompt's tokens: by the loaded model, or its tokenizer alone."""
-        return len(self._tokenize(self.render_prompt(request)))
+        """The rendered prompt's tokens: by the loaded model, or its tokenizer alone (with its
+        projector for images)."""
+        return len(self._count(request))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
@@ -452,7 +505,7 @@ class LlamaCppEngine(Engine):
                 mmproj=self.mmproj,
             )
 
-        log.info("loading %s: %s", self.model_id, self.context.describe())
+        log.info("loading %s: %s", self.model_id, self.context.describe(self.sequences, self._n_ubatch()))
         try:
             self._runtime = await loop.run_in_executor(self._executor, build)
         except ValueError as exc:  # llama-cpp-python's way of saying the load failed
@@ -469,6 +522,9 @@ class LlamaCppEngine(Engine):
         self._close_vocabulary()  # the loaded model tokenizes now
 
     def _close_vocabulary(self) -> None:
+        counting, self._counting = self._counting, None
+        if counting is not None:
+            counting.close()
         vocabulary, self._vocabulary = self._vocabulary, None
         if vocabulary is not None:
             vocabulary.close()
@@ -499,15 +555,23 @@ class LlamaCppEngine(Engine):
                 yield embedded
             return
         prepared = self._prepared
-        if prepared is not None and prepared[0] is request:
-            _, prompt, tokens, grammar, pictures = prepared
+        if prepared is not None and prepared.request is request:
             self._prepared = None
         elif request.prompt is not None:
-            prompt, tokens, grammar, pictures = "", self._check_completion_length(request), None, []
+            prepared = _Prepared(request, "", self._check_completion_length(request))
         else:
-            prompt, tokens = self.render_prompt(request), None
-            grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
-            pictures = self._pictures(request)
+            prepared = _Prepared(
+                request,
+                self.render_prompt(request),
+                grammar=forced_grammar(request, self.tool_format, self.model_id, self.reasoning),
+                pictures=self._pictures(request.messages),
+            )
+        prompt, tokens, grammar, pictures = (
+            prepared.prompt,
+            prepared.tokens,
+            prepared.grammar,
+            prepared.pictures,
+        )
         loop = asyncio.get_running_loop()
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
@@ -545,6 +609,7 @@ class LlamaCppEngine(Engine):
             reasoning=self.reasoning if raw is None else None,
             in_reasoning=in_reasoning,
             pictures=pictures,
+            media=prepared.media,  # tokenized by `check` with the loaded projector, or None
         )
 
         if scheduler is not None:
@@ -644,6 +709,24 @@ class LlamaCppEngine(Engine):
         yield PromptFinished()
         yield UsageReport(Usage(prompt_tokens=prompt_tokens))
         yield Finished(FinishReason.STOP)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A chat or completion request as `check` prepared it: its prompt, and its tokens when
+    counting them was needed (with images: the prompt tokenized through the projector)."""
+
+    request: ChatRequest
+    prompt: str
+    tokens: list[int] | None = None
+    grammar: Grammar | None = None
+    pictures: list[Picture] = field(default_factory=list)
+    media: MediaPrompt | None = None
+
+    def free(self) -> None:
+        if self.media is not None:
+            self.media.free()
+            self.media = None
 
 
 def normalised(vector: np.ndarray, dimensions: int | None) -> list[float]:

@@ -20,6 +20,26 @@ POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
 POOLING_RANK = 4  # a reranker: one score per input
 POOLING_TYPES = (POOLING_MEAN, POOLING_CLS, POOLING_LAST)
 
+# Architectures whose layers llama.cpp gives a sliding window when the header states one, and
+# the layer pattern it assumes unless `attention.sliding_window_pattern` says otherwise: every
+# n-th layer attends over the whole context, the last of each n (or the first, `dense_first`);
+# llama.cpp's `load_swa_pattern` / `set_swa_pattern`. An architecture not listed is counted
+# with every layer full: an overestimate, never an under-.
+_SWA_PATTERNS: dict[str, tuple[int, bool]] = {
+    "gemma2": (2, False),
+    "gemma3": (6, False),
+    "gemma3n": (5, False),
+    "gemma-embedding": (6, False),
+    "cohere2": (4, False),
+    "cohere2moe": (4, True),
+    "exaone4": (4, False),
+    "olmo2": (4, False),
+    "gpt-oss": (2, False),
+    "afmoe": (4, False),
+    "smallthinker": (4, True),
+    "plamo3": (8, False),
+}
+
 # Markers of a template that can render tools, and of one that knows reasoning blocks.
 _TOOL_MARKERS = ("tools", "tool_calls")
 _REASONING_MARKERS = ("<think>", "reasoning_content", "enable_thinking", "<|channel|>")
@@ -46,6 +66,9 @@ class GGUFInfo:
     n_head_kv: int | None = None
     head_dim_k: int | None = None
     head_dim_v: int | None = None
+    # Sliding-window attention: the window, and how many of the layers use it (0: none).
+    sliding_window: int = 0
+    swa_layers: int = 0
     pooling: int | None = None  # an embedding model's pooling type (llama.cpp's enum), if stated
     embedding_length: int = 0
     vocab_size: int = 0
@@ -62,6 +85,12 @@ class GGUFInfo:
         if not (self.n_layers and self.n_head_kv and self.head_dim_k and self.head_dim_v):
             return None
         return self.n_layers * self.n_head_kv * (self.head_dim_k + self.head_dim_v) * 2
+
+    @property
+    def kv_bytes_per_cell(self) -> int | None:
+        """One layer's bytes for one cached token."""
+        per_token = self.kv_bytes_per_token
+        return per_token // self.n_layers if per_token and self.n_layers else None
 
     @property
     def supports_tools(self) -> bool:
@@ -106,6 +135,27 @@ def _quantization(header: GGUFHeader) -> str | None:
     return max(counts, key=lambda name: counts[name]) if counts else None
 
 
+def _swa_layers(architecture: str, fields: dict[str, object], n_layers: int | None) -> tuple[int, int]:
+    """The sliding window and how many layers use it, as llama.cpp reads them from a header."""
+    window = fields.get(f"{architecture}.attention.sliding_window")
+    pattern = fields.get(f"{architecture}.attention.sliding_window_pattern")
+    if not isinstance(window, int) or window <= 0 or not n_layers:
+        return 0, 0
+    if isinstance(pattern, list):  # one flag per layer
+        return window, sum(1 for flag in pattern[:n_layers] if flag is True)
+    if architecture not in _SWA_PATTERNS:
+        return 0, 0
+    every, dense_first = _SWA_PATTERNS[architecture]
+    if isinstance(pattern, int) and not isinstance(pattern, bool):
+        every = pattern
+    if every == 0:
+        return window, n_layers
+    windowed = sum(
+        1 for il in range(n_layers) if (il % every != 0 if dense_first else il % every < every - 1)
+    )
+    return window, windowed
+
+
 def read_gguf_info(path: Path) -> GGUFInfo:
     """Read a GGUF's header; a file that is not a readable GGUF is a configuration error."""
     try:
@@ -135,6 +185,7 @@ def read_gguf_info(path: Path) -> GGUFInfo:
 
     n_embd, n_head = integer("embedding_length"), integer("attention.head_count")
     head_dim = n_embd // n_head if n_embd and n_head else None
+    sliding_window, swa_layers = _swa_layers(architecture, fields, integer("block_count"))
     return GGUFInfo(
         path=path,
         architecture=architecture,
@@ -154,6 +205,8 @@ def read_gguf_info(path: Path) -> GGUFInfo:
         n_head_kv=integer("attention.head_count_kv") or n_head,
         head_dim_k=integer("attention.key_length") or head_dim,
         head_dim_v=integer("attention.value_length") or head_dim,
+        sliding_window=sliding_window,
+        swa_layers=swa_layers,
         pooling=fields.get(f"{architecture}.pooling_type"),
         embedding_length=n_embd or 0,
         vocab_size=len(tokens),

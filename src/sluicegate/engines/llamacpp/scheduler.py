@@ -91,6 +91,7 @@ class BatchScheduler:
         self.stream_interval = stream_interval
         self._flushed = 0.0  # time.monotonic() of the last wake-up
         self._urgent = False  # a sequence started or ended: its events go with the next step
+        self._image_ready = False  # an image's encoder finished since the loop last waited
 
     # --- any thread --------------------------------------------------------------------------
 
@@ -134,10 +135,26 @@ class BatchScheduler:
                 self._reap()
                 if self._waiting:
                     self._admit()
-                if self._live:
-                    self._step()
+                if self._live and not self._step():
+                    self._idle()  # only images being encoded: until one is (or a request comes)
         finally:
             self._shutdown()
+
+    def _encoded(self) -> None:
+        """An image's encoder finished (on the projector's thread): the loop goes on."""
+        with self._cond:
+            self._image_ready = True
+            self._cond.notify()
+
+    def _idle(self) -> None:
+        with self._cond:
+            self._flush()
+            while not (self._image_ready or self._closed or self._incoming or self._cancelled()):
+                self._cond.wait()
+            self._image_ready = False
+
+    def _cancelled(self) -> bool:
+        return any(s.sequence is not None and s.sequence.job.cancelled for s in self._live)
 
     def _flush(self) -> None:
         self._flushed = time.monotonic()
@@ -205,6 +222,7 @@ class BatchScheduler:
             try:
                 tokens = self._prepare(sequence)
             except Exception as exc:
+                sequence.free()  # its image chunks, if `check` tokenized it with them
                 self._end(sequence, exc)
                 continue
             slot, keep = self._place(free, tokens)
@@ -267,11 +285,12 @@ class BatchScheduler:
             job.sampling = replace(job.sampling, max_tokens=room if asked is None else min(asked, room))
         return job.tokens
 
-    def _image(self, slot: Slot) -> None:
+    def _image(self, slot: Slot) -> bool:
         """The next piece of the image its sequence's prompt goes on with, in a decode of its
-        own (embeddings cannot share a batch with tokens), one piece a step: the encoder, then
-        the embeddings a prompt chunk at a time, so the other sequences wait no longer than for
-        the encoder or a prompt step. An image that must go whole goes in one step."""
+        own (embeddings cannot share a batch with tokens), one piece a step: the encoder (on
+        the projector's thread, while the others go on), then the embeddings a prompt chunk at
+        a time, so the other sequences wait no longer than for a prompt step. An image that
+        must go whole goes in one step. False while its encoder is still at work."""
         sequence = slot.sequence
         assert sequence is not None and sequence.job.media is not None
         runtime = self.runtime
@@ -279,15 +298,21 @@ class BatchScheduler:
         covering = sequence.job.media.covering(here)
         assert covering is not None and runtime.projector is not None
         start, span = covering
+        if span.encoding is not None and not span.encoding.done():
+            return False
         self._flush()  # what the others have so far goes out while the image decodes
         try:
             if not runtime.projector.splittable(span):
                 taken = runtime.decode_image(
                     sequence.job.media, start, position=len(slot.cached), seq_id=slot.id
                 )
-            elif span.embeddings is None:  # the encoder runs in a step of its own
-                runtime.projector.encode(span, runtime.n_embd)
-                taken = 0
+            elif span.embeddings is None:  # the encoder runs on its own thread meanwhile
+                if span.encoding is None:
+                    runtime.projector.encode_soon(span, runtime.n_embd, self._encoded)
+                    return False
+                encoding, span.encoding = span.encoding, None
+                encoding.result()  # an encoder's failure fails its sequence
+                return True
             else:  # then its embeddings, a prompt chunk at a time
                 done = here - start
                 taken = min(self.prefill_chunk, span.n_tokens - done)
@@ -298,13 +323,15 @@ class BatchScheduler:
                     span.embeddings = None
         except Exception as exc:
             self._release(slot, exc, keep=False)
-            return
+            return True
         self.steps += 1
         if taken:
             slot.cached.extend(sequence.todo[sequence.prompt_done : sequence.prompt_done + taken])
             sequence.prefilled(taken)
+        return True
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """One decode; False when there was nothing to do (only images being encoded)."""
         runtime, batch = self.runtime, self._batch
         room = runtime.batch_size
         live = self._live
@@ -322,9 +349,8 @@ class BatchScheduler:
                 at_image, _ = sequence.next_image()
                 if not at_image:
                     prefilling.append(slot)
-                elif not image_ran:
-                    image_ran = True
-                    self._image(slot)
+                elif not image_ran:  # one image a step (one that is still encoding lets another go)
+                    image_ran = self._image(slot)
         if len(prefilling) > 1:
             prefilling.sort(key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0)
         space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget
@@ -366,7 +392,7 @@ class BatchScheduler:
             batch.logits[n - 1] = last
             plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
         if not n:
-            return
+            return image_ran
         batch.n_tokens = n
         # The last steps' events go now, to be consumed while this step decodes.
         if prefilling or self._urgent or time.monotonic() - self._flushed >= self.stream_interval:
@@ -378,7 +404,7 @@ class BatchScheduler:
             for slot, *_ in plan:
                 if slot.sequence is not None:
                     self._release(slot, error, keep=False)
-            return
+            return True
         for slot, row, tokens, prompt_tokens in plan:
             slot.cached.extend(tokens)
             sequence = slot.sequence
@@ -398,3 +424,4 @@ class BatchScheduler:
             except Exception as exc:
                 log.exception("sequence %d failed", slot.id)
                 self._release(slot, exc, keep=False)
+        return True

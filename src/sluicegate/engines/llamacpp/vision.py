@@ -10,13 +10,19 @@ the cache, so its cells are reused and reported as cached tokens.
 The text between images is decoded as ever (with other sequences, in the scheduler's batch);
 an image is encoded by the projector and its embeddings decoded in `llama_decode`s of their own:
 whole (`Projector.decode`), or, in the batch scheduler, a prompt chunk per step (`encode`, then
-`LlamaRuntime.decode_image_part`). All of it runs on the engine's worker thread, as every other
-use of the context.
+`LlamaRuntime.decode_image_part`). Every use of the text context runs on the engine's worker
+thread. The batch scheduler runs the image encoder itself on a thread of the projector's own
+(`encode_soon`): a real ViT takes seconds on a CPU, which the other sequences would otherwise
+wait for with their next token; they go on decoding meanwhile (the encoder has its own ggml
+backend, and llama-server runs `mtmd_tokenize` beside its encoder the same way).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +72,15 @@ class ImageSpan:
     n_tokens: int  # embeddings it decodes to
     # Encoded, while the batch scheduler decodes it a prompt chunk at a time.
     embeddings: np.ndarray | None = None
+    # The encoder at work on it (`Projector.encode_soon`); the chunk lives until it is done.
+    encoding: Future[None] | None = None
+
+    def settle(self) -> None:
+        """Wait for an encoder still at work on this image (before its chunk is freed)."""
+        if self.encoding is not None:
+            with contextlib.suppress(BaseException):
+                self.encoding.result()
+            self.encoding = None
 
 
 @dataclass(slots=True)
@@ -97,21 +112,28 @@ class MediaPrompt:
 
     def free(self) -> None:
         for span in self.images.values():
+            span.settle()
             mtmd.mtmd_input_chunk_free(span.chunk)
         self.images.clear()
 
 
 class Projector:
-    """A loaded mmproj file, bound to the loaded text model."""
+    """A loaded mmproj file, bound to the loaded text model (or, only to count a prompt's
+    tokens, to its tokenizer alone: `warmup=False` then skips the encoder's trial run).
 
-    def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool) -> None:
+    `tokenize` may run on another thread than `encode`/`decode` (llama-server tokenizes on its
+    HTTP threads while its loop encodes): it only preprocesses pixels and counts."""
+
+    def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool, warmup: bool = True) -> None:
         _route_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu
         params.n_threads = threads
         params.print_timings = False
+        params.warmup = warmup
         self._marker = MARKER.encode()
         params.media_marker = self._marker
+        self._encoder: ThreadPoolExecutor | None = None  # `encode_soon`'s thread, once used
         self.ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
         if not self.ctx:
             raise ValueError(f"libmtmd could not load the projector {path}")
@@ -120,6 +142,9 @@ class Projector:
             raise ValueError(f"the projector {path} has no vision encoder")
 
     def close(self) -> None:
+        encoder, self._encoder = self._encoder, None
+        if encoder is not None:
+            encoder.shutdown(wait=True)  # never free the context under a running encode
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
@@ -194,6 +219,14 @@ class Projector:
             raise EngineFailure("the projector could not encode an image", code="decode_failed")
         pointer = mtmd.mtmd_get_output_embd(self.ctx)
         span.embeddings = np.ctypeslib.as_array(pointer, shape=(span.n_tokens, n_embd)).copy()
+
+    def encode_soon(self, span: ImageSpan, n_embd: int, done: Callable[[], None]) -> None:
+        """`encode` on the projector's own thread; `done()` is called (on that thread) after.
+        One image at a time: libmtmd keeps one output buffer per context."""
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtmd-encoder")
+        span.encoding = self._encoder.submit(self.encode, span, n_embd)
+        span.encoding.add_done_callback(lambda _future: done())
 
     def decode(self, context: Any, span: ImageSpan, *, position: int, seq_id: int, n_batch: int) -> None:
         """Encode the image and decode its embeddings into sequence `seq_id` at `position`."""

@@ -25,8 +25,11 @@ from llama_cpp import _logger
 from gemma_model import gemma_gguf_path
 from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp import runtime as runtime_module
+from sluicegate.engines.llamacpp.context import MIB
+from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.gguf_info import read_gguf_info
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
+from sluicegate.engines.llamacpp.settings import parse_settings
 from sluicegate.parsing import PlainText
 
 BATCH = 128  # the windowed layers keep the window plus one batch: 512 + 128 cells
@@ -40,6 +43,7 @@ def gemma() -> Path:
 class Loaded(NamedTuple):
     runtime: LlamaRuntime
     kv_caches: list[tuple[int, int]]  # (cells per sequence, layers) of each KV cache llama.cpp made
+    kv_mib: float  # the size llama.cpp reports for its KV caches, all of them together
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +66,14 @@ def loaded(gemma: Path) -> Iterator[Loaded]:
             )
     finally:
         _logger.set_verbose(False)
-    caches = re.findall(r"llama_kv_cache: size = .*?\(\s*(\d+) cells,\s*(\d+) layers", log.getvalue())
-    yield Loaded(runtime, [(int(cells), int(layers)) for cells, layers in caches])
+    caches = re.findall(
+        r"llama_kv_cache: size =\s*([\d.]+) MiB \(\s*(\d+) cells,\s*(\d+) layers", log.getvalue()
+    )
+    yield Loaded(
+        runtime,
+        [(int(cells), int(layers)) for _, cells, layers in caches],
+        sum(float(mib) for mib, _, _ in caches),
+    )
     runtime.close()
 
 
@@ -130,3 +140,19 @@ def test_a_prefix_the_window_has_left_is_decoded_again(filled: Filled) -> None:
     # One that ends long before: the windowed layers reused the cells before position 100 long
     # ago, so going on from there would attend over nothing. It is decoded again.
     assert _prefill(runtime, [*prompt[:100], *_tokens(50, seed=4)]) == 0
+
+
+def test_the_kv_cache_estimate_is_what_llama_cpp_allocates(loaded: Loaded, gemma: Path) -> None:
+    """What the model listing (and the budget that picks a default context and `parallel`)
+    says the KV cache takes: llama.cpp's own figure for the same load, not every layer at the
+    full context (2.7x here)."""
+
+    def estimate(parallel: int) -> float:
+        table = {"id": "g", "path": str(gemma), "context_length": 2048, "parallel": parallel}
+        engine = LlamaCppEngine("g", parse_settings({**table, "batch_size": BATCH}, gemma.parent))
+        kv_bytes: int = engine.info().details["context"]["kv_cache_bytes"]
+        return kv_bytes / MIB
+
+    assert estimate(2) == pytest.approx(loaded.kv_mib, rel=0.01)  # as loaded: two sequences
+    # Each sequence has a stream of its own (not a unified cache): one is half of it.
+    assert estimate(1) == pytest.approx(loaded.kv_mib / 2, rel=0.01)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,47 @@ async def test_the_scheduler_decodes_an_image_a_prompt_chunk_at_a_time(tmp_path:
     finally:
         for engine in (single, batched):
             await engine.aclose()
+
+
+async def test_other_sequences_decode_while_an_image_is_encoded(tmp_path: Path) -> None:
+    """The encoder runs beside the decode loop: held at work on an image, a text request still
+    runs to its end; released, the image's reply is the one it gets alone."""
+    model = tmp_path / "eye.gguf"
+    make_demo_vision(model, ends_replies=False)
+    table = {"id": "eye", "engine": "llamacpp", "path": str(model), "context_length": 512, "parallel": 2}
+    engine = LlamaCppEngine.from_config(table, tmp_path)
+    blue = decode_image(encoded((10, 10, 220)), ImageLimits())
+    try:
+        await engine.load(lambda _: None)
+        alone, _ = await _reply(engine, _image_request(blue))
+        runtime = engine._runtime
+        assert runtime is not None and runtime.projector is not None
+        projector = runtime.projector
+        encode = projector.encode
+        started, held = threading.Event(), threading.Event()
+        waited_out: list[bool] = []
+
+        def held_encode(span: Any, n_embd: int) -> None:
+            started.set()
+            waited_out.append(not held.wait(120))  # True: nothing released it (the others waited)
+            encode(span, n_embd)
+
+        projector.encode = held_encode  # type: ignore[method-assign]
+        green = decode_image(encoded((10, 220, 10)), ImageLimits())  # not cached: encoded again
+        image = asyncio.ensure_future(_reply(engine, _image_request(green)))
+        assert await asyncio.to_thread(started.wait, 120)
+        text_request = ChatRequest(
+            model="eye",
+            messages=[Message("user", "Talk a little.")],
+            sampling=SamplingParams(temperature=0.0, max_tokens=12),
+        )
+        _, usage = await _reply(engine, text_request)
+        held.set()
+        assert usage.completion_tokens > 0
+        await image
+        assert waited_out == [False]  # the text request ended while the encoder was held
+        projector.encode = encode  # type: ignore[method-assign]
+        again, _ = await _reply(engine, _image_request(blue))
+        assert again == alone
+    finally:
+        await engine.aclose()
