@@ -10,6 +10,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
 
   (a) direct        the fake upstream itself: the baseline every ratio is taken against
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
+  (b0) sg-chat-pure Sluicegate Chat Completions uncompiled (SLUICEGATE_PURE_PYTHON=1), a
+                    second server beside (b): the compiled hot path against its Python source
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
   (c2) sg-lmstudio  Sluicegate LM Studio REST v1
   (c4) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
@@ -62,6 +64,7 @@ HERE = Path(__file__).resolve().parent
 TITLES = {
     "direct": "(a) upstream direct",
     "sg-chat": "(b) Sluicegate chat",
+    "sg-chat-pure": "(b0) Sluicegate chat, pure",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
     "sg-completions": "(c3) Sluicegate text",
@@ -399,6 +402,12 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
+    if key == "sg-chat-pure":
+        if "sluicegate-pure" not in servers:
+            servers["sluicegate-pure"] = start_sluicegate(folder, upstream, models, pure=True)
+            procs.append(servers["sluicegate-pure"][0])
+        proc, port = servers["sluicegate-pure"]
+        return Target(key, port, proc=proc)
     if key in ("sg-chat", "sg-responses", "sg-lmstudio", "sg-completions", "sg-ollama"):
         missing = sluicegate_missing()
         if missing:

@@ -165,10 +165,22 @@ def sluicegate_missing() -> str | None:
 
 
 def start_sluicegate(
-    folder: Path, upstream: int, models: list[str], workers: int = 1, redis_url: str | None = None
+    folder: Path,
+    upstream: int,
+    models: list[str],
+    workers: int = 1,
+    redis_url: str | None = None,
+    *,
+    pure: bool = False,
 ) -> tuple[Proc, int]:
     """Sluicegate in front of the upstream; with `workers` > 1, that many processes sharing the
-    Redis store at `redis_url` (what `workers` requires)."""
+    Redis store at `redis_url` (what `workers` requires). `pure`: its hot path uncompiled
+    (SLUICEGATE_PURE_PYTHON=1), in a folder of its own."""
+    env = None
+    if pure:
+        folder = folder / "pure"
+        folder.mkdir(exist_ok=True)
+        env = {**os.environ, "SLUICEGATE_PURE_PYTHON": "1"}
     port = free_port()
     tables = "".join(
         f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
@@ -182,7 +194,7 @@ def start_sluicegate(
         f"{store}{tables}"
     )
     cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", str(port)]
-    proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder)
+    proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder, env)
     wait_ready(proc, f"http://127.0.0.1:{port}/health")
     if workers > 1:
         time.sleep(3)  # /health answers once the first worker is up; let the others finish starting

@@ -36,11 +36,11 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def body(dialect: str, tokens: int) -> str:
+def body(dialect: str, tokens: int, model: str = "fake-d0") -> str:
     if dialect == "chat":
         return json.dumps(
             {
-                "model": "fake-d0",
+                "model": model,
                 "messages": [{"role": "user", "content": "Tell me a long story."}],
                 "stream": True,
                 "stream_options": {"include_usage": True},
@@ -49,7 +49,7 @@ def body(dialect: str, tokens: int) -> str:
         )
     return json.dumps(
         {
-            "model": "fake-d0",
+            "model": model,
             "input": "Tell me a long story.",
             "stream": True,
             "max_output_tokens": tokens,
@@ -66,9 +66,19 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--dialect", choices=["chat", "responses", "lmstudio"], default="chat")
     parser.add_argument("--tokens", type=int, default=2000)
+    parser.add_argument(
+        "--model", default="fake-d0", help="fake-d5: the upstream paces tokens 5 ms apart (one per read)"
+    )
+    parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--py-spy", default="py-spy")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="also sample C frames: the compiled hot path (docs/compiled.md) runs as C, "
+        "each sample is then charged to its innermost Python or compiled (CPyDef_) function",
+    )
     args = parser.parse_args()
     path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "lmstudio": "/api/v1/chat"}[
         args.dialect
@@ -85,9 +95,9 @@ def main() -> None:
             "--dialect",
             args.dialect,
             "--body",
-            body(args.dialect, args.tokens),
+            body(args.dialect, args.tokens, args.model),
             "--concurrency",
-            "16",
+            str(args.concurrency),
             "--requests",
             "0",
             "--duration",
@@ -119,7 +129,8 @@ def main() -> None:
                 "raw",
                 "-o",
                 str(raw),
-                "--nonblocking",
+                # native stacks need the process paused per sample (py-spy's rule)
+                *(["--native"] if args.native else ["--nonblocking"]),
             ],
             check=True,
             capture_output=True,
@@ -137,7 +148,10 @@ def main() -> None:
         samples = int(n)
         total += samples
         frames = stack.split(";")
-        own[re.sub(r":\d+\)", ")", frames[-1])] += samples
+        leaf = frames[-1]
+        if args.native:  # the innermost frame that is Python code or a compiled function
+            leaf = next((f for f in reversed(frames) if ".py:" in f or "CPyDef_" in f), leaf)
+        own[re.sub(r":\d+\)", ")", leaf)] += samples
         if any("TurnEndpoint.prepare" in f for f in frames):
             prepare += samples
     tokens, done = rate * window, requests * window
@@ -149,6 +163,22 @@ def main() -> None:
     print(
         f"TurnEndpoint.prepare: {share:.1%} of samples = {share * cpu * 1e6 / max(done, 1):.0f} µs of CPU per request"
     )
+    if args.native:  # where the compiled hot path stands among the rest
+        groups: collections.Counter[str] = collections.Counter()
+        for name, samples in own.items():
+            if "CPyDef_" in name:
+                groups["compiled hot path (CPyDef_)"] += samples
+            elif "sluicegate/" in name:
+                groups["sluicegate, Python"] += samples
+            elif "uvicorn/" in name:
+                groups["uvicorn (its send: the socket write)"] += samples
+            elif "asyncio/" in name or "concurrent/" in name:
+                groups["asyncio, the event loop (epoll and its callbacks)"] += samples
+            else:
+                groups["other"] += samples
+        print("\nself time by part:")
+        for group, samples in groups.most_common():
+            print(f"  {samples / total:6.1%}  {group}")
     print("\nself time, top functions:")
     for name, samples in own.most_common(args.top):
         print(f"  {samples / total:6.1%}  {name[:120]}")

@@ -7,6 +7,7 @@ streamed and a non-streamed request can never disagree about what was generated.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sluicegate.core.errors import ErrorInfo
@@ -56,9 +57,12 @@ _REASONING = ItemKind.REASONING  # per token: an enum member lookup costs ~100 n
 
 
 class Accumulator:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        # The clock is a parameter, not `time` patched in tests: compiled, this module's
+        # reference to `time` is fixed when it loads (docs/compiled.md).
+        self._clock = clock
         self.result = ChatResult()
-        self._started = time.perf_counter()
+        self._started = clock()
         self._first_token_at: float | None = None
         self.open_items: dict[int, Item] = {}
         self._deltas = 0  # for usage when the stream is cancelled before its final count
@@ -76,7 +80,7 @@ class Accumulator:
                 if item.kind is ItemKind.REASONING:
                     self._reasoning_deltas += 1
                 if self._first_token_at is None:
-                    self._first_token_at = time.perf_counter()
+                    self._first_token_at = self._clock()
                     self.result.time_to_first_token = self._first_token_at - self._started
             case ItemAdded(item=item):
                 self.open_items[item.index] = item
@@ -97,7 +101,7 @@ class Accumulator:
                 self._stop_clock()
             case LoadFinished(seconds=seconds):
                 self.result.load_seconds = seconds
-                self._started = time.perf_counter()  # time to first token starts after loading
+                self._started = self._clock()  # time to first token starts after loading
             case _:
                 pass
 
@@ -111,4 +115,4 @@ class Accumulator:
 
     def _stop_clock(self) -> None:
         if self._first_token_at is not None:
-            self.result.generation_seconds = time.perf_counter() - self._first_token_at
+            self.result.generation_seconds = self._clock() - self._first_token_at

@@ -211,7 +211,7 @@ class Item:
     error: str | None = None  # a failed server-side call (TOOL_RESULT) or listing (TOOL_LIST)
     tools: list[ServerTool] = field(default_factory=list)  # TOOL_LIST
     parts: list[str] = field(default_factory=list)  # deltas so far, joined into `text` at done
-    runs: int = 0  # parts[:runs] are deltas already joined in runs (`segment.COMPACT_PARTS`)
+    runs: int = 0  # parts[:runs] are deltas already joined in runs (`segmenter.COMPACT_PARTS`)
 
     @property
     def text_so_far(self) -> str:

@@ -3,7 +3,8 @@
 This is the only place block boundaries are decided, so no dialect re-derives them. It also
 gives every stream the same ending: open items are closed (unless the stream failed: then they
 stay open, never reported done), the last usage is reported, then exactly one terminal event
-(`Finished` or `Failed`) — whatever the engine did or failed to do.
+(`Finished` or `Failed`) — whatever the engine did or failed to do. The per-event state machine
+is `core/segmenter.py`; this module drives it over the engine's stream.
 """
 
 from __future__ import annotations
@@ -14,234 +15,10 @@ from collections.abc import AsyncIterator
 
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
-from sluicegate.core.events import (
-    Answered,
-    ApprovalRequested,
-    Event,
-    EventBatch,
-    Failed,
-    Finished,
-    FinishReason,
-    Item,
-    ItemAdded,
-    ItemDelta,
-    ItemDone,
-    ItemKind,
-    RawBatch,
-    RawEvent,
-    ServerToolEvent,
-    TextDelta,
-    ToolCallDelta,
-    ToolResult,
-    ToolsListed,
-    UsageReport,
-    usage_with_fallback,
-)
-from sluicegate.core.ids import new_id
+from sluicegate.core.events import Event, EventBatch, Failed, RawBatch, RawEvent, TextDelta
+from sluicegate.core.segmenter import Segmenter
 
 log = logging.getLogger(__name__)
-
-ITEM_ID_PREFIX = {
-    ItemKind.REASONING: "rs_",
-    ItemKind.MESSAGE: "msg_",
-    ItemKind.REFUSAL: "msg_",
-    ItemKind.TOOL_CALL: "fc_",
-    ItemKind.TOOL_RESULT: "fco_",
-    ItemKind.TOOL_LIST: "mcpl_",
-    ItemKind.APPROVAL_REQUEST: "mcpr_",
-}
-_REASONING = ItemKind.REASONING  # per token: an enum member lookup costs ~100 ns in Python 3.11
-
-
-# A delta's own str costs ~60 B whatever its length: a reply of thousands of tokens kept as one
-# str per token costs a stream ten times its text. Every COMPACT_PARTS deltas are joined into a
-# run (each delta copied once: linear, whatever the reply's length).
-COMPACT_PARTS = 256
-
-
-def _compact(item: Item) -> None:
-    runs = item.runs
-    item.parts[runs:] = ("".join(item.parts[runs:]),)
-    item.runs = runs + 1
-
-
-class _Segmenter:
-    def __init__(self) -> None:
-        self.count = 0
-        self.tool_count = 0  # calls the client runs: their `tool_index`, and the finish reason
-        self.server_tool_count = 0  # calls the server runs, numbered apart so clients see 0..n
-        self.text_item: Item | None = None
-        self.tool_item: Item | None = None
-        self.tool_by_index: dict[int, Item] = {}
-        # A tool call whose name has not arrived yet: its arguments wait here.
-        self.pending_args: dict[int, list[str]] = {}
-        self.usage: UsageReport | None = None
-        self.finish: FinishReason | None = None
-        self.deltas = 0  # what streamed, for usage when the engine never got to report it
-        self.reasoning_deltas = 0
-
-    def _open(self, kind: ItemKind, **fields: str | int | None) -> Item:
-        item = Item(index=self.count, kind=kind, id=new_id(ITEM_ID_PREFIX[kind]))
-        for key, value in fields.items():
-            setattr(item, key, value)
-        self.count += 1
-        return item
-
-    def _close(self, item: Item, out: list[Event]) -> None:
-        item.text = "".join(item.parts)
-        item.parts, item.runs = [], 0
-        item.done = True
-        out.append(ItemDone(item))
-
-    def close_text(self, out: list[Event]) -> None:
-        if self.text_item is not None:
-            self._close(self.text_item, out)
-            self.text_item = None
-
-    def close_tool(self, out: list[Event]) -> None:
-        item = self.tool_item
-        if item is None:
-            return
-        self.tool_item = None
-        if not item.name and item.tool_index is None:
-            # The name never came: announce the call now rather than lose it.
-            self._announce_tool(item, out)
-        self._close(item, out)
-
-    def _announce_tool(self, item: Item, out: list[Event]) -> None:
-        if item.provider is None:
-            item.tool_index = self.tool_count
-            self.tool_count += 1
-        else:
-            item.tool_index = self.server_tool_count
-            self.server_tool_count += 1
-        out.append(ItemAdded(item))
-        buffered = self.pending_args.pop(id(item), None)
-        if buffered:
-            text = "".join(buffered)
-            item.parts.append(text)
-            out.append(ItemDelta(item, text))
-
-    def text(self, event: TextDelta, out: list[Event]) -> None:
-        self.deltas += 1
-        if event.channel is _REASONING:
-            self.reasoning_deltas += 1
-        item = self.text_item
-        if item is None or item.kind is not event.channel:
-            self.close_text(out)
-            self.close_tool(out)
-            item = self.text_item = self._open(event.channel)
-            out.append(ItemAdded(item))
-        parts = item.parts
-        parts.append(event.text)
-        if len(parts) - item.runs >= COMPACT_PARTS:
-            _compact(item)
-        if event.logprobs:
-            item.logprobs.extend(event.logprobs)
-        out.append(ItemDelta(item, event.text, event.logprobs))
-
-    def tool(self, event: ToolCallDelta, out: list[Event]) -> None:
-        self.deltas += 1
-        item = self.tool_by_index.get(event.index)
-        if item is None:
-            self.close_text(out)
-            self.close_tool(out)
-            item = self._open(
-                ItemKind.TOOL_CALL, call_id=event.call_id or new_id("call_", 24), name=event.name
-            )
-            item.provider = event.provider
-            self.tool_by_index[event.index] = item
-            self.tool_item = item
-            if item.name:
-                self._announce_tool(item, out)
-        elif item is not self.tool_item:
-            log.warning("dropping a late delta for tool call %d, already closed", event.index)
-            return
-        elif event.name and not item.name:
-            item.name = event.name
-            self._announce_tool(item, out)
-        if not event.arguments:
-            return
-        if item.tool_index is None:
-            self.pending_args.setdefault(id(item), []).append(event.arguments)
-            return
-        item.parts.append(event.arguments)
-        if len(item.parts) - item.runs >= COMPACT_PARTS:
-            _compact(item)
-        out.append(ItemDelta(item, event.arguments))
-
-    def server_tool(self, event: ServerToolEvent, out: list[Event]) -> None:
-        """A server-side tool's result, listing or approval request: one finished item."""
-        self.close_text(out)
-        self.close_tool(out)
-        match event:
-            case ToolResult():
-                item = self._open(ItemKind.TOOL_RESULT, call_id=event.call_id, name=event.name)
-                item.parts.append(event.output)
-            case ToolsListed():
-                item = self._open(ItemKind.TOOL_LIST)
-                item.tools = event.tools
-            case ApprovalRequested():
-                item = self._open(ItemKind.APPROVAL_REQUEST, name=event.name)
-                item.parts.append(event.arguments)
-        item.provider = event.provider
-        item.error = getattr(event, "error", None)
-        out.append(ItemAdded(item))
-        self._close(item, out)
-
-    def step(self, event: RawEvent, out: list[Event]) -> Failed | None:
-        """One raw event (not a batch) into `out`; returns the `Failed` that ends the stream."""
-        match event:
-            case TextDelta():
-                self.text(event, out)
-            case ToolCallDelta():
-                self.tool(event, out)
-            case ToolResult() | ToolsListed() | ApprovalRequested():
-                self.server_tool(event, out)
-            case UsageReport():
-                self.usage = event
-                out.append(event)  # the latest count so far; the final one comes before the end
-            case Finished():
-                self.finish = event.reason
-            case Failed():
-                return event
-            case Answered():
-                pass  # for the route, which did not wait for it
-            case RawBatch():
-                for inner in event.events:
-                    if (failure := self.step(inner, out)) is not None:
-                        return failure
-            case _:
-                out.append(event)  # load and prompt progress pass through unchanged
-        return None
-
-    def end(self, out: list[Event], failure: Failed | None) -> None:
-        if failure is not None or self.finish in (FinishReason.LENGTH, FinishReason.CONTENT_FILTER):
-            for item in (self.text_item, self.tool_item):
-                if item is not None:
-                    item.cut_short = True
-        # On a failure the open items stay open: an item cut off by an error is never reported
-        # done (a client would run a cut-off call); the stream goes straight to its error ending.
-        # A server-side call is the exception: the tool loop runs it (or not) itself, and its
-        # dialects show it ending with the response.
-        if failure is None:
-            self.close_text(out)
-        if failure is None or (self.tool_item is not None and self.tool_item.provider is not None):
-            self.close_tool(out)
-        usage = usage_with_fallback(
-            self.usage.usage if self.usage is not None else None, self.deltas, self.reasoning_deltas
-        )
-        if usage is not None:
-            out.append(UsageReport(usage))
-        if failure is not None:
-            out.append(failure)
-            return
-        reason = self.finish or FinishReason.STOP
-        if self.tool_count and reason is FinishReason.STOP:
-            reason = FinishReason.TOOL_CALLS
-        elif not self.tool_count and reason is FinishReason.TOOL_CALLS:
-            reason = FinishReason.STOP
-        out.append(Finished(reason))
 
 
 def failure_from_exception(exc: Exception) -> Failed:
@@ -254,7 +31,7 @@ def failure_from_exception(exc: Exception) -> Failed:
 async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> AsyncIterator[Event]:
     """Turn an engine's raw events into the canonical item-structured stream; with a `deadline`,
     guard it too (one loop for both: a generator layer less per token)."""
-    state = _Segmenter()
+    state = Segmenter()
     out: list[Event] = []
     failure: Failed | None = None
     if deadline is not None:

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator, Iterable
 
 import pytest
 
-from sluicegate.core import accumulate
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
@@ -33,20 +32,18 @@ from sluicegate.core.segment import segment
 
 
 class FakeClock:
-    """Stands in for `time` inside the accumulator, so timing assertions are exact."""
+    """The accumulator's clock in these tests, so timing assertions are exact."""
 
     def __init__(self) -> None:
         self.now = 100.0
 
-    def perf_counter(self) -> float:
+    def __call__(self) -> float:
         return self.now
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
-    monkeypatch.setattr(accumulate, "time", fake)
-    return fake
+def clock() -> FakeClock:
+    return FakeClock()
 
 
 async def _agen(events: Iterable[RawEvent]) -> AsyncIterator[RawEvent]:
@@ -131,7 +128,7 @@ async def test_error_is_recorded_and_partial_items_kept() -> None:
 
 
 def test_time_to_first_token_and_generation_time(clock: FakeClock) -> None:
-    acc = Accumulator()  # clock starts at 100
+    acc = Accumulator(clock)  # clock starts at 100
     item = Item(0, ItemKind.MESSAGE, "msg_1")
     clock.now = 100.5
     acc.feed(ItemAdded(item))
@@ -151,7 +148,7 @@ def test_time_to_first_token_and_generation_time(clock: FakeClock) -> None:
 
 
 def test_time_to_first_token_counts_from_the_end_of_loading(clock: FakeClock) -> None:
-    acc = Accumulator()
+    acc = Accumulator(clock)
     acc.feed(LoadStarted("m"))
     acc.feed(LoadProgress(0.5))
     clock.now = 110.0
@@ -163,7 +160,7 @@ def test_time_to_first_token_counts_from_the_end_of_loading(clock: FakeClock) ->
 
 
 def test_failure_stops_the_clock(clock: FakeClock) -> None:
-    acc = Accumulator()
+    acc = Accumulator(clock)
     clock.now = 101.0
     acc.feed(ItemDelta(Item(0, ItemKind.MESSAGE, "msg_1"), "a"))
     clock.now = 104.0
@@ -173,7 +170,7 @@ def test_failure_stops_the_clock(clock: FakeClock) -> None:
 
 
 def test_no_tokens_means_no_ttft_and_no_rate(clock: FakeClock) -> None:
-    acc = Accumulator()
+    acc = Accumulator(clock)
     clock.now = 105.0
     acc.feed(Finished(FinishReason.STOP))
     assert acc.result.time_to_first_token is None

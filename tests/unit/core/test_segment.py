@@ -189,7 +189,7 @@ async def test_text_logprobs_are_kept_on_delta_and_item() -> None:
 
 
 async def test_a_long_reply_is_kept_in_runs_not_one_str_per_delta() -> None:
-    from sluicegate.core.segment import COMPACT_PARTS
+    from sluicegate.core.segmenter import COMPACT_PARTS
 
     deltas = [f"t{i} " for i in range(COMPACT_PARTS * 3 + 7)]
     seen: list[tuple[int, str]] = []  # what a reader of the unfinished item sees, as it grows

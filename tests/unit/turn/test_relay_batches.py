@@ -6,6 +6,7 @@ the general parser on every input, and refuse what is not a plain token."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
@@ -156,11 +157,19 @@ def test_a_list_of_frames_is_written_as_one_buffer() -> None:
 async def test_the_opening_frames_are_not_kept_once_sent() -> None:
     # orjson's output holds a buffer of 4 KiB or more whatever its length: a stream that kept
     # its opening frames held that for its whole life.
-    class Opening(ChatCompletionsEncoder):  # a dialect with opening frames (Responses, Anthropic)
+    # A dialect with opening frames (Responses, Anthropic); a wrapper, not a subclass: the
+    # encoder may be compiled (docs/compiled.md), and Python classes cannot extend those.
+    class Opening:
+        def __init__(self) -> None:
+            self.inner = ChatCompletionsEncoder("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
+
         def opening(self) -> list[Frame]:
             return [Frame(orjson.dumps({"type": "response.created"}), "response.created")]
 
-    encoder = Opening("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+    encoder = Opening()
     pipeline = TurnPipeline(segment(_events(_tokens())), encoder, Accumulator())
     pipeline.open()
     frames = pipeline.frames()

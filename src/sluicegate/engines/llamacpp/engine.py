@@ -514,6 +514,8 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
+        if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
+            self._runtime.start_guidance()
         if self.batching:
             speculator = None
             if settings.speculative is not None:

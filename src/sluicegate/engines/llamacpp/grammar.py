@@ -112,11 +112,48 @@ _DATA = ("enum", "const", "default", "examples")
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
 _OPEN = ("additionalProperties", "patternProperties", "unevaluatedProperties")
 _BESIDE = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "if", "dependentSchemas")
+_COUNTS = (
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "minContains",
+    "maxContains",
+)
+# The formats JSON Schema defines (draft 2020-12, section 7.3). Any other name (`url`, `byte`,
+# `int32`, …) is an annotation no validator checks: every string satisfies it, so it is left
+# out rather than refused. A defined format the grammar cannot enforce is still refused.
+DEFINED_FORMATS = frozenset(
+    [
+        "date-time",
+        "date",
+        "time",
+        "duration",
+        "email",
+        "idn-email",
+        "hostname",
+        "idn-hostname",
+        "ipv4",
+        "ipv6",
+        "uri",
+        "uri-reference",
+        "iri",
+        "iri-reference",
+        "uuid",
+        "uri-template",
+        "json-pointer",
+        "relative-json-pointer",
+        "regex",
+    ]
+)
 
 
 def _closed(schema: Any, in_all_of: bool = False) -> Any:
-    """`schema` with objects that list `properties` and say nothing of other keys closed to
-    them, as llama.cpp's converter does: a model otherwise may add keys without end (a random
+    """`schema` without formats JSON Schema does not define (`DEFINED_FORMATS`), and with
+    objects that list `properties` and say nothing of other keys closed to them, as llama.cpp's
+    converter does: a model otherwise may add keys without end (a random
     one does), and what it writes still validates. Not where other subschemas see the same
     object: next to a combinator or `$ref`, in any `allOf` branch, in the branches of an
     object that lists properties itself."""
@@ -130,12 +167,42 @@ def _closed(schema: Any, in_all_of: bool = False) -> Any:
             out[key] = value
         elif key in _SCHEMA_MAPS and isinstance(value, dict):
             out[key] = {name: _closed(v) for name, v in value.items()}
+        elif key == "format" and isinstance(value, str) and value not in DEFINED_FORMATS:
+            continue
+        elif key in _COUNTS and isinstance(value, float) and value.is_integer():
+            out[key] = int(value)  # `2.0` is the count 2 (JSON Schema: a number with no fraction)
         else:
             shared = key == "allOf" or (key in _BESIDE and "properties" in schema)
             out[key] = _closed(value, shared)
     if "properties" in out and not in_all_of and not any(k in out for k in (*_OPEN, *_BESIDE)):
         out["additionalProperties"] = False
+    if out.get("type") == "integer" and not in_all_of:
+        _bounded(out)
     return out
+
+
+# An integer with no bound in a direction gets the largest one a JSON reader holds exactly,
+# 2^53 - 1 (JavaScript's MAX_SAFE_INTEGER; llguidance's bounds are doubles too; llama.cpp's
+# converter allows 16 digits): a model (a random one does) may otherwise write digits until
+# `max_tokens`.
+_LARGEST = 2**53 - 1
+
+
+def _bound(schema: dict[str, Any], keys: tuple[str, str]) -> float | None:
+    # (draft 4's `exclusiveMinimum: true` is a flag, not a bound)
+    values = (schema.get(key) for key in keys)
+    return next((v for v in values if isinstance(v, int | float) and not isinstance(v, bool)), None)
+
+
+def _bounded(schema: dict[str, Any]) -> None:
+    low, high = (
+        _bound(schema, ("minimum", "exclusiveMinimum")),
+        _bound(schema, ("maximum", "exclusiveMaximum")),
+    )
+    if high is None and (low is None or low < _LARGEST):
+        schema["maximum"] = _LARGEST
+    if low is None and (high is None or high > -_LARGEST):
+        schema["minimum"] = -_LARGEST
 
 
 def best_effort_rule(schema: dict[str, Any]) -> tuple[str, tuple[str, ...]]:
@@ -205,8 +272,10 @@ def _check(lark: str) -> None:
         if "oneOf constraints are not supported" in error:  # branches it cannot prove exclusive
             keywords = ("oneOf",)
             message = "oneOf whose branches may overlap (exclusivity cannot be enforced)"
-        if "Unknown format" in error:  # a format it has no grammar for (`idn-email`, made-up ones)
+        if "Unknown format" in error:  # a defined format it has no grammar for (`idn-email`, …)
             keywords = ("format",)
+        if "circular references with sibling keys" in error:  # a recursive `$ref` beside keywords
+            keywords = ("$ref",)
         raise SchemaError(message.split("failed to compile JSON schema: ")[-1], keywords)
 
 

@@ -5,7 +5,9 @@ and what it refuses, and which grammar (if any) a request gets."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -14,8 +16,10 @@ from llguidance import LLMatcher, LLTokenizer
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
+from sluicegate.engines.llamacpp import runtime as runtime_module
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.grammar import (
     BEST_EFFORT_HEADER,
     Grammar,
@@ -144,6 +148,13 @@ CONSTRAINTS: list[tuple[dict[str, Any], list[Any], list[Any]]] = [
     ({"type": "string", "format": "date-time"}, ["2024-01-02T03:04:05Z"], ["2024-01-02 03:04"]),
     ({"type": "string", "format": "uuid"}, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
     ({"type": "string", "format": "email"}, ["a.b@example.com"], ["example.com", "a@"]),
+    # A format JSON Schema does not define is an annotation: any string (JSONSchemaBench has
+    # `url`, `byte`, `int64`, ...), not a refusal.
+    ({"type": "string", "format": "url"}, ["anything at all"], [3]),
+    # An integer without bounds is held to what a JSON reader holds exactly: a model cannot pad it.
+    ({"type": "integer"}, [0, -(2**53 - 1), 2**53 - 1], [2**53, -(2**53), 10**16]),
+    ({"type": "integer", "minimum": 5}, [5, 2**53 - 1], [4, 2**53]),
+    ({"type": "integer", "minimum": 10**17}, [10**17, 10**20], [10**17 - 1]),
     ({"enum": ["a\u0000b", "foo\nbar", 3, None]}, ["a\u0000b", "foo\nbar", 3, None], ["ab", "foo", 4]),
     ({"const": {"$ref": "#/x"}}, [{"$ref": "#/x"}], [{"$ref": "#/y"}]),
     ({"type": "array", "maxItems": 2}, [[], [1, "x"]], [[1, 2, 3]]),
@@ -347,3 +358,28 @@ def test_markup_tokens_match_as_text_and_end_of_turn_only_ends(tmp_path: Any) ->
         assert matcher.consume_token(end) and matcher.is_stopped()
     finally:
         vocabulary.close()
+
+
+async def test_the_vocabulary_view_is_built_at_load_off_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A loaded chat model builds its grammar view on a thread of its own, so the first
+    structured request (on the worker, where every sequence waits) finds it ready."""
+    threads: list[str] = []
+
+    def counted(vocab: Any) -> LLTokenizer:
+        threads.append(threading.current_thread().name)
+        return vocab_tokenizer(vocab)
+
+    monkeypatch.setattr(runtime_module, "vocab_tokenizer", counted)
+    gguf = make_demo_gguf(tmp_path / "demo.gguf")
+    engine = LlamaCppEngine.from_config({"id": "m", "path": str(gguf), "context_length": 256}, Path("."))
+    await engine.load(lambda _p: None)
+    try:
+        runtime = engine._runtime
+        assert runtime is not None
+        view = runtime.guidance()  # waits for the build the load started
+        assert threads == ["vocab-view"]
+        assert runtime.guidance() is view and threads == ["vocab-view"]  # built once
+    finally:
+        await engine.unload()

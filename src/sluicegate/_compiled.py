@@ -1,0 +1,150 @@
+"""The compiled hot path: which modules mypyc compiles, and whether their binaries may be used.
+
+`setup.py` compiles `COMPILED` with mypyc and writes `MANIFEST` beside them: the SHA-256 of each
+module's source at build time. At import, `choose()` (run by `sluicegate/__init__.py`, before
+any of these modules loads) compares that record with the sources as they are now:
+
+- they match: Python's import system picks the extension modules (it tries them before `.py`);
+- `SLUICEGATE_PURE_PYTHON=1`, or a source edited since the build (one warning names it), or a
+  binary missing: an import hook loads every module of `COMPILED` from its `.py` instead.
+
+It is all or nothing: mypyc compiles the modules as one group whose code calls across modules
+natively, so a compiled module beside a pure copy of a group member would still run the old one.
+
+Standard library only: `setup.py` loads this file before the project's dependencies exist.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+# What the profile of a relayed token names (bench/README.md, "compiled hot path"): the upstream
+# chunk parser, the segmenter, the output parser, the accumulator, the encoders, the framing.
+COMPILED: tuple[str, ...] = (
+    "sluicegate.core.events",
+    "sluicegate.core.frames",  # every encoder makes one per token
+    "sluicegate.core.segmenter",
+    "sluicegate.core.accumulate",
+    "sluicegate.engines.upstream.wire",
+    "sluicegate.engines.upstream.completions",  # extends wire's classes: compiled with them
+    "sluicegate.engines.upstream.anthropic_wire",
+    "sluicegate.parsing.parser",
+    "sluicegate.parsing.scan",
+    "sluicegate.parsing.markup",
+    "sluicegate.dialects.chat_completions.encoder",
+    "sluicegate.dialects.responses.encoder",
+    "sluicegate.dialects.lmstudio.encoder",
+    "sluicegate.dialects.anthropic.encoder",
+    "sluicegate.dialects.completions.encoder",
+    "sluicegate.dialects.ollama.encoder",
+    "sluicegate.transport.sse",
+)
+MANIFEST = "_compiled_build.json"
+PURE_SWITCH = "SLUICEGATE_PURE_PYTHON"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+# The outcome of `choose()`: "compiled", "pure (why)" or "not built".
+mode = "not built"
+
+
+def source_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path:
+    """`sluicegate.core.segment` → `<package_dir>/core/segment.py`."""
+    return package_dir.joinpath(*module.split(".")[1:]).with_suffix(".py")
+
+
+def source_hash(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def binary_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path | None:
+    """The extension module built for this interpreter beside the source, if any."""
+    source = source_path(module, package_dir)
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = source.with_suffix(suffix)
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def write_manifest(package_dir: Path, sources: Path | None = None) -> None:
+    """Record in `package_dir` the sources (in `sources`, by default the same dir) its binaries
+    were compiled from (`setup.py`)."""
+    record = {m: source_hash(source_path(m, sources or package_dir)) for m in COMPILED}
+    (package_dir / MANIFEST).write_text(json.dumps({"modules": record}, indent=1) + "\n")
+
+
+def stale(package_dir: Path = PACKAGE_DIR) -> str | None:
+    """Why the binaries in `package_dir` must not be used, or None when they match the sources.
+    Also None when nothing was built (no binaries, no record): then there is nothing to shadow."""
+    binaries = {m: binary_path(m, package_dir) for m in COMPILED}
+    try:
+        recorded: dict[str, str] = json.loads((package_dir / MANIFEST).read_text())["modules"]
+    except (OSError, ValueError, KeyError, TypeError):
+        found = [m for m, b in binaries.items() if b is not None]
+        return f"{found[0]} is compiled but no build record ({MANIFEST}) says from what" if found else None
+    if set(recorded) != set(COMPILED):
+        return "the build compiled another list of modules"
+    for module in COMPILED:
+        if binaries[module] is None:
+            return f"{module} has no compiled binary"
+        if recorded[module] != source_hash(source_path(module, package_dir)):
+            return f"{source_path(module, package_dir).name} ({module}) changed since it was compiled"
+    return None
+
+
+class _PureFinder:
+    """Finds the modules of `COMPILED` as their `.py` source, ahead of the extension modules."""
+
+    @staticmethod
+    def find_spec(
+        name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if name not in COMPILED:
+            return None
+        return importlib.util.spec_from_file_location(name, source_path(name))
+
+
+def use_pure() -> None:
+    if not any(isinstance(f, _PureFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PureFinder())
+
+
+def choose() -> str:
+    """Pick compiled or pure for this process, once, before any module of `COMPILED` loads."""
+    global mode
+    if os.environ.get(PURE_SWITCH, "") not in ("", "0"):
+        use_pure()
+        mode = f"pure ({PURE_SWITCH} is set)"
+        return mode
+    why = stale()
+    if why is not None:
+        use_pure()
+        mode = f"pure ({why})"
+        warnings.warn(
+            f"Sluicegate runs its hot path uncompiled: {why}. Rebuild with "
+            "`python setup.py build_ext --inplace` (or `pip install -e .`), "
+            f"or set {PURE_SWITCH}=1 to say you mean it.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return mode
+    mode = "compiled" if (PACKAGE_DIR / MANIFEST).exists() else "not built"
+    return mode
+
+
+def loaded() -> dict[str, bool]:
+    """For each module of `COMPILED` imported so far: is it the extension module?"""
+    return {
+        name: isinstance(getattr(module, "__loader__", None), importlib.machinery.ExtensionFileLoader)
+        for name in COMPILED
+        if (module := sys.modules.get(name)) is not None
+    }
