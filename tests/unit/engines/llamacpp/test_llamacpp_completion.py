@@ -46,8 +46,8 @@ def _request(prompt: RawPrompt, **sampling: Any) -> ChatRequest:
 def _decoded(engine: LlamaCppEngine, request: ChatRequest) -> str:
     engine.check(request)
     prepared = engine._prepared
-    assert prepared is not None and prepared[0] is request and prepared[2] is not None
-    text: bytes = engine._tokenizer().detokenize(prepared[2], special=True)
+    assert prepared is not None and prepared.request is request and prepared.tokens is not None
+    text: bytes = engine._tokenizer().detokenize(prepared.tokens, special=True)
     return text.decode()
 
 
