@@ -7,12 +7,12 @@ JSON (the dialects' invalid call), never an exception."""
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pytest
 
 from llama_cpp_support import fold
+from parsing_support import run
 from sluicegate.core.events import RawEvent, TextDelta, ToolCallDelta
 from sluicegate.parsing import ToolCallFormat, detect_tool_format, new_parser
 from sluicegate.parsing.registry import BY_FORMAT
@@ -44,12 +44,7 @@ TEXT_FIRST = {F.LLAMA4_PYTHONIC}  # the call list must be the whole message
 
 
 def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
-    counter = itertools.count()
-    parser = new_parser(fmt, tools=SCHEMA, new_call_id=lambda: f"call_{next(counter)}")
-    events: list[RawEvent] = []
-    for piece in pieces:
-        events.extend(parser.feed(piece))
-    return events + parser.finish()
+    return run(pieces, tool_format=fmt, tools=SCHEMA)
 
 
 @pytest.mark.parametrize("fmt", list(OUTPUTS))

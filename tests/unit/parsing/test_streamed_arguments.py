@@ -4,13 +4,13 @@ no family's special tokens reach the message."""
 
 from __future__ import annotations
 
-import itertools
 import json
 from typing import Any
 
 import pytest
 
 from llama_cpp_support import fold
+from parsing_support import run
 from sluicegate.core.events import RawEvent, TextDelta, ToolCallDelta
 from sluicegate.parsing import THINK, ToolCallFormat, new_parser
 
@@ -45,12 +45,7 @@ WHOLE: set[ToolCallFormat] = set()  # formats whose call leaves whole when it cl
 
 
 def _run(fmt: ToolCallFormat, pieces: list[str]) -> list[RawEvent]:
-    counter = itertools.count()
-    parser = new_parser(fmt, tools=SCHEMA, new_call_id=lambda: f"call_{next(counter)}")
-    events: list[RawEvent] = []
-    for piece in pieces:
-        events.extend(parser.feed(piece))
-    return events + parser.finish()
+    return run(pieces, tool_format=fmt, tools=SCHEMA)
 
 
 @pytest.mark.parametrize("fmt", list(OUTPUTS))
