@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from engine_events import engine_events
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import Finished, PromptProgress, RawBatch, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, Message, RequestOptions, SamplingParams
@@ -51,21 +52,10 @@ class Reply:
         self.progress: list[float] = []
 
 
-async def _events(engine: LlamaCppEngine, request: ChatRequest) -> AsyncIterator[RawEvent]:
-    """The engine's events one by one (it hands over what one wake-up carries as a RawBatch)."""
-    stream = engine.generate(request)
-    try:
-        async for received in stream:
-            for event in received.events if isinstance(received, RawBatch) else [received]:
-                yield event
-    finally:
-        await stream.aclose()
-
-
 async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
     engine.check(request)
     reply = Reply()
-    async for event in _events(engine, request):
+    async for event in engine_events(engine, request):
         _note(reply, event)
     return reply
 
@@ -191,7 +181,7 @@ def test_stream_interval_hands_tokens_over_together(loaded: Any) -> None:
     async def beside_a_long_one() -> tuple[Reply, bool, bool]:
         long = _request(PROMPTS[0], max_tokens=3000)
         together.check(long)
-        stream = _events(together, long)
+        stream = engine_events(together, long)
         try:
             async for event in stream:
                 if isinstance(event, TextDelta):
@@ -241,7 +231,7 @@ def test_cancel_one_others_run_and_cells_freed(loaded: Any) -> None:
     async def scenario() -> tuple[list[Reply], list[int]]:
         long = _request(PROMPTS[0], max_tokens=400)
         engine.check(long)
-        stream: AsyncIterator[RawEvent] = _events(engine, long)
+        stream: AsyncIterator[RawEvent] = engine_events(engine, long)
         texts = 0
         async for event in stream:
             texts += isinstance(event, TextDelta)
@@ -287,7 +277,7 @@ def test_unload_fails_running_requests(loaded: Any) -> None:
     async def scenario() -> None:
         request = _request(PROMPTS[0], max_tokens=4000)
         engine.check(request)
-        stream = _events(engine, request)
+        stream = engine_events(engine, request)
         async for event in stream:
             if isinstance(event, TextDelta):
                 break
@@ -326,7 +316,7 @@ def test_running_sequences_stay_in_adjacent_slots(loaded: Any) -> None:
     async def beside_a_long_one() -> tuple[Reply, int]:
         long = _request(PROMPTS[3], max_tokens=200)
         engine.check(long)
-        stream = _events(engine, long)
+        stream = engine_events(engine, long)
         async for event in stream:  # running now, in one of the slots
             if isinstance(event, TextDelta):
                 break
@@ -366,7 +356,7 @@ def test_short_request_is_not_stuck_behind_a_long_prompt(loaded: Any) -> None:
         first: asyncio.Future[None] = loop.create_future()
 
         async def run_long() -> None:
-            async for event in _events(engine, long):
+            async for event in engine_events(engine, long):
                 if isinstance(event, PromptProgress):
                     long_progress.append(event.progress)
                     if not first.done():

@@ -9,14 +9,15 @@ another seed has the same vocabulary and guesses wrong.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import pytest
 
-from sluicegate.core.events import Finished, RawBatch, RawEvent, TextDelta, Usage, UsageReport
+from engine_events import engine_events
+from sluicegate.core.events import Finished, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, Message, SamplingParams
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.demo import make_demo_gguf
@@ -55,20 +56,10 @@ def _request(prompt: str, **sampling: Any) -> ChatRequest:
     return ChatRequest(model="s", messages=[Message("user", prompt)], sampling=SamplingParams(**sampling))
 
 
-async def _events(engine: LlamaCppEngine, request: ChatRequest) -> AsyncIterator[RawEvent]:
-    stream = engine.generate(request)
-    try:
-        async for received in stream:
-            for event in received.events if isinstance(received, RawBatch) else [received]:
-                yield event
-    finally:
-        await stream.aclose()
-
-
 async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
     engine.check(request)
     reply = Reply()
-    async for event in _events(engine, request):
+    async for event in engine_events(engine, request):
         if isinstance(event, TextDelta):
             reply.text += event.text
         elif isinstance(event, Finished):
@@ -242,7 +233,7 @@ def test_cancel_mid_draft_frees_the_sequence(loaded: Any) -> None:
     async def scenario() -> list[Reply]:
         long = _request(PROMPTS[0], max_tokens=400)
         engine.check(long)
-        stream = _events(engine, long)
+        stream = engine_events(engine, long)
         texts = 0
         async for event in stream:
             texts += isinstance(event, TextDelta)
