@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +81,54 @@ def test_libmtmd_loads_the_demo_projector_and_the_image_matters(runtime: LlamaRu
     assert again == first and cached == prompt_tokens - 1  # all reused, the image too
     other, _, cached = reply(runtime, blue)
     assert other != first and cached < prompt_tokens - IMAGE_TOKENS  # a new image: decoded anew
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _until(condition: Callable[[], bool], seconds: float = 30) -> bool:
+    """Whether `condition` holds within `seconds` (a thread's exit is not observable otherwise)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_encoder_thread_ends_with_its_last_image(runtime: LlamaRuntime) -> None:
+    """The encoder's thread, and the OpenMP pool it starts, end once no image is left: while
+    they live, libgomp counts more OpenMP threads than CPUs and makes every team in the
+    process, the decode's too, sleep at its barriers instead of spinning (vision.py)."""
+    projector = runtime.projector
+    assert projector is not None
+    before = _os_threads()
+    spans: list[ImageSpan] = []
+    medias = []
+    for color in ((200, 30, 30), (30, 200, 30)):  # two images: one thread takes both in turn
+        media = projector.tokenize(f"Look: {MARKER} ok?", [decode_image(encoded(color), ImageLimits())])
+        medias.append(media)
+        spans.extend(media.images.values())
+    ended = threading.Semaphore(0)
+    try:
+        for span in spans:
+            projector.encode_soon(span, runtime.n_embd, ended.release)
+        for _ in spans:
+            assert ended.acquire(timeout=120)
+        for span in spans:
+            assert span.encoding is not None
+            span.encoding.result()
+            assert span.embeddings is not None and span.embeddings.shape == (IMAGE_TOKENS, runtime.n_embd)
+        assert _until(lambda: not any(t.name.startswith("mtmd-encoder") for t in threading.enumerate()))
+        assert _until(lambda: _os_threads() <= before)  # its OpenMP pool thread is gone too
+        # And the next image starts a thread again.
+        spans[0].embeddings = None
+        projector.encode_soon(spans[0], runtime.n_embd, ended.release)
+        assert ended.acquire(timeout=120) and spans[0].embeddings is not None
+    finally:
+        for media in medias:
+            media.free()
 
 
 def test_a_cached_prefix_never_ends_inside_an_image() -> None:
