@@ -50,14 +50,13 @@ def decode_audio(encoded: str, fmt: str, limits: AudioLimits) -> Sound:
             param="input_audio.format",
             code="invalid_audio",
         )
-    if len(encoded) // 4 * 3 > limits.max_bytes + 3:  # refused before the copy base64 would make
-        raise _too_large(len(encoded) // 4 * 3, limits)
+    size = len(encoded) // 4 * 3 - encoded[-2:].count("=")  # exact for valid base64 (no whitespace)
+    if size > limits.max_bytes:  # refused before base64 makes a copy of it
+        raise _too_large(size, limits)
     try:
         data = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise _bad("the data is not valid base64.") from None
-    if len(data) > limits.max_bytes:
-        raise _too_large(len(data), limits)
     seconds = wav_seconds(data) if fmt == "wav" else mp3_seconds(data)
     if seconds <= 0:
         raise _bad("the clip has no samples.")

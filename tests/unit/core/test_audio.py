@@ -16,10 +16,10 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def refusal(encoded: str, fmt: str = "wav", limits: AudioLimits | None = None) -> str | None:
+def refusal(encoded: str, fmt: str = "wav", limits: AudioLimits | None = None, says: str = "") -> str | None:
     with pytest.raises(SluicegateError) as caught:
         decode_audio(encoded, fmt, limits or AudioLimits())
-    assert caught.value.info.status == 400
+    assert caught.value.info.status == 400 and says in caught.value.info.message
     return caught.value.info.code
 
 
@@ -51,7 +51,7 @@ def test_what_is_not_the_named_format_is_invalid_audio() -> None:
     assert refusal(b64(b"RIFF\x00\x00\x00\x00WAVEjunk")) == "invalid_audio"  # no data chunk
     assert refusal(b64(b"hello, not a wav at all")) == "invalid_audio"
     assert refusal(b64(silent_mp3())) == "invalid_audio"  # an MP3 sent as "wav"
-    assert refusal(b64(tone_wav(440.0)), "mp3") == "invalid_audio"  # and the other way round
+    assert refusal(b64(tone_wav(440.0)), "mp3", says="not an MP3") == "invalid_audio"  # the other way round
     assert refusal(b64(tone_wav(440.0)), "flac") == "invalid_audio"
     assert refusal("***") == "invalid_audio"
     header_only = tone_wav(440.0)[:44]
@@ -64,5 +64,9 @@ def test_limits_are_400s_before_decoding() -> None:
     long = b64(tone_wav(440.0, seconds=3.0, rate=8_000))
     assert refusal(long, limits=AudioLimits(max_seconds=2.5)) == "audio_too_long"
     assert refusal(long, limits=AudioLimits(max_bytes=1000)) == "audio_too_large"
+    for size in (3000, 3001, 3002):  # every base64 padding: the exact size counts
+        clip = b"RIFF" + bytes(size - 4)
+        assert refusal(b64(clip), limits=AudioLimits(max_bytes=size - 1)) == "audio_too_large"
+        assert refusal(b64(clip), limits=AudioLimits(max_bytes=size)) == "invalid_audio"  # not too large
     assert refusal(b64(silent_mp3(seconds=3.0)), "mp3", AudioLimits(max_seconds=2.0)) == "audio_too_long"
     assert decode_audio(long, "wav", AudioLimits(max_seconds=3.0)).seconds == pytest.approx(3.0)
