@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import base64
+import io
 from pathlib import Path
 
 import pytest
+from PIL import Image
 
 from audio_support import silent_mp3, tone_wav
 from sluicegate.core.audio import AudioLimits, Sound, decode_audio
@@ -110,6 +112,12 @@ async def test_what_libmtmd_cannot_use_is_a_400(ear: Path) -> None:
             with pytest.raises(SluicegateError) as caught:
                 engine.check(request(clip))
             assert caught.value.info.code == "invalid_audio" and caught.value.info.status == 400
+        # Bytes the helper would take for an image: never an image in place of a clip.
+        png = io.BytesIO()
+        Image.new("RGB", (8, 8), (200, 0, 0)).save(png, "PNG")
+        with pytest.raises(SluicegateError) as caught:
+            engine.check(request(Sound(png.getvalue(), "wav", 1.0, "ab" * 32)))
+        assert caught.value.info.code == "invalid_audio"
         text, _ = await reply(engine, request(sound(tone_wav(440.0))))
         assert text  # the engine is fine after them
     finally:
