@@ -114,7 +114,7 @@ async def test_what_libmtmd_cannot_use_is_a_400(ear: Path) -> None:
             assert caught.value.info.code == "invalid_audio" and caught.value.info.status == 400
         # Bytes the helper would take for an image: never an image in place of a clip.
         png = io.BytesIO()
-        Image.new("RGB", (8, 8), (200, 0, 0)).save(png, "PNG")
+        Image.new("RGB", (256, 256), (200, 0, 0)).save(png, "PNG")  # wide: not too few "samples"
         with pytest.raises(SluicegateError) as caught:
             engine.check(request(Sound(png.getvalue(), "wav", 1.0, "ab" * 32)))
         assert caught.value.info.code == "invalid_audio"
