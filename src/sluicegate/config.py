@@ -31,7 +31,7 @@ max_images_per_request = 16
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
-max_audio_seconds = 600         # per audio clip, by its header
+max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
 
 [chat_completions]
@@ -130,7 +130,7 @@ class Settings:
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
-    max_audio_seconds: float = 600.0
+    max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0

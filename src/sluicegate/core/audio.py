@@ -26,7 +26,7 @@ class AudioLimits:
     """`[server]` max_audio_bytes, max_audio_seconds, max_audio_per_request."""
 
     max_bytes: int = 16 * MIB
-    max_seconds: float = 600.0
+    max_seconds: float = 300.0
     max_clips: int = 16
 
 
