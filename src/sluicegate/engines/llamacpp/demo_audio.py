@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 
 from sluicegate.engines.llamacpp.demo import SHAPES, make_demo_gguf
-from sluicegate.engines.llamacpp.demo_vision import VISION_MIXING, projector_path
+from sluicegate.engines.llamacpp.demo_vision import VISION_MIXING, add_encoder_blocks, projector_path
 
 SAMPLE_RATE = 16_000  # what libmtmd's Whisper preprocessor resamples every input to
 _MEL_BINS = 80
@@ -78,19 +78,9 @@ def make_demo_audio_projector(path: str | Path, *, text_embd: int, seed: int = 0
     writer.add_tensor(
         "a.position_embd.weight", (rng.standard_normal((_POSITIONS, n)) * 0.1).astype(np.float32)
     )
-    for layer in range(_AUDIO_LAYERS):
-        blk = f"a.blk.{layer}"
-        for norm in ("ln1", "ln2"):
-            writer.add_tensor(f"{blk}.{norm}.weight", np.ones(n, dtype=np.float32))
-            writer.add_tensor(f"{blk}.{norm}.bias", zeros(n))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            writer.add_tensor(f"{blk}.{name}.weight", dense(n, n))
-            if name != "attn_k":  # Whisper's key projection has no bias (the encoder asserts it)
-                writer.add_tensor(f"{blk}.{name}.bias", zeros(n))
-        writer.add_tensor(f"{blk}.ffn_up.weight", dense(ff, n))
-        writer.add_tensor(f"{blk}.ffn_up.bias", zeros(ff))
-        writer.add_tensor(f"{blk}.ffn_down.weight", dense(n, ff))
-        writer.add_tensor(f"{blk}.ffn_down.bias", zeros(n))
+    add_encoder_blocks(
+        writer, "a", _AUDIO_LAYERS, n, ff, dense, key_bias=False
+    )  # Whisper's encoder asserts it
     writer.add_tensor("a.post_ln.weight", np.ones(n, dtype=np.float32))
     writer.add_tensor("a.post_ln.bias", zeros(n))
     stacked = n * STACK

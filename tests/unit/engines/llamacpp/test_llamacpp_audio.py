@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from audio_support import silent_mp3, tone_wav
+from engine_events import checked_reply
 from sluicegate.core.audio import AudioLimits, Sound, decode_audio
 from sluicegate.core.errors import SluicegateError
-from sluicegate.core.events import RawBatch, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
 from sluicegate.engines.llamacpp.demo_audio import TOKENS_PER_WINDOW, make_demo_audio
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
@@ -36,22 +36,6 @@ def request(*clips: Sound, text: str = "What is it?") -> ChatRequest:
     )
 
 
-async def reply(engine: LlamaCppEngine, chat: ChatRequest) -> tuple[str, Usage]:
-    engine.check(chat)
-    text, usage = "", Usage()
-    stream = engine.generate(chat)
-    try:
-        async for received in stream:
-            for event in received.events if isinstance(received, RawBatch) else [received]:
-                if isinstance(event, TextDelta):
-                    text += event.text
-                elif isinstance(event, UsageReport):
-                    usage = event.usage
-    finally:
-        await stream.aclose()
-    return text, usage
-
-
 @pytest.fixture(scope="module")
 def ear(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = tmp_path_factory.mktemp("ear") / "ear.gguf"
@@ -68,15 +52,15 @@ async def test_the_clip_matters_and_its_tokens_are_counted(ear: Path, batching: 
     try:
         engine.check(request(low))  # counted before the load: the projector on the tokenizer alone
         await engine.load(lambda _: None)
-        first, usage = await reply(engine, request(low))
-        again, cached = await reply(engine, request(low))
+        first, usage = await checked_reply(engine, request(low))
+        again, cached = await checked_reply(engine, request(low))
         assert again == first and cached.cached_tokens == usage.prompt_tokens - 1  # the clip reused too
-        _, plain_usage = await reply(engine, request())
+        _, plain_usage = await checked_reply(engine, request())
         assert usage.audio_tokens == TOKENS_PER_WINDOW and plain_usage.audio_tokens == 0
         assert usage.prompt_tokens >= plain_usage.prompt_tokens + TOKENS_PER_WINDOW
-        other, other_usage = await reply(engine, request(high))
+        other, other_usage = await checked_reply(engine, request(high))
         assert other != first and other_usage.cached_tokens < usage.prompt_tokens - TOKENS_PER_WINDOW
-        mp3, mp3_usage = await reply(engine, request(sound(silent_mp3(), "mp3")))
+        mp3, mp3_usage = await checked_reply(engine, request(sound(silent_mp3(), "mp3")))
         assert mp3 and mp3_usage.audio_tokens == TOKENS_PER_WINDOW
     finally:
         await engine.aclose()
@@ -118,7 +102,7 @@ async def test_what_libmtmd_cannot_use_is_a_400(ear: Path) -> None:
         with pytest.raises(SluicegateError) as caught:
             engine.check(request(Sound(png.getvalue(), "wav", 1.0, "ab" * 32)))
         assert caught.value.info.code == "invalid_audio"
-        text, _ = await reply(engine, request(sound(tone_wav(440.0))))
+        text, _ = await checked_reply(engine, request(sound(tone_wav(440.0))))
         assert text  # the engine is fine after them
     finally:
         await engine.aclose()
