@@ -8,14 +8,17 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import pytest
 from PIL import Image
 
-from engine_events import checked_reply
+from engine_events import checked_reply, engine_events
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.events import TextDelta
 from sluicegate.core.images import ImageLimits, Picture, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
 from sluicegate.engines.llamacpp.demo_vision import IMAGE_TOKENS, make_demo_vision, projector_path
@@ -256,5 +259,55 @@ async def test_other_sequences_decode_while_an_image_is_encoded(tmp_path: Path) 
         projector.encode = encode  # type: ignore[method-assign]
         again, _ = await checked_reply(engine, _image_request(blue))
         assert again == alone
+    finally:
+        await engine.aclose()
+
+
+async def test_the_text_after_an_image_goes_in_the_step_of_its_last_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's last embeddings are decoded at the start of a step; the text after them
+    goes in that same step's batch, beside the other sequences' tokens (as in llama-server),
+    not a step later with a batch of the others' tokens alone in between."""
+    model = tmp_path / "eye.gguf"
+    make_demo_vision(model, ends_replies=False)
+    table = {"id": "eye", "engine": "llamacpp", "path": str(model), "context_length": 512, "parallel": 2}
+    engine = LlamaCppEngine.from_config(table, tmp_path)
+    red = decode_image(encoded((220, 10, 10)), ImageLimits())
+    try:
+        await engine.load(lambda _: None)
+        alone, _ = await checked_reply(engine, _image_request(red))
+        scheduler = engine._scheduler
+        assert scheduler is not None
+        decodes: list[tuple[bool, set[int]]] = []  # (embeddings?, sequence ids), every decode
+        decode = llama_cpp.llama_decode
+
+        def noted(ctx: Any, batch: Any) -> int:
+            rows = range(batch.n_tokens)
+            decodes.append((bool(batch.embd), {batch.seq_id[i][0] for i in rows}))
+            return int(decode(ctx, batch))
+
+        monkeypatch.setattr(llama_cpp, "llama_decode", noted)
+        talk = ChatRequest(
+            model="eye",
+            messages=[Message("user", "Talk.")],
+            sampling=SamplingParams(temperature=0, max_tokens=400),
+        )
+        engine.check(talk)
+        stream = engine_events(engine, talk)
+        async for event in stream:  # decoding, one token a step, in its slot
+            if isinstance(event, TextDelta):
+                break
+        talking = next(s.id for s in scheduler.slots if s.sequence is not None)
+        try:
+            # The same pixels under another digest: not cached, so encoded and decoded again.
+            text, _ = await checked_reply(engine, _image_request(replace(red, digest="f" * 64)))
+        finally:
+            await stream.aclose()
+        assert text == alone
+        last = max(i for i, (embeddings, _) in enumerate(decodes) if embeddings)
+        image_slot = next(iter(decodes[last][1]))
+        assert image_slot != talking
+        assert decodes[last + 1] == (False, {talking, image_slot})  # the tail beside the other's token
     finally:
         await engine.aclose()
