@@ -20,7 +20,7 @@ and sequences. Rounds alternate between the servers. Measured, medians over the 
   memory the projector adds;
 - "sleeps per token": the server's voluntary context switches over both batches, per token.
   Load-independent where tokens/s is not: OpenMP decode threads that sleep at their barriers
-  instead of spinning show as ~25 a token (bench/README.md, images.py), spinning ones as < 1.
+  instead of spinning show as ~50 a token (bench/README.md, images.py), spinning ones as < 1.
 
 With `--llama-server`, the last lines are Sluicegate / llama-server ratios (>= 1.0: Sluicegate
 as fast or faster): TTFT with one image, and tokens/s of the batch with an image. Servers that
