@@ -20,7 +20,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from starlette.types import Receive, Send
 
@@ -130,6 +130,35 @@ class _Outbox:
         return items
 
 
+class Emitter:
+    """How a stream's fast lane (core/lane.py) hands frames to this transport without its
+    producer: framed and queued as the producer queues them, behind everything it queued."""
+
+    __slots__ = ("_framing", "_outbox", "producer")
+
+    def __init__(
+        self, producer: asyncio.Task[None], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
+    ) -> None:
+        self.producer = producer  # the task whose frames these go between
+        self._outbox = outbox
+        self._framing = framing
+
+    @property
+    def ready(self) -> bool:
+        """Whether frames may be handed over now (the outbox has room; else the producer's
+        path, which waits for it, must take them)."""
+        return not self._outbox.full
+
+    def emit(self, frames: list[Frame]) -> None:
+        self._outbox.put(self._framing(frames))
+
+
+class LaneBinding(Protocol):
+    """The turn's side of a fast lane, given this stream's `Emitter` once the stream runs."""
+
+    def bind(self, emitter: Emitter | None) -> None: ...
+
+
 @dataclass(slots=True)
 class StreamOutcome:
     finished: bool  # the producer ran to its end and everything was sent
@@ -147,6 +176,7 @@ async def stream_chunks(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
+    lane: LaneBinding | None = None,
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
@@ -159,6 +189,8 @@ async def stream_chunks(
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox, framing.frames))
+    if lane is not None:
+        lane.bind(Emitter(producer, outbox, framing.frames))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
     interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     beat_bytes = framing.heartbeat or b""
@@ -199,6 +231,8 @@ async def stream_chunks(
     except OSError:  # the client vanished mid-write
         gone = True
     finally:
+        if lane is not None:
+            lane.bind(None)
         if timer is not None:
             timer.cancel()
         watcher.cancel()
