@@ -9,6 +9,16 @@ the outbox is full, so a client that stops reading stops the engine (llama.cpp p
 tokens, an upstream connection stops being read and TCP flow control reaches it). Memory per
 stream is the outbox bound plus the transport's write buffer, however long the answer.
 
+The direct path: under our own server (`app/http_protocol.py`) the scope carries a
+`BodyWriter` for the request, and the producer writes each chunk to the socket itself, in the
+same step that made it, while nothing is waiting in the outbox and the sender holds nothing
+taken. Only what cannot go out at once (the socket's buffer above its high-water mark, a frame
+queued before it) takes the outbox and the sender's `send`, which waits for the drain as ever;
+once the sender has written everything it took, direct writes resume, so the bytes keep their
+order. A paced token then costs one task wake-up and one `transport.write`, not two wake-ups and
+an ASGI `send` (bench/README.md, round eight). A server without a writer (a plain ASGI call in
+a test) gets the outbox path for every chunk, unchanged.
+
 When the client goes away the producer (and with it the whole generator chain down to the
 engine) is cancelled at once. Deadlines are the pipeline's (`core/deadlines.py`): they end the
 frames themselves, so every transport gets them.
@@ -20,7 +30,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol, cast
 
 from starlette.types import Receive, Send
 
@@ -36,6 +46,8 @@ _GONE: Final = b"\x00gone"  # client disconnected
 # A stream's head goes through the middleware (they note its status); its body frames do not
 # need them and skip their layers, one call each per frame.
 SERVER_SEND: Final = "sluicegate.server_send"
+# Scope key under which our HTTP protocol puts the request's `BodyWriter` (the direct path).
+BODY_WRITER: Final = "sluicegate.body_writer"
 
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
@@ -57,6 +69,19 @@ def server_send(scope: Mapping[str, object], send: Send) -> Send:
     """The send for a stream's body: the server's own, when the app put it in the scope."""
     raw = scope.get(SERVER_SEND)
     return raw if callable(raw) else send
+
+
+class BodyWriter(Protocol):
+    """Writes a streamed response's body chunk to the client's socket now, framed as the
+    server's `send` would frame it, or says it cannot (the head not sent yet or not chunked,
+    the response complete, the client gone, the socket's buffer above its high-water mark)."""
+
+    def write(self, body: bytes) -> bool: ...
+
+
+def body_writer(scope: Mapping[str, object]) -> BodyWriter | None:
+    """The request's direct body writer, when the server put one in the scope."""
+    return cast("BodyWriter | None", scope.get(BODY_WRITER))
 
 
 def raw_headers(base: Mapping[str, str]) -> RawHeaders:
@@ -136,6 +161,19 @@ class StreamOutcome:
     client_gone: bool  # the client disconnected (or vanished mid-write) first
 
 
+class _Relay:
+    """What the producer and the sender share about the socket: the direct writer (None: every
+    chunk goes through the outbox), whether the sender holds bytes it took but has not written
+    yet, and when something last went out (for the heartbeat)."""
+
+    __slots__ = ("busy", "last_sent", "write")
+
+    def __init__(self, writer: BodyWriter | None, now: float) -> None:
+        self.write = writer.write if writer is not None else None
+        self.busy = False
+        self.last_sent = now
+
+
 async def stream_chunks(
     chunks: AsyncIterator[Chunk],
     send: Send,
@@ -147,6 +185,7 @@ async def stream_chunks(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
+    writer: BodyWriter | None = None,  # the server's direct writer for the body (`body_writer`)
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
@@ -158,19 +197,23 @@ async def stream_chunks(
     send = body_send or send
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
-    producer = loop.create_task(_produce(chunks, outbox, framing.frames))
+    relay = _Relay(writer, loop.time())
+    producer = loop.create_task(_produce(chunks, outbox, framing.frames, relay))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
     interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     beat_bytes = framing.heartbeat or b""
-    last_sent = loop.time()
     timer: asyncio.TimerHandle | None = None
 
     def beat() -> None:
         nonlocal timer
-        quiet = loop.time() - last_sent
+        quiet = loop.time() - relay.last_sent
         if quiet >= interval * 0.999:
             if outbox.empty:  # a client that reads nothing gets no pile of heartbeats either
-                outbox.put(beat_bytes)
+                write = relay.write
+                if write is not None and not relay.busy and write(beat_bytes):
+                    relay.last_sent = loop.time()
+                else:
+                    outbox.put(beat_bytes)
             timer = loop.call_later(interval, beat)
         else:
             timer = loop.call_later(interval - quiet, beat)
@@ -194,8 +237,10 @@ async def stream_chunks(
             if finished:
                 last = b"".join(chunks_out)
             elif chunks_out and not gone:
+                relay.busy = True  # until written: the producer queues behind these, in order
                 await send({"type": "http.response.body", "body": b"".join(chunks_out), "more_body": True})
-                last_sent = loop.time()
+                relay.busy = False
+                relay.last_sent = loop.time()
     except OSError:  # the client vanished mid-write
         gone = True
     finally:
@@ -215,16 +260,27 @@ async def stream_chunks(
 
 
 async def _produce(
-    chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
+    chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes], relay: _Relay
 ) -> None:
     put = outbox.put
+    write = relay.write
+    time = asyncio.get_running_loop().time
     try:
         async for chunk in chunks:
             if isinstance(chunk, bytes):
-                if chunk:
-                    put(chunk)
+                if not chunk:
+                    continue
+                data = chunk
             elif chunk:
-                put(framing(chunk))
+                data = framing(chunk)
+            else:
+                continue
+            # Straight to the socket while nothing is queued before it (in the outbox, or taken
+            # by the sender and not yet written): otherwise behind it, in order.
+            if write is not None and outbox.empty and not relay.busy and write(data):
+                relay.last_sent = time()
+                continue
+            put(data)
             if outbox.full:
                 await outbox.room()
     except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
