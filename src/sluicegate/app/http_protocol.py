@@ -14,16 +14,18 @@ byte at a time, or sending none, held a connection for as long as it liked.
 
 And it gives each request a `BodyWriter` (in the scope, `transport.stream.BODY_WRITER`): a
 streamed body's chunks written to the socket by the task that made them, framed as uvicorn's
-`send` frames them, without an ASGI message and a hop to the sender task per chunk.
+`send` frames them, without an ASGI message and a hop to a sender task per chunk; and a
+disconnect reported by a call from `connection_lost`, without a task per stream waiting in
+`receive` for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from sluicegate.app.auth import error_body
@@ -63,20 +65,22 @@ class CycleWriter:
     `http.response.body` message that has more to come, for a chunked response, when it would
     not wait — or False, and the caller sends it the ASGI way (which waits for the drain)."""
 
-    __slots__ = ("_cycle", "_flow", "_transport")
+    __slots__ = ("_cycle", "_flow", "_lost", "_protocol", "_transport")
 
-    def __init__(self, cycle: RequestResponseCycle, flow: FlowControl, transport: asyncio.Transport) -> None:
+    def __init__(self, protocol: JSONHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
         self._cycle = cycle
-        self._flow = flow
-        self._transport = transport
+        self._flow = protocol.flow
+        self._transport = protocol.transport
+        self._lost: Callable[[], None] | None = None
 
-    def write(self, body: bytes) -> bool:
+    def write(self, body: bytes, *, force: bool = False) -> bool:
         cycle = self._cycle
         if (
             cycle.chunked_encoding is not True  # the head not sent yet, or a length-framed body
             or cycle.response_complete
             or cycle.disconnected
-            or self._flow.write_paused  # `send` would wait for the drain first
+            or (self._flow.write_paused and not force)  # `send` would wait for the drain first
             or self._transport.is_closing()
             or cycle.scope["method"] == "HEAD"  # `send` writes no body for HEAD
         ):
@@ -85,6 +89,25 @@ class CycleWriter:
             self._transport.write(b"%x\r\n%b\r\n" % (len(body), body))
         return True
 
+    def watch(self, lost: Callable[[], None]) -> bool:
+        if self._cycle.disconnected or self._transport.is_closing():
+            return False
+        # One response streams at a time on a connection (uvicorn starts a pipelined request's
+        # app when the one before it has completed), so the protocol keeps one watcher.
+        self._lost = lost
+        self._protocol._watcher = self
+        return True
+
+    def unwatch(self) -> None:
+        self._lost = None
+        if self._protocol._watcher is self:
+            self._protocol._watcher = None
+
+    def connection_lost(self) -> None:
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            lost()
+
 
 class JSONHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400 and a
@@ -92,6 +115,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
 
     _head = b""
     _head_deadline: asyncio.TimerHandle | None = None
+    _watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
 
     def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -111,11 +135,14 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
-            self.scope[BODY_WRITER] = CycleWriter(cycle, self.flow, self.transport)  # type: ignore[typeddict-unknown-key]
+            self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
         super().connection_lost(exc)
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.connection_lost()
 
     def _arm_head_deadline(self) -> None:
         if self.header_timeout is not None:

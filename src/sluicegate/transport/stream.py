@@ -10,14 +10,15 @@ tokens, an upstream connection stops being read and TCP flow control reaches it)
 stream is the outbox bound plus the transport's write buffer, however long the answer.
 
 The direct path: under our own server (`app/http_protocol.py`) the scope carries a
-`BodyWriter` for the request, and the producer writes each chunk to the socket itself, in the
-same step that made it, while nothing is waiting in the outbox and the sender holds nothing
-taken. Only what cannot go out at once (the socket's buffer above its high-water mark, a frame
-queued before it) takes the outbox and the sender's `send`, which waits for the drain as ever;
-once the sender has written everything it took, direct writes resume, so the bytes keep their
-order. A paced token then costs one task wake-up and one `transport.write`, not two wake-ups and
-an ASGI `send` (bench/README.md, round eight). A server without a writer (a plain ASGI call in
-a test) gets the outbox path for every chunk, unchanged.
+`BodyWriter` for the request, and the stream runs in the request's own task with no outbox,
+no producer task and no disconnect-watcher task: each chunk is written to the socket in the
+same step that made it. A chunk the socket cannot take now (its buffer above the high-water
+mark) goes through the server's `send`, which waits for the drain, and the pipeline is not
+pulled meanwhile — backpressure without a queue. The server's `connection_lost` calls back
+(`BodyWriter.watch`) to cancel the task's generator chain. A paced token costs one task
+wake-up and one `transport.write`, where the outbox path takes a hop to a second task and an
+ASGI `send`, and a stream holds two tasks fewer (bench/README.md, round eight). A server without
+a writer (a plain ASGI call in a test) gets the outbox path.
 
 When the client goes away the producer (and with it the whole generator chain down to the
 engine) is cancelled at once. Deadlines are the pipeline's (`core/deadlines.py`): they end the
@@ -72,11 +73,22 @@ def server_send(scope: Mapping[str, object], send: Send) -> Send:
 
 
 class BodyWriter(Protocol):
-    """Writes a streamed response's body chunk to the client's socket now, framed as the
-    server's `send` would frame it, or says it cannot (the head not sent yet or not chunked,
-    the response complete, the client gone, the socket's buffer above its high-water mark)."""
+    """The server's direct line to one request's client socket."""
 
-    def write(self, body: bytes) -> bool: ...
+    def write(self, body: bytes, *, force: bool = False) -> bool:
+        """Write a body chunk now, framed as the server's `send` would frame it; False when it
+        cannot (the head not sent yet or not chunked, the response complete, the client gone,
+        the socket's buffer above its high-water mark unless `force`): then `send` it."""
+        ...
+
+    def watch(self, lost: Callable[[], None]) -> bool:
+        """Call `lost` (once) when the client disconnects; False, without calling it, when it
+        already has."""
+        ...
+
+    def unwatch(self) -> None:
+        """No more `lost` calls."""
+        ...
 
 
 def body_writer(scope: Mapping[str, object]) -> BodyWriter | None:
@@ -161,19 +173,6 @@ class StreamOutcome:
     client_gone: bool  # the client disconnected (or vanished mid-write) first
 
 
-class _Relay:
-    """What the producer and the sender share about the socket: the direct writer (None: every
-    chunk goes through the outbox), whether the sender holds bytes it took but has not written
-    yet, and when something last went out (for the heartbeat)."""
-
-    __slots__ = ("busy", "last_sent", "write")
-
-    def __init__(self, writer: BodyWriter | None, now: float) -> None:
-        self.write = writer.write if writer is not None else None
-        self.busy = False
-        self.last_sent = now
-
-
 async def stream_chunks(
     chunks: AsyncIterator[Chunk],
     send: Send,
@@ -195,25 +194,23 @@ async def stream_chunks(
     # (built in the call, not a local: this frame lives as long as the stream)
     await send({"type": "http.response.start", "status": status, "headers": _head(framing.headers, headers)})
     send = body_send or send
+    interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
+    if writer is not None:
+        return await _direct(chunks, send, writer, framing, interval)
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
-    relay = _Relay(writer, loop.time())
-    producer = loop.create_task(_produce(chunks, outbox, framing.frames, relay))
+    producer = loop.create_task(_produce(chunks, outbox, framing.frames))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
-    interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     beat_bytes = framing.heartbeat or b""
+    last_sent = loop.time()
     timer: asyncio.TimerHandle | None = None
 
     def beat() -> None:
         nonlocal timer
-        quiet = loop.time() - relay.last_sent
+        quiet = loop.time() - last_sent
         if quiet >= interval * 0.999:
             if outbox.empty:  # a client that reads nothing gets no pile of heartbeats either
-                write = relay.write
-                if write is not None and not relay.busy and write(beat_bytes):
-                    relay.last_sent = loop.time()
-                else:
-                    outbox.put(beat_bytes)
+                outbox.put(beat_bytes)
             timer = loop.call_later(interval, beat)
         else:
             timer = loop.call_later(interval - quiet, beat)
@@ -237,10 +234,8 @@ async def stream_chunks(
             if finished:
                 last = b"".join(chunks_out)
             elif chunks_out and not gone:
-                relay.busy = True  # until written: the producer queues behind these, in order
                 await send({"type": "http.response.body", "body": b"".join(chunks_out), "more_body": True})
-                relay.busy = False
-                relay.last_sent = loop.time()
+                last_sent = loop.time()
     except OSError:  # the client vanished mid-write
         gone = True
     finally:
@@ -259,40 +254,126 @@ async def stream_chunks(
     return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
 
+async def _direct(
+    chunks: AsyncIterator[Chunk], send: Send, writer: BodyWriter, framing: Framing, interval: float
+) -> StreamOutcome:
+    """The stream in the request's own task, every chunk written as soon as it is made (see the
+    module's docstring). Same outcome, bytes and heartbeats as the outbox path."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    write, frames = writer.write, framing.frames
+    beat_bytes = framing.heartbeat or b""
+    last_sent = loop.time()
+    sending = False  # a chunk is in `send`, waiting for the drain: nothing may overtake it
+    gone = False
+    timer: asyncio.TimerHandle | None = None
+
+    def lost() -> None:
+        nonlocal gone
+        gone = True
+        task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+
+    def beat() -> None:
+        nonlocal timer, last_sent
+        quiet = loop.time() - last_sent
+        if quiet >= interval * 0.999:
+            # A client that reads nothing (the socket paused, a chunk waiting) gets no heartbeat.
+            if not sending and write(beat_bytes):
+                last_sent = loop.time()
+            timer = loop.call_later(interval, beat)
+        else:
+            timer = loop.call_later(interval - quiet, beat)
+
+    finished = lost_taken = False
+    if writer.watch(lost):
+        if interval > 0:
+            timer = loop.call_later(interval, beat)
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, bytes):
+                    if not chunk:
+                        continue
+                    data = chunk
+                elif chunk:
+                    data = frames(chunk)
+                else:
+                    continue
+                if not write(data):
+                    sending = True
+                    try:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                    except asyncio.CancelledError:
+                        if gone:
+                            raise
+                        # Not the client leaving: a cancel meant for the chain, whose code waits
+                        # for it at an await of its own (a deadline's, the turn's, the server's
+                        # shutdown). This chunk goes out over the high-water mark (one chunk),
+                        # then the cancel is sent again, to land at the chain's next await.
+                        task.uncancel()
+                        writer.write(data, force=True)
+                        task.cancel()
+                    finally:
+                        sending = False
+                last_sent = loop.time()
+            finished = True
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            gone = False  # (the cancel is taken back: `lost` is not counted twice below)
+            if task.uncancel() > 0:  # not only ours: the server's shutdown as well
+                raise
+            lost_taken = True
+        except OSError:  # the client vanished mid-write
+            gone = True
+        except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
+            log.exception("stream producer failed")
+            finished = True
+        finally:
+            writer.unwatch()
+            if timer is not None:
+                timer.cancel()
+        if gone:  # the chain caught the cancel `lost` sent and ended on its own: take it back
+            task.uncancel()
+        gone = gone or lost_taken
+    else:
+        gone = True
+    await _close(chunks)
+    if finished and not gone:
+        try:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return StreamOutcome(finished=False, client_gone=True)
+    return StreamOutcome(finished=finished and not gone, client_gone=gone)
+
+
+async def _close(chunks: AsyncIterator[Chunk]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:
+            log.exception("closing a stream producer failed")
+
+
 async def _produce(
-    chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes], relay: _Relay
+    chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
 ) -> None:
     put = outbox.put
-    write = relay.write
-    time = asyncio.get_running_loop().time
     try:
         async for chunk in chunks:
             if isinstance(chunk, bytes):
-                if not chunk:
-                    continue
-                data = chunk
+                if chunk:
+                    put(chunk)
             elif chunk:
-                data = framing(chunk)
-            else:
-                continue
-            # Straight to the socket while nothing is queued before it (in the outbox, or taken
-            # by the sender and not yet written): otherwise behind it, in order.
-            if write is not None and outbox.empty and not relay.busy and write(data):
-                relay.last_sent = time()
-                continue
-            put(data)
+                put(framing(chunk))
             if outbox.full:
                 await outbox.room()
     except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
         log.exception("stream producer failed")
     finally:
         put(_END)
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                log.exception("closing a stream producer failed")
+        await _close(chunks)
 
 
 async def _watch_disconnect(receive: Receive, outbox: _Outbox) -> None:

@@ -318,12 +318,17 @@ async def test_a_client_that_stops_reading_stops_the_producer() -> None:
     the producer stops writing and fills the outbox, then waits — it is not drained."""
     produced = 0
     frame = b"data: " + b"x" * 1000 + b"\n\n"
+    log: list[str] = []
 
     async def chunks() -> AsyncIterator[Chunk]:
         nonlocal produced
-        for _ in range(10_000):
-            produced += 1
-            yield frame
+        try:
+            for _ in range(10_000):
+                produced += 1
+                yield frame
+        except (asyncio.CancelledError, GeneratorExit) as exc:
+            log.append(type(exc).__name__)
+            raise
 
     wire = Wire(high=16 * 1024)
     outcomes: list[StreamOutcome] = []
@@ -337,3 +342,90 @@ async def test_a_client_that_stops_reading_stops_the_producer() -> None:
             await asyncio.sleep(0.001)
     assert outcomes == [StreamOutcome(finished=False, client_gone=True)]
     assert produced < 100
+    assert log  # the chain was ended, not left suspended
+
+
+async def test_a_client_gone_before_the_stream_starts_ends_it_at_once() -> None:
+    log: list[str] = []
+    outcomes: list[StreamOutcome] = []
+    start = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        log.append("pulled")
+        yield [Frame(b'{"a":1}')]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await start.wait()  # the request's preparation, while the client leaves
+        outcomes.append(await stream_chunks(chunks(), send, receive, framing=SSE, writer=body_writer(scope)))
+
+    wire = Wire()
+    proto = await served(app, wire, until=lambda: True)
+    proto.connection_lost(None)
+    start.set()
+    async with asyncio.timeout(LIMIT):
+        while proto.server_state.tasks:
+            await asyncio.sleep(0.001)
+    assert outcomes == [StreamOutcome(finished=False, client_gone=True)]
+    assert log == []  # the pipeline was never pulled
+    assert wire.received == b""
+
+
+async def test_a_cancel_from_the_server_is_not_taken_for_a_disconnect() -> None:
+    """The server's shutdown cancels the request's task: that cancel must get through (the
+    stream catches only the one it sent itself when the client left)."""
+    log: list[str] = []
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        try:
+            yield [Frame(b'{"a":1}')]
+            await asyncio.sleep(30)
+            yield [Frame(b'{"never":1}')]
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+
+    wire = Wire()
+    outcomes: list[StreamOutcome] = []
+    proto = await served(
+        stream_app(chunks, direct=True, outcomes=outcomes), wire, until=lambda: b'{"a":1}' in wire.received
+    )
+    (task,) = proto.server_state.tasks
+    task.cancel()
+    async with asyncio.timeout(LIMIT):
+        while not task.done():
+            await asyncio.sleep(0.001)
+    assert log == ["cancelled"]
+    assert outcomes == []  # the cancel came out of the stream (uvicorn's run_asgi logs it)
+    proto.connection_lost(None)
+
+
+async def test_the_chains_own_cancel_reaches_it_while_a_chunk_waits_for_the_drain() -> None:
+    """A deadline (or the turn's cancel) cancels the task the chain runs in. If it lands while
+    the stream waits for a slow client's drain, it is not the client leaving: the waiting chunk
+    still goes out, in order, and the cancel reaches the chain, which ends the stream its way."""
+    big = b"x" * 3000
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        yield [Frame(b'{"a":"' + big + b'"}')]  # over the high-water mark: writing pauses
+        yield [Frame(b'{"b":1}')]  # waits for the drain
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:  # a deadline's own: it takes the cancel back
+            task = asyncio.current_task()
+            assert task is not None and task.uncancel() == 0
+            yield [Frame(b'{"timed_out":1}')]
+
+    wire = Wire(high=1024)
+    outcomes: list[StreamOutcome] = []
+    proto = await served(stream_app(chunks, direct=True, outcomes=outcomes), wire, until=lambda: wire.paused)
+    await settled()  # the stream is in `send`, waiting for the drain
+    (task,) = proto.server_state.tasks
+    task.cancel()  # the deadline fires
+    async with asyncio.timeout(LIMIT):
+        while proto.server_state.tasks:
+            wire.read(1000)
+            await asyncio.sleep(0)
+    wire.read()
+    body = decoded(wire)[1]
+    assert body == b'data: {"a":"' + big + b'"}\n\ndata: {"b":1}\n\ndata: {"timed_out":1}\n\n'
+    assert outcomes == [StreamOutcome(finished=True, client_gone=False)]
