@@ -9,6 +9,17 @@ the outbox is full, so a client that stops reading stops the engine (llama.cpp p
 tokens, an upstream connection stops being read and TCP flow control reaches it). Memory per
 stream is the outbox bound plus the transport's write buffer, however long the answer.
 
+The direct path: under our own server (`app/http_protocol.py`) the scope carries a
+`BodyWriter` for the request, and the stream runs in the request's own task with no outbox,
+no producer task and no disconnect-watcher task: each chunk is written to the socket in the
+same step that made it. A chunk the socket cannot take now (its buffer above the high-water
+mark) goes through the server's `send`, which waits for the drain, and the pipeline is not
+pulled meanwhile — backpressure without a queue. The server's `connection_lost` calls back
+(`BodyWriter.watch`) to cancel the task's generator chain. A paced token costs one task
+wake-up and one `transport.write`, where the outbox path takes a hop to a second task and an
+ASGI `send`, and a stream holds two tasks fewer (bench/README.md, round eight). A server without
+a writer (a plain ASGI call in a test) gets the outbox path.
+
 When the client goes away the producer (and with it the whole generator chain down to the
 engine) is cancelled at once. Deadlines are the pipeline's (`core/deadlines.py`): they end the
 frames themselves, so every transport gets them.
@@ -20,7 +31,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 from starlette.types import Receive, Send
 
@@ -36,6 +47,8 @@ _GONE: Final = b"\x00gone"  # client disconnected
 # A stream's head goes through the middleware (they note its status); its body frames do not
 # need them and skip their layers, one call each per frame.
 SERVER_SEND: Final = "sluicegate.server_send"
+# Scope key under which our HTTP protocol puts the request's `BodyWriter` (the direct path).
+BODY_WRITER: Final = "sluicegate.body_writer"
 
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
@@ -57,6 +70,30 @@ def server_send(scope: Mapping[str, object], send: Send) -> Send:
     """The send for a stream's body: the server's own, when the app put it in the scope."""
     raw = scope.get(SERVER_SEND)
     return raw if callable(raw) else send
+
+
+class BodyWriter(Protocol):
+    """The server's direct line to one request's client socket."""
+
+    def write(self, body: bytes, *, force: bool = False) -> bool:
+        """Write a body chunk now, framed as the server's `send` would frame it; False when it
+        cannot (the head not sent yet or not chunked, the response complete, the client gone,
+        the socket's buffer above its high-water mark unless `force`): then `send` it."""
+        ...
+
+    def watch(self, lost: Callable[[], None]) -> bool:
+        """Call `lost` (once) when the client disconnects; False, without calling it, when it
+        already has."""
+        ...
+
+    def unwatch(self) -> None:
+        """No more `lost` calls."""
+        ...
+
+
+def body_writer(scope: Mapping[str, object]) -> BodyWriter | None:
+    """The request's direct body writer, when the server put one in the scope."""
+    return cast("BodyWriter | None", scope.get(BODY_WRITER))
 
 
 def raw_headers(base: Mapping[str, str]) -> RawHeaders:
@@ -130,27 +167,70 @@ class _Outbox:
         return items
 
 
-class Emitter:
-    """How a stream's fast lane (core/lane.py) hands frames to this transport without its
-    producer: framed and queued as the producer queues them, behind everything it queued."""
+class Emitter(Protocol):
+    """How a stream's fast lane (core/lane.py) hands frames to this transport without the
+    task that streams it (`producer`), behind everything that task has sent."""
+
+    @property
+    def producer(self) -> asyncio.Task[object]:
+        """The task whose frames these go between: the lane carries reads only while it waits."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """Whether frames may be handed over now; else the producer's path must take them (it
+        waits for the client)."""
+        ...
+
+    def emit(self, frames: list[Frame]) -> None: ...
+
+
+class _OutboxEmitter:
+    """The outbox path's: frames queued as the producer queues them."""
 
     __slots__ = ("_framing", "_outbox", "producer")
 
     def __init__(
         self, producer: asyncio.Task[None], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
     ) -> None:
-        self.producer = producer  # the task whose frames these go between
+        self.producer = producer
         self._outbox = outbox
         self._framing = framing
 
     @property
     def ready(self) -> bool:
-        """Whether frames may be handed over now (the outbox has room; else the producer's
-        path, which waits for it, must take them)."""
         return not self._outbox.full
 
     def emit(self, frames: list[Frame]) -> None:
         self._outbox.put(self._framing(frames))
+
+
+class _Line:
+    """The direct path's state, shared by its loop, its heartbeat and a fast lane: the socket's
+    writer, whether a chunk waits in `send` for the drain (nothing may overtake it), whether a
+    lane's write went over the high-water mark (the lane stops until the loop has written
+    again: backpressure), and when something last went out."""
+
+    __slots__ = ("_frames", "held", "last_sent", "producer", "sending", "write")
+
+    def __init__(self, task: asyncio.Task[object], writer: BodyWriter, framing: Framing, now: float) -> None:
+        self.producer = task
+        self.write = writer.write
+        self._frames = framing.frames
+        self.sending = False
+        self.held = False
+        self.last_sent = now
+
+    @property
+    def ready(self) -> bool:
+        return not (self.sending or self.held)
+
+    def emit(self, frames: list[Frame]) -> None:
+        data = self._frames(frames)
+        if not self.write(data):
+            self.write(data, force=True)  # one chunk over the mark; the lane stops until the loop runs
+            self.held = True
+        self.last_sent = self.producer.get_loop().time()
 
 
 class LaneBinding(Protocol):
@@ -176,7 +256,8 @@ async def stream_chunks(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
-    lane: LaneBinding | None = None,
+    writer: BodyWriter | None = None,  # the server's direct writer for the body (`body_writer`)
+    lane: LaneBinding | None = None,  # a turn's fast lane (core/lane.py), given an `Emitter`
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
@@ -186,13 +267,15 @@ async def stream_chunks(
     # (built in the call, not a local: this frame lives as long as the stream)
     await send({"type": "http.response.start", "status": status, "headers": _head(framing.headers, headers)})
     send = body_send or send
+    interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
+    if writer is not None:
+        return await _direct(chunks, send, writer, framing, interval, lane)
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox, framing.frames))
     if lane is not None:
-        lane.bind(Emitter(producer, outbox, framing.frames))
+        lane.bind(_OutboxEmitter(producer, outbox, framing.frames))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
-    interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     beat_bytes = framing.heartbeat or b""
     last_sent = loop.time()
     timer: asyncio.TimerHandle | None = None
@@ -248,6 +331,119 @@ async def stream_chunks(
     return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
 
+async def _direct(
+    chunks: AsyncIterator[Chunk],
+    send: Send,
+    writer: BodyWriter,
+    framing: Framing,
+    interval: float,
+    lane: LaneBinding | None,
+) -> StreamOutcome:
+    """The stream in the request's own task, every chunk written as soon as it is made (see the
+    module's docstring). Same outcome, bytes and heartbeats as the outbox path."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    write, frames = writer.write, framing.frames
+    beat_bytes = framing.heartbeat or b""
+    line = _Line(task, writer, framing, loop.time())
+    gone = False
+    timer: asyncio.TimerHandle | None = None
+
+    def lost() -> None:
+        nonlocal gone
+        gone = True
+        task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+
+    def beat() -> None:
+        nonlocal timer
+        quiet = loop.time() - line.last_sent
+        if quiet >= interval * 0.999:
+            # A client that reads nothing (the socket paused, a chunk waiting) gets no heartbeat.
+            if not line.sending and write(beat_bytes):
+                line.last_sent = loop.time()
+            timer = loop.call_later(interval, beat)
+        else:
+            timer = loop.call_later(interval - quiet, beat)
+
+    finished = lost_taken = False
+    if writer.watch(lost):
+        if interval > 0:
+            timer = loop.call_later(interval, beat)
+        # A lane only where every chunk can go out this way (chunked, not a HEAD): its frames
+        # are never sent the ASGI way.
+        if lane is not None and writer.write(b"", force=True):
+            lane.bind(line)
+        try:
+            async for chunk in chunks:
+                if isinstance(chunk, bytes):
+                    if not chunk:
+                        continue
+                    data = chunk
+                elif chunk:
+                    data = frames(chunk)
+                else:
+                    continue
+                if not write(data):
+                    line.sending = True
+                    try:
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
+                    except asyncio.CancelledError:
+                        if gone:
+                            raise
+                        # Not the client leaving: a cancel meant for the chain, whose code waits
+                        # for it at an await of its own (a deadline's, the turn's, the server's
+                        # shutdown). This chunk goes out over the high-water mark (one chunk),
+                        # then the cancel is sent again, to land at the chain's next await.
+                        task.uncancel()
+                        writer.write(data, force=True)
+                        task.cancel()
+                    finally:
+                        line.sending = False
+                line.last_sent = loop.time()
+                line.held = False  # written: the client takes bytes again
+            finished = True
+        except asyncio.CancelledError:
+            if not gone:
+                raise
+            gone = False  # (the cancel is taken back: `lost` is not counted twice below)
+            if task.uncancel() > 0:  # not only ours: the server's shutdown as well
+                raise
+            lost_taken = True
+        except OSError:  # the client vanished mid-write
+            gone = True
+        except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
+            log.exception("stream producer failed")
+            finished = True
+        finally:
+            if lane is not None:
+                lane.bind(None)
+            writer.unwatch()
+            if timer is not None:
+                timer.cancel()
+        if gone:  # the chain caught the cancel `lost` sent and ended on its own: take it back
+            task.uncancel()
+        gone = gone or lost_taken
+    else:
+        gone = True
+    await _close(chunks)
+    if finished and not gone:
+        try:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return StreamOutcome(finished=False, client_gone=True)
+    return StreamOutcome(finished=finished and not gone, client_gone=gone)
+
+
+async def _close(chunks: AsyncIterator[Chunk]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        try:
+            await aclose()
+        except Exception:
+            log.exception("closing a stream producer failed")
+
+
 async def _produce(
     chunks: AsyncIterator[Chunk], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
 ) -> None:
@@ -265,12 +461,7 @@ async def _produce(
         log.exception("stream producer failed")
     finally:
         put(_END)
-        aclose = getattr(chunks, "aclose", None)
-        if aclose is not None:
-            try:
-                await aclose()
-            except Exception:
-                log.exception("closing a stream producer failed")
+        await _close(chunks)
 
 
 async def _watch_disconnect(receive: Receive, outbox: _Outbox) -> None:
