@@ -60,6 +60,7 @@ from sluicegate.turn.http import (
     wait_for_disconnect,
 )
 from sluicegate.turn.images import load_images
+from sluicegate.turn.lane import ENABLED as LANE_ENABLED
 from sluicegate.turn.lane import TurnLane
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
@@ -270,7 +271,7 @@ class TurnEndpoint:
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
         # A plain stream (no tool loop between the engine and the pipeline) gets a fast lane.
-        lane = Lane() if turn.stream and not turn.background and toolset is None else None
+        lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
         if lane is not None:
             chat = replace(chat, lane=lane)
         generation = open_model(
