@@ -185,26 +185,6 @@ class Emitter(Protocol):
     def emit(self, frames: list[Frame]) -> None: ...
 
 
-class _OutboxEmitter:
-    """The outbox path's: frames queued as the producer queues them."""
-
-    __slots__ = ("_framing", "_outbox", "producer")
-
-    def __init__(
-        self, producer: asyncio.Task[None], outbox: _Outbox, framing: Callable[[list[Frame]], bytes]
-    ) -> None:
-        self.producer = producer
-        self._outbox = outbox
-        self._framing = framing
-
-    @property
-    def ready(self) -> bool:
-        return not self._outbox.full
-
-    def emit(self, frames: list[Frame]) -> None:
-        self._outbox.put(self._framing(frames))
-
-
 class _Line:
     """The direct path's state, shared by its loop, its heartbeat and a fast lane: the socket's
     writer, whether a chunk waits in `send` for the drain (nothing may overtake it), whether a
@@ -223,7 +203,8 @@ class _Line:
 
     @property
     def ready(self) -> bool:
-        return not (self.sending or self.held)
+        # (Never while a chunk waits in `send`: the producer is not waiting for a read then.)
+        return not self.held
 
     def emit(self, frames: list[Frame]) -> None:
         data = self._frames(frames)
@@ -257,7 +238,7 @@ async def stream_chunks(
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
     writer: BodyWriter | None = None,  # the server's direct writer for the body (`body_writer`)
-    lane: LaneBinding | None = None,  # a turn's fast lane (core/lane.py), given an `Emitter`
+    lane: LaneBinding | None = None,  # a turn's fast lane (core/lane.py): the direct path's
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
@@ -273,8 +254,6 @@ async def stream_chunks(
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox, framing.frames))
-    if lane is not None:
-        lane.bind(_OutboxEmitter(producer, outbox, framing.frames))
     watcher = loop.create_task(_watch_disconnect(receive, outbox))
     beat_bytes = framing.heartbeat or b""
     last_sent = loop.time()
@@ -314,8 +293,6 @@ async def stream_chunks(
     except OSError:  # the client vanished mid-write
         gone = True
     finally:
-        if lane is not None:
-            lane.bind(None)
         if timer is not None:
             timer.cancel()
         watcher.cancel()
