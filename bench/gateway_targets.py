@@ -172,15 +172,19 @@ def start_sluicegate(
     redis_url: str | None = None,
     *,
     pure: bool = False,
+    variant: str = "",
+    env: dict[str, str] | None = None,
 ) -> tuple[Proc, int]:
     """Sluicegate in front of the upstream; with `workers` > 1, that many processes sharing the
-    Redis store at `redis_url` (what `workers` requires). `pure`: its hot path uncompiled
-    (SLUICEGATE_PURE_PYTHON=1), in a folder of its own."""
-    env = None
+    Redis store at `redis_url` (what `workers` requires). `variant`: a second server beside
+    the first, in a folder of its own, with `env` added to its environment; `pure` is the
+    variant with its hot path uncompiled (SLUICEGATE_PURE_PYTHON=1)."""
     if pure:
-        folder = folder / "pure"
+        variant, env = "pure", {"SLUICEGATE_PURE_PYTHON": "1"}
+    if variant:  # a second Sluicegate beside the first, in a folder of its own
+        folder = folder / variant
         folder.mkdir(exist_ok=True)
-        env = {**os.environ, "SLUICEGATE_PURE_PYTHON": "1"}
+        env = {**os.environ, **(env or {})}
     port = free_port()
     tables = "".join(
         f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
