@@ -168,6 +168,9 @@ class RequestObserver:
                 self._count_tokens(tokens_in, tokens_out)
         if self.span is not None and not self.generating:  # else ended when the generation ends
             self._end_span(status, tokens_out)
+        level = logging.DEBUG if self.path in QUIET_PATHS else logging.INFO
+        if not access_log.isEnabledFor(level):  # what `log` would ask first; nothing built for it
+            return
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
         fields: dict[str, Any] = {
             "request_id": self.request_id,
@@ -188,7 +191,7 @@ class RequestObserver:
         tokens = f" tokens={tokens_in}/{tokens_out}" if tokens_in or tokens_out else ""
         model = f" model={self.model}" if self.model else ""
         access_log.log(
-            logging.DEBUG if self.path in QUIET_PATHS else logging.INFO,
+            level,
             '"%s %s" %d%s %stotal=%.3fs%s id=%s',
             self.method,
             self.path,
