@@ -158,7 +158,31 @@ def cases(number: int) -> dict[str, tuple[Callable[[], float], Callable[[], floa
 
     proxied = ProxyHeadersMiddleware(app)  # type: ignore[arg-type]
 
+    class Ended:  # a body iterator whose end is already in: what `_drain` found every time
+        complete = True
+
+        def __aiter__(self) -> Ended:
+            return self
+
+        async def __anext__(self) -> bytes:
+            raise StopAsyncIteration
+
+    ended = Ended()
+
+    async def drain_before() -> None:  # `_drain`: the end read under a timer
+        async with asyncio.timeout(0.05):
+            async for _ in ended:
+                pass
+
+    async def drain_now() -> None:  # `response.received` first
+        if not ended.complete:
+            raise AssertionError
+
     return {
+        "body end: drained under asyncio.timeout / checked": (
+            lambda: timed_async(drain_before, number),
+            lambda: timed_async(drain_now, number),
+        ),
         "proxy headers layer: on / off": (
             lambda: timed_async(lambda: proxied(scope, None, None), number),  # type: ignore[arg-type]
             lambda: timed_async(lambda: app(scope, None, None), number),
