@@ -38,16 +38,20 @@ def app_state(request: HTTPConnection) -> AppState:
     return state
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON, refusing oversize bodies before reading them whole."""
-    declared = request.headers.get("content-length")
-    too_large = SluicegateError(
+def _too_large(max_bytes: int) -> SluicegateError:
+    return SluicegateError(
         ErrorKind.PAYLOAD_TOO_LARGE,
         f"Request body is larger than the limit of {max_bytes} bytes (max_body_bytes).",
         code="request_too_large",
     )
+
+
+async def read_json(request: Request, max_bytes: int, max_depth: int | None = None) -> Any:
+    """The body as JSON, refusing oversize bodies before reading them whole. `max_depth`:
+    `max_json_depth`, when the caller has the settings at hand (else read from the app)."""
+    declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
+        raise _too_large(max_bytes)
     # The ASGI messages read here, not through `request.stream()`: what it does, without an
     # async generator per request (each one is registered with the loop on its first step).
     chunks: list[bytes] = []
@@ -63,12 +67,12 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         if chunk:
             size += len(chunk)
             if size > max_bytes:
-                raise too_large
+                raise _too_large(max_bytes)
             chunks.append(chunk)
         if not message.get("more_body", False):
             break
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return parse_json(body, app_state(request).settings.max_json_depth)
+    return parse_json(body, app_state(request).settings.max_json_depth if max_depth is None else max_depth)
 
 
 HTTP_HINT = "Send valid JSON with Content-Type: application/json."

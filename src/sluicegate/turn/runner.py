@@ -159,7 +159,7 @@ class TurnEndpoint:
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
-            await read_json(request, state.settings.max_body_bytes),
+            await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
             request.query_params if request.scope["query_string"] else NO_QUERY,
             request.headers,
             request_scope(request, state.settings.api_keys),
