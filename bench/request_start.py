@@ -95,7 +95,11 @@ def area_of(frames: list[str]) -> tuple[str, str]:
         return "writes", leaf
     if leaf.startswith(("Runner.run", "run (uvicorn")) or "epoll" in leaf:
         return "loop", leaf
-    ours = [f for f in frames if "sluicegate/" in f and not f.endswith(("main.py)", "serving.py)"))]
+    ours = [
+        f
+        for f in frames
+        if "sluicegate/" in f and not f.endswith(("main.py)", "__main__.py)", "serving.py)"))
+    ]
     if not ours:
         return "outside", leaf
     charged = ours[-1]
