@@ -248,8 +248,14 @@ def serve_counted(out: str, argv: list[str]) -> None:
     from sluicegate.cli.main import main as sluicegate
 
     profiler = cProfile.Profile()
+
+    def dump(*_: object) -> None:  # written whole, then renamed: the reader never sees a part
+        profiler.disable()
+        profiler.dump_stats(out + ".part")
+        os.replace(out + ".part", out)
+
     signal.signal(signal.SIGUSR1, lambda *_: profiler.enable())
-    signal.signal(signal.SIGUSR2, lambda *_: (profiler.disable(), profiler.dump_stats(out)))
+    signal.signal(signal.SIGUSR2, dump)
     sys.argv = ["sluicegate", *argv]
     sluicegate()
 
@@ -281,7 +287,6 @@ def count_calls(
         os.kill(proc.popen.pid, signal.SIGUSR2)
         while not out.exists() and time.monotonic() < deadline + 60:
             time.sleep(0.1)
-        time.sleep(0.5)  # written whole
         after = sum(v[1] for v in pstats.Stats(str(out)).stats.values())  # type: ignore[attr-defined]
     finally:
         proc.stop()
