@@ -249,8 +249,7 @@ class TurnEndpoint:
             source.adapt(turn)
         turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
         model = state.registry.get(turn.chat.model)
-        info = model.engine.info()  # built on every call (an upstream's): once per request
-        dialect.check(turn, info)
+        dialect.check(turn, model.engine.info())
         scope = source.scope
         chat = turn.chat
         resolved: Resolved | None = None
@@ -263,7 +262,7 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
-        if model.engine.reads_pixels and info.capabilities.vision:
+        if model.engine.reads_pixels and model.engine.info().capabilities.vision:
             await load_images(chat, state.images)
         if model.engine.reads_pixels and model.engine.info().capabilities.audio:
             await load_audio(chat, state.images.audio)
