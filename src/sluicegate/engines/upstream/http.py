@@ -180,6 +180,11 @@ class StreamingResponse:
     def chunks(self) -> AsyncIterator[bytes]:
         return _Chunks(self._conn)
 
+    @property
+    def received(self) -> bool:
+        """The whole body has arrived: the connection can go back to the pool as it is."""
+        return self._conn.complete
+
     async def error_body(self) -> bytes:
         """The start of a non-2xx body; the rest is not waited for."""
         body = b""
