@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -42,7 +43,7 @@ from sluicegate.core.segmenter import Segmenter
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
 from sluicegate.engines.models import Model
-from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
@@ -74,6 +75,7 @@ Json = dict[str, Any]
 # A dialect's declared transport (its registry entry) → the framing its streams get.
 TRANSPORTS: dict[str, Callable[[Frame | None], Framing]] = {"sse": sse_framing, "ndjson": lambda _: NDJSON}
 ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
+NO_QUERY = QueryParams()  # immutable: shared by every request without a query string
 
 
 @dataclass(slots=True)
@@ -112,6 +114,7 @@ class TurnEndpoint:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
+        self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -120,7 +123,12 @@ class TurnEndpoint:
         try:
             status = await self._serve(state, request, _Send(send))
         finally:
-            METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
+            key = self._counted.get(status)
+            if key is None:  # statuses are few: each key is built once
+                key = self._counted[status] = METRICS.key(
+                    "sluicegate_requests_total", dialect=self.dialect.name, status=str(status)
+                )
+            METRICS.counters[key] += 1
 
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
@@ -157,8 +165,8 @@ class TurnEndpoint:
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
-            await read_json(request, state.settings.max_body_bytes),
-            request.query_params,
+            await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
+            request.query_params if request.scope["query_string"] else NO_QUERY,
             request.headers,
             request_scope(request, state.settings.api_keys),
             lambda: wait_for_disconnect(request),

@@ -243,7 +243,8 @@ class UpstreamEngine(Engine):
                 elif batch:
                     yield RawBatch(batch)
                 if decoder.over:
-                    if decoder.done:
+                    # The body's end normally came with the last event: no timer to wait for it.
+                    if decoder.done and not response.received:
                         await _drain(chunks)
                     return
             clocks.idle()

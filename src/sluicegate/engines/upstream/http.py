@@ -206,6 +206,11 @@ class StreamingResponse:
         """Hand reads that arrive while `chunks()` is awaited to `handler` (see `_Connection`)."""
         self._conn.read_through = handler
 
+    @property
+    def received(self) -> bool:
+        """The whole body has arrived: the connection can go back to the pool as it is."""
+        return self._conn.complete
+
     async def error_body(self) -> bytes:
         """The start of a non-2xx body; the rest is not waited for."""
         body = b""
