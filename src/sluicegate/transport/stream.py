@@ -196,7 +196,11 @@ async def stream_chunks(
     send = body_send or send
     interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     if writer is not None:
-        return await _direct(chunks, send, writer, framing, interval)
+        task = asyncio.current_task()
+        assert task is not None
+        return await _Direct(task, interval, framing.heartbeat or b"").run(
+            chunks, send, writer, framing.frames
+        )
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox, framing.frames))
@@ -254,41 +258,64 @@ async def stream_chunks(
     return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
 
-async def _direct(
-    chunks: AsyncIterator[Chunk], send: Send, writer: BodyWriter, framing: Framing, interval: float
-) -> StreamOutcome:
-    """The stream in the request's own task, every chunk written as soon as it is made (see the
-    module's docstring). Same outcome, bytes and heartbeats as the outbox path."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    write, frames = writer.write, framing.frames
-    beat_bytes = framing.heartbeat or b""
-    last_sent = loop.time()
-    sending = False  # a chunk is in `send`, waiting for the drain: nothing may overtake it
-    gone = False
-    timer: asyncio.TimerHandle | None = None
+class _Direct:
+    """One stream on the direct path (see the module's docstring): the request's own task runs
+    it; what it shares with the heartbeat timer and the disconnect call lives here (a slotted
+    object, not closures: a stream holds it for its whole life)."""
 
-    def lost() -> None:
-        nonlocal gone
-        gone = True
-        task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+    __slots__ = (
+        "beat_bytes",
+        "cancelled",
+        "gone",
+        "interval",
+        "last_sent",
+        "loop",
+        "sending",
+        "task",
+        "timer",
+    )
 
-    def beat() -> None:
-        nonlocal timer, last_sent
-        quiet = loop.time() - last_sent
+    def __init__(self, task: asyncio.Task[object], interval: float, beat_bytes: bytes) -> None:
+        self.task = task
+        self.loop = task.get_loop()
+        self.interval = interval
+        self.beat_bytes = beat_bytes
+        self.last_sent = self.loop.time()
+        self.sending = False  # a chunk is in `send`, waiting for the drain: nothing may overtake it
+        self.gone = False  # the client left
+        self.cancelled = False  # ...and the task was cancelled for it (once)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def lost(self) -> None:
+        """The server's call when the client disconnects."""
+        self.gone = self.cancelled = True
+        self.task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+
+    def beat(self, write: Callable[[bytes], bool]) -> None:
+        loop, interval = self.loop, self.interval
+        quiet = loop.time() - self.last_sent
         if quiet >= interval * 0.999:
             # A client that reads nothing (the socket paused, a chunk waiting) gets no heartbeat.
-            if not sending and write(beat_bytes):
-                last_sent = loop.time()
-            timer = loop.call_later(interval, beat)
+            if not self.sending and write(self.beat_bytes):
+                self.last_sent = loop.time()
+            self.timer = loop.call_later(interval, self.beat, write)
         else:
-            timer = loop.call_later(interval - quiet, beat)
+            self.timer = loop.call_later(interval - quiet, self.beat, write)
 
-    finished = lost_taken = False
-    if writer.watch(lost):
-        if interval > 0:
-            timer = loop.call_later(interval, beat)
+    async def run(
+        self,
+        chunks: AsyncIterator[Chunk],
+        send: Send,
+        writer: BodyWriter,
+        frames: Callable[[list[Frame]], bytes],
+    ) -> StreamOutcome:
+        if not writer.watch(self.lost):
+            await _close(chunks)
+            return StreamOutcome(finished=False, client_gone=True)
+        loop, write = self.loop, writer.write
+        if self.interval > 0:
+            self.timer = loop.call_later(self.interval, self.beat, write)
+        finished = False
         try:
             async for chunk in chunks:
                 if isinstance(chunk, bytes):
@@ -300,51 +327,50 @@ async def _direct(
                 else:
                     continue
                 if not write(data):
-                    sending = True
-                    try:
-                        await send({"type": "http.response.body", "body": data, "more_body": True})
-                    except asyncio.CancelledError:
-                        if gone:
-                            raise
-                        # Not the client leaving: a cancel meant for the chain, whose code waits
-                        # for it at an await of its own (a deadline's, the turn's, the server's
-                        # shutdown). This chunk goes out over the high-water mark (one chunk),
-                        # then the cancel is sent again, to land at the chain's next await.
-                        task.uncancel()
-                        writer.write(data, force=True)
-                        task.cancel()
-                    finally:
-                        sending = False
-                last_sent = loop.time()
+                    await self._send(send, writer, data)
+                self.last_sent = loop.time()
             finished = True
         except asyncio.CancelledError:
-            if not gone:
+            if not self.cancelled or self.task.uncancel() > 0:  # not (only) ours: the server's
                 raise
-            gone = False  # (the cancel is taken back: `lost` is not counted twice below)
-            if task.uncancel() > 0:  # not only ours: the server's shutdown as well
-                raise
-            lost_taken = True
+            self.cancelled = False
         except OSError:  # the client vanished mid-write
-            gone = True
+            self.gone = True
         except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
             log.exception("stream producer failed")
             finished = True
         finally:
             writer.unwatch()
-            if timer is not None:
-                timer.cancel()
-        if gone:  # the chain caught the cancel `lost` sent and ended on its own: take it back
-            task.uncancel()
-        gone = gone or lost_taken
-    else:
-        gone = True
-    await _close(chunks)
-    if finished and not gone:
+            if self.timer is not None:
+                self.timer.cancel()
+        if self.cancelled:  # the chain caught the cancel `lost` sent and ended on its own
+            self.task.uncancel()
+        await _close(chunks)
+        gone = self.gone
+        if finished and not gone:
+            try:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                return StreamOutcome(finished=False, client_gone=True)
+        return StreamOutcome(finished=finished and not gone, client_gone=gone)
+
+    async def _send(self, send: Send, writer: BodyWriter, data: bytes) -> None:
+        """A chunk the socket cannot take now: the server's `send` waits for the drain."""
+        self.sending = True
         try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            return StreamOutcome(finished=False, client_gone=True)
-    return StreamOutcome(finished=finished and not gone, client_gone=gone)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        except asyncio.CancelledError:
+            if self.gone:
+                raise
+            # Not the client leaving: a cancel meant for the chain, whose code waits for it at
+            # an await of its own (a deadline's, the turn's, the server's shutdown). This chunk
+            # goes out over the high-water mark (one chunk), then the cancel is sent again, to
+            # land at the chain's next await.
+            self.task.uncancel()
+            writer.write(data, force=True)
+            self.task.cancel()
+        finally:
+            self.sending = False
 
 
 async def _close(chunks: AsyncIterator[Chunk]) -> None:
