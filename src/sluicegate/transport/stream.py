@@ -12,9 +12,10 @@ stream is the outbox bound plus the transport's write buffer, however long the a
 The direct path: under our own server (`app/http_protocol.py`) the scope carries a
 `BodyWriter` for the request, and the stream runs in the request's own task with no outbox,
 no producer task and no disconnect-watcher task: each chunk is written to the socket in the
-same step that made it. A chunk the socket cannot take now (its buffer above the high-water
-mark) goes through the server's `send`, which waits for the drain, and the pipeline is not
-pulled meanwhile — backpressure without a queue. The server's `connection_lost` calls back
+same step that made it. Past the socket's high-water mark chunks are still written
+until `buffer_bytes` wait in its buffer (the outbox's bound); past that, a chunk goes through
+the server's `send`, which waits for the drain, and the pipeline is not pulled meanwhile —
+backpressure without a queue of our own. The server's `connection_lost` calls back
 (`BodyWriter.watch`) to cancel the task's generator chain. A paced token costs one task
 wake-up and one `transport.write`, where the outbox path takes a hop to a second task and an
 ASGI `send`, and a stream holds two tasks fewer (bench/README.md, round eight). A server without
@@ -88,6 +89,10 @@ class BodyWriter(Protocol):
 
     def unwatch(self) -> None:
         """No more `lost` calls."""
+        ...
+
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by the client's socket."""
         ...
 
 
@@ -198,7 +203,7 @@ async def stream_chunks(
     if writer is not None:
         task = asyncio.current_task()
         assert task is not None
-        return await _Direct(task, interval, framing.heartbeat or b"").run(
+        return await _Direct(task, interval, framing.heartbeat or b"", max(buffer_bytes, 1)).run(
             chunks, send, writer, framing.frames
         )
     loop = asyncio.get_running_loop()
@@ -269,14 +274,16 @@ class _Direct:
         "gone",
         "interval",
         "last_sent",
+        "limit",
         "loop",
         "sending",
         "task",
         "timer",
     )
 
-    def __init__(self, task: asyncio.Task[object], interval: float, beat_bytes: bytes) -> None:
+    def __init__(self, task: asyncio.Task[object], interval: float, beat_bytes: bytes, limit: int) -> None:
         self.task = task
+        self.limit = limit  # `buffer_bytes`: what a slow client may leave waiting before the chain waits
         self.loop = task.get_loop()
         self.interval = interval
         self.beat_bytes = beat_bytes
@@ -355,7 +362,11 @@ class _Direct:
         return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
     async def _send(self, send: Send, writer: BodyWriter, data: bytes) -> None:
-        """A chunk the socket cannot take now: the server's `send` waits for the drain."""
+        """A chunk the socket did not take at once (its buffer is above its high-water mark):
+        still written while less than `limit` waits for the client — the outbox's bound, so
+        `stream_buffer_bytes` means what it did — else the server's `send` waits for the drain."""
+        if writer.buffered() < self.limit and writer.write(data, force=True):
+            return
         self.sending = True
         try:
             await send({"type": "http.response.body", "body": data, "more_body": True})
