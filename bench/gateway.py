@@ -17,6 +17,10 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (c4) sg-ollama    Sluicegate Ollama `/api/chat` (NDJSON)
   (c3) sg-completions  Sluicegate `/v1/completions` → the upstream's `/v1/completions`
   (d) nginx         nginx as a plain SSE reverse proxy (proxy_buffering off)
+  (d0) py-floor     a TCP splice in Python on uvloop (`relay_floor.py`): the least any Python
+                    relay does per upstream read (one read, one write, one wake-up), no HTTP
+  (d1) py-lean      a lean Python relay (`relay_lean.py`): HTTP, SSE and each chunk's JSON read
+                    and written again, in the protocol callback of the read, no framework
   (e) litellm       LiteLLM's proxy pointed at the upstream
 
 Measurements, like vLLM's serving benchmark (TTFT to the first content-bearing chunk, ITL,
@@ -55,6 +59,7 @@ from gateway_targets import (
     start,
     start_litellm,
     start_nginx,
+    start_python_relay,
     start_redis,
     start_sluicegate,
     wait_ready,
@@ -70,6 +75,8 @@ TITLES = {
     "sg-completions": "(c3) Sluicegate text",
     "sg-ollama": "(c4) Sluicegate Ollama",
     "nginx": "(d) nginx",
+    "py-floor": "(d0) Python floor (TCP splice)",
+    "py-lean": "(d1) lean Python relay",
     "litellm": "(e) LiteLLM",
 }
 
@@ -440,6 +447,10 @@ def make_target(
             )
             return None
         proc, port = start_nginx(binary, folder, upstream, args.nginx_workers)
+        procs.append(proc)
+        return Target(key, port, proc=proc)
+    if key in ("py-floor", "py-lean"):
+        proc, port = start_python_relay(key, folder, upstream)
         procs.append(proc)
         return Target(key, port, proc=proc)
     if key == "litellm":

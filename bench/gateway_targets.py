@@ -267,6 +267,18 @@ def start_nginx(binary: str, folder: Path, upstream: int, workers: int) -> tuple
     return proc, port
 
 
+def start_python_relay(key: str, folder: Path, upstream: int) -> tuple[Proc, int]:
+    """One of the Python reference relays: `py-floor` (`relay_floor.py`, a TCP splice: what
+    no Python relay can do with less) or `py-lean` (`relay_lean.py`, a relay's work in one
+    protocol callback a read)."""
+    port = free_port()
+    script = Path(__file__).resolve().parent / {"py-floor": "relay_floor.py", "py-lean": "relay_lean.py"}[key]
+    cmd = [sys.executable, str(script), "--listen", str(port), "--upstream", str(upstream)]
+    proc = start(key, cmd, folder)
+    wait_ready(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
 def find_litellm(given: str | None) -> str | None:
     return shutil.which(given or "litellm")
 

@@ -5,6 +5,7 @@ Run from the repository root (venv active):
     python bench/images.py                       # the demo vision pair, Sluicegate alone
     python bench/images.py --llama-server PATH   # and llama-server --mmproj on the same files
     python bench/images.py --gguf M.gguf --mmproj P.gguf   # a real vision model
+    python bench/images.py --audio [--llama-server PATH]  # audio clips (Chat input_audio) instead
 
 By default both servers load the demo vision pair (`make_demo_vision(size="bench")`: the ~70 MB
 demo model and a tiny LLaVA-style projector, 16 tokens an image), with the same threads, batch
@@ -24,6 +25,10 @@ only serve the model alone take no part in the rounds (their RSS is read after t
 
 The demo projector's ViT is tiny: its image costs little next to a real one (hundreds of tokens
 and a ViT of ~400M parameters); point --gguf/--mmproj at a real pair for real numbers.
+
+With `--audio`, every "image" above is a 2-second WAV tone (a frequency no other round uses) in
+an `input_audio` part, and the demo pair is the audio one (`make_demo_audio`: an Ultravox-style
+projector, 50 tokens a 30-second window); --gguf/--mmproj then name a model whose projector hears.
 """
 
 from __future__ import annotations
@@ -46,9 +51,24 @@ from PIL import Image
 
 from batching import rss_mib
 from local_engine import free_port, serving
+from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
 from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
 
 MODEL = "bench"
+AUDIO = False  # --audio: the media are WAV clips, not pictures
+
+
+def media(index: int) -> dict[str, Any]:
+    """A content part no other index gets: a picture, or with --audio a clip."""
+    return clip(index) if AUDIO else {"type": "image_url", "image_url": {"url": picture(index)}}
+
+
+def clip(index: int) -> dict[str, Any]:
+    """A 2-second 16 kHz WAV tone of a frequency no other index gets, as an `input_audio` part."""
+    from audio_support import tone_wav  # the tests' writer (tests/ is on the path below)
+
+    data = tone_wav(200.0 + index * 7 % 3000, seconds=2.0, rate=16_000)
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": "wav"}}
 
 
 def picture(index: int) -> str:
@@ -58,11 +78,11 @@ def picture(index: int) -> str:
     return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
 
 
-def ttft(url: str, text: str, image: str | None, max_tokens: int = 8) -> tuple[float, int]:
+def ttft(url: str, text: str, image: dict[str, Any] | None, max_tokens: int = 8) -> tuple[float, int]:
     """Time to the first content delta, and the completion tokens."""
     content: Any = text
     if image is not None:
-        content = [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": image}}]
+        content = [{"type": "text", "text": text}, image]
     body = {
         "model": MODEL,
         "messages": [{"role": "user", "content": content}],
@@ -88,7 +108,7 @@ def ttft(url: str, text: str, image: str | None, max_tokens: int = 8) -> tuple[f
     return first, tokens
 
 
-def batch(url: str, tag: str, image: str | None, max_tokens: int) -> float:
+def batch(url: str, tag: str, image: dict[str, Any] | None, max_tokens: int) -> float:
     """Aggregate tokens/s of 4 streams at once; the first carries `image` if given."""
     start = time.perf_counter()
     with ThreadPoolExecutor(4) as pool:
@@ -123,7 +143,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--max-tokens", type=int, default=64, help="per stream in the batch measurement")
+    parser.add_argument("--audio", action="store_true", help="audio clips (input_audio) instead of images")
     args = parser.parse_args()
+    global AUDIO
+    AUDIO = args.audio
+    if AUDIO:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp:
         folder = Path(tmp)
@@ -132,7 +157,8 @@ def main() -> int:
         else:
             (folder / "pair").mkdir()
             gguf = folder / "pair" / "bench.gguf"
-            mmproj = make_demo_vision(gguf, size="bench", ends_replies=False)
+            make_pair = make_demo_audio if AUDIO else make_demo_vision
+            mmproj = make_pair(gguf, size="bench", ends_replies=False)
         env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
         env.pop("SLUICEGATE_CONFIG", None)
         targets: dict[str, tuple[list[str], str, dict[str, str]]] = {}
@@ -171,7 +197,7 @@ def main() -> int:
                 pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 ttft(url, "warm-up", None)  # loads the model (just in time in Sluicegate)
                 if "no projector" not in name:
-                    ttft(url, "warm-up", picture(10_000))  # the projector's first use
+                    ttft(url, "warm-up", media(10_000))  # the projector's first use
                 else:  # serves nothing more: its memory now
                     results[name]["RSS MiB"] = [rss_mib(pids[name])[0]]
             sighted = [name for name in targets if "no projector" not in name]
@@ -179,7 +205,7 @@ def main() -> int:
                 for name in sighted:
                     url, out = targets[name][1], results[name]
                     text = f"Round {round_} on {name}: what is in this picture?"
-                    image = picture(round_ * 7 + len(name))
+                    image = media(round_ * 7 + len(name))
                     out.setdefault("TTFT text ms", []).append(ttft(url, text, None)[0] * 1000)
                     out.setdefault("TTFT one image ms", []).append(
                         ttft(url, text + " (again)", image)[0] * 1000
@@ -192,7 +218,7 @@ def main() -> int:
                     )
                     out.setdefault("4 streams, one image, tok/s", []).append(
                         batch(
-                            url, f"{name} {round_} i", picture(round_ * 11 + 500 + len(name)), args.max_tokens
+                            url, f"{name} {round_} i", media(round_ * 11 + 500 + len(name)), args.max_tokens
                         )
                     )
                     print(
@@ -204,6 +230,7 @@ def main() -> int:
 
     print(
         f"\nGGUF {gguf.name} + {mmproj.name}, threads {args.threads}, 4 sequences, {args.rounds} rounds (medians)"
+        + (", audio clips for images" if AUDIO else "")
     )
     for name in sighted:
         medians = {k: statistics.median(v) for k, v in results[name].items()}

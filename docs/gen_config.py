@@ -107,6 +107,21 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "with `allow_image_urls`: the longest one image's fetch may take",
         ),
+        "max_audio_bytes": (
+            None,
+            "one audio clip (Chat `input_audio`, a local model whose projector has an audio encoder "
+            "hears it): more is a 400 `audio_too_large`",
+        ),
+        "max_audio_seconds": (
+            None,
+            "how long one audio clip may play, read from its header before it is decoded: longer is a "
+            "400 `audio_too_long`",
+        ),
+        "max_audio_per_request": (
+            None,
+            "audio clips in one request, the conversation's earlier turns included: more is a 400 "
+            "`too_many_audio_clips`",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from sluicegate.core.events import RawBatch, RawEvent
+from sluicegate.core.events import RawBatch, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine
 
@@ -19,3 +19,15 @@ async def engine_events(engine: Engine, request: ChatRequest) -> AsyncIterator[R
                 yield event
     finally:
         await stream.aclose()
+
+
+async def checked_reply(engine: Engine, request: ChatRequest) -> tuple[str, Usage]:
+    """The request checked, then run: its text and its last usage report."""
+    engine.check(request)
+    text, usage = "", Usage()
+    async for event in engine_events(engine, request):
+        if isinstance(event, TextDelta):
+            text += event.text
+        elif isinstance(event, UsageReport):
+            usage = event.usage
+    return text, usage

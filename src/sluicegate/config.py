@@ -30,6 +30,9 @@ max_image_pixels = 32000000     # per image, width x height
 max_images_per_request = 16
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
+max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
+max_audio_seconds = 300         # per audio clip, by its header
+max_audio_per_request = 16
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -128,6 +131,9 @@ class Settings:
     max_images_per_request: int = 16
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
+    max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
+    max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
+    max_audio_per_request: int = 16
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -183,6 +189,9 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_images_per_request": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
+    "max_audio_bytes": int,
+    "max_audio_seconds": (int, float),
+    "max_audio_per_request": int,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference

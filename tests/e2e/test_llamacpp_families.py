@@ -6,14 +6,13 @@ schema, streamed in more than one piece where the family writes arguments as the
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import openai
 import pytest
 from e2e_support import Server
+from forced_calls import anthropic_forced_call, openai_forced_call
 from pydantic import BaseModel, Field
 
 from llama_cpp_support import templates_dir
@@ -29,7 +28,6 @@ WEATHER: dict[str, Any] = {
     "required": ["city", "unit"],
     "additionalProperties": False,
 }
-TOOLS: list[Any] = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
 ASK = [{"role": "user", "content": "What is the weather in Paris today?"}]
 
 # family -> (template, whether its arguments stream in pieces)
@@ -93,44 +91,14 @@ def family_server(start_server: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_a_forced_call_in_the_family_markup(family_server: Server, family: str) -> None:
-    with openai.OpenAI(base_url=family_server.api_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
-        pieces = 0
-        with sdk.chat.completions.stream(
-            model=family, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=300, seed=3
-        ) as events:
-            for event in events:
-                if event.type == "tool_calls.function.arguments.delta":
-                    pieces += 1
-            completion = events.get_final_completion()
-    choice = completion.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    calls = choice.message.tool_calls or []
-    assert len(calls) == 1 and calls[0].function.name == "get_weather"
-    jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER)
+    pieces = openai_forced_call(family_server, family, ASK, WEATHER)
     if FAMILIES[family][1]:
         assert pieces > 1
 
 
 @pytest.mark.parametrize("family", ["harmony", "qwen3_coder", "glm", "kimi_k2", "minimax_m2", "gemma4"])
 def test_a_forced_call_through_the_anthropic_sdk(family_server: Server, family: str) -> None:
-    import anthropic
-
-    tools: list[Any] = [{"name": "get_weather", "input_schema": WEATHER}]
-    with anthropic.Anthropic(
-        base_url=family_server.base_url, api_key="unused", max_retries=0, timeout=120.0
-    ) as sdk:
-        pieces = 0
-        with sdk.messages.stream(
-            model=family, messages=ASK, tools=tools, tool_choice={"type": "any"}, max_tokens=300
-        ) as events:
-            for event in events:
-                if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
-                    pieces += 1
-            message = events.get_final_message()
-    assert message.stop_reason == "tool_use"
-    (block,) = [b for b in message.content if b.type == "tool_use"]
-    assert block.name == "get_weather"
-    jsonschema.validate(block.input, WEATHER)
+    pieces = anthropic_forced_call(family_server, family, ASK, WEATHER)
     if FAMILIES[family][1]:
         assert pieces > 1
 

@@ -473,8 +473,8 @@ def test_count_tokens_counts_the_image(vision_server: Server, claude: anthropic.
 
 
 def test_audio_input_is_a_clear_400(sdk: openai.OpenAI) -> None:
-    """Chat's `input_audio` parts: no engine here takes audio yet (the demo projector has no audio
-    encoder either), so a 400 that says so, with or without a projector."""
+    """Chat's `input_audio` parts on a model whose projector has no audio encoder (the vision
+    demo's), or no projector at all: a 400 that says so (test_llamacpp_audio.py hears them)."""
     wav = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
     for model in (EYE, BLIND):
         with pytest.raises(openai.BadRequestError) as caught:

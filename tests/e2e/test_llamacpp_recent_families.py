@@ -7,14 +7,12 @@ than one piece where the family writes arguments as they go.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import openai
 import pytest
 from e2e_support import Server
+from forced_calls import anthropic_forced_call, openai_forced_call
 
 from llama_cpp_support import templates_dir
 
@@ -85,44 +83,9 @@ def recent_server(start_server: Any, tmp_path_factory: pytest.TempPathFactory) -
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_a_forced_call_through_both_sdks(recent_server: Server, family: str) -> None:
-    import anthropic
-
-    tools: list[Any] = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
-    with openai.OpenAI(base_url=recent_server.api_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
-        pieces = 0
-        with sdk.chat.completions.stream(
-            model=family, messages=ASK, tools=tools, tool_choice="required", max_tokens=300, seed=3
-        ) as events:
-            for event in events:
-                if event.type == "tool_calls.function.arguments.delta":
-                    pieces += 1
-            completion = events.get_final_completion()
-    choice = completion.choices[0]
-    assert choice.finish_reason == "tool_calls", choice
-    calls = choice.message.tool_calls or []
-    assert len(calls) == 1 and calls[0].function.name == "get_weather"
-    jsonschema.validate(json.loads(calls[0].function.arguments), WEATHER)
     streams = FAMILIES[family][1]
+    pieces = openai_forced_call(recent_server, family, ASK, WEATHER)
     assert pieces > 1 if streams else pieces >= 1
-
-    with anthropic.Anthropic(
-        base_url=recent_server.base_url, api_key="unused", max_retries=0, timeout=120.0
-    ) as client:
-        json_pieces = 0
-        with client.messages.stream(
-            model=family,
-            messages=ASK,  # type: ignore[arg-type]
-            tools=[{"name": "get_weather", "input_schema": WEATHER}],
-            tool_choice={"type": "any"},
-            max_tokens=300,
-        ) as stream:
-            for event in stream:
-                if event.type == "content_block_delta" and event.delta.type == "input_json_delta":
-                    json_pieces += 1
-            message = stream.get_final_message()
-    assert message.stop_reason == "tool_use"
-    (block,) = [b for b in message.content if b.type == "tool_use"]
-    assert block.name == "get_weather"
-    jsonschema.validate(block.input, WEATHER)
+    json_pieces = anthropic_forced_call(recent_server, family, ASK, WEATHER)
     if streams:
         assert json_pieces > 1

@@ -70,6 +70,11 @@ def add_commands(commands: Any) -> None:
     kind.add_argument(
         "--vision", action="store_true", help="also write a vision projector (mmproj-<name>.gguf) beside it"
     )
+    kind.add_argument(
+        "--audio",
+        action="store_true",
+        help="also write an audio projector (mmproj-<name>.gguf, Ultravox-style) beside it",
+    )
     kind.add_argument("--rerank", action="store_true", help="a reranker (for POST /v1/rerank) instead")
     add_parse_command(commands)
     add_render_command(commands)
@@ -78,13 +83,16 @@ def add_commands(commands: Any) -> None:
 def make_demo(args: argparse.Namespace) -> int:
     from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
 
-    if args.vision:
+    if args.vision or args.audio:
+        from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
         from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
 
-        mmproj = make_demo_vision(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
+        make_pair = make_demo_vision if args.vision else make_demo_audio
+        mmproj = make_pair(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)
         path = Path(args.path)
+        sense = "vision" if args.vision else "audio"
         print(f"wrote {path} ({path.stat().st_size} bytes): random weights, it talks nonsense")
-        print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its vision projector, random weights too")
+        print(f"wrote {mmproj} ({mmproj.stat().st_size} bytes): its {sense} projector, random weights too")
         return 0
     path = make_demo_gguf(
         args.path,

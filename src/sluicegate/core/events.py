@@ -56,6 +56,7 @@ class Usage:
     completion_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    audio_tokens: int = 0  # of the prompt's, those that audio input took
 
     @property
     def total_tokens(self) -> int:
@@ -73,6 +74,7 @@ def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int)
         completion_tokens=deltas,
         cached_tokens=usage.cached_tokens if usage else 0,
         reasoning_tokens=reasoning_deltas,
+        audio_tokens=usage.audio_tokens if usage else 0,
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sluicegate.core.audio import Sound
 from sluicegate.core.images import Picture
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
@@ -15,12 +16,14 @@ class ContentPart:
     type: Literal["text", "image", "audio"]
     text: str = ""
     image_url: str = ""  # an http(s) URL or a data: URL
-    # Audio (Chat's `input_audio`): base64 data and its format ("wav", "mp3"). No engine here
-    # takes audio yet (`Engine.check` refuses it); parsed so the refusal can say so plainly.
+    # Audio (Chat's `input_audio`): base64 data and its format ("wav", "mp3"). Only a model whose
+    # projector has an audio encoder takes it (`Engine.check` refuses it for the others).
     audio_data: str = ""
     audio_format: str = ""
     # The image decoded, for an engine that reads pixels itself (filled in by the turn runner).
     picture: Picture | None = field(default=None, compare=False, repr=False)
+    # The audio checked, for an engine that hears it (filled in by the turn runner).
+    sound: Sound | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)

@@ -31,6 +31,7 @@ class Capabilities:
     tool_use: bool = True
     reasoning: bool = False
     vision: bool = False
+    audio: bool = False  # audio input (Chat's `input_audio`)
     logprobs: bool = False
     reasoning_options: list[str] = field(default_factory=list)  # e.g. ["off", "on"]
     reasoning_default: str | None = None
@@ -155,13 +156,13 @@ class Engine(ABC):
                 param=None,
                 code="image_input_unsupported",
             )
-        if any(
+        if not self.info().capabilities.audio and any(
             not isinstance(m.content, str) and any(p.type == "audio" for p in m.content)
             for m in request.messages
         ):
             raise invalid(
-                f"Model {self.model_id!r} does not accept audio input (Sluicegate's engines take "
-                "text and images; a llama.cpp projector's audio encoder is not used yet).",
+                f"Model {self.model_id!r} does not accept audio input (a llama.cpp model takes it "
+                "with a projector that has an audio encoder).",
                 param=None,
                 code="audio_input_unsupported",
             )

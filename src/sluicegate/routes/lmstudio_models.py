@@ -65,6 +65,8 @@ def model_entry(model: Model) -> Json:
     details = info.details
     caps = info.capabilities
     capabilities: Json = {"vision": caps.vision, "trained_for_tool_use": caps.tool_use}
+    if caps.audio:  # not in LM Studio's schema (it has no audio input): said only where it applies
+        capabilities["audio"] = True
     if caps.reasoning:
         capabilities["reasoning"] = {
             "allowed_options": caps.reasoning_options,

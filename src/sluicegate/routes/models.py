@@ -38,6 +38,7 @@ def model_object(model: Model) -> dict[str, Any]:
             "tool_use": info.capabilities.tool_use,
             "reasoning": info.capabilities.reasoning,
             "vision": info.capabilities.vision,
+            "audio": info.capabilities.audio,
             "description": details.get("description"),
             "type": _kind(model.engine.tasks()),
             "context": details.get("context"),

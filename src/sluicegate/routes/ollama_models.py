@@ -99,6 +99,8 @@ def capabilities(model: Model) -> list[str]:
         out.append("thinking")
     if caps.vision:
         out.append("vision")
+    if caps.audio:  # Ollama's name for audio input (`model.CapabilityAudio`)
+        out.append("audio")
     return out
 
 

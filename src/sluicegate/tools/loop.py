@@ -376,6 +376,7 @@ def _add(a: Usage, b: Usage) -> Usage:
         a.completion_tokens + b.completion_tokens,
         a.cached_tokens + b.cached_tokens,
         a.reasoning_tokens + b.reasoning_tokens,
+        a.audio_tokens + b.audio_tokens,
     )
 
 

@@ -3,6 +3,7 @@
 Data URLs always; http(s) URLs only when `[server] allow_image_urls` is on, through the SSRF
 guard (public addresses, or `[tools] allowed_hosts`), with the byte cap and a time cap. The
 decoding runs in a thread, off the event loop. Anything wrong is a 400 in the client's dialect.
+Audio parts (for an engine that hears them) are checked the same way, within their own limits.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import httpx2
 
 from sluicegate.config import Settings
 from sluicegate.core.allowlist import AllowList
+from sluicegate.core.audio import AudioLimits, decode_audio
 from sluicegate.core.errors import invalid
 from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart
@@ -26,6 +28,7 @@ class ImageSettings:
     fetch_urls: bool = False  # `[server] allow_image_urls`
     allowed_hosts: AllowList = field(default_factory=AllowList)
     fetch_timeout: float = 10.0  # `[server] image_fetch_timeout_seconds`
+    audio: AudioLimits = field(default_factory=AudioLimits)  # for Chat's `input_audio` parts
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ImageSettings:
@@ -37,17 +40,36 @@ class ImageSettings:
             settings.allow_image_urls,
             AllowList.parse(settings.tools_allowed_hosts),
             settings.image_fetch_timeout_seconds,
+            AudioLimits(settings.max_audio_bytes, settings.max_audio_seconds, settings.max_audio_per_request),
         )
 
 
-def image_parts(chat: ChatRequest) -> list[ContentPart]:
+def image_parts(chat: ChatRequest, kind: str = "image") -> list[ContentPart]:
     return [
         part
         for message in chat.messages
         if not isinstance(message.content, str)
         for part in message.content
-        if part.type == "image"
+        if part.type == kind
     ]
+
+
+async def load_audio(chat: ChatRequest, limits: AudioLimits) -> None:
+    """Fill in `sound` on every audio part of `chat` (those not already checked)."""
+    parts = image_parts(chat, "audio")
+    if not parts:
+        return
+    if len(parts) > limits.max_clips:
+        raise invalid(
+            f"The request has {len(parts)} audio clips, more than this server accepts ({limits.max_clips}).",
+            code="too_many_audio_clips",
+        )
+    todo = [part for part in parts if part.sound is None]
+    sounds = await asyncio.to_thread(
+        lambda: [decode_audio(part.audio_data, part.audio_format, limits) for part in todo]
+    )
+    for part, sound in zip(todo, sounds, strict=True):
+        part.sound = sound
 
 
 async def load_images(chat: ChatRequest, settings: ImageSettings) -> None:

@@ -56,7 +56,7 @@ from sluicegate.turn.http import (
     safe_headers,
     wait_for_disconnect,
 )
-from sluicegate.turn.images import load_images
+from sluicegate.turn.images import load_audio, load_images
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
 from sluicegate.turn.record import built_response
@@ -257,6 +257,8 @@ class TurnEndpoint:
             chat = replace(chat, messages=resolved.messages)
         if model.engine.reads_pixels and model.engine.info().capabilities.vision:
             await load_images(chat, state.images)
+        if model.engine.reads_pixels and model.engine.info().capabilities.audio:
+            await load_audio(chat, state.images.audio)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
         if turn.tools is not None and _wants_tools(turn, state):

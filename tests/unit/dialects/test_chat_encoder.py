@@ -38,7 +38,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message, SamplingParams, ToolSpec
 from sluicegate.core.segment import segment
-from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, completion_body
+from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, completion_body, usage_body
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.transport.sse import frames_bytes
 
@@ -777,3 +777,8 @@ async def test_scripted_engine_stream_is_sdk_compatible() -> None:
     # arguments really were streamed in more than one piece per call
     pieces = [d for d in deltas(stream) if "tool_calls" in d and "id" not in d["tool_calls"][0]]
     assert len(pieces) >= 4
+
+
+def test_usage_counts_the_prompts_audio_tokens() -> None:
+    body = usage_body(Usage(prompt_tokens=60, completion_tokens=2, audio_tokens=50))
+    assert body["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 50}

@@ -4,17 +4,20 @@ allowed, through the SSRF guard, with a byte and a time cap."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 from collections.abc import AsyncIterator
 
 import pytest
 from PIL import Image
 
+from audio_support import tone_wav
 from sluicegate.core.allowlist import AllowList
+from sluicegate.core.audio import AudioLimits
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.images import ImageLimits
 from sluicegate.core.request import ChatRequest, ContentPart, Message
-from sluicegate.turn.images import ImageSettings, load_images
+from sluicegate.turn.images import ImageSettings, load_audio, load_images
 
 PNG = io.BytesIO()
 Image.new("RGB", (20, 10), (1, 2, 3)).save(PNG, "PNG")
@@ -81,3 +84,17 @@ async def test_byte_and_time_caps(site: str) -> None:
     assert (
         await code(request(f"{site}/a.png"), settings(limits=ImageLimits(max_images=0))) == "too_many_images"
     )
+
+
+async def test_audio_parts_are_checked_within_their_own_limits() -> None:
+    clip = base64.b64encode(tone_wav(440.0, rate=8_000)).decode()
+    chat = ChatRequest(
+        "m", [Message("user", [ContentPart("audio", audio_data=clip, audio_format="wav")] * 2)]
+    )
+    with pytest.raises(SluicegateError) as caught:
+        await load_audio(chat, AudioLimits(max_clips=1))
+    assert caught.value.info.code == "too_many_audio_clips"
+    await load_audio(chat, AudioLimits(max_clips=2))
+    sounds = [part.sound for part in chat.messages[0].content if not isinstance(part, str)]
+    assert all(sound is not None and sound.seconds == 1.0 for sound in sounds)
+    assert ImageSettings().audio == AudioLimits()

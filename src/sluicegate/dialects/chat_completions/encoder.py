@@ -40,7 +40,7 @@ def usage_body(usage: Usage) -> dict[str, Any]:
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,
         "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens, "audio_tokens": usage.audio_tokens},
         "completion_tokens_details": {
             "reasoning_tokens": usage.reasoning_tokens,
             "audio_tokens": 0,

@@ -10,6 +10,7 @@ the installed libmtmd still loads it and encodes an image with it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import gguf
@@ -34,6 +35,33 @@ def projector_path(model: Path) -> Path:
     """Where `make_demo_vision` puts the projector: beside the model, as `mmproj-<name>.gguf`
     (the name `find_projector` looks for)."""
     return model.with_name(f"mmproj-{model.stem}.gguf")
+
+
+def add_encoder_blocks(
+    writer: gguf.GGUFWriter,
+    prefix: str,
+    layers: int,
+    n: int,
+    ff: int,
+    dense: Callable[[int, int], np.ndarray],
+    *,
+    key_bias: bool = True,
+) -> None:
+    """A projector encoder's transformer blocks (`<prefix>.blk.N.*`, as clip.cpp names them):
+    norms of 1, biases of 0, `dense(rows, cols)` weights. Whisper's key projection has no bias."""
+    for layer in range(layers):
+        blk = f"{prefix}.blk.{layer}"
+        for norm in ("ln1", "ln2"):
+            writer.add_tensor(f"{blk}.{norm}.weight", np.ones(n, dtype=np.float32))
+            writer.add_tensor(f"{blk}.{norm}.bias", np.zeros(n, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            writer.add_tensor(f"{blk}.{name}.weight", dense(n, n))
+            if key_bias or name != "attn_k":
+                writer.add_tensor(f"{blk}.{name}.bias", np.zeros(n, dtype=np.float32))
+        writer.add_tensor(f"{blk}.ffn_up.weight", dense(ff, n))
+        writer.add_tensor(f"{blk}.ffn_up.bias", np.zeros(ff, dtype=np.float32))
+        writer.add_tensor(f"{blk}.ffn_down.weight", dense(n, ff))
+        writer.add_tensor(f"{blk}.ffn_down.bias", np.zeros(n, dtype=np.float32))
 
 
 def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> Path:
@@ -75,18 +103,7 @@ def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> P
     writer.add_tensor("v.patch_embd.weight", patch.astype(np.float16))
     writer.add_tensor("v.patch_embd.bias", zeros(n))
     writer.add_tensor("v.position_embd.weight", (rng.standard_normal((n_pos, n)) * 0.1).astype(np.float32))
-    for layer in range(_VISION_LAYERS):
-        blk = f"v.blk.{layer}"
-        for norm in ("ln1", "ln2"):
-            writer.add_tensor(f"{blk}.{norm}.weight", np.ones(n, dtype=np.float32))
-            writer.add_tensor(f"{blk}.{norm}.bias", zeros(n))
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            writer.add_tensor(f"{blk}.{name}.weight", dense(n, n))
-            writer.add_tensor(f"{blk}.{name}.bias", zeros(n))
-        writer.add_tensor(f"{blk}.ffn_up.weight", dense(ff, n))
-        writer.add_tensor(f"{blk}.ffn_up.bias", zeros(ff))
-        writer.add_tensor(f"{blk}.ffn_down.weight", dense(n, ff))
-        writer.add_tensor(f"{blk}.ffn_down.bias", zeros(n))
+    add_encoder_blocks(writer, "v", _VISION_LAYERS, n, ff, dense)
     writer.add_tensor("mm.0.weight", dense(_PROJ_HIDDEN, n))
     writer.add_tensor("mm.0.bias", zeros(_PROJ_HIDDEN))
     # Outputs of about unit size per dimension, like the demo's token embeddings' noise.

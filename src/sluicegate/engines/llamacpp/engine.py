@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sluicegate.core.audio import Sound
 from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
 from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.events import (
@@ -37,7 +38,6 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.images import Picture
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.core.rerank import RERANK, Ranked, RerankJob
 from sluicegate.engines.base import (
@@ -84,7 +84,14 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
-from sluicegate.engines.llamacpp.vision import MARKER, MediaPrompt, Projector, find_projector
+from sluicegate.engines.llamacpp.vision import (
+    MARKER,
+    Media,
+    MediaPrompt,
+    Projector,
+    find_projector,
+    projector_senses,
+)
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
@@ -134,10 +141,11 @@ class LlamaCppEngine(Engine):
             self.pooling = POOLING_RANK
         elif settings.embedding or (settings.embedding is None and self.gguf.pooling in POOLING_TYPES):
             self.pooling = self.gguf.pooling if self.gguf.pooling in POOLING_TYPES else POOLING_MEAN
-        # A vision projector: the config's, or an `mmproj*.gguf` beside the model.
+        # A projector: the config's, or an `mmproj*.gguf` beside the model; and what it takes.
         self.mmproj: Path | None = None
         if self.pooling is None:
             self.mmproj = settings.mmproj or find_projector(settings.path)
+        self._sees, self._hears = projector_senses(self.mmproj) if self.mmproj else (False, False)
         # The most a load may ask for (listed as the model's maximum), and what it loads with.
         self.context = choose_context(self.gguf, settings.context_length, settings.kv_cache_budget_mib)
         self.context_length = self.context.length
@@ -205,7 +213,8 @@ class LlamaCppEngine(Engine):
                 and (self.gguf.has_fim if self._fim is None else self._fim[0] is not None),
                 tool_use=self.template is not None and gguf.supports_tools and not embedding,
                 reasoning=reasoning,
-                vision=self.mmproj is not None,
+                vision=self._sees,
+                audio=self._hears,
                 logprobs=True,
                 reasoning_options=options,
                 reasoning_default="on" if reasoning else None,
@@ -388,7 +397,7 @@ class LlamaCppEngine(Engine):
                 raise EngineFailure(str(exc), code="model_load_failed") from exc
         return self._counting
 
-    def _media(self, prompt: str, pictures: list[Picture]) -> tuple[MediaPrompt | None, list[int]]:
+    def _media(self, prompt: str, pictures: list[Media]) -> tuple[MediaPrompt | None, list[int]]:
         """The prompt's tokens with its images; and the tokenized prompt itself when the loaded
         model's projector made it (the worker decodes it then), else None (it was freed)."""
         projector = self._projector()
@@ -409,20 +418,26 @@ class LlamaCppEngine(Engine):
             media.free()
         return tokens
 
-    def _pictures(self, messages: list[Message]) -> list[Picture]:
-        """The messages' images in prompt order, decoded (the turn runner did it)."""
-        pictures = []
+    def _pictures(self, messages: list[Message]) -> list[Media]:
+        """The messages' images and audio clips in prompt order, decoded or checked (the turn
+        runner did it)."""
+        pictures: list[Media] = []
         for message in messages:
             if isinstance(message.content, str):
                 continue
             for part in message.content:
-                if part.type != "image":
-                    continue
-                if part.picture is None:
-                    raise invalid(
-                        f"Model {self.model_id!r} got an image it cannot read.", code="invalid_image"
-                    )
-                pictures.append(part.picture)
+                if part.type == "image":
+                    if part.picture is None:
+                        raise invalid(
+                            f"Model {self.model_id!r} got an image it cannot read.", code="invalid_image"
+                        )
+                    pictures.append(part.picture)
+                elif part.type == "audio":
+                    if part.sound is None:
+                        raise invalid(
+                            f"Model {self.model_id!r} got audio it cannot hear.", code="invalid_audio"
+                        )
+                    pictures.append(part.sound)
         return pictures
 
     def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
@@ -658,6 +673,8 @@ class LlamaCppEngine(Engine):
             pictures=pictures,
             media=prepared.media,  # tokenized by `check` with the loaded projector, or None
         )
+        if any(isinstance(p, Sound) for p in pictures):
+            job.emit = _with_audio_tokens(job)
 
         if scheduler is not None:
             sequence = Sequence(
@@ -767,13 +784,29 @@ class _Prepared:
     prompt: str
     tokens: list[int] | None = None
     grammar: Grammar | None = None
-    pictures: list[Picture] = field(default_factory=list)
+    pictures: list[Media] = field(default_factory=list)
     media: MediaPrompt | None = None
 
     def free(self) -> None:
         if self.media is not None:
             self.media.free()
             self.media = None
+
+
+def _with_audio_tokens(job: Job) -> Callable[[list[RawEvent]], None]:
+    """The job's `emit`, with the prompt's audio tokens in every usage it reports: the runtime
+    counts the prompt, and the media prompt knows which of its tokens are audio."""
+    emit = job.emit
+
+    def counted(events: list[RawEvent]) -> None:
+        media = job.media
+        if media is not None:
+            for event in events:
+                if isinstance(event, UsageReport):
+                    event.usage.audio_tokens = media.audio_tokens
+        emit(events)
+
+    return counted
 
 
 def normalised(vector: np.ndarray, dimensions: int | None) -> list[float]:

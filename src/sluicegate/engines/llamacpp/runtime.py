@@ -41,12 +41,11 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.images import Picture
 from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
-from sluicegate.engines.llamacpp.vision import ImageSpan, MediaPrompt, Projector
+from sluicegate.engines.llamacpp.vision import ImageSpan, Media, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
 
@@ -86,9 +85,9 @@ class Job:
     grammar: Grammar | None = None
     reasoning: ReasoningStyle | None = None
     in_reasoning: bool = False
-    # Images, in prompt order (one marker each in the prompt), for a model with a projector;
-    # `media` is the prompt tokenized with them (its image chunks are freed with the job).
-    pictures: list[Picture] = field(default_factory=list)
+    # Images and audio clips, in prompt order (one marker each in the prompt), for a model with
+    # a projector; `media` is the prompt tokenized with them (its chunks are freed with the job).
+    pictures: list[Media] = field(default_factory=list)
     media: MediaPrompt | None = None
 
     def free(self) -> None:
@@ -272,7 +271,7 @@ class LlamaRuntime:
         if not job.pictures:
             return self.tokenize(prompt)
         if self.projector is None:
-            raise EngineFailure("this model has no vision projector", code="image_input_unsupported")
+            raise EngineFailure("this model has no projector", code="image_input_unsupported")
         job.media = self.projector.tokenize(prompt, job.pictures)
         return job.media.tokens
 

@@ -15,12 +15,17 @@ thread. The batch scheduler runs the image encoder itself on a thread of the pro
 (`encode_soon`): a real ViT takes seconds on a CPU, which the other sequences would otherwise
 wait for with their next token; they go on decoding meanwhile (the encoder has its own ggml
 backend, and llama-server runs `mtmd_tokenize` beside its encoder the same way).
+
+Audio (a projector with an audio encoder) takes the same path: libmtmd's helper decodes the
+WAV or MP3 and resamples it to the encoder's rate (the decoder llama-server uses), and each
+30-second window of it becomes one media chunk, an `ImageSpan` like an image's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,11 +37,16 @@ import numpy as np
 from llama_cpp import _logger
 from llama_cpp import mtmd_cpp as mtmd
 
+from sluicegate.core.audio import Sound
 from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.images import Picture
+from sluicegate.engines.llamacpp.gguf_header import read_gguf_header
 
 MARKER = "<__media__>"  # libmtmd's default media marker: where an image goes in the rendered prompt
 _TEXT = 0  # MTMD_INPUT_CHUNK_TYPE_TEXT
+_AUDIO = 2  # MTMD_INPUT_CHUNK_TYPE_AUDIO
+_MIN_AUDIO_SECONDS = 0.01  # less is refused: libmtmd's preprocessor asserts on a clip of 1 sample
+Media = Picture | Sound  # what stands at a marker: an image, or (with an audio encoder) a clip
 _NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a NULL function pointer
 _logs_routed = False
 
@@ -60,8 +70,23 @@ def find_projector(model: Path) -> Path | None:
     return (named or found)[0]
 
 
-def placeholder(digest: str) -> int:
-    """The id every position of an image stands as: negative, and the same for the same image."""
+def projector_senses(path: Path) -> tuple[bool, bool]:
+    """Whether the projector file has a vision encoder and an audio encoder, by its header (as
+    libmtmd reads it); a header it cannot read counts as vision, for the load to say what is wrong."""
+    try:
+        fields = read_gguf_header(path).fields
+    except (OSError, ValueError):
+        return True, False
+    return bool(fields.get("clip.has_vision_encoder", False)), bool(
+        fields.get("clip.has_audio_encoder", False)
+    )
+
+
+def placeholder(digest: str, window: int = 0) -> int:
+    """The id every position of an image stands as: negative, and the same for the same image
+    (for audio, the same clip's same 30-second window)."""
+    if window:
+        digest = hashlib.sha256(f"{digest}/{window}".encode()).hexdigest()
     return -1 - int(digest[:8], 16) % (1 << 30)
 
 
@@ -70,6 +95,7 @@ class ImageSpan:
     chunk: Any  # an owned mtmd_input_chunk copy
     n_pos: int  # positions (= prompt tokens) it takes
     n_tokens: int  # embeddings it decodes to
+    audio: bool = False  # a window of an audio clip, not an image
     # Encoded, while the batch scheduler decodes it a prompt chunk at a time.
     embeddings: np.ndarray | None = None
     # The encoder at work on it (`Projector.encode_soon`); the chunk lives until it is done.
@@ -86,7 +112,8 @@ class ImageSpan:
 @dataclass(slots=True)
 class MediaPrompt:
     tokens: list[int]
-    images: dict[int, ImageSpan] = field(default_factory=dict)  # by the index it starts at
+    images: dict[int, ImageSpan] = field(default_factory=dict)  # by the index it starts at (audio too)
+    audio_tokens: int = 0  # of `tokens`, those audio takes (kept after `free`, for the usage)
 
     def span_at(self, index: int) -> ImageSpan | None:
         return self.images.get(index)
@@ -137,9 +164,11 @@ class Projector:
         self.ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
         if not self.ctx:
             raise ValueError(f"libmtmd could not load the projector {path}")
-        if not mtmd.mtmd_support_vision(self.ctx):
+        self.vision = bool(mtmd.mtmd_support_vision(self.ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(self.ctx))
+        if not self.vision and not self.audio:
             self.close()
-            raise ValueError(f"the projector {path} has no vision encoder")
+            raise ValueError(f"the projector {path} has neither a vision nor an audio encoder")
 
     def close(self) -> None:
         encoder, self._encoder = self._encoder, None
@@ -149,8 +178,8 @@ class Projector:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
 
-    def tokenize(self, prompt: str, pictures: list[Picture]) -> MediaPrompt:
-        """The prompt (with one `MARKER` per picture, in order) as tokens and image chunks."""
+    def tokenize(self, prompt: str, pictures: list[Media]) -> MediaPrompt:
+        """The prompt (with one `MARKER` per picture or clip, in order) as tokens and media chunks."""
         if prompt.count(MARKER) != len(pictures):
             raise invalid(
                 f"The prompt has {prompt.count(MARKER)} image markers ({MARKER!r}) for {len(pictures)} "
@@ -161,6 +190,9 @@ class Projector:
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             for picture in pictures:
+                if isinstance(picture, Sound):
+                    bitmaps.append(self._audio_bitmap(picture))
+                    continue
                 pixels = (ctypes.c_uint8 * len(picture.rgb)).from_buffer_copy(picture.rgb)
                 bitmap = mtmd.mtmd_bitmap_init(picture.width, picture.height, pixels)
                 if not bitmap:
@@ -173,30 +205,62 @@ class Projector:
             status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(text), array, len(bitmaps))
             if status != 0:
                 raise EngineFailure(f"libmtmd could not tokenize the prompt ({status})", code="engine_error")
-            return self._media_prompt(chunks, pictures)
+            return self._media_prompt(chunks)
         finally:
             for bitmap in bitmaps:
                 mtmd.mtmd_bitmap_free(bitmap)
             mtmd.mtmd_input_chunks_free(chunks)
 
-    def _media_prompt(self, chunks: Any, pictures: list[Picture]) -> MediaPrompt:
+    def _audio_bitmap(self, sound: Sound) -> Any:
+        """The clip's samples, decoded and resampled by libmtmd's helper (WAV, MP3), with its
+        SHA-256 as the bitmap's id. A clip it cannot decode is the client's error: a 400."""
+        if not self.audio:
+            raise invalid("This model's projector has no audio encoder.", code="audio_input_unsupported")
+        data = (ctypes.c_uint8 * len(sound.data)).from_buffer_copy(sound.data)
+        bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, data, len(sound.data), False)
+        if not bitmap:
+            raise invalid(
+                f"Invalid audio: the {sound.format} data could not be decoded.", code="invalid_audio"
+            )
+        samples = int(mtmd.mtmd_bitmap_get_nx(bitmap))
+        if not mtmd.mtmd_bitmap_is_audio(bitmap) or samples < _MIN_AUDIO_SECONDS * self.sample_rate:
+            mtmd.mtmd_bitmap_free(bitmap)
+            raise invalid(
+                f"Invalid audio: the {sound.format} data has (almost) no samples.", code="invalid_audio"
+            )
+        return bitmap
+
+    @property
+    def sample_rate(self) -> int:
+        """The rate libmtmd resamples audio to for this projector's encoder."""
+        return int(mtmd.mtmd_get_audio_sample_rate(self.ctx))
+
+    def _media_prompt(self, chunks: Any) -> MediaPrompt:
         out = MediaPrompt([])
-        pictures_left = iter(pictures)
+        previous, window = b"", 0  # a clip longer than 30 s is several chunks in a row
         try:
             for i in range(mtmd.mtmd_input_chunks_size(chunks)):
                 chunk = mtmd.mtmd_input_chunks_get(chunks, i)
-                if mtmd.mtmd_input_chunk_get_type(chunk) == _TEXT:
+                kind = mtmd.mtmd_input_chunk_get_type(chunk)
+                if kind == _TEXT:
                     count = ctypes.c_size_t()
                     pointer = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(count))
                     out.tokens.extend(pointer[: count.value])
+                    previous = b""
                     continue
-                picture = next(pictures_left)
+                digest = mtmd.mtmd_input_chunk_get_id(chunk) or b"0"  # the bitmap's: its SHA-256
+                window = window + 1 if kind == _AUDIO and digest == previous else 0
+                previous = digest
                 n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(chunk))
                 span = ImageSpan(
-                    mtmd.mtmd_input_chunk_copy(chunk), n_pos, int(mtmd.mtmd_input_chunk_get_n_tokens(chunk))
+                    mtmd.mtmd_input_chunk_copy(chunk),
+                    n_pos,
+                    int(mtmd.mtmd_input_chunk_get_n_tokens(chunk)),
+                    audio=kind == _AUDIO,
                 )
                 out.images[len(out.tokens)] = span
-                out.tokens.extend([placeholder(picture.digest)] * n_pos)
+                out.tokens.extend([placeholder(digest.decode(), window)] * n_pos)
+                out.audio_tokens += n_pos if span.audio else 0
             if out.tokens and out.tokens[-1] < 0:  # its last token must give logits
                 raise EngineFailure("The prompt cannot end with an image.", code="invalid_image")
         except BaseException:

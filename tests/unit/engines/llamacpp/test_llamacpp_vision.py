@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from engine_events import checked_reply
 from sluicegate.core.errors import SluicegateError
-from sluicegate.core.events import RawBatch, TextDelta, Usage, UsageReport
 from sluicegate.core.images import ImageLimits, Picture, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
 from sluicegate.engines.llamacpp.demo_vision import IMAGE_TOKENS, make_demo_vision, projector_path
@@ -131,22 +131,6 @@ def _image_request(picture: Picture) -> ChatRequest:
     )
 
 
-async def _reply(engine: LlamaCppEngine, request: ChatRequest) -> tuple[str, Usage]:
-    engine.check(request)
-    text, usage = "", Usage()
-    stream = engine.generate(request)
-    try:
-        async for received in stream:
-            for event in received.events if isinstance(received, RawBatch) else [received]:
-                if isinstance(event, TextDelta):
-                    text += event.text
-                elif isinstance(event, UsageReport):
-                    usage = event.usage
-    finally:
-        await stream.aclose()
-    return text, usage
-
-
 async def test_the_scheduler_decodes_an_image_a_prompt_chunk_at_a_time(tmp_path: Path) -> None:
     model = tmp_path / "eye.gguf"
     make_demo_vision(model, ends_replies=False)
@@ -170,11 +154,11 @@ async def test_the_scheduler_decodes_an_image_a_prompt_chunk_at_a_time(tmp_path:
             decode_part(span, done=done, count=count, position=position, seq_id=seq_id)
 
         runtime.decode_image_part = noted
-        expected, usage = await _reply(single, _image_request(red))
-        text, batched_usage = await _reply(batched, _image_request(red))
+        expected, usage = await checked_reply(single, _image_request(red))
+        text, batched_usage = await checked_reply(batched, _image_request(red))
         assert text == expected and batched_usage.prompt_tokens == usage.prompt_tokens
         assert parts == [(0, 4), (4, 4), (8, 4), (12, 4)]  # one prompt chunk a step
-        again, cached = await _reply(batched, _image_request(red))
+        again, cached = await checked_reply(batched, _image_request(red))
         assert again == expected and cached.cached_tokens == usage.prompt_tokens - 1
     finally:
         for engine in (single, batched):
@@ -191,7 +175,7 @@ async def test_other_sequences_decode_while_an_image_is_encoded(tmp_path: Path) 
     blue = decode_image(encoded((10, 10, 220)), ImageLimits())
     try:
         await engine.load(lambda _: None)
-        alone, _ = await _reply(engine, _image_request(blue))
+        alone, _ = await checked_reply(engine, _image_request(blue))
         runtime = engine._runtime
         assert runtime is not None and runtime.projector is not None
         projector = runtime.projector
@@ -206,20 +190,20 @@ async def test_other_sequences_decode_while_an_image_is_encoded(tmp_path: Path) 
 
         projector.encode = held_encode  # type: ignore[method-assign]
         green = decode_image(encoded((10, 220, 10)), ImageLimits())  # not cached: encoded again
-        image = asyncio.ensure_future(_reply(engine, _image_request(green)))
+        image = asyncio.ensure_future(checked_reply(engine, _image_request(green)))
         assert await asyncio.to_thread(started.wait, 120)
         text_request = ChatRequest(
             model="eye",
             messages=[Message("user", "Talk a little.")],
             sampling=SamplingParams(temperature=0.0, max_tokens=12),
         )
-        _, usage = await _reply(engine, text_request)
+        _, usage = await checked_reply(engine, text_request)
         held.set()
         assert usage.completion_tokens > 0
         await image
         assert waited_out == [False]  # the text request ended while the encoder was held
         projector.encode = encode  # type: ignore[method-assign]
-        again, _ = await _reply(engine, _image_request(blue))
+        again, _ = await checked_reply(engine, _image_request(blue))
         assert again == alone
     finally:
         await engine.aclose()
