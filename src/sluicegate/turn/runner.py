@@ -47,7 +47,7 @@ from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
-from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, server_send, stream_chunks
+from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writer, server_send, stream_chunks
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -225,6 +225,7 @@ class TurnEndpoint:
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
             body_send=server_send(request.scope, send),
+            writer=body_writer(request.scope),
         )
 
     def live(self, state: AppState, prepared: Prepared) -> AbstractContextManager[object]:
