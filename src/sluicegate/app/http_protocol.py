@@ -103,6 +103,9 @@ class CycleWriter:
         if self._protocol._watcher is self:
             self._protocol._watcher = None
 
+    def buffered(self) -> int:
+        return self._transport.get_write_buffer_size()
+
     def connection_lost(self) -> None:
         lost, self._lost = self._lost, None
         if lost is not None:

@@ -12,9 +12,10 @@ stream is the outbox bound plus the transport's write buffer, however long the a
 The direct path: under our own server (`app/http_protocol.py`) the scope carries a
 `BodyWriter` for the request, and the stream runs in the request's own task with no outbox,
 no producer task and no disconnect-watcher task: each chunk is written to the socket in the
-same step that made it. A chunk the socket cannot take now (its buffer above the high-water
-mark) goes through the server's `send`, which waits for the drain, and the pipeline is not
-pulled meanwhile — backpressure without a queue. The server's `connection_lost` calls back
+same step that made it. Past the socket's high-water mark chunks are still written
+until `buffer_bytes` wait in its buffer (the outbox's bound); past that, a chunk goes through
+the server's `send`, which waits for the drain, and the pipeline is not pulled meanwhile —
+backpressure without a queue of our own. The server's `connection_lost` calls back
 (`BodyWriter.watch`) to cancel the task's generator chain. A paced token costs one task
 wake-up and one `transport.write`, where the outbox path takes a hop to a second task and an
 ASGI `send`, and a stream holds two tasks fewer (bench/README.md, round eight). A server without
@@ -88,6 +89,10 @@ class BodyWriter(Protocol):
 
     def unwatch(self) -> None:
         """No more `lost` calls."""
+        ...
+
+    def buffered(self) -> int:
+        """Bytes written and not yet taken by the client's socket."""
         ...
 
 
@@ -167,6 +172,12 @@ class _Outbox:
         return items
 
 
+@dataclass(slots=True)
+class StreamOutcome:
+    finished: bool  # the producer ran to its end and everything was sent
+    client_gone: bool  # the client disconnected (or vanished mid-write) first
+
+
 class Emitter(Protocol):
     """How a stream's fast lane (core/lane.py) hands frames to this transport without the
     task that streams it (`producer`), behind everything that task has sent."""
@@ -185,45 +196,10 @@ class Emitter(Protocol):
     def emit(self, frames: list[Frame]) -> None: ...
 
 
-class _Line:
-    """The direct path's state, shared by its loop, its heartbeat and a fast lane: the socket's
-    writer, whether a chunk waits in `send` for the drain (nothing may overtake it), whether a
-    lane's write went over the high-water mark (the lane stops until the loop has written
-    again: backpressure), and when something last went out."""
-
-    __slots__ = ("_frames", "held", "last_sent", "producer", "sending", "write")
-
-    def __init__(self, task: asyncio.Task[object], writer: BodyWriter, framing: Framing, now: float) -> None:
-        self.producer = task
-        self.write = writer.write
-        self._frames = framing.frames
-        self.sending = False
-        self.held = False
-        self.last_sent = now
-
-    @property
-    def ready(self) -> bool:
-        # (Never while a chunk waits in `send`: the producer is not waiting for a read then.)
-        return not self.held
-
-    def emit(self, frames: list[Frame]) -> None:
-        data = self._frames(frames)
-        if not self.write(data):
-            self.write(data, force=True)  # one chunk over the mark; the lane stops until the loop runs
-            self.held = True
-        self.last_sent = self.producer.get_loop().time()
-
-
 class LaneBinding(Protocol):
     """The turn's side of a fast lane, given this stream's `Emitter` once the stream runs."""
 
     def bind(self, emitter: Emitter | None) -> None: ...
-
-
-@dataclass(slots=True)
-class StreamOutcome:
-    finished: bool  # the producer ran to its end and everything was sent
-    client_gone: bool  # the client disconnected (or vanished mid-write) first
 
 
 async def stream_chunks(
@@ -250,7 +226,11 @@ async def stream_chunks(
     send = body_send or send
     interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
     if writer is not None:
-        return await _direct(chunks, send, writer, framing, interval, lane)
+        task = asyncio.current_task()
+        assert task is not None
+        return await _Direct(task, interval, framing.heartbeat or b"", max(buffer_bytes, 1)).run(
+            chunks, send, writer, framing.frames, lane
+        )
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
     producer = loop.create_task(_produce(chunks, outbox, framing.frames))
@@ -308,49 +288,102 @@ async def stream_chunks(
     return StreamOutcome(finished=finished and not gone, client_gone=gone)
 
 
-async def _direct(
-    chunks: AsyncIterator[Chunk],
-    send: Send,
-    writer: BodyWriter,
-    framing: Framing,
-    interval: float,
-    lane: LaneBinding | None,
-) -> StreamOutcome:
-    """The stream in the request's own task, every chunk written as soon as it is made (see the
-    module's docstring). Same outcome, bytes and heartbeats as the outbox path."""
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    assert task is not None
-    write, frames = writer.write, framing.frames
-    beat_bytes = framing.heartbeat or b""
-    line = _Line(task, writer, framing, loop.time())
-    gone = False
-    timer: asyncio.TimerHandle | None = None
+class _Direct:
+    """One stream on the direct path (see the module's docstring): the request's own task runs
+    it; what it shares with the heartbeat timer, the disconnect call and a fast lane lives here
+    (a slotted object, not closures: a stream holds it for its whole life). It is the lane's
+    `Emitter`."""
 
-    def lost() -> None:
-        nonlocal gone
-        gone = True
-        task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+    __slots__ = (
+        "beat_bytes",
+        "cancelled",
+        "frames",
+        "gone",
+        "held",
+        "interval",
+        "last_sent",
+        "limit",
+        "loop",
+        "sending",
+        "task",
+        "timer",
+        "writer",
+    )
 
-    def beat() -> None:
-        nonlocal timer
-        quiet = loop.time() - line.last_sent
+    def __init__(self, task: asyncio.Task[object], interval: float, beat_bytes: bytes, limit: int) -> None:
+        self.task = task
+        self.limit = limit  # `buffer_bytes`: what a slow client may leave waiting before the chain waits
+        self.loop = task.get_loop()
+        self.interval = interval
+        self.beat_bytes = beat_bytes
+        self.last_sent = self.loop.time()
+        self.sending = False  # a chunk is in `send`, waiting for the drain: nothing may overtake it
+        self.gone = False  # the client left
+        self.cancelled = False  # ...and the task was cancelled for it (once)
+        self.timer: asyncio.TimerHandle | None = None
+        self.held = False  # a lane's write left `limit` waiting: the chain takes the next read
+        self.writer: BodyWriter | None = None
+        self.frames: Callable[[list[Frame]], bytes] | None = None
+
+    @property
+    def producer(self) -> asyncio.Task[object]:
+        return self.task
+
+    @property
+    def ready(self) -> bool:
+        # (Never while a chunk waits in `send`: the task is not waiting for a read then.)
+        return not self.held
+
+    def emit(self, frames: list[Frame]) -> None:
+        """A lane's frames: written as the loop writes a chunk; once `limit` waits for the
+        client, the lane stops until the loop has written again (the chain's `_send` waits for
+        the drain): backpressure as on the loop's own path."""
+        assert self.writer is not None and self.frames is not None
+        writer, data = self.writer, self.frames(frames)
+        if not writer.write(data):
+            writer.write(data, force=True)
+            if writer.buffered() >= self.limit:
+                self.held = True
+        self.last_sent = self.loop.time()
+
+    def lost(self) -> None:
+        """The server's call when the client disconnects."""
+        self.gone = self.cancelled = True
+        self.task.cancel()  # wherever the chain waits: the engine, the upstream, the drain
+
+    def beat(self, write: Callable[[bytes], bool]) -> None:
+        loop, interval = self.loop, self.interval
+        quiet = loop.time() - self.last_sent
         if quiet >= interval * 0.999:
             # A client that reads nothing (the socket paused, a chunk waiting) gets no heartbeat.
-            if not line.sending and write(beat_bytes):
-                line.last_sent = loop.time()
-            timer = loop.call_later(interval, beat)
+            if not self.sending and write(self.beat_bytes):
+                self.last_sent = loop.time()
+            self.timer = loop.call_later(interval, self.beat, write)
         else:
-            timer = loop.call_later(interval - quiet, beat)
+            self.timer = loop.call_later(interval - quiet, self.beat, write)
 
-    finished = lost_taken = False
-    if writer.watch(lost):
-        if interval > 0:
-            timer = loop.call_later(interval, beat)
+    async def run(
+        self,
+        chunks: AsyncIterator[Chunk],
+        send: Send,
+        writer: BodyWriter,
+        frames: Callable[[list[Frame]], bytes],
+        lane: LaneBinding | None = None,
+    ) -> StreamOutcome:
+        if not writer.watch(self.lost):
+            await _close(chunks)
+            return StreamOutcome(finished=False, client_gone=True)
+        loop, write = self.loop, writer.write
+        if self.interval > 0:
+            self.timer = loop.call_later(self.interval, self.beat, write)
         # A lane only where every chunk can go out this way (chunked, not a HEAD): its frames
         # are never sent the ASGI way.
         if lane is not None and writer.write(b"", force=True):
-            lane.bind(line)
+            self.writer, self.frames = writer, frames
+            lane.bind(self)
+        else:
+            lane = None
+        finished = False
         try:
             async for chunk in chunks:
                 if isinstance(chunk, bytes):
@@ -362,33 +395,16 @@ async def _direct(
                 else:
                     continue
                 if not write(data):
-                    line.sending = True
-                    try:
-                        await send({"type": "http.response.body", "body": data, "more_body": True})
-                    except asyncio.CancelledError:
-                        if gone:
-                            raise
-                        # Not the client leaving: a cancel meant for the chain, whose code waits
-                        # for it at an await of its own (a deadline's, the turn's, the server's
-                        # shutdown). This chunk goes out over the high-water mark (one chunk),
-                        # then the cancel is sent again, to land at the chain's next await.
-                        task.uncancel()
-                        writer.write(data, force=True)
-                        task.cancel()
-                    finally:
-                        line.sending = False
-                line.last_sent = loop.time()
-                line.held = False  # written: the client takes bytes again
+                    await self._send(send, writer, data)
+                self.last_sent = loop.time()
+                self.held = False  # written: a lane may write again
             finished = True
         except asyncio.CancelledError:
-            if not gone:
+            if not self.cancelled or self.task.uncancel() > 0:  # not (only) ours: the server's
                 raise
-            gone = False  # (the cancel is taken back: `lost` is not counted twice below)
-            if task.uncancel() > 0:  # not only ours: the server's shutdown as well
-                raise
-            lost_taken = True
+            self.cancelled = False
         except OSError:  # the client vanished mid-write
-            gone = True
+            self.gone = True
         except Exception:  # pipelines end streams themselves; this is a bug, not a client matter
             log.exception("stream producer failed")
             finished = True
@@ -396,20 +412,40 @@ async def _direct(
             if lane is not None:
                 lane.bind(None)
             writer.unwatch()
-            if timer is not None:
-                timer.cancel()
-        if gone:  # the chain caught the cancel `lost` sent and ended on its own: take it back
-            task.uncancel()
-        gone = gone or lost_taken
-    else:
-        gone = True
-    await _close(chunks)
-    if finished and not gone:
+            if self.timer is not None:
+                self.timer.cancel()
+        if self.cancelled:  # the chain caught the cancel `lost` sent and ended on its own
+            self.task.uncancel()
+        await _close(chunks)
+        gone = self.gone
+        if finished and not gone:
+            try:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                return StreamOutcome(finished=False, client_gone=True)
+        return StreamOutcome(finished=finished and not gone, client_gone=gone)
+
+    async def _send(self, send: Send, writer: BodyWriter, data: bytes) -> None:
+        """A chunk the socket did not take at once (its buffer is above its high-water mark):
+        still written while less than `limit` waits for the client — the outbox's bound, so
+        `stream_buffer_bytes` means what it did — else the server's `send` waits for the drain."""
+        if writer.buffered() < self.limit and writer.write(data, force=True):
+            return
+        self.sending = True
         try:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except OSError:
-            return StreamOutcome(finished=False, client_gone=True)
-    return StreamOutcome(finished=finished and not gone, client_gone=gone)
+            await send({"type": "http.response.body", "body": data, "more_body": True})
+        except asyncio.CancelledError:
+            if self.gone:
+                raise
+            # Not the client leaving: a cancel meant for the chain, whose code waits for it at
+            # an await of its own (a deadline's, the turn's, the server's shutdown). This chunk
+            # goes out over the high-water mark (one chunk), then the cancel is sent again, to
+            # land at the chain's next await.
+            self.task.uncancel()
+            writer.write(data, force=True)
+            self.task.cancel()
+        finally:
+            self.sending = False
 
 
 async def _close(chunks: AsyncIterator[Chunk]) -> None:

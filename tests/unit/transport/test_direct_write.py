@@ -74,6 +74,9 @@ class Wire(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         return default
 
+    def get_write_buffer_size(self) -> int:
+        return len(self.pending)
+
     def pause_reading(self) -> None:
         pass
 
@@ -88,6 +91,7 @@ def stream_app(
     framing: Framing = SSE,
     heartbeat_seconds: float = 0.0,
     outcomes: list[StreamOutcome] | None = None,
+    buffer_bytes: int = 4096,
 ) -> Any:
     async def app(scope: Any, receive: Any, send: Any) -> None:
         writer = body_writer(scope)
@@ -98,7 +102,7 @@ def stream_app(
             receive,
             framing=framing,
             heartbeat_seconds=heartbeat_seconds,
-            buffer_bytes=4096,
+            buffer_bytes=buffer_bytes,
             writer=writer if direct else None,
         )
         if outcomes is not None:
@@ -417,7 +421,8 @@ async def test_the_chains_own_cancel_reaches_it_while_a_chunk_waits_for_the_drai
 
     wire = Wire(high=1024)
     outcomes: list[StreamOutcome] = []
-    proto = await served(stream_app(chunks, direct=True, outcomes=outcomes), wire, until=lambda: wire.paused)
+    app = stream_app(chunks, direct=True, outcomes=outcomes, buffer_bytes=1024)
+    proto = await served(app, wire, until=lambda: wire.paused)
     await settled()  # the stream is in `send`, waiting for the drain
     (task,) = proto.server_state.tasks
     task.cancel()  # the deadline fires
@@ -429,3 +434,28 @@ async def test_the_chains_own_cancel_reaches_it_while_a_chunk_waits_for_the_drai
     body = decoded(wire)[1]
     assert body == b'data: {"a":"' + big + b'"}\n\ndata: {"b":1}\n\ndata: {"timed_out":1}\n\n'
     assert outcomes == [StreamOutcome(finished=True, client_gone=False)]
+
+
+async def test_a_slow_client_may_leave_buffer_bytes_waiting_before_the_chain_waits() -> None:
+    """`stream_buffer_bytes` bounds what waits for a slow client, as the outbox did: past the
+    socket's high-water mark, chunks are still written until that much waits in its buffer."""
+    produced = 0
+    frame = b"data: " + b"x" * 1000 + b"\n\n"
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        nonlocal produced
+        for _ in range(10_000):
+            produced += 1
+            yield frame
+
+    wire = Wire(high=1024)
+    proto = await served(
+        stream_app(chunks, direct=True, buffer_bytes=16 * 1024), wire, until=lambda: wire.paused
+    )
+    await settled()
+    assert 16 * 1024 <= len(wire.pending) <= 16 * 1024 + 2 * len(frame)
+    assert produced <= 16 * 1024 // len(frame) + 3
+    proto.connection_lost(None)
+    async with asyncio.timeout(LIMIT):
+        while proto.server_state.tasks:
+            await asyncio.sleep(0.001)
