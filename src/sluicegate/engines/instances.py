@@ -27,7 +27,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
-from sluicegate.observe.metrics import METRICS, child
+from sluicegate.observe.metrics import METRICS, Key, child
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,12 @@ class InstanceHooks:
 
 
 NO_HOOKS = InstanceHooks()
+
+
+def deltas_key(model_id: str) -> Key:
+    """The counter of the text and tool-call deltas a model's engine made (what a stream's fast
+    lane, turn/lane.py, counts too for the reads it carries)."""
+    return METRICS.key("sluicegate_engine_deltas_total", model=model_id)
 
 
 @dataclass(slots=True)
@@ -120,7 +126,7 @@ class Instance:
         self.evict_when_idle = False  # auto-evict wants it gone as soon as nothing uses it
         self.hooks = NO_HOOKS
         self._lifecycle = asyncio.Lock()  # a load and an unload of one engine never overlap
-        self._deltas_key = METRICS.key("sluicegate_engine_deltas_total", model=self.id)
+        self._deltas_key = deltas_key(self.id)
         self._active_key = METRICS.key("sluicegate_generations_active", model=self.id)
 
     @property

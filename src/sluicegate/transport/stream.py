@@ -178,6 +178,30 @@ class StreamOutcome:
     client_gone: bool  # the client disconnected (or vanished mid-write) first
 
 
+class Emitter(Protocol):
+    """How a stream's fast lane (core/lane.py) hands frames to this transport without the
+    task that streams it (`producer`), behind everything that task has sent."""
+
+    @property
+    def producer(self) -> asyncio.Task[object]:
+        """The task whose frames these go between: the lane carries reads only while it waits."""
+        ...
+
+    @property
+    def ready(self) -> bool:
+        """Whether frames may be handed over now; else the producer's path must take them (it
+        waits for the client)."""
+        ...
+
+    def emit(self, frames: list[Frame]) -> None: ...
+
+
+class LaneBinding(Protocol):
+    """The turn's side of a fast lane, given this stream's `Emitter` once the stream runs."""
+
+    def bind(self, emitter: Emitter | None) -> None: ...
+
+
 async def stream_chunks(
     chunks: AsyncIterator[Chunk],
     send: Send,
@@ -190,6 +214,7 @@ async def stream_chunks(
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
     writer: BodyWriter | None = None,  # the server's direct writer for the body (`body_writer`)
+    lane: LaneBinding | None = None,  # a turn's fast lane (core/lane.py): the direct path's
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
@@ -204,7 +229,7 @@ async def stream_chunks(
         task = asyncio.current_task()
         assert task is not None
         return await _Direct(task, interval, framing.heartbeat or b"", max(buffer_bytes, 1)).run(
-            chunks, send, writer, framing.frames
+            chunks, send, writer, framing.frames, lane
         )
     loop = asyncio.get_running_loop()
     outbox = _Outbox(max(buffer_bytes, 1))
@@ -265,13 +290,16 @@ async def stream_chunks(
 
 class _Direct:
     """One stream on the direct path (see the module's docstring): the request's own task runs
-    it; what it shares with the heartbeat timer and the disconnect call lives here (a slotted
-    object, not closures: a stream holds it for its whole life)."""
+    it; what it shares with the heartbeat timer, the disconnect call and a fast lane lives here
+    (a slotted object, not closures: a stream holds it for its whole life). It is the lane's
+    `Emitter`."""
 
     __slots__ = (
         "beat_bytes",
         "cancelled",
+        "frames",
         "gone",
+        "held",
         "interval",
         "last_sent",
         "limit",
@@ -279,6 +307,7 @@ class _Direct:
         "sending",
         "task",
         "timer",
+        "writer",
     )
 
     def __init__(self, task: asyncio.Task[object], interval: float, beat_bytes: bytes, limit: int) -> None:
@@ -292,6 +321,30 @@ class _Direct:
         self.gone = False  # the client left
         self.cancelled = False  # ...and the task was cancelled for it (once)
         self.timer: asyncio.TimerHandle | None = None
+        self.held = False  # a lane's write left `limit` waiting: the chain takes the next read
+        self.writer: BodyWriter | None = None
+        self.frames: Callable[[list[Frame]], bytes] | None = None
+
+    @property
+    def producer(self) -> asyncio.Task[object]:
+        return self.task
+
+    @property
+    def ready(self) -> bool:
+        # (Never while a chunk waits in `send`: the task is not waiting for a read then.)
+        return not self.held
+
+    def emit(self, frames: list[Frame]) -> None:
+        """A lane's frames: written as the loop writes a chunk; once `limit` waits for the
+        client, the lane stops until the loop has written again (the chain's `_send` waits for
+        the drain): backpressure as on the loop's own path."""
+        assert self.writer is not None and self.frames is not None
+        writer, data = self.writer, self.frames(frames)
+        if not writer.write(data):
+            writer.write(data, force=True)
+            if writer.buffered() >= self.limit:
+                self.held = True
+        self.last_sent = self.loop.time()
 
     def lost(self) -> None:
         """The server's call when the client disconnects."""
@@ -315,6 +368,7 @@ class _Direct:
         send: Send,
         writer: BodyWriter,
         frames: Callable[[list[Frame]], bytes],
+        lane: LaneBinding | None = None,
     ) -> StreamOutcome:
         if not writer.watch(self.lost):
             await _close(chunks)
@@ -322,6 +376,13 @@ class _Direct:
         loop, write = self.loop, writer.write
         if self.interval > 0:
             self.timer = loop.call_later(self.interval, self.beat, write)
+        # A lane only where every chunk can go out this way (chunked, not a HEAD): its frames
+        # are never sent the ASGI way.
+        if lane is not None and writer.write(b"", force=True):
+            self.writer, self.frames = writer, frames
+            lane.bind(self)
+        else:
+            lane = None
         finished = False
         try:
             async for chunk in chunks:
@@ -336,6 +397,7 @@ class _Direct:
                 if not write(data):
                     await self._send(send, writer, data)
                 self.last_sent = loop.time()
+                self.held = False  # written: a lane may write again
             finished = True
         except asyncio.CancelledError:
             if not self.cancelled or self.task.uncancel() > 0:  # not (only) ours: the server's
@@ -347,6 +409,8 @@ class _Direct:
             log.exception("stream producer failed")
             finished = True
         finally:
+            if lane is not None:
+                lane.bind(None)
             writer.unwatch()
             if self.timer is not None:
                 self.timer.cancel()
