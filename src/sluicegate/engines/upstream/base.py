@@ -201,7 +201,9 @@ class UpstreamEngine(Engine):
                     for event in decoder.cut(clocks.expired):
                         yield event
                     return
-                if through is None and lane is not None and not prompting:
+                # Once the stream's transport has bound the lane (a transport that never does,
+                # the Responses WebSocket's, keeps every read on this loop).
+                if through is None and lane is not None and lane.deliver is not None and not prompting:
                     through = _ReadThrough(lane, feed, decoder, clocks)
                     response.read_through(through)
                 clocks.waiting()
