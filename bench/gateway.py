@@ -10,6 +10,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
 
   (a) direct        the fake upstream itself: the baseline every ratio is taken against
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
+  (b1) sg-chat-nolane  Sluicegate Chat Completions without the fast lane
+                    (SLUICEGATE_FAST_LANE=0): every read through the generators
   (b0) sg-chat-pure Sluicegate Chat Completions uncompiled (SLUICEGATE_PURE_PYTHON=1), a
                     second server beside (b): the compiled hot path against its Python source
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
@@ -70,6 +72,7 @@ TITLES = {
     "direct": "(a) upstream direct",
     "sg-chat": "(b) Sluicegate chat",
     "sg-chat-pure": "(b0) Sluicegate chat, pure",
+    "sg-chat-nolane": "(b1) Sluicegate chat, no lane",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
     "sg-completions": "(c3) Sluicegate text",
@@ -409,6 +412,14 @@ def make_target(
 
     if key == "direct":
         return Target(key, upstream)
+    if key == "sg-chat-nolane":
+        if "sluicegate-nolane" not in servers:
+            servers["sluicegate-nolane"] = start_sluicegate(
+                folder, upstream, models, variant="nolane", env={"SLUICEGATE_FAST_LANE": "0"}
+            )
+            procs.append(servers["sluicegate-nolane"][0])
+        proc, port = servers["sluicegate-nolane"]
+        return Target(key, port, proc=proc)
     if key == "sg-chat-pure":
         if "sluicegate-pure" not in servers:
             servers["sluicegate-pure"] = start_sluicegate(folder, upstream, models, pure=True)

@@ -172,15 +172,21 @@ def start_sluicegate(
     redis_url: str | None = None,
     *,
     pure: bool = False,
+    variant: str = "",
+    env: dict[str, str] | None = None,
+    launcher: list[str] | None = None,
 ) -> tuple[Proc, int]:
     """Sluicegate in front of the upstream; with `workers` > 1, that many processes sharing the
-    Redis store at `redis_url` (what `workers` requires). `pure`: its hot path uncompiled
-    (SLUICEGATE_PURE_PYTHON=1), in a folder of its own."""
-    env = None
+    Redis store at `redis_url` (what `workers` requires). `variant`: a second server beside
+    the first, in a folder of its own; `pure` is the variant with its hot path uncompiled
+    (SLUICEGATE_PURE_PYTHON=1). `env`: extra environment (a `PYTHONPATH` to run another
+    tree's code, a switch). `launcher`: what runs the CLI instead of `python -m sluicegate`
+    (a wrapper that profiles it)."""
     if pure:
-        folder = folder / "pure"
+        variant, env = "pure", {**(env or {}), "SLUICEGATE_PURE_PYTHON": "1"}
+    if variant:
+        folder = folder / variant
         folder.mkdir(exist_ok=True)
-        env = {**os.environ, "SLUICEGATE_PURE_PYTHON": "1"}
     port = free_port()
     tables = "".join(
         f'\n[[models]]\nid = "{m}"\nengine = "openai"\nbase_url = "http://127.0.0.1:{upstream}/v1"\n'
@@ -193,7 +199,14 @@ def start_sluicegate(
         f'[server]\ndata_dir = "{folder / "data"}"\nmax_concurrent_requests = 8192\nworkers = {workers}\n'
         f"{store}{tables}"
     )
-    cmd = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config), "--port", str(port)]
+    cmd = [
+        *(launcher or [sys.executable, "-m", "sluicegate"]),
+        "serve",
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+    ]
     proc = start("sluicegate", [*cmd, "--log-level", "warning"], folder, env)
     wait_ready(proc, f"http://127.0.0.1:{port}/health")
     if workers > 1:

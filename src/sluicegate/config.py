@@ -111,7 +111,9 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     max_concurrent_requests: int = 512  # per worker
     workers: int = 1  # server processes on the port; more than one needs the Redis store
-    stream_buffer_bytes: int = 256 * 1024  # per-stream outbox bound: past it, the engine waits
+    stream_buffer_bytes: int = (
+        256 * 1024
+    )  # per stream: bytes waiting for a slow client; past it, the engine waits
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     header_timeout_seconds: float = 10.0  # slow clients: request line and headers within this
     keep_alive_seconds: float = 5.0  # idle keep-alive connections are closed after this

@@ -39,12 +39,13 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StartServ
             server: dict[str, Any] | None = None,
             models: list[dict[str, Any]] | None = None,
             tables: dict[str, dict[str, Any]] | None = None,
+            env: dict[str, str] | None = None,
         ) -> Server:
             folder = tmp_path_factory.mktemp("server")
             config = write_config(
                 folder, server or {}, models if models is not None else COMMON_MODELS, tables
             )
-            return stack.enter_context(run_server(folder, config))
+            return stack.enter_context(run_server(folder, config, env=env))
 
         yield start
 

@@ -11,18 +11,26 @@ connects and sends nothing) or a request's first byte (on a kept-alive connectio
 of its headers, at most `header_timeout` seconds, or the connection is closed. uvicorn bounds
 only the idle time between requests (`timeout_keep_alive`); a client dribbling its headers a
 byte at a time, or sending none, held a connection for as long as it liked.
+
+And it gives each request a `BodyWriter` (in the scope, `transport.stream.BODY_WRITER`): a
+streamed body's chunks written to the socket by the task that made them, framed as uvicorn's
+`send` frames them, without an ASGI message and a hop to a sender task per chunk; and a
+disconnect reported by a call from `connection_lost`, without a task per stream waiting in
+`receive` for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 from sluicegate.app.auth import error_body
 from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.transport.stream import BODY_WRITER
 
 MESSAGE = "Invalid HTTP request received."
 # How much of the latest read is kept to find the path in: a request line, not a request body
@@ -52,12 +60,65 @@ def path_of(url: bytes, head: bytes) -> str:
     return url.split(b"?", 1)[0].decode("latin-1")
 
 
+class CycleWriter:
+    """A `BodyWriter` for one request: what uvicorn's `RequestResponseCycle.send` does with an
+    `http.response.body` message that has more to come, for a chunked response, when it would
+    not wait — or False, and the caller sends it the ASGI way (which waits for the drain)."""
+
+    __slots__ = ("_cycle", "_flow", "_lost", "_protocol", "_transport")
+
+    def __init__(self, protocol: JSONHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
+        self._protocol = protocol
+        self._cycle = cycle
+        self._flow = protocol.flow
+        self._transport = protocol.transport
+        self._lost: Callable[[], None] | None = None
+
+    def write(self, body: bytes, *, force: bool = False) -> bool:
+        cycle = self._cycle
+        if (
+            cycle.chunked_encoding is not True  # the head not sent yet, or a length-framed body
+            or cycle.response_complete
+            or cycle.disconnected
+            or (self._flow.write_paused and not force)  # `send` would wait for the drain first
+            or self._transport.is_closing()
+            or cycle.scope["method"] == "HEAD"  # `send` writes no body for HEAD
+        ):
+            return False
+        if body:  # the chunk as `send` frames it: size in hex, CRLF, the bytes, CRLF
+            self._transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    def watch(self, lost: Callable[[], None]) -> bool:
+        if self._cycle.disconnected or self._transport.is_closing():
+            return False
+        # One response streams at a time on a connection (uvicorn starts a pipelined request's
+        # app when the one before it has completed), so the protocol keeps one watcher.
+        self._lost = lost
+        self._protocol._watcher = self
+        return True
+
+    def unwatch(self) -> None:
+        self._lost = None
+        if self._protocol._watcher is self:
+            self._protocol._watcher = None
+
+    def buffered(self) -> int:
+        return self._transport.get_write_buffer_size()
+
+    def connection_lost(self) -> None:
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            lost()
+
+
 class JSONHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400 and a
     deadline on request heads."""
 
     _head = b""
     _head_deadline: asyncio.TimerHandle | None = None
+    _watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
 
     def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -75,10 +136,16 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm_head_deadline()
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
+            self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()
         super().connection_lost(exc)
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.connection_lost()
 
     def _arm_head_deadline(self) -> None:
         if self.header_timeout is not None:

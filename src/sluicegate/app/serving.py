@@ -83,6 +83,9 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "timeout_graceful_shutdown": 5,
         "log_config": None,  # ours (configure_logging), text or JSON
         "access_log": False,  # the one access line per request comes from sluicegate.observe.requests
+        # uvicorn's X-Forwarded-For/-Proto rewriting of `client` and `scheme`: nothing here reads
+        # either, and it is one more layer every request (and each of its steps) goes through.
+        "proxy_headers": False,
     }
 
 

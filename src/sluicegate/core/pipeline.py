@@ -16,6 +16,7 @@ from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, EventBatch, RawEvent
 from sluicegate.core.segment import segment
+from sluicegate.core.segmenter import Segmenter
 
 T = TypeVar("T")
 
@@ -27,9 +28,22 @@ class StreamLimits:
     idle_timeout_seconds: float | None = 120.0
 
 
-def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[Event]:
+def canonical_events(
+    raw: AsyncIterator[RawEvent],
+    limits: StreamLimits,
+    state: Segmenter | None = None,
+    deadline: Deadline | None = None,
+) -> AsyncIterator[Event]:
+    """`state` and `deadline`: the fast lane's (turn/lane.py), shared with the segmenter's loop;
+    by default the loop's own."""
     # The deadlines run in the segmenter's loop, not as a generator layer of their own.
-    return segment(raw, Deadline.of(limits.request_timeout_seconds, limits.idle_timeout_seconds))
+    if deadline is None:
+        deadline = stream_deadline(limits)
+    return segment(raw, deadline, state)
+
+
+def stream_deadline(limits: StreamLimits) -> Deadline | None:
+    return Deadline.of(limits.request_timeout_seconds, limits.idle_timeout_seconds)
 
 
 async def collect(events: AsyncIterator[Event], accumulator: Accumulator | None = None) -> ChatResult:

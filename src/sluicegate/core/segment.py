@@ -28,10 +28,13 @@ def failure_from_exception(exc: Exception) -> Failed:
     return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
 
 
-async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> AsyncIterator[Event]:
+async def segment(
+    raw: AsyncIterator[RawEvent], deadline: Deadline | None = None, state: Segmenter | None = None
+) -> AsyncIterator[Event]:
     """Turn an engine's raw events into the canonical item-structured stream; with a `deadline`,
-    guard it too (one loop for both: a generator layer less per token)."""
-    state = Segmenter()
+    guard it too (one loop for both: a generator layer less per token). `state`: a segmenter
+    the turn's fast lane (turn/lane.py) feeds too, between this loop's steps."""
+    state = state or Segmenter()
     out: list[Event] = []
     failure: Failed | None = None
     if deadline is not None:

@@ -147,18 +147,26 @@ class Engine(ABC):
         Subclasses extend this and call it: the canonical stream carries one choice, so `n`
         above 1 is refused here for every engine rather than silently ignored.
         """
-        if not self.info().capabilities.vision and any(
-            not isinstance(m.content, str) and any(p.type == "image" for p in m.content)
-            for m in request.messages
+        # The messages first: `info()` builds a new ModelInfo, and most requests carry neither
+        # images nor audio.
+        if (
+            any(
+                not isinstance(m.content, str) and any(p.type == "image" for p in m.content)
+                for m in request.messages
+            )
+            and not self.info().capabilities.vision
         ):
             raise invalid(
                 f"Model {self.model_id!r} does not accept image input.",
                 param=None,
                 code="image_input_unsupported",
             )
-        if not self.info().capabilities.audio and any(
-            not isinstance(m.content, str) and any(p.type == "audio" for p in m.content)
-            for m in request.messages
+        if (
+            any(
+                not isinstance(m.content, str) and any(p.type == "audio" for p in m.content)
+                for m in request.messages
+            )
+            and not self.info().capabilities.audio
         ):
             raise invalid(
                 f"Model {self.model_id!r} does not accept audio input (a llama.cpp model takes it "

@@ -27,7 +27,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
-from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.metrics import METRICS, Key, child
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +47,12 @@ class InstanceHooks:
 
 
 NO_HOOKS = InstanceHooks()
+
+
+def deltas_key(model_id: str) -> Key:
+    """The counter of the text and tool-call deltas a model's engine made (what a stream's fast
+    lane, turn/lane.py, counts too for the reads it carries)."""
+    return METRICS.key("sluicegate_engine_deltas_total", model=model_id)
 
 
 @dataclass(slots=True)
@@ -93,7 +99,7 @@ class _Admitted:
         if not self._started:  # `_run` never took its waiting count over: give the place back here
             self._started = True
             self._instance._waiting -= 1
-            METRICS.queue_depth.labels(self._instance.id).dec()
+            child(METRICS.queue_depth, self._instance.id).dec()
             self._instance._settle()
         await self._gen.aclose()
 
@@ -120,7 +126,8 @@ class Instance:
         self.evict_when_idle = False  # auto-evict wants it gone as soon as nothing uses it
         self.hooks = NO_HOOKS
         self._lifecycle = asyncio.Lock()  # a load and an unload of one engine never overlap
-        self._deltas_key = METRICS.key("sluicegate_engine_deltas_total", model=self.id)
+        self._deltas_key = deltas_key(self.id)
+        self._active_key = METRICS.key("sluicegate_generations_active", model=self.id)
 
     @property
     def busy(self) -> bool:
@@ -141,7 +148,7 @@ class Instance:
 
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
-        METRICS.queue_depth.labels(self.id).inc()
+        child(METRICS.queue_depth, self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
@@ -158,13 +165,13 @@ class Instance:
                 await slots.acquire()
         except BaseException:  # gone while queued
             self._waiting -= 1
-            METRICS.queue_depth.labels(self.id).dec()
+            child(METRICS.queue_depth, self.id).dec()
             self._settle()
             raise
         self._waiting -= 1
-        METRICS.queue_depth.labels(self.id).dec()
+        child(METRICS.queue_depth, self.id).dec()
         self._active += 1
-        METRICS.add_gauge("sluicegate_generations_active", 1, model=self.id)
+        METRICS.gauges[self._active_key] += 1
         engine_events: AsyncIterator[RawEvent] | None = None
         try:
             if not self.loaded:
@@ -193,7 +200,7 @@ class Instance:
                 if aclose is not None:
                     await aclose()
             self._active -= 1
-            METRICS.add_gauge("sluicegate_generations_active", -1, model=self.id)
+            METRICS.gauges[self._active_key] -= 1
             if slots is not None:
                 slots.release()
             self._settle()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
@@ -267,6 +268,14 @@ def child(family: Any, *values: str) -> Any:
     if found is None:
         found = _CHILDREN[key] = family.labels(*values)
     return found
+
+
+def observe_one(histogram: Any, value: float) -> None:
+    """`histogram.observe(value)` for a child without exemplars: the bucket found by bisection
+    (the first bound >= value, as `observe` finds it walking every bound) and no check that the
+    child is observable (a `child()` is). A request observes two histograms."""
+    histogram._buckets[bisect_left(histogram._upper_bounds, value)].inc(1)
+    histogram._sum.inc(value)
 
 
 def observe_counts(histogram: Any, counts: list[int], total: float) -> None:

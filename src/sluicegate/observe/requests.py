@@ -38,7 +38,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
-from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts, observe_one
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
@@ -96,7 +96,7 @@ class RequestObserver:
         self.first_token_at = self.last_token_at = now
         self.tokens += 1
         if self.dialect:
-            child(METRICS.ttft, self.dialect, self.model).observe(now - self.started)
+            observe_one(child(METRICS.ttft, self.dialect, self.model), now - self.started)
 
     def token(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -163,11 +163,14 @@ class RequestObserver:
         tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
         self._flush_gaps()
         if self.dialect:
-            child(METRICS.requests, self.dialect, self.model, str(status)).observe(total)
+            observe_one(child(METRICS.requests, self.dialect, self.model, str(status)), total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
         if self.span is not None and not self.generating:  # else ended when the generation ends
             self._end_span(status, tokens_out)
+        level = logging.DEBUG if self.path in QUIET_PATHS else logging.INFO
+        if not access_log.isEnabledFor(level):  # what `log` would ask first; nothing built for it
+            return
         ttft = None if self.first_token_at is None else self.first_token_at - self.started
         fields: dict[str, Any] = {
             "request_id": self.request_id,
@@ -188,7 +191,7 @@ class RequestObserver:
         tokens = f" tokens={tokens_in}/{tokens_out}" if tokens_in or tokens_out else ""
         model = f" model={self.model}" if self.model else ""
         access_log.log(
-            logging.DEBUG if self.path in QUIET_PATHS else logging.INFO,
+            level,
             '"%s %s" %d%s %stotal=%.3fs%s id=%s',
             self.method,
             self.path,

@@ -26,7 +26,7 @@ from sluicegate.engines.downloads import DownloadError, DownloadJob, Target
 from sluicegate.routes.common import JSONResponse, app_state, read_json
 from sluicegate.routes.ollama_models import endpoint
 from sluicegate.transport.ndjson import NDJSON
-from sluicegate.transport.stream import server_send, stream_chunks
+from sluicegate.transport.stream import body_writer, server_send, stream_chunks
 
 POLL_SECONDS = 0.25  # how often a pull reports its progress
 Json = dict[str, Any]
@@ -51,7 +51,14 @@ class NDJSONLines(Response):
         self.lines = lines
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await stream_chunks(self.lines, send, receive, framing=NDJSON, body_send=server_send(scope, send))
+        await stream_chunks(
+            self.lines,
+            send,
+            receive,
+            framing=NDJSON,
+            body_send=server_send(scope, send),
+            writer=body_writer(scope),
+        )
 
 
 async def _progress(started: DownloadJob | Target) -> AsyncIterator[bytes]:

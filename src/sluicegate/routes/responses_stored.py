@@ -23,7 +23,7 @@ from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.responses.conversation import from_items
 from sluicegate.dialects.responses.request import not_found
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
-from sluicegate.transport.sse import server_send, stream_sse
+from sluicegate.transport.sse import body_writer, server_send, stream_sse
 from sluicegate.turn.http import request_scope
 from sluicegate.turn.live import BackgroundRun
 from sluicegate.turn.state import AppState
@@ -74,6 +74,7 @@ class _SSEReplay(Response):
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=self._extra_headers,
             body_send=server_send(scope, send),
+            writer=body_writer(scope),
         )
 
 

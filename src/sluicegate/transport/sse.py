@@ -18,9 +18,11 @@ from sluicegate.core.frames import Frame
 from sluicegate.transport.stream import (
     DEFAULT_BUFFER_BYTES,
     SERVER_SEND,
+    BodyWriter,
     Chunk,
     Framing,
     StreamOutcome,
+    body_writer,
     raw_headers,
     server_send,
     stream_chunks,
@@ -31,6 +33,7 @@ __all__ = [
     "SERVER_SEND",
     "Chunk",
     "StreamOutcome",
+    "body_writer",
     "frame_bytes",
     "frames_bytes",
     "server_send",
@@ -94,6 +97,7 @@ def stream_sse(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
+    writer: BodyWriter | None = None,  # the server's direct writer (`body_writer`)
 ) -> Awaitable[StreamOutcome]:
     """Send the response head, then every chunk as SSE, with heartbeats and backpressure."""
     return stream_chunks(
@@ -106,4 +110,5 @@ def stream_sse(
         status=status,
         headers=headers,
         body_send=body_send,
+        writer=writer,
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from starlette.requests import ClientDisconnect, HTTPConnection, Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
 
 from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.headers import header_value
-from sluicegate.core.json_limits import check_json_depth
+from sluicegate.core.json_limits import check_json_depth, may_nest_deeper
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -38,27 +38,41 @@ def app_state(request: HTTPConnection) -> AppState:
     return state
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON, refusing oversize bodies before reading them whole."""
-    declared = request.headers.get("content-length")
-    too_large = SluicegateError(
+def _too_large(max_bytes: int) -> SluicegateError:
+    return SluicegateError(
         ErrorKind.PAYLOAD_TOO_LARGE,
         f"Request body is larger than the limit of {max_bytes} bytes (max_body_bytes).",
         code="request_too_large",
     )
+
+
+async def read_json(request: Request, max_bytes: int, max_depth: int | None = None) -> Any:
+    """The body as JSON, refusing oversize bodies before reading them whole. `max_depth`:
+    `max_json_depth`, when the caller has the settings at hand (else read from the app)."""
+    declared = request.headers.get("content-length")
     if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise too_large
+        raise _too_large(max_bytes)
+    # The ASGI messages read here, not through `request.stream()`: what it does, without an
+    # async generator per request (each one is registered with the loop on its first step).
     chunks: list[bytes] = []
     size = 0
-    try:
-        async for chunk in request.stream():
+    receive = request.receive
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":  # gone mid-body: nothing to answer, nothing wrong here
+            raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
+        if message["type"] != "http.request":
+            continue
+        chunk = message.get("body", b"")
+        if chunk:
             size += len(chunk)
             if size > max_bytes:
-                raise too_large
+                raise _too_large(max_bytes)
             chunks.append(chunk)
-    except ClientDisconnect:  # gone mid-body: nothing to answer, and nothing went wrong here
-        raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled") from None
-    return parse_json(b"".join(chunks), app_state(request).settings.max_json_depth)
+        if not message.get("more_body", False):
+            break
+    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    return parse_json(body, app_state(request).settings.max_json_depth if max_depth is None else max_depth)
 
 
 HTTP_HINT = "Send valid JSON with Content-Type: application/json."
@@ -77,7 +91,8 @@ def parse_json(
         raise invalid(
             f"We could not parse the JSON {what.split()[-1]} of your request ({exc.msg} at position {exc.pos}). {hint}"
         ) from exc
-    check_json_depth(value, max_depth)  # one limit, applied once
+    if may_nest_deeper(body, max_depth):  # one limit, applied once
+        check_json_depth(value, max_depth)
     return value
 
 

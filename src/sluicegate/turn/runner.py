@@ -25,6 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
@@ -35,18 +36,21 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
+from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
-from sluicegate.core.pipeline import canonical_events, unless_disconnected
+from sluicegate.core.pipeline import canonical_events, stream_deadline, unless_disconnected
+from sluicegate.core.segmenter import Segmenter
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
+from sluicegate.engines.instances import deltas_key
 from sluicegate.engines.models import Model
-from sluicegate.observe.metrics import METRICS
+from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
-from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, server_send, stream_chunks
+from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writer, server_send, stream_chunks
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -57,6 +61,8 @@ from sluicegate.turn.http import (
     wait_for_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
+from sluicegate.turn.lane import ENABLED as LANE_ENABLED
+from sluicegate.turn.lane import TurnLane
 from sluicegate.turn.live import BackgroundRun, LiveTurn
 from sluicegate.turn.pipeline import Persist, TurnPipeline
 from sluicegate.turn.record import built_response
@@ -69,6 +75,7 @@ Json = dict[str, Any]
 # A dialect's declared transport (its registry entry) → the framing its streams get.
 TRANSPORTS: dict[str, Callable[[Frame | None], Framing]] = {"sse": sse_framing, "ndjson": lambda _: NDJSON}
 ANSWER_WAIT_SECONDS = 15.0  # when heartbeats are off: how long a stream waits for an upstream
+NO_QUERY = QueryParams()  # immutable: shared by every request without a query string
 
 
 @dataclass(slots=True)
@@ -98,6 +105,7 @@ class Prepared:
     input_items: list[Json]
     scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
     resolved: Resolved | None
+    lane: TurnLane | None = None  # a plain stream's fast lane (turn/lane.py)
 
 
 class TurnEndpoint:
@@ -106,6 +114,7 @@ class TurnEndpoint:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
+        self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         request = Request(scope, receive)
@@ -114,7 +123,12 @@ class TurnEndpoint:
         try:
             status = await self._serve(state, request, _Send(send))
         finally:
-            METRICS.inc("sluicegate_requests_total", dialect=self.dialect.name, status=str(status))
+            key = self._counted.get(status)
+            if key is None:  # statuses are few: each key is built once
+                key = self._counted[status] = METRICS.key(
+                    "sluicegate_requests_total", dialect=self.dialect.name, status=str(status)
+                )
+            METRICS.counters[key] += 1
 
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
@@ -151,8 +165,8 @@ class TurnEndpoint:
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
-            await read_json(request, state.settings.max_body_bytes),
-            request.query_params,
+            await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
+            request.query_params if request.scope["query_string"] else NO_QUERY,
             request.headers,
             request_scope(request, state.settings.api_keys),
             lambda: wait_for_disconnect(request),
@@ -183,7 +197,7 @@ class TurnEndpoint:
             return await self._send_json(run.snapshot(), send, prepared.headers)
         if turn.stream:
             with self.live(state, prepared):
-                await self._stream(state, request, send, pipeline.frames(), prepared.headers)
+                await self._stream(state, request, send, pipeline.frames(), prepared.headers, prepared.lane)
                 await pipeline.abandon("client_disconnected")  # a no-op when it ended
             return 200
         with self.live(state, prepared):
@@ -205,6 +219,7 @@ class TurnEndpoint:
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
+        lane: TurnLane | None = None,
     ) -> Awaitable[StreamOutcome]:
         # The transport's own coroutine, not a frame of ours around it for the stream's life;
         # which transport is the dialect's registry entry.
@@ -217,6 +232,8 @@ class TurnEndpoint:
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
             body_send=server_send(request.scope, send),
+            writer=body_writer(request.scope),
+            lane=lane,
         )
 
     def live(self, state: AppState, prepared: Prepared) -> AbstractContextManager[object]:
@@ -263,6 +280,10 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
+        # A plain stream (no tool loop between the engine and the pipeline) gets a fast lane.
+        lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
+        if lane is not None:
+            chat = replace(chat, lane=lane)
         generation = open_model(
             chat,
             model,
@@ -295,8 +316,12 @@ class TurnEndpoint:
             else None
         )
         # Metrics and the access line see every turn's canonical stream (the tap, per event).
-        events = canonical_events(opened.events, state.limits)
+        segmenter, deadline = Segmenter(), stream_deadline(state.limits)
+        events = canonical_events(opened.events, state.limits, segmenter, deadline)
         pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
+        turn_lane = None
+        if lane is not None:
+            turn_lane = TurnLane(lane, pipeline, segmenter, deadline, deltas_key(model.engine.model_id))
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         # Checked here, before the turn runs: a header that cannot be sent must not surface as an
@@ -312,7 +337,7 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = items_to_json(resolved.input_items) if resolved is not None else []  # the stored form
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved)
+        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved, turn_lane)
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)

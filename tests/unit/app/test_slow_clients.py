@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from sluicegate.app.serving import uvicorn_options
 from sluicegate.config import Settings
@@ -96,3 +97,11 @@ def test_the_settings_reach_uvicorn() -> None:
     config = uvicorn.Config(_app, **options)
     config.load()
     assert config.http_protocol_class.keywords["header_timeout"] == 7  # type: ignore[attr-defined]
+
+
+def test_no_proxy_header_layer_wraps_the_app() -> None:
+    """Nothing in Sluicegate reads the client's address or scheme, so uvicorn's layer that
+    rewrites them from X-Forwarded-* is not put around every request."""
+    config = uvicorn.Config(_app, **uvicorn_options(Settings()))
+    config.load()
+    assert not isinstance(config.loaded_app, ProxyHeadersMiddleware)

@@ -17,6 +17,7 @@ from sluicegate.core.request import (
 )
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.upstream.config import parse_config
+from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.request_body import request_body
 
@@ -200,3 +201,17 @@ def test_upstream_http_errors(status: int, body: bytes, kind: ErrorKind, status_
     info = http_error(status, body, "http://up/v1", "m")
     assert info.kind is kind and info.status == status_out
     assert text in info.message
+
+
+def test_the_offered_capabilities_follow_the_config() -> None:
+    """`info()` runs on every request, so the capabilities it offers (the config's, with text
+    completion relayed) are derived once; a config with other capabilities is seen at once, and
+    the config's own are left as they are."""
+    engine = OpenAIUpstreamEngine(parse_config(config(), env={}))
+    first = engine.info().capabilities
+    assert first.completion and first.fill_in_middle and not first.vision
+    assert engine.info().capabilities is first  # derived once
+    assert not engine.config.capabilities.completion  # the config's own: untouched
+    engine.config = parse_config(config(vision=True, reasoning=True), env={})
+    now = engine.info().capabilities
+    assert now.vision and now.reasoning and now.completion and now.fill_in_middle

@@ -29,7 +29,13 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import requests as observe
-from sluicegate.observe.metrics import TOKEN_GAP_BUCKETS, Metrics, forget_dead_processes, observe_counts
+from sluicegate.observe.metrics import (
+    TOKEN_GAP_BUCKETS,
+    Metrics,
+    forget_dead_processes,
+    observe_counts,
+    observe_one,
+)
 from sluicegate.observe.requests import CLIENT_GONE, RequestObserver
 
 
@@ -152,6 +158,31 @@ def test_counts_added_at_once_equal_observing_each_value() -> None:
     for value in values:
         observer.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
     observe_counts(metrics.inter_token.labels("b", "m"), observer.gap_counts, sum(values))
+    got = samples(metrics)
+    for name in ("bucket", "count", "sum"):
+        a = {
+            k[1] - {("dialect", "a")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "a") in k[1]
+        }
+        b = {
+            k[1] - {("dialect", "b")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "b") in k[1]
+        }
+        assert a == b and a, name
+
+
+def test_observing_one_value_equals_the_library_observe() -> None:
+    """`observe_one` (bisection, no per-call checks) fills the bucket `Histogram.observe` would,
+    values exactly on a bound included: that bucket is the bound's own (`le` is inclusive)."""
+    metrics = Metrics()
+    bounds = metrics.requests.labels("a", "m", "200")._upper_bounds
+    values = [0.0, *bounds[:-1], *(b * 1.001 for b in bounds[:-1]), 1e9]
+    library, ours = metrics.requests.labels("a", "m", "200"), metrics.requests.labels("b", "m", "200")
+    for value in values:
+        library.observe(value)
+        observe_one(ours, value)
     got = samples(metrics)
     for name in ("bucket", "count", "sum"):
         a = {

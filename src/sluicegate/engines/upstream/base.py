@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from abc import abstractmethod
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -35,6 +36,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.lane import Lane
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
@@ -46,6 +48,8 @@ from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import SSEReader
 from sluicegate.observe import tracing
 from sluicegate.observe.requests import current as current_observer
+
+log = logging.getLogger(__name__)
 
 REPLICA_HEADER = "X-Sluicegate-Replica"
 DRAIN_SECONDS = 0.05  # how long the end of a body may take after its last event before we hang up
@@ -139,7 +143,7 @@ class UpstreamEngine(Engine):
         observer = current_observer()
         parent = observer.parent_span if observer is not None else None
         if parent is None:  # tracing off (or no request to trace): no layer, no cost
-            return self._generate(request, b"")
+            return self._generate(request, b"", request.lane)
         span = tracing.start_child(
             parent,
             f"chat {self.config.upstream_model}",
@@ -152,7 +156,9 @@ class UpstreamEngine(Engine):
         )
         return _traced(self._generate(request, tracing.traceparent_header(span)), span)
 
-    async def _generate(self, request: ChatRequest, trace_headers: bytes) -> AsyncIterator[RawEvent]:
+    async def _generate(
+        self, request: ChatRequest, trace_headers: bytes, lane: Lane | None = None
+    ) -> AsyncIterator[RawEvent]:
         config = self.config
         try:
             body = self.request_body(request)
@@ -189,11 +195,17 @@ class UpstreamEngine(Engine):
             chunks = response.chunks()
             prompting = True  # until the first generated event (llama-server reports progress first)
             feed, frame = reader.feed, decoder.frame
+            through: _ReadThrough | None = None
             while True:
                 if clocks.expired is not None:
                     for event in decoder.cut(clocks.expired):
                         yield event
                     return
+                # Once the stream's transport has bound the lane (a transport that never does,
+                # the Responses WebSocket's, keeps every read on this loop).
+                if through is None and lane is not None and lane.deliver is not None and not prompting:
+                    through = _ReadThrough(lane, feed, decoder, clocks)
+                    response.read_through(through)
                 clocks.waiting()
                 try:
                     chunk = await anext(chunks)
@@ -202,11 +214,15 @@ class UpstreamEngine(Engine):
                 except asyncio.CancelledError:
                     if not clocks.owns(asyncio.current_task()):
                         raise
+                    if through is not None and through.stash:  # what came before the timeout first
+                        yield RawBatch(through.take())
                     continue  # `expired` is set: the loop's top reports it
                 except Exception as exc:  # the connection broke mid-body
                     error = ErrorInfo(
                         ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
                     )
+                    if through is not None and through.stash:
+                        yield RawBatch(through.take())
                     for event in decoder.cut(error):
                         yield event
                     return
@@ -214,6 +230,8 @@ class UpstreamEngine(Engine):
                 # Everything this read decoded goes down as one: a RawBatch when it is more than
                 # one event, so the layers above take one step per read, not one per token.
                 batch: list[RawEvent] = []
+                if through is not None and through.stash:  # decoded by the fast lane, not carried
+                    batch = through.take()
                 for name, data in feed(chunk):
                     batch += frame(name, data)
                 if prompting and batch:
@@ -227,10 +245,13 @@ class UpstreamEngine(Engine):
                 elif batch:
                     yield RawBatch(batch)
                 if decoder.over:
-                    if decoder.done:
+                    # The body's end normally came with the last event: no timer to wait for it.
+                    if decoder.done and not response.received:
                         await _drain(chunks)
                     return
             clocks.idle()
+            if through is not None and through.stash:  # the body ended right after them
+                yield RawBatch(through.take())
             for name, data in reader.close():
                 for event in frame(name, data):
                     yield event
@@ -338,6 +359,47 @@ class UpstreamEngine(Engine):
             if response is not None:
                 await response.aclose()
         return None, None, error
+
+
+class _ReadThrough:
+    """A read that arrives while the relay waits, decoded in the connection's callback and
+    offered to the turn's fast lane (core/lane.py); what the lane does not carry, and what ends
+    the stream, is kept in `stash` for the relay, which is woken to take it first."""
+
+    __slots__ = ("clocks", "decoder", "feed", "lane", "stash")
+
+    def __init__(self, lane: Lane, feed: Any, decoder: StreamDecoder, clocks: Clocks) -> None:
+        self.lane = lane
+        self.feed = feed
+        self.decoder = decoder
+        self.clocks = clocks
+        self.stash: list[RawEvent] = []
+
+    def __call__(self, data: bytes) -> bool:
+        batch: list[RawEvent] = []
+        try:
+            for name, payload in self.feed(data):
+                batch += self.decoder.frame(name, payload)
+            self.clocks.alive()
+            if not batch:
+                return True
+            deliver = self.lane.deliver
+            if (
+                deliver is not None
+                and not self.decoder.over
+                and self.clocks.expired is None
+                and deliver(batch, self.clocks.waiter)
+            ):
+                return True
+        except Exception:  # a bug in a callback of the event loop: end the stream, not the process
+            log.exception("relaying an upstream read failed")
+            batch = [Failed(ErrorInfo(ErrorKind.INTERNAL, "The server failed while relaying the upstream."))]
+        self.stash += batch
+        return False
+
+    def take(self) -> list[RawEvent]:
+        stash, self.stash = self.stash, []
+        return stash
 
 
 def _bad_answer(replica: Replica, what: str) -> SluicegateError:

@@ -14,7 +14,7 @@ import orjson
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
-from sluicegate.engines.base import ModelInfo, Task
+from sluicegate.engines.base import Capabilities, ModelInfo, Task
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
@@ -38,11 +38,19 @@ class OpenAIUpstreamEngine(UpstreamEngine):
     kind: ClassVar[str] = "openai"
     path: ClassVar[str] = CHAT_PATH
 
+    _offered: tuple[Capabilities, Capabilities] | None = None  # (config's, with completions)
+
     def info(self) -> ModelInfo:
         info = super().info()
         # Completions are relayed to the upstream's `/completions`: whether its model takes a
-        # suffix is the upstream's to say (its 400 reaches the client).
-        info.capabilities = replace(info.capabilities, completion=True, fill_in_middle=True)
+        # suffix is the upstream's to say (its 400 reaches the client). Derived once per
+        # capabilities object of the config (info() runs on every request), and again when the
+        # config's is another one. Shared like the config's own, which `super().info()` shares.
+        configured = info.capabilities
+        offered = self._offered
+        if offered is None or offered[0] is not configured:
+            offered = self._offered = (configured, replace(configured, completion=True, fill_in_middle=True))
+        info.capabilities = offered[1]
         return info
 
     def check_completion(self, request: ChatRequest) -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 import httptools
@@ -61,6 +61,9 @@ class _Connection(asyncio.Protocol):
         self._length: bytes | None = None
         self._until_eof = False  # neither a length nor chunked: the body ends with the connection
         self._error: Exception | None = None
+        # While the engine waits for a read, a read may be handed here instead (core/lane.py):
+        # True, it was carried on and the wait goes on; False, the engine must look (it is woken).
+        self.read_through: Callable[[bytes], bool] | None = None
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -76,7 +79,20 @@ class _Connection(asyncio.Protocol):
             self._fail(BodyBroken("the upstream switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(BodyBroken(f"the upstream sent malformed HTTP ({exc})"))
-        if self._body or self.complete:
+        wake = self._wake  # pending: the engine waits, and everything before this read is taken
+        if (
+            self._body
+            and self.read_through is not None
+            and wake is not None
+            and not wake.done()
+            and not self.complete
+        ):
+            data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+            self._body.clear()
+            self._buffered = 0
+            if not self.read_through(data):
+                self._wakeup()
+        elif self._body or self.complete:
             self._wakeup()
         if self._reading and self._buffered > HIGH_WATER and self.transport is not None:
             self._reading = False
@@ -131,8 +147,9 @@ class _Connection(asyncio.Protocol):
         return self._head
 
     async def read(self) -> bytes | None:
-        """All the body that arrived since the last read, at least one byte; None at its end."""
-        while not self._body:
+        """All the body that arrived since the last read; None at its end. Empty only when a
+        `read_through` handler took the read and woke the engine to look for itself."""
+        if not self._body:
             if self._error is not None:
                 raise self._error
             if self.complete:
@@ -142,6 +159,10 @@ class _Connection(asyncio.Protocol):
                 await self._wake
             finally:
                 self._wake = None
+            if self._error is not None:
+                raise self._error
+            if not self._body and self.complete:
+                return None
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body.clear()
         self._buffered = 0
@@ -154,6 +175,7 @@ class _Connection(asyncio.Protocol):
         """The exchange is over: the next request may use this connection if it is reusable."""
         self._parser = None
         self._head = None
+        self.read_through = None
 
     def close(self) -> None:
         self.reusable = False
@@ -179,6 +201,15 @@ class StreamingResponse:
 
     def chunks(self) -> AsyncIterator[bytes]:
         return _Chunks(self._conn)
+
+    def read_through(self, handler: Callable[[bytes], bool] | None) -> None:
+        """Hand reads that arrive while `chunks()` is awaited to `handler` (see `_Connection`)."""
+        self._conn.read_through = handler
+
+    @property
+    def received(self) -> bool:
+        """The whole body has arrived: the connection can go back to the pool as it is."""
+        return self._conn.complete
 
     async def error_body(self) -> bytes:
         """The start of a non-2xx body; the rest is not waited for."""

@@ -49,6 +49,10 @@ class ReplicaSet:
 
     def pick(self, exclude: set[Replica]) -> Replica | None:
         """The available replica with the fewest requests in flight, `exclude` left out."""
+        if len(self.replicas) == 1:  # the usual table: no choice to make, on every request
+            only = self.replicas[0]
+            self._turn += 1
+            return None if only in exclude else only
         now = time.monotonic()
         candidates = [r for r in self.replicas if r not in exclude and r.available(now)]
         if not candidates:

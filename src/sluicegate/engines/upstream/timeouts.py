@@ -89,6 +89,17 @@ class Clocks:
         self.first_byte_seen = True
         self._phase_at = self._loop.time() + self._idle
 
+    def alive(self) -> None:
+        """Something arrived and was relayed while the engine still waits (a read carried by the
+        turn's fast lane, core/lane.py): the upstream is alive, the wait goes on."""
+        self.first_byte_seen = True
+        self._phase_at = self._loop.time() + self._idle
+
+    @property
+    def waiter(self) -> asyncio.Task[object] | None:
+        """The task waiting on the upstream now, if any."""
+        return self._waiting
+
     def idle(self) -> None:
         """Not waiting on the upstream any more (the answer came, or the stream is over)."""
         self._waiting = None
