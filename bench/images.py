@@ -17,7 +17,10 @@ and sequences. Rounds alternate between the servers. Measured, medians over the 
 - TTFT of the image request repeated (its prefix, image included, is cached);
 - aggregate tokens/s of 4 concurrent streams where one carries an image, against 4 text streams;
 - RSS of each server with the projector against the same server serving the model alone: the
-  memory the projector adds.
+  memory the projector adds;
+- "sleeps per token": the server's voluntary context switches over both batches, per token.
+  Load-independent where tokens/s is not: OpenMP decode threads that sleep at their barriers
+  instead of spinning show as ~50 a token (bench/README.md, images.py), spinning ones as < 1.
 
 With `--llama-server`, the last lines are Sluicegate / llama-server ratios (>= 1.0: Sluicegate
 as fast or faster): TTFT with one image, and tokens/s of the batch with an image. Servers that
@@ -50,7 +53,7 @@ import httpx
 from PIL import Image
 
 from batching import rss_mib
-from local_engine import free_port, serving
+from local_engine import free_port, serving, voluntary_switches
 from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
 from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
 
@@ -213,6 +216,7 @@ def main() -> int:
                     out.setdefault("TTFT same image again ms", []).append(
                         ttft(url, text + " (again)", image)[0] * 1000
                     )
+                    switched = voluntary_switches(pids[name])
                     out.setdefault("4 streams tok/s", []).append(
                         batch(url, f"{name} {round_} t", None, args.max_tokens)
                     )
@@ -220,6 +224,9 @@ def main() -> int:
                         batch(
                             url, f"{name} {round_} i", media(round_ * 11 + 500 + len(name)), args.max_tokens
                         )
+                    )
+                    out.setdefault("sleeps per token, batches", []).append(
+                        (voluntary_switches(pids[name]) - switched) / (8 * args.max_tokens)
                     )
                     print(
                         f"{name:12} round {round_}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in out.items()),
@@ -250,7 +257,12 @@ def main() -> int:
         print(f"the projector adds {added:.1f} MiB of RSS to {name}")
     if "llama-server" in results:
         ours, theirs = results["sluicegate"], results["llama-server"]
-        for key in ("TTFT one image ms", "TTFT same image again ms", "4 streams, one image, tok/s"):
+        for key in (
+            "TTFT one image ms",
+            "TTFT same image again ms",
+            "4 streams, one image, tok/s",
+            "4 streams tok/s",
+        ):
             ratio = statistics.median(theirs[key]) / statistics.median(ours[key])
             if "tok/s" in key:
                 ratio = 1 / ratio

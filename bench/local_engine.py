@@ -91,6 +91,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def voluntary_switches(pid: int) -> int:
+    """Voluntary context switches of all a process's threads so far: a thread that sleeps
+    (a futex, a socket wait) adds one. OpenMP decode threads that spin at their barriers add
+    a few per request; ones that sleep there add ~100 per decode step (bench/README.md)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that just ended
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
+
+
 def measure(target: Target, run: int, max_tokens: int) -> tuple[float, float, float]:
     body = {
         "model": MODEL,

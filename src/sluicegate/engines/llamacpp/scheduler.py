@@ -365,6 +365,10 @@ class BatchScheduler:
                     prefilling.append(slot)
                 elif not image_ran:  # one image a step (one that is still encoding lets another go)
                     image_ran = self._image(slot)
+                    # Its last piece decoded: the text after it goes in this step's batch, as in
+                    # llama-server, not a step later (which the whole batch would wait for).
+                    if slot.sequence is sequence and sequence.prefilling and not sequence.next_image()[0]:
+                        prefilling.append(slot)
         if len(prefilling) > 1:
             prefilling.sort(key=lambda s: len(s.sequence.todo) - s.sequence.prompt_done if s.sequence else 0)
         space, room = room, min(room, self.prefill_chunk)  # the batch's room, the step's budget

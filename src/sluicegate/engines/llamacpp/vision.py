@@ -12,9 +12,10 @@ an image is encoded by the projector and its embeddings decoded in `llama_decode
 whole (`Projector.decode`), or, in the batch scheduler, a prompt chunk per step (`encode`, then
 `LlamaRuntime.decode_image_part`). Every use of the text context runs on the engine's worker
 thread. The batch scheduler runs the image encoder itself on a thread of the projector's own
-(`encode_soon`): a real ViT takes seconds on a CPU, which the other sequences would otherwise
-wait for with their next token; they go on decoding meanwhile (the encoder has its own ggml
-backend, and llama-server runs `mtmd_tokenize` beside its encoder the same way).
+(`encode_soon`; it ends when no image is left, see `_Encoder`): a real ViT takes seconds on a
+CPU, which the other sequences would otherwise wait for with their next token; they go on
+decoding meanwhile (the encoder has its own ggml backend, and llama-server runs `mtmd_tokenize`
+beside its encoder the same way).
 
 Audio (a projector with an audio encoder) takes the same path: libmtmd's helper decodes the
 WAV or MP3 and resamples it to the encoder's rate (the decoder llama-server uses), and each
@@ -26,8 +27,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import threading
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +147,58 @@ class MediaPrompt:
         self.images.clear()
 
 
+class _Encoder:
+    """Encodes one at a time on a thread of their own that ends when none is left.
+
+    Not a thread that lives on: the encoder's ggml backend runs OpenMP, and a thread that ran
+    an OpenMP region keeps a pool of OpenMP threads for as long as it lives. libgomp counts
+    every pool's threads, and while they outnumber the CPUs, every OpenMP team in the process
+    (the text model's decode too) spins 100 times instead of 300,000 at a barrier before it
+    sleeps on a futex: a decode step of 4 sequences on 2 cores then slept and woke ~100 times,
+    and a batch ran ~20% slower for as long as the server lived after its first image. A
+    thread that ends frees its pool (libgomp's `gomp_free_thread`), and the count with it.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: deque[tuple[Future[None], Callable[[], None]]] = deque()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, work: Callable[[], None]) -> Future[None]:
+        future: Future[None] = Future()
+        with self._lock:
+            self._queue.append((future, work))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mtmd-encoder", daemon=True)
+                self._thread.start()
+        return future
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._queue:
+                    self._thread = None
+                    return
+                future, work = self._queue.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                work()
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+
+    def drain(self) -> None:
+        """Until every encode submitted has ended (never free the context under one)."""
+        while True:
+            with self._lock:
+                thread = self._thread
+            if thread is None:
+                return
+            thread.join()
+
+
 class Projector:
     """A loaded mmproj file, bound to the loaded text model (or, only to count a prompt's
     tokens, to its tokenizer alone: `warmup=False` then skips the encoder's trial run).
@@ -160,7 +215,7 @@ class Projector:
         params.warmup = warmup
         self._marker = MARKER.encode()
         params.media_marker = self._marker
-        self._encoder: ThreadPoolExecutor | None = None  # `encode_soon`'s thread, once used
+        self._encoder = _Encoder()  # `encode_soon`'s thread, while it has an image
         self.ctx = mtmd.mtmd_init_from_file(str(path).encode(), model, params)
         if not self.ctx:
             raise ValueError(f"libmtmd could not load the projector {path}")
@@ -171,9 +226,7 @@ class Projector:
             raise ValueError(f"the projector {path} has neither a vision nor an audio encoder")
 
     def close(self) -> None:
-        encoder, self._encoder = self._encoder, None
-        if encoder is not None:
-            encoder.shutdown(wait=True)  # never free the context under a running encode
+        self._encoder.drain()  # never free the context under a running encode
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
@@ -287,9 +340,7 @@ class Projector:
     def encode_soon(self, span: ImageSpan, n_embd: int, done: Callable[[], None]) -> None:
         """`encode` on the projector's own thread; `done()` is called (on that thread) after.
         One image at a time: libmtmd keeps one output buffer per context."""
-        if self._encoder is None:
-            self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mtmd-encoder")
-        span.encoding = self._encoder.submit(self.encode, span, n_embd)
+        span.encoding = self._encoder.submit(lambda: self.encode(span, n_embd))
         span.encoding.add_done_callback(lambda _future: done())
 
     def decode(self, context: Any, span: ImageSpan, *, position: int, seq_id: int, n_batch: int) -> None:

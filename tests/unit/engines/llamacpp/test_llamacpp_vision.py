@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import llama_cpp
 import pytest
 from PIL import Image
 
-from engine_events import checked_reply
+from engine_events import checked_reply, engine_events
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.events import TextDelta
 from sluicegate.core.images import ImageLimits, Picture, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
 from sluicegate.engines.llamacpp.demo_vision import IMAGE_TOKENS, make_demo_vision, projector_path
@@ -78,6 +84,54 @@ def test_libmtmd_loads_the_demo_projector_and_the_image_matters(runtime: LlamaRu
     assert again == first and cached == prompt_tokens - 1  # all reused, the image too
     other, _, cached = reply(runtime, blue)
     assert other != first and cached < prompt_tokens - IMAGE_TOKENS  # a new image: decoded anew
+
+
+def _os_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def _until(condition: Callable[[], bool], seconds: float = 30) -> bool:
+    """Whether `condition` holds within `seconds` (a thread's exit is not observable otherwise)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_the_encoder_thread_ends_with_its_last_image(runtime: LlamaRuntime) -> None:
+    """The encoder's thread, and the OpenMP pool it starts, end once no image is left: while
+    they live, libgomp counts more OpenMP threads than CPUs and makes every team in the
+    process, the decode's too, sleep at its barriers instead of spinning (vision.py)."""
+    projector = runtime.projector
+    assert projector is not None
+    before = _os_threads()
+    spans: list[ImageSpan] = []
+    medias = []
+    for color in ((200, 30, 30), (30, 200, 30)):  # two images: one thread takes both in turn
+        media = projector.tokenize(f"Look: {MARKER} ok?", [decode_image(encoded(color), ImageLimits())])
+        medias.append(media)
+        spans.extend(media.images.values())
+    ended = threading.Semaphore(0)
+    try:
+        for span in spans:
+            projector.encode_soon(span, runtime.n_embd, ended.release)
+        for _ in spans:
+            assert ended.acquire(timeout=120)
+        for span in spans:
+            assert span.encoding is not None
+            span.encoding.result()
+            assert span.embeddings is not None and span.embeddings.shape == (IMAGE_TOKENS, runtime.n_embd)
+        assert _until(lambda: not any(t.name.startswith("mtmd-encoder") for t in threading.enumerate()))
+        assert _until(lambda: _os_threads() <= before)  # its OpenMP pool thread is gone too
+        # And the next image starts a thread again.
+        spans[0].embeddings = None
+        projector.encode_soon(spans[0], runtime.n_embd, ended.release)
+        assert ended.acquire(timeout=120) and spans[0].embeddings is not None
+    finally:
+        for media in medias:
+            media.free()
 
 
 def test_a_cached_prefix_never_ends_inside_an_image() -> None:
@@ -205,5 +259,55 @@ async def test_other_sequences_decode_while_an_image_is_encoded(tmp_path: Path) 
         projector.encode = encode  # type: ignore[method-assign]
         again, _ = await checked_reply(engine, _image_request(blue))
         assert again == alone
+    finally:
+        await engine.aclose()
+
+
+async def test_the_text_after_an_image_goes_in_the_step_of_its_last_piece(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The image's last embeddings are decoded at the start of a step; the text after them
+    goes in that same step's batch, beside the other sequences' tokens (as in llama-server),
+    not a step later with a batch of the others' tokens alone in between."""
+    model = tmp_path / "eye.gguf"
+    make_demo_vision(model, ends_replies=False)
+    table = {"id": "eye", "engine": "llamacpp", "path": str(model), "context_length": 512, "parallel": 2}
+    engine = LlamaCppEngine.from_config(table, tmp_path)
+    red = decode_image(encoded((220, 10, 10)), ImageLimits())
+    try:
+        await engine.load(lambda _: None)
+        alone, _ = await checked_reply(engine, _image_request(red))
+        scheduler = engine._scheduler
+        assert scheduler is not None
+        decodes: list[tuple[bool, set[int]]] = []  # (embeddings?, sequence ids), every decode
+        decode = llama_cpp.llama_decode
+
+        def noted(ctx: Any, batch: Any) -> int:
+            rows = range(batch.n_tokens)
+            decodes.append((bool(batch.embd), {batch.seq_id[i][0] for i in rows}))
+            return int(decode(ctx, batch))
+
+        monkeypatch.setattr(llama_cpp, "llama_decode", noted)
+        talk = ChatRequest(
+            model="eye",
+            messages=[Message("user", "Talk.")],
+            sampling=SamplingParams(temperature=0, max_tokens=400),
+        )
+        engine.check(talk)
+        stream = engine_events(engine, talk)
+        async for event in stream:  # decoding, one token a step, in its slot
+            if isinstance(event, TextDelta):
+                break
+        talking = next(s.id for s in scheduler.slots if s.sequence is not None)
+        try:
+            # The same pixels under another digest: not cached, so encoded and decoded again.
+            text, _ = await checked_reply(engine, _image_request(replace(red, digest="f" * 64)))
+        finally:
+            await stream.aclose()
+        assert text == alone
+        last = max(i for i, (embeddings, _) in enumerate(decodes) if embeddings)
+        image_slot = next(iter(decodes[last][1]))
+        assert image_slot != talking
+        assert decodes[last + 1] == (False, {talking, image_slot})  # the tail beside the other's token
     finally:
         await engine.aclose()
