@@ -126,7 +126,10 @@ class Sequence:
         ctx: Any = runtime.context.ctx
         constrained = samplers.grammar  # check-first grammar sampling, as the one-sequence path
         if constrained is None:
-            token = int(llama_cpp.llama_sampler_sample(samplers.plain, ctx, index))
+            if samplers.greedy:
+                token = runtime.argmax(index)
+            else:
+                token = int(llama_cpp.llama_sampler_sample(samplers.plain, ctx, index))
         else:
             token = constrained.sample(ctx, index)
         if samplers.watching:
