@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Callable
 
 import uvloop
 
@@ -73,23 +74,22 @@ class _Client(_Side):
         self.pending.clear()
 
 
-async def serve(listen: int, upstream: int) -> None:
+async def _serve(make: Callable[[int], asyncio.Protocol], listen: int, upstream: int) -> None:
     server = await asyncio.get_running_loop().create_server(
-        lambda: _Client(upstream), "127.0.0.1", listen, backlog=4096
+        lambda: make(upstream), "127.0.0.1", listen, backlog=4096
     )
     async with server:
         await server.serve_forever()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def run(make: Callable[[int], asyncio.Protocol], doc: str) -> None:
+    """A reference relay's command line: `make(upstream port)` is a client connection's protocol."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--listen", type=int, required=True)
     parser.add_argument("--upstream", type=int, required=True)
     args = parser.parse_args()
-    uvloop.run(serve(args.listen, args.upstream))
+    uvloop.run(_serve(make, args.listen, args.upstream))
 
 
 if __name__ == "__main__":
-    main()
+    run(_Client, __doc__)

@@ -15,13 +15,13 @@ tasks, generators and layers between the socket and the encoder).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 from typing import Any
 
 import httptools
 import orjson
-import uvloop
+
+from relay_floor import run
 
 HEAD = (
     b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
@@ -163,23 +163,5 @@ class _Client(asyncio.Protocol):
         self.upstream.transport.write(request)
 
 
-async def serve(listen: int, upstream: int) -> None:
-    server = await asyncio.get_running_loop().create_server(
-        lambda: _Client(upstream), "127.0.0.1", listen, backlog=4096
-    )
-    async with server:
-        await server.serve_forever()
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--listen", type=int, required=True)
-    parser.add_argument("--upstream", type=int, required=True)
-    args = parser.parse_args()
-    uvloop.run(serve(args.listen, args.upstream))
-
-
 if __name__ == "__main__":
-    main()
+    run(_Client, __doc__)

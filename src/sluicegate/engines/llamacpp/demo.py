@@ -190,6 +190,17 @@ def _quantized(
     writer.add_tensor(name, data, raw_dtype=kind)
 
 
+def finish_gguf(writer: gguf.GGUFWriter, tmp: Path, path: Path) -> Path:
+    """Write out what `writer` (opened on `tmp`) holds, then move it into place: a reader never
+    sees a half-written file at `path`."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(path)
+    return path
+
+
 def make_demo_gguf(
     path: str | Path,
     *,
@@ -310,9 +321,4 @@ def make_demo_gguf(
     if rerank:  # the score: one row over the last token's hidden state
         writer.add_tensor("cls.output.weight", (rng.standard_normal((2, n)) * 0.5).astype(np.float32))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return finish_gguf(writer, tmp, path)

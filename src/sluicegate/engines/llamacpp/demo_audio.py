@@ -17,7 +17,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from sluicegate.engines.llamacpp.demo import SHAPES, make_demo_gguf
+from sluicegate.engines.llamacpp.demo import SHAPES, finish_gguf, make_demo_gguf
 from sluicegate.engines.llamacpp.demo_vision import VISION_MIXING, add_encoder_blocks, projector_path
 
 SAMPLE_RATE = 16_000  # what libmtmd's Whisper preprocessor resamples every input to
@@ -90,12 +90,7 @@ def make_demo_audio_projector(path: str | Path, *, text_embd: int, seed: int = 0
     # Outputs of about unit size per dimension, like the demo's token embeddings' noise.
     writer.add_tensor("mm.a.mlp.2.weight", dense(text_embd, _PROJ_HIDDEN) * 2.0)
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return finish_gguf(writer, tmp, path)
 
 
 def make_demo_audio(

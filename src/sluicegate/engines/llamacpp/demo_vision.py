@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from sluicegate.engines.llamacpp.demo import SHAPES, make_demo_gguf
+from sluicegate.engines.llamacpp.demo import SHAPES, finish_gguf, make_demo_gguf
 
 IMAGE_SIZE = 32
 PATCH_SIZE = 8
@@ -110,12 +110,7 @@ def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> P
     writer.add_tensor("mm.2.weight", dense(text_embd, _PROJ_HIDDEN) * 2.0)
     writer.add_tensor("mm.2.bias", zeros(text_embd))
 
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    tmp.replace(path)
-    return path
+    return finish_gguf(writer, tmp, path)
 
 
 def make_demo_vision(
