@@ -159,10 +159,11 @@ class _Connection(asyncio.Protocol):
                 await self._wake
             finally:
                 self._wake = None
-            if self._error is not None:
-                raise self._error
-            if not self._body and self.complete:
-                return None
+            if not self._body:  # (what did arrive goes first; an error or the end after it)
+                if self._error is not None:
+                    raise self._error
+                if self.complete:
+                    return None
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body.clear()
         self._buffered = 0
