@@ -255,3 +255,41 @@ async def test_an_https_upstream_is_verified_and_streamed(
     finally:
         server.server.close()
     assert b"Host: 127.0.0.1:" in server.requests[-1]
+
+
+class _Transport:
+    """Enough of a transport for `_Connection` alone: what it writes, whether it closed."""
+
+    def __init__(self) -> None:
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def close(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def test_what_arrived_before_a_broken_connection_is_read_first() -> None:
+    """The last bytes and the connection's end in one turn of the loop, while the engine waits:
+    it reads the bytes, then learns the body broke (not the error alone, the bytes lost)."""
+    conn = http._Connection()
+    conn.connection_made(_Transport())  # type: ignore[arg-type]
+    head = conn.start(b"POST / HTTP/1.1\r\n\r\n")
+    conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert await head == 200
+    waiting = asyncio.ensure_future(conn.read())
+    await asyncio.sleep(0)  # one turn of the loop: the read is waiting now
+    assert conn._wake is not None and not waiting.done()
+    conn.data_received(b"5\r\nhello\r\n")
+    conn.connection_lost(None)
+    assert await waiting == b"hello"
+    with pytest.raises(http.BodyBroken):
+        await conn.read()
