@@ -66,7 +66,9 @@ def test_any_chunking_parses_like_the_whole(text: str, cuts: list[int], config: 
 @example(text=" \n", cuts=[1])
 @example(text="hi there \n", cuts=[3, 8])
 @given(
-    text=st.text(alphabet=st.characters(exclude_characters="<[{"), max_size=40),
+    # Without these no family's markup can be written: tags, lists, objects, and the fence of
+    # Command R+'s `Action: ```json` (Hypothesis draws string constants of the code under test).
+    text=st.text(alphabet=st.characters(exclude_characters="<[{`"), max_size=40),
     cuts=st.lists(st.integers(0, 60)),
 )
 def test_text_without_markup_passes_through_unchanged(text: str, cuts: list[int]) -> None:
