@@ -36,6 +36,23 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def start_load(
+    port: int, body_json: str, concurrency: int, seconds: float, extra: list[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`load_client.py` streaming `body_json` at `concurrency` for `seconds` (and 2 s more, so it
+    outlasts the recording), connected and started, after a second of warm-up."""
+    cmd = [sys.executable, str(HERE / "load_client.py"), "run", "--port", str(port), *(extra or [])]
+    cmd += ["--body", body_json, "--concurrency", str(concurrency), "--requests", "0"]
+    cmd += ["--duration", str(seconds + 2)]
+    client = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert client.stdin is not None and client.stdout is not None
+    client.stdout.readline()  # CONNECTED
+    client.stdin.write(b"go\n")
+    client.stdin.flush()
+    time.sleep(1.0)
+    return client
+
+
 def body(dialect: str, tokens: int, model: str = "fake-d0") -> str:
     if dialect == "chat":
         return json.dumps(
@@ -83,34 +100,13 @@ def main() -> None:
     path = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "lmstudio": "/api/v1/chat"}[
         args.dialect
     ]
-    client = subprocess.Popen(
-        [
-            sys.executable,
-            str(HERE / "load_client.py"),
-            "run",
-            "--port",
-            str(args.port),
-            "--path",
-            path,
-            "--dialect",
-            args.dialect,
-            "--body",
-            body(args.dialect, args.tokens, args.model),
-            "--concurrency",
-            str(args.concurrency),
-            "--requests",
-            "0",
-            "--duration",
-            str(args.seconds + 2),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
+    client = start_load(
+        args.port,
+        body(args.dialect, args.tokens, args.model),
+        args.concurrency,
+        args.seconds,
+        ["--path", path, "--dialect", args.dialect],
     )
-    assert client.stdin is not None and client.stdout is not None
-    client.stdout.readline()  # CONNECTED
-    client.stdin.write(b"go\n")
-    client.stdin.flush()
-    time.sleep(1.0)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
         before = cpu_seconds(args.pid)

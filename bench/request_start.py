@@ -52,6 +52,7 @@ from gateway_targets import (
     start_sluicegate,
     wait_ready,
 )
+from profile_gateway import start_load
 
 HERE = Path(__file__).resolve().parent
 MODEL = "fake-d0"
@@ -180,18 +181,7 @@ def profile(
     native: bool,
     save: str | None,
 ) -> None:
-    cmd = [sys.executable, str(HERE / "load_client.py"), "run", "--port", str(port), "--body", BODY]
-    cmd += ["--concurrency", str(concurrency), "--requests", "0", "--duration", str(seconds + 2)]
-    client = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert client.stdin is not None and client.stdout is not None
-    client.stdout.readline()  # CONNECTED
-    client.stdin.write(b"go\n")
-    client.stdin.flush()
-    time.sleep(1.0)
+    client = start_load(port, BODY, concurrency, seconds)
     with tempfile.TemporaryDirectory() as tmp:
         raw = Path(tmp) / "profile.txt"
         before = cpu_seconds([pid])

@@ -48,6 +48,23 @@ def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], fl
     }
 
 
+def assert_same_series(metrics: Metrics) -> None:
+    """The histogram series of dialect "a" and of dialect "b" hold the same samples."""
+    got = samples(metrics)
+    for name in ("bucket", "count", "sum"):
+        a = {
+            k[1] - {("dialect", "a")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "a") in k[1]
+        }
+        b = {
+            k[1] - {("dialect", "b")}: v
+            for k, v in got.items()
+            if k[0].endswith(name) and ("dialect", "b") in k[1]
+        }
+        assert a == b and a, name
+
+
 def test_the_legacy_api_counts_and_renders() -> None:
     metrics = Metrics()
     key = metrics.key("sluicegate_engine_deltas_total", model="m")
@@ -158,19 +175,7 @@ def test_counts_added_at_once_equal_observing_each_value() -> None:
     for value in values:
         observer.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
     observe_counts(metrics.inter_token.labels("b", "m"), observer.gap_counts, sum(values))
-    got = samples(metrics)
-    for name in ("bucket", "count", "sum"):
-        a = {
-            k[1] - {("dialect", "a")}: v
-            for k, v in got.items()
-            if k[0].endswith(name) and ("dialect", "a") in k[1]
-        }
-        b = {
-            k[1] - {("dialect", "b")}: v
-            for k, v in got.items()
-            if k[0].endswith(name) and ("dialect", "b") in k[1]
-        }
-        assert a == b and a, name
+    assert_same_series(metrics)
 
 
 def test_observing_one_value_equals_the_library_observe() -> None:
@@ -183,19 +188,7 @@ def test_observing_one_value_equals_the_library_observe() -> None:
     for value in values:
         library.observe(value)
         observe_one(ours, value)
-    got = samples(metrics)
-    for name in ("bucket", "count", "sum"):
-        a = {
-            k[1] - {("dialect", "a")}: v
-            for k, v in got.items()
-            if k[0].endswith(name) and ("dialect", "a") in k[1]
-        }
-        b = {
-            k[1] - {("dialect", "b")}: v
-            for k, v in got.items()
-            if k[0].endswith(name) and ("dialect", "b") in k[1]
-        }
-        assert a == b and a, name
+    assert_same_series(metrics)
 
 
 async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytest.MonkeyPatch) -> None:

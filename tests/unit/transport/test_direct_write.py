@@ -84,6 +84,21 @@ class Wire(asyncio.Transport):
         pass
 
 
+def one_frame_then_stall(log: list[str]) -> Callable[[], AsyncIterator[Chunk]]:
+    """A pipeline that sends `{"a":1}` and then waits until it is cancelled (noted in `log`)."""
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        try:
+            yield [Frame(b'{"a":1}')]
+            await asyncio.sleep(30)  # (never reached: the test cancels it first)
+            yield [Frame(b'{"never":1}')]
+        except asyncio.CancelledError:
+            log.append("cancelled")
+            raise
+
+    return chunks
+
+
 def stream_app(
     chunks: Callable[[], AsyncIterator[Chunk]],
     *,
@@ -230,14 +245,7 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_producer() -> None:
     log: list[str] = []
     outcomes: list[StreamOutcome] = []
 
-    async def chunks() -> AsyncIterator[Chunk]:
-        try:
-            yield [Frame(b'{"a":1}')]
-            await asyncio.sleep(30)
-            yield [Frame(b'{"never":1}')]
-        except asyncio.CancelledError:
-            log.append("cancelled")
-            raise
+    chunks = one_frame_then_stall(log)
 
     wire = Wire()
     proto = await served(
@@ -379,14 +387,7 @@ async def test_a_cancel_from_the_server_is_not_taken_for_a_disconnect() -> None:
     stream catches only the one it sent itself when the client left)."""
     log: list[str] = []
 
-    async def chunks() -> AsyncIterator[Chunk]:
-        try:
-            yield [Frame(b'{"a":1}')]
-            await asyncio.sleep(30)
-            yield [Frame(b'{"never":1}')]
-        except asyncio.CancelledError:
-            log.append("cancelled")
-            raise
+    chunks = one_frame_then_stall(log)
 
     wire = Wire()
     outcomes: list[StreamOutcome] = []
