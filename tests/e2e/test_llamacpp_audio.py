@@ -18,7 +18,7 @@ from conftest import StartServer
 from e2e_support import Server
 
 from audio_support import silent_mp3, tone_wav
-from sluicegate.engines.llamacpp.demo_audio import TOKENS_PER_WINDOW
+from sluicegate.demo.audio import TOKENS_PER_WINDOW
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +38,8 @@ HIGH = b64(tone_wav(1760.0))
 
 @pytest.fixture(scope="session")
 def audio_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
-    from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
+    from sluicegate.demo.audio import make_demo_audio
+    from sluicegate.demo.model import make_demo_gguf
 
     ear = tmp_path_factory.mktemp("ear") / "ear.gguf"
     make_demo_audio(ear, ends_replies=False)  # writes mmproj-ear.gguf beside it: found there

@@ -49,8 +49,8 @@ BLUE = data_url(encoded((20, 20, 220)))
 
 @pytest.fixture(scope="session")
 def vision_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
-    from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
+    from sluicegate.demo.model import make_demo_gguf
+    from sluicegate.demo.vision import make_demo_vision
 
     eye = tmp_path_factory.mktemp("eye") / "eye.gguf"
     make_demo_vision(eye, ends_replies=False)  # writes mmproj-eye.gguf beside it: found there

@@ -36,7 +36,7 @@ def slow_repo() -> FakeRepo:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, slow_repo: FakeRepo) -> Iterator[Server]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("models-page")
     demo = make_demo_gguf(folder / "demo.gguf").read_bytes()

@@ -63,7 +63,7 @@ SCHEMA: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def pulled_gguf(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     path = make_demo_gguf(tmp_path_factory.mktemp("hub") / "tiny-Q5_0.gguf")
     return path.read_bytes()
@@ -80,7 +80,7 @@ def hub(pulled_gguf: bytes) -> Iterator[FakeHub]:
 
 @pytest.fixture(scope="module")
 def server(hub: FakeHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("ollama")
     gguf = str(make_demo_gguf(folder / "tiny.gguf", ends_replies=False))

@@ -24,7 +24,7 @@ from sluicegate.core.events import Event, ToolsListed
 from sluicegate.core.frames import Frame
 from sluicegate.core.items import ConversationInput
 from sluicegate.core.request import ChatRequest, ServerTool
-from sluicegate.tools.catalog import ToolSelection
+from sluicegate.core.tool_selection import ToolSelection
 
 __all__ = ["ConversationInput"]  # defined in core (the conversation reads it too); re-exported
 

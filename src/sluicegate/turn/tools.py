@@ -18,8 +18,9 @@ from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ToolCall
 from sluicegate.dialects.base import ServerTools
 from sluicegate.engines.instances import Generation
 from sluicegate.engines.models import Model
+from sluicegate.engines.rounds import loop_generation, model_rounds
 from sluicegate.tools.catalog import ToolCatalog, ToolSet
-from sluicegate.tools.loop import OpenRound, loop_generation, model_rounds, run_tool_loop, with_server_tools
+from sluicegate.tools.loop import OpenRound, run_tool_loop, with_server_tools
 
 Json = dict[str, Any]
 

@@ -29,8 +29,9 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest, Message, ServerTool, ToolSpec
 from sluicegate.core.segment import segment
 from sluicegate.engines.models import Model
+from sluicegate.engines.rounds import loop_generation, model_rounds
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
-from sluicegate.tools.loop import MAX_ROUNDS_CODE, loop_generation, model_rounds, run_tool_loop
+from sluicegate.tools.loop import MAX_ROUNDS_CODE, run_tool_loop
 from tool_fakes import PROVIDER, FakeToolSet, echo
 
 CALL_WEATHER = {"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sluicegate.core.tool_selection import ToolSelection
 from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField
 from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.tools.catalog import ToolSelection
 
 SPEC = DialectSpec("chat_completions", ("/v1/chat/",), openai_error)
 

@@ -11,6 +11,7 @@ from typing import Any
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.core.sealing import Sealer
+from sluicegate.core.tool_selection import PluginChoice, RequestServer, ToolSelection
 from sluicegate.dialects.base import (
     ConversationInput,
     Dialect,
@@ -26,7 +27,6 @@ from sluicegate.dialects.responses.hosted import resolve_hosted
 from sluicegate.dialects.responses.mcp_request import approval_policy
 from sluicegate.dialects.responses.request import ResponsesRequest, parse_responses_request
 from sluicegate.dialects.responses.sealed import reasoning_sealer
-from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
 # A failed non-streamed response's HTTP status, by its error code (500 for the rest).

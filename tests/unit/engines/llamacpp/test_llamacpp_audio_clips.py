@@ -14,7 +14,7 @@ from engine_events import checked_reply
 from sluicegate.core.audio import AudioLimits, Sound, decode_audio
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
-from sluicegate.engines.llamacpp.demo_audio import TOKENS_PER_WINDOW, make_demo_audio
+from sluicegate.demo.audio import TOKENS_PER_WINDOW, make_demo_audio
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.vision import projector_senses
 

@@ -11,8 +11,8 @@ import pytest
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import Finished, FinishReason, RawBatch, TextDelta, UsageReport
 from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt, SamplingParams
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp import engine as engine_module
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.runtime import Job
 from sluicegate.parsing import PlainText
