@@ -6,12 +6,14 @@ tools, which conversation it continues); its encoder turns canonical events into
 the accumulated result into the non-streaming body; its error renderer gives the error shape.
 The runner (`sluicegate.turn`) does everything else — admission, conversation, tools, the
 model, the pipeline, streaming or collecting, persisting, releasing — once, for every dialect.
-A dialect declares itself once: its package holds one `Registration` (conventionally
-`REGISTRATION` in `<package>/registration.py`) — its specs (paths, error shape, framing,
-heartbeat), how to build its `Dialect`s from the server's settings, its non-turn routes, its
-chat routes' hooks and the modules to compile — and names it in the `sluicegate.dialects` entry
-point group, the group a third-party package uses too. `dialects/registry.py` discovers the
-registrations; the app builds routing, auth answers, error shapes and metrics labels from them.
+
+A dialect declares itself once: its package holds one `Registration` — its specs (paths, error
+shape, framing, heartbeat), how to build its `Dialect`s from the server's settings, its non-turn
+routes, its chat routes' hooks and the modules to compile — as `REGISTRATION` in
+`<package>/registration.py` (where the build and a checkout not reinstalled look for a built-in
+one), named by an entry point in the `sluicegate.dialects` group (pyproject.toml), the group a
+third-party package uses too. `dialects/registry.py` discovers the registrations; the app
+(`app/dialects.py`) builds routing, auth answers, error shapes and metrics labels from them.
 """
 
 from __future__ import annotations

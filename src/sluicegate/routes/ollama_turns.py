@@ -1,7 +1,8 @@
 """Ollama's `/api/chat` and `/api/generate`: the turn runner, plus what is no turn there — an
 empty `messages` (chat) or `prompt` (generate) loads the model, and with `keep_alive: 0`
 unloads it; either answers one object with `done_reason` "load" or "unload". A turn with
-`keep_alive: 0` unloads the model once it has answered, as Ollama does."""
+`keep_alive: 0` unloads the model once it has answered, as Ollama does. Both are `TurnHooks`
+the runner calls (`HOOKS`, named by `dialects/ollama/registration.py`)."""
 
 from __future__ import annotations
 
