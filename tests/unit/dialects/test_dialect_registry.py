@@ -14,7 +14,15 @@ from sluicegate import _compiled
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.dialects.base import DialectSpec, Registration
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.dialects.registry import DialectTable, built_in, dialect_for, dialect_name, dialect_table
+from sluicegate.dialects.registry import (
+    DialectTable,
+    built_in,
+    declared,
+    dialect_for,
+    dialect_name,
+    dialect_table,
+    load,
+)
 
 PYPROJECT = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())
 
@@ -104,3 +112,27 @@ def test_two_dialects_claiming_one_prefix_is_a_config_error() -> None:
 
     with pytest.raises(ConfigError, match="both claim '/same/'"):
         DialectTable({"a": registration("a"), "b": registration("b")})
+
+
+def test_discovery_reads_the_entry_points_and_fills_in_built_ins_they_do_not_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An installed entry point wins over the built-in package of its name; a built-in package
+    the installed metadata does not name yet (a checkout not reinstalled) is still found."""
+    info = tmp_path / "other-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: other\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[sluicegate.dialects]\nollama = other.dialect:REGISTRATION\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found = declared()
+    assert found["ollama"] == "other.dialect:REGISTRATION"
+    assert {name: value for name, value in found.items() if name != "ollama"} == {
+        name: value for name, value in built_in().items() if name != "ollama"
+    }
+
+
+def test_a_registration_that_cannot_be_loaded_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="cannot be loaded"):
+        load("gone", "sluicegate.dialects.nowhere:REGISTRATION")
+    with pytest.raises(ConfigError, match="is not a sluicegate Registration"):
+        load("spec", "sluicegate.dialects.ollama.dialect:SPEC")
