@@ -187,8 +187,8 @@ class Registration:
     """Everything the server needs to serve one dialect package, declared once, in that package.
 
     The routes, hooks and WebSocket apps are named as `"module:attribute"` (the entry-point
-    syntax) and loaded by the app: they live in `sluicegate.routes` or `sluicegate.turn`, layers
-    above the dialects, which a dialect package does not import.
+    syntax) and loaded by the app: a built-in dialect's live in `sluicegate.routes` or
+    `sluicegate.turn`, layers above the dialects that a dialect package must not import.
     """
 
     # Every API the package owns: paths, error shape and status, transport, heartbeat. The
