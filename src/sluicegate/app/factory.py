@@ -14,28 +14,22 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.dialects import dialect_routes
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
-from sluicegate.core.sealing import load_key, sealer_for
-from sluicegate.dialects.anthropic.dialect import AnthropicDialect
-from sluicegate.dialects.anthropic.signature import ThinkingSigner
-from sluicegate.dialects.base import Dialect
-from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
-from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
-from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
-from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
+from sluicegate.core.sealing import sealer_for
+from sluicegate.dialects.base import DialectContext
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.dialects.registry import dialect_for, dialect_name
+from sluicegate.dialects.registry import dialect_for, dialect_table
 from sluicegate.dialects.responses.conversation import to_item as responses_item
-from sluicegate.dialects.responses.dialect import ResponsesDialect
 from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.load_caps import LoadCaps
@@ -46,35 +40,14 @@ from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
 from sluicegate.routes import embeddings, rerank
-from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
-from sluicegate.routes.lmstudio_models import (
-    cancel_download,
-    download_model,
-    download_options,
-    download_status,
-    list_lmstudio_models,
-    load_model,
-    unload_model,
-)
 from sluicegate.routes.models import get_model, list_models
-from sluicegate.routes.ollama_routes import ROUTES as OLLAMA_ROUTES
-from sluicegate.routes.ollama_turns import OllamaTurnEndpoint
-from sluicegate.routes.responses_compact import compact_response
-from sluicegate.routes.responses_stored import (
-    cancel_response,
-    delete_response,
-    list_input_items,
-    retrieve_response,
-)
 from sluicegate.store.factory import open_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
 from sluicegate.turn.images import ImageSettings
-from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
-from sluicegate.turn.websocket import ResponsesSocket
 
 log = logging.getLogger(__name__)
 
@@ -114,12 +87,6 @@ def add_model_files(registry: Registry, settings: Settings) -> list[str]:
             continue
         added.append(table["id"])
     return added
-
-
-def _fill_in_middle_model(registry: Registry) -> str | None:
-    """The model an `/infill` request without `model` goes to: the first that can fill in the
-    middle (llama-server serves one model; its clients often name none)."""
-    return next((m.id for m in registry.models.values() if m.engine.info().capabilities.fill_in_middle), None)
 
 
 def _log_added(model_ids: list[str]) -> None:
@@ -296,58 +263,30 @@ def create_app(settings: Settings) -> Starlette:
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
-    # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
-    responses = ResponsesDialect(
-        tools.plugin_ids,
-        settings.responses_reasoning_events,
-        hosted_tools=settings.responses_hosted_tools,
-        sealer=sealer,
-    )
-    dialects: list[Dialect] = [
-        ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        responses,
-        LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
-        AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
-        CompletionsDialect(),
-        InfillDialect(lambda: _fill_in_middle_model(registry)),
-    ]
-    turns = {d.path: TurnEndpoint(d) for d in dialects}
-    turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
+    # Every registered dialect's routes (`app/dialects.py`): its chat routes, each served by the
+    # one turn runner, and its others. Its package declares them; nothing here names one.
+    dialects = dialect_table()
+    context = DialectContext(settings, sealer, tools.plugin_ids, lambda: registry.models)
+    served = dialect_routes(dialects, context)
     routes = [
-        *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        # The Responses API's WebSocket transport: the same runner, frames as text messages.
-        WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
+        *served.routes,
         Route("/health", health, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
-        Route("/v1/responses/compact", compact_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
-        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
-        Route("/api/v1/models", list_lmstudio_models, methods=["GET"]),
-        Route("/api/v1/models/load", load_model, methods=["POST"]),
-        Route("/api/v1/models/unload", unload_model, methods=["POST"]),
-        Route("/api/v1/models/download", download_model, methods=["POST"]),
-        Route("/api/v1/models/download/options", download_options, methods=["GET"]),
-        Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
-        Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
         *rerank.ROUTES,
-        *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
     observe = Middleware(
-        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
+        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
     )  # metrics, access log
     auth = Middleware(
         APIKeyMiddleware, api_keys=settings.api_keys
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, auth, Middleware(TurnRoutes, turns=turns)],
+        middleware=[observe, auth, Middleware(TurnRoutes, turns=served.turns)],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )

@@ -108,11 +108,32 @@ class Prepared:
     lane: TurnLane | None = None  # a plain stream's fast lane (turn/lane.py)
 
 
+class TurnHooks:
+    """A chat route's own steps around its turns, for a dialect whose chat route also answers
+    what is no turn (Ollama's load and unload). A dialect's registration names them; both do
+    nothing by default."""
+
+    async def answer_without_turn(self, dialect: Dialect, state: AppState, source: TurnSource) -> Json | None:
+        """The answer to a request on the chat route that is no turn, or None to run the turn."""
+        return None
+
+    def after_turn(
+        self, dialect: Dialect, state: AppState, source: TurnSource
+    ) -> Callable[[], Awaitable[None]] | None:
+        """What to do once this request's turn has answered with 200 and released all it held,
+        decided before the turn runs (the request's body is not kept for a stream's life)."""
+        return None
+
+
+NO_HOOKS = TurnHooks()
+
+
 class TurnEndpoint:
     """The ASGI endpoint of one dialect's chat route."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, hooks: TurnHooks = NO_HOOKS) -> None:
         self.dialect = dialect
+        self.hooks = hooks
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
         self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
 
@@ -135,9 +156,12 @@ class TurnEndpoint:
             try:
                 # The request's JSON is not kept for the stream's life (nothing here holds it).
                 source = await self._source(state, request)
-                answer = await self.answer_without_turn(state, source)
+                answer = await self.hooks.answer_without_turn(self.dialect, state, source)
                 if answer is not None:
                     return await self._send_json(answer, send, {})
+                after = self.hooks.after_turn(self.dialect, state, source)
+                if after is not None:  # released last: after everything the turn takes
+                    owned.push_async_callback(_if_answered, send, after)
                 prepared = await self.prepare(state, source, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
@@ -157,11 +181,6 @@ class TurnEndpoint:
                     return 200
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
-
-    async def answer_without_turn(self, state: AppState, source: TurnSource) -> Json | None:
-        """A request on the chat route that is no turn (Ollama's load and unload): its answer,
-        or None to run the turn. Nothing by default."""
-        return None
 
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
@@ -351,18 +370,25 @@ class TurnEndpoint:
 
 
 class _Send:
-    """The ASGI `send`, remembering whether the response has started."""
+    """The ASGI `send`, remembering whether the response has started, and with which status."""
 
-    __slots__ = ("_send", "started")
+    __slots__ = ("_send", "started", "status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
+        self.status = 0
 
     async def __call__(self, message: Any) -> None:
         if message["type"] == "http.response.start":
             self.started = True
+            self.status = message["status"]
         await self._send(message)
+
+
+async def _if_answered(send: _Send, after: Callable[[], Awaitable[None]]) -> None:
+    if send.status == 200:
+        await after()
 
 
 _NOT_LIVE = nullcontext()  # reusable: it holds no state
