@@ -105,6 +105,7 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     api_keys: list[str] = field(default_factory=list)
+    admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -164,6 +165,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "port": int,
     "api_key": str,
     "api_keys": list,
+    "admin_key": str,
     "heartbeat_seconds": (int, float),
     "request_timeout_seconds": (int, float),
     "idle_timeout_seconds": (int, float),
@@ -248,6 +250,10 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             if not all(isinstance(k, str) and k for k in value):
                 raise ConfigError(f"{source}: [server].api_keys must be a list of non-empty strings")
             settings.api_keys = list(value)
+        elif key == "admin_key":
+            if not value:
+                raise ConfigError(f"{source}: [server].admin_key must not be empty")
+            settings.admin_key = value
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
@@ -475,6 +481,8 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.port = int(port)
     if key := env.get(ENV_PREFIX + "API_KEY"):
         settings.api_keys = [key]
+    if admin := env.get(ENV_PREFIX + "ADMIN_KEY"):
+        settings.admin_key = admin
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
     if models_dir := env.get(ENV_PREFIX + "MODELS_DIR"):

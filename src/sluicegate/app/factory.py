@@ -18,6 +18,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.keyring import KeyRing
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
@@ -45,7 +46,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings, rerank
+from sluicegate.routes import admin_keys, embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -68,6 +69,7 @@ from sluicegate.routes.responses_stored import (
     retrieve_response,
 )
 from sluicegate.store.factory import open_store
+from sluicegate.store.keys_backends import open_key_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
@@ -221,6 +223,12 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    # Runtime keys live beside the responses; the admin key turns them on.
+    keyring = KeyRing(
+        open_key_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+        if settings.admin_key
+        else None
+    )
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -235,6 +243,8 @@ def create_app(settings: Settings) -> Starlette:
         tools=tools,
         sealer=sealer,
         images=ImageSettings.from_settings(settings),
+        keys=keyring.store,
+        keys_changed=keyring.refresh,
     )
 
     async def purge_expired_forever() -> None:
@@ -275,6 +285,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
+        await keyring.start()
         purger = asyncio.create_task(purge_expired_forever())
         prober = asyncio.create_task(probe_store_forever())
         reaper = asyncio.create_task(lifecycle.run())
@@ -293,6 +304,7 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            await keyring.aclose()
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
@@ -336,6 +348,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
         *rerank.ROUTES,
+        *admin_keys.ROUTES,
         *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
@@ -343,7 +356,7 @@ def create_app(settings: Settings) -> Starlette:
         ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
     )  # metrics, access log
     auth = Middleware(
-        APIKeyMiddleware, api_keys=settings.api_keys
+        APIKeyMiddleware, api_keys=settings.api_keys, admin_key=settings.admin_key, keyring=keyring
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,
