@@ -39,6 +39,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "runtime ([Teams](teams.md)); when set, every API path needs a key, as with `api_key`. "
             "Also `SLUICEGATE_ADMIN_KEY`",
         ),
+        "limits_on_store_failure": (
+            None,
+            "what a runtime key's limits do when their counters (Redis) cannot be reached: `open` "
+            "lets requests through uncounted, `closed` answers 503",
+        ),
         "heartbeat_seconds": (
             None,
             "send an SSE `: heartbeat` comment after this long with nothing sent; `0` turns heartbeats off",

@@ -106,6 +106,7 @@ class Settings:
     port: int = DEFAULT_PORT
     api_keys: list[str] = field(default_factory=list)
     admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
+    limits_on_store_failure: Literal["open", "closed"] = "open"  # runtime keys' counters unreachable
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -166,6 +167,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "api_key": str,
     "api_keys": list,
     "admin_key": str,
+    "limits_on_store_failure": str,
     "heartbeat_seconds": (int, float),
     "request_timeout_seconds": (int, float),
     "idle_timeout_seconds": (int, float),
@@ -260,6 +262,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "limits_on_store_failure" and value not in ("open", "closed"):
+            raise ConfigError(f'{source}: [server].limits_on_store_failure must be "open" or "closed"')
         elif key == "log_format" and value not in ("text", "json"):
             raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "workers" and value < 1:

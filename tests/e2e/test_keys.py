@@ -203,3 +203,87 @@ def test_a_key_made_on_one_replica_works_on_the_other_and_a_revoke_reaches_both(
     config = b.folder / "sluicegate.toml"
     assert keys_command(config, b.folder, "revoke", "shared").returncode == 0
     eventually(lambda: status_of(a, secret) == 401 and status_of(b, secret) == 401, "both refuse it")
+
+
+# --- limits ------------------------------------------------------------------------------------
+
+
+def issue(server: Server, name: str, **limits: int) -> str:
+    with admin(server) as client:
+        created = client.post("/admin/keys", json={"name": name, "limits": limits})
+    assert created.status_code == 201, created.text
+    secret: str = created.json()["key"]
+    return secret
+
+
+def test_a_key_over_its_requests_per_minute_gets_429_with_retry_after_and_openai_headers(
+    server: Server,
+) -> None:
+    secret = issue(server, "three-a-minute", rpm=3)
+    body = {"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]}
+    headers = {"Authorization": f"Bearer {secret}"}
+    answers = [
+        httpx.post(f"{server.api_url}/chat/completions", json=body, headers=headers, timeout=10.0)
+        for _ in range(4)
+    ]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert [a.headers["x-ratelimit-remaining-requests"] for a in answers[:3]] == ["2", "1", "0"]
+    assert answers[0].headers["x-ratelimit-limit-requests"] == "3"
+    assert answers[0].headers["x-ratelimit-reset-requests"].endswith("s")
+    refused = answers[3]
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+
+
+def test_each_dialects_official_client_sees_its_own_rate_limit_error(server: Server) -> None:
+    import anthropic
+    import ollama
+
+    openai_key, anthropic_key, ollama_key = (issue(server, f"one-{n}", rpm=1) for n in ("o", "a", "l"))
+    with sdk(server, openai_key) as client:
+        client.chat.completions.create(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(openai.RateLimitError) as limited:
+            client.chat.completions.create(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+    assert limited.value.code == "rate_limit_exceeded"
+    with anthropic.Anthropic(base_url=server.base_url, api_key=anthropic_key, max_retries=0) as claude:
+        claude.messages.create(model="chat-a", max_tokens=50, messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(anthropic.RateLimitError) as limited_a:
+            claude.messages.create(
+                model="chat-a", max_tokens=50, messages=[{"role": "user", "content": "hi"}]
+            )
+    assert limited_a.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    local = ollama.Client(host=server.base_url, headers={"Authorization": f"Bearer {ollama_key}"})
+    local.chat(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(ollama.ResponseError) as limited_o:
+        local.chat(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+    assert limited_o.value.status_code == 429
+
+
+def test_tokens_per_minute_stop_a_key_once_its_usage_reaches_them(server: Server) -> None:
+    secret = issue(server, "few-tokens", tpm=5)
+    assert status_of(server, secret) == 200  # the scripted reply reports more than 5 tokens
+    refused = httpx.post(
+        f"{server.api_url}/chat/completions",
+        json={"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=10.0,
+    )
+    assert refused.status_code == 429 and "tokens per minute" in refused.json()["error"]["message"]
+
+
+def test_twenty_clients_on_two_replicas_get_exactly_sixty_requests_a_minute(
+    replicas: tuple[Server, Server],
+) -> None:
+    import concurrent.futures
+
+    a, b = replicas
+    secret = issue(a, "sixty", rpm=60)
+    eventually(lambda: status_of(b, secret) in (200, 429), "B knows the key")  # one request counted
+
+    def client(n: int) -> list[int]:
+        target = a if n % 2 else b
+        return [status_of(target, secret) for _ in range(4)]
+
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        statuses = [s for batch in pool.map(client, range(20)) for s in batch]
+    assert statuses.count(200) == 59 and statuses.count(429) == 21  # 60 in all with B's first

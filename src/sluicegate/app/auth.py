@@ -25,10 +25,12 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.keyring import KeyRing
+from sluicegate.app.limits import OnFailure, serve_limited
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.scope import KEY_SCOPE
 from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
+from sluicegate.store.limits import Limiter
 
 OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
@@ -76,12 +78,20 @@ class APIKeyMiddleware:
     """Refuse every request without a configured or issued key (401) before the router sees it."""
 
     def __init__(
-        self, app: ASGIApp, api_keys: list[str], admin_key: str | None = None, keyring: KeyRing | None = None
+        self,
+        app: ASGIApp,
+        api_keys: list[str],
+        admin_key: str | None = None,
+        keyring: KeyRing | None = None,
+        limiter: Limiter | None = None,
+        on_limiter_failure: OnFailure = "open",
     ) -> None:
         self.app = app
         self.keys = [digest(key.encode()) for key in api_keys]
         self.admin = [digest(admin_key.encode())] if admin_key else []
         self.keyring = keyring
+        self.limiter = limiter
+        self.on_limiter_failure: OnFailure = on_limiter_failure
         self.required = bool(self.keys or self.admin)
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
@@ -101,6 +111,10 @@ class APIKeyMiddleware:
                 record = self.keyring.find(presented)
                 if record is not None:
                     scope[KEY_SCOPE] = record
+                    if self.limiter is not None and record.limits.any:
+                        return serve_limited(
+                            self.app, scope, receive, send, record, self.limiter, self.on_limiter_failure
+                        )
                     return self.app(scope, receive, send)
         return self._refuse(scope, send, presented, INCORRECT if presented else MISSING)
 

@@ -70,6 +70,7 @@ from sluicegate.routes.responses_stored import (
 )
 from sluicegate.store.factory import open_store
 from sluicegate.store.keys_backends import open_key_store
+from sluicegate.store.limits import open_limiter
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
@@ -229,6 +230,7 @@ def create_app(settings: Settings) -> Starlette:
         if settings.admin_key
         else None
     )
+    limiter = open_limiter(settings.store_backend, url=settings.store_url) if settings.admin_key else None
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -305,6 +307,8 @@ def create_app(settings: Settings) -> Starlette:
             await tools.aclose()
             await store.aclose()
             await keyring.aclose()
+            if limiter is not None:
+                await limiter.aclose()
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
@@ -356,7 +360,12 @@ def create_app(settings: Settings) -> Starlette:
         ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
     )  # metrics, access log
     auth = Middleware(
-        APIKeyMiddleware, api_keys=settings.api_keys, admin_key=settings.admin_key, keyring=keyring
+        APIKeyMiddleware,
+        api_keys=settings.api_keys,
+        admin_key=settings.admin_key,
+        keyring=keyring,
+        limiter=limiter,
+        on_limiter_failure=settings.limits_on_store_failure,
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,

@@ -55,6 +55,10 @@ class KeyLimits:
     tpm: int | None = None  # tokens per minute (input and output, as the engines report them)
     concurrent: int | None = None  # requests in flight at once
 
+    @property
+    def any(self) -> bool:
+        return self.rpm is not None or self.tpm is not None or self.concurrent is not None
+
     def as_json(self) -> dict[str, int | None]:
         return {"rpm": self.rpm, "tpm": self.tpm, "concurrent": self.concurrent}
 
