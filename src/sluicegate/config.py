@@ -107,6 +107,7 @@ class Settings:
     api_keys: list[str] = field(default_factory=list)
     admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
     limits_on_store_failure: Literal["open", "closed"] = "open"  # runtime keys' counters unreachable
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model glob → money per 1M tokens
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -218,7 +219,18 @@ TOOLS_KEYS = (
     "plugins",
 )
 TRACING_KEYS = ("exporter", "endpoint", "service_name", "sample_ratio")
-_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
+_TOP_KEYS = {
+    "server",
+    "chat_completions",
+    "responses",
+    "lmstudio",
+    "store",
+    "models",
+    "tools",
+    "tracing",
+    "prices",
+}
+PRICE_KEYS = ("input", "cached_input", "output")  # per million tokens, under a model id or glob
 
 
 def table_keys() -> dict[str, tuple[str, ...]]:
@@ -232,6 +244,21 @@ def table_keys() -> dict[str, tuple[str, ...]]:
         "tools": TOOLS_KEYS,
         "tracing": TRACING_KEYS,
     }
+
+
+def _apply_prices(settings: Settings, table: Any, source: str) -> None:
+    """`[prices]`: `"gpt-4o*" = { input = 2.5, cached_input = 1.25, output = 10 }` (per million
+    tokens), for the usage and budgets of runtime keys (docs/teams.md)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [prices] must be a table")
+    for model, entry in table.items():
+        if not isinstance(entry, dict) or not set(entry) <= set(PRICE_KEYS):
+            raise ConfigError(
+                f"{source}: [prices].{model!r} takes {', '.join(PRICE_KEYS)} (per million tokens)"
+            )
+        if any(_wrong_type(v, (int, float)) or v < 0 for v in entry.values()):
+            raise ConfigError(f"{source}: [prices].{model!r} must be numbers ≥ 0")
+        settings.prices[model] = {k: float(v) for k, v in entry.items()}
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -313,6 +340,7 @@ def load_settings(
         _apply_store(settings, data.get("store", {}), str(path))
         _apply_tools(settings, data.get("tools", {}), str(path))
         _apply_tracing(settings, data.get("tracing", {}), str(path))
+        _apply_prices(settings, data.get("prices", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):

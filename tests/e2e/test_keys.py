@@ -71,7 +71,12 @@ def keys_command(config: Path, folder: Path, *args: str) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("keys")
-    config = write_config(folder, {"admin_key": ADMIN, "data_dir": str(folder / "data")}, MODELS)
+    config = write_config(
+        folder,
+        {"admin_key": ADMIN, "data_dir": str(folder / "data")},
+        MODELS,
+        {"prices": {"chat-*": {"input": 1.0, "output": 2.0}}},
+    )
     with run_server(folder, config) as running:
         yield running
 
@@ -287,3 +292,60 @@ def test_twenty_clients_on_two_replicas_get_exactly_sixty_requests_a_minute(
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         statuses = [s for batch in pool.map(client, range(20)) for s in batch]
     assert statuses.count(200) == 59 and statuses.count(429) == 21  # 60 in all with B's first
+
+
+# --- usage and budgets -------------------------------------------------------------------------
+
+
+def test_usage_per_key_model_and_day_is_counted_and_priced(server: Server) -> None:
+    with admin(server) as client:
+        secret = client.post("/admin/keys", json={"name": "spender"}).json()["key"]
+        ask(server, secret, "chat-a")
+        ask(server, secret, "chat-a")
+        ask(server, secret, "other")
+        # counted when each request has ended, just after its answer went out
+        eventually(
+            lambda: (
+                client.get("/admin/usage", params={"key": "spender"}).json()["keys"][0]["used"]["requests"]
+                == 3
+            ),
+            "the third request is counted",
+        )
+        report = client.get("/admin/usage", params={"key": "spender"}).json()
+    rows = {row["model"]: row for row in report["data"]}
+    assert set(rows) == {"chat-a", "other"} and rows["chat-a"]["requests"] == 2
+    chat = rows["chat-a"]
+    assert chat["input_tokens"] > 0 and chat["output_tokens"] > 0
+    expected = (chat["input_tokens"] * 1.0 + chat["output_tokens"] * 2.0) / 1e6
+    assert chat["cost"] == pytest.approx(expected) and rows["other"]["cost"] == 0  # no price for it
+    [key] = report["keys"]
+    assert key["name"] == "spender" and key["used"]["requests"] == 3
+    metrics = httpx.get(f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    assert 'sluicegate_key_requests_total{key="spender"} 3.0' in metrics and secret not in metrics
+    listed = keys_command(server.folder / "sluicegate.toml", server.folder, "list")
+    assert "today: requests=3" in next(
+        line for line in listed.stdout.splitlines() if line.startswith("spender")
+    )
+
+
+def test_a_spent_budget_stops_the_key_and_the_usage_endpoint_says_why(server: Server) -> None:
+    with admin(server) as client:
+        made = client.post("/admin/keys", json={"name": "budgeted", "budget": {"tokens": 5, "period": "day"}})
+        secret = made.json()["key"]
+        assert status_of(server, secret) == 200  # the scripted answer uses more than five tokens
+        eventually(
+            lambda: client.get("/admin/usage", params={"key": "budgeted"}).json()["keys"][0]["used"][
+                "requests"
+            ],
+            "the first request is counted",
+        )
+        refused = httpx.post(
+            f"{server.api_url}/chat/completions",
+            json={"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=10.0,
+        )
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+        [key] = client.get("/admin/usage", params={"key": "budgeted"}).json()["keys"]
+    assert key["budget"]["exhausted"] is True and key["budget"]["spent_tokens"] >= 5
+    assert key["budget"]["tokens_left"] == 0

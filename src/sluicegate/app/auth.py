@@ -10,7 +10,7 @@ API the path belongs to.
 
 Runtime keys (`store/keys.py`, issued through the admin API or `sluicegate keys`) are found by
 their digest in the replica's `KeyRing`; a matched one is put in the scope (`KEY_SCOPE`) for the
-routes that enforce its models. `/admin/` paths take only `[server] admin_key`. With an admin
+routes that enforce its models. `/admin/` paths take only `[server] admin_key`, which also reads `/metrics`. With an admin
 key set, every API path needs a key, even when no key is in the config file.
 """
 
@@ -25,12 +25,11 @@ import orjson
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.keyring import KeyRing
-from sluicegate.app.limits import OnFailure, serve_limited
+from sluicegate.app.limits import KeyAccounting
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.scope import KEY_SCOPE
 from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
-from sluicegate.store.limits import Limiter
 
 OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
@@ -83,15 +82,13 @@ class APIKeyMiddleware:
         api_keys: list[str],
         admin_key: str | None = None,
         keyring: KeyRing | None = None,
-        limiter: Limiter | None = None,
-        on_limiter_failure: OnFailure = "open",
+        accounting: KeyAccounting | None = None,
     ) -> None:
         self.app = app
         self.keys = [digest(key.encode()) for key in api_keys]
         self.admin = [digest(admin_key.encode())] if admin_key else []
         self.keyring = keyring
-        self.limiter = limiter
-        self.on_limiter_failure: OnFailure = on_limiter_failure
+        self.accounting = accounting
         self.required = bool(self.keys or self.admin)
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
@@ -107,14 +104,14 @@ class APIKeyMiddleware:
         if presented:
             if key_matches(presented, self.keys):
                 return self.app(scope, receive, send)
+            if scope["path"] == "/metrics" and key_matches(presented, self.admin):  # operators scrape
+                return self.app(scope, receive, send)
             if self.keyring is not None:
                 record = self.keyring.find(presented)
                 if record is not None:
                     scope[KEY_SCOPE] = record
-                    if self.limiter is not None and record.limits.any:
-                        return serve_limited(
-                            self.app, scope, receive, send, record, self.limiter, self.on_limiter_failure
-                        )
+                    if self.accounting is not None:
+                        return self.accounting.serve(self.app, scope, receive, send, record)
                     return self.app(scope, receive, send)
         return self._refuse(scope, send, presented, INCORRECT if presented else MISSING)
 

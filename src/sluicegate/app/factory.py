@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
 from sluicegate.app.keyring import KeyRing
+from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
@@ -71,6 +72,7 @@ from sluicegate.routes.responses_stored import (
 from sluicegate.store.factory import open_store
 from sluicegate.store.keys_backends import open_key_store
 from sluicegate.store.limits import open_limiter
+from sluicegate.store.usage import Price, open_usage_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
@@ -230,7 +232,17 @@ def create_app(settings: Settings) -> Starlette:
         if settings.admin_key
         else None
     )
-    limiter = open_limiter(settings.store_backend, url=settings.store_url) if settings.admin_key else None
+    usage = open_usage_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    accounting = (
+        KeyAccounting(
+            open_limiter(settings.store_backend, url=settings.store_url),
+            usage,
+            {model: Price(**entry) for model, entry in settings.prices.items()},
+            settings.limits_on_store_failure,
+        )
+        if settings.admin_key
+        else None
+    )
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -246,6 +258,7 @@ def create_app(settings: Settings) -> Starlette:
         sealer=sealer,
         images=ImageSettings.from_settings(settings),
         keys=keyring.store,
+        usage=usage,
         keys_changed=keyring.refresh,
     )
 
@@ -307,8 +320,9 @@ def create_app(settings: Settings) -> Starlette:
             await tools.aclose()
             await store.aclose()
             await keyring.aclose()
-            if limiter is not None:
-                await limiter.aclose()
+            if accounting is not None:
+                await accounting.limiter.aclose()
+            await usage.aclose()
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
@@ -364,8 +378,7 @@ def create_app(settings: Settings) -> Starlette:
         api_keys=settings.api_keys,
         admin_key=settings.admin_key,
         keyring=keyring,
-        limiter=limiter,
-        on_limiter_failure=settings.limits_on_store_failure,
+        accounting=accounting,
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,

@@ -8,11 +8,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 from sluicegate.config import Settings, store_path
 from sluicegate.store.keys import KeyRecord, KeyRequestError, KeyStore, key_fields, new_record, revoked
 from sluicegate.store.keys_backends import open_key_store
+from sluicegate.store.usage import UsageStore, Used, open_usage_store, today
 
 
 def _add_fields(command: argparse.ArgumentParser) -> None:
@@ -24,6 +26,9 @@ def _add_fields(command: argparse.ArgumentParser) -> None:
     command.add_argument("--tpm", type=int, help="tokens per minute (input and output)")
     command.add_argument("--concurrent", type=int, help="requests in flight at once")
     command.add_argument("--expires-in", type=float, metavar="SECONDS", help="expire this long from now")
+    command.add_argument("--budget-tokens", type=int, help="tokens it may use per budget period")
+    command.add_argument("--budget-cost", type=float, help="money it may spend per period ([prices])")
+    command.add_argument("--budget-period", choices=["day", "month"], default=None, help="default: month")
     command.add_argument("--metadata", help="a JSON object kept with the key")
 
 
@@ -54,6 +59,12 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     limits = {name: getattr(args, name) for name in ("rpm", "tpm", "concurrent")}
     if any(v is not None for v in limits.values()):
         body["limits"] = limits
+    if args.budget_tokens is not None or args.budget_cost is not None:
+        body["budget"] = {
+            "tokens": args.budget_tokens,
+            "cost": args.budget_cost,
+            "period": args.budget_period or "month",
+        }
     if args.expires_in is not None:
         body["expires_in_seconds"] = args.expires_in
     if args.metadata is not None:
@@ -64,7 +75,7 @@ def _fields(args: argparse.Namespace) -> dict[str, Any]:
     return key_fields(body)
 
 
-def _line(record: KeyRecord) -> str:
+def _line(record: KeyRecord, used: Used | None = None) -> str:
     limits = record.limits
     state = "revoked" if record.revoked_at is not None else "expired" if not record.usable() else "active"
     shown = [
@@ -76,10 +87,15 @@ def _line(record: KeyRecord) -> str:
         f"tpm={limits.tpm if limits.tpm is not None else '-'}",
         f"concurrent={limits.concurrent if limits.concurrent is not None else '-'}",
     ]
+    if record.budget is not None:
+        budget = record.budget
+        shown.append(f"budget={budget.tokens or '-'} tokens/{budget.cost or '-'} per {budget.period}")
+    if used is not None:
+        shown.append(f"today: requests={used.requests} tokens={used.tokens} cost={round(used.cost, 6)}")
     return "  ".join(shown)
 
 
-async def _run(args: argparse.Namespace, store: KeyStore) -> int:
+async def _run(args: argparse.Namespace, store: KeyStore, usage: UsageStore) -> int:
     command = args.keys_command
     if command == "create":
         record, secret = new_record(args.name, **_fields(args))
@@ -87,13 +103,15 @@ async def _run(args: argparse.Namespace, store: KeyStore) -> int:
         print(_line(record))
         print(secret)
     elif command == "list":
+        day = today()
         for record in await store.all():
-            print(json.dumps(record.public()) if args.json else _line(record))
+            used = await usage.spent(record.name, day)
+            print(
+                json.dumps(record.public() | {"today": used.as_json()}) if args.json else _line(record, used)
+            )
     elif command == "get":
         print(json.dumps((await store.get(args.name)).public(), indent=2))
     elif command == "update":
-        from dataclasses import replace
-
         record = replace(await store.get(args.name), **_fields(args))
         await store.replace(record)
         print(_line(record))
@@ -105,13 +123,16 @@ async def _run(args: argparse.Namespace, store: KeyStore) -> int:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    store = open_key_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    path, url = store_path(settings), settings.store_url
+    store = open_key_store(settings.store_backend, path=path, url=url)
+    usage = open_usage_store(settings.store_backend, path=path, url=url)
 
     async def main() -> int:
         try:
-            return await _run(args, store)
+            return await _run(args, store, usage)
         finally:
             await store.aclose()
+            await usage.aclose()
 
     try:
         return asyncio.run(main())

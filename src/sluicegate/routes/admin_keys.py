@@ -6,6 +6,8 @@
     GET    /admin/keys/{name}        one
     PATCH  /admin/keys/{name}        owner, models, expiry, limits, metadata
     DELETE /admin/keys/{name}        revoke (the record stays, for its usage history)
+    GET    /admin/usage              per key, model and day (?key=, ?from=, ?to= ISO dates), and
+                                     each key's limits, budget and what is left of it
 
 Errors are in OpenAI's shape. Every write is durable before it is answered, and this replica
 re-reads the keys at once; the others within a second (`app/keyring.py`).
@@ -13,6 +15,7 @@ re-reads the keys at once; the others within a second (`app/keyring.py`).
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import replace
 from typing import Any
 
@@ -23,7 +26,15 @@ from starlette.routing import Route
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
-from sluicegate.store.keys import KeyRequestError, KeyStore, check_name, key_fields, new_record, revoked
+from sluicegate.store.keys import (
+    KeyRequestError,
+    KeyStore,
+    check_name,
+    key_fields,
+    new_record,
+    revoked,
+)
+from sluicegate.store.usage import Used, budget_state, today
 from sluicegate.turn.state import AppState
 
 _KINDS = {404: ErrorKind.NOT_FOUND}  # 400 and 409 (a name taken): an invalid request's shape
@@ -108,10 +119,43 @@ async def revoke_key(request: Request) -> Response:
     return JSONResponse(record.public())
 
 
+def _day(request: Request, name: str, default: str) -> str:
+    value = request.query_params.get(name, default)
+    try:
+        return dt.date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise invalid(f"{name} must be a date (YYYY-MM-DD).", param=name) from None
+
+
+@dialect_endpoint("admin", openai_error)
+async def key_usage(request: Request) -> Response:
+    state = app_state(request)
+    store = _store(state)
+    usage = state.usage
+    assert usage is not None  # set beside the key store
+    until = _day(request, "to", today())
+    since = _day(request, "from", (dt.date.fromisoformat(until) - dt.timedelta(days=30)).isoformat())
+    name = request.query_params.get("key")
+    rows = await usage.rows(since, until, name)
+    records = [r for r in await store.all() if name is None or r.name == name]
+    keys = []
+    for record in records:
+        total = Used()
+        for row in rows:
+            if row.key == record.name:
+                total.add(row.used)
+        budget = None if record.budget is None else await budget_state(usage, record.name, record.budget)
+        keys.append({**record.public(), "used": total.as_json(), "budget": budget and budget.as_json()})
+    return JSONResponse(
+        {"object": "usage", "from": since, "to": until, "data": [r.as_json() for r in rows], "keys": keys}
+    )
+
+
 ROUTES = [
     Route("/admin/keys", create_key, methods=["POST"]),
     Route("/admin/keys", list_keys, methods=["GET"]),
     Route("/admin/keys/{name}", get_key, methods=["GET"]),
     Route("/admin/keys/{name}", update_key, methods=["PATCH"]),
     Route("/admin/keys/{name}", revoke_key, methods=["DELETE"]),
+    Route("/admin/usage", key_usage, methods=["GET"]),
 ]

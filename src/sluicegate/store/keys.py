@@ -23,7 +23,7 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 SECRET_PREFIX = "sk-sg-"
 MAX_NAME = 64
@@ -64,6 +64,18 @@ class KeyLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyBudget:
+    """What one key may spend over a period (UTC day or month): tokens, money, or both."""
+
+    tokens: int | None = None
+    cost: float | None = None  # in the price table's currency (`[prices]`)
+    period: Literal["day", "month"] = "month"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"tokens": self.tokens, "cost": self.cost, "period": self.period}
+
+
+@dataclass(frozen=True, slots=True)
 class KeyRecord:
     name: str
     digest: str  # sha256 of the secret, hex
@@ -75,6 +87,7 @@ class KeyRecord:
     revoked_at: int | None = None
     limits: KeyLimits = field(default_factory=KeyLimits)
     metadata: dict[str, Any] = field(default_factory=dict)
+    budget: KeyBudget | None = None
 
     def usable(self, now: float | None = None) -> bool:
         """Not revoked and not expired."""
@@ -97,6 +110,7 @@ class KeyRecord:
             "expires_at": self.expires_at,
             "revoked_at": self.revoked_at,
             "limits": self.limits.as_json(),
+            "budget": None if self.budget is None else self.budget.as_json(),
             "metadata": self.metadata,
         }
 
@@ -108,6 +122,7 @@ class KeyRecord:
     @classmethod
     def load(cls, data: dict[str, Any]) -> KeyRecord:
         limits = data.get("limits") or {}
+        budget = data.get("budget")
         return cls(
             name=data["name"],
             digest=data["digest"],
@@ -119,6 +134,9 @@ class KeyRecord:
             revoked_at=data.get("revoked_at"),
             limits=KeyLimits(limits.get("rpm"), limits.get("tpm"), limits.get("concurrent")),
             metadata=dict(data.get("metadata") or {}),
+            budget=None
+            if not budget
+            else KeyBudget(budget.get("tokens"), budget.get("cost"), budget["period"]),
         )
 
 
@@ -185,12 +203,12 @@ def unknown(name: str) -> KeyRequestError:
     return KeyRequestError(f"No key named {name!r}.", code="key_not_found", status=404)
 
 
-def _count(data: dict[str, Any], name: str) -> int | None:
+def _count(data: dict[str, Any], name: str, where: str = "limits") -> int | None:
     value: object = data.get(name)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise KeyRequestError(f"limits.{name} must be a whole number ≥ 0 or null.", code="invalid_limits")
+        raise KeyRequestError(f"{where}.{name} must be a whole number ≥ 0 or null.", code=f"invalid_{where}")
     return value
 
 
@@ -225,9 +243,26 @@ def key_fields(body: dict[str, Any], *, now: float | None = None) -> dict[str, A
         fields["limits"] = KeyLimits(
             _count(limits, "rpm"), _count(limits, "tpm"), _count(limits, "concurrent")
         )
+    if "budget" in body:
+        fields["budget"] = _budget(body["budget"])
     if "metadata" in body:
         metadata = body["metadata"] or {}
         if not isinstance(metadata, dict) or len(str(metadata)) > 16 * 1024:
             raise KeyRequestError("metadata must be an object (at most 16 KiB).", code="invalid_metadata")
         fields["metadata"] = metadata
     return fields
+
+
+def _budget(value: object) -> KeyBudget | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise KeyRequestError("budget must be an object or null.", code="invalid_budget")
+    period = value.get("period", "month")
+    if period not in ("day", "month"):
+        raise KeyRequestError('budget.period must be "day" or "month".', code="invalid_budget")
+    tokens = _count(value, "tokens", "budget")
+    cost = value.get("cost")
+    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float) or cost < 0):
+        raise KeyRequestError("budget.cost must be a number ≥ 0 or null.", code="invalid_budget")
+    return KeyBudget(tokens, None if cost is None else float(cost), period)

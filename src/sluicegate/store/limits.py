@@ -185,7 +185,9 @@ class RedisLimiter(Limiter):
         counted = 1 if taken.counted_in_flight else 0
         tokens = tokens if limits.tpm is not None else 0
         if counted or tokens:
-            await self._call(self._give_back, [token_key, flight_key], [tokens, counted, int(WINDOW_SECONDS * 1000)])
+            await self._call(
+                self._give_back, [token_key, flight_key], [tokens, counted, int(WINDOW_SECONDS * 1000)]
+            )
 
     async def aclose(self) -> None:
         await self.redis.aclose()

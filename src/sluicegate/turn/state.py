@@ -15,6 +15,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe.metrics import METRICS
 from sluicegate.store.base import Store
 from sluicegate.store.keys import KeyStore
+from sluicegate.store.usage import UsageStore
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.images import ImageSettings
 
@@ -65,6 +66,7 @@ class AppState:
     images: ImageSettings = field(default_factory=ImageSettings)  # limits on image input
     keys: KeyStore | None = None  # runtime API keys (`[server] admin_key` turns them on)
     keys_changed: Callable[[], Awaitable[None]] | None = None  # re-read them on this replica now
+    usage: UsageStore | None = None  # what runtime keys used, per model and day
 
     def live_turn(self, turn_id: str, scope: str) -> LiveTurn | None:
         """The turn being generated with this id, if it is `scope`'s: `live` is keyed by id
