@@ -33,6 +33,17 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "none",
             "a list of keys, each as `api_key`; stored state is scoped to the key that made it",
         ),
+        "admin_key": (
+            "none",
+            "the key of the admin API (`/admin/keys`), which issues, changes and revokes API keys at "
+            "runtime ([Teams](teams.md)); when set, every API path needs a key, as with `api_key`. "
+            "Also `SLUICEGATE_ADMIN_KEY`",
+        ),
+        "limits_on_store_failure": (
+            None,
+            "what a runtime key's limits do when their counters (Redis) cannot be reached: `open` "
+            "lets requests through uncounted, `closed` answers 503",
+        ),
         "heartbeat_seconds": (
             None,
             "send an SSE `: heartbeat` comment after this long with nothing sent; `0` turns heartbeats off",

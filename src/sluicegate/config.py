@@ -105,6 +105,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     api_keys: list[str] = field(default_factory=list)
+    admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
+    limits_on_store_failure: Literal["open", "closed"] = "open"  # runtime keys' counters unreachable
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model glob → money per 1M tokens
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -164,6 +167,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "port": int,
     "api_key": str,
     "api_keys": list,
+    "admin_key": str,
+    "limits_on_store_failure": str,
     "heartbeat_seconds": (int, float),
     "request_timeout_seconds": (int, float),
     "idle_timeout_seconds": (int, float),
@@ -214,7 +219,18 @@ TOOLS_KEYS = (
     "plugins",
 )
 TRACING_KEYS = ("exporter", "endpoint", "service_name", "sample_ratio")
-_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
+_TOP_KEYS = {
+    "server",
+    "chat_completions",
+    "responses",
+    "lmstudio",
+    "store",
+    "models",
+    "tools",
+    "tracing",
+    "prices",
+}
+PRICE_KEYS = ("input", "cached_input", "output")  # per million tokens, under a model id or glob
 
 
 def table_keys() -> dict[str, tuple[str, ...]]:
@@ -228,6 +244,21 @@ def table_keys() -> dict[str, tuple[str, ...]]:
         "tools": TOOLS_KEYS,
         "tracing": TRACING_KEYS,
     }
+
+
+def _apply_prices(settings: Settings, table: Any, source: str) -> None:
+    """`[prices]`: `"gpt-4o*" = { input = 2.5, cached_input = 1.25, output = 10 }` (per million
+    tokens), for the usage and budgets of runtime keys (docs/teams.md)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [prices] must be a table")
+    for model, entry in table.items():
+        if not isinstance(entry, dict) or not set(entry) <= set(PRICE_KEYS):
+            raise ConfigError(
+                f"{source}: [prices].{model!r} takes {', '.join(PRICE_KEYS)} (per million tokens)"
+            )
+        if any(_wrong_type(v, (int, float)) or v < 0 for v in entry.values()):
+            raise ConfigError(f"{source}: [prices].{model!r} must be numbers ≥ 0")
+        settings.prices[model] = {k: float(v) for k, v in entry.items()}
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -248,12 +279,18 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             if not all(isinstance(k, str) and k for k in value):
                 raise ConfigError(f"{source}: [server].api_keys must be a list of non-empty strings")
             settings.api_keys = list(value)
+        elif key == "admin_key":
+            if not value:
+                raise ConfigError(f"{source}: [server].admin_key must not be empty")
+            settings.admin_key = value
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "limits_on_store_failure" and value not in ("open", "closed"):
+            raise ConfigError(f'{source}: [server].limits_on_store_failure must be "open" or "closed"')
         elif key == "log_format" and value not in ("text", "json"):
             raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "workers" and value < 1:
@@ -303,6 +340,7 @@ def load_settings(
         _apply_store(settings, data.get("store", {}), str(path))
         _apply_tools(settings, data.get("tools", {}), str(path))
         _apply_tracing(settings, data.get("tracing", {}), str(path))
+        _apply_prices(settings, data.get("prices", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):
@@ -475,6 +513,8 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.port = int(port)
     if key := env.get(ENV_PREFIX + "API_KEY"):
         settings.api_keys = [key]
+    if admin := env.get(ENV_PREFIX + "ADMIN_KEY"):
+        settings.admin_key = admin
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
     if models_dir := env.get(ENV_PREFIX + "MODELS_DIR"):

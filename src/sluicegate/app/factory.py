@@ -19,6 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
 from sluicegate.app.dialects import dialect_routes
+from sluicegate.app.keyring import KeyRing
+from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
@@ -39,10 +41,13 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings, rerank
+from sluicegate.routes import admin_keys, embeddings, rerank
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.models import get_model, list_models
 from sluicegate.store.factory import open_store
+from sluicegate.store.keys_backends import open_key_store
+from sluicegate.store.limits import open_limiter
+from sluicegate.store.usage import Price, open_usage_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
@@ -188,6 +193,23 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    # Runtime keys live beside the responses; the admin key turns them on.
+    keyring = KeyRing(
+        open_key_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+        if settings.admin_key
+        else None
+    )
+    usage = open_usage_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    accounting = (
+        KeyAccounting(
+            open_limiter(settings.store_backend, url=settings.store_url),
+            usage,
+            {model: Price(**entry) for model, entry in settings.prices.items()},
+            settings.limits_on_store_failure,
+        )
+        if settings.admin_key
+        else None
+    )
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -202,6 +224,9 @@ def create_app(settings: Settings) -> Starlette:
         tools=tools,
         sealer=sealer,
         images=ImageSettings.from_settings(settings),
+        keys=keyring.store,
+        usage=usage,
+        keys_changed=keyring.refresh,
     )
 
     async def purge_expired_forever() -> None:
@@ -242,6 +267,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
+        await keyring.start()
         purger = asyncio.create_task(purge_expired_forever())
         prober = asyncio.create_task(probe_store_forever())
         reaper = asyncio.create_task(lifecycle.run())
@@ -260,6 +286,10 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            await keyring.aclose()
+            if accounting is not None:
+                await accounting.limiter.aclose()
+            await usage.aclose()
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
@@ -276,13 +306,18 @@ def create_app(settings: Settings) -> Starlette:
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         *embeddings.ROUTES,
         *rerank.ROUTES,
+        *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
     observe = Middleware(
         ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
     )  # metrics, access log
     auth = Middleware(
-        APIKeyMiddleware, api_keys=settings.api_keys
+        APIKeyMiddleware,
+        api_keys=settings.api_keys,
+        admin_key=settings.admin_key,
+        keyring=keyring,
+        accounting=accounting,
     )  # before routing: every path but the open ones
     app = SluicegateApp(
         routes=routes,

@@ -72,6 +72,8 @@ class RequestObserver:
     tokens: int = 0  # streamed deltas: a fallback for the output count when no usage came
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int = 0  # of the prompt's (issued keys' usage counts them)
+    reasoning_tokens: int = 0  # of the completion's
     status_override: int | None = None  # a stream's failure or the client going away
     ended: bool = False
     generating: int = 0  # event streams still running (a background response outlives `end`)
@@ -121,6 +123,8 @@ class RequestObserver:
     def usage(self, usage: Usage) -> None:
         self.prompt_tokens = usage.prompt_tokens
         self.completion_tokens = usage.completion_tokens
+        self.cached_tokens = usage.cached_tokens
+        self.reasoning_tokens = usage.reasoning_tokens
 
     def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
         name = "request" if provider is None or provider.type != "plugin" else provider.id

@@ -39,6 +39,7 @@ from sluicegate.core.items import items_to_json
 from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import canonical_events, stream_deadline, unless_disconnected
+from sluicegate.core.scope import IssuedKey, issued_key
 from sluicegate.core.segmenter import Segmenter
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
@@ -54,6 +55,7 @@ from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writ
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
+    allow_model,
     app_state,
     read_json,
     request_scope,
@@ -91,6 +93,7 @@ class TurnSource:
     # record of every turn it ran, stored or not (a WebSocket's connection-local state).
     adapt: Callable[[Turn], None] | None = None
     remember: Callable[[StoredResponse], None] | None = None
+    key: IssuedKey | None = None  # the runtime key it came with (its models are enforced)
 
 
 @dataclass(slots=True)
@@ -189,6 +192,7 @@ class TurnEndpoint:
             request.headers,
             request_scope(request, state.settings.api_keys),
             lambda: wait_for_disconnect(request),
+            key=issued_key(request.scope),
         )
 
     async def _run(
@@ -276,6 +280,7 @@ class TurnEndpoint:
         if source.adapt is not None:
             source.adapt(turn)
         turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
+        allow_model(source.key, turn.chat.model)
         model = state.registry.get(turn.chat.model)
         dialect.check(turn, model.engine.info())
         scope = source.scope
