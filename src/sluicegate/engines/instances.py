@@ -50,8 +50,9 @@ NO_HOOKS = InstanceHooks()
 
 
 def deltas_key(model_id: str) -> Key:
-    """The counter of the text and tool-call deltas a model's engine made (what a stream's fast
-    lane, turn/lane.py, counts too for the reads it carries)."""
+    """The counter of the text and tool-call deltas a model's engine made: counted by the
+    instance, or, for a generation given a fast lane, by its stream's core (turn/stream_core.py),
+    whose reads may bypass the instance's loop."""
     return METRICS.key("sluicegate_engine_deltas_total", model=model_id)
 
 
@@ -182,6 +183,10 @@ class Instance:
             if (ttl := request.options.ttl) is not None:
                 self.ttl = float(ttl)  # the dialect checked it; it governs the instance it used
             engine_events = self.engine.generate(request)
+            if request.lane is not None:  # the stream's core counts (see `deltas_key`)
+                async for event in engine_events:
+                    yield event
+                return
             counters, key = METRICS.counters, self._deltas_key  # live: watch it stop on cancel
             async for event in engine_events:
                 if type(event) is TextDelta or type(event) is ToolCallDelta:

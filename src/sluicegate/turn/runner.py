@@ -38,8 +38,7 @@ from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
 from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
-from sluicegate.core.pipeline import canonical_events, stream_deadline, unless_disconnected
-from sluicegate.core.segmenter import Segmenter
+from sluicegate.core.pipeline import stream_deadline, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
 from sluicegate.engines.models import Model
@@ -61,10 +60,8 @@ from sluicegate.turn.http import (
     wait_for_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
-from sluicegate.turn.lane import ENABLED as LANE_ENABLED
-from sluicegate.turn.lane import TurnLane
 from sluicegate.turn.live import BackgroundRun, LiveTurn
-from sluicegate.turn.pipeline import Persist, TurnPipeline
+from sluicegate.turn.pipeline import LANE_ENABLED, Persist, TurnPipeline
 from sluicegate.turn.record import built_response
 from sluicegate.turn.state import AppState
 from sluicegate.turn.tools import open_model, request_toolset
@@ -105,7 +102,7 @@ class Prepared:
     input_items: list[Json]
     scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
     resolved: Resolved | None
-    lane: TurnLane | None = None  # a plain stream's fast lane (turn/lane.py)
+    lane: TurnPipeline | None = None  # a plain stream given a fast lane: the pipeline drives it
 
 
 class TurnEndpoint:
@@ -219,7 +216,7 @@ class TurnEndpoint:
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
-        lane: TurnLane | None = None,
+        lane: TurnPipeline | None = None,
     ) -> Awaitable[StreamOutcome]:
         # The transport's own coroutine, not a frame of ours around it for the stream's life;
         # which transport is the dialect's registry entry.
@@ -316,12 +313,16 @@ class TurnEndpoint:
             else None
         )
         # Metrics and the access line see every turn's canonical stream (the tap, per event).
-        segmenter, deadline = Segmenter(), stream_deadline(state.limits)
-        events = canonical_events(opened.events, state.limits, segmenter, deadline)
-        pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
-        turn_lane = None
-        if lane is not None:
-            turn_lane = TurnLane(lane, pipeline, segmenter, deadline, deltas_key(model.engine.model_id))
+        pipeline = TurnPipeline(
+            opened.events,
+            encoder,
+            accumulator,
+            persist,
+            EventTap.current(),
+            deadline=stream_deadline(state.limits),
+            deltas=deltas_key(model.engine.model_id) if lane is not None else None,
+            lane=lane,
+        )
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         # Checked here, before the turn runs: a header that cannot be sent must not surface as an
@@ -337,7 +338,17 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = items_to_json(resolved.input_items) if resolved is not None else []  # the stored form
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved, turn_lane)
+        return Prepared(
+            turn,
+            turn_id,
+            encoder,
+            pipeline,
+            headers,
+            items,
+            scope,
+            resolved,
+            pipeline if lane is not None else None,
+        )
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)
