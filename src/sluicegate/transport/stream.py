@@ -179,7 +179,7 @@ class StreamOutcome:
 
 
 class Emitter(Protocol):
-    """How a stream's fast lane (core/lane.py) hands frames to this transport without the
+    """How a stream's fast lane (engines/lane.py) hands frames to this transport without the
     task that streams it (`producer`), behind everything that task has sent."""
 
     @property
@@ -214,7 +214,7 @@ async def stream_chunks(
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
     writer: BodyWriter | None = None,  # the server's direct writer for the body (`body_writer`)
-    lane: LaneBinding | None = None,  # a turn's fast lane (core/lane.py): the direct path's
+    lane: LaneBinding | None = None,  # a turn's fast lane (engines/lane.py): the direct path's
 ) -> StreamOutcome:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 

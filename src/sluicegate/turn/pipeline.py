@@ -25,9 +25,9 @@ from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import Failed, RawBatch, RawEvent, TextDelta, ToolCallDelta, UsageReport
 from sluicegate.core.frames import Frame
-from sluicegate.core.lane import Lane
 from sluicegate.core.segment import reads
 from sluicegate.dialects.base import Encoder
+from sluicegate.engines.lane import Lane
 from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
 from sluicegate.transport.stream import Emitter

@@ -36,11 +36,11 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
-from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import stream_deadline, unless_disconnected
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
+from sluicegate.engines.lane import Lane
 from sluicegate.engines.models import Model
 from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
@@ -277,10 +277,6 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
-        # A plain stream (no tool loop between the engine and the pipeline) gets a fast lane.
-        lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
-        if lane is not None:
-            chat = replace(chat, lane=lane)
         generation = open_model(
             chat,
             model,
@@ -291,6 +287,13 @@ class TurnEndpoint:
             approved=resolved.approved if resolved is not None else [],
         )
         owned.push_async_callback(_aclose, generation.events)
+        # A plain stream (no tool loop between the engine and the pipeline) offers its engine a
+        # fast lane; an engine that relays an upstream's reads takes it.
+        lane: Lane | None = None
+        if LANE_ENABLED and turn.stream and not turn.background and toolset is None:
+            lane = Lane()
+            if not generation.read_through(lane):
+                lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
             opened = await _engine_answer(source.disconnected, model, opened, state, stream=turn.stream)

@@ -26,12 +26,12 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import Frame
-from sluicegate.core.lane import Lane
 from sluicegate.core.pipeline import StreamLimits, stream_deadline
 from sluicegate.dialects.anthropic.encoder import AnthropicEncoder
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Encoder
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
+from sluicegate.engines.lane import Lane
 from sluicegate.observe.metrics import METRICS
 from sluicegate.turn.pipeline import LANE_READS, TurnPipeline
 
