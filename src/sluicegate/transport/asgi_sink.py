@@ -76,7 +76,12 @@ class AsgiSink:
         return True
 
     def unwatch(self) -> None:
+        # The stream is ending (`end` follows, unless its task was cancelled from outside): no
+        # more writes, and the sender stops after its write in flight, so neither task outlives
+        # the stream on any path.
         self._lost = None
+        self._closing = True
+        self._wake()
         if self._watcher is not None:
             self._watcher.cancel()
 

@@ -97,7 +97,8 @@ class Sink(Protocol):
         ...
 
     def unwatch(self) -> None:
-        """No more `lost` calls."""
+        """No more `lost` calls, and no more writes: the stream is ending (`end` follows, unless
+        the stream's task was cancelled from outside); nothing the sink runs may outlive it."""
         ...
 
     def buffered(self) -> int:

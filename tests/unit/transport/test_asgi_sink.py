@@ -8,6 +8,8 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
+
 from sluicegate.core.frames import Frame
 from sluicegate.transport.asgi_sink import AsgiSink
 from sluicegate.transport.sse import SSE
@@ -89,3 +91,25 @@ async def test_a_write_refused_while_bytes_wait_then_forced() -> None:
     assert sink.buffered() == 2
     assert await sink.end(True)
     assert client.sent == [{"type": "http.response.body", "body": b"ab", "more_body": False}]
+
+
+async def test_a_cancel_from_outside_leaves_no_sink_task_behind() -> None:
+    client = Client()
+    before = asyncio.all_tasks()
+    started = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b"data: 1\n\n"
+        started.set()
+        await asyncio.sleep(30)
+        yield b"never"
+
+    task = asyncio.create_task(stream_chunks(chunks(), client.send, client.receive, framing=SSE))
+    async with asyncio.timeout(LIMIT):
+        await started.wait()
+        task.cancel()  # the server's shutdown, not the client leaving
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while len(asyncio.all_tasks() - before) > 0:  # the sink's tasks end on their own
+            await asyncio.sleep(0)
+    assert client.body == b"data: 1\n\n"
