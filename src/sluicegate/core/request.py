@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from sluicegate.core.audio import Sound
 from sluicegate.core.images import Picture
-from sluicegate.core.lane import Lane
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -183,8 +182,6 @@ class ChatRequest:
     # Headers the engine adds to the response, set while it checks the request (e.g. how many
     # messages a context-overflow policy dropped).
     response_headers: dict[str, str] = field(default_factory=dict)
-    # A streamed turn's fast lane (core/lane.py), for engines that relay an upstream's reads.
-    lane: Lane | None = None
 
     @property
     def continues_reasoning(self) -> bool:
