@@ -30,7 +30,13 @@ ABANDON_RETRY_SECONDS = 0.1
 ABANDON_RETRY_MAX_SECONDS = 10.0
 TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete"})
 # What a snapshot says between the turn's end and its record being stored: still running.
-_NOT_ENDED_YET = {"status": "in_progress", "completed_at": None, "usage": None, "error": None, "incomplete_details": None}
+_NOT_ENDED_YET = {
+    "status": "in_progress",
+    "completed_at": None,
+    "usage": None,
+    "error": None,
+    "incomplete_details": None,
+}
 
 
 class LiveTurn:
