@@ -17,10 +17,10 @@ from hypothesis import strategies as st
 
 # The e2e helpers (a real server process, configs, the fake upstream's model tables), re-exported.
 sys.path.insert(0, str(Path(__file__).parent.parent / "e2e"))
-from e2e_support import Server, run_server, scripted, write_config
+from e2e_support import Server, poll, run_server, scripted, write_config
 from upstream_support import dead_url, upstream_model
 
-__all__ = ["Server", "dead_url", "run_server", "scripted", "upstream_model", "write_config"]
+__all__ = ["Server", "dead_url", "poll", "run_server", "scripted", "upstream_model", "write_config"]
 
 API_KEY = "sk-fuzz-0123456789"
 # An `openai` upstream (whose request body orjson re-encodes), scripted, unknown, empty.
