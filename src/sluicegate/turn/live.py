@@ -74,6 +74,7 @@ class LiveTurn:
     def __exit__(self, *exc: object) -> None:
         self._live.pop(self.id, None)
         self.finished = True
+        self.settled = True  # over: a GET reads the store now; `wait()` says how it ended
         if self._done is not None:
             self._done.set()
 
