@@ -88,7 +88,7 @@ def listed_name(state: AppState, name: str, model: Model) -> str:
         if full.startswith(folder + os.sep):
             pulled = hf_name(os.path.relpath(full, folder))
             models = state.registry.models
-            # Listed by it only if it names this file and no other (two files of one quantization).
+            # Only if that name resolves to this file (of two files of one quantization, the first).
             if pulled is not None and resolve_name(pulled, models, lambda i: _text(_path(models[i]))) == name:
                 return pulled
     return tagged(name)
