@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
@@ -13,6 +14,7 @@ from sluicegate.engines.models import NO_HOOKS, Model, ModelHooks
 from sluicegate.observe.requests import note_model
 
 log = logging.getLogger(__name__)
+NAMES_IN_ERRORS = 20  # how many model names an unknown-model error lists
 
 
 class Registry:
@@ -47,13 +49,20 @@ class Registry:
         if model is None:
             raise SluicegateError(
                 ErrorKind.NOT_FOUND,
-                f"The model `{model_id}` does not exist. "
-                f"Available models: {', '.join(self.models) or 'none'}.",
+                f"The model `{model_id}` does not exist. Available models: {self._some_names()}.",
                 param="model",
                 code="model_not_found",
             )
         note_model(model_id)  # the metrics label and access log of the request asking
         return model
+
+    def _some_names(self) -> str:
+        """The first few names: an error is no place for the whole list (`/v1/models` is)."""
+        names = list(itertools.islice(self.models, NAMES_IN_ERRORS + 1))
+        if not names:
+            return "none"
+        shown = ", ".join(names[:NAMES_IN_ERRORS])
+        return f"{shown}, … (GET /v1/models lists them all)" if len(names) > NAMES_IN_ERRORS else shown
 
     async def start(self) -> None:
         """Let every engine start its background work (health checks), and discover the

@@ -496,5 +496,7 @@ def _persister(
             await live.log.finish([frame_bytes(f) for f in final if f is not DONE], record)
         else:
             await state.store.put(record, scope=scope)
+        if live is not None:
+            live.stored()  # durable: a GET may say how it ended now
 
     return persist
