@@ -122,6 +122,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "audio clips in one request, the conversation's earlier turns included: more is a 400 "
             "`too_many_audio_clips`",
         ),
+        "cors_origins": (
+            "none",
+            'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
+            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            "no key on them); every answer to an allowed origin, streams and errors included, carries "
+            "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",

@@ -33,6 +33,7 @@ image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
+cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -134,6 +135,7 @@ class Settings:
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -192,6 +194,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
+    "cors_origins": list,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
@@ -251,6 +254,12 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
+        elif key == "cors_origins":
+            if not all(isinstance(o, str) and (o == "*" or "://" in o) for o in value):
+                raise ConfigError(
+                    f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
+                )
+            settings.cors_origins = list(value)
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path

@@ -18,6 +18,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.cors import CORSMiddleware
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
@@ -345,9 +346,11 @@ def create_app(settings: Settings) -> Starlette:
     auth = Middleware(
         APIKeyMiddleware, api_keys=settings.api_keys
     )  # before routing: every path but the open ones
+    # Preflights are answered before the key check: a browser sends no key on one.
+    cors = Middleware(CORSMiddleware, origins=settings.cors_origins)
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, auth, Middleware(TurnRoutes, turns=turns)],
+        middleware=[observe, cors, auth, Middleware(TurnRoutes, turns=turns)],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
