@@ -34,6 +34,7 @@ max_audio_bytes = 16777216      # per audio clip (local models whose projector h
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
 cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
+default_model = "my-model"      # serves requests that name no model or an unknown one
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -77,6 +78,7 @@ id = "my-model"
 engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
 ttl = 600                       # optional: this model's idle TTL when JIT-loaded
+aliases = ["gpt-*"]             # optional: other names (globs) requests may use for it
 ```
 """
 
@@ -136,6 +138,7 @@ class Settings:
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
     cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
+    default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -195,6 +198,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
     "cors_origins": list,
+    "default_model": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
@@ -260,6 +264,8 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
                     f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
                 )
             settings.cors_origins = list(value)
+        elif key == "default_model" and not value:
+            raise ConfigError(f"{source}: [server].default_model must be a model id")
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path

@@ -33,6 +33,14 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path == "/playground" or path.startswith(OPEN_PREFIXES)
 
 
+def is_open_request(scope: Scope) -> bool:
+    """`/models` is the page for a browser but the JSON listing for an API client: only the
+    page is open."""
+    if scope["path"] == "/models":
+        return any(name == b"accept" and b"text/html" in value for name, value in scope["headers"])
+    return is_open(scope["path"])
+
+
 def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     """The key a request carries: `Authorization: Bearer KEY`, else `x-api-key: KEY`."""
     api_key: bytes | None = None
@@ -73,7 +81,7 @@ class APIKeyMiddleware:
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         # A plain function handing on the inner app's awaitable: a request that passes holds
         # no frame of this middleware for as long as it streams.
-        if not self.keys or scope["type"] not in ("http", "websocket") or is_open(scope["path"]):
+        if not self.keys or scope["type"] not in ("http", "websocket") or is_open_request(scope):
             return self.app(scope, receive, send)
         presented = presented_key(scope["headers"])
         if presented and key_matches(presented, self.keys):

@@ -42,6 +42,7 @@ from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.load_caps import LoadCaps
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
+from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
@@ -82,6 +83,9 @@ log = logging.getLogger(__name__)
 DEMO_MODEL = {"id": "scripted-demo", "engine": "scripted"}
 STORE_PROBE_ID = "resp_store_probe"  # read, never written: a miss is a working store
 STORE_PROBE_SECONDS = 10.0
+# OpenAI's chat routes without `/v1` (a base URL without it), as llama-server answers them too;
+# `GET /models` is the page's path: it answers API clients with the listing (app/playground.py).
+UNPREFIXED_TURNS = ("/chat/completions", "/responses")
 
 
 def build_registry(settings: Settings) -> Registry:
@@ -90,6 +94,10 @@ def build_registry(settings: Settings) -> Registry:
     for table in settings.models or [DEMO_MODEL]:
         add_table(registry, table, settings.base_dir)
     add_model_files(registry, settings)
+    registry.names = ModelNames.from_config(settings.default_model, settings.models)
+    for model_id in {settings.default_model, *(target for _, target in registry.names.aliases)} - {None}:
+        if model_id not in registry.models and not registry.sources:  # discovered ones come later
+            raise ConfigError(f"[server].default_model or an alias names {model_id!r}, which is not served")
     return registry
 
 
@@ -314,6 +322,7 @@ def create_app(settings: Settings) -> Starlette:
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
     turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
+    turns |= {short: turns["/v1" + short] for short in UNPREFIXED_TURNS}
     routes = [
         *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
@@ -336,6 +345,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        Route("/embeddings", embeddings.create_embeddings, methods=["POST"]),  # without `/v1`
         *rerank.ROUTES,
         *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)

@@ -21,8 +21,8 @@ NOT_SERVED: dict[Task, str] = {
 }
 
 
-def model_for(state: AppState, model_id: str, task: Task) -> Model:
-    model = state.registry.get(model_id)
+def model_for(state: AppState, model_id: str | None, task: Task) -> Model:
+    model = state.registry.resolve(model_id)
     if task not in model.engine.tasks():
         raise invalid(NOT_SERVED[task].format(model=model.id), param="model", code="model_not_supported")
     return model

@@ -254,7 +254,7 @@ def test_server_tools_are_skipped_not_refused() -> None:
     ("body", "param"),
     [
         ({"model": "m", "max_tokens": 1}, "messages"),
-        ({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": 5, "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}, "model"),
         (base(max_tokens=0), "max_tokens"),
         (base(messages=[{"role": "robot", "content": "x"}]), "messages[0].role"),
         (base(messages=[{"role": "user", "content": [{"type": "bogus"}]}]), "messages[0].content[0].type"),

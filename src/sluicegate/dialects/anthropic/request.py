@@ -70,8 +70,7 @@ def parse_messages_request(
     """`betas` is the `anthropic-beta` header: recorded, never refused. `counting`: a
     `count_tokens` body, which has no `max_tokens`."""
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     max_tokens = f.integer("max_tokens", low=1)
     if max_tokens is None and not counting:
         f.fail("max_tokens", "max_tokens: Field required", "missing_required_parameter")

@@ -11,7 +11,8 @@ from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.tools.catalog import ToolSelection
 
-SPEC = DialectSpec("chat_completions", ("/v1/chat/",), openai_error)
+# `/chat/`: the same API without `/v1` (a base URL without it; llama-server answers there too).
+SPEC = DialectSpec("chat_completions", ("/v1/chat/", "/chat/"), openai_error)
 
 
 class ChatCompletionsDialect(Dialect):

@@ -36,8 +36,7 @@ class ChatOptions:
 
 def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     raw_messages = f.array("messages", required=True, non_empty=True)
     assert raw_messages is not None
     messages = [_message(m) for m in f.items("messages", raw_messages)]

@@ -57,8 +57,7 @@ def _prompt(f: Fields) -> str | list[int]:
 
 def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     text = _prompt(f)
     suffix = f.string("suffix")
     echo = bool(f.boolean("echo"))
