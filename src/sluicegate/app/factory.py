@@ -31,6 +31,8 @@ from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
 from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
+from sluicegate.dialects.llamaserver.dialect import PATHS as LLAMASERVER_PATHS
+from sluicegate.dialects.llamaserver.dialect import LlamaServerDialect
 from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
 from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
 from sluicegate.dialects.openai_errors import openai_error
@@ -47,7 +49,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings, rerank
+from sluicegate.routes import embeddings, llamaserver, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -319,10 +321,12 @@ def create_app(settings: Settings) -> Starlette:
         AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
         CompletionsDialect(),
         InfillDialect(lambda: _fill_in_middle_model(registry)),
+        LlamaServerDialect(lambda: llamaserver.served_name(registry)),
     ]
     turns = {d.path: TurnEndpoint(d) for d in dialects}
     turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
     turns |= {short: turns["/v1" + short] for short in UNPREFIXED_TURNS}
+    turns |= {path: turns[LLAMASERVER_PATHS[0]] for path in LLAMASERVER_PATHS}
     routes = [
         *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
         Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
@@ -347,6 +351,7 @@ def create_app(settings: Settings) -> Starlette:
         *embeddings.ROUTES,
         Route("/embeddings", embeddings.create_embeddings, methods=["POST"]),  # without `/v1`
         *rerank.ROUTES,
+        *llamaserver.ROUTES,
         *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]

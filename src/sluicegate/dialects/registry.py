@@ -12,6 +12,7 @@ from sluicegate.dialects.base import DialectSpec
 from sluicegate.dialects.chat_completions.dialect import SPEC as CHAT_COMPLETIONS
 from sluicegate.dialects.completions.dialect import INFILL_SPEC as INFILL
 from sluicegate.dialects.completions.dialect import SPEC as COMPLETIONS
+from sluicegate.dialects.llamaserver.dialect import SPEC as LLAMASERVER
 from sluicegate.dialects.lmstudio.dialect import SPEC as LMSTUDIO
 from sluicegate.dialects.ollama.dialect import SPEC as OLLAMA
 from sluicegate.dialects.openai_errors import openai_error
@@ -28,6 +29,7 @@ DIALECTS: tuple[DialectSpec, ...] = (
     ANTHROPIC,
     COMPLETIONS,
     INFILL,
+    LLAMASERVER,
     LMSTUDIO,
     OLLAMA,
     OPENAI,

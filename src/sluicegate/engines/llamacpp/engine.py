@@ -84,6 +84,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
+from sluicegate.engines.llamacpp.tokenizer import check_ids, pieces, tokenize
 from sluicegate.engines.llamacpp.vision import (
     MARKER,
     Media,
@@ -264,6 +265,21 @@ class LlamaCppEngine(Engine):
         if self._vocabulary is None:
             self._vocabulary = Vocabulary(self.settings.path)
         return self._vocabulary.model
+
+    # --- the tokenizer and the template, for llama-server's endpoints ------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+        return tokenize(self._tokenizer(), text, add_special=add_special, parse_special=parse_special)
+
+    def token_pieces(self, tokens: list[int]) -> list[bytes] | None:
+        check_ids(tokens, self.gguf.vocab_size, "tokens")
+        return pieces(self._tokenizer().vocab, tokens)
+
+    def apply_template(self, request: ChatRequest) -> str | None:
+        return self.render_prompt(request)
+
+    def chat_template(self) -> str | None:
+        return self.prompt_template
 
     # --- text completions ------------------------------------------------------------------
 
