@@ -107,6 +107,9 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int | None = None
     n: int = 1
+    # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
+    # -inf (llama-server's `false`) or -100 bans the token.
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -279,7 +279,8 @@ def test_null_optional_params_are_treated_as_absent() -> None:
         (minimal(stream_options={"include_usage": True}), "stream_options"),  # without stream
         (minimal(stream=True, stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
         (minimal(stream=True, stream_options=[]), "stream_options"),
-        (minimal(logit_bias={"50256": -100}), "logit_bias"),
+        (minimal(logit_bias={"<|endoftext|>": -100}), "logit_bias"),  # text, not a token id
+        (minimal(logit_bias={"50256": -101}), "logit_bias"),
         (minimal(modalities=["text", "audio"]), "modalities"),
         (minimal(audio={"voice": "alloy"}), "audio"),
         (minimal(functions=[{"name": "f"}]), "functions"),

@@ -20,7 +20,7 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
@@ -90,6 +90,7 @@ def _sampling(f: Fields) -> SamplingParams:
             "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
         )
     s.stop = f.stop()
+    s.logit_bias = logit_bias(f)
     return s
 
 
@@ -119,8 +120,6 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
 
 def _refuse_unservable(f: Fields) -> None:
     """Parameters of the API that no engine here can honour: a clear 400, never silence."""
-    if f.obj.get("logit_bias"):
-        f.fail("logit_bias", "'logit_bias' is not supported by Sluicegate engines.")
     modalities = f.array("modalities")
     if modalities and any(m != "text" for m in modalities):
         f.fail("modalities", "Only the 'text' modality is supported.")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt
-from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a completion
 MAX_LOGPROBS = 20  # OpenAI allows 5; llama.cpp and vLLM give more
@@ -83,8 +83,7 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
     if logprobs is not None:
         s.logprobs, s.top_logprobs = True, logprobs
     s.stop = f.stop()
-    if f.obj.get("logit_bias"):
-        f.fail("logit_bias", "'logit_bias' is not supported by Sluicegate engines.")
+    s.logit_bias = logit_bias(f)
     f.string("user")
     prompt = RawPrompt(text, suffix=suffix, echo=echo)
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, RawPrompt
-from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 MAX_PROBS = 20  # n_probs: as the other completions dialects allow
 MAX_STOPS = 64
@@ -79,6 +79,7 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     if n_probs:
         s.logprobs, s.top_logprobs = True, n_probs
     s.stop = f.stop(most=MAX_STOPS)
+    s.logit_bias = logit_bias(f)
     stream = bool(f.boolean("stream"))
     settings: dict[str, Any] = {
         "n_predict": n_predict,

@@ -325,6 +325,7 @@ class LlamaCppEngine(Engine):
 
     def check(self, request: ChatRequest) -> None:
         super().check(request)
+        check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
         job = request.extra.get(EMBED)
         ranking = request.extra.get(RERANK)
         task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"

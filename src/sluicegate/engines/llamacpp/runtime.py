@@ -396,6 +396,8 @@ class LlamaRuntime:
         def add(sampler: Any) -> None:
             llama_cpp.llama_sampler_chain_add(chain, sampler)
 
+        if sampling.logit_bias:  # first, as llama.cpp's common sampler puts it: greedy obeys it too
+            add(logit_bias_sampler(self.n_vocab, sampling.logit_bias))
         repeat, frequency, presence = _penalties(sampling)
         if repeat != 1.0 or frequency or presence:
             add(
@@ -527,7 +529,7 @@ def _greedy(sampling: SamplingParams) -> bool:
     """Whether `_sampler` makes a chain of the greedy sampler alone."""
     repeat, frequency, presence = _penalties(sampling)
     temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
-    return temperature <= 0 and repeat == 1.0 and not frequency and not presence
+    return temperature <= 0 and repeat == 1.0 and not frequency and not presence and not sampling.logit_bias
 
 
 class _Samplers:
@@ -584,3 +586,15 @@ class _Samplers:
         llama_cpp.llama_sampler_free(self.plain)
         if self.grammar is not None:
             self.grammar.free()
+
+
+BANNED = -100.0  # OpenAI's -100 bans a token: llama.cpp gets -inf, so it never comes out
+
+
+def logit_bias_sampler(n_vocab: int, biases: dict[int, float]) -> Any:
+    """llama.cpp's logit-bias sampler for `biases` (token ids checked against the vocabulary)."""
+    entries = (llama_cpp.llama_logit_bias * len(biases))()
+    for entry, (token, bias) in zip(entries, biases.items(), strict=True):
+        entry.token = token
+        entry.bias = -math.inf if bias <= BANNED else bias
+    return llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), entries)

@@ -104,6 +104,8 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
             body[key] = value
     if s.stop:
         body["stop"] = s.stop
+    if s.logit_bias:  # OpenAI's shape; a ban (-inf) as its -100
+        body["logit_bias"] = {str(t): max(b, -100.0) for t, b in s.logit_bias.items()}
 
 
 def add_extra(body: dict[str, Any], request: ChatRequest) -> None:
