@@ -98,7 +98,9 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    typical_p: float | None = None  # locally typical sampling; 1: off
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     seed: int | None = None

@@ -399,12 +399,10 @@ class LlamaRuntime:
         if sampling.logit_bias:  # first, as llama.cpp's common sampler puts it: greedy obeys it too
             add(logit_bias_sampler(self.n_vocab, sampling.logit_bias))
         repeat, frequency, presence = _penalties(sampling)
-        if repeat != 1.0 or frequency or presence:
-            add(
-                llama_cpp.llama_sampler_init_penalties(
-                    self.n_vocab, PENALTY_LAST_N, repeat, frequency, presence
-                )
-            )
+        last_n = PENALTY_LAST_N if sampling.repeat_last_n is None else sampling.repeat_last_n
+        if (repeat != 1.0 or frequency or presence) and last_n:
+            last_n = self.n_ctx if last_n < 0 else last_n  # -1: the whole context, as llama.cpp reads it
+            add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, last_n, repeat, frequency, presence))
         temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
         if temperature <= 0:
             add(llama_cpp.llama_sampler_init_greedy())
@@ -412,6 +410,8 @@ class LlamaRuntime:
         top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
         if top_k > 0:
             add(llama_cpp.llama_sampler_init_top_k(top_k))
+        if sampling.typical_p is not None and sampling.typical_p < 1.0:  # llama.cpp's order: after top-k
+            add(llama_cpp.llama_sampler_init_typical(sampling.typical_p, 1))
         add(
             llama_cpp.llama_sampler_init_top_p(
                 sampling.top_p if sampling.top_p is not None else DEFAULT_TOP_P, 1

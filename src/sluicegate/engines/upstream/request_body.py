@@ -94,6 +94,8 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
         ("top_p", s.top_p),
         ("top_k", s.top_k),
         ("min_p", s.min_p),
+        ("typical_p", s.typical_p),
+        ("repeat_last_n", s.repeat_last_n),
         ("repetition_penalty", s.repeat_penalty),
         ("presence_penalty", s.presence_penalty),
         ("frequency_penalty", s.frequency_penalty),
