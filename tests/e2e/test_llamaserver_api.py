@@ -133,3 +133,35 @@ def test_errors_in_llama_servers_shape(
 def test_a_wrong_method_is_its_405(server: Server) -> None:
     response = httpx.get(server.base_url + "/completion")
     assert response.status_code == 405 and response.json()["error"]["code"] == 405
+
+
+YES_NO = 'root ::= answer\nanswer ::= ("yes" | "no") "."'
+
+
+def test_a_gbnf_grammar_constrains_a_completion(server: Server) -> None:
+    for seed in (1, 2, 3):
+        body = {"prompt": PROMPT, "n_predict": 20, "seed": seed, "grammar": YES_NO}
+        answer = post(server, "/completion", body).json()
+        assert answer["content"] in ("yes.", "no."), answer["content"]
+    schema = {"prompt": PROMPT, "n_predict": 20, "json_schema": {"enum": ["red", "green"]}}
+    assert post(server, "/completion", schema).json()["content"] in ('"red"', '"green"')
+
+
+def test_a_gbnf_grammar_in_chat_completions(server: Server) -> None:
+    import openai
+
+    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0) as sdk:
+        completion = sdk.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Yes or no?"}],
+            max_tokens=20,
+            extra_body={"grammar": YES_NO},
+        )
+        assert completion.choices[0].message.content in ("yes.", "no.")
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk.chat.completions.create(
+                model="tiny",
+                messages=[{"role": "user", "content": "x"}],
+                extra_body={"grammar": "root ::= ("},
+            )
+        assert "grammar" in str(caught.value)

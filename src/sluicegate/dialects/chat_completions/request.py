@@ -64,6 +64,10 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     if response_format is not None:
         response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
         request.response_format = response_format.obj
+    if (grammar := f.string("grammar")) is not None:  # llama-server's GBNF grammar
+        if response_format is not None:
+            f.fail("grammar", "Send 'grammar' or 'response_format', not both.")
+        request.response_format = {"type": "grammar", "grammar": grammar}
     _refuse_unservable(f)
     request.continue_final = _continues(f, messages)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)

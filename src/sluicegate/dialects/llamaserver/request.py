@@ -59,6 +59,20 @@ def _prompt(f: Fields) -> str | list[int]:
     )
 
 
+def _constraint(f: Fields) -> dict[str, Any] | None:
+    """`grammar` (GBNF) or `json_schema` (a schema; `{}`: any JSON) as the engine's
+    `response_format`: what the output must match."""
+    grammar = f.string("grammar")
+    schema = f.object("json_schema")
+    if grammar and schema is not None:
+        f.fail("grammar", "Send 'grammar' or 'json_schema', not both.")
+    if grammar:
+        return {"type": "grammar", "grammar": grammar}
+    if schema is not None:
+        return {"type": "json_schema", "json_schema": {"schema": schema.obj}}
+    return None
+
+
 def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest, CompletionOptions]:
     """`default_model`: the model a request without `model` goes to (llama-server serves one;
     its clients name none)."""
@@ -96,6 +110,7 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         "stream": stream,
     }
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(text))
+    request.response_format = _constraint(f)
     options = CompletionOptions(
         stream=stream,
         n_predict=n_predict,

@@ -68,7 +68,7 @@ from sluicegate.engines.llamacpp.gguf_info import (
     GGUFInfo,
     read_gguf_info,
 )
-from sluicegate.engines.llamacpp.grammar import Grammar
+from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -342,7 +342,11 @@ class LlamaCppEngine(Engine):
             self._check_embedding(request, job)
             return
         if request.prompt is not None:
-            self._prepare(_Prepared(request, "", self._check_completion_length(request)))
+            laid_out = self._check_completion_length(request)
+            grammar = request_grammar(
+                request, self.tool_format, self.model_id
+            )  # a raw prompt: no family markup
+            self._prepare(_Prepared(request, "", laid_out, grammar))
             return
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
@@ -637,7 +641,10 @@ class LlamaCppEngine(Engine):
         if prepared is not None and prepared.request is request:
             self._prepared = None
         elif request.prompt is not None:
-            prepared = _Prepared(request, "", self._check_completion_length(request))
+            laid_out = self._check_completion_length(request)
+            prepared = _Prepared(
+                request, "", laid_out, request_grammar(request, self.tool_format, self.model_id)
+            )
         else:
             prepared = _Prepared(
                 request,

@@ -72,10 +72,13 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
             body["parallel_tool_calls"] = False
     s = request.sampling
     add_sampling(body, s)
+    fmt = request.response_format
+    if fmt is not None and fmt.get("type") == "grammar":  # GBNF: llama-server's (and vLLM's) `grammar`
+        body["grammar"], fmt = fmt.get("grammar"), None
     for key, value in (
         ("top_logprobs", s.top_logprobs),
         ("reasoning_effort", request.reasoning_effort),
-        ("response_format", request.response_format),
+        ("response_format", fmt),
     ):
         if value is not None:
             body[key] = value
