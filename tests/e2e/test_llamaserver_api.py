@@ -101,6 +101,12 @@ def test_apply_template(server: Server) -> None:
     )
 
 
+def test_health_as_llama_server_answers_it(server: Server) -> None:
+    for path in ("/health", "/v1/health"):
+        response = httpx.get(server.base_url + path)
+        assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
 def test_props(server: Server) -> None:
     props = httpx.get(server.base_url + "/props").json()
     assert props["model_path"].endswith("tiny.gguf") and props["model_alias"] == "tiny"

@@ -23,7 +23,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
 
-OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
 MISSING = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 INCORRECT = "Incorrect API key provided."

@@ -333,6 +333,7 @@ def create_app(settings: Settings) -> Starlette:
         # The Responses API's WebSocket transport: the same runner, frames as text messages.
         WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
         Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),  # llama-server answers both
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
