@@ -101,6 +101,14 @@ def test_apply_template(server: Server) -> None:
     )
 
 
+def test_slots_read_only(server: Server) -> None:
+    slots = httpx.get(server.base_url + "/slots").json()
+    assert slots and all(s["n_ctx"] == 1024 and s["is_processing"] is False for s in slots)
+    assert [s["id"] for s in slots] == list(range(len(slots)))
+    saved = httpx.post(server.base_url + "/slots/0?action=save", json={"filename": "x.bin"})
+    assert saved.status_code == 404 and saved.json()["error"]["code"] == 404  # llama-server's shape
+
+
 def test_health_as_llama_server_answers_it(server: Server) -> None:
     for path in ("/health", "/v1/health"):
         response = httpx.get(server.base_url + path)

@@ -1,5 +1,5 @@
-"""llama-server's non-generating endpoints: `POST /tokenize`, `/detokenize`, `/apply-template`
-and `GET /props`, answered by the model's own tokenizer and chat template (the engine's
+"""llama-server's non-generating endpoints: `POST /tokenize`, `/detokenize`, `/apply-template`,
+`GET /props` and `GET /slots`, answered by the model's own tokenizer and chat template (the engine's
 optional methods); shapes in `sluicegate.dialects.llamaserver.tokens`.
 
 llama-server serves one model and its clients name none: a request without `model` goes to
@@ -21,6 +21,7 @@ from sluicegate.dialects.llamaserver.tokens import (
     parse_detokenize,
     parse_tokenize,
     props_body,
+    slots_body,
     tokenize_body,
 )
 from sluicegate.engines.base import Engine
@@ -120,9 +121,19 @@ async def props(request: Request) -> Response:
     )
 
 
+@dialect_endpoint(DIALECT, llama_server_error)
+async def slots(request: Request) -> Response:
+    """The served model's slots, read-only (no save, restore or erase: docs/llama-server.md)."""
+    model = _model(request, request.query_params.get("model"))
+    total = sum(instance.engine.default_concurrency() for instance in model.instances)
+    running = min(sum(instance.pending for instance in model.instances), total)
+    return JSONResponse(slots_body(total, running, model.engine.info().context_length))
+
+
 ROUTES = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     Route("/apply-template", apply_template, methods=["POST"]),
     Route("/props", props, methods=["GET"]),
+    Route("/slots", slots, methods=["GET"]),
 ]

@@ -114,3 +114,12 @@ def props_body(
         "build_info": build_info,
         "is_sleeping": not loaded,
     }
+
+
+def slots_body(total: int, running: int, n_ctx: int | None) -> list[Json]:
+    """`GET /slots`: one entry per sequence the model runs side by side, the first `running`
+    of them processing (Sluicegate's sequences are not addressable: the count is what is true)."""
+    return [
+        {"id": i, "id_task": -1, "n_ctx": n_ctx, "speculative": False, "is_processing": i < running}
+        for i in range(total)
+    ]
