@@ -133,6 +133,20 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "audio clips in one request, the conversation's earlier turns included: more is a 400 "
             "`too_many_audio_clips`",
         ),
+        "cors_origins": (
+            "none",
+            'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
+            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            "no key on them); every answer to an allowed origin, streams and errors included, carries "
+            "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
+        ),
+        "default_model": (
+            "none",
+            "the model that serves a request naming no model, `model: null`, or a name the server "
+            "does not have (after the models' `aliases`), in every dialect and in embeddings, rerank "
+            "and `count_tokens`: what clients written for llama-server or LM Studio expect. Without "
+            "it, a missing model is a 400 and an unknown one a 404",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",
@@ -261,6 +275,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "ttl": (
             "`[server] jit_ttl_seconds`",
             "idle seconds before a just-in-time load of this model is unloaded; `0`: never",
+        ),
+        "aliases": (
+            "none",
+            'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
+            '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
+            "order the file declares them. A served id always means itself",
         ),
     },
     "llamacpp": {

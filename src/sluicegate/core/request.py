@@ -97,7 +97,9 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    typical_p: float | None = None  # locally typical sampling; 1: off
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     seed: int | None = None
@@ -106,6 +108,9 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int | None = None
     n: int = 1
+    # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
+    # -inf (llama-server's `false`) or -100 bans the token.
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -55,8 +55,7 @@ def _inputs(value: Any) -> list[str | list[int]]:
 
 def parse_embeddings_request(body: Any) -> EmbeddingsRequest:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     if "input" not in f.obj:
         f.fail("input", "Missing required parameter: 'input'.")
     inputs = _inputs(f.obj["input"])

@@ -37,10 +37,10 @@ def _document(f: Fields, index: int, value: Any) -> str:
 
 def parse_rerank_request(body: Any) -> RerankRequest:
     f = Fields(body)
-    model = f.string("model", required=True)
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     query = f.string("query", required=True)
     documents = f.array("documents", required=True, non_empty=True)
-    assert model is not None and query is not None and documents is not None
+    assert query is not None and documents is not None
     if len(documents) > MAX_DOCUMENTS:
         f.fail(
             "documents", f"Invalid 'documents': at most {MAX_DOCUMENTS} per request, got {len(documents)}."

@@ -238,3 +238,24 @@ class Engine(ABC):
     async def aclose(self) -> None:
         """Release everything at server shutdown."""
         return None
+
+    # --- Optional: the model's own tokenizer and chat template -------------------------------
+    # For llama-server's `/tokenize`, `/detokenize`, `/apply-template` and `/props`. None (the
+    # default) says the engine has none; the route then answers that the model cannot.
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+        """`text`'s token ids (`add_special`: BOS and the like; `parse_special`: special tokens
+        written in the text are read as such)."""
+        return None
+
+    def token_pieces(self, tokens: list[int]) -> list[bytes] | None:
+        """Each token's bytes (special tokens as their text); a bad id is a 400."""
+        return None
+
+    def apply_template(self, request: ChatRequest) -> str | None:
+        """The prompt the chat template renders for `request` (what generation would decode)."""
+        return None
+
+    def chat_template(self) -> str | None:
+        """The model's chat template source."""
+        return None

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections.abc import Callable
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.discovery_sources import DiscoverySource
 from sluicegate.engines.instances import Instance
+from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.models import NO_HOOKS, Model, ModelHooks
 from sluicegate.observe.requests import note_model
 
@@ -25,6 +27,7 @@ class Registry:
         self._hooks = NO_HOOKS
         self.sources: list[DiscoverySource] = []
         self._refreshers: list[asyncio.Task[None]] = []
+        self.names = ModelNames()  # aliases and the default model (engines/model_names.py)
 
     def add(self, model: Model) -> None:
         if model.id in self.models:
@@ -63,6 +66,11 @@ class Registry:
             return "none"
         shown = ", ".join(names[:NAMES_IN_ERRORS])
         return f"{shown}, … (GET /v1/models lists them all)" if len(names) > NAMES_IN_ERRORS else shown
+
+    def resolve(self, requested: str | None, own: Callable[[str], str] | None = None) -> Model:
+        """The model a request's model name means (aliases, `default_model`; `own`: the
+        dialect's naming): what every route that serves a model asks."""
+        return self.get(self.names.resolve(requested, self.models, own))
 
     async def start(self) -> None:
         """Let every engine start its background work (health checks), and discover the

@@ -29,7 +29,7 @@ async def count_tokens(request: Request) -> Response:
     state = app_state(request)
     body = await read_json(request, state.settings.max_body_bytes)
     chat, _ = parse_messages_request(body, _signer(state.settings.data_dir), counting=True)
-    model = state.registry.get(chat.model)
+    model = state.registry.resolve(chat.model)
     engines = [instance.engine for instance in model.loaded_instances()] or [model.engine]
     engine = engines[0]
     if engine.reads_pixels and engine.info().capabilities.vision:  # its images count as it reads them

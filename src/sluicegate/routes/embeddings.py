@@ -47,9 +47,9 @@ async def embed(state: AppState, model: Model, job: EmbeddingJob) -> tuple[Embed
 async def create_embeddings(request: Request) -> Response:
     state = app_state(request)
     body = await read_json(request, state.settings.max_body_bytes)
-    if not isinstance(body, dict) or not isinstance(body.get("model"), str):
+    if not isinstance(body, dict) or not isinstance(body.get("model"), str | None):
         parse_embeddings_request(body)  # raises the right 400
-    model = model_for(state, body["model"], "embeddings")
+    model = model_for(state, body.get("model"), "embeddings")
     req = parse_embeddings_request(body)  # the same 400s for every engine, before an upstream sees it
     # A client that leaves cancels a relay, which closes the upstream connection at once.
     answer = await unless_disconnected(
@@ -61,7 +61,7 @@ async def create_embeddings(request: Request) -> Response:
     instance = await run_job(state, model, EMBED, job)
     assert job.result is not None
     return JSONResponse(
-        embeddings_body(req.model, job.result, req.encoding_format), headers={INSTANCE_HEADER: instance}
+        embeddings_body(model.id, job.result, req.encoding_format), headers={INSTANCE_HEADER: instance}
     )
 
 

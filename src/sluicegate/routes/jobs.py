@@ -5,6 +5,7 @@ says (`Engine.tasks`, `Engine.relay`); a route never looks at an engine's class.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
@@ -21,8 +22,12 @@ NOT_SERVED: dict[Task, str] = {
 }
 
 
-def model_for(state: AppState, model_id: str, task: Task) -> Model:
-    model = state.registry.get(model_id)
+def model_for(
+    state: AppState, model_id: str | None, task: Task, own: Callable[[str], str] | None = None
+) -> Model:
+    """The model `model_id` means (aliases, `default_model`; `own`: the dialect's naming), if
+    it serves `task`."""
+    model = state.registry.resolve(model_id, own)
     if task not in model.engine.tasks():
         raise invalid(NOT_SERVED[task].format(model=model.id), param="model", code="model_not_supported")
     return model

@@ -26,7 +26,7 @@ async def _run(
 ) -> tuple[str, Embedded, str]:
     """The model name as sent, its vectors, and the instance that embedded them."""
     name = f.string("model", required=True) or ""
-    model = model_for(state, resolve_model(name, state.registry.models), "embeddings")
+    model = model_for(state, name, "embeddings", lambda n: resolve_model(n, state.registry.models))
     result, instance_id = await embed(state, model, EmbeddingJob(inputs, dimensions))
     return name, result, instance_id
 

@@ -7,6 +7,8 @@ model is a 400.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -27,6 +29,7 @@ async def create_rerank(request: Request) -> Response:
     body = await read_json(request, state.settings.max_body_bytes)
     req = parse_rerank_request(body)
     model = model_for(state, req.model, "rerank")
+    req = replace(req, model=model.id)  # the answer names the model that served it
     answer = await model.engine.relay(RERANK_PATH, body)
     if answer is not None:
         return JSONResponse(answer)

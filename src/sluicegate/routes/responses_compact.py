@@ -30,7 +30,7 @@ async def compact_response(request: Request) -> Response:
     state = app_state(request)
     compact = parse_compact_request(await read_json(request, state.settings.max_body_bytes))
     req = compact.request
-    model = state.registry.get(req.model)
+    model = state.registry.resolve(req.model)
     scope = request_scope(request, state.settings.api_keys)
     conversation = ConversationInput(
         input_items=to_items(req.input_items),

@@ -276,9 +276,10 @@ class TurnEndpoint:
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
-        turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
-        allow_model(source.key, turn.chat.model)
-        model = state.registry.get(turn.chat.model)
+        models = state.registry.models
+        model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
+        allow_model(source.key, model.id, asked=turn.chat.model)
+        turn.chat.model = model.id
         dialect.check(turn, model.engine.info())
         scope = source.scope
         chat = turn.chat

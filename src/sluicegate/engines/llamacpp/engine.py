@@ -68,7 +68,7 @@ from sluicegate.engines.llamacpp.gguf_info import (
     GGUFInfo,
     read_gguf_info,
 )
-from sluicegate.engines.llamacpp.grammar import Grammar
+from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -84,6 +84,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
+from sluicegate.engines.llamacpp.tokenizer import check_ids, pieces, tokenize
 from sluicegate.engines.llamacpp.vision import (
     MARKER,
     Media,
@@ -265,6 +266,21 @@ class LlamaCppEngine(Engine):
             self._vocabulary = Vocabulary(self.settings.path)
         return self._vocabulary.model
 
+    # --- the tokenizer and the template, for llama-server's endpoints ------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+        return tokenize(self._tokenizer(), text, add_special=add_special, parse_special=parse_special)
+
+    def token_pieces(self, tokens: list[int]) -> list[bytes] | None:
+        check_ids(tokens, self.gguf.vocab_size, "tokens")
+        return pieces(self._tokenizer().vocab, tokens)
+
+    def apply_template(self, request: ChatRequest) -> str | None:
+        return self.render_prompt(request)
+
+    def chat_template(self) -> str | None:
+        return self.prompt_template
+
     # --- text completions ------------------------------------------------------------------
 
     def _fim_tokens(self) -> tuple[FimTokens | None, str]:
@@ -309,6 +325,7 @@ class LlamaCppEngine(Engine):
 
     def check(self, request: ChatRequest) -> None:
         super().check(request)
+        check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
         job = request.extra.get(EMBED)
         ranking = request.extra.get(RERANK)
         task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"
@@ -325,7 +342,11 @@ class LlamaCppEngine(Engine):
             self._check_embedding(request, job)
             return
         if request.prompt is not None:
-            self._prepare(_Prepared(request, "", self._check_completion_length(request)))
+            laid_out = self._check_completion_length(request)
+            grammar = request_grammar(
+                request, self.tool_format, self.model_id
+            )  # a raw prompt: no family markup
+            self._prepare(_Prepared(request, "", laid_out, grammar))
             return
         if isinstance(ranking, RerankJob):
             self._check_rerank(request, ranking)
@@ -620,7 +641,10 @@ class LlamaCppEngine(Engine):
         if prepared is not None and prepared.request is request:
             self._prepared = None
         elif request.prompt is not None:
-            prepared = _Prepared(request, "", self._check_completion_length(request))
+            laid_out = self._check_completion_length(request)
+            prepared = _Prepared(
+                request, "", laid_out, request_grammar(request, self.tool_format, self.model_id)
+            )
         else:
             prepared = _Prepared(
                 request,
