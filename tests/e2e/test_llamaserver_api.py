@@ -20,7 +20,7 @@ PROMPT = "Once upon a time, in a land far away,"
 
 @pytest.fixture(scope="module")
 def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
     return start_server(

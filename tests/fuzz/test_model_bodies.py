@@ -60,7 +60,7 @@ ROUTES = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("fuzz-models")
     tiny = make_demo_gguf(folder / "tiny.gguf", fim=True)
