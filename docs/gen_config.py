@@ -97,6 +97,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "images in one request, the conversation's earlier turns included: more is a 400 `too_many_images`",
         ),
+        "max_request_pixels": (
+            None,
+            "all of one request's images together, width x height each, read from their headers before "
+            "they are decoded: more is a 400 `image_too_large` (3 bytes a pixel decoded, so this caps "
+            "the memory one request's images take)",
+        ),
         "allow_image_urls": (
             None,
             "`true`: http(s) image URLs are fetched for local vision models, through the SSRF guard "

@@ -92,7 +92,7 @@ def wav_seconds(data: bytes) -> float:
 
 def measured_wav(data: bytes) -> tuple[float, bytes]:
     """A RIFF/WAVE file's duration, from its `fmt ` and `data` chunks, and the file rewritten
-    with a canonical header: PCM or float samples, a frame being channels × sample width (what
+    with a canonical header: PCM or float samples, a frame being channels x sample width (what
     a decoder reads, whatever `blockAlign` claims), no chunk but those two."""
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
         raise _bad("the data is not a WAV file (no RIFF/WAVE header).")
@@ -122,7 +122,14 @@ def measured_wav(data: bytes) -> tuple[float, bytes]:
             frames = size // frame
             rate = struct.unpack_from("<I", fmt, 4)[0]
             samples = data[body : body + frames * frame]
-            header = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(samples))
+            header = (
+                b"WAVE"
+                + b"fmt "
+                + struct.pack("<I", len(fmt))
+                + fmt
+                + b"data"
+                + struct.pack("<I", len(samples))
+            )
             return frames / rate, b"RIFF" + struct.pack("<I", len(header) + len(samples)) + header + samples
         at = body + size + (size & 1)  # chunks are padded to an even length
     raise _bad("the WAV file has no data chunk.")

@@ -137,6 +137,10 @@ class Engine(ABC):
     # turn runner then decodes every image part (`ContentPart.picture`) within the server's
     # limits before `check`; other engines get image parts as URLs, to pass on.
     reads_pixels: ClassVar[bool] = False
+    # Engines whose `check` does heavy work (llama.cpp tokenizes a long prompt, preprocesses images
+    # through its projector) say True: it then runs in a worker thread (`Model.admit`), never on
+    # the event loop, so it must be safe to run beside the engine's own threads.
+    heavy_checks: ClassVar[bool] = False
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1
 

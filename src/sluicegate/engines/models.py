@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from sluicegate.core.checks import off_loop
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
@@ -108,6 +109,22 @@ class Model:
         if not instance.loaded and not instance.loading:
             self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
         return instance.generation(request)
+
+    async def admit(self, request: ChatRequest) -> Generation:
+        """`open`, with the engine's check off the event loop when it says its checks are heavy
+        (`Engine.heavy_checks`: tokenizing a long prompt, images through a projector)."""
+        if not self.engine.heavy_checks:
+            return self.open(request)
+        instance = self._admit()
+        generation = instance.generation(request)  # its queue place, from now: a burst is bounded
+        try:
+            await off_loop(lambda: instance.engine.check(request))
+            if not instance.loaded and not instance.loading:
+                self._hooks.check_load(self, instance)
+        except BaseException:
+            await generation.aclose()
+            raise
+        return generation
 
     async def run(self, work: Callable[[Engine], Awaitable[T]]) -> tuple[T, str]:
         """A task besides chat (`Engine.embed`, `Engine.rerank`) on the least busy instance,

@@ -284,7 +284,7 @@ class TurnEndpoint:
         lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
         if lane is not None:
             chat = replace(chat, lane=lane)
-        generation = open_model(
+        generation = await open_model(
             chat,
             model,
             toolset,

@@ -89,7 +89,7 @@ def test_a_junk_byte_does_not_hide_the_frames_behind_it() -> None:
 
 def test_a_wav_plays_by_its_sample_width_not_its_block_align() -> None:
     """blockAlign 65535 on 327 s of 16-bit mono: 0.016 s by the header's frame size, 327 s as
-    a decoder reads the samples (channels × width)."""
+    a decoder reads the samples (channels x width)."""
     wav = bytearray(tone_wav(0.0, seconds=327.0, rate=1_000))
     wav[32:34] = struct.pack("<H", 65535)
     assert refusal(b64(bytes(wav)), says="327.0 s") == "audio_too_long"
@@ -102,5 +102,5 @@ def test_a_wav_plays_by_its_sample_width_not_its_block_align() -> None:
 
 
 def test_a_compressed_wav_is_refused_rather_than_mismeasured() -> None:
-    adpcm = tone_wav(440.0, format_code=2)  # MS ADPCM: its frames are not channels × width
+    adpcm = tone_wav(440.0, format_code=2)  # MS ADPCM: its frames are not channels x width
     assert refusal(b64(adpcm), says="not PCM") == "invalid_audio"

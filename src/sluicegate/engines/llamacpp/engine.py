@@ -109,6 +109,7 @@ class LlamaCppEngine(Engine):
     needs_load = True
     holds_weights = True
     reads_pixels = True
+    heavy_checks = True  # `check` runs in a worker thread: under `_checking`, beside the worker
     default_max_concurrency: ClassVar[int] = 1
 
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:
@@ -156,6 +157,10 @@ class LlamaCppEngine(Engine):
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._executor: ThreadPoolExecutor | None = None
         self._prepared: _Prepared | None = None  # what `check` worked out, for `generate`
+        self._prepared_lock = threading.Lock()  # `check`'s thread sets it, `generate` takes it
+        # Held by a check for its whole run: what it uses (the tokenizer alone, the counting
+        # projector, the loaded model) is freed only under it, never under a running check.
+        self._checking = threading.Lock()
         # The projector on the tokenizer alone, to count images' tokens before a load.
         self._counting: Projector | None = None
         self._fim: tuple[FimTokens | None, str] | None = None  # from the vocabulary, once asked
@@ -298,6 +303,10 @@ class LlamaCppEngine(Engine):
         return self.settings.context_overflow if value is None else policy_value(value, "context_overflow")
 
     def check(self, request: ChatRequest) -> None:
+        with self._checking:
+            self._check(request)
+
+    def _check(self, request: ChatRequest) -> None:
         super().check(request)
         if self.pooling is not None:
             message = (
@@ -356,9 +365,19 @@ class LlamaCppEngine(Engine):
     def _prepare(self, prepared: _Prepared) -> None:
         """Keep what `check` found for `generate` (a request checked and never run leaves its
         image chunks to the next one's check to free)."""
-        if self._prepared is not None:
-            self._prepared.free()
-        self._prepared = prepared
+        with self._prepared_lock:
+            if self._prepared is not None:
+                self._prepared.free()
+            self._prepared = prepared
+
+    def _take_prepared(self, request: ChatRequest) -> _Prepared | None:
+        """What `check` prepared for `request` (None: it was not, or another check replaced it)."""
+        with self._prepared_lock:
+            prepared = self._prepared
+            if prepared is None or prepared.request is not request:
+                return None
+            self._prepared = None
+            return prepared
 
     def _projector(self) -> Projector:
         """The projector that counts a prompt's image tokens: the loaded model's, or before a
@@ -517,7 +536,7 @@ class LlamaCppEngine(Engine):
                 self._runtime, stream_interval=settings.stream_interval_ms / 1000, speculator=speculator
             )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
-        self._close_vocabulary()  # the loaded model tokenizes now
+        await asyncio.to_thread(self._close_vocabulary())  # the loaded model tokenizes now
 
     def _speculator(self, target: LlamaRuntime, context_length: int) -> Speculator:
         """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
@@ -552,13 +571,27 @@ class LlamaCppEngine(Engine):
         self._draft = draft
         return Speculator(spec, ModelDrafter(spec, draft), self.model_id)
 
-    def _close_vocabulary(self) -> None:
+    def _close_vocabulary(self) -> Callable[[], None]:
+        """Detach the tokenizer alone and the counting projector; the returned call frees them
+        (off the loop: it waits for a running check)."""
         counting, self._counting = self._counting, None
-        if counting is not None:
-            counting.close()
         vocabulary, self._vocabulary = self._vocabulary, None
-        if vocabulary is not None:
-            vocabulary.close()
+
+        def free() -> None:
+            with self._checking:
+                if counting is not None:
+                    counting.close()
+                if vocabulary is not None:
+                    vocabulary.close()
+
+        return free
+
+    def _unchecked(self, close: Callable[[], None]) -> Callable[[], None]:
+        def closed() -> None:
+            with self._checking:
+                close()
+
+        return closed
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
@@ -570,11 +603,13 @@ class LlamaCppEngine(Engine):
             # On the worker thread, after whatever it is finishing: never under a running decode.
             for part in (draft, runtime):
                 if part is not None:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, part.close)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self._unchecked(part.close)
+                    )
 
     async def aclose(self) -> None:
         await self.unload()
-        self._close_vocabulary()
+        await asyncio.to_thread(self._close_vocabulary())
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -583,12 +618,10 @@ class LlamaCppEngine(Engine):
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
-        prepared = self._prepared
-        if prepared is not None and prepared.request is request:
-            self._prepared = None
-        elif request.prompt is not None:
+        prepared = self._take_prepared(request)
+        if prepared is None and request.prompt is not None:
             prepared = _Prepared(request, "", self._check_completion_length(request))
-        else:
+        elif prepared is None:
             prepared = _Prepared(
                 request,
                 self.render_prompt(request),
