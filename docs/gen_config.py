@@ -341,6 +341,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the built-in demo script",
             "a YAML (or `.json`) script file: see [the scripted engine](engines-scripted.md)",
         ),
+        "tasks": (
+            '`["chat"]`',
+            'what the model serves: `"chat"`, `"embeddings"` (`POST /v1/embeddings`, `/api/embed`: '
+            'a vector of each input\'s SHA-256), `"rerank"` (`POST /v1/rerank`: the share of the '
+            "query's words in each document); `token_delay_ms` paces them, an input at a time",
+        ),
     },
 }
 
