@@ -94,7 +94,7 @@ async def _tool_turn(
             )
 
         async def open_round(request: ChatRequest) -> AsyncIterator[RawEvent]:
-            return model.open(request).events
+            return (await model.admit(request)).events
 
         rounds: OpenRound = model_rounds(model, first) if first is not None else open_round
         already = _listed(history)

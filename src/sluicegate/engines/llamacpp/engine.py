@@ -485,8 +485,9 @@ class LlamaCppEngine(Engine):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The rendered prompt's tokens: by the loaded model, or its tokenizer alone (with its
-        projector for images)."""
-        return len(self._count(request))
+        projector for images). Under `_checking`: it may run in a worker thread too."""
+        with self._checking:
+            return len(self._count(request))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
