@@ -156,7 +156,9 @@ class LlamaCppEngine(Engine):
         self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: _Prepared | None = None  # what `check` worked out, for `generate`
+        # What `check` worked out, for `generate`: one per request checked and not yet run (a few
+        # at once with batching), the oldest freed beyond `sequences + 1`.
+        self._prepared: dict[int, _Prepared] = {}
         self._prepared_lock = threading.Lock()  # `check`'s thread sets it, `generate` takes it
         # Held by a check for its whole run: what it uses (the tokenizer alone, the counting
         # projector, the loaded model) is freed only under it, never under a running check.
@@ -364,19 +366,22 @@ class LlamaCppEngine(Engine):
 
     def _prepare(self, prepared: _Prepared) -> None:
         """Keep what `check` found for `generate` (a request checked and never run leaves its
-        image chunks to the next one's check to free)."""
+        image chunks to a later check to free)."""
         with self._prepared_lock:
-            if self._prepared is not None:
-                self._prepared.free()
-            self._prepared = prepared
+            earlier = self._prepared.pop(id(prepared.request), None)  # the same request, or its id reused
+            if earlier is not None:
+                earlier.free()
+            self._prepared[id(prepared.request)] = prepared
+            while len(self._prepared) > self.sequences + 1:
+                self._prepared.pop(next(iter(self._prepared))).free()
 
     def _take_prepared(self, request: ChatRequest) -> _Prepared | None:
-        """What `check` prepared for `request` (None: it was not, or another check replaced it)."""
+        """What `check` prepared for `request` (None: it was not, or it was freed since)."""
         with self._prepared_lock:
-            prepared = self._prepared
+            prepared = self._prepared.get(id(request))
             if prepared is None or prepared.request is not request:
                 return None
-            self._prepared = None
+            del self._prepared[id(request)]
             return prepared
 
     def _projector(self) -> Projector:
@@ -587,7 +592,7 @@ class LlamaCppEngine(Engine):
 
         return free
 
-    def _unchecked(self, close: Callable[[], None]) -> Callable[[], None]:
+    def _between_checks(self, close: Callable[[], None]) -> Callable[[], None]:
         def closed() -> None:
             with self._checking:
                 close()
@@ -605,7 +610,7 @@ class LlamaCppEngine(Engine):
             for part in (draft, runtime):
                 if part is not None:
                     await asyncio.get_running_loop().run_in_executor(
-                        self._executor, self._unchecked(part.close)
+                        self._executor, self._between_checks(part.close)
                     )
 
     async def aclose(self) -> None:
