@@ -110,6 +110,10 @@ def test_openai_upstream_models_pass_through(start_server: StartServer) -> None:
         with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=30.0) as sdk:
             result = sdk.embeddings.create(model="up-embed", input=["odd", "even"])  # the SDK asks base64
             floats = sdk.embeddings.create(model="up-embed", input="odd", encoding_format="float")
+        # Ollama's route asks the engine (`Engine.embed`), which relays an OpenAI body.
+        ollama = httpx.post(
+            server.base_url + "/api/embed", json={"model": "up-embed", "input": ["odd", "even"]}
+        )
         seen = [r.body for r in fake.requests if r.path.endswith("/embeddings")]
     assert [seen[0]["model"], seen[0]["input"]] == ["text-embedding-fake", ["odd", "even"]]
     assert result.model == "up-embed" and result.usage.prompt_tokens == 7
@@ -117,6 +121,8 @@ def test_openai_upstream_models_pass_through(start_server: StartServer) -> None:
         result.data[1].embedding, [0.0, 0.6, 0.8]
     )
     assert floats.data[0].embedding == pytest.approx([0.6, 0.8, 0.0])
+    assert ollama.status_code == 200 and ollama.json()["prompt_eval_count"] == 7
+    assert np.allclose(ollama.json()["embeddings"], [[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
 
 
 @pytest.mark.parametrize(
