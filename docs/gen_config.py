@@ -108,6 +108,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "images in one request, the conversation's earlier turns included: more is a 400 `too_many_images`",
         ),
+        "max_request_pixels": (
+            None,
+            "all of one request's images together, width x height each, read from their headers before "
+            "they are decoded: more is a 400 `image_too_large` (3 bytes a pixel decoded, so this caps "
+            "the memory one request's images take)",
+        ),
         "allow_image_urls": (
             None,
             "`true`: http(s) image URLs are fetched for local vision models, through the SSRF guard "
@@ -365,6 +371,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "script": (
             "the built-in demo script",
             "a YAML (or `.json`) script file: see [the scripted engine](engines-scripted.md)",
+        ),
+        "tasks": (
+            '`["chat"]`',
+            'what the model serves: `"chat"`, `"embeddings"` (`POST /v1/embeddings`, `/api/embed`: '
+            'a vector of each input\'s SHA-256), `"rerank"` (`POST /v1/rerank`: the share of the '
+            "query's words in each document); `token_delay_ms` paces them, an input at a time",
         ),
     },
 }

@@ -28,6 +28,7 @@ log_prompts = false             # true: request bodies and answers in the access
 max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
 max_image_pixels = 32000000     # per image, width x height
 max_images_per_request = 16
+max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
@@ -135,6 +136,7 @@ class Settings:
     max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
     max_image_pixels: int = 32_000_000
     max_images_per_request: int = 16
+    max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
@@ -197,6 +199,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_image_bytes": int,
     "max_image_pixels": int,
     "max_images_per_request": int,
+    "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
     "max_audio_bytes": int,

@@ -182,7 +182,8 @@ class ChatRequest:
     prompt: RawPrompt | None = None
     # Pass-through only: a client's extension parameters sent on untouched to an upstream that
     # understands them (e.g. `chat_template_kwargs`, `cache_prompt` from an `extra_body`). The
-    # server itself reads nothing here; what it reads is a typed field (`options`).
+    # server itself reads nothing here; what it reads is a typed field (`options`), and tasks
+    # other than chat are requests of their own (`Engine.embed`, `Engine.rerank`).
     extra: dict[str, Any] = field(default_factory=dict)
     # Headers the engine adds to the response, set while it checks the request (e.g. how many
     # messages a context-overflow policy dropped).

@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 from sluicegate.core.errors import EngineFailure, SluicegateError
 from sluicegate.core.events import (
@@ -32,6 +32,7 @@ from sluicegate.engines.lane import Lane, ReadsThrough
 from sluicegate.observe.metrics import METRICS, Key, child
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class InstanceHooks:
@@ -221,6 +222,40 @@ class Instance:
                 aclose = getattr(engine_events, "aclose", None)
                 if aclose is not None:
                     await aclose()
+            self._active -= 1
+            METRICS.gauges[self._active_key] -= 1
+            if slots is not None:
+                slots.release()
+            self._settle()
+
+    async def run(self, work: Callable[[Engine], Awaitable[T]]) -> T:
+        """A task besides chat (`Engine.embed`, `Engine.rerank`) in a slot like a generation's:
+        queued, loaded just in time (its load events go unseen), counted. Cancelling the caller
+        (client gone, deadline) cancels `work` and gives the slot back at once."""
+        self._waiting += 1
+        child(METRICS.queue_depth, self.id).inc()
+        self.last_used = time.monotonic()
+        slots, acquired = self._slots, False
+        try:
+            if slots is not None:
+                await slots.acquire()
+            acquired = True
+        finally:
+            self._waiting -= 1
+            child(METRICS.queue_depth, self.id).dec()
+            if not acquired:  # gone while queued
+                self._settle()
+        self._active += 1
+        METRICS.gauges[self._active_key] += 1
+        try:
+            if not self.loaded:
+                async for _ in self._ensure_loaded(jit=True):
+                    pass
+            return await work(self.engine)
+        except asyncio.CancelledError:
+            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+            raise
+        finally:
             self._active -= 1
             METRICS.gauges[self._active_key] -= 1
             if slots is not None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sluicegate.core.checks import off_loop
 from sluicegate.core.sealing import load_key
 from sluicegate.dialects.anthropic.encoder import anthropic_error, count_tokens_body
 from sluicegate.dialects.anthropic.request import parse_messages_request
@@ -34,4 +35,10 @@ async def count_tokens(request: Request) -> Response:
     engine = engines[0]
     if engine.reads_pixels and engine.info().capabilities.vision:  # its images count as it reads them
         await load_images(chat, state.images)
-    return JSONResponse(count_tokens_body(chat, engine.count_tokens(chat)))
+    # Tokenizing a long prompt (images through a projector) is a heavy check: off the event loop.
+    count = (
+        await off_loop(lambda: engine.count_tokens(chat))
+        if engine.heavy_checks
+        else engine.count_tokens(chat)
+    )
+    return JSONResponse(count_tokens_body(chat, count))

@@ -50,7 +50,7 @@ async def compact_response(request: Request) -> Response:
     )
     async with Owned() as owned:
         owned.callback(state.admission.take())
-        generation = model.open(chat)
+        generation = await model.admit(chat)
         owned.push_async_callback(generation.aclose)
         events = canonical_events(generation.events, state.limits)
         result = await unless_disconnected(collect(events), lambda: wait_for_disconnect(request))

@@ -302,7 +302,7 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
-        generation = open_model(
+        generation = await open_model(
             chat,
             model,
             toolset,
