@@ -29,7 +29,7 @@ MANY = 1000
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("tasks")
     return [
