@@ -25,7 +25,7 @@ from sluicegate.parsing.calls import (
     name_in,
     parse_json,
 )
-from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
+from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.jsonstream import JsonArgs, json_or_text
 from sluicegate.parsing.scan import JsonScanner, QuoteTracker, held_from
 
@@ -45,6 +45,15 @@ _LLAMA_HEAD = re.compile(
 
 def new_call_id() -> str:
     return new_id("call_", 24)
+
+
+class Calls(Enum):
+    """The call markup this parser reads (the families' declarations pick one)."""
+
+    NONE = auto()
+    TAGGED = auto()  # <tool_call>{"name": ..., "arguments": ...}</tool_call>
+    JSON_MESSAGE = auto()  # the message is {"name": ..., "parameters": ...} (maybe after <|python_tag|>)
+    TOOL_CALLS_TOKEN = auto()  # [TOOL_CALLS][{...}] or [TOOL_CALLS]name[ARGS]{...}
 
 
 class _Mode(Enum):
@@ -71,13 +80,13 @@ class OutputParser:
     def __init__(
         self,
         *,
-        tool_format: ToolCallFormat = ToolCallFormat.NONE,
+        calls: Calls = Calls.NONE,
         reasoning: ReasoningStyle | None = None,
         starts_in_reasoning: bool = False,
         new_call_id: Callable[[], str] = new_call_id,
     ) -> None:
         self.saw_tool_calls = False
-        self._format = tool_format
+        self._format = calls
         self._reasoning = reasoning
         self._new_call_id = new_call_id
         in_reasoning = reasoning is not None and starts_in_reasoning
@@ -87,7 +96,7 @@ class OutputParser:
         self._at_start = True  # no message text and no call yet
         self._trim = False  # drop whitespace that starts the message (after </think>, a call)
         self._ws = ""  # message whitespace held back: it may only precede a call or reasoning
-        self._hold_ws = tool_format is not ToolCallFormat.NONE
+        self._hold_ws = calls is not Calls.NONE
         self._logprobs: list[TokenLogprob] | None = None
         self._calls = 0
         self._json = JsonScanner()
@@ -177,17 +186,15 @@ class OutputParser:
         else:
             if self._reasoning is not None and self._at_start:
                 markers.append(self._reasoning.open_tag)
-            if self._format is ToolCallFormat.HERMES:
+            if self._format is Calls.TAGGED:
                 markers.append(HERMES_OPEN)
-            elif self._format is ToolCallFormat.MISTRAL:
+            elif self._format is Calls.TOOL_CALLS_TOKEN:
                 markers.append(MISTRAL_CALLS)
         self._markers = tuple(markers)
         self._triggers = "".join({m[0] for m in markers})
         # Llama 3 calls are JSON at the message start: until then every chunk is looked at.
         self._llama_start = (
-            self._format is ToolCallFormat.LLAMA3_JSON
-            and self._at_start
-            and self._channel is ItemKind.MESSAGE
+            self._format is Calls.JSON_MESSAGE and self._at_start and self._channel is ItemKind.MESSAGE
         )
 
     def _to_text(self) -> None:

@@ -8,24 +8,30 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser, has, markup_family
-from sluicegate.parsing.formats import ReasoningStyle, ToolCallFormat
+from sluicegate.parsing.forced import ObjectCall
+from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import CallOut, Markup, Reader
-from sluicegate.parsing.parser import OutputParser
+from sluicegate.parsing.parser import Calls, OutputParser
+from sluicegate.parsing.quirks import Json, Quirks, typed_blocks
 from sluicegate.parsing.readers import JsonCallsReader, NameJson, NameJsonReader
 
 MISTRAL_THINK = ReasoningStyle("[THINK]", "[/THINK]")
 
 
-def _legacy(fmt: ToolCallFormat) -> Callable[[ParserArgs], StreamParser]:
+def _legacy(calls: Calls) -> Callable[[ParserArgs], StreamParser]:
     def build(args: ParserArgs) -> StreamParser:
         return OutputParser(
-            tool_format=fmt,
+            calls=calls,
             reasoning=args.reasoning,
             starts_in_reasoning=args.starts_in_reasoning,
             new_call_id=args.new_call_id,
         )
 
     return build
+
+
+# Llama 3's parser: a JSON call object as the message (Llama 4's pythonic family reads it too).
+json_message_parser = _legacy(Calls.JSON_MESSAGE)
 
 
 def _llama3(source: str) -> bool:
@@ -48,16 +54,20 @@ HERMES = Family(
         "MiMo-VL.jinja",
         "Reka-Edge.jinja",
     ),
+    call=ObjectCall("<tool_call>\n", "\n</tool_call>"),
+    # Qwen GGUFs without a chat template still write Hermes calls.
+    architectures=("qwen2", "qwen2moe", "qwen3", "qwen3moe"),
 )
 LLAMA3_JSON = Family(
     "llama3_json",
     _llama3,
-    _legacy(ToolCallFormat.LLAMA3_JSON),
+    json_message_parser,
     templates=(
         "meta-llama-Llama-3.1-8B-Instruct.jinja",
         "meta-llama-Llama-3.2-3B-Instruct.jinja",
         "meta-llama-Llama-3.3-70B-Instruct.jinja",
     ),
+    call=ObjectCall("", "", "parameters"),
 )
 
 
@@ -88,6 +98,22 @@ class MistralReader:
 
 MISTRAL_CALL = NameJson(name_end=("[ARGS]",), clean_name=lambda name: name.split("[CALL_ID]")[0].strip())
 
+
+def _ministral3(source: str, messages: list[Json]) -> list[Json]:
+    """Ministral 3's templates (no `[CALL_ID]`) want typed content blocks, as llama.cpp's
+    common/parsers/ministral3.cpp hands them over."""
+    if "[SYSTEM_PROMPT]" in source and "[ARGS]" in source and "[CALL_ID]" not in source:
+        return typed_blocks(messages)
+    return messages
+
+
+# A check in the template that refuses a turn with neither text nor calls; llama.cpp patches it out.
+_EMPTY_TURN_CHECK = (
+    "{%- if (message['content'] is none or message['content'] == '' or "
+    "message['content']|length == 0) and (message['tool_calls'] is not defined or "
+    "message['tool_calls'] is none or message['tool_calls']|length == 0) %}"
+)
+
 MISTRAL = Family(
     "mistral",
     has("[TOOL_CALLS]"),
@@ -99,4 +125,6 @@ MISTRAL = Family(
         "mistralai-Ministral-3-14B-Reasoning-2512.jinja",
         "unsloth-mistral-Devstral-Small-2507.jinja",
     ),
+    call=ObjectCall("[TOOL_CALLS][", "]"),
+    quirks=Quirks(adjust=(_ministral3,), patch=_EMPTY_TURN_CHECK),
 )
