@@ -9,7 +9,7 @@ says what a declaration holds). See docs/parsing.md.
 
 from sluicegate.parsing.families.base import Family, StreamParser
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat
-from sluicegate.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.markup import OutputParser, new_call_id
 from sluicegate.parsing.plain import PlainText
 from sluicegate.parsing.registry import (
     FAMILIES,

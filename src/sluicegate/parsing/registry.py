@@ -17,7 +17,7 @@ from typing import Any
 
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat
-from sluicegate.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.markup import OutputParser, new_call_id
 
 # Every family, one line each (module:declaration), in the order they are tried. The families
 # added after the first nineteen come first: their fingerprints are specific, and some of their
@@ -174,6 +174,9 @@ def new_parser(
     args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id, continues)
     if family is None:  # no calls: reasoning tags at most
         return OutputParser(
-            reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id
+            reasoning=reasoning,
+            starts_in_reasoning=starts_in_reasoning,
+            new_call_id=new_call_id,
+            continues=continues,
         )
     return family.build(args)

@@ -13,7 +13,7 @@ from typing import Protocol
 from sluicegate.core.events import RawEvent, TokenLogprob
 from sluicegate.parsing.forced import PLAIN_ANSWER, AnswerMarkup, CallShape
 from sluicegate.parsing.formats import ReasoningStyle
-from sluicegate.parsing.markup import Markup, MarkupParser, Tools
+from sluicegate.parsing.markup import Markup, OutputParser, Tools
 from sluicegate.parsing.quirks import NO_QUIRKS, Quirks
 
 
@@ -71,7 +71,7 @@ class Family:
 
 def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:
     def build(args: ParserArgs) -> StreamParser:
-        return MarkupParser(
+        return OutputParser(
             markup,
             reasoning=args.reasoning,
             starts_in_reasoning=args.starts_in_reasoning,
