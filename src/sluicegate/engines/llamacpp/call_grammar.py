@@ -13,6 +13,12 @@ output goes in `<|channel|>final<|message|>`, and a family whose reasoning opens
 one token (gpt-oss's analysis channel, Gemma 4's `<|channel>thought`) may reason first, under
 the grammar (the engine's watch for a one-token open tag cannot see those); `resume` then leads
 from the end of a reasoning block the prompt opened to the answer.
+
+A forced call ends in a call whatever the model writes: where the model reasons, the call's
+grammar holds the reasoning block too (`holds_reasoning`), bounded and closed, so no token can
+end the output inside it (issue 47: random weights ended MiniMax-M2's forced calls inside
+`<think>`, where the engine's watch let any token through). The block gets at most a quarter of
+`max_tokens` in characters, which leaves the call the rest.
 """
 
 from __future__ import annotations
@@ -153,13 +159,26 @@ class MarkupGrammar(Grammar):
         return replace(self, prefix=self.resume)
 
 
+def _regex(text: str) -> str:
+    """`text` matched literally inside a Lark `/regex/`."""
+    return re.escape(text).replace("/", "\\/")
+
+
 def _block(name: str, open_tag: str, close: str) -> str:
     """A terminal: `open_tag`, any text, `close` (once: the first `close` ends the block)."""
-    o, c = re.escape(open_tag), re.escape(close)
+    o, c = _regex(open_tag), _regex(close)
     return f"{name}: /{o}(?s:.*){c}/ & ~/(?s:.*{c}.*{c}.*)/"
 
 
-_THOUGHT = "THOUGHT"
+def _bounded_block(name: str, open_tag: str, close: str, limit: int) -> str:
+    """A rule: `open_tag`, at most `limit` characters, `close`; lazy, so the first `close`
+    ends it (an intersection with "no second close", as in `_block`, is too costly for
+    llguidance to decide once the body is bounded)."""
+    return f"{name}[lazy]: /{_regex(open_tag)}(?s:.{{0,{limit}}}){_regex(close)}/"
+
+
+_THOUGHT, _BOUNDED, _BOUNDED_REST = "THOUGHT", "thought", "thought_rest"
+_REASONING_CAP = 8192  # characters of reasoning before a forced call, at most
 _AFTER_BLOCK = r"/[ \t\n]{0,4}/"
 
 
@@ -186,6 +205,30 @@ def in_family_markup(grammar: Grammar, family: Family, reasoning: ReasoningStyle
     )
 
 
+def _holding_reasoning(grammar: Grammar, family: Family, reasoning: ReasoningStyle, limit: int) -> Grammar:
+    """A forced call with the reasoning before it in the grammar: an optional block, bounded and
+    closed, then the call, from the first token (`inside`: the rest of a block the prompt
+    opened, then the call). No token can end the output before the call."""
+    thought = _thought(family, reasoning)
+    after = "" if family.answer.thought else f" {_AFTER_BLOCK}"  # gpt-oss's block ends in a header
+    block = _bounded_block(_BOUNDED, thought.open, thought.close, limit)
+    rest = _bounded_block(_BOUNDED_REST, "", thought.close, limit)
+    return replace(
+        grammar,
+        text=f"{grammar.text}{block}\n{rest}\n",
+        prefix=f"({_BOUNDED}{after})?",
+        holds_reasoning=True,
+        inside=f"{_BOUNDED_REST}{after}",
+    )
+
+
+def reasoning_limit(max_tokens: int | None) -> int:
+    """Characters of reasoning a forced call allows: a quarter of `max_tokens` (a token may
+    write as little as a quarter of a character), so the call keeps the rest whatever the
+    tokenizer; `_REASONING_CAP` at most."""
+    return _REASONING_CAP if max_tokens is None else max(0, min(_REASONING_CAP, max_tokens // 4))
+
+
 def forced_grammar(
     request: ChatRequest, tool_format: str, model_id: str, reasoning: ReasoningStyle | None = None
 ) -> Grammar | None:
@@ -210,4 +253,6 @@ def forced_grammar(
     grammar = family_call_grammar(tools, family.call)
     if grammar.ignored:
         request.response_headers[BEST_EFFORT_HEADER] = best_effort_header(grammar)
-    return in_family_markup(grammar, family, reasoning)
+    if reasoning is None:
+        return grammar
+    return _holding_reasoning(grammar, family, reasoning, reasoning_limit(request.sampling.max_tokens))

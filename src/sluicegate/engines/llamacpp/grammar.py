@@ -55,6 +55,10 @@ class Grammar:
     purpose: str  # "json_object", "json_schema" or "tool_call"
     ignored: tuple[str, ...] = ()
     prefix: str = ""
+    # The grammar writes the reasoning before the answer itself (a forced call: call_grammar.py),
+    # from the first token; `inside` is its prefix when the prompt left a reasoning block open.
+    holds_reasoning: bool = False
+    inside: str = ""
 
     @property
     def lark(self) -> str:
@@ -65,6 +69,10 @@ class Grammar:
     def after_reasoning(self) -> Grammar:
         """The same grammar, allowing the whitespace a model writes after `</think>`."""
         return replace(self, prefix=_AFTER_REASONING)
+
+    def inside_reasoning(self) -> Grammar:
+        """The grammar from inside a reasoning block the prompt opened (`holds_reasoning`)."""
+        return replace(self, prefix=self.inside)
 
 
 def literal(text: str) -> str:

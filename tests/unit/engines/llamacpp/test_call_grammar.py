@@ -142,10 +142,30 @@ def test_harmony_json_output_sits_in_the_final_channel_after_any_analysis(tokeni
 
 def test_harmony_reasons_before_a_forced_call(tokenizer: Any) -> None:
     grammar = forced_grammar(request("lookup"), ToolCallFormat("harmony"), "m", HARMONY_THINKS)
-    assert grammar is not None
+    assert grammar is not None and grammar.holds_reasoning
     assert accepts(tokenizer, grammar, ANALYSIS + CALL)
     assert accepts(tokenizer, grammar, CALL)
-    assert accepts(tokenizer, grammar.after_reasoning(), "<|start|>assistant" + CALL)
+    assert not accepts(tokenizer, grammar, ANALYSIS)  # the call must follow
+    # A prompt that opened the analysis channel: the rest of it, then the call.
+    assert accepts(tokenizer, grammar.inside_reasoning(), "hmm<|end|><|start|>assistant" + CALL)
+
+
+def test_a_forced_call_holds_a_bounded_reasoning_block(tokenizer: Any) -> None:
+    """Reasoning before a forced call is in the grammar, closed before the call, at most a
+    quarter of max_tokens long (issue 47: the model could end inside it)."""
+    think = ReasoningStyle("<think>", "</think>")
+    forced = request("lookup")
+    forced.sampling.max_tokens = 40  # 10 characters of reasoning
+    grammar = forced_grammar(forced, ToolCallFormat("minimax_m2"), "m", think)
+    assert grammar is not None and grammar.holds_reasoning
+    call = '<minimax:tool_call>\n<invoke name="lookup">\n</invoke>\n</minimax:tool_call>'
+    assert accepts(tokenizer, grammar, "<think>short</think>\n" + call)
+    assert accepts(tokenizer, grammar, call)
+    assert not accepts(tokenizer, grammar, "<think>short</think>")
+    assert not accepts(tokenizer, grammar, "<think>far too long to fit</think>" + call)
+    inside = grammar.inside_reasoning()
+    assert accepts(tokenizer, inside, "short</think>\n\n" + call)
+    assert not accepts(tokenizer, inside, call)  # the open block must close first
 
 
 def test_what_the_harmony_grammar_writes_parses_back() -> None:
