@@ -62,7 +62,7 @@ CALLS: dict[ToolCallFormat, tuple[str, str]] = {
     ToolCallFormat("apertus"): ('<|tools_prefix|>[{"w": {"t": "', '"}}]<|tools_suffix|>'),
     ToolCallFormat("functionary_v3_1"): ('<function=w>{"t": "', '"}</function>'),
     ToolCallFormat("functionary_v3_2"): ('w\n{"t": "', '"}'),
-    # parsing/families/recent.py
+    # the families after the first nineteen
     ToolCallFormat("deepseek_v3_2"): (
         '<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
         '<\uff5cDSML\uff5cparameter name="t" string="true">',
