@@ -44,8 +44,12 @@ from sluicegate.dialects.lmstudio.dialect import LMStudioDialect  # noqa: E402
 from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect  # noqa: E402
 from sluicegate.dialects.responses.dialect import ResponsesDialect  # noqa: E402
 from sluicegate.engines.upstream.wire import ChunkDecoder, SSEReader  # noqa: E402
-from sluicegate.parsing import THINK, ToolCallFormat  # noqa: E402
-from sluicegate.parsing.parser import OutputParser  # noqa: E402
+from sluicegate.parsing import (  # noqa: E402
+    THINK,
+    OutputParser,
+    ToolCallFormat,
+    new_parser,
+)
 from sluicegate.transport.ndjson import ndjson_bytes  # noqa: E402
 from sluicegate.transport.sse import frames_bytes  # noqa: E402
 from sluicegate.turn.pipeline import TurnPipeline  # noqa: E402
@@ -122,7 +126,7 @@ PARSED: dict[str, tuple[Callable[[], OutputParser], list[bytes]]] = {
         [chunk({"content": t}) for t in ["<thi", "nk>plan", "</think>", "Done."]] + [chunk({}, "stop"), DONE],
     ),
     "hermes tool call markup": (
-        lambda: OutputParser(tool_format=ToolCallFormat.HERMES),
+        lambda: new_parser(ToolCallFormat("hermes")),
         [
             chunk({"content": t})
             for t in ["Sure. <tool_", 'call>{"name": "get", ', '"arguments": {"q": "x"}}</tool_call>']

@@ -336,9 +336,7 @@ class LlamaCppEngine(Engine):
             raise invalid(message, param="model", code="model_not_supported")
         if request.prompt is not None:
             laid_out = self._check_completion_length(request)
-            grammar = request_grammar(
-                request, self.tool_format, self.model_id
-            )  # a raw prompt: no family markup
+            grammar = request_grammar(request)  # a raw prompt: no family markup
             self._prepare(_Prepared(request, "", laid_out, grammar))
             return
         grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
@@ -648,9 +646,7 @@ class LlamaCppEngine(Engine):
         prepared = self._take_prepared(request)
         if prepared is None and request.prompt is not None:
             laid_out = self._check_completion_length(request)
-            prepared = _Prepared(
-                request, "", laid_out, request_grammar(request, self.tool_format, self.model_id)
-            )
+            prepared = _Prepared(request, "", laid_out, request_grammar(request))
         elif prepared is None:
             prepared = _Prepared(
                 request,

@@ -553,8 +553,11 @@ class _Samplers:
         self.greedy = _greedy(job.sampling)
         self.grammar: GrammarSampler | None = None
         grammar, reasoning = job.grammar, job.reasoning
+        if grammar is not None and grammar.holds_reasoning:  # it writes the reasoning: no watch
+            reasoning = None
+            grammar = grammar.inside_reasoning() if job.in_reasoning else grammar
         self._first = grammar is not None and reasoning is not None and not job.in_reasoning
-        self.watching = grammar is not None and (job.in_reasoning or self._first)
+        self.watching = grammar is not None and reasoning is not None and (job.in_reasoning or self._first)
         self._tail = ""
         if grammar is not None and not self.watching:
             self._constrain(grammar)
