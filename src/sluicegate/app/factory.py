@@ -45,7 +45,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import embeddings, rerank
+from sluicegate.routes import audio, embeddings, rerank
 from sluicegate.routes.anthropic_tokens import count_tokens
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.lmstudio_models import (
@@ -336,6 +336,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
         *rerank.ROUTES,
+        *audio.ROUTES,
         *OLLAMA_ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]

@@ -18,6 +18,7 @@ from sluicegate.core.errors import ConfigError as ConfigError  # part of the eng
 from sluicegate.core.errors import SluicegateError, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Voice, Voiced
 
 
 @dataclass(slots=True)
@@ -61,8 +62,9 @@ def fim_unsupported(model_id: str, missing: str = "") -> SluicegateError:
 
 
 ProgressCallback = Callable[[float], None]
-# What a model serves: chat (every dialect), embeddings (POST /v1/embeddings), rerank (POST /v1/rerank).
-Task = Literal["chat", "embeddings", "rerank"]
+# What a model serves: chat (every dialect), embeddings (POST /v1/embeddings), rerank (POST /v1/rerank),
+# transcription (POST /v1/audio/transcriptions and /translations), speech (POST /v1/audio/speech).
+Task = Literal["chat", "embeddings", "rerank", "transcription", "speech"]
 CHAT_ONLY: frozenset[Task] = frozenset({"chat"})
 
 
@@ -238,3 +240,19 @@ class Engine(ABC):
     async def aclose(self) -> None:
         """Release everything at server shutdown."""
         return None
+
+    # Speech (issue 45): an engine that hears or speaks overrides these and says so in `tasks()`;
+    # the routes run them on an admitted, loaded instance (`Model.admit`, `Instance.slot`).
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[TranscriptEvent]:
+        """Yield `Segment`s as they are recognised, then one `Transcribed`. Must stop at once
+        when closed (the client left)."""
+        raise invalid(f"Model {self.model_id!r} does not transcribe audio.", param="model")
+
+    def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
+        """Yield one `Voiced` per sentence as soon as it is synthesised. Must stop at once when
+        closed."""
+        raise invalid(f"Model {self.model_id!r} does not synthesise speech.", param="model")
+
+    def voices(self) -> list[Voice]:
+        """The voices a speech model has (the first is its default)."""
+        return []

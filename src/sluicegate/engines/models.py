@@ -112,6 +112,20 @@ class Model:
             self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
         return instance.generation(request)
 
+    def admit(self) -> Instance:
+        """The instance a task that is not a chat (speech) runs on, or a refusal at once; enter
+        its `slot()` right away (nothing here waits)."""
+        instance = self.pick()
+        if instance.full:
+            raise SluicegateError(
+                ErrorKind.OVERLOADED,
+                f"model {self.id!r} has {instance._waiting} requests queued (max_queue); retry later",
+                code="server_overloaded",
+            )
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)
+        return instance
+
     def add_instance(self) -> Instance:
         """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""
         if self.factory is None:

@@ -18,6 +18,8 @@ NOT_SERVED: dict[Task, str] = {
     "chat": "Model {model!r} does not chat.",
     "embeddings": "Model {model!r} is not an embedding model.",
     "rerank": "Model {model!r} is not a reranker.",
+    "transcription": "Model {model!r} is not a speech-to-text model.",
+    "speech": "Model {model!r} is not a text-to-speech model.",
 }
 
 

@@ -1,0 +1,281 @@
+"""OpenAI's audio endpoints (issue 45): POST /v1/audio/transcriptions, /v1/audio/translations
+and /v1/audio/speech, and GET /v1/audio/voices.
+
+A model that hears or speaks (`Engine.tasks`) runs the work itself on an admitted instance
+(queued, loaded just in time, its idle clock restarted: `Model.admit`, `Instance.slot`); one that
+relays (an `openai` upstream) hands the request on as the client sent it. Uploads are decoded in
+a worker thread within `[server]`'s audio limits; a client that leaves closes the engine's stream,
+which stops the engine after the window or sentence in hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from sluicegate.core.audio import AudioLimits
+from sluicegate.core.audio_encode import MEDIA_TYPES, Encoder
+from sluicegate.core.audio_files import decode_upload
+from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.pipeline import unless_disconnected
+from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask
+from sluicegate.dialects.openai_audio import (
+    TranscriptionFields,
+    parse_speech_request,
+    parse_transcription_fields,
+    render_transcript,
+    speech_delta_event,
+    speech_done_event,
+    transcript_delta_event,
+    transcript_done_event,
+    transcript_text,
+)
+from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.models import Model
+from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
+from sluicegate.routes.jobs import model_for
+from sluicegate.turn.http import INSTANCE_HEADER, wait_for_disconnect
+from sluicegate.turn.state import AppState
+
+FORM_SLACK = 64 * 1024  # the form's text fields and part headers, beyond the file itself
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def _limits(state: AppState) -> AudioLimits:
+    s = state.settings
+    return AudioLimits(s.max_audio_bytes, s.max_audio_seconds, s.max_audio_per_request)
+
+
+def _sse(event: dict[str, Any]) -> bytes:
+    return b"data: " + orjson.dumps(event) + b"\n\n"
+
+
+async def _form(request: Request, limits: AudioLimits) -> tuple[dict[str, list[str]], bytes]:
+    """The multipart form's text fields and its `file`, read within the size limit."""
+    if not request.headers.get("content-type", "").startswith("multipart/form-data"):
+        raise invalid("Send the audio as multipart/form-data with a 'file' field.", param="file")
+    form = await _bounded_form(request, limits.max_bytes + FORM_SLACK)
+    fields: dict[str, list[str]] = {}
+    upload: bytes | None = None
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            if key == "file":
+                upload = await value.read()
+            await value.close()
+        else:
+            fields.setdefault(key, []).append(value)
+    if upload is None:
+        raise invalid("The form has no 'file' field.", param="file")
+    return fields, upload
+
+
+async def _bounded_form(request: Request, max_bytes: int) -> Any:
+    """Starlette's form parser over a body read first within `max_bytes` (a 413 past it)."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise invalid(  # a 400, as OpenAI answers an oversize upload
+                f"The upload is larger than this server accepts ({max_bytes} bytes with the form; "
+                "max_audio_bytes).",
+                param="file",
+                code="audio_too_large",
+            )
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if sent:
+            return {"type": "http.disconnect"}
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    buffered = Request(request.scope, receive)
+    try:
+        return await buffered.form(max_files=4, max_fields=64)
+    except Exception as exc:  # starlette's multipart errors (HTTPException 400, MultiPartException)
+        detail = getattr(exc, "detail", None) or getattr(exc, "message", None) or "it could not be parsed"
+        raise invalid(f"Invalid multipart form: {detail}.", param="file") from None
+
+
+async def _transcript(model: Model, request: TranscriptionRequest) -> tuple[list[Segment], Transcribed, str]:
+    instance = model.admit()
+    async with instance.slot():
+        segments: list[Segment] = []
+        done: Transcribed | None = None
+        events = instance.engine.transcribe(request)
+        try:
+            async for event in events:
+                if isinstance(event, Segment):
+                    segments.append(event)
+                else:
+                    done = event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+    if done is None:
+        raise SluicegateError(
+            ErrorKind.ENGINE, f"model {model.id!r} ended without a transcript", code="engine_error"
+        )
+    return segments, done, instance.instance_id
+
+
+async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
+    state = app_state(request)
+    limits = _limits(state)
+    fields_in, upload = await _form(request, limits)
+    fields = parse_transcription_fields(fields_in, task)
+    model = model_for(state, fields.model, "transcription")
+    samples, seconds = await asyncio.to_thread(decode_upload, upload, limits)
+    job = TranscriptionRequest(
+        model=fields.model,
+        samples=samples,
+        seconds=seconds,
+        task=task,
+        language=fields.language,
+        prompt=fields.prompt,
+        temperature=fields.temperature,
+        words=fields.words,
+    )
+    if fields.stream:
+        return _stream_transcript(model, job)
+    segments, done, instance = await unless_disconnected(
+        _transcript(model, job), lambda: wait_for_disconnect(request)
+    )
+    return _rendered(fields, segments, done, instance)
+
+
+def _rendered(
+    fields: TranscriptionFields, segments: list[Segment], done: Transcribed, instance: str
+) -> Response:
+    body, media_type = render_transcript(fields, segments, done)
+    headers = {INSTANCE_HEADER: instance} if instance else None
+    if isinstance(body, dict):
+        return JSONResponse(body, headers=headers)
+    return Response(body, media_type=media_type, headers=headers)
+
+
+def _stream_transcript(model: Model, job: TranscriptionRequest) -> Response:
+    instance = model.admit()  # refused (503) now, before the status line
+
+    async def events() -> AsyncIterator[bytes]:
+        async with instance.slot():
+            parts: list[Segment] = []
+            stream = instance.engine.transcribe(job)
+            try:
+                async for event in stream:
+                    if isinstance(event, Segment):
+                        delta = event.text if parts else event.text.lstrip()
+                        parts.append(event)
+                        if delta:
+                            yield _sse(transcript_delta_event(delta))
+                    else:
+                        tokens = sum(len(s.tokens) for s in parts)
+                        yield _sse(transcript_done_event(transcript_text(parts), event, tokens))
+            except SluicegateError as exc:
+                yield _sse(openai_error(exc.info))
+            finally:
+                await stream.aclose()  # type: ignore[attr-defined]
+
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={**SSE_HEADERS, INSTANCE_HEADER: instance.instance_id},
+    )
+
+
+@dialect_endpoint("audio", openai_error)
+async def create_transcription(request: Request) -> Response:
+    return await _transcribe(request, "transcribe")
+
+
+@dialect_endpoint("audio", openai_error)
+async def create_translation(request: Request) -> Response:
+    return await _transcribe(request, "translate")
+
+
+@dialect_endpoint("audio", openai_error)
+async def create_speech(request: Request) -> Response:
+    state = app_state(request)
+    fields = parse_speech_request(await read_json(request, state.settings.max_body_bytes))
+    model = model_for(state, fields.request.model, "speech")
+    instance = model.admit()
+    sse = fields.sse
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        async with instance.slot():
+            stream = instance.engine.synthesize(fields.request)
+            encoder: Encoder | None = None
+            try:
+                async for voiced in stream:
+                    if encoder is None:
+                        encoder = Encoder(fields.response_format, voiced.sample_rate)
+                    audio = encoder.feed(voiced.pcm)
+                    if audio:
+                        yield _sse(speech_delta_event(audio)) if sse else audio
+                if encoder is not None and (tail := encoder.finish()):
+                    yield _sse(speech_delta_event(tail)) if sse else tail
+                if sse:
+                    yield _sse(speech_done_event(len(fields.request.input)))
+            finally:
+                if encoder is not None:
+                    encoder.close()
+                await stream.aclose()  # type: ignore[attr-defined]
+
+    chunks = body()
+    # The first sentence before the status line: a load or synthesis that fails is an HTTP
+    # error, and a client that leaves meanwhile closes the stream (and frees the engine).
+    try:
+        first = await unless_disconnected(anext(chunks), lambda: wait_for_disconnect(request))
+    except StopAsyncIteration:
+        first = b""
+    except BaseException:
+        await chunks.aclose()
+        raise
+
+    async def rest() -> AsyncIterator[bytes]:
+        try:
+            yield first
+            async for chunk in chunks:
+                yield chunk
+        finally:
+            await chunks.aclose()
+
+    media_type = "text/event-stream" if sse else MEDIA_TYPES[fields.response_format]
+    headers = {**SSE_HEADERS, INSTANCE_HEADER: instance.instance_id}
+    return StreamingResponse(rest(), media_type=media_type, headers=headers)
+
+
+@dialect_endpoint("audio", openai_error)
+async def list_voices(request: Request) -> Response:
+    """The voices of one model (`?model=`) or of every speech model."""
+    state = app_state(request)
+    wanted = request.query_params.get("model")
+    models = (
+        [model_for(state, wanted, "speech")]
+        if wanted
+        else [m for m in state.registry.models.values() if "speech" in m.engine.tasks()]
+    )
+    data = [
+        {"id": v.id, "name": v.name, "model": m.id, **({"language": v.language} if v.language else {})}
+        for m in models
+        for v in m.engine.voices()
+    ]
+    return JSONResponse({"object": "list", "data": data, "voices": [d["id"] for d in data]})
+
+
+ROUTES = [
+    Route("/v1/audio/transcriptions", create_transcription, methods=["POST"]),
+    Route("/v1/audio/translations", create_translation, methods=["POST"]),
+    Route("/v1/audio/speech", create_speech, methods=["POST"]),
+    Route("/v1/audio/voices", list_voices, methods=["GET"]),
+]
