@@ -11,6 +11,7 @@ which stops the engine after the window or sentence in hand.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
@@ -43,6 +44,8 @@ from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, 
 from sluicegate.routes.jobs import model_for
 from sluicegate.turn.http import INSTANCE_HEADER, wait_for_disconnect
 from sluicegate.turn.state import AppState
+
+log = logging.getLogger(__name__)
 
 FORM_SLACK = 64 * 1024  # the form's text fields and part headers, beyond the file itself
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -215,8 +218,11 @@ async def create_speech(request: Request) -> Response:
         async with instance.slot():
             stream = instance.engine.synthesize(fields.request)
             encoder: Encoder | None = None
+            timings: list[float] = []  # the engine's own seconds per sentence, for the log
+            finished = False
             try:
                 async for voiced in stream:
+                    timings.append(voiced.synthesis_seconds)
                     if encoder is None:
                         encoder = Encoder(fields.response_format, voiced.sample_rate)
                     audio = encoder.feed(voiced.pcm)
@@ -226,10 +232,18 @@ async def create_speech(request: Request) -> Response:
                     yield _sse(speech_delta_event(tail)) if sse else tail
                 if sse:
                     yield _sse(speech_done_event(len(fields.request.input)))
+                finished = True
             finally:
                 if encoder is not None:
                     encoder.close()
                 await stream.aclose()  # type: ignore[attr-defined]
+                log.info(
+                    "speech %s: %d sentence(s) synthesised in %s s%s",
+                    model.id,
+                    len(timings),
+                    " + ".join(f"{t:.3f}" for t in timings) or "0",
+                    "" if finished else " (stopped: the client left)",
+                )
 
     chunks = body()
     # The first sentence before the status line: a load or synthesis that fails is an HTTP
