@@ -119,8 +119,22 @@ class PiperEngine(Engine):
         a load, the file's name alone is known."""
         if self._speakers:
             return [Voice(name, name) for name in self._speakers]
-        stem = self._name or (self.path.stem if self.path is not None else self.packages[0])
+        stem = self._name or self._peek_name()
         return [Voice(self._default_voice or stem, stem)]
+
+    def _peek_name(self) -> str:
+        """The voice file's name without loading it (nor joining any parts)."""
+        if self.path is not None:
+            return (
+                self.path.stem
+                if self.path.suffix == ".onnx"
+                else next(self.path.glob("*.onnx"), self.path).stem
+            )
+        for name in self.packages:
+            for found in package_dir(name).glob("*.onnx*"):
+                if not found.name.endswith(".json"):
+                    return found.name.split(".onnx")[0]
+        return self.packages[0]
 
     async def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
         voice = self._voice
