@@ -3,6 +3,7 @@ openai SDK: espeak-ng speaks, Whisper (base, CTranslate2, from PyPI) hears (issu
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +12,7 @@ import httpx
 import openai
 import pytest
 from conftest import StartServer
-from e2e_support import Server
+from e2e_support import Server, metric, poll
 from voice_support import SENTENCES, espeak, need_voice, reencode, voice_models, word_error_rate, words
 
 pytestmark = pytest.mark.e2e
@@ -24,7 +25,7 @@ def voice_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
     need_voice()
     models, env = voice_models(tmp_path_factory.mktemp("speech-cache"))
     # A low duration cap, so an over-long upload is cheap to make.
-    return start_server({"max_audio_seconds": 20, "max_audio_bytes": 2_000_000}, models, env=env)
+    return start_server({"max_audio_seconds": 120, "max_audio_bytes": 4_000_000}, models, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -129,13 +130,13 @@ def test_bad_uploads_are_400s(sdk: openai.OpenAI, clips: list[bytes], tmp_path: 
     hour = bytearray(wav[:44]) + bytes(1000)
     struct.pack_into("<I", hour, 40, 16000 * 2 * 3600)
     assert _bad(sdk, bytes(hour)).code == "invalid_audio"
-    # A decompression bomb: a small FLAC of silence that decodes to far past the 20 s cap.
-    bomb = reencode(_silence_wav(tmp_path, seconds=600), "flac", "flac")
-    assert len(bomb) < 2_000_000
+    # A decompression bomb: a small FLAC of silence that decodes to far past the 120 s cap.
+    bomb = reencode(_silence_wav(tmp_path, seconds=1200), "flac", "flac")
+    assert len(bomb) < 1_000_000
     error = _bad(sdk, bomb, "bomb.flac")
     assert error.code == "audio_too_long" and error.body["param"] == "file"  # type: ignore[index]
     # Past max_audio_bytes: refused before it is decoded.
-    error = _bad(sdk, wav + bytes(2_000_000))
+    error = _bad(sdk, wav + bytes(4_000_000))
     assert error.code == "audio_too_large"
 
 
@@ -182,3 +183,38 @@ def test_listed_with_its_kind(voice_server: Server) -> None:
         tags = {m["name"] for m in http.get("/api/tags").json()["models"]}
     assert models[MODEL]["meta"]["type"] == "stt" and models["piper-en"]["meta"]["type"] == "tts"
     assert {MODEL, "piper-en"} <= {t.split(":")[0] for t in tags}
+
+
+HEARD = re.compile(r"transcription whisper-base: ([\d.]+) s of ([\d.]+) s heard( \(stopped\))?")
+
+
+def test_a_client_that_leaves_frees_the_model(voice_server: Server, tmp_path: Path) -> None:
+    """A minute of speech (several 30-second windows); the client leaves after the first words:
+    the engine stops after the window in hand and the model takes the next request."""
+    text = " ".join(f"This is sentence number {n} of a long recording." for n in range(1, 25))
+    long = espeak(text, tmp_path, "long")
+    before = len(HEARD.findall(voice_server.output()))
+    with httpx.Client(base_url=voice_server.base_url, timeout=120.0) as http:
+        with http.stream(
+            "POST",
+            "/v1/audio/transcriptions",
+            data={"model": MODEL, "stream": "true"},
+            files={"file": ("l.wav", long)},
+        ) as response:
+            assert response.status_code == 200
+            next(line for line in response.iter_lines() if line.startswith("data: "))
+            response.close()
+        found = poll(lambda: HEARD.findall(voice_server.output())[before:], timeout=120.0, fail=True)
+        heard, total, stopped = found[0]
+        assert stopped and float(heard) < float(total) - 30, found
+        poll(
+            lambda: metric(voice_server.base_url, "sluicegate_generations_active", MODEL) == 0,
+            timeout=60.0,
+            fail=True,
+        )
+        after = http.post(
+            "/v1/audio/transcriptions",
+            data={"model": MODEL},
+            files={"file": ("s.wav", espeak("This is sentence number one.", tmp_path, "short"))},
+        )
+    assert after.status_code == 200 and "sentence" in after.json()["text"].lower(), after.text

@@ -24,7 +24,7 @@ from starlette.routing import Route
 from sluicegate.core.audio import AudioLimits
 from sluicegate.core.audio_encode import MEDIA_TYPES, Encoder
 from sluicegate.core.audio_files import decode_upload
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.pipeline import unless_disconnected
 from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask
 from sluicegate.dialects.openai_audio import (
@@ -39,6 +39,7 @@ from sluicegate.dialects.openai_audio import (
     transcript_text,
 )
 from sluicegate.dialects.openai_errors import openai_error
+from sluicegate.engines.instances import Instance
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.routes.jobs import model_for
@@ -111,20 +112,46 @@ async def _bounded_form(request: Request, max_bytes: int) -> Any:
         raise invalid(f"Invalid multipart form: {detail}.", param="file") from None
 
 
-async def _transcript(model: Model, request: TranscriptionRequest) -> tuple[list[Segment], Transcribed, str]:
-    instance = model.admit()
+async def _heard(
+    model: Model, instance: Instance, job: TranscriptionRequest
+) -> AsyncGenerator[Segment | Transcribed, None]:
+    """The engine's transcript events on an admitted instance; logs how much was heard, and
+    whether the client left first (the engine stops after the window in hand)."""
+    heard = 0.0
+    finished = False
     async with instance.slot():
-        segments: list[Segment] = []
-        done: Transcribed | None = None
-        events = instance.engine.transcribe(request)
+        events = instance.engine.transcribe(job)
         try:
             async for event in events:
                 if isinstance(event, Segment):
-                    segments.append(event)
+                    heard = event.end
                 else:
-                    done = event
+                    finished = True
+                yield event
         finally:
             await events.aclose()  # type: ignore[attr-defined]
+            log.info(
+                "transcription %s: %.1f s of %.1f s heard%s",
+                model.id,
+                job.seconds if finished else heard,
+                job.seconds,
+                "" if finished else " (stopped)",
+            )
+
+
+async def _transcript(model: Model, job: TranscriptionRequest) -> tuple[list[Segment], Transcribed, str]:
+    instance = model.admit()
+    segments: list[Segment] = []
+    done: Transcribed | None = None
+    events = _heard(model, instance, job)
+    try:
+        async for event in events:
+            if isinstance(event, Segment):
+                segments.append(event)
+            else:
+                done = event
+    finally:
+        await events.aclose()
     if done is None:
         raise SluicegateError(
             ErrorKind.ENGINE, f"model {model.id!r} ended without a transcript", code="engine_error"
@@ -171,23 +198,27 @@ def _stream_transcript(model: Model, job: TranscriptionRequest) -> Response:
     instance = model.admit()  # refused (503) now, before the status line
 
     async def events() -> AsyncIterator[bytes]:
-        async with instance.slot():
-            parts: list[Segment] = []
-            stream = instance.engine.transcribe(job)
-            try:
-                async for event in stream:
-                    if isinstance(event, Segment):
-                        delta = event.text if parts else event.text.lstrip()
-                        parts.append(event)
-                        if delta:
-                            yield _sse(transcript_delta_event(delta))
-                    else:
-                        tokens = sum(len(s.tokens) for s in parts)
-                        yield _sse(transcript_done_event(transcript_text(parts), event, tokens))
-            except SluicegateError as exc:
-                yield _sse(openai_error(exc.info))
-            finally:
-                await stream.aclose()  # type: ignore[attr-defined]
+        parts: list[Segment] = []
+        stream = _heard(model, instance, job)
+        try:
+            async for event in stream:
+                if isinstance(event, Segment):
+                    delta = event.text if parts else event.text.lstrip()
+                    parts.append(event)
+                    if delta:
+                        yield _sse(transcript_delta_event(delta))
+                else:
+                    tokens = sum(len(s.tokens) for s in parts)
+                    yield _sse(transcript_done_event(transcript_text(parts), event, tokens))
+        except SluicegateError as exc:  # after the status line: an error event ends the stream
+            yield _sse(openai_error(exc.info))
+        except Exception as exc:  # a failed load, a broken engine: said, never a stack trace
+            log.exception("transcription on %s failed", model.id)
+            yield _sse(
+                openai_error(ErrorInfo(ErrorKind.ENGINE, f"The transcription failed: {type(exc).__name__}."))
+            )
+        finally:
+            await stream.aclose()
 
     return StreamingResponse(
         events(),
