@@ -92,3 +92,14 @@ class Voiced:
     sample_rate: int
     text: str = ""
     synthesis_seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Upload:
+    """A transcription form as the client sent it, for an engine that hands it on (an upstream):
+    its text fields (each with all its values, in order) and its file."""
+
+    fields: dict[str, list[str]]
+    filename: str
+    content_type: str
+    data: bytes

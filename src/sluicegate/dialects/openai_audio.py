@@ -21,6 +21,13 @@ from sluicegate.core.speech import Segment, SpeechRequest, Transcribed, Transcri
 
 TranscriptFormat = Literal["json", "text", "srt", "verbose_json", "vtt"]
 TRANSCRIPT_FORMATS: tuple[TranscriptFormat, ...] = ("json", "text", "srt", "verbose_json", "vtt")
+TRANSCRIPT_MEDIA_TYPES: dict[str, str] = {
+    "json": "application/json",
+    "verbose_json": "application/json",
+    "text": "text/plain; charset=utf-8",
+    "srt": "text/plain; charset=utf-8",
+    "vtt": "text/vtt; charset=utf-8",
+}
 MAX_SPEECH_INPUT = 4096  # characters, as OpenAI's speech endpoint takes
 # Whisper's encoder hears 50 positions a second (1500 per 30 s window): the usage's audio tokens.
 AUDIO_TOKENS_PER_SECOND = 50

@@ -18,7 +18,7 @@ from sluicegate.core.errors import ConfigError as ConfigError  # part of the eng
 from sluicegate.core.errors import SluicegateError, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
-from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Voice, Voiced
+from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Upload, Voice, Voiced
 
 
 @dataclass(slots=True)
@@ -256,3 +256,10 @@ class Engine(ABC):
     def voices(self) -> list[Voice]:
         """The voices a speech model has (the first is its default)."""
         return []
+
+    def relay_audio(self, path: str, body: Upload | dict[str, Any]) -> AsyncIterator[bytes] | None:
+        """An audio request this engine hands on to a server as the client sent it (`path`:
+        `/audio/transcriptions`, `/audio/translations` with the form, `/audio/speech` with the
+        JSON body): the answer's bytes as they arrive, raising a `SluicegateError` for a
+        refusal before the first. None (the default): the engine does the work itself."""
+        return None

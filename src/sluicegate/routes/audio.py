@@ -26,8 +26,9 @@ from sluicegate.core.audio_encode import MEDIA_TYPES, Encoder
 from sluicegate.core.audio_files import decode_upload
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.pipeline import unless_disconnected
-from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask
+from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask, Upload
 from sluicegate.dialects.openai_audio import (
+    TRANSCRIPT_MEDIA_TYPES,
     TranscriptionFields,
     parse_speech_request,
     parse_transcription_fields,
@@ -49,6 +50,7 @@ from sluicegate.turn.state import AppState
 log = logging.getLogger(__name__)
 
 FORM_SLACK = 64 * 1024  # the form's text fields and part headers, beyond the file itself
+UPSTREAM_PATHS = {"transcribe": "/audio/transcriptions", "translate": "/audio/translations"}
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -61,23 +63,25 @@ def _sse(event: dict[str, Any]) -> bytes:
     return b"data: " + orjson.dumps(event) + b"\n\n"
 
 
-async def _form(request: Request, limits: AudioLimits) -> tuple[dict[str, list[str]], bytes]:
+async def _form(request: Request, limits: AudioLimits) -> Upload:
     """The multipart form's text fields and its `file`, read within the size limit."""
     if not request.headers.get("content-type", "").startswith("multipart/form-data"):
         raise invalid("Send the audio as multipart/form-data with a 'file' field.", param="file")
     form = await _bounded_form(request, limits.max_bytes + FORM_SLACK)
     fields: dict[str, list[str]] = {}
-    upload: bytes | None = None
+    upload: Upload | None = None
     for key, value in form.multi_items():
         if isinstance(value, UploadFile):
             if key == "file":
-                upload = await value.read()
+                data = await value.read()
+                kind = value.content_type or "application/octet-stream"
+                upload = Upload(fields, value.filename or "audio", kind, data)
             await value.close()
         else:
             fields.setdefault(key, []).append(value)
     if upload is None:
         raise invalid("The form has no 'file' field.", param="file")
-    return fields, upload
+    return upload
 
 
 async def _bounded_form(request: Request, max_bytes: int) -> Any:
@@ -162,10 +166,14 @@ async def _transcript(model: Model, job: TranscriptionRequest) -> tuple[list[Seg
 async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
     state = app_state(request)
     limits = _limits(state)
-    fields_in, upload = await _form(request, limits)
-    fields = parse_transcription_fields(fields_in, task)
+    upload = await _form(request, limits)
+    fields = parse_transcription_fields(upload.fields, task)
     model = model_for(state, fields.model, "transcription")
-    samples, seconds = await asyncio.to_thread(decode_upload, upload, limits)
+    relayed = model.engine.relay_audio(UPSTREAM_PATHS[task], upload)
+    if relayed is not None:
+        media_type = "text/event-stream" if fields.stream else TRANSCRIPT_MEDIA_TYPES[fields.response_format]
+        return await _started(request, relayed, media_type, {})
+    samples, seconds = await asyncio.to_thread(decode_upload, upload.data, limits)
     job = TranscriptionRequest(
         model=fields.model,
         samples=samples,
@@ -240,8 +248,13 @@ async def create_translation(request: Request) -> Response:
 @dialect_endpoint("audio", openai_error)
 async def create_speech(request: Request) -> Response:
     state = app_state(request)
-    fields = parse_speech_request(await read_json(request, state.settings.max_body_bytes))
+    raw = await read_json(request, state.settings.max_body_bytes)
+    fields = parse_speech_request(raw)  # the same 400s for every engine, before an upstream sees it
     model = model_for(state, fields.request.model, "speech")
+    relayed = model.engine.relay_audio("/audio/speech", raw)
+    if relayed is not None:
+        sse_type = "text/event-stream" if fields.sse else MEDIA_TYPES[fields.response_format]
+        return await _started(request, relayed, sse_type, {})
     instance = model.admit()
     sse = fields.sse
 
@@ -256,10 +269,10 @@ async def create_speech(request: Request) -> Response:
                     timings.append(voiced.synthesis_seconds)
                     if encoder is None:
                         encoder = Encoder(fields.response_format, voiced.sample_rate)
-                    audio = encoder.feed(voiced.pcm)
+                    audio = await asyncio.to_thread(encoder.feed, voiced.pcm)  # CPU work: off the loop
                     if audio:
                         yield _sse(speech_delta_event(audio)) if sse else audio
-                if encoder is not None and (tail := encoder.finish()):
+                if encoder is not None and (tail := await asyncio.to_thread(encoder.finish)):
                     yield _sse(speech_delta_event(tail)) if sse else tail
                 if sse:
                     yield _sse(speech_done_event(len(fields.request.input)))
@@ -276,28 +289,37 @@ async def create_speech(request: Request) -> Response:
                     "" if finished else " (stopped: the client left)",
                 )
 
-    chunks = body()
-    # The first sentence before the status line: a load or synthesis that fails is an HTTP
-    # error, and a client that leaves meanwhile closes the stream (and frees the engine).
+    media_type = "text/event-stream" if sse else MEDIA_TYPES[fields.response_format]
+    return await _started(request, body(), media_type, {INSTANCE_HEADER: instance.instance_id})
+
+
+async def _started(
+    request: Request, chunks: AsyncIterator[bytes], media_type: str, headers: dict[str, str]
+) -> Response:
+    """A streamed answer whose first chunk is awaited before the status line: a load, a
+    synthesis or an upstream that fails first is an HTTP error in OpenAI's shape, and a client
+    that leaves meanwhile closes the stream (which frees the engine or the upstream)."""
+    aclose = getattr(chunks, "aclose", None)
     try:
         first = await unless_disconnected(anext(chunks), lambda: wait_for_disconnect(request))
     except StopAsyncIteration:
         first = b""
     except BaseException:
-        await chunks.aclose()
+        if aclose is not None:
+            await aclose()
         raise
 
     async def rest() -> AsyncIterator[bytes]:
         try:
-            yield first
+            if first:
+                yield first
             async for chunk in chunks:
                 yield chunk
         finally:
-            await chunks.aclose()
+            if aclose is not None:
+                await aclose()
 
-    media_type = "text/event-stream" if sse else MEDIA_TYPES[fields.response_format]
-    headers = {**SSE_HEADERS, INSTANCE_HEADER: instance.instance_id}
-    return StreamingResponse(rest(), media_type=media_type, headers=headers)
+    return StreamingResponse(rest(), media_type=media_type, headers={**SSE_HEADERS, **headers})
 
 
 @dialect_endpoint("audio", openai_error)

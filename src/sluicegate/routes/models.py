@@ -14,7 +14,7 @@ from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
 
 
 def _kind(tasks: frozenset[Task]) -> str:
-    if "transcription" in tasks or "speech" in tasks:  # speech models (issue 45)
+    if "chat" not in tasks and ("transcription" in tasks or "speech" in tasks):  # speech models (issue 45)
         return "stt" if "transcription" in tasks else "tts"
     return "rerank" if "rerank" in tasks else "embeddings" if "embeddings" in tasks else "llm"
 
