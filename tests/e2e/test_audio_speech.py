@@ -38,6 +38,7 @@ def voice_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
     need_voice()
     models, env = voice_models(tmp_path_factory.mktemp("speech-cache"))
     models[1] |= {"max_concurrency": 1}
+    models.append({**models[1], "id": "piper-ttl", "ttl": 1})  # unloaded one idle second later
     return start_server({}, models, env=env)
 
 
@@ -174,3 +175,20 @@ def test_voices_and_errors(voice_server: Server) -> None:
     for response in errors:
         assert response.status_code == 400, response.text
         assert set(response.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def _loaded(server: Server) -> set[str]:
+    return {
+        m["name"].split(":")[0] for m in httpx.get(server.base_url + "/api/ps", timeout=10).json()["models"]
+    }
+
+
+def test_loaded_just_in_time_and_unloaded_when_idle(voice_server: Server) -> None:
+    assert "piper-ttl" not in _loaded(voice_server)
+    with httpx.Client(base_url=voice_server.base_url, timeout=120.0) as http:
+        body = {"model": "piper-ttl", "input": "Loaded when asked.", "response_format": "wav"}
+        assert http.post("/v1/audio/speech", json=body).status_code == 200
+        # The reaper unloads it once its ttl passed (it runs every few seconds).
+        poll(lambda: "piper-ttl" not in _loaded(voice_server), timeout=60.0, fail=True)
+        again = http.post("/v1/audio/speech", json=body)
+    assert again.status_code == 200 and len(again.content) > 10_000
