@@ -24,7 +24,7 @@ from starlette.routing import Route
 from sluicegate.core.audio import AudioLimits
 from sluicegate.core.audio_encode import MEDIA_TYPES, Encoder
 from sluicegate.core.audio_files import decode_upload
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.pipeline import unless_disconnected
 from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask, Upload
 from sluicegate.dialects.openai_audio import (
@@ -185,7 +185,7 @@ async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
         words=fields.words,
     )
     if fields.stream:
-        return _stream_transcript(model, job)
+        return await _stream_transcript(request, model, job)
     segments, done, instance = await unless_disconnected(
         _transcript(model, job), lambda: wait_for_disconnect(request)
     )
@@ -202,10 +202,10 @@ def _rendered(
     return Response(body, media_type=media_type, headers=headers)
 
 
-def _stream_transcript(model: Model, job: TranscriptionRequest) -> Response:
+async def _stream_transcript(request: Request, model: Model, job: TranscriptionRequest) -> Response:
     instance = model.admit()  # refused (503) now, before the status line
 
-    async def events() -> AsyncIterator[bytes]:
+    async def events() -> AsyncGenerator[bytes, None]:
         parts: list[Segment] = []
         stream = _heard(model, instance, job)
         try:
@@ -228,11 +228,7 @@ def _stream_transcript(model: Model, job: TranscriptionRequest) -> Response:
         finally:
             await stream.aclose()
 
-    return StreamingResponse(
-        events(),
-        media_type="text/event-stream",
-        headers={**SSE_HEADERS, INSTANCE_HEADER: instance.instance_id},
-    )
+    return await _started(request, events(), "text/event-stream", {INSTANCE_HEADER: instance.instance_id})
 
 
 @dialect_endpoint("audio", openai_error)
@@ -296,28 +292,57 @@ async def create_speech(request: Request) -> Response:
 async def _started(
     request: Request, chunks: AsyncIterator[bytes], media_type: str, headers: dict[str, str]
 ) -> Response:
-    """A streamed answer whose first chunk is awaited before the status line: a load, a
-    synthesis or an upstream that fails first is an HTTP error in OpenAI's shape, and a client
-    that leaves meanwhile closes the stream (which frees the engine or the upstream)."""
-    aclose = getattr(chunks, "aclose", None)
-    try:
-        first = await unless_disconnected(anext(chunks), lambda: wait_for_disconnect(request))
-    except StopAsyncIteration:
-        first = b""
-    except BaseException:
-        if aclose is not None:
-            await aclose()
-        raise
+    """A streamed answer produced by a task of its own, whose first chunk is awaited before the
+    status line: a load, a synthesis or an upstream that fails first is an HTTP error in OpenAI's
+    shape. The response only reads what the producer queues (one chunk ahead); when the client
+    leaves — seen by the watcher below, or by Starlette cancelling the response — the producer
+    is cancelled once, where it waits, and the engine's stream closes and frees its slot."""
+    queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=1)
 
-    async def rest() -> AsyncIterator[bytes]:
+    async def produce() -> None:
         try:
-            if first:
-                yield first
             async for chunk in chunks:
-                yield chunk
+                if chunk:
+                    await queue.put(chunk)
+            await queue.put(None)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # the reader reports it: before the status line, an HTTP error
+            await queue.put(exc)
         finally:
+            aclose = getattr(chunks, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+    producer = asyncio.ensure_future(produce())
+    try:
+        first = await unless_disconnected(queue.get(), lambda: wait_for_disconnect(request))
+    except BaseException:
+        producer.cancel()
+        raise
+    if isinstance(first, BaseException):
+        producer.cancel()
+        if isinstance(first, EngineFailure):
+            raise SluicegateError(ErrorKind.ENGINE, str(first), code=first.code or "engine_error")
+        raise first
+
+    async def rest() -> AsyncIterator[bytes]:
+        watcher = asyncio.ensure_future(wait_for_disconnect(request))
+        try:
+            item: bytes | BaseException | None = first
+            while isinstance(item, bytes):
+                yield item
+                getter = asyncio.ensure_future(queue.get())
+                await asyncio.wait({getter, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():  # the client left while the engine worked
+                    getter.cancel()
+                    return
+                item = getter.result()
+            if isinstance(item, BaseException):  # after the status line: the body just ends
+                log.error("the answer of %s failed mid-stream: %s", request.url.path, item)
+        finally:
+            watcher.cancel()
+            producer.cancel()  # no await: this may run inside a cancelled scope
 
     return StreamingResponse(rest(), media_type=media_type, headers={**SSE_HEADERS, **headers})
 
