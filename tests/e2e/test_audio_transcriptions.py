@@ -4,6 +4,7 @@ openai SDK: espeak-ng speaks, Whisper (base, CTranslate2, from PyPI) hears (issu
 from __future__ import annotations
 
 import re
+import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -189,32 +190,53 @@ HEARD = re.compile(r"transcription whisper-base: ([\d.]+) s of ([\d.]+) s heard(
 
 
 def test_a_client_that_leaves_frees_the_model(voice_server: Server, tmp_path: Path) -> None:
-    """A minute of speech (several 30-second windows); the client leaves after the first words:
-    the engine stops after the window in hand and the model takes the next request."""
+    """A minute of speech (three 30-second windows) streamed; the client leaves once the model
+    has started on it (its slot taken), before any answer: the engine stops after the window in
+    hand, having sent nothing, and the model takes the next request."""
     text = " ".join(f"This is sentence number {n} of a long recording." for n in range(1, 25))
     long = espeak(text, tmp_path, "long")
+    short = espeak("This is sentence number one.", tmp_path, "short")
+    with httpx.Client(base_url=voice_server.base_url, timeout=120.0) as http:  # loaded first
+        assert http.post(
+            "/v1/audio/transcriptions", data={"model": MODEL}, files={"file": ("s.wav", short)}
+        ).is_success
     before = len(HEARD.findall(voice_server.output()))
-    with httpx.Client(base_url=voice_server.base_url, timeout=120.0) as http:
-        with http.stream(
-            "POST",
-            "/v1/audio/transcriptions",
-            data={"model": MODEL, "stream": "true"},
-            files={"file": ("l.wav", long)},
-        ) as response:
-            assert response.status_code == 200
-            next(line for line in response.iter_lines() if line.startswith("data: "))
-            response.close()
-        found = poll(lambda: HEARD.findall(voice_server.output())[before:], timeout=120.0, fail=True)
-        heard, total, stopped = found[0]
-        assert stopped and float(heard) < float(total) - 30, found
+    boundary = "voice-test-boundary"
+    form = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="model"\r\n\r\n{MODEL}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="stream"\r\n\r\ntrue\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="l.wav"\r\n'
+            "Content-Type: audio/wav\r\n\r\n"
+        ).encode()
+        + long
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
+    host, port = voice_server.base_url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as client:
+        client.sendall(
+            b"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: x\r\n"
+            + f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: {len(form)}\r\n\r\n".encode()
+            + form
+        )
         poll(
-            lambda: metric(voice_server.base_url, "sluicegate_generations_active", MODEL) == 0,
+            lambda: metric(voice_server.base_url, "sluicegate_generations_active", MODEL) == 1,
             timeout=60.0,
             fail=True,
         )
+    # Gone while the first window was being heard.
+    found = poll(lambda: HEARD.findall(voice_server.output())[before:], timeout=120.0, fail=True)
+    heard, total, stopped = found[0]
+    assert stopped and float(heard) <= 30.0 < float(total), found
+    poll(
+        lambda: metric(voice_server.base_url, "sluicegate_generations_active", MODEL) == 0,
+        timeout=60.0,
+        fail=True,
+    )
+    with httpx.Client(base_url=voice_server.base_url, timeout=120.0) as http:
         after = http.post(
             "/v1/audio/transcriptions",
             data={"model": MODEL},
-            files={"file": ("s.wav", espeak("This is sentence number one.", tmp_path, "short"))},
+            files={"file": ("s.wav", short)},
         )
     assert after.status_code == 200 and "sentence" in after.json()["text"].lower(), after.text

@@ -123,24 +123,26 @@ async def _heard(
     whether the client left first (the engine stops after the window in hand)."""
     heard = 0.0
     finished = False
-    async with instance.slot():
-        events = instance.engine.transcribe(job)
-        try:
-            async for event in events:
-                if isinstance(event, Segment):
-                    heard = event.end
-                else:
-                    finished = True
-                yield event
-        finally:
-            await events.aclose()  # type: ignore[attr-defined]
-            log.info(
-                "transcription %s: %.1f s of %.1f s heard%s",
-                model.id,
-                job.seconds if finished else heard,
-                job.seconds,
-                "" if finished else " (stopped)",
-            )
+    try:
+        async with instance.slot():
+            events = instance.engine.transcribe(job)
+            try:
+                async for event in events:
+                    if isinstance(event, Segment):
+                        heard = event.end
+                    else:
+                        finished = True
+                    yield event
+            finally:
+                await events.aclose()  # type: ignore[attr-defined]
+    finally:
+        log.info(
+            "transcription %s: %.1f s of %.1f s heard%s",
+            model.id,
+            job.seconds if finished else heard,
+            job.seconds,
+            "" if finished else " (stopped)",
+        )
 
 
 async def _transcript(model: Model, job: TranscriptionRequest) -> tuple[list[Segment], Transcribed, str]:
