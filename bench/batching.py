@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 import httpx
 
 from local_engine import free_port, serving
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 
 MODEL = "bench"
 # Per model: (sequences, context per sequence); `--parallel` and `--context` override.

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from batching import STORY, sluicegate_config, stream
 from local_engine import free_port, serving
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 
 TICK = os.sysconf("SC_CLK_TCK")
 

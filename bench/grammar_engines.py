@@ -37,8 +37,8 @@ from llama_cpp.llama_grammar import SchemaConverter
 from llguidance import LLMatcher
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "src"))
+from sluicegate.demo.model import base_vocab_size, make_demo_gguf
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
-from sluicegate.engines.llamacpp.demo import base_vocab_size, make_demo_gguf
 from sluicegate.engines.llamacpp.grammar import json_schema_grammar
 from sluicegate.engines.llamacpp.runtime import Vocabulary
 

@@ -54,8 +54,8 @@ from PIL import Image
 
 from batching import rss_mib
 from local_engine import free_port, serving, voluntary_switches
-from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
-from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
+from sluicegate.demo.audio import make_demo_audio
+from sluicegate.demo.vision import make_demo_vision
 
 MODEL = "bench"
 AUDIO = False  # --audio: the media are WAV clips, not pictures

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import httpx
 
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 
 MODEL = "bench"
 STORY = (

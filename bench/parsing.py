@@ -132,7 +132,7 @@ def generation_time(tokens: int = 64) -> float:
     """Seconds per generated token on the bench demo model, in this process."""
     import llama_cpp
 
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     with tempfile.TemporaryDirectory() as folder:
         path = make_demo_gguf(Path(folder) / "bench.gguf", size="bench", ends_replies=False)

@@ -40,7 +40,7 @@ import jsonschema
 
 sys.path.insert(0, str(Path(__file__).parent))
 from local_engine import free_port, serving
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "jsonschemabench_sample.json"

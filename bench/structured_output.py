@@ -44,8 +44,8 @@ from llguidance import LLMatcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 from local_engine import STORY, cpu_seconds, free_port, serving
+from sluicegate.demo.model import base_vocab_size, make_demo_gguf
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
-from sluicegate.engines.llamacpp.demo import base_vocab_size, make_demo_gguf
 from sluicegate.engines.llamacpp.grammar import json_schema_grammar
 from sluicegate.engines.llamacpp.runtime import Vocabulary
 

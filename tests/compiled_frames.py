@@ -35,7 +35,6 @@ time.perf_counter_ns = lambda: 1_000_000_000_000
 from sluicegate.core.accumulate import Accumulator  # noqa: E402
 from sluicegate.core.events import RawBatch, RawEvent  # noqa: E402
 from sluicegate.core.frames import Frame  # noqa: E402
-from sluicegate.core.segment import segment  # noqa: E402
 from sluicegate.dialects.anthropic.dialect import AnthropicDialect  # noqa: E402
 from sluicegate.dialects.anthropic.signature import ThinkingSigner  # noqa: E402
 from sluicegate.dialects.base import Dialect, EncoderContext  # noqa: E402
@@ -193,7 +192,7 @@ async def wire_bytes(
     turn = dialect.parse(body, {}, {})
     accumulator = Accumulator()
     context = EncoderContext("turn_1", 1_764_000_000, "inst_1", accumulator, lambda _: None, stored=False)
-    pipeline = TurnPipeline(segment(upstream(reads, parser)), dialect.encoder(turn, context), accumulator)
+    pipeline = TurnPipeline(upstream(reads, parser), dialect.encoder(turn, context), accumulator)
     pipeline.open()
     # One write per list, as the transport does: the framing of each list is what goes out.
     return b"".join([framing(frame_list) async for frame_list in pipeline.frames()])

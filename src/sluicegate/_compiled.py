@@ -11,11 +11,14 @@ any of these modules loads) compares that record with the sources as they are no
 It is all or nothing: mypyc compiles the modules as one group whose code calls across modules
 natively, so a compiled module beside a pure copy of a group member would still run the old one.
 
-Standard library only: `setup.py` loads this file before the project's dependencies exist.
+Standard library only: `setup.py` loads this file before the project's dependencies exist. So a
+dialect package's modules are not listed here: each built-in dialect declares its own in the
+`COMPILED` constant of its `registration.py`, read from the source (`ast`), never imported.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -27,8 +30,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+MANIFEST = "_compiled_build.json"
+PURE_SWITCH = "SLUICEGATE_PURE_PYTHON"
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def declared_by_dialects(package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
+    """The modules each built-in dialect package compiles: the `COMPILED` tuple of module names
+    (relative to the package) in `dialects/<name>/registration.py`, read without importing it."""
+    found: list[str] = []
+    for path in sorted((package_dir / "dialects").glob("*/registration.py")):
+        for node in ast.parse(path.read_bytes(), str(path)).body:
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if any(isinstance(t, ast.Name) and t.id == "COMPILED" for t in targets):
+                found += [f"sluicegate.dialects.{path.parent.name}.{m}" for m in ast.literal_eval(value)]
+    return tuple(found)
+
+
 # What the profile of a relayed token names (bench/README.md, "compiled hot path"): the upstream
-# chunk parser, the segmenter, the output parser, the accumulator, the encoders, the framing.
+# chunk parser, the segmenter, the output parser, the accumulator, the framing; and the
+# dialects' encoders, which their packages declare.
 COMPILED: tuple[str, ...] = (
     "sluicegate.core.events",
     "sluicegate.core.frames",  # every encoder makes one per token
@@ -40,17 +66,9 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.parsing.parser",
     "sluicegate.parsing.scan",
     "sluicegate.parsing.markup",
-    "sluicegate.dialects.chat_completions.encoder",
-    "sluicegate.dialects.responses.encoder",
-    "sluicegate.dialects.lmstudio.encoder",
-    "sluicegate.dialects.anthropic.encoder",
-    "sluicegate.dialects.completions.encoder",
-    "sluicegate.dialects.ollama.encoder",
     "sluicegate.transport.sse",
+    *declared_by_dialects(),
 )
-MANIFEST = "_compiled_build.json"
-PURE_SWITCH = "SLUICEGATE_PURE_PYTHON"
-PACKAGE_DIR = Path(__file__).resolve().parent
 
 # The outcome of `choose()`: "compiled", "pure (why)" or "not built".
 mode = "not built"

@@ -28,11 +28,14 @@ log_prompts = false             # true: request bodies and answers in the access
 max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
 max_image_pixels = 32000000     # per image, width x height
 max_images_per_request = 16
+max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
+cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
+default_model = "my-model"      # serves requests that name no model or an unknown one
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -76,6 +79,7 @@ id = "my-model"
 engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
 ttl = 600                       # optional: this model's idle TTL when JIT-loaded
+aliases = ["gpt-*"]             # optional: other names (globs) requests may use for it
 ```
 """
 
@@ -105,6 +109,9 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     api_keys: list[str] = field(default_factory=list)
+    admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
+    limits_on_store_failure: Literal["open", "closed"] = "open"  # runtime keys' counters unreachable
+    prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model glob → money per 1M tokens
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -129,11 +136,14 @@ class Settings:
     max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
     max_image_pixels: int = 32_000_000
     max_images_per_request: int = 16
+    max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
+    default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -164,6 +174,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "port": int,
     "api_key": str,
     "api_keys": list,
+    "admin_key": str,
+    "limits_on_store_failure": str,
     "heartbeat_seconds": (int, float),
     "request_timeout_seconds": (int, float),
     "idle_timeout_seconds": (int, float),
@@ -187,11 +199,14 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_image_bytes": int,
     "max_image_pixels": int,
     "max_images_per_request": int,
+    "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
+    "cors_origins": list,
+    "default_model": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
@@ -214,7 +229,18 @@ TOOLS_KEYS = (
     "plugins",
 )
 TRACING_KEYS = ("exporter", "endpoint", "service_name", "sample_ratio")
-_TOP_KEYS = {"server", "chat_completions", "responses", "lmstudio", "store", "models", "tools", "tracing"}
+_TOP_KEYS = {
+    "server",
+    "chat_completions",
+    "responses",
+    "lmstudio",
+    "store",
+    "models",
+    "tools",
+    "tracing",
+    "prices",
+}
+PRICE_KEYS = ("input", "cached_input", "output")  # per million tokens, under a model id or glob
 
 
 def table_keys() -> dict[str, tuple[str, ...]]:
@@ -228,6 +254,21 @@ def table_keys() -> dict[str, tuple[str, ...]]:
         "tools": TOOLS_KEYS,
         "tracing": TRACING_KEYS,
     }
+
+
+def _apply_prices(settings: Settings, table: Any, source: str) -> None:
+    """`[prices]`: `"gpt-4o*" = { input = 2.5, cached_input = 1.25, output = 10 }` (per million
+    tokens), for the usage and budgets of runtime keys (docs/teams.md)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [prices] must be a table")
+    for model, entry in table.items():
+        if not isinstance(entry, dict) or not set(entry) <= set(PRICE_KEYS):
+            raise ConfigError(
+                f"{source}: [prices].{model!r} takes {', '.join(PRICE_KEYS)} (per million tokens)"
+            )
+        if any(_wrong_type(v, (int, float)) or v < 0 for v in entry.values()):
+            raise ConfigError(f"{source}: [prices].{model!r} must be numbers ≥ 0")
+        settings.prices[model] = {k: float(v) for k, v in entry.items()}
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -248,12 +289,26 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             if not all(isinstance(k, str) and k for k in value):
                 raise ConfigError(f"{source}: [server].api_keys must be a list of non-empty strings")
             settings.api_keys = list(value)
+        elif key == "admin_key":
+            if not value:
+                raise ConfigError(f"{source}: [server].admin_key must not be empty")
+            settings.admin_key = value
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
+        elif key == "cors_origins":
+            if not all(isinstance(o, str) and (o == "*" or "://" in o) for o in value):
+                raise ConfigError(
+                    f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
+                )
+            settings.cors_origins = list(value)
+        elif key == "default_model" and not value:
+            raise ConfigError(f"{source}: [server].default_model must be a model id")
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+        elif key == "limits_on_store_failure" and value not in ("open", "closed"):
+            raise ConfigError(f'{source}: [server].limits_on_store_failure must be "open" or "closed"')
         elif key == "log_format" and value not in ("text", "json"):
             raise ConfigError(f'{source}: [server].log_format must be "text" or "json"')
         elif key == "workers" and value < 1:
@@ -303,6 +358,7 @@ def load_settings(
         _apply_store(settings, data.get("store", {}), str(path))
         _apply_tools(settings, data.get("tools", {}), str(path))
         _apply_tracing(settings, data.get("tracing", {}), str(path))
+        _apply_prices(settings, data.get("prices", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):
@@ -475,6 +531,8 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.port = int(port)
     if key := env.get(ENV_PREFIX + "API_KEY"):
         settings.api_keys = [key]
+    if admin := env.get(ENV_PREFIX + "ADMIN_KEY"):
+        settings.admin_key = admin
     if data_dir := env.get(ENV_PREFIX + "DATA_DIR"):
         settings.data_dir = Path(data_dir).expanduser()
     if models_dir := env.get(ENV_PREFIX + "MODELS_DIR"):

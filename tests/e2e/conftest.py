@@ -69,7 +69,7 @@ def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFac
     `batch_size` is small so an ordinary prompt takes several batches. One model per test that
     reads a metric, so their numbers never mix.
     """
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("gguf")
     gguf = str(make_demo_gguf(folder / "tiny.gguf", ends_replies=False))

@@ -56,7 +56,13 @@ def _toml_value(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
 
 
 def write_config(
@@ -75,7 +81,7 @@ def write_config(
     lines += [f"{key} = {_toml_value(value)}" for key, value in server.items()]
     for name, table in (tables or {}).items():
         lines += ["", f"[{name}]"]
-        lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+        lines += [f"{_toml_key(key)} = {_toml_value(value)}" for key, value in table.items()]
     for model in models:
         lines += ["", "[[models]]"]
         lines += [f"{key} = {_toml_value(value)}" for key, value in model.items()]

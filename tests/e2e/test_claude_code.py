@@ -140,7 +140,7 @@ def test_a_call_cut_off_by_a_failure_never_runs(server: Server, tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
     model = {"id": MODEL, "engine": "llamacpp", "path": str(gguf), "context_length": 16384, "seed": 7}

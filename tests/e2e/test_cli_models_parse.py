@@ -81,7 +81,7 @@ def test_xml_parameters_typed_by_the_tools(tmp_path: Path, corpus: Path) -> None
 
 
 def test_a_gguf_template_and_plain_text(tmp_path: Path) -> None:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = make_demo_gguf(tmp_path / "tiny.gguf")
     assert parse(tmp_path, "Just text.", "--gguf", str(gguf)) == {

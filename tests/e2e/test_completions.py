@@ -32,7 +32,7 @@ def upstream() -> Iterator[FakeUpstream]:
 
 @pytest.fixture(scope="module")
 def gguf(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("fim-gguf")
     fim = make_demo_gguf(folder / "fim.gguf", fim=True, ends_replies=False)

@@ -19,7 +19,7 @@ MODEL = "tiny-batch"
 
 @pytest.fixture(scope="module")
 def batch_server(start_server: object, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
     table = {

@@ -58,7 +58,7 @@ REASONING = {"harmony-thinks": "openai-gpt-oss-120b.jinja", "qwen3-thinks": "Qwe
 
 @pytest.fixture(scope="module")
 def family_server(start_server: Any, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     corpus = templates_dir()
     if corpus is None:

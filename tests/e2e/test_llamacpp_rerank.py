@@ -25,7 +25,7 @@ DOCUMENTS = [
 
 @pytest.fixture(scope="session")
 def rerank_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("rerank")
     ranker = make_demo_gguf(folder / "ranker.gguf", rerank=True)

@@ -28,7 +28,7 @@ def chat(server: Server, model: str) -> httpx.Response:
 def test_memory_cap_evicts_idle_jit_loads_then_refuses(
     start_server: StartServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = make_demo_gguf(tmp_path_factory.mktemp("caps") / "tiny.gguf")
     size = Path(gguf).stat().st_size

@@ -36,7 +36,7 @@ def slow_repo() -> FakeRepo:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, slow_repo: FakeRepo) -> Iterator[Server]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("models-page")
     demo = make_demo_gguf(folder / "demo.gguf").read_bytes()
@@ -84,7 +84,7 @@ def find_files(browser: WebDriver, repo: str) -> Select:
 
 
 def test_the_page_needs_no_key(server: Server) -> None:
-    page = httpx.get(server.base_url + "/models")
+    page = httpx.get(server.base_url + "/models", headers={"Accept": "text/html"})  # a browser's ask
     assert page.status_code == 200 and "Sluicegate models" in page.text
 
 

@@ -63,7 +63,7 @@ SCHEMA: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def pulled_gguf(tmp_path_factory: pytest.TempPathFactory) -> bytes:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     path = make_demo_gguf(tmp_path_factory.mktemp("hub") / "tiny-Q5_0.gguf")
     return path.read_bytes()
@@ -80,7 +80,7 @@ def hub(pulled_gguf: bytes) -> Iterator[FakeHub]:
 
 @pytest.fixture(scope="module")
 def server(hub: FakeHub, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     folder = tmp_path_factory.mktemp("ollama")
     gguf = str(make_demo_gguf(folder / "tiny.gguf", ends_replies=False))
@@ -248,6 +248,19 @@ def test_pull_reports_progress_and_serves_the_model(client: ollama.Client, serve
     assert (server.folder / "models" / REPO / "tiny-Q5_0.gguf").exists()
     assert client.show(name).capabilities is not None  # the pulled file is served under its name
     assert client.pull(name, stream=False).status == "success"  # already here
+
+
+def test_a_pulled_model_is_listed_shown_and_run_by_the_name_it_was_pulled_by(client: ollama.Client) -> None:
+    """It was once listed as `acme/tiny-Q5_0:latest`, the file's id: `ollama run` of the name
+    a user pulled worked only through a lookup the list did not show (issue 47)."""
+    name = f"hf.co/{REPO}:Q5_0"
+    assert client.pull(name, stream=False).status == "success"
+    listed = {m.model for m in client.list().models}
+    assert name in listed and "acme/tiny-Q5_0:latest" not in listed, listed
+    assert client.show(name).details is not None
+    answered = client.generate(model=name, prompt="Hi", options={"num_predict": 2}, stream=False)
+    assert answered.done and answered.model == name
+    assert name in {m.model for m in client.ps().models}
 
 
 def test_an_unknown_model_is_a_404_with_a_string_message(client: ollama.Client) -> None:

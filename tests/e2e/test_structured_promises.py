@@ -30,7 +30,7 @@ MODELS = ("tiny", "tiny-batched")
 
 @pytest.fixture(scope="module")
 def structured_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = str(make_demo_gguf(Path(tmp_path_factory.mktemp("gguf")) / "tiny.gguf", ends_replies=False))
     common = {"engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 2048}

@@ -156,7 +156,7 @@ def test_workers_without_the_redis_store_are_refused(tmp_path: Path) -> None:
 
 
 def test_workers_with_a_local_model_are_refused(tmp_path: Path, redis: RedisServer) -> None:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf
+    from sluicegate.demo.model import make_demo_gguf
 
     gguf = make_demo_gguf(tmp_path / "tiny.gguf")
     config = write_config(

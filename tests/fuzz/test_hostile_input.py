@@ -40,6 +40,7 @@ from fuzz_support import (
     dumps,
     infill_bodies,
     lmstudio_bodies,
+    metric_totals,
     models_api_bodies,
     mutated,
     ollama_bodies,
@@ -648,11 +649,4 @@ def test_zz_server_is_healthy_after_the_run(http: httpx.Client, server: Server) 
 
 def gauges(http: httpx.Client) -> dict[str, float]:
     """Every sample of /metrics summed by name, labels ignored."""
-    text = send(http, "GET", "/metrics").text
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0]
-            totals[key] = totals.get(key, 0.0) + float(value)
-    return totals
+    return metric_totals(send(http, "GET", "/metrics").text)

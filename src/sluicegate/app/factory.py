@@ -14,67 +14,47 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.cors import CORSMiddleware
+from sluicegate.app.dialects import dialect_routes
+from sluicegate.app.keyring import KeyRing
+from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
-from sluicegate.core.sealing import load_key, sealer_for
-from sluicegate.dialects.anthropic.dialect import AnthropicDialect
-from sluicegate.dialects.anthropic.signature import ThinkingSigner
-from sluicegate.dialects.base import Dialect
-from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
-from sluicegate.dialects.completions.dialect import CompletionsDialect, InfillDialect
-from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
-from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect
+from sluicegate.core.sealing import sealer_for
+from sluicegate.dialects.base import DialectContext
 from sluicegate.dialects.openai_errors import openai_error
-from sluicegate.dialects.registry import dialect_for, dialect_name
+from sluicegate.dialects.registry import dialect_for, dialect_table
 from sluicegate.dialects.responses.conversation import to_item as responses_item
-from sluicegate.dialects.responses.dialect import ResponsesDialect
 from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.load_caps import LoadCaps
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
+from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import audio, embeddings, rerank
-from sluicegate.routes.anthropic_tokens import count_tokens
+from sluicegate.routes import admin_keys, audio, embeddings, rerank
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
-from sluicegate.routes.lmstudio_models import (
-    cancel_download,
-    download_model,
-    download_options,
-    download_status,
-    list_lmstudio_models,
-    load_model,
-    unload_model,
-)
 from sluicegate.routes.models import get_model, list_models
-from sluicegate.routes.ollama_routes import ROUTES as OLLAMA_ROUTES
-from sluicegate.routes.ollama_turns import OllamaTurnEndpoint
-from sluicegate.routes.responses_compact import compact_response
-from sluicegate.routes.responses_stored import (
-    cancel_response,
-    delete_response,
-    list_input_items,
-    retrieve_response,
-)
 from sluicegate.store.factory import open_store
+from sluicegate.store.keys_backends import open_key_store
+from sluicegate.store.limits import open_limiter
+from sluicegate.store.usage import Price, open_usage_store
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.transport.sse import SERVER_SEND, frame_bytes
 from sluicegate.turn.http import app_state
 from sluicegate.turn.images import ImageSettings
-from sluicegate.turn.runner import TurnEndpoint
 from sluicegate.turn.state import Admission, AppState
-from sluicegate.turn.websocket import ResponsesSocket
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +69,10 @@ def build_registry(settings: Settings) -> Registry:
     for table in settings.models or [DEMO_MODEL]:
         add_table(registry, table, settings.base_dir)
     add_model_files(registry, settings)
+    registry.names = ModelNames.from_config(settings.default_model, settings.models)
+    for model_id in {settings.default_model, *(target for _, target in registry.names.aliases)} - {None}:
+        if model_id not in registry.models and not registry.sources:  # discovered ones come later
+            raise ConfigError(f"[server].default_model or an alias names {model_id!r}, which is not served")
     return registry
 
 
@@ -114,12 +98,6 @@ def add_model_files(registry: Registry, settings: Settings) -> list[str]:
             continue
         added.append(table["id"])
     return added
-
-
-def _fill_in_middle_model(registry: Registry) -> str | None:
-    """The model an `/infill` request without `model` goes to: the first that can fill in the
-    middle (llama-server serves one model; its clients often name none)."""
-    return next((m.id for m in registry.models.values() if m.engine.info().capabilities.fill_in_middle), None)
 
 
 def _log_added(model_ids: list[str]) -> None:
@@ -221,6 +199,23 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    # Runtime keys live beside the responses; the admin key turns them on.
+    keyring = KeyRing(
+        open_key_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+        if settings.admin_key
+        else None
+    )
+    usage = open_usage_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    accounting = (
+        KeyAccounting(
+            open_limiter(settings.store_backend, url=settings.store_url),
+            usage,
+            {model: Price(**entry) for model, entry in settings.prices.items()},
+            settings.limits_on_store_failure,
+        )
+        if settings.admin_key
+        else None
+    )
     downloads = Downloads(
         models_dir(settings), on_downloaded=lambda _path: _log_added(add_model_files(registry, settings))
     )
@@ -235,6 +230,9 @@ def create_app(settings: Settings) -> Starlette:
         tools=tools,
         sealer=sealer,
         images=ImageSettings.from_settings(settings),
+        keys=keyring.store,
+        usage=usage,
+        keys_changed=keyring.refresh,
     )
 
     async def purge_expired_forever() -> None:
@@ -275,6 +273,7 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         METRICS.add_live(collector := RegistryCollector(registry))
         await store.start()  # runs left in flight by a crash are marked failed here
+        await keyring.start()
         purger = asyncio.create_task(purge_expired_forever())
         prober = asyncio.create_task(probe_store_forever())
         reaper = asyncio.create_task(lifecycle.run())
@@ -293,62 +292,47 @@ def create_app(settings: Settings) -> Starlette:
             await registry.aclose()
             await tools.aclose()
             await store.aclose()
+            await keyring.aclose()
+            if accounting is not None:
+                await accounting.limiter.aclose()
+            await usage.aclose()
             METRICS.remove_live(collector)
             tracing.shutdown()  # export the spans still pending
 
-    # Each dialect's chat route is served by the one turn runner; a new dialect is one line here.
-    responses = ResponsesDialect(
-        tools.plugin_ids,
-        settings.responses_reasoning_events,
-        hosted_tools=settings.responses_hosted_tools,
-        sealer=sealer,
-    )
-    dialects: list[Dialect] = [
-        ChatCompletionsDialect(settings.reasoning_field),  # type: ignore[arg-type]
-        responses,
-        LMStudioDialect(settings.lmstudio_events, settings.responses_retention_days),
-        AnthropicDialect(ThinkingSigner(load_key(settings.data_dir))),  # the sealing key signs thinking
-        CompletionsDialect(),
-        InfillDialect(lambda: _fill_in_middle_model(registry)),
-    ]
-    turns = {d.path: TurnEndpoint(d) for d in dialects}
-    turns |= {d.path: OllamaTurnEndpoint(d) for d in (OllamaChatDialect(), OllamaGenerateDialect())}
+    # Every registered dialect's routes (`app/dialects.py`): its chat routes, each served by the
+    # one turn runner, and its others. Its package declares them; nothing here names one.
+    dialects = dialect_table()
+    context = DialectContext(settings, sealer, tools.plugin_ids, lambda: registry.models)
+    served = dialect_routes(dialects, context)
     routes = [
-        *(Route(path, turn, methods=["POST"]) for path, turn in turns.items()),
-        Route("/v1/messages/count_tokens", count_tokens, methods=["POST"]),
-        # The Responses API's WebSocket transport: the same runner, frames as text messages.
-        WebSocketRoute(responses.path, ResponsesSocket(TurnEndpoint(responses))),
+        *served.routes,
         Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),  # llama-server answers both
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
-        Route("/v1/responses/compact", compact_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}", retrieve_response, methods=["GET"]),
-        Route("/v1/responses/{response_id}", delete_response, methods=["DELETE"]),
-        Route("/v1/responses/{response_id}/cancel", cancel_response, methods=["POST"]),
-        Route("/v1/responses/{response_id}/input_items", list_input_items, methods=["GET"]),
-        Route("/api/v1/models", list_lmstudio_models, methods=["GET"]),
-        Route("/api/v1/models/load", load_model, methods=["POST"]),
-        Route("/api/v1/models/unload", unload_model, methods=["POST"]),
-        Route("/api/v1/models/download", download_model, methods=["POST"]),
-        Route("/api/v1/models/download/options", download_options, methods=["GET"]),
-        Route("/api/v1/models/download/cancel", cancel_download, methods=["POST"]),
-        Route("/api/v1/models/download/status/{job_id}", download_status, methods=["GET"]),
         *embeddings.ROUTES,
+        Route("/embeddings", embeddings.create_embeddings, methods=["POST"]),  # without `/v1`
         *rerank.ROUTES,
         *audio.ROUTES,
-        *OLLAMA_ROUTES,
+        *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
     observe = Middleware(
-        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialect_name
+        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
     )  # metrics, access log
     auth = Middleware(
-        APIKeyMiddleware, api_keys=settings.api_keys
+        APIKeyMiddleware,
+        api_keys=settings.api_keys,
+        admin_key=settings.admin_key,
+        keyring=keyring,
+        accounting=accounting,
     )  # before routing: every path but the open ones
+    # Preflights are answered before the key check: a browser sends no key on one.
+    cors = Middleware(CORSMiddleware, origins=settings.cors_origins)
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, auth, Middleware(TurnRoutes, turns=turns)],
+        middleware=[observe, cors, auth, Middleware(TurnRoutes, turns=served.turns)],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )

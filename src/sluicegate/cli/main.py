@@ -1,5 +1,5 @@
 """Command line: `sluicegate serve`, `sluicegate chat`, `sluicegate models list|load|unload|download|make-demo|parse|render`,
-`--version`."""
+`sluicegate keys create|list|get|update|revoke`, `--version`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import sys
 
 from sluicegate import __version__
 from sluicegate.cli.chat import add_command as add_chat_command
+from sluicegate.cli.keys import add_commands as add_key_commands
+from sluicegate.cli.keys import run as run_keys_command
 from sluicegate.cli.models import add_commands as add_model_commands
 from sluicegate.cli.models import make_demo
 from sluicegate.cli.models import run as run_models_command
@@ -45,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
 
     models = commands.add_parser("models", help="list, load, unload and download models")
     add_model_commands(models.add_subparsers(dest="models_command", required=True))
+
+    keys = commands.add_parser("keys", help="issue, list and revoke API keys in the configured store")
+    add_key_commands(keys.add_subparsers(dest="keys_command", required=True))
     return parser
 
 
@@ -118,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
             return _serve(settings)
         if args.command == "chat":
             return _chat(args, settings)
+        if args.command == "keys":
+            return run_keys_command(args, settings)
         return run_models_command(args, settings)
     except ConfigError as exc:
         print(f"sluicegate: configuration error: {exc}", file=sys.stderr)

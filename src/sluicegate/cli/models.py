@@ -81,11 +81,11 @@ def add_commands(commands: Any) -> None:
 
 
 def make_demo(args: argparse.Namespace) -> int:
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf only when asked
+    from sluicegate.demo.model import make_demo_gguf  # numpy and gguf only when asked
 
     if args.vision or args.audio:
-        from sluicegate.engines.llamacpp.demo_audio import make_demo_audio
-        from sluicegate.engines.llamacpp.demo_vision import make_demo_vision
+        from sluicegate.demo.audio import make_demo_audio
+        from sluicegate.demo.vision import make_demo_vision
 
         make_pair = make_demo_vision if args.vision else make_demo_audio
         mmproj = make_pair(args.path, size=args.size, seed=args.seed, ends_replies=not args.endless)

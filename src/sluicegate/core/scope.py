@@ -10,6 +10,8 @@ it sends (`unused`, `sk-…`). `""` is also the scope of every row written befor
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 
 def scope_of(api_key: str | None) -> str:
@@ -22,3 +24,20 @@ def scope_of(api_key: str | None) -> str:
 def request_scope(presented_key: str | None, api_keys: list[str]) -> str:
     """The scope of a request: its (already checked) key's, or `""` when no keys are configured."""
     return scope_of(presented_key) if api_keys else ""
+
+
+# Where auth leaves the runtime key a request was accepted with (`app/auth.py`): an object
+# with `allows(model) -> bool` and `name`. Absent for config keys and servers without keys.
+KEY_SCOPE = "sluicegate.key"
+
+
+class IssuedKey(Protocol):
+    name: str
+
+    def allows(self, model: str) -> bool: ...
+
+
+def issued_key(asgi_scope: Mapping[str, Any]) -> IssuedKey | None:
+    """The runtime key an ASGI request was accepted with, if any."""
+    key: IssuedKey | None = asgi_scope.get(KEY_SCOPE)
+    return key

@@ -6,25 +6,32 @@ tools, which conversation it continues); its encoder turns canonical events into
 the accumulated result into the non-streaming body; its error renderer gives the error shape.
 The runner (`sluicegate.turn`) does everything else — admission, conversation, tools, the
 model, the pipeline, streaming or collecting, persisting, releasing — once, for every dialect.
-Adding a dialect is its own subpackage plus one line in `dialects/registry.py` (the table that
-routing, auth, error handling, metrics and the transport choice read) and its construction in
-`app/factory.py` (it needs the server's settings).
+
+A dialect declares itself once: its package holds one `Registration` — its specs (paths, error
+shape, framing, heartbeat), how to build its `Dialect`s from the server's settings, its non-turn
+routes, its chat routes' hooks and the modules to compile — as `REGISTRATION` in
+`<package>/registration.py` (where the build and a checkout not reinstalled look for a built-in
+one), named by an entry point in the `sluicegate.dialects` group (pyproject.toml), the group a
+third-party package uses too. `dialects/registry.py` discovers the registrations; the app
+(`app/dialects.py`) builds routing, auth answers, error shapes and metrics labels from them.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from sluicegate.config import Settings
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import Event, ToolsListed
 from sluicegate.core.frames import Frame
 from sluicegate.core.items import ConversationInput
 from sluicegate.core.request import ChatRequest, ServerTool
-from sluicegate.tools.catalog import ToolSelection
+from sluicegate.core.sealing import Sealer
+from sluicegate.core.tool_selection import ToolSelection
 
 __all__ = ["ConversationInput"]  # defined in core (the conversation reads it too); re-exported
 
@@ -126,6 +133,7 @@ class Dialect(ABC):
 
     spec: DialectSpec  # its registry entry: name, paths, error shape, transport, heartbeat
     path: str  # the chat route, e.g. "/v1/chat/completions"
+    also: tuple[str, ...] = ()  # other paths the same route answers (OpenAI's without `/v1`)
 
     @property
     def name(self) -> str:
@@ -163,9 +171,39 @@ class Dialect(ABC):
         return result_error
 
 
-@dataclass(slots=True)
-class Registration:
-    """A dialect and the extra (non-turn) routes that come with it."""
+@dataclass(frozen=True, slots=True)
+class DialectContext:
+    """What building a dialect may read: the server's settings and the few live objects some
+    dialects are constructed with."""
 
-    dialect: Dialect
-    extra_routes: list[Any] = field(default_factory=list)
+    settings: Settings
+    sealer: Sealer  # seals compactions and reasoning for clients (Responses)
+    plugin_ids: Callable[[], list[str]]  # the configured tool providers (Responses' hosted tools)
+    # The served models by id (`Model` objects, read by duck typing: a dialect imports no engine).
+    models: Callable[[], Mapping[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """Everything the server needs to serve one dialect package, declared once, in that package.
+
+    The routes, hooks and WebSocket apps are named as `"module:attribute"` (the entry-point
+    syntax) and loaded by the app: a built-in dialect's live in `sluicegate.routes` or
+    `sluicegate.turn`, layers above the dialects that a dialect package must not import.
+    """
+
+    # Every API the package owns: paths, error shape and status, transport, heartbeat. The
+    # registry's table (routing's 404/405 bodies, auth's 401s, metrics labels) is these.
+    specs: tuple[DialectSpec, ...]
+    # Its chat routes: one `Dialect` per route (`Dialect.path`), each served by the turn runner.
+    build: Callable[[DialectContext], Sequence[Dialect]]
+    # Lists of its non-turn routes (Starlette routes), e.g. "sluicegate.routes.ollama_routes:ROUTES".
+    routes: tuple[str, ...] = ()
+    # A `TurnHooks` its chat routes run with (`turn/runner.py`): what they answer besides turns.
+    hooks: str | None = None
+    # A WebSocket app its chat routes also answer on: `(TurnEndpoint) -> ASGI app`.
+    websocket: str | None = None
+    # Its modules mypyc compiles, relative to the package ("encoder"). The build reads the
+    # package's `COMPILED` constant from `registration.py` without importing it (`_compiled.py`);
+    # pass that same constant here.
+    compiled: tuple[str, ...] = ()

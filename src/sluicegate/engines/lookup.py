@@ -14,7 +14,7 @@ from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
 # Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
-MODEL_KEYS = ("max_concurrency", "max_queue", "ttl")
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases")  # aliases: engines/model_names.py
 # Built-in engines newer than an installed copy's entry points (an editable install made before
 # they were added): found by name until the next `pip install` writes their entry points.
 BUILT_IN = {

@@ -51,7 +51,7 @@ def ensure_demo_model(settings: Settings) -> Path | None:
     marker = settings.data_dir / _DEMO_MARKER
     if settings.models or marker.exists() or discover(folder):
         return None
-    from sluicegate.engines.llamacpp.demo import make_demo_gguf  # numpy and gguf: only when needed
+    from sluicegate.demo.model import make_demo_gguf  # numpy and gguf: only when needed
 
     path = make_demo_gguf(folder / f"{DEMO_ID}.gguf")
     marker.parent.mkdir(parents=True, exist_ok=True)

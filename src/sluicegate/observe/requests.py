@@ -6,7 +6,8 @@ one access-log line, from one object per HTTP request.
   response status, and calls `end()` after the last byte: that records the end-to-end
   histogram and writes the access line.
 - Whoever runs a turn reports generation progress: `first_token()`, `token()`, `usage()`,
-  `tool_result()`, `stream_status()`; `observe_events` does it for a canonical event stream.
+  `tool_result()`, `stream_status()`; `EventTap` does it per canonical event (the stream core
+  calls it: turn/stream_core.py).
 - `note_model(model_id)` says which model the current request uses (metrics label).
 
 Timings are `time.perf_counter()` seconds.
@@ -20,7 +21,7 @@ import logging
 import secrets
 import time
 from bisect import bisect_left
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +73,8 @@ class RequestObserver:
     tokens: int = 0  # streamed deltas: a fallback for the output count when no usage came
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int = 0  # of the prompt's (issued keys' usage counts them)
+    reasoning_tokens: int = 0  # of the completion's
     status_override: int | None = None  # a stream's failure or the client going away
     ended: bool = False
     generating: int = 0  # event streams still running (a background response outlives `end`)
@@ -121,6 +124,8 @@ class RequestObserver:
     def usage(self, usage: Usage) -> None:
         self.prompt_tokens = usage.prompt_tokens
         self.completion_tokens = usage.completion_tokens
+        self.cached_tokens = usage.cached_tokens
+        self.reasoning_tokens = usage.reasoning_tokens
 
     def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
         name = "request" if provider is None or provider.type != "plugin" else provider.id
@@ -324,26 +329,6 @@ class EventTap:
             self._observer.stream_status(CLIENT_GONE)
         METRICS.gauges[self._in_flight] -= 1
         self._observer.generation_ended()
-
-
-async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    """Pass a canonical stream through, reporting it to the current request's observer."""
-    tap = EventTap.current()
-    if tap is None:
-        async for event in events:
-            yield event
-        return
-    tap.start()
-    see = tap.see
-    try:
-        async for event in events:
-            see(event)
-            yield event
-    finally:
-        tap.end()
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 class ObserveMiddleware:

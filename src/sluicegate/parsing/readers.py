@@ -23,14 +23,6 @@ from sluicegate.parsing.markup import CallOut, Tools
 from sluicegate.parsing.scan import JsonScanner, QuoteTracker, held_from
 
 
-def _find_held(buf: str, marker: str) -> tuple[int, int]:
-    """(index of `marker` in `buf` or -1, index up to which `buf` surely holds none of it)."""
-    i = buf.find(marker)
-    if i != -1:
-        return i, i
-    return -1, held_from(buf, (marker,), marker[0])
-
-
 class _After:
     """Waits for a closing marker after a call's body; text other than whitespace before it
     means the marker never comes (the rest goes back to the message)."""

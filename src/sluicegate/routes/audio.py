@@ -2,7 +2,7 @@
 and /v1/audio/speech, and GET /v1/audio/voices.
 
 A model that hears or speaks (`Engine.tasks`) runs the work itself on an admitted instance
-(queued, loaded just in time, its idle clock restarted: `Model.admit`, `Instance.slot`); one that
+(queued, loaded just in time, its idle clock restarted: `Model.admit_task`, `Instance.slot`); one that
 relays (an `openai` upstream) hands the request on as the client sent it. Uploads are decoded in
 a worker thread within `[server]`'s audio limits; a client that leaves closes the engine's stream,
 which stops the engine after the window or sentence in hand.
@@ -146,7 +146,7 @@ async def _heard(
 
 
 async def _transcript(model: Model, job: TranscriptionRequest) -> tuple[list[Segment], Transcribed, str]:
-    instance = model.admit()
+    instance = model.admit_task()
     segments: list[Segment] = []
     done: Transcribed | None = None
     events = _heard(model, instance, job)
@@ -205,7 +205,7 @@ def _rendered(
 
 
 async def _stream_transcript(request: Request, model: Model, job: TranscriptionRequest) -> Response:
-    instance = model.admit()  # refused (503) now, before the status line
+    instance = model.admit_task()  # refused (503) now, before the status line
 
     async def events() -> AsyncGenerator[bytes, None]:
         parts: list[Segment] = []
@@ -253,7 +253,7 @@ async def create_speech(request: Request) -> Response:
     if relayed is not None:
         sse_type = "text/event-stream" if fields.sse else MEDIA_TYPES[fields.response_format]
         return await _started(request, relayed, sse_type, {})
-    instance = model.admit()
+    instance = model.admit_task()
     sse = fields.sse
 
     async def body() -> AsyncGenerator[bytes, None]:

@@ -7,10 +7,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sluicegate.core.scope import issued_key
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.engines.base import Task
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint
+from sluicegate.turn.http import allow_model
 
 
 def _kind(tasks: frozenset[Task]) -> str:
@@ -51,10 +53,14 @@ def model_object(model: Model) -> dict[str, Any]:
 @dialect_endpoint("models", openai_error)
 async def list_models(request: Request) -> Response:
     models = app_state(request).registry.models.values()
-    return JSONResponse({"object": "list", "data": [model_object(m) for m in models]})
+    key = issued_key(request.scope)  # a runtime key limited to some models lists only those
+    listed = [model_object(m) for m in models if key is None or key.allows(m.id)]
+    return JSONResponse({"object": "list", "data": listed})
 
 
 @dialect_endpoint("models", openai_error)
 async def get_model(request: Request) -> Response:
-    model = app_state(request).registry.get(request.path_params["model_id"])
+    model_id = request.path_params["model_id"]
+    allow_model(issued_key(request.scope), model_id)
+    model = app_state(request).registry.get(model_id)
     return JSONResponse(model_object(model))

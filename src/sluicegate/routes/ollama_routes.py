@@ -1,5 +1,5 @@
 """Every Ollama route but the two chat routes (the turn runner serves those): one list for the
-app factory."""
+dialect's registration (`dialects/ollama/registration.py`)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,25 @@
 """Ollama's `/api/chat` and `/api/generate`: the turn runner, plus what is no turn there — an
 empty `messages` (chat) or `prompt` (generate) loads the model, and with `keep_alive: 0`
 unloads it; either answers one object with `done_reason` "load" or "unload". A turn with
-`keep_alive: 0` unloads the model once it has answered, as Ollama does."""
+`keep_alive: 0` unloads the model once it has answered, as Ollama does. Both are `TurnHooks`
+the runner calls (`HOOKS`, named by `dialects/ollama/registration.py`)."""
 
 from __future__ import annotations
 
-import contextvars
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.requests import Request
-
 from sluicegate.core.validation import Fields
+from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.dialects.ollama.encoder import now_iso
 from sluicegate.dialects.ollama.request import FOREVER, keep_alive_seconds
-from sluicegate.turn.runner import TurnEndpoint, TurnSource
+from sluicegate.turn.runner import TurnHooks, TurnSource
 from sluicegate.turn.state import AppState
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# The model a turn asked to unload after answering (`keep_alive: 0`), for this request's task.
-_UNLOAD_AFTER: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "ollama_unload_after", default=None
-)
 
 
 def _empty(body: Any, generate: bool) -> bool:
@@ -34,25 +30,27 @@ def _empty(body: Any, generate: bool) -> bool:
     return not body.get("messages")
 
 
-class OllamaTurnEndpoint(TurnEndpoint):
-    async def _serve(self, state: AppState, request: Request, send: Any) -> int:
-        token = _UNLOAD_AFTER.set(None)
-        try:
-            status = await super()._serve(state, request, send)
-            name = _UNLOAD_AFTER.get()
-            if name is not None and status == 200:
-                model = state.registry.models.get(resolve_model(name, state.registry.models))
-                if model is not None and not model.busy:
-                    await model.unload()
-            return status
-        finally:
-            _UNLOAD_AFTER.reset(token)
+class OllamaTurnHooks(TurnHooks):
+    """The hooks both Ollama chat routes run with (its registration names `HOOKS`)."""
 
-    async def answer_without_turn(self, state: AppState, source: TurnSource) -> Json | None:
-        generate = self.dialect.path == "/api/generate"
+    def after_turn(
+        self, dialect: Dialect, state: AppState, source: TurnSource
+    ) -> Callable[[], Awaitable[None]] | None:
+        body = source.body
+        if not isinstance(body, dict) or body.get("keep_alive") not in (0, "0", "0s"):
+            return None
+        name = str(body.get("model"))
+
+        async def unload() -> None:  # `keep_alive: 0`: unloaded once the turn has answered
+            model = state.registry.models.get(resolve_model(name, state.registry.models))
+            if model is not None and not model.busy:
+                await model.unload()
+
+        return unload
+
+    async def answer_without_turn(self, dialect: Dialect, state: AppState, source: TurnSource) -> Json | None:
+        generate = dialect.path == "/api/generate"
         if not _empty(source.body, generate):
-            if isinstance(source.body, dict) and source.body.get("keep_alive") in (0, "0", "0s"):
-                _UNLOAD_AFTER.set(str(source.body.get("model")))
             return None
         f = Fields(source.body)
         name = f.string("model", required=True) or ""
@@ -71,3 +69,6 @@ class OllamaTurnEndpoint(TurnEndpoint):
         else:
             body["message"] = {"role": "assistant", "content": ""}
         return body | {"done": True, "done_reason": reason}
+
+
+HOOKS = OllamaTurnHooks()

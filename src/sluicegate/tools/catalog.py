@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
@@ -24,6 +23,7 @@ from sluicegate.core.errors import invalid
 from sluicegate.core.events import ToolsListed
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
 from sluicegate.core.request import ProviderInfo, ServerTool
+from sluicegate.core.tool_selection import RequestServer, ToolSelection
 from sluicegate.tools.base import ToolOutcome, ToolProvider, ToolProviderError
 from sluicegate.tools.mcp_config import NAME_PATTERN, load_mcp_config
 from sluicegate.tools.plugins import load_plugins
@@ -33,31 +33,6 @@ if TYPE_CHECKING:
     from sluicegate.tools.mcp import McpProvider
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class PluginChoice:
-    """LM Studio integrations: "mcp/x" or {type: "plugin", id, allowed_tools}."""
-
-    id: str
-    allowed_tools: list[str] | None = None
-
-
-@dataclass
-class RequestServer:
-    """Responses {type: "mcp", ...} / LM Studio {type: "ephemeral_mcp", ...}."""
-
-    server_label: str
-    server_url: str
-    headers: dict[str, str] = field(default_factory=dict)
-    allowed_tools: list[str] | None = None
-
-
-@dataclass
-class ToolSelection:
-    plugins: list[PluginChoice] = field(default_factory=list)
-    servers: list[RequestServer] = field(default_factory=list)
-    all_configured: bool = False  # every configured provider (MCP servers and enabled plugins)
 
 
 class ToolSet:

@@ -40,8 +40,6 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import ChatRequest, Message, ProviderInfo, ServerTool, ToolCall
-from sluicegate.engines.instances import Generation
-from sluicegate.engines.models import Model
 from sluicegate.observe import tracing
 from sluicegate.observe.requests import RequestObserver
 from sluicegate.observe.requests import current as current_observer
@@ -70,52 +68,6 @@ def with_server_tools(request: ChatRequest, toolset: ToolSetLike) -> ChatRequest
     own = {spec.name for spec in request.tools}
     extra = [tool.spec() for name, tool in toolset.tools.items() if name not in own]
     return replace(request, tools=[*request.tools, *extra]) if extra else request
-
-
-def model_rounds(model: Model, first: Generation) -> OpenRound:
-    """Rounds through `model`: the first is the generation the route already admitted (so a
-    full queue is refused before the response starts); later ones are admitted afresh, so a
-    busy model's slot is free while tools run."""
-    pending: list[Generation] = [first]
-
-    async def open_round(request: ChatRequest) -> AsyncIterator[RawEvent]:
-        if pending:
-            return pending.pop().events
-        return model.open(request).events
-
-    return open_round
-
-
-def loop_generation(first: Generation, events: AsyncIterator[RawEvent]) -> Generation:
-    """The tool loop's `events` as one generation, served by `first`'s instance. Closing it
-    also closes `first`: a loop closed before it reached its first round must still give that
-    round's queue place back."""
-    return Generation(first.instance_id, _AlsoClosing(events, first))
-
-
-class _AlsoClosing:
-    """`events`, whose `aclose()` also closes an admitted generation they may never have
-    started (closing one that did start is harmless)."""
-
-    __slots__ = ("_events", "_first")
-
-    def __init__(self, events: AsyncIterator[RawEvent], first: Generation) -> None:
-        self._events = events
-        self._first = first
-
-    def __aiter__(self) -> _AlsoClosing:
-        return self
-
-    def __anext__(self) -> Awaitable[RawEvent]:
-        return self._events.__anext__()  # the inner awaitable: no frame of ours per event
-
-    async def aclose(self) -> None:
-        try:
-            aclose = getattr(self._events, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        finally:
-            await self._first.aclose()
 
 
 @dataclass(slots=True)

@@ -105,7 +105,22 @@ def presented_key(request: HTTPConnection) -> str:
 def request_scope(request: HTTPConnection, api_keys: list[str]) -> str:
     """Whose data a request may see and seal: a hash of its API key; one scope without keys
     (`core/scope.py`: the same scope for sealed blobs and stored data)."""
-    return scope.request_scope(presented_key(request), api_keys)
+    keyed = bool(api_keys) or scope.KEY_SCOPE in request.scope  # a runtime key: auth is on
+    return scope.scope_of(presented_key(request)) if keyed else ""
+
+
+def allow_model(key: scope.IssuedKey | None, model_id: str | None, asked: str | None = None) -> None:
+    """A runtime key limited to some models meets any other as a model that does not exist
+    (404, as OpenAI answers a key without access), never a list of what it may not use.
+    `asked`: the name the request used (an alias or a default may serve it); either may match."""
+    if key is None or model_id is None or key.allows(model_id) or (asked is not None and key.allows(asked)):
+        return
+    raise SluicegateError(
+        ErrorKind.NOT_FOUND,
+        f"The model `{asked or model_id}` does not exist or this API key may not use it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 async def wait_for_disconnect(request: Request) -> None:

@@ -36,12 +36,12 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
-from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
-from sluicegate.core.pipeline import canonical_events, stream_deadline, unless_disconnected
-from sluicegate.core.segmenter import Segmenter
+from sluicegate.core.pipeline import stream_deadline, unless_disconnected
+from sluicegate.core.scope import IssuedKey, issued_key
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
+from sluicegate.engines.lane import Lane
 from sluicegate.engines.models import Model
 from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
@@ -54,6 +54,7 @@ from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writ
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
+    allow_model,
     app_state,
     read_json,
     request_scope,
@@ -61,10 +62,8 @@ from sluicegate.turn.http import (
     wait_for_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
-from sluicegate.turn.lane import ENABLED as LANE_ENABLED
-from sluicegate.turn.lane import TurnLane
 from sluicegate.turn.live import BackgroundRun, LiveTurn
-from sluicegate.turn.pipeline import Persist, TurnPipeline
+from sluicegate.turn.pipeline import LANE_ENABLED, Persist, TurnPipeline
 from sluicegate.turn.record import built_response
 from sluicegate.turn.state import AppState
 from sluicegate.turn.tools import open_model, request_toolset
@@ -91,6 +90,7 @@ class TurnSource:
     # record of every turn it ran, stored or not (a WebSocket's connection-local state).
     adapt: Callable[[Turn], None] | None = None
     remember: Callable[[StoredResponse], None] | None = None
+    key: IssuedKey | None = None  # the runtime key it came with (its models are enforced)
 
 
 @dataclass(slots=True)
@@ -105,14 +105,35 @@ class Prepared:
     input_items: list[Json]
     scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
     resolved: Resolved | None
-    lane: TurnLane | None = None  # a plain stream's fast lane (turn/lane.py)
+    lane: TurnPipeline | None = None  # a plain stream given a fast lane: the pipeline drives it
+
+
+class TurnHooks:
+    """A chat route's own steps around its turns, for a dialect whose chat route also answers
+    what is no turn (Ollama's load and unload). A dialect's registration names them; both do
+    nothing by default."""
+
+    async def answer_without_turn(self, dialect: Dialect, state: AppState, source: TurnSource) -> Json | None:
+        """The answer to a request on the chat route that is no turn, or None to run the turn."""
+        return None
+
+    def after_turn(
+        self, dialect: Dialect, state: AppState, source: TurnSource
+    ) -> Callable[[], Awaitable[None]] | None:
+        """What to do once this request's turn has answered with 200 and released all it held,
+        decided before the turn runs (the request's body is not kept for a stream's life)."""
+        return None
+
+
+NO_HOOKS = TurnHooks()
 
 
 class TurnEndpoint:
     """The ASGI endpoint of one dialect's chat route."""
 
-    def __init__(self, dialect: Dialect) -> None:
+    def __init__(self, dialect: Dialect, hooks: TurnHooks = NO_HOOKS) -> None:
         self.dialect = dialect
+        self.hooks = hooks
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
         self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
 
@@ -135,9 +156,12 @@ class TurnEndpoint:
             try:
                 # The request's JSON is not kept for the stream's life (nothing here holds it).
                 source = await self._source(state, request)
-                answer = await self.answer_without_turn(state, source)
+                answer = await self.hooks.answer_without_turn(self.dialect, state, source)
                 if answer is not None:
                     return await self._send_json(answer, send, {})
+                after = self.hooks.after_turn(self.dialect, state, source)
+                if after is not None:  # released last: after everything the turn takes
+                    owned.push_async_callback(_if_answered, send, after)
                 prepared = await self.prepare(state, source, owned)
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
@@ -158,11 +182,6 @@ class TurnEndpoint:
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
 
-    async def answer_without_turn(self, state: AppState, source: TurnSource) -> Json | None:
-        """A request on the chat route that is no turn (Ollama's load and unload): its answer,
-        or None to run the turn. Nothing by default."""
-        return None
-
     async def _source(self, state: AppState, request: Request) -> TurnSource:
         return TurnSource(
             await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
@@ -170,6 +189,7 @@ class TurnEndpoint:
             request.headers,
             request_scope(request, state.settings.api_keys),
             lambda: wait_for_disconnect(request),
+            key=issued_key(request.scope),
         )
 
     async def _run(
@@ -219,7 +239,7 @@ class TurnEndpoint:
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
-        lane: TurnLane | None = None,
+        lane: TurnPipeline | None = None,
     ) -> Awaitable[StreamOutcome]:
         # The transport's own coroutine, not a frame of ours around it for the stream's life;
         # which transport is the dialect's registry entry.
@@ -256,8 +276,10 @@ class TurnEndpoint:
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
-        turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
-        model = state.registry.get(turn.chat.model)
+        models = state.registry.models
+        model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
+        allow_model(source.key, model.id, asked=turn.chat.model)
+        turn.chat.model = model.id
         dialect.check(turn, model.engine.info())
         scope = source.scope
         chat = turn.chat
@@ -280,11 +302,7 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
-        # A plain stream (no tool loop between the engine and the pipeline) gets a fast lane.
-        lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
-        if lane is not None:
-            chat = replace(chat, lane=lane)
-        generation = open_model(
+        generation = await open_model(
             chat,
             model,
             toolset,
@@ -294,6 +312,13 @@ class TurnEndpoint:
             approved=resolved.approved if resolved is not None else [],
         )
         owned.push_async_callback(_aclose, generation.events)
+        # A plain stream (no tool loop between the engine and the pipeline) offers its engine a
+        # fast lane; an engine that relays an upstream's reads takes it.
+        lane: Lane | None = None
+        if LANE_ENABLED and turn.stream and not turn.background and toolset is None:
+            lane = Lane()
+            if not generation.read_through(lane):
+                lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
             opened = await _engine_answer(source.disconnected, model, opened, state, stream=turn.stream)
@@ -316,12 +341,16 @@ class TurnEndpoint:
             else None
         )
         # Metrics and the access line see every turn's canonical stream (the tap, per event).
-        segmenter, deadline = Segmenter(), stream_deadline(state.limits)
-        events = canonical_events(opened.events, state.limits, segmenter, deadline)
-        pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
-        turn_lane = None
-        if lane is not None:
-            turn_lane = TurnLane(lane, pipeline, segmenter, deadline, deltas_key(model.engine.model_id))
+        pipeline = TurnPipeline(
+            opened.events,
+            encoder,
+            accumulator,
+            persist,
+            EventTap.current(),
+            deadline=stream_deadline(state.limits),
+            deltas=deltas_key(model.engine.model_id) if lane is not None else None,
+            lane=lane,
+        )
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         # Checked here, before the turn runs: a header that cannot be sent must not surface as an
@@ -337,7 +366,17 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = items_to_json(resolved.input_items) if resolved is not None else []  # the stored form
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved, turn_lane)
+        return Prepared(
+            turn,
+            turn_id,
+            encoder,
+            pipeline,
+            headers,
+            items,
+            scope,
+            resolved,
+            pipeline if lane is not None else None,
+        )
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)
@@ -351,18 +390,25 @@ class TurnEndpoint:
 
 
 class _Send:
-    """The ASGI `send`, remembering whether the response has started."""
+    """The ASGI `send`, remembering whether the response has started, and with which status."""
 
-    __slots__ = ("_send", "started")
+    __slots__ = ("_send", "started", "status")
 
     def __init__(self, send: Send) -> None:
         self._send = send
         self.started = False
+        self.status = 0
 
     async def __call__(self, message: Any) -> None:
         if message["type"] == "http.response.start":
             self.started = True
+            self.status = message["status"]
         await self._send(message)
+
+
+async def _if_answered(send: _Send, after: Callable[[], Awaitable[None]]) -> None:
+    if send.status == 200:
+        await after()
 
 
 _NOT_LIVE = nullcontext()  # reusable: it holds no state
@@ -451,5 +497,7 @@ def _persister(
             await live.log.finish([frame_bytes(f) for f in final if f is not DONE], record)
         else:
             await state.store.put(record, scope=scope)
+        if live is not None:
+            live.stored()  # durable: a GET may say how it ended now
 
     return persist

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,8 @@ from sluicegate.engines.downloads import Downloads
 from sluicegate.engines.registry import Registry
 from sluicegate.observe.metrics import METRICS
 from sluicegate.store.base import Store
+from sluicegate.store.keys import KeyStore
+from sluicegate.store.usage import UsageStore
 from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.turn.images import ImageSettings
 
@@ -62,6 +64,9 @@ class AppState:
     tools: ToolCatalog = field(default_factory=ToolCatalog)  # server-side tools: MCP servers, plugins
     sealer: Sealer | None = None  # seals what clients carry for us (compactions, reasoning)
     images: ImageSettings = field(default_factory=ImageSettings)  # limits on image input
+    keys: KeyStore | None = None  # runtime API keys (`[server] admin_key` turns them on)
+    keys_changed: Callable[[], Awaitable[None]] | None = None  # re-read them on this replica now
+    usage: UsageStore | None = None  # what runtime keys used, per model and day
 
     def live_turn(self, turn_id: str, scope: str) -> LiveTurn | None:
         """The turn being generated with this id, if it is `scope`'s: `live` is keyed by id

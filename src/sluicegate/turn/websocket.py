@@ -42,6 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
 from sluicegate.core.owned import Owned
+from sluicegate.core.scope import issued_key
 from sluicegate.dialects.base import Turn
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
@@ -262,6 +263,7 @@ class _Connection:
                 self.gone.wait,
                 adapt=self._adapt,
                 remember=self.local.remember,
+                key=issued_key(self.websocket.scope),
             )
             prepared = await runner.prepare(state, source, owned)
             pipeline = prepared.pipeline

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from sluicegate.cli.main import main
+from sluicegate.demo.model import chat_template, make_demo_gguf
 from sluicegate.dialects.chat_completions.request import parse_chat_request
 from sluicegate.engines.llamacpp import LlamaCppEngine
-from sluicegate.engines.llamacpp.demo import chat_template, make_demo_gguf
 
 CONVERSATION: dict[str, Any] = {
     "messages": [

@@ -12,12 +12,12 @@ import pytest
 
 from sluicegate.conversation.approvals import Approvals, resolve_approvals
 from sluicegate.core.errors import SluicegateError
+from sluicegate.core.tool_selection import PluginChoice, RequestServer
 from sluicegate.dialects.responses.conversation import to_item, to_items
 from sluicegate.dialects.responses.dialect import tool_selection
 from sluicegate.dialects.responses.request import parse_responses_request
 from sluicegate.store.base import StoredResponse
 from sluicegate.store.sqlite import SQLiteStore
-from sluicegate.tools.catalog import PluginChoice, RequestServer
 
 Json = dict[str, Any]
 REQUEST = {

@@ -193,7 +193,7 @@ def test_llama_templates_render_deep_client_json(depth: int) -> None:
     """Tool-call arguments are client text the depth limit never saw: past it they render as
     text; a tool schema just under the limit renders as JSON."""
     from sluicegate.core.request import Message, ToolCall, ToolSpec
-    from sluicegate.engines.llamacpp.demo import chat_template
+    from sluicegate.demo.model import chat_template
     from sluicegate.engines.llamacpp.template import render_chat
 
     arguments = '{"a":' * depth + "1" + "}" * depth

@@ -8,8 +8,8 @@ import pytest
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ContentPart
+from sluicegate.core.tool_selection import PluginChoice, RequestServer, ToolSelection
 from sluicegate.dialects.lmstudio.request import CHAT_KEYS, parse_lmstudio_chat, tool_selection
-from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 PNG = "data:image/png;base64,iVBORw0KGgo="
 MISSING = "missing_required_parameter"  # the code a missing required parameter carries, as on OpenAI

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sluicegate.app.factory import add_model_files, build_registry
 from sluicegate.config import Settings, load_settings
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.model_files import DEMO_ID, discover, ensure_demo_model
 
 

@@ -10,8 +10,9 @@ import pytest
 
 from sluicegate.config import Settings
 from sluicegate.core.errors import ConfigError, SluicegateError
+from sluicegate.core.tool_selection import PluginChoice, ToolSelection
 from sluicegate.tools.builtin_files import FilesPlugin
-from sluicegate.tools.catalog import PluginChoice, ToolCatalog, ToolSelection
+from sluicegate.tools.catalog import ToolCatalog
 from sluicegate.tools.plugins import ENTRY_POINT_GROUP, load_plugins
 
 

@@ -24,7 +24,8 @@ from mcp_fixtures import (
 from sluicegate.config import Settings
 from sluicegate.core.allowlist import AllowList
 from sluicegate.core.errors import SluicegateError
-from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolCatalog, ToolSelection
+from sluicegate.core.tool_selection import PluginChoice, RequestServer, ToolSelection
+from sluicegate.tools.catalog import ToolCatalog
 
 __all__ = ["mcp_http_server", "mcp_json"]  # the fixture, imported for pytest
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluicegate.core.deadlines import with_deadlines
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     ApprovalRequested,
@@ -29,8 +29,9 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest, Message, ServerTool, ToolSpec
 from sluicegate.core.segment import segment
 from sluicegate.engines.models import Model
+from sluicegate.engines.rounds import loop_generation, model_rounds
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
-from sluicegate.tools.loop import MAX_ROUNDS_CODE, loop_generation, model_rounds, run_tool_loop
+from sluicegate.tools.loop import MAX_ROUNDS_CODE, run_tool_loop
 from tool_fakes import PROVIDER, FakeToolSet, echo
 
 CALL_WEATHER = {"tool_calls": [{"name": "weather", "arguments": {"city": "Paris"}}]}
@@ -411,8 +412,7 @@ async def test_the_idle_timer_still_applies_while_tools_run() -> None:
 
     rounds = Rounds([ANSWER, CALL_WEATHER])
     loop = run_tool_loop(chat(), FakeToolSet({"weather": hangs}), rounds, max_rounds=5)
-    guarded = with_deadlines(loop, deadline_seconds=None, idle_seconds=0.2)
-    events = [e async for e in segment(guarded)]
+    events = [e async for e in segment(loop, Deadline.of(None, 0.2))]
     assert isinstance(events[-1], Failed) and events[-1].error.kind is ErrorKind.IDLE_TIMEOUT
     assert cancelled.is_set()
     kinds = [e.item.kind for e in events if isinstance(e, ItemDone)]

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from sluicegate.core.tool_selection import ToolSelection
 from sluicegate.dialects.anthropic.encoder import PING, AnthropicEncoder, anthropic_error, anthropic_status
 from sluicegate.dialects.anthropic.request import MessagesOptions, clamp_max_tokens, parse_messages_request
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
-from sluicegate.tools.catalog import ToolSelection
 
 SPEC = DialectSpec("anthropic", ("/v1/messages",), anthropic_error, anthropic_status, heartbeat=PING)
 

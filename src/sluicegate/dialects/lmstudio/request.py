@@ -12,8 +12,8 @@ from typing import Any
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ContentPart, SamplingParams
+from sluicegate.core.tool_selection import PluginChoice, RequestServer, ToolSelection
 from sluicegate.core.validation import INT32_MAX, MAX_REPEAT_PENALTY, Fields
-from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
 

@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.tool_selection import ToolSelection
 from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
 from sluicegate.dialects.ollama.encoder import OllamaEncoder
 from sluicegate.dialects.ollama.errors import ollama_error
 from sluicegate.dialects.ollama.names import resolve_name
 from sluicegate.dialects.ollama.request import OllamaOptions, parse_chat, parse_generate
-from sluicegate.tools.catalog import ToolSelection
 
 # Every `/api/` path LM Studio's versioned prefixes do not claim (the registry: longest wins).
 SPEC = DialectSpec("ollama", ("/api/",), ollama_error, transport="ndjson")

@@ -11,6 +11,7 @@ from typing import Any
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.request import ChatRequest, RequestOptions
 from sluicegate.core.sealing import Sealer
+from sluicegate.core.tool_selection import PluginChoice, RequestServer, ToolSelection
 from sluicegate.dialects.base import (
     ConversationInput,
     Dialect,
@@ -26,7 +27,6 @@ from sluicegate.dialects.responses.hosted import resolve_hosted
 from sluicegate.dialects.responses.mcp_request import approval_policy
 from sluicegate.dialects.responses.request import ResponsesRequest, parse_responses_request
 from sluicegate.dialects.responses.sealed import reasoning_sealer
-from sluicegate.tools.catalog import PluginChoice, RequestServer, ToolSelection
 
 Json = dict[str, Any]
 # A failed non-streamed response's HTTP status, by its error code (500 for the rest).
@@ -79,12 +79,13 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     )
 
 
-SPEC = DialectSpec("responses", ("/v1/responses",), openai_error)
+SPEC = DialectSpec("responses", ("/v1/responses", "/responses"), openai_error)  # `/responses`: without `/v1`
 
 
 class ResponsesDialect(Dialect):
     spec = SPEC
     path = "/v1/responses"
+    also = ("/responses",)  # a base URL without `/v1`
 
     def __init__(
         self,
@@ -124,6 +125,7 @@ class ResponsesDialect(Dialect):
 
     def encoder(self, turn: Turn, context: EncoderContext) -> ResponsesEncoder:
         seal = reasoning_sealer(self.sealer, context.scope) if self.sealer is not None else None
+        turn.request.model = turn.chat.model  # the served id: an alias or `default_model` resolved
         state = ResponseState(context.turn_id, turn.request, created_at=context.created, seal_reasoning=seal)
         return ResponsesEncoder(state, context.accumulator, reasoning_names=self.reasoning_names)
 

@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import orjson
 from llguidance import LLMatcher
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest, ToolSpec
@@ -295,6 +296,26 @@ def _refusal(exc: SchemaError, param: str, what: str) -> Exception:
     )
 
 
+GBNF = "grammar"  # `response_format` type for a GBNF grammar (llama-server's `grammar` parameter)
+
+
+def gbnf_grammar(text: str, param: str) -> Grammar:
+    """A GBNF grammar (llama.cpp's `grammar` parameter) as the answer's grammar: llguidance's
+    converter writes `root` as `start`, which becomes the `answer` rule (a 400 when it cannot
+    be read)."""
+    try:
+        lark = gbnf_to_lark(text)
+    except Exception as exc:  # the converter raises plain errors for bad syntax
+        raise invalid(f"'{param}' is not a GBNF grammar llama.cpp could read: {exc}", param=param) from None
+    body = "\n".join(line for line in lark.splitlines() if not line.startswith("%llguidance"))
+    body = re.sub(r"^start(\s*):", rf"{ANSWER}\1:", body, flags=re.MULTILINE)
+    grammar = Grammar(body + "\n", GBNF)
+    error = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(grammar.lark))
+    if error:
+        raise invalid(f"'{param}' cannot be enforced: {error.splitlines()[0]}", param=param)
+    return grammar
+
+
 def json_schema_grammar(schema: dict[str, Any], param: str, *, strict: bool = True) -> Grammar:
     """The grammar for a `json_schema` response format (a 400 when it cannot be enforced)."""
     try:
@@ -412,6 +433,8 @@ def _format_grammar(request: ChatRequest) -> Grammar | None:
         return None
     if kind == "json_object":
         return Grammar(f"{ANSWER}: {schema_rule(_JSON_OBJECT)}\n", "json_object")
+    if kind == GBNF and isinstance(fmt.get(GBNF), str):
+        return gbnf_grammar(fmt[GBNF], GBNF)
     if kind == "json_schema":
         # Chat Completions nests the schema (`json_schema.schema`); Responses' `text.format` does not.
         spec = fmt.get("json_schema", fmt)

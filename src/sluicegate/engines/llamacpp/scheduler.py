@@ -121,11 +121,6 @@ class BatchScheduler:
             self._closed = True
             self._cond.notify()
 
-    def used_cells(self, slot: int) -> int:
-        """Cells a slot's stream holds (for tests); call from the worker thread."""
-        memory = self.runtime.context.memory
-        return int(llama_cpp.llama_memory_seq_pos_max(memory, slot)) + 1
-
     # --- the worker thread -------------------------------------------------------------------
 
     def run(self) -> None:

@@ -10,8 +10,8 @@ import pytest
 from llama_cpp_support import fold
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp.call_grammar import CALLS, forced_grammar
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.runtime import Vocabulary
 from sluicegate.parsing import ReasoningStyle, ToolCallFormat, new_parser

@@ -9,7 +9,7 @@ import pytest
 
 from llama_cpp_support import fold, templates_dir
 from sluicegate.core.request import ChatRequest, Message
-from sluicegate.engines.llamacpp.demo import chat_template
+from sluicegate.demo.model import chat_template
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.parsing import THINK, ReasoningStyle, detect_reasoning
 

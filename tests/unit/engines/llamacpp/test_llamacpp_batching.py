@@ -17,7 +17,7 @@ from engine_events import engine_events
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import Finished, PromptProgress, RawBatch, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, Message, RequestOptions, SamplingParams
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 
 PROMPTS = [

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import LlamaCppEngine
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.lookup import build_model
 from sluicegate.parsing import ToolCallFormat
 

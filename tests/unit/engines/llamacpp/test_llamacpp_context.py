@@ -9,8 +9,8 @@ import pytest
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import Message, ToolCall
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp.context import MIB, choose_context
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.gguf_info import GGUFInfo, read_gguf_info
 from sluicegate.engines.llamacpp.overflow import fit, policy_value
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from sluicegate.engines.llamacpp.demo import DEMO_NAME, SPECIAL_TOKENS, make_demo_gguf
+from sluicegate.demo.model import DEMO_NAME, SPECIAL_TOKENS, make_demo_gguf
 from sluicegate.engines.llamacpp.gguf_info import read_gguf_info
 
 

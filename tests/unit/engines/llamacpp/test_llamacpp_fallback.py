@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from sluicegate.core.request import ChatRequest, Message
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import LlamaCppEngine
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.fallback_templates import TRANSCRIPT_STOPS, fallback_template
 from sluicegate.engines.llamacpp.gguf_header import read_gguf_header
 from sluicegate.engines.llamacpp.gguf_info import read_gguf_info

@@ -16,9 +16,9 @@ from llguidance import LLMatcher, LLTokenizer
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp import runtime as runtime_module
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.grammar import (
     BEST_EFFORT_HEADER,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp.gguf_info import read_gguf_info
 
 _GENERATE = textwrap.dedent(

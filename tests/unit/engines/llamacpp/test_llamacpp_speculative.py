@@ -19,8 +19,8 @@ import pytest
 from engine_events import engine_events
 from sluicegate.core.events import Finished, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, Message, SamplingParams
+from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
-from sluicegate.engines.llamacpp.demo import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramIndex
 

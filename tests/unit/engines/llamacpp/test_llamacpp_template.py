@@ -8,7 +8,7 @@ import pytest
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import Message, ToolCall, ToolSpec
-from sluicegate.engines.llamacpp.demo import chat_template
+from sluicegate.demo.model import chat_template
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.template import render_chat, template_messages
 

@@ -21,7 +21,7 @@ from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import TextDelta
 from sluicegate.core.images import ImageLimits, Picture, data_url_bytes, decode_image
 from sluicegate.core.request import ChatRequest, ContentPart, Message, SamplingParams
-from sluicegate.engines.llamacpp.demo_vision import IMAGE_TOKENS, make_demo_vision, projector_path
+from sluicegate.demo.vision import IMAGE_TOKENS, make_demo_vision, projector_path
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
 from sluicegate.engines.llamacpp.vision import MARKER, ImageSpan, MediaPrompt, find_projector

@@ -16,7 +16,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from sluicegate.engines.llamacpp.demo import SHAPES, finish_gguf, make_demo_gguf
+from sluicegate.demo.model import SHAPES, finish_gguf, make_demo_gguf
 
 IMAGE_SIZE = 32
 PATCH_SIZE = 8

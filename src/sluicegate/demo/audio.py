@@ -17,8 +17,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from sluicegate.engines.llamacpp.demo import SHAPES, finish_gguf, make_demo_gguf
-from sluicegate.engines.llamacpp.demo_vision import VISION_MIXING, add_encoder_blocks, projector_path
+from sluicegate.demo.model import SHAPES, finish_gguf, make_demo_gguf
+from sluicegate.demo.vision import VISION_MIXING, add_encoder_blocks, projector_path
 
 SAMPLE_RATE = 16_000  # what libmtmd's Whisper preprocessor resamples every input to
 _MEL_BINS = 80

@@ -136,7 +136,7 @@ def learn_merges(text: str, max_merges: int) -> list[tuple[str, str]]:
 
 
 def chat_template() -> str:
-    return resources.files(__package__).joinpath("demo_template.jinja").read_text(encoding="utf-8")
+    return resources.files(__package__).joinpath("template.jinja").read_text(encoding="utf-8")
 
 
 # The prompt a reranker scores, as llama-server fills it in (`tokenizer.chat_template.rerank`).
@@ -299,7 +299,7 @@ def make_demo_gguf(
             writer.add_uint32(f"tokenizer.ggml.fim_{part}_token_id", tokens.index(text))
     if not embedding and not rerank:
         template = chat_template()
-        assert not thinks or _OPEN_THINKING in template, "demo_template.jinja changed: update _OPEN_THINKING"
+        assert not thinks or _OPEN_THINKING in template, "template.jinja changed: update _OPEN_THINKING"
         writer.add_chat_template(template.replace(_OPEN_THINKING, _OPENS_THINKING) if thinks else template)
 
     small = 0.02

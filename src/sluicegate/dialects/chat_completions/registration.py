@@ -1,0 +1,19 @@
+"""OpenAI Chat Completions, as the server registers it (`sluicegate.dialects` entry point)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+from sluicegate.dialects.base import Dialect, DialectContext, Registration
+from sluicegate.dialects.chat_completions.dialect import SPEC, ChatCompletionsDialect
+from sluicegate.dialects.chat_completions.encoder import ReasoningField
+
+COMPILED = ("encoder",)  # read by the build without importing this module (`_compiled.py`)
+
+
+def build(context: DialectContext) -> list[Dialect]:
+    # `config.py` accepts only the values `ReasoningField` names.
+    return [ChatCompletionsDialect(cast(ReasoningField, context.settings.reasoning_field))]
+
+
+REGISTRATION = Registration(specs=(SPEC,), build=build, compiled=COMPILED)
