@@ -50,12 +50,14 @@ def refuse(message: str) -> SluicegateError:
 
 
 def summed(usages: Sequence[Usage]) -> Usage:
-    """The request's usage: the prompt once (every choice read the same one), the output of all."""
+    """The request's usage: the prompt once (every choice read the same one), the output of all.
+    Its cached tokens are the fewest any choice found (the choices that waited for the first to
+    decode the prompt copied it: `engines/llamacpp/scheduler.py`)."""
     first = usages[0]
     return Usage(
         prompt_tokens=first.prompt_tokens,
         completion_tokens=sum(u.completion_tokens for u in usages),
-        cached_tokens=first.cached_tokens,
+        cached_tokens=min(u.cached_tokens for u in usages),
         reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         audio_tokens=first.audio_tokens,
     )
