@@ -11,19 +11,25 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.errors import SluicegateError
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.frames import DONE, Frame
+from sluicegate.core.owned import Owned
+from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.request import ChatRequest, Message, SamplingParams
+from sluicegate.dialects.anthropic.dialect import AnthropicDialect
+from sluicegate.dialects.anthropic.signature import ThinkingSigner
 from sluicegate.dialects.base import EncoderContext, Turn
 from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
 from sluicegate.dialects.chat_completions.request import ChatOptions
 from sluicegate.dialects.completions.dialect import CompletionsDialect
 from sluicegate.dialects.completions.request import CompletionOptions
-from sluicegate.turn.choices import ChoicesRun, choice_request, summed
+from sluicegate.turn.choices import ChoicesRun, choice_request, open_choices, summed
 from sluicegate.turn.pipeline import TurnPipeline
 
 
@@ -183,3 +189,31 @@ def test_summed_usage() -> None:
         0,
         3,
     )
+
+
+@pytest.mark.parametrize("case", ["no_n_in_the_dialect", "stored", "server_tools"])
+def test_what_n_cannot_serve_is_a_400_naming_n(case: str) -> None:
+    """Refused before any generation is opened (the model is never asked)."""
+    turn = _chat_turn(False)
+    dialect: Any = ChatCompletionsDialect()
+    toolset: Any = None
+    if case == "no_n_in_the_dialect":
+        dialect = AnthropicDialect(ThinkingSigner(b"k" * 32))
+    elif case == "stored":
+        turn.store = True
+    else:
+        toolset = object()
+    opening = open_choices(
+        dialect,
+        turn,
+        turn.chat,
+        None,
+        toolset,
+        Owned(),
+        StreamLimits(),
+        "",
+        answer=None,  # type: ignore[arg-type]
+    )
+    with pytest.raises(SluicegateError) as caught:
+        asyncio.run(opening)
+    assert caught.value.info.status == 400 and caught.value.info.param == "n"
