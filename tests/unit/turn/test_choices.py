@@ -29,6 +29,7 @@ from sluicegate.dialects.chat_completions.dialect import ChatCompletionsDialect
 from sluicegate.dialects.chat_completions.request import ChatOptions
 from sluicegate.dialects.completions.dialect import CompletionsDialect
 from sluicegate.dialects.completions.request import CompletionOptions
+from sluicegate.observe.requests import EventTap, RequestObserver
 from sluicegate.turn.choices import ChoicesRun, choice_request, open_choices, summed
 from sluicegate.turn.pipeline import TurnPipeline
 
@@ -65,15 +66,21 @@ def _context(accumulator: Accumulator) -> EncoderContext:
     return EncoderContext("cmpl-1", 7, "i", accumulator, lambda _: None, stored=False)
 
 
-def _run(turn: Turn, dialect: Any, engines: list[Engine]) -> ChoicesRun:
+def _run(
+    turn: Turn, dialect: Any, engines: list[Engine], observer: RequestObserver | None = None
+) -> ChoicesRun:
     choices = dialect.choices(turn)
     pipelines = []
     for index, engine in enumerate(engines):
         accumulator = Accumulator()
-        pipeline = TurnPipeline(engine.stream(), choices.encoder(index, _context(accumulator)), accumulator)
+        tap = EventTap(observer) if observer is not None else None
+        pipeline = TurnPipeline(
+            engine.stream(), choices.encoder(index, _context(accumulator)), accumulator, None, tap
+        )
         pipeline.open()
         pipelines.append(pipeline)
-    return ChoicesRun(pipelines, choices, None, turn_id="cmpl-1", headers={})
+    tap = EventTap(observer) if observer is not None else None
+    return ChoicesRun(pipelines, choices, tap, turn_id="cmpl-1", headers={})
 
 
 def _chat_turn(include_usage: bool) -> Turn:
@@ -111,6 +118,17 @@ def test_a_chat_stream_interleaves_the_choices_and_sums_the_usage_once() -> None
     # The prompt once, every choice's output; cached: the fewest a choice found.
     assert (usages[0].prompt_tokens, usages[0].completion_tokens, usages[0].total_tokens) == (10, 7, 17)
     assert usages[0].prompt_tokens_details is not None and usages[0].prompt_tokens_details.cached_tokens == 0
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_the_requests_metrics_and_key_usage_see_the_summed_usage(stream: bool) -> None:
+    observer = RequestObserver("chat_completions")
+    run = _run(_chat_turn(True), ChatCompletionsDialect(), _engines(), observer)
+    if stream:
+        asyncio.run(_frames(run))
+    else:
+        run.body(asyncio.run(run.collect()))
+    assert (observer.prompt_tokens, observer.completion_tokens, observer.generating) == (10, 7, 0)
 
 
 def test_without_include_usage_no_usage_chunk() -> None:
