@@ -11,7 +11,9 @@ from its own row with its own sampler chain.
 Slots: a new request takes the free slot that keeps the running sequences side by side (llama.cpp
 computes one run of consecutive sequence ids per pass), and among those the one whose cached
 tokens share the longest prefix with its prompt (reported as cached tokens); a much longer
-prefix in another free slot is copied over. A finished sequence leaves its tokens in its slot
+prefix in another free slot, or in a running sequence's, is copied over; a request whose
+prompt a running sequence is still decoding (the `n` choices of one request) waits for it and
+copies it, so the prompt is decoded once. A finished sequence leaves its tokens in its slot
 for the next request to reuse; a cancelled or failed one has its cells removed at once. A
 slot's stream is its own, so what one slot keeps never takes room from another.
 
@@ -221,16 +223,20 @@ class BatchScheduler:
                 self._end(sequence)
 
     def _admit(self) -> None:
+        later: list[Sequence] = []  # waiting for a running sequence's prompt (`_follows`)
         while self._waiting:
             free = [slot for slot in self.slots if slot.sequence is None]
             if not free:
-                return
+                break
             sequence = self._waiting.popleft()
             try:
                 tokens = self._prepare(sequence)
             except Exception as exc:
                 sequence.free()  # its image chunks, if `check` tokenized it with them
                 self._end(sequence, exc)
+                continue
+            if self._follows(sequence, tokens, free):
+                later.append(sequence)
                 continue
             slot, keep = self._place(free, tokens)
             media = sequence.job.media
@@ -247,6 +253,22 @@ class BatchScheduler:
                 self.speculator.drafter.reset(slot.id)
             sequence.slot = slot.id
             sequence.start(keep)
+        self._waiting.extendleft(reversed(later))
+
+    def _follows(self, sequence: Sequence, tokens: list[int], free: list[Slot]) -> bool:
+        """True when a running sequence is still decoding a prompt this one shares (the `n`
+        choices of one request, `turn/choices.py`, come together): it waits until that prompt
+        is in the cache, then `_place` copies it instead of decoding it again."""
+        if sequence.job.media is not None:
+            return False
+        best = max((_shared(slot.cached, tokens) for slot in free), default=0)
+        return any(
+            slot.sequence.prefilling
+            and slot.sequence.job.media is None
+            and _shared(slot.sequence.job.tokens, tokens) >= best + COPY_MIN_TOKENS
+            for slot in self._live
+            if slot.sequence is not None
+        )
 
     def _place(self, free: list[Slot], tokens: list[int]) -> tuple[Slot, int]:
         """The slot for a prompt, and how many of its tokens that slot's cache already holds.
@@ -260,10 +282,16 @@ class BatchScheduler:
         """
         active = {slot.id for slot in self.slots if slot.sequence is not None}
         limit = len(tokens) - 1  # the last prompt token is decoded again, for its logits
-        shared = {slot.id: min(_shared(slot.cached, tokens), limit) for slot in free}
+        # Copied from: a free slot's cache, or a running sequence's once its prompt is in.
+        sources = free + [
+            slot
+            for slot in self._live
+            if slot.sequence is not None and not slot.sequence.prefilling and slot.sequence.job.media is None
+        ]
+        shared = {slot.id: min(_shared(slot.cached, tokens), limit) for slot in sources}
         runs = {slot.id: _runs(active | {slot.id}) for slot in free}
         slot = min(free, key=lambda s: (runs[s.id], -shared[s.id]))
-        richest = max(free, key=lambda s: shared[s.id])
+        richest = max(sources, key=lambda s: shared[s.id])
         memory = self.runtime.context.memory
         if shared[richest.id] >= shared[slot.id] + COPY_MIN_TOKENS:
             llama_cpp.llama_memory_seq_cp(memory, richest.id, slot.id, -1, -1)
