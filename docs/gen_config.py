@@ -152,6 +152,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "holds the SQLite store, the sealing key and, by default, the models folder",
         ),
         "models_dir": ("`<data_dir>/models`", "every `*.gguf` under it is a model; downloads go here"),
+        "slot_save_path": (
+            "`<data_dir>/slots`",
+            "llama-server's `--slot-save-path`: the folder `POST /slots/{id}?action=save` writes a "
+            "slot's KV cache to and `restore` reads from ([llama-server's API](llama-server.md))",
+        ),
         "jit_ttl_seconds": (
             None,
             "a model loaded just in time is unloaded after this long idle; `0`: never",

@@ -50,6 +50,7 @@ from sluicegate.engines.base import (
     Task,
     fim_unsupported,
 )
+from sluicegate.engines.llamacpp import slot_files
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
@@ -93,6 +94,7 @@ from sluicegate.engines.llamacpp.vision import (
     find_projector,
     projector_senses,
 )
+from sluicegate.engines.slots import SlotKind, SlotResult
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
@@ -326,6 +328,7 @@ class LlamaCppEngine(Engine):
     def check(self, request: ChatRequest) -> None:
         super().check(request)
         check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
+        slot_files.pinned(request.extra, self.sequences if self.batching else 1)  # `id_slot`
         job = request.extra.get(EMBED)
         ranking = request.extra.get(RERANK)
         task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"
@@ -707,6 +710,7 @@ class LlamaCppEngine(Engine):
                 cap=request.options.context_length,
                 fail=lambda exc: channel.fail(_engine_failure(exc)),
                 done=channel.close,
+                pin=slot_files.pinned(request.extra, len(scheduler.slots)),
             )
             scheduler.submit(sequence)
             try:
@@ -751,6 +755,18 @@ class LlamaCppEngine(Engine):
                     yield event
         finally:
             job.cancelled = True  # the worker stops before its next token
+
+    def slot_count(self) -> int | None:
+        """llama-server's slots are the scheduler's (engines/slots.py): only with batching."""
+        return len(self._scheduler.slots) if self._scheduler is not None else None
+
+    async def slot_action(self, slot: int, kind: SlotKind, path: Path | None) -> SlotResult:
+        scheduler = self._scheduler
+        if scheduler is None:
+            raise EngineFailure(
+                f"model {self.model_id!r} is not loaded with batching", code="model_not_loaded"
+            )
+        return await slot_files.run(scheduler, slot, kind, path)
 
     async def _embed(
         self,

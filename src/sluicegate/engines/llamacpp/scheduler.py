@@ -35,7 +35,9 @@ from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
+from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
 from sluicegate.engines.llamacpp.speculative import Speculator, Want
+from sluicegate.engines.slots import SlotResult
 
 log = logging.getLogger(__name__)
 # A free slot whose cache shares this many more prompt tokens than the best-placed slot's is
@@ -84,6 +86,7 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._waiting: deque[Sequence] = deque()  # submitted, no free slot yet
+        self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run while it is free
         self._closed = False
         self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
         self.steps = 0  # decodes run (tests and the bench read it)
@@ -110,6 +113,14 @@ class BatchScheduler:
             self._incoming.append(sequence)
             self._cond.notify()
 
+    def act(self, action: SlotAction) -> None:
+        """Queue a slot action (slot_files.py); it runs once its slot holds no sequence."""
+        with self._cond:
+            if self._closed:
+                raise EngineFailure("the model is unloading", code="model_not_loaded")
+            self._actions.append(action)
+            self._cond.notify()
+
     def wake(self) -> None:
         """After a consumer set `cancelled`: the loop notices at its next step."""
         with self._cond:
@@ -128,7 +139,9 @@ class BatchScheduler:
         try:
             while True:
                 with self._cond:
-                    while not (self._closed or self._incoming or self._waiting or self._live):
+                    while not (
+                        self._closed or self._incoming or self._waiting or self._live or self._actions
+                    ):
                         self._flush()  # the last events before going idle
                         self._cond.wait()
                     if self._closed:
@@ -136,6 +149,8 @@ class BatchScheduler:
                     self._waiting.extend(self._incoming)
                     self._incoming.clear()
                 self._reap()
+                if self._actions:
+                    self._act()
                 if self._waiting:
                     self._admit()
                 if self._live and not self._step():
@@ -174,6 +189,10 @@ class BatchScheduler:
             left = [*self._waiting, *self._incoming]
             self._waiting.clear()
             self._incoming.clear()
+            actions = list(self._actions)
+            self._actions.clear()
+        for action in actions:
+            action.done(EngineFailure("the model was unloaded", code="model_not_loaded"))
         left += [s.sequence for s in self.slots if s.sequence is not None]
         for slot in self.slots:
             slot.sequence = None
@@ -221,11 +240,23 @@ class BatchScheduler:
                 self._end(sequence)
 
     def _admit(self) -> None:
+        held: list[Sequence] = []  # pinned to a slot that is not free: they keep their place
+        try:
+            self._admit_free(held)
+        finally:
+            self._waiting.extendleft(reversed(held))
+
+    def _admit_free(self, held: list[Sequence]) -> None:
         while self._waiting:
             free = [slot for slot in self.slots if slot.sequence is None]
             if not free:
                 return
             sequence = self._waiting.popleft()
+            if sequence.pin is not None:  # llama-server's `id_slot`: that slot or none
+                free = [slot for slot in free if slot.id == sequence.pin]
+                if not free:
+                    held.append(sequence)
+                    continue
             try:
                 tokens = self._prepare(sequence)
             except Exception as exc:
@@ -247,6 +278,48 @@ class BatchScheduler:
                 self.speculator.drafter.reset(slot.id)
             sequence.slot = slot.id
             sequence.start(keep)
+
+    def _act(self) -> None:
+        """Run the slot actions whose slot holds no sequence; the others wait for theirs to
+        end (llama-server defers them likewise). Before admitting: an action queued before a
+        request pinned to its slot runs first."""
+        with self._cond:
+            pending = list(self._actions)
+            self._actions.clear()
+        later: list[SlotAction] = []
+        for action in pending:
+            slot = self.slots[action.slot]
+            if slot.sequence is not None:
+                later.append(action)
+                continue
+            try:
+                result = self._slot_action(slot, action)
+            except Exception as exc:
+                action.done(exc)
+            else:
+                action.done(result)
+        if later:
+            with self._cond:
+                self._actions.extendleft(reversed(later))
+
+    def _slot_action(self, slot: Slot, action: SlotAction) -> SlotResult:
+        ctx = self.runtime.context.ctx
+        if action.kind == "save":
+            assert action.path is not None
+            return save(ctx, slot.id, action.path, slot.cached)
+        erased = len(slot.cached)
+        self._drop(slot)  # a restore replaces the stream: its cells, and a draft model's, go first
+        if action.kind == "erase":
+            return SlotResult(erased, 0, 0.0)
+        assert action.path is not None
+        try:
+            tokens, result = restore(ctx, slot.id, action.path, self.runtime.n_ctx)
+            check_tokens(tokens, self.runtime.n_vocab, media=self.runtime.projector is not None)
+        except BaseException:
+            self._drop(slot)  # what a failed load left is not trusted
+            raise
+        slot.cached = tokens
+        return result
 
     def _place(self, free: list[Slot], tokens: list[int]) -> tuple[Slot, int]:
         """The slot for a prompt, and how many of its tokens that slot's cache already holds.

@@ -48,6 +48,7 @@ class Sequence:
         "history",
         "job",
         "next_token",
+        "pin",
         "prompt",
         "prompt_done",
         "samplers",
@@ -63,8 +64,10 @@ class Sequence:
         cap: int | None,
         fail: Callable[[BaseException], None],
         done: Callable[[], None],
+        pin: int | None = None,
     ) -> None:
         self.job = job
+        self.pin = pin  # llama-server's `id_slot`: admitted into that slot only
         self.prompt = prompt  # tokenized on the scheduler's thread when `job.tokens` is empty
         self.cap = cap  # a per-request context cap (`options.context_length`), or None
         self.fail = fail  # carries an error to the consumer
