@@ -330,6 +330,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
         ),
         "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
+        "lora": (
+            "none",
+            'LoRA adapter GGUFs loaded beside the model, llama-server\'s `--lora`: `["a.gguf", ...]` or '
+            '`[{path = "a.gguf", scale = 0.5}, ...]` (scale 1 unless given); adapter `id`s follow the '
+            "list. `/lora-adapters` and a request's `lora` change the scales "
+            "([llama-server's API](llama-server.md#lora-adapters))",
+        ),
         "speculative": (
             "off",
             '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '

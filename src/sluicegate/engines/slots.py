@@ -1,6 +1,7 @@
 """An engine whose sequences are addressable slots, as llama-server's are: their KV caches saved
-to files, restored from them, or erased (`POST /slots/{id}?action=...`). The llamacpp engine
-with batching is one; routes check for this protocol, so other engines need nothing."""
+to files, restored from them, or erased (`POST /slots/{id}?action=...`); and one with LoRA
+adapters (`/lora-adapters`). The llamacpp engine is both; routes check for these protocols, so
+other engines need nothing."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ class SlotStore(Protocol):
 
     async def slot_action(self, slot: int, kind: SlotKind, path: Path | None) -> SlotResult:
         """Run `kind` on `slot` once it holds no sequence; `path`: the file (save, restore)."""
+
+
+@runtime_checkable
+class LoraStore(Protocol):
+    """An engine with LoRA adapters loaded beside its model (llama-server's `/lora-adapters`)."""
+
+    def lora_adapters(self) -> list[tuple[Path, float]]:
+        """Each adapter's file and the scale requests without `lora` run with."""
+
+    def set_lora_scales(self, body: object) -> None:
+        """llama-server's `[{"id", "scale"}]` (an adapter left out at 0); a 400 when malformed."""

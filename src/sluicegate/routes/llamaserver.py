@@ -29,7 +29,7 @@ from sluicegate.dialects.llamaserver.tokens import (
 from sluicegate.engines.base import Engine
 from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
-from sluicegate.engines.slots import SlotStore
+from sluicegate.engines.slots import LoraStore, SlotStore
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 
 DIALECT = "llamaserver"
@@ -158,6 +158,31 @@ async def slot_action(request: Request) -> Response:
     return JSONResponse(slot_action_body(action, result.tokens, result.bytes, result.ms))
 
 
+@dialect_endpoint(DIALECT, llama_server_error)
+async def lora_adapters(request: Request) -> Response:
+    """`GET`: the served model's LoRA adapters (`id`, `path`, `scale`); `POST`
+    `[{"id", "scale"}]`: the scales requests without `lora` run with (one left out: 0)."""
+    model = _model(request, request.query_params.get("model"))
+    engines = [instance.engine for instance in model.instances]
+    if not all(isinstance(engine, LoraStore) for engine in engines):
+        raise _cannot(model, "LoRA adapters")
+    stores = [engine for engine in engines if isinstance(engine, LoraStore)]
+    if request.method == "POST":
+        body = await _body(request)
+        if not isinstance(body, list):
+            raise SluicegateError(ErrorKind.INVALID_REQUEST, "Request body must be an array")
+        for store in stores:  # every instance serves requests alike
+            store.set_lora_scales(body)
+        return JSONResponse({"success": True})
+    adapters = stores[0].lora_adapters()
+    return JSONResponse(
+        [
+            {"id": i, "path": str(path), "scale": scale, "task_name": "", "prompt_prefix": ""}
+            for i, (path, scale) in enumerate(adapters)
+        ]
+    )
+
+
 ROUTES = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
@@ -165,4 +190,5 @@ ROUTES = [
     Route("/props", props, methods=["GET"]),
     Route("/slots", slots, methods=["GET"]),
     Route("/slots/{id_slot}", slot_action, methods=["POST"]),
+    Route("/lora-adapters", lora_adapters, methods=["GET", "POST"]),
 ]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, RawPrompt
-from sluicegate.core.slots import SLOT
+from sluicegate.core.slots import LORA, SLOT
 from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 MAX_PROBS = 20  # n_probs: as the other completions dialects allow
@@ -117,6 +117,8 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     id_slot = f.integer("id_slot", low=-1, high=INT32_MAX)
     if id_slot is not None and id_slot >= 0:
         request.extra[SLOT] = id_slot
+    if f.obj.get("lora") is not None:  # read by the engine, which knows its adapters
+        request.extra[LORA] = f.obj["lora"]
     options = CompletionOptions(
         stream=stream,
         n_predict=n_predict,

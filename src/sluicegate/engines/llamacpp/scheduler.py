@@ -15,6 +15,10 @@ prefix in another free slot is copied over. A finished sequence leaves its token
 for the next request to reuse; a cancelled or failed one has its cells removed at once. A
 slot's stream is its own, so what one slot keeps never takes room from another.
 
+LoRA adapters (lora.py) apply to the whole context: a step decodes the sequences of one set of
+scales, the sets taking turns, and a slot's cache is reused only under the scales it was
+computed with.
+
 Speculative decoding (speculative.py): a decoding sequence may put a draft after its next token
 in the same batch, every row with logits; it then samples row after row while what it samples
 equals the draft, and the cells of the rows it did not take are removed from its stream.
@@ -33,6 +37,7 @@ import llama_cpp
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.channel import Wakeups
+from sluicegate.engines.llamacpp.lora import Adapters, Scales
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
@@ -52,12 +57,13 @@ CPU_PREFILL_CHUNK = 128
 
 
 class Slot:
-    __slots__ = ("cached", "id", "sequence")
+    __slots__ = ("cached", "id", "lora", "sequence")
 
     def __init__(self, slot_id: int) -> None:
         self.id = slot_id
         self.cached: list[int] = []  # the tokens whose keys and values are in this stream
         self.sequence: Sequence | None = None
+        self.lora: Scales = ()  # the LoRA scales `cached` was computed with
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -76,9 +82,15 @@ def _runs(ids: set[int]) -> int:
 
 class BatchScheduler:
     def __init__(
-        self, runtime: LlamaRuntime, stream_interval: float = 0.0, speculator: Speculator | None = None
+        self,
+        runtime: LlamaRuntime,
+        stream_interval: float = 0.0,
+        speculator: Speculator | None = None,
+        adapters: Adapters | None = None,
     ) -> None:
         self.runtime = runtime
+        self.adapters = adapters
+        self._lora_turn: Scales | None = None  # the scales the last step decoded with
         self.speculator = speculator
         self.slots = [Slot(i) for i in range(runtime.sequences)]
         # The slots holding a sequence, in slot order: what each step walks (not all N slots).
@@ -263,7 +275,7 @@ class BatchScheduler:
                 sequence.free()  # its image chunks, if `check` tokenized it with them
                 self._end(sequence, exc)
                 continue
-            slot, keep = self._place(free, tokens)
+            slot, keep = self._place(free, tokens, sequence.lora)
             media = sequence.job.media
             if media is not None and media.snap(keep) < keep:  # never a cache ending inside an image
                 keep = media.snap(keep)
@@ -273,6 +285,7 @@ class BatchScheduler:
                 keep = 0
                 self._drop(slot)
             slot.sequence = sequence
+            slot.lora = sequence.lora
             self._relist()
             if self.speculator is not None:
                 self.speculator.drafter.reset(slot.id)
@@ -319,9 +332,10 @@ class BatchScheduler:
             self._drop(slot)  # what a failed load left is not trusted
             raise
         slot.cached = tokens
+        slot.lora = action.lora
         return result
 
-    def _place(self, free: list[Slot], tokens: list[int]) -> tuple[Slot, int]:
+    def _place(self, free: list[Slot], tokens: list[int], lora: Scales = ()) -> tuple[Slot, int]:
         """The slot for a prompt, and how many of its tokens that slot's cache already holds.
 
         Where it goes matters for speed: with one KV stream per sequence, llama.cpp splits a
@@ -333,7 +347,10 @@ class BatchScheduler:
         """
         active = {slot.id for slot in self.slots if slot.sequence is not None}
         limit = len(tokens) - 1  # the last prompt token is decoded again, for its logits
-        shared = {slot.id: min(_shared(slot.cached, tokens), limit) for slot in free}
+        # A cache computed under other LoRA scales holds other keys and values: nothing shared.
+        shared = {
+            slot.id: min(_shared(slot.cached, tokens), limit) if slot.lora == lora else 0 for slot in free
+        }
         runs = {slot.id: _runs(active | {slot.id}) for slot in free}
         slot = min(free, key=lambda s: (runs[s.id], -shared[s.id]))
         richest = max(free, key=lambda s: shared[s.id])
@@ -416,7 +433,7 @@ class BatchScheduler:
         """One decode; False when there was nothing to do (only images being encoded)."""
         runtime, batch = self.runtime, self._batch
         room = runtime.batch_size
-        live = self._live
+        live = self._live if self.adapters is None else self._lora_group()
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
         parts: list[tuple[Slot, list[int], int]] = []
         prefilling: list[Slot] = []
@@ -520,6 +537,17 @@ class BatchScheduler:
                 log.exception("sequence %d failed", slot.id)
                 self._release(slot, exc, keep=False)
         return True
+
+    def _lora_group(self) -> list[Slot]:
+        """The live slots this step decodes: those of one set of LoRA scales (llama.cpp applies
+        adapters to the whole context), set on the context; each set takes its turn."""
+        assert self.adapters is not None
+        sets = sorted({slot.sequence.lora for slot in self._live if slot.sequence is not None})
+        later = [s for s in sets if self._lora_turn is not None and s > self._lora_turn]
+        chosen = later[0] if later else sets[0]
+        self._lora_turn = chosen
+        self.adapters.apply(self.runtime.context.ctx, chosen)
+        return [slot for slot in self._live if slot.sequence is not None and slot.sequence.lora == chosen]
 
     def _draft(self, parts: list[tuple[Slot, list[int], int]], space: int) -> None:
         """Drafts after the next tokens of the decoding sequences, within the batch's `space`."""

@@ -47,6 +47,7 @@ class Sequence:
         "fail",
         "history",
         "job",
+        "lora",
         "next_token",
         "pin",
         "prompt",
@@ -65,8 +66,10 @@ class Sequence:
         fail: Callable[[BaseException], None],
         done: Callable[[], None],
         pin: int | None = None,
+        lora: tuple[float, ...] = (),
     ) -> None:
         self.job = job
+        self.lora = lora  # its LoRA adapters' scales (lora.py); (): the model has none
         self.pin = pin  # llama-server's `id_slot`: admitted into that slot only
         self.prompt = prompt  # tokenized on the scheduler's thread when `job.tokens` is empty
         self.cap = cap  # a per-request context cap (`options.context_length`), or None

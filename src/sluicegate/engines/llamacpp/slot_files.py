@@ -41,6 +41,7 @@ class SlotAction:
     kind: SlotKind
     path: Path | None
     done: Callable[[SlotResult | BaseException], None]
+    lora: tuple[float, ...] = ()  # the LoRA scales a restored cache counts as computed with
 
 
 def save(ctx: Any, seq_id: int, path: Path, tokens: list[int]) -> SlotResult:
@@ -106,7 +107,9 @@ def pinned(extra: dict[str, Any], slots: int) -> int | None:
     return slot
 
 
-async def run(scheduler: BatchScheduler, slot: int, kind: SlotKind, path: Path | None) -> SlotResult:
+async def run(
+    scheduler: BatchScheduler, slot: int, kind: SlotKind, path: Path | None, lora: tuple[float, ...] = ()
+) -> SlotResult:
     """Queue an action on the scheduler's thread and wait for it (llama-server's slot task)."""
     if not 0 <= slot < len(scheduler.slots):
         raise invalid("Invalid slot ID", param="id_slot")
@@ -124,5 +127,5 @@ async def run(scheduler: BatchScheduler, slot: int, kind: SlotKind, path: Path |
     def done(outcome: SlotResult | BaseException) -> None:  # on the scheduler's thread
         loop.call_soon_threadsafe(settle, outcome)
 
-    scheduler.act(SlotAction(slot, kind, path, done))
+    scheduler.act(SlotAction(slot, kind, path, done, lora))
     return await future
