@@ -12,6 +12,7 @@ restored image prefix is reused by the same image again, and refused without a p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import time
 from collections.abc import Callable
@@ -125,7 +126,8 @@ async def run(
             future.set_result(outcome)
 
     def done(outcome: SlotResult | BaseException) -> None:  # on the scheduler's thread
-        loop.call_soon_threadsafe(settle, outcome)
+        with contextlib.suppress(RuntimeError):  # the loop closed (shutdown): nobody waits
+            loop.call_soon_threadsafe(settle, outcome)
 
     scheduler.act(SlotAction(slot, kind, path, done, lora))
     return await future
