@@ -72,6 +72,26 @@ def test_a_scale_changes_the_output_and_zero_is_no_adapter(server: Server) -> No
     assert on["content"] != off["content"] and first_logprobs(on) != first_logprobs(off)
 
 
+def test_chat_completions_takes_lora_through_the_openai_sdk(server: Server) -> None:
+    import openai
+
+    client = openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=120.0)
+
+    def chat(model: str, scale: float | None = None) -> str | None:
+        extra = {} if scale is None else {"extra_body": {"lora": [{"id": 0, "scale": scale}]}}
+        answer = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": PROMPT}],
+            max_tokens=12,
+            temperature=0,
+            **extra,  # type: ignore[arg-type]
+        )
+        return answer.choices[0].message.content
+
+    plain, off, on = chat("plain"), chat("tiny", 0.0), chat("tiny", 1.0)
+    assert off == plain and on != off
+
+
 def test_without_batching(server: Server) -> None:
     plain = complete(server, model="plain")
     on = complete(server, model="single")  # a path's scale is 1
