@@ -153,7 +153,10 @@ async def slot_action(request: Request) -> Response:
         )
     path = None
     if action.filename is not None:
-        path = slot_save_dir(app_state(request).settings) / action.filename
+        folder = slot_save_dir(app_state(request).settings)
+        path = folder / action.filename
+        if path.parent != folder:  # parse_slot_action refused any other name; never outside
+            raise SluicegateError(ErrorKind.INVALID_REQUEST, "Invalid filename", param="filename")
     result = await engine.slot_action(action.slot, action.kind, path)
     return JSONResponse(slot_action_body(action, result.tokens, result.bytes, result.ms))
 
