@@ -159,6 +159,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "holds the SQLite store, the sealing key and, by default, the models folder",
         ),
         "models_dir": ("`<data_dir>/models`", "every `*.gguf` under it is a model; downloads go here"),
+        "slot_save_path": (
+            "`<data_dir>/slots`",
+            "llama-server's `--slot-save-path`: the folder `POST /slots/{id}?action=save` writes a "
+            "slot's KV cache to and `restore` reads from ([llama-server's API](llama-server.md))",
+        ),
         "jit_ttl_seconds": (
             None,
             "a model loaded just in time is unloaded after this long idle; `0`: never",
@@ -332,6 +337,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
         ),
         "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
+        "lora": (
+            "none",
+            'LoRA adapter GGUFs loaded beside the model, llama-server\'s `--lora`: `["a.gguf", ...]` or '
+            '`[{path = "a.gguf", scale = 0.5}, ...]` (scale 1 unless given); adapter `id`s follow the '
+            "list. `/lora-adapters` and a request's `lora` change the scales "
+            "([llama-server's API](llama-server.md#lora-adapters))",
+        ),
         "speculative": (
             "off",
             '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '
