@@ -82,6 +82,7 @@ from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
+from sluicegate.engines.llamacpp.prediction import prediction_tokens
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import (
@@ -532,15 +533,14 @@ class LlamaCppEngine(Engine):
         if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
             self._runtime.start_guidance()
         if self.batching:
-            speculator = None
-            if settings.speculative is not None:
-                try:
-                    speculator = await loop.run_in_executor(
-                        self._executor, self._speculator, self._runtime, context_length
-                    )
-                except BaseException:
-                    await self.unload()
-                    raise
+            # Always one: without `speculative`, a request's `prediction` is what drafts.
+            try:
+                speculator = await loop.run_in_executor(
+                    self._executor, self._speculator, self._runtime, context_length
+                )
+            except BaseException:
+                await self.unload()
+                raise
             self._scheduler = BatchScheduler(
                 self._runtime, stream_interval=settings.stream_interval_ms / 1000, speculator=speculator
             )
@@ -551,9 +551,10 @@ class LlamaCppEngine(Engine):
         """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
         thread, with the target's context and threads, one KV stream per slot)."""
         settings, spec = self.settings, self.settings.speculative
-        assert spec is not None
+        if spec is None:
+            return Speculator(None, None, self.model_id, target.sequences)
         if spec.kind == "ngram":
-            return Speculator(spec, NgramDrafter(spec, target.sequences), self.model_id)
+            return Speculator(spec, NgramDrafter(spec, target.sequences), self.model_id, target.sequences)
         assert spec.draft_model is not None
         try:
             draft = LlamaRuntime(
@@ -578,7 +579,7 @@ class LlamaCppEngine(Engine):
             draft.close()
             raise
         self._draft = draft
-        return Speculator(spec, ModelDrafter(spec, draft), self.model_id)
+        return Speculator(spec, ModelDrafter(spec, draft), self.model_id, target.sequences)
 
     def _close_vocabulary(self) -> None:
         counting, self._counting = self._counting, None
@@ -672,6 +673,10 @@ class LlamaCppEngine(Engine):
             in_reasoning=in_reasoning,
             pictures=pictures,
             media=prepared.media,  # tokenized by `check` with the loaded projector, or None
+            # Drafts come from it with batching (the path without does not draft).
+            prediction=prediction_tokens(runtime.model, request.prediction)
+            if request.prediction and scheduler is not None
+            else None,
         )
         if any(isinstance(p, Sound) for p in pictures):
             job.emit = _with_audio_tokens(job)
