@@ -77,12 +77,12 @@ from sluicegate.engines.llamacpp.overflow import (
     policy_value,
     too_long,
 )
+from sluicegate.engines.llamacpp.prediction import prediction_tokens
 from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
-from sluicegate.engines.llamacpp.prediction import prediction_tokens
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.engines.llamacpp.vision import (

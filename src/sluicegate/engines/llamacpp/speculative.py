@@ -278,7 +278,11 @@ class Speculator:
                 return
             rate, cheap = self.model_rate.rate, isinstance(self.drafter, NgramDrafter)
         self._gauges[slot] = Gauge(
-            most=settings.draft_max, least=settings.draft_min, match=settings.ngram_size, rate=rate, cheap=cheap
+            most=settings.draft_max,
+            least=settings.draft_min,
+            match=settings.ngram_size,
+            rate=rate,
+            cheap=cheap,
         )
 
     def drop(self, slot: int) -> None:
