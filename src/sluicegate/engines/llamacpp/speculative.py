@@ -1,6 +1,7 @@
 """Speculative decoding: drafts of the next few tokens, verified by the target in its batch.
 
-A draft comes from one of two places:
+A draft comes from the request's prediction (OpenAI's `prediction`, prediction.py) when it
+has one, else from the model's drafter, one of two:
 
 - `NgramDrafter`: the sequence's own text (prompt and output). Where the last `ngram_size`
   tokens occurred before, the tokens that followed then are the guess (llama.cpp's
@@ -10,6 +11,10 @@ A draft comes from one of two places:
   stream per slot. It decodes the drafts greedily, every drafting sequence in one batch per
   draft position, and stops a sequence's draft where its top token is less likely than
   `draft_p_min`.
+
+How long a draft each sequence may propose, and whether it drafts at all, follows how its
+drafts have fared (adaptive.py): drafting backs off where drafts miss and comes back where they
+land again.
 
 The scheduler puts `[next token, *draft]` in the step's one batch (scheduler.py) with logits on
 every row, and the sequence samples row after row with its own sampler chain while what it
