@@ -207,6 +207,8 @@ class BatchScheduler:
         slot.sequence = None
         self._relist()
         sequence.free()
+        if self.speculator is not None:
+            self.speculator.end(slot.id)
         if not keep:
             self._drop(slot)
         self._end(sequence, error)
@@ -383,7 +385,7 @@ class BatchScheduler:
             parts.append((slot, chunk, len(chunk)))
             room -= len(chunk)
             space -= len(chunk)
-        if self.speculator is not None and space > 0:
+        if self.speculator is not None and self.speculator.active and space > 0:
             self._draft(parts, space)
         # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
         if prefilling:

@@ -266,6 +266,7 @@ class Speculator:
         self.model_rate = ModelRate()  # the model's own drafts' acceptance (not predictions')
         self._gauges: list[Gauge | None] = [None] * slots
         self._predictions: list[Prediction | None] = [None] * slots
+        self.active = 0  # slots whose sequence drafts: none, and a step skips drafting at once
         self._keys = (METRICS.key(DRAFTED_METRIC, model=model), METRICS.key(ACCEPTED_METRIC, model=model))
 
     def start(self, slot: int, prediction: list[int] | None, prompt_length: int) -> None:
@@ -279,9 +280,10 @@ class Speculator:
         else:
             self._predictions[slot] = None
             if self.drafter is None:
-                self._gauges[slot] = None
+                self.end(slot)
                 return
             rate, cheap = self.model_rate.rate, isinstance(self.drafter, NgramDrafter)
+        self.active += self._gauges[slot] is None
         self._gauges[slot] = Gauge(
             most=settings.draft_max,
             least=settings.draft_min,
@@ -289,6 +291,12 @@ class Speculator:
             rate=rate,
             cheap=cheap,
         )
+
+    def end(self, slot: int) -> None:
+        """The slot's sequence left: it drafts no more."""
+        self.active -= self._gauges[slot] is not None
+        self._gauges[slot] = None
+        self._predictions[slot] = None
 
     def drop(self, slot: int) -> None:
         """The slot's cells were removed."""

@@ -354,6 +354,8 @@ def test_prediction_drafts_without_speculative_config(loaded: Any) -> None:
     again = _alone(loaded, engine, _request(PROMPTS[3], max_tokens=80))
     assert again.text == expected.text and _counts(engine)[0] == drafted
     assert again.usage.accepted_prediction_tokens == again.usage.rejected_prediction_tokens == 0
+    # Every sequence gone: no slot drafts, and a step skips drafting at once.
+    assert engine._scheduler.speculator is not None and engine._scheduler.speculator.active == 0
 
 
 def test_prediction_with_an_edit_leaves_the_output_unchanged(loaded: Any) -> None:
