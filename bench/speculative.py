@@ -46,6 +46,7 @@ import argparse
 import contextlib
 import os
 import random
+import re
 import signal
 import statistics
 import sys
@@ -152,6 +153,17 @@ def request(url: str, body: dict[str, Any], max_tokens: int) -> tuple[int, float
     if taken is not None and refused is not None:  # Sluicegate's per-request counts
         drafts = {"draft_n": int(taken) + int(refused), "draft_n_accepted": int(taken)}
     return int(data["usage"]["completion_tokens"]), wall, drafts
+
+
+def sluicegate_drafts(url: str) -> dict[str, int]:
+    """Sluicegate's draft counters so far (`/metrics`): for `/v1/completions`, whose usage has no
+    per-request draft counts."""
+    text = httpx.get(url + "/metrics", timeout=10).text
+    found = {}
+    for name, key in (("draft_tokens_total", "draft_n"), ("draft_tokens_accepted_total", "draft_n_accepted")):
+        match = re.search(rf"^sluicegate_llamacpp_{name}\{{[^}}]*\}} ([0-9.e+]+)$", text, re.M)
+        found[key] = int(float(match[1])) if match else 0
+    return found
 
 
 def bodies(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
@@ -276,8 +288,13 @@ def main() -> int:
                     if name.startswith("llama-server"):  # it has no `prediction`
                         body = {k: v for k, v in body.items() if k != "prediction"}
                     request(url, body, 1)  # the prompt into the slot's cache
+                    ours = name.startswith("sluicegate")
+                    before = sluicegate_drafts(url) if ours else {}
                     used = cpu_seconds(pids[name])
                     count, wall, reported = request(url, body, max_tokens)
+                    if ours and not reported:
+                        after = sluicegate_drafts(url)
+                        reported = {key: after[key] - before[key] for key in after}
                     cpu.setdefault((name, workload), []).append((cpu_seconds(pids[name]) - used) / count)
                     speeds.setdefault((name, workload), []).append(count / wall)
                     print(
