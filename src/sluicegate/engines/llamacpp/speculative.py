@@ -114,10 +114,8 @@ class NgramDrafter:
         self.reset(slot)
 
     def index(self, slot: int) -> NgramIndex:
+        """The slot's index: the `Speculator` drafts from it with the match its gauge asks."""
         return self._indices[slot]
-
-    def draft(self, wants: list[Want]) -> list[list[int]]:
-        return [self._indices[slot].draft(tokens, most) for slot, tokens, most in wants]
 
 
 def _shared(a: list[int], b: list[int]) -> int:
