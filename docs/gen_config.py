@@ -108,6 +108,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "images in one request, the conversation's earlier turns included: more is a 400 `too_many_images`",
         ),
+        "max_request_pixels": (
+            None,
+            "all of one request's images together, width x height each, read from their headers before "
+            "they are decoded: more is a 400 `image_too_large` (3 bytes a pixel decoded, so this caps "
+            "the memory one request's images take)",
+        ),
         "allow_image_urls": (
             None,
             "`true`: http(s) image URLs are fetched for local vision models, through the SSRF guard "
@@ -132,6 +138,20 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "audio clips in one request, the conversation's earlier turns included: more is a 400 "
             "`too_many_audio_clips`",
+        ),
+        "cors_origins": (
+            "none",
+            'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
+            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            "no key on them); every answer to an allowed origin, streams and errors included, carries "
+            "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
+        ),
+        "default_model": (
+            "none",
+            "the model that serves a request naming no model, `model: null`, or a name the server "
+            "does not have (after the models' `aliases`), in every dialect and in embeddings, rerank "
+            "and `count_tokens`: what clients written for llama-server or LM Studio expect. Without "
+            "it, a missing model is a 400 and an unknown one a 404",
         ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
@@ -262,6 +282,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "`[server] jit_ttl_seconds`",
             "idle seconds before a just-in-time load of this model is unloaded; `0`: never",
         ),
+        "aliases": (
+            "none",
+            'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
+            '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
+            "order the file declares them. A served id always means itself",
+        ),
     },
     "llamacpp": {
         "path": ("required", "the GGUF file"),
@@ -345,6 +371,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "script": (
             "the built-in demo script",
             "a YAML (or `.json`) script file: see [the scripted engine](engines-scripted.md)",
+        ),
+        "tasks": (
+            '`["chat"]`',
+            'what the model serves: `"chat"`, `"embeddings"` (`POST /v1/embeddings`, `/api/embed`: '
+            'a vector of each input\'s SHA-256), `"rerank"` (`POST /v1/rerank`: the share of the '
+            "query's words in each document); `token_delay_ms` paces them, an input at a time",
         ),
     },
 }

@@ -28,11 +28,14 @@ log_prompts = false             # true: request bodies and answers in the access
 max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
 max_image_pixels = 32000000     # per image, width x height
 max_images_per_request = 16
+max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
+cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
+default_model = "my-model"      # serves requests that name no model or an unknown one
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -76,6 +79,7 @@ id = "my-model"
 engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
 ttl = 600                       # optional: this model's idle TTL when JIT-loaded
+aliases = ["gpt-*"]             # optional: other names (globs) requests may use for it
 ```
 """
 
@@ -132,11 +136,14 @@ class Settings:
     max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
     max_image_pixels: int = 32_000_000
     max_images_per_request: int = 16
+    max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
+    default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -192,11 +199,14 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_image_bytes": int,
     "max_image_pixels": int,
     "max_images_per_request": int,
+    "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
+    "cors_origins": list,
+    "default_model": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
@@ -286,6 +296,14 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
+        elif key == "cors_origins":
+            if not all(isinstance(o, str) and (o == "*" or "://" in o) for o in value):
+                raise ConfigError(
+                    f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
+                )
+            settings.cors_origins = list(value)
+        elif key == "default_model" and not value:
+            raise ConfigError(f"{source}: [server].default_model must be a model id")
         elif key == "models_dir":
             path = Path(value).expanduser()
             settings.models_dir = path if path.is_absolute() else settings.base_dir / path

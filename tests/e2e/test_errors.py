@@ -82,7 +82,7 @@ def test_body_not_an_object(server: Server, body: Any) -> None:
         ({"model": "chat", "messages": MESSAGES, "tools": {"type": "function"}}, "tools"),
         ({"model": "chat", "messages": MESSAGES, "tools": [{"type": "function"}]}, "tools[0].function"),
         ({"model": "chat", "messages": MESSAGES, "tool_choice": "sometimes"}, "tool_choice"),
-        ({"model": "chat", "messages": MESSAGES, "logit_bias": {"50256": -100}}, "logit_bias"),
+        ({"model": "chat", "messages": MESSAGES, "logit_bias": {"<|endoftext|>": -100}}, "logit_bias"),
     ],
     ids=lambda v: v if isinstance(v, str) else None,
 )

@@ -133,6 +133,7 @@ class Dialect(ABC):
 
     spec: DialectSpec  # its registry entry: name, paths, error shape, transport, heartbeat
     path: str  # the chat route, e.g. "/v1/chat/completions"
+    also: tuple[str, ...] = ()  # other paths the same route answers (OpenAI's without `/v1`)
 
     @property
     def name(self) -> str:

@@ -14,7 +14,7 @@ from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
 # Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
-MODEL_KEYS = ("max_concurrency", "max_queue", "ttl")
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases")  # aliases: engines/model_names.py
 
 
 def engine_class(kind: str) -> type[Engine]:

@@ -11,12 +11,14 @@ from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder,
 from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
 from sluicegate.dialects.openai_errors import openai_error
 
-SPEC = DialectSpec("chat_completions", ("/v1/chat/",), openai_error)
+# `/chat/`: the same API without `/v1` (a base URL without it; llama-server answers there too).
+SPEC = DialectSpec("chat_completions", ("/v1/chat/", "/chat/"), openai_error)
 
 
 class ChatCompletionsDialect(Dialect):
     spec = SPEC
     path = "/v1/chat/completions"
+    also = ("/chat/completions",)  # a base URL without `/v1`, as llama-server answers it too
 
     def __init__(self, reasoning_field: ReasoningField = "reasoning_content") -> None:
         self.reasoning_field = reasoning_field

@@ -36,9 +36,9 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.lane import Lane
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
+from sluicegate.engines.lane import Lane
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
 from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
@@ -140,10 +140,15 @@ class UpstreamEngine(Engine):
             await self.replicas.aclose()
 
     def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        return self.generate_through(request, None)
+
+    def generate_through(self, request: ChatRequest, lane: Lane | None) -> AsyncIterator[RawEvent]:
+        """`generate`, offering reads that arrive while the stream's task waits to `lane` (a
+        stream's fast lane, engines/lane.py); a traced call keeps every read on its task."""
         observer = current_observer()
         parent = observer.parent_span if observer is not None else None
         if parent is None:  # tracing off (or no request to trace): no layer, no cost
-            return self._generate(request, b"", request.lane)
+            return self._generate(request, b"", lane)
         span = tracing.start_child(
             parent,
             f"chat {self.config.upstream_model}",
@@ -363,7 +368,7 @@ class UpstreamEngine(Engine):
 
 class _ReadThrough:
     """A read that arrives while the relay waits, decoded in the connection's callback and
-    offered to the turn's fast lane (core/lane.py); what the lane does not carry, and what ends
+    offered to the turn's fast lane (engines/lane.py); what the lane does not carry, and what ends
     the stream, is kept in `stash` for the relay, which is woken to take it first."""
 
     __slots__ = ("clocks", "decoder", "feed", "lane", "stash")

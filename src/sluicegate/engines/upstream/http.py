@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
         self._length: bytes | None = None
         self._until_eof = False  # neither a length nor chunked: the body ends with the connection
         self._error: Exception | None = None
-        # While the engine waits for a read, a read may be handed here instead (core/lane.py):
+        # While the engine waits for a read, a read may be handed here instead (engines/lane.py):
         # True, it was carried on and the wait goes on; False, the engine must look (it is woken).
         self.read_through: Callable[[bytes], bool] | None = None
 
