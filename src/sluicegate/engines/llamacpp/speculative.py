@@ -335,6 +335,9 @@ class Speculator:
             assert isinstance(self.drafter, ModelDrafter)
             for i, draft in zip(where, self.drafter.draft(to_model), strict=True):
                 drafts[i] = draft if len(draft) >= least else []
+                gauge = self._gauges[wants[i][0]]
+                if not drafts[i] and gauge is not None:
+                    gauge.no_probe()  # else an empty probe would probe again every step
         return drafts
 
     def _source(self, slot: int) -> Prediction | NgramIndex | None:

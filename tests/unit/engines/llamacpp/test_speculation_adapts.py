@@ -90,6 +90,17 @@ def test_a_draft_model_probes_after_a_wait_that_doubles() -> None:
     assert MAX_PAUSE >= FIRST_PAUSE * 8
 
 
+def test_a_probe_with_nothing_to_draft_waits_again() -> None:
+    gauge = _gauge(rate=0.0, cheap=False)
+    while gauge.allowance() == 0:
+        pass
+    gauge.no_probe()  # the draft model was not confident enough to draft anything
+    steps = 1
+    while gauge.allowance() == 0:
+        steps += 1
+    assert steps == FIRST_PAUSE
+
+
 def test_draft_min_bounds_the_length() -> None:
     gauge = _gauge(least=3)
     gauge.taken(16, 1)  # a token longer than what was taken: 2, but a draft needs 3
