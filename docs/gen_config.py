@@ -127,12 +127,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "max_audio_bytes": (
             None,
             "one audio clip (Chat `input_audio`, a local model whose projector has an audio encoder "
-            "hears it): more is a 400 `audio_too_large`",
+            "hears it), and one upload to `/v1/audio/transcriptions`: more is a 400 `audio_too_large`",
         ),
         "max_audio_seconds": (
             None,
             "how long one audio clip may play, read from its header before it is decoded: longer is a "
-            "400 `audio_too_long`",
+            "400 `audio_too_long`; an upload to `/v1/audio/transcriptions` is held to it as it is "
+            "decoded (what it decodes to, not what its header says)",
         ),
         "max_audio_per_request": (
             None,
@@ -158,6 +159,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "holds the SQLite store, the sealing key and, by default, the models folder",
         ),
         "models_dir": ("`<data_dir>/models`", "every `*.gguf` under it is a model; downloads go here"),
+        "slot_save_path": (
+            "`<data_dir>/slots`",
+            "llama-server's `--slot-save-path`: the folder `POST /slots/{id}?action=save` writes a "
+            "slot's KV cache to and `restore` reads from ([llama-server's API](llama-server.md))",
+        ),
         "jit_ttl_seconds": (
             None,
             "a model loaded just in time is unloaded after this long idle; `0`: never",
@@ -331,6 +337,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
         ),
         "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
+        "lora": (
+            "none",
+            'LoRA adapter GGUFs loaded beside the model, llama-server\'s `--lora`: `["a.gguf", ...]` or '
+            '`[{path = "a.gguf", scale = 0.5}, ...]` (scale 1 unless given); adapter `id`s follow the '
+            "list. `/lora-adapters` and a request's `lora` change the scales "
+            "([llama-server's API](llama-server.md#lora-adapters))",
+        ),
         "speculative": (
             "off",
             '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '
@@ -366,6 +379,30 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "reasoning": ("`false`", "the upstream model reasons (for the listings)"),
         "tool_use": ("`true`", "the upstream model calls tools (for the listings)"),
         "context_length": ("none", "the upstream model's context (for the listings and checks)"),
+    },
+    "whisper": {
+        "path": (
+            "one of the two",
+            "a folder holding a Whisper model in CTranslate2 format (`model.bin`, `config.json`, ...)",
+        ),
+        "packages": (
+            "one of the two",
+            "Python packages whose `data/` folders hold the model; files split as `NAME.part1`, `NAME.part2`, ... "
+            "are joined once into `$SLUICEGATE_CACHE_DIR` (default `~/.cache/sluicegate`)",
+        ),
+        "compute_type": ('`"int8"`', "CTranslate2's compute type (`int8`, `int8_float32`, `float32`, ...)"),
+        "threads": ("`0`", "CPU threads for CTranslate2; `0`: its own default"),
+        "beam_size": ("`5`", "beam search width; `1` decodes greedily (faster)"),
+        "language": ("none", "the language when a request names none; none: detected per request"),
+        "vad_filter": ("`false`", "skip silence with Silero VAD before decoding"),
+    },
+    "piper": {
+        "path": (
+            "one of the two",
+            "a Piper voice: its `.onnx` file (the `.onnx.json` beside it), or a folder with one",
+        ),
+        "packages": ("one of the two", "a Python package whose `data/` folder holds the voice"),
+        "voice": ("the file's name", "the name the voice is listed under (`GET /v1/audio/voices`)"),
     },
     "scripted": {
         "script": (
@@ -403,8 +440,10 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     from sluicegate.config import table_keys
     from sluicegate.engines.llamacpp.settings import KEYS as LLAMACPP
     from sluicegate.engines.lookup import MODEL_KEYS
+    from sluicegate.engines.piper import KEYS as PIPER
     from sluicegate.engines.scripted import KEYS as SCRIPTED
     from sluicegate.engines.upstream.config import KEYS as UPSTREAM
+    from sluicegate.engines.whisper import KEYS as WHISPER
 
     common = ("id", "engine", *MODEL_KEYS)
     keys = dict(table_keys())
@@ -412,6 +451,8 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     keys["llamacpp"] = tuple(sorted(LLAMACPP - set(common), key=_documented_order("llamacpp")))
     keys["openai"] = tuple(sorted(UPSTREAM - set(common), key=_documented_order("openai")))
     keys["scripted"] = tuple(sorted(SCRIPTED - set(common)))
+    keys["whisper"] = tuple(sorted(WHISPER - set(common), key=_documented_order("whisper")))
+    keys["piper"] = tuple(sorted(PIPER - set(common), key=_documented_order("piper")))
     return keys
 
 

@@ -20,6 +20,7 @@ max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT load
                                 # default: the machine's physical memory; 0: no cap
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
+slot_save_path = "~/slots"      # llama-server's slot save/restore files; default: <data_dir>/slots
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
@@ -154,6 +155,7 @@ class Settings:
     store_backend: Literal["sqlite", "redis"] = "sqlite"
     store_url: str = "redis://127.0.0.1:6379/0"  # the redis backend's server
     models_dir: Path | None = None  # None: <data_dir>/models
+    slot_save_path: Path | None = None  # llama-server's slot files; None: <data_dir>/slots
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
     tools_mcp_config: Path | None = None
@@ -190,6 +192,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_loaded_model_bytes": int,
     "data_dir": str,
     "models_dir": str,
+    "slot_save_path": str,
     "jit_ttl_seconds": (int, float),
     "jit_auto_evict": bool,
     "reaper_interval_seconds": (int, float),
@@ -304,9 +307,9 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.cors_origins = list(value)
         elif key == "default_model" and not value:
             raise ConfigError(f"{source}: [server].default_model must be a model id")
-        elif key == "models_dir":
+        elif key in ("models_dir", "slot_save_path"):
             path = Path(value).expanduser()
-            settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+            setattr(settings, key, path if path.is_absolute() else settings.base_dir / path)
         elif key == "limits_on_store_failure" and value not in ("open", "closed"):
             raise ConfigError(f'{source}: [server].limits_on_store_failure must be "open" or "closed"')
         elif key == "log_format" and value not in ("text", "json"):
@@ -539,6 +542,11 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.models_dir = Path(models_dir).expanduser().resolve()
         return True
     return False
+
+
+def slot_save_dir(settings: Settings) -> Path:
+    """Where llama-server's `POST /slots/{id}?action=save` writes and `restore` reads."""
+    return settings.slot_save_path or settings.data_dir / "slots"
 
 
 def models_dir(settings: Settings) -> Path:

@@ -182,7 +182,7 @@ def test_bad_env_port() -> None:
         ({"id": "m", "engine": ["scripted"]}, "needs a string `engine`"),
         (
             {"id": "m", "engine": "gguf-magic"},
-            "unknown engine 'gguf-magic'; installed engines: anthropic, llamacpp, openai, scripted",
+            "unknown engine 'gguf-magic'; installed engines: anthropic, llamacpp, openai, piper, scripted, whisper",
         ),
         ({"id": "m", "engine": "scripted", "max_concurrency": -1}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),

@@ -43,7 +43,7 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import admin_keys, embeddings, rerank
+from sluicegate.routes import admin_keys, audio, embeddings, rerank
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.models import get_model, list_models
 from sluicegate.store.factory import open_store
@@ -314,6 +314,7 @@ def create_app(settings: Settings) -> Starlette:
         *embeddings.ROUTES,
         Route("/embeddings", embeddings.create_embeddings, methods=["POST"]),  # without `/v1`
         *rerank.ROUTES,
+        *audio.ROUTES,
         *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]

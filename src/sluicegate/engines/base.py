@@ -29,6 +29,7 @@ from sluicegate.core.errors import SluicegateError, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
 from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Upload, Voice, Voiced
 
 
 @dataclass(slots=True)
@@ -73,13 +74,16 @@ def fim_unsupported(model_id: str, missing: str = "") -> SluicegateError:
 
 ProgressCallback = Callable[[float], None]
 # What a model serves: chat (every dialect, `generate`), embeddings (`embed`: POST /v1/embeddings,
-# /api/embed), rerank (`rerank`: POST /v1/rerank).
-Task = Literal["chat", "embeddings", "rerank"]
+# /api/embed), rerank (`rerank`: POST /v1/rerank), transcription (`transcribe`: POST
+# /v1/audio/transcriptions and /translations), speech (`synthesize`: POST /v1/audio/speech).
+Task = Literal["chat", "embeddings", "rerank", "transcription", "speech"]
 CHAT_ONLY: frozenset[Task] = frozenset({"chat"})
 NOT_SERVED: dict[Task, str] = {  # the 400 for a task a model does not serve
     "chat": "Model {model!r} does not chat.",
     "embeddings": "Model {model!r} is not an embedding model.",
     "rerank": "Model {model!r} is not a reranker.",
+    "transcription": "Model {model!r} is not a speech-to-text model.",
+    "speech": "Model {model!r} is not a text-to-speech model.",
 }
 
 
@@ -138,7 +142,7 @@ class Engine(ABC):
     # limits before `check`; other engines get image parts as URLs, to pass on.
     reads_pixels: ClassVar[bool] = False
     # Engines whose `check` does heavy work (llama.cpp tokenizes a long prompt, preprocesses images
-    # through its projector) say True: it then runs in a worker thread (`Model.admit`), never on
+    # through its projector) say True: it then runs in a worker thread (`Model.admit_task`), never on
     # the event loop, so it must be safe to run beside the engine's own threads.
     heavy_checks: ClassVar[bool] = False
     # Instances built up front (an engine's `parallel = N` config key sets it).
@@ -273,6 +277,29 @@ class Engine(ABC):
 
     async def aclose(self) -> None:
         """Release everything at server shutdown."""
+        return None
+
+    # Speech (issue 45): an engine that hears or speaks overrides these and says so in `tasks()`;
+    # the routes run them on an admitted, loaded instance (`Model.admit_task`, `Instance.slot`).
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[TranscriptEvent]:
+        """Yield `Segment`s as they are recognised, then one `Transcribed`. Must stop at once
+        when closed (the client left)."""
+        raise invalid(f"Model {self.model_id!r} does not transcribe audio.", param="model")
+
+    def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
+        """Yield one `Voiced` per sentence as soon as it is synthesised. Must stop at once when
+        closed."""
+        raise invalid(f"Model {self.model_id!r} does not synthesise speech.", param="model")
+
+    def voices(self) -> list[Voice]:
+        """The voices a speech model has (the first is its default)."""
+        return []
+
+    def relay_audio(self, path: str, body: Upload | dict[str, Any]) -> AsyncIterator[bytes] | None:
+        """An audio request this engine hands on to a server as the client sent it (`path`:
+        `/audio/transcriptions`, `/audio/translations` with the form, `/audio/speech` with the
+        JSON body): the answer's bytes as they arrive, raising a `SluicegateError` for a
+        refusal before the first. None (the default): the engine does the work itself."""
         return None
 
     # --- Optional: the model's own tokenizer and chat template -------------------------------

@@ -10,6 +10,7 @@ auto-evict: `engines/lifecycle.py`) decides on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -168,6 +169,39 @@ class Instance:
         child(METRICS.queue_depth, self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """A task that is not a chat (speech, issue 45) on this instance: counted as waiting from
+        the call (enter it at once, as `Model.admit_task` returns), then a slot, loaded just in time,
+        and the idle clock restarted when it leaves, on every path."""
+        self._waiting += 1
+        child(METRICS.queue_depth, self.id).inc()
+        self.last_used = time.monotonic()
+        slots = self._slots
+        try:
+            if slots is not None:
+                await slots.acquire()
+        except BaseException:  # gone while queued
+            self._waiting -= 1
+            child(METRICS.queue_depth, self.id).dec()
+            self._settle()
+            raise
+        self._waiting -= 1
+        child(METRICS.queue_depth, self.id).dec()
+        self._active += 1
+        METRICS.gauges[self._active_key] += 1
+        try:
+            if not self.loaded:
+                async for _ in self._ensure_loaded(jit=True):
+                    pass
+            yield
+        finally:
+            self._active -= 1
+            METRICS.gauges[self._active_key] -= 1
+            if slots is not None:
+                slots.release()
+            self._settle()
 
     def _settle(self) -> None:
         """A request left: restart the idle clock, and say so when nothing else is here."""

@@ -144,6 +144,14 @@ class Model:
             )
         return instance
 
+    def admit_task(self) -> Instance:
+        """The instance a task that streams (speech: `Engine.transcribe`, `Engine.synthesize`)
+        runs on, or a refusal at once; enter its `slot()` right away (nothing here waits)."""
+        instance = self._admit()
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)
+        return instance
+
     def add_instance(self) -> Instance:
         """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""
         if self.factory is None:

@@ -1,5 +1,5 @@
 """llama-server's non-generating endpoints: `POST /tokenize`, `/detokenize`, `/apply-template`,
-`GET /props` and `GET /slots`, answered by the model's own tokenizer and chat template (the engine's
+`GET /props`, `GET /slots` and `POST /slots/{id}` (save, restore, erase), answered by the model's own tokenizer and chat template (the engine's
 optional methods); shapes in `sluicegate.dialects.llamaserver.tokens`.
 
 llama-server serves one model and its clients name none: a request without `model` goes to
@@ -13,9 +13,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from sluicegate import __version__
+from sluicegate.config import slot_save_dir
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.dialects.chat_completions.request import parse_chat_request
 from sluicegate.dialects.llamaserver.errors import llama_server_error
+from sluicegate.dialects.llamaserver.slots import parse_slot_action, slot_action_body
 from sluicegate.dialects.llamaserver.tokens import (
     detokenize_body,
     parse_detokenize,
@@ -27,6 +29,7 @@ from sluicegate.dialects.llamaserver.tokens import (
 from sluicegate.engines.base import Engine
 from sluicegate.engines.models import Model
 from sluicegate.engines.registry import Registry
+from sluicegate.engines.slots import LoraStore, SlotStore
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 
 DIALECT = "llamaserver"
@@ -130,10 +133,65 @@ async def slots(request: Request) -> Response:
     return JSONResponse(slots_body(total, running, model.engine.info().context_length))
 
 
+@dialect_endpoint(DIALECT, llama_server_error)
+async def slot_action(request: Request) -> Response:
+    """Save a slot's KV cache to a file in the slot save folder, restore it, or erase it; on
+    the model's first loaded instance (a restore loads the model when none is)."""
+    body = await _body(request) if request.query_params.get("action") != "erase" else None
+    action = parse_slot_action(request.path_params["id_slot"], request.query_params.get("action"), body)
+    model = _model(request, request.query_params.get("model"))
+    if not model.loaded and action.kind == "restore" and isinstance(model.engine, SlotStore):
+        await model.load()
+    engine = _engine(model)
+    if not isinstance(engine, SlotStore) or (model.loaded and engine.slot_count() is None):
+        raise _cannot(model, "slots")  # another engine, or llamacpp without batching
+    if engine.slot_count() is None:  # not loaded: every slot is empty
+        if action.kind == "erase":
+            return JSONResponse(slot_action_body(action, 0, 0, 0.0))
+        raise SluicegateError(
+            ErrorKind.INVALID_REQUEST, f"Slot {action.slot} is empty: model {model.id!r} is not loaded"
+        )
+    path = None
+    if action.filename is not None:
+        folder = slot_save_dir(app_state(request).settings)
+        path = folder / action.filename
+        if path.parent != folder:  # parse_slot_action refused any other name; never outside
+            raise SluicegateError(ErrorKind.INVALID_REQUEST, "Invalid filename", param="filename")
+    result = await engine.slot_action(action.slot, action.kind, path)
+    return JSONResponse(slot_action_body(action, result.tokens, result.bytes, result.ms))
+
+
+@dialect_endpoint(DIALECT, llama_server_error)
+async def lora_adapters(request: Request) -> Response:
+    """`GET`: the served model's LoRA adapters (`id`, `path`, `scale`); `POST`
+    `[{"id", "scale"}]`: the scales requests without `lora` run with (one left out: 0)."""
+    model = _model(request, request.query_params.get("model"))
+    engines = [instance.engine for instance in model.instances]
+    if not all(isinstance(engine, LoraStore) for engine in engines):
+        raise _cannot(model, "LoRA adapters")
+    stores = [engine for engine in engines if isinstance(engine, LoraStore)]
+    if request.method == "POST":
+        body = await _body(request)
+        if not isinstance(body, list):
+            raise SluicegateError(ErrorKind.INVALID_REQUEST, "Request body must be an array")
+        for store in stores:  # every instance serves requests alike
+            store.set_lora_scales(body)
+        return JSONResponse({"success": True})
+    adapters = stores[0].lora_adapters()
+    return JSONResponse(
+        [
+            {"id": i, "path": str(path), "scale": scale, "task_name": "", "prompt_prefix": ""}
+            for i, (path, scale) in enumerate(adapters)
+        ]
+    )
+
+
 ROUTES = [
     Route("/tokenize", tokenize, methods=["POST"]),
     Route("/detokenize", detokenize, methods=["POST"]),
     Route("/apply-template", apply_template, methods=["POST"]),
     Route("/props", props, methods=["GET"]),
     Route("/slots", slots, methods=["GET"]),
+    Route("/slots/{id_slot}", slot_action, methods=["POST"]),
+    Route("/lora-adapters", lora_adapters, methods=["GET", "POST"]),
 ]

@@ -113,6 +113,8 @@ def capabilities(model: Model) -> list[str]:
     info = model.engine.info()
     if info.details.get("type") == "embedding":
         return ["embedding"]
+    if info.details.get("type") in ("stt", "tts"):  # speech models: none of Ollama's capabilities
+        return []
     caps = info.capabilities
     out = ["completion"]
     if caps.tool_use:

@@ -51,6 +51,7 @@ from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
 from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writer, server_send, stream_chunks
+from sluicegate.turn.choices import ChoicesRun, open_choices
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -106,6 +107,7 @@ class Prepared:
     scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
     resolved: Resolved | None
     lane: TurnPipeline | None = None  # a plain stream given a fast lane: the pipeline drives it
+    choices: ChoicesRun | None = None  # `n` > 1: every choice's pipeline (`pipeline` is the first)
 
 
 class TurnHooks:
@@ -196,6 +198,8 @@ class TurnEndpoint:
         self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
+        if prepared.choices is not None:
+            return await self._run_choices(state, request, send, prepared, prepared.choices)
         if turn.background:
             retention = state.settings.responses_retention_days * 86400
             resolved = prepared.resolved or Resolved(input_items=[], history=[])
@@ -231,6 +235,24 @@ class TurnEndpoint:
             info = self.dialect.failure(result.error, body)
             return await self._send_error(info, send, prepared.headers)
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
+
+    async def _run_choices(
+        self, state: AppState, request: Request, send: Send, prepared: Prepared, run: ChoicesRun
+    ) -> int:
+        if prepared.turn.stream:
+            await self._stream(state, request, send, run.frames(), prepared.headers)
+            await run.abandon("client_disconnected")  # a no-op for the choices that ended
+            return 200
+        try:
+            results = await unless_disconnected(run.collect(), lambda: wait_for_disconnect(request))
+        except SluicegateError:  # the client left
+            await run.abandon("client_disconnected")
+            return 499
+        body = run.body(results)
+        failed = next((r.error for r in results if r.error is not None), None)
+        if failed is not None:
+            return await self._send_error(self.dialect.failure(failed, body), send, prepared.headers)
+        return await self._send_json(body, send, prepared.headers)
 
     def _stream(
         self,
@@ -302,6 +324,22 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
+        if chat.sampling.n > 1:
+            run = await open_choices(
+                self.dialect,
+                turn,
+                chat,
+                model,
+                toolset,
+                owned,
+                state.limits,
+                scope,
+                lambda o: _engine_answer(source.disconnected, model, o, state, stream=turn.stream),
+            )
+            first = run.pipelines[0]
+            return Prepared(
+                turn, run.turn_id, first.encoder, first, run.headers, [], scope, None, choices=run
+            )
         generation = await open_model(
             chat,
             model,

@@ -24,7 +24,8 @@ from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_f
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
-EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt")
+# llama-server's `lora` (per-request adapter scales) and `id_slot` too: core/slots.py.
+EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt", "lora", "id_slot")
 OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 
 

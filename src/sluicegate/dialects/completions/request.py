@@ -2,8 +2,8 @@
 `ChatRequest` whose `prompt` is set (no messages, no chat template).
 
 A list of several prompts is refused: the turn runner serves one generation per request (one
-choice), so each prompt goes in its own request. `n` and `best_of` above 1 are refused by the
-same rule (`n` by the engine's check, as in every dialect).
+choice per generation), so each prompt goes in its own request. `n` choices run as `n`
+generations of the one prompt (`turn/choices.py`); `best_of` above 1 is refused.
 """
 
 from __future__ import annotations
@@ -79,6 +79,8 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
         f.fail(
             "best_of", "'best_of' above 1 is not supported: Sluicegate generates one completion per request."
         )
+    if best_of is not None and best_of < s.n:  # OpenAI's rule: best_of counts the candidates
+        f.fail("best_of", "best_of must be greater than or equal to n.")
     logprobs = f.integer("logprobs", low=0, high=MAX_LOGPROBS)
     if logprobs is not None:
         s.logprobs, s.top_logprobs = True, logprobs

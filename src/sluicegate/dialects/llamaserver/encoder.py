@@ -30,7 +30,7 @@ from sluicegate.dialects.llamaserver.errors import llama_server_error
 from sluicegate.dialects.llamaserver.request import CompletionOptions
 
 _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
-ID_SLOT = 0  # llama-server's slot: Sluicegate's sequences are not addressable, one slot is named
+ID_SLOT = 0  # the slot named when the request pinned none (the canonical stream does not say which)
 
 
 def probabilities(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
@@ -61,8 +61,9 @@ class CompletionEncoder:
         self.logprobs = options.settings.get("n_probs", 0) > 0
         self.usage = Usage()
         self.predicted = 0
+        self._slot = options.id_slot if options.id_slot >= 0 else ID_SLOT
         self._head = b'{"index":0,"content":'
-        self._tail_at = b',"tokens":[],"stop":false,"id_slot":%d,"tokens_predicted":' % ID_SLOT
+        self._tail_at = b',"tokens":[],"stop":false,"id_slot":%d,"tokens_predicted":' % self._slot
 
     def opening(self) -> list[Frame]:
         return []
@@ -96,7 +97,7 @@ class CompletionEncoder:
             "index": 0,
             "content": "" if stream else text,
             "tokens": [],
-            "id_slot": ID_SLOT,
+            "id_slot": self._slot,
             "stop": True,
             "model": self.model,
             "tokens_predicted": usage.completion_tokens,

@@ -3,9 +3,10 @@ llama.cpp's sampling names (`n_predict`, `n_probs`, `top_k`, `min_p`, `repeat_pe
 
 What llama-server takes and Sluicegate does not act on is accepted and ignored, as llama-server
 ignores what it does not know: `cache_prompt` (the engine keeps its prompt cache anyway),
-`id_slot`, `n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one
+`n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one
 request (llama-server answers an array) and prompts that mix strings with token ids are refused
-with a 400 naming `prompt`: one request, one generation.
+with a 400 naming `prompt`: one request, one generation. `id_slot` pins the generation to one
+of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences are not slots ignores it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, RawPrompt
+from sluicegate.core.slots import LORA, SLOT
 from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 MAX_PROBS = 20  # n_probs: as the other completions dialects allow
@@ -26,6 +28,7 @@ class CompletionOptions:
     n_predict: int  # as asked (-1: until the model stops), for `generation_settings`
     return_tokens: bool
     settings: dict[str, Any] = field(default_factory=dict)  # `generation_settings`, as read
+    id_slot: int = -1  # as asked (-1: any slot)
 
 
 def _is_tokens(value: Any) -> bool:
@@ -111,10 +114,16 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     }
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(text))
     request.response_format = _constraint(f)
+    id_slot = f.integer("id_slot", low=-1, high=INT32_MAX)
+    if id_slot is not None and id_slot >= 0:
+        request.extra[SLOT] = id_slot
+    if f.obj.get("lora") is not None:  # read by the engine, which knows its adapters
+        request.extra[LORA] = f.obj["lora"]
     options = CompletionOptions(
         stream=stream,
         n_predict=n_predict,
         return_tokens=bool(f.boolean("return_tokens")),
         settings={k: v for k, v in settings.items() if v is not None},
+        id_slot=-1 if id_slot is None else id_slot,
     )
     return request, options

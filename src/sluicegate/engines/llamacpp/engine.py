@@ -35,6 +35,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.slots import LORA
 from sluicegate.engines.base import (
     CHAT_ONLY,
     Capabilities,
@@ -45,6 +46,7 @@ from sluicegate.engines.base import (
     Task,
     fim_unsupported,
 )
+from sluicegate.engines.llamacpp import slot_files
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
@@ -64,6 +66,7 @@ from sluicegate.engines.llamacpp.gguf_info import (
     read_gguf_info,
 )
 from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.lora import Adapters, parse_scales
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -89,6 +92,7 @@ from sluicegate.engines.llamacpp.vision import (
     find_projector,
     projector_senses,
 )
+from sluicegate.engines.slots import SlotKind, SlotResult
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
@@ -152,6 +156,9 @@ class LlamaCppEngine(Engine):
             self.parallel = settings.parallel or 1
             self.sequences = 1
         self._scheduler: BatchScheduler | None = None
+        # LoRA adapters (lora.py): the scales of requests that give none (`POST /lora-adapters`).
+        self._lora_scales = tuple(file.scale for file in settings.lora)
+        self._adapters: Adapters | None = None
         self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
@@ -328,6 +335,8 @@ class LlamaCppEngine(Engine):
     def _check(self, request: ChatRequest) -> None:
         super().check(request)
         check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
+        slot_files.pinned(request.extra, self.sequences if self.batching else 1)  # `id_slot`
+        self._request_lora(request)
         if self.pooling is not None:
             message = (
                 f"Model {self.model_id!r} is a reranker; use POST /v1/rerank."
@@ -548,6 +557,14 @@ class LlamaCppEngine(Engine):
             ) from exc
         if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
             self._runtime.start_guidance()
+        if settings.lora:
+            try:
+                self._adapters = await loop.run_in_executor(
+                    self._executor, Adapters, self._runtime.model.model, settings.lora
+                )
+            except BaseException:
+                await self.unload()
+                raise
         if self.batching:
             # Always one: without `speculative`, a request's `prediction` is what drafts.
             try:
@@ -558,7 +575,10 @@ class LlamaCppEngine(Engine):
                 await self.unload()
                 raise
             self._scheduler = BatchScheduler(
-                self._runtime, stream_interval=settings.stream_interval_ms / 1000, speculator=speculator
+                self._runtime,
+                stream_interval=settings.stream_interval_ms / 1000,
+                speculator=speculator,
+                adapters=self._adapters,
             )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
         await asyncio.to_thread(self._close_vocabulary())  # the loaded model tokenizes now
@@ -622,12 +642,13 @@ class LlamaCppEngine(Engine):
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
         draft, self._draft = self._draft, None
+        adapters, self._adapters = self._adapters, None
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.stop()  # its loop ends; `close` below runs after it on the same thread
         if self._executor is not None:
             # On the worker thread, after whatever it is finishing: never under a running decode.
-            for part in (draft, runtime):
+            for part in (draft, adapters, runtime):  # adapters before the weights they belong to
                 if part is not None:
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor, self._between_checks(part.close)
@@ -714,6 +735,8 @@ class LlamaCppEngine(Engine):
                 cap=request.options.context_length,
                 fail=lambda exc: channel.fail(_engine_failure(exc)),
                 done=channel.close,
+                pin=slot_files.pinned(request.extra, len(scheduler.slots)),
+                lora=self._request_lora(request),
             )
             scheduler.submit(sequence)
             try:
@@ -743,6 +766,9 @@ class LlamaCppEngine(Engine):
                     job.sampling = replace(
                         job.sampling, max_tokens=room if asked is None else min(asked, room)
                     )
+                adapters = self._adapters
+                if adapters is not None and adapters.apply(runtime.context.ctx, self._request_lora(request)):
+                    runtime.forget()  # the cache was computed under other scales
                 runtime.generate(job)
             except BaseException as exc:
                 runtime.forget()  # the KV cache may be half-written
@@ -758,6 +784,33 @@ class LlamaCppEngine(Engine):
                     yield event
         finally:
             job.cancelled = True  # the worker stops before its next token
+
+    def _request_lora(self, request: ChatRequest) -> tuple[float, ...]:
+        """The LoRA scales a request runs with: its own `lora`, else the model's current ones."""
+        asked = request.extra.get(LORA)
+        if asked is None or not self.settings.lora:  # no adapters: nothing to scale (llama-server)
+            return self._lora_scales
+        return parse_scales(asked, len(self.settings.lora))
+
+    def lora_adapters(self) -> list[tuple[Path, float]]:
+        """llama-server's `GET /lora-adapters`: each adapter's file and current scale."""
+        return [(file.path, scale) for file, scale in zip(self.settings.lora, self._lora_scales, strict=True)]
+
+    def set_lora_scales(self, body: object) -> None:
+        """`POST /lora-adapters`: the scales of requests that give none from now on."""
+        self._lora_scales = parse_scales(body, len(self.settings.lora), param="body")
+
+    def slot_count(self) -> int | None:
+        """llama-server's slots are the scheduler's (engines/slots.py): only with batching."""
+        return len(self._scheduler.slots) if self._scheduler is not None else None
+
+    async def slot_action(self, slot: int, kind: SlotKind, path: Path | None) -> SlotResult:
+        scheduler = self._scheduler
+        if scheduler is None:
+            raise EngineFailure(
+                f"model {self.model_id!r} is not loaded with batching", code="model_not_loaded"
+            )
+        return await slot_files.run(scheduler, slot, kind, path, self._lora_scales)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         if request.dimensions is not None and request.dimensions > self.gguf.embedding_length:

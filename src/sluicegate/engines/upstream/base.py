@@ -325,7 +325,12 @@ class UpstreamEngine(Engine):
             raise _bad_answer(replica, f"its answer is not JSON ({exc.msg})") from exc
 
     async def _send(
-        self, path: str, body: bytes, clocks: Clocks, trace_headers: bytes = b""
+        self,
+        path: str,
+        body: bytes,
+        clocks: Clocks,
+        trace_headers: bytes = b"",
+        content_type: bytes = b"application/json",
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
         error to fail with. The returned replica's `outstanding` count is held."""
@@ -339,7 +344,7 @@ class UpstreamEngine(Engine):
             response: StreamingResponse | None = None
             try:
                 clocks.waiting()
-                response = await replica.pool.post_stream(path, body, trace_headers)
+                response = await replica.pool.post_stream(path, body, trace_headers, content_type)
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)

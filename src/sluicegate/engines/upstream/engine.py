@@ -7,6 +7,7 @@ wire.py; a text completion goes to its `/completions` (completions.py); replicas
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -16,7 +17,9 @@ from sluicegate.core.embeddings import EmbedRequest, EmbedResult
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
 from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.speech import Upload
 from sluicegate.engines.base import Capabilities, ModelInfo, Task
+from sluicegate.engines.upstream.audio import relay_bytes
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
@@ -89,7 +92,11 @@ class OpenAIUpstreamEngine(UpstreamEngine):
     def tasks(self) -> frozenset[Task]:
         """What an OpenAI-compatible server may offer besides chat; one that does not answers
         with its own error, relayed."""
-        return frozenset({"chat", "embeddings", "rerank"})
+        return frozenset({"chat", "embeddings", "rerank", "transcription", "speech"})
+
+    def relay_audio(self, path: str, body: Upload | dict[str, Any]) -> AsyncIterator[bytes] | None:
+        """OpenAI's audio endpoints, relayed (engines/upstream/audio.py)."""
+        return relay_bytes(self, path, body)
 
     async def embed(self, request: EmbedRequest) -> EmbedResult:
         """As an OpenAI embeddings request (for the dialects that relay nothing: Ollama's)."""
