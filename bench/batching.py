@@ -33,7 +33,9 @@ Measured:
   starts with the round's tag, so no cache can serve it;
 - RSS of the server process after the warm-up request, and at the end (VmRSS; VmHWM for the
   peak); with `--fill`, the end comes after `parallel` requests at once whose prompts fill
-  their sequence's context.
+  their sequence's context;
+- RSS while serving at each concurrency: the largest VmRSS read (every 50 ms) while the c
+  requests run, what users see a server hold while it serves them (median over rounds).
 """
 
 from __future__ import annotations
@@ -116,13 +118,35 @@ def stream(
     return Reply(sent, times, finish, int(usage.get("completion_tokens", len(times))))
 
 
+@contextlib.contextmanager
+def rss_while(pid: int | None) -> Any:
+    """The largest VmRSS (MiB) of `pid` read every 50 ms inside the block: `peak[0]` after it."""
+    peak = [0.0]
+    done = threading.Event()
+
+    def watch() -> None:
+        while pid is not None and not done.is_set():
+            with contextlib.suppress(OSError, KeyError):
+                peak[0] = max(peak[0], rss_mib(pid)[0])
+            done.wait(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        thread.join()
+
+
 def aggregate(
-    base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False
-) -> tuple[float, float]:
-    """(aggregate tokens/s, decode tokens/s of the first stream). A real model's reply may end
-    before max_tokens; at temperature 0 both servers write the same one."""
+    base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False, pid: int | None = None
+) -> tuple[float, float, float]:
+    """(aggregate tokens/s, decode tokens/s of the first stream, the server's largest RSS in MiB
+    while serving them, 0 without `pid`). A real model's reply may end before max_tokens; at
+    temperature 0 both servers write the same one."""
     extra = {"temperature": 0} if real else None
-    with ThreadPoolExecutor(concurrency) as pool:
+    with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
             pool.map(
                 lambda i: stream(base_url, f"{tag} request {i}. {STORY}", max_tokens, extra=extra),
@@ -139,7 +163,7 @@ def aggregate(
     if bad:
         raise RuntimeError(f"replies ended with {bad}, not {finishes}")
     first = runs[0]
-    return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0])
+    return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0]), peak[0]
 
 
 def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
@@ -345,13 +369,17 @@ def main() -> int:
                 for name, (_, url, _) in targets.items():
                     out = results[name]
                     for c in args.concurrency:
-                        total, single = aggregate(url, c, args.max_tokens, f"{name} {round_} c{c}", real)
+                        total, single, rss = aggregate(
+                            url, c, args.max_tokens, f"{name} {round_} c{c}", real, pids[name]
+                        )
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
+                        out.setdefault(f"c={c} RSS while serving MiB", []).append(rss)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
                         alone = f", one stream {single:6.1f} tok/s" if c == 1 else ""
                         print(
-                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}", flush=True
+                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}, RSS {rss:.0f} MiB",
+                            flush=True,
                         )
                     if args.long_tokens:
                         alone, beside, first, decoded = ttft_beside_long(url, f"{name} {round_}", long)

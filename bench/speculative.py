@@ -1,33 +1,43 @@
-"""Benchmark: speculative decoding (n-gram drafts) in Sluicegate and in llama-server.
+"""Benchmark: speculative decoding in Sluicegate (n-gram drafts, a request's `prediction`),
+and in llama-server when given.
 
 Run from the repository root (venv active), without nice, with the `llama-server` built from
-the llama.cpp the installed llama-cpp-python vendors (see bench/README.md):
+the llama.cpp the installed llama-cpp-python vendors (see bench/README.md); without
+`--llama-server`, Sluicegate alone:
 
-    python bench/speculative.py --llama-server /path/to/llama-server [--rounds 3]
+    python bench/speculative.py [--llama-server /path/to/llama-server] [--rounds 3]
 
 Gemma 3 270M (Q4_K_M, a base model; the GGUF the tests assemble into ~/.cache/sluicegate-tests),
-one sequence of 4,096 tokens, the same threads and batch size everywhere. Four servers run at
-once (an idle one costs nothing) and every round visits each in turn, so a shared machine's
+one sequence of `--context` tokens, the same threads and batch size everywhere. The servers run
+at once (an idle one costs nothing) and every round visits each in turn, so a shared machine's
 drifting load spreads over all of them:
 
-- Sluicegate without speculation, and with `speculative = "ngram"`;
+- Sluicegate without speculation, and with `speculative = "ngram"` (its defaults: the
+  adaptive drafting of engines/llamacpp/adaptive.py);
 - llama-server without, and with `--spec-type ngram-simple` (its n-gram lookup, the same
   n-gram size and draft length).
 
-Two workloads, temperature 0, one user:
+Workloads, temperature 0, one user:
 
 - edit: `/v1/completions` continuing a source file that the prompt shows first (a file of this
   repository, then the marker of a second copy and its first lines): the model writes the file
   out again, which is what an agent rewriting a file it was shown does;
-- chat: `/v1/chat/completions` with a question no part of the prompt answers.
+- continue: `/v1/completions` continuing a source file of many functions alike, each with new
+  names and numbers: the n-grams match (the shape repeats) but drafts mostly miss (the names
+  and numbers do not). Speculation must not cost here;
+- chat: `/v1/chat/completions` with a question no part of the prompt answers;
+- predict: `/v1/chat/completions` asking for an edit of a `--predict-lines`-line file, the
+  reply started with the file's first lines (`continue_final_message`), with the file as
+  OpenAI's `prediction` (Sluicegate; llama-server has no `prediction` and gets the request
+  without); predict-none: the same request without `prediction`.
 
 Each request is sent first with max_tokens 1, then timed: its prompt is then in the slot's KV
 cache on every server (all but the last token), so the time is the decode's.
 Tokens/s = the server's completion tokens / the request's wall time; the median over rounds.
 Also the server process's CPU time (user + system, all threads) per completion token, which a
 busy machine's waiting does not inflate (llama.cpp's spinning threads do, alike on both).
-The servers' acceptance (drafted and taken tokens) is read from llama-server's `timings` and
-Sluicegate's `/metrics`.
+Drafted and taken tokens: llama-server's `timings`, Sluicegate's usage
+(`completion_tokens_details.accepted_prediction_tokens` / `rejected_prediction_tokens`).
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import re
 import signal
 import statistics
@@ -42,6 +53,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -51,6 +63,39 @@ from local_engine import cpu_seconds, free_port, serving
 MODEL = "bench"
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Explain how the tides work, and why there are two high tides a day."
+WORKLOADS = ("edit", "continue", "chat", "predict", "predict-none")
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "omega",
+    "river",
+    "stone",
+    "cloud",
+    "ember",
+    "frost",
+    "grove",
+    "harbor",
+    "iris",
+    "jade",
+    "kite",
+    "lumen",
+    "maple",
+    "nova",
+    "orbit",
+    "pebble",
+    "quartz",
+    "raven",
+    "sable",
+    "thorn",
+    "umber",
+    "vale",
+    "willow",
+    "yarrow",
+    "zephyr",
+]
+PREDICTED = ROOT / "src/sluicegate/engines/llamacpp/engine.py"  # a file of 300 lines and more
 
 
 def edit_prompt(lines: int) -> str:
@@ -62,24 +107,57 @@ def edit_prompt(lines: int) -> str:
     return f"# stops.py\n{source}\n\n# stops.py (copy 2)\n{source}\n\n# stops.py (copy 3)\n{head}\n"
 
 
-def request(url: str, workload: str, max_tokens: int, prompt: str) -> tuple[int, float, dict[str, int]]:
-    """(completion tokens, wall seconds, llama-server's draft counts)."""
-    if workload == "edit":
-        path, body = "/v1/completions", {"prompt": prompt}
-    else:
-        path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}]}
-    body |= {"model": MODEL, "max_tokens": max_tokens, "temperature": 0}
+def continued_prompt(functions: int) -> str:
+    """A file of `functions` helpers alike but for their names and numbers, open at the next
+    one: a base model writes more of them, each with new names and numbers."""
+    rng = random.Random(7)
+    parts = ["# units.py: one scaling helper per unit pair\n\n"]
+    for _ in range(functions):
+        a, b = rng.sample(WORDS, 2)
+        factor, offset = rng.randint(2, 999), rng.randint(1, 99)
+        parts.append(
+            f"def scale_{a}_{b}(value: float) -> float:\n"
+            f'    """Scale a value by the {a}-{b} factor."""\n'
+            f"    factor = {factor}\n"
+            f"    return value * factor + {offset}\n\n\n"
+        )
+    parts.append("def scale_")
+    return "".join(parts)
+
+
+def predict_messages(lines: int) -> tuple[list[dict[str, str]], str]:
+    """(the messages of an edit of a `lines`-line file, the prediction: the file itself)."""
+    source = "\n".join(PREDICTED.read_text().splitlines()[:lines]) + "\n"
+    ask = (
+        "Rename the variable `runtime` to `backend` everywhere in this file and reply with the "
+        f"whole file:\n\n```python\n{source}```"
+    )
+    head = "\n".join(source.splitlines()[:2]) + "\n"
+    messages = [{"role": "user", "content": ask}, {"role": "assistant", "content": f"```python\n{head}"}]
+    return messages, source[len(head) :]
+
+
+def request(url: str, body: dict[str, Any], max_tokens: int) -> tuple[int, float, dict[str, int]]:
+    """(completion tokens, wall seconds, draft counts: drafted and taken)."""
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+    body = {**body, "model": MODEL, "max_tokens": max_tokens, "temperature": 0}
     start = time.perf_counter()
-    reply = httpx.post(url + path, json=body, timeout=600)
+    reply = httpx.post(url + path, json=body, timeout=1800)
     wall = time.perf_counter() - start
     reply.raise_for_status()
     data = reply.json()
     timings = data.get("timings") or {}
     drafts = {k: int(timings[k]) for k in ("draft_n", "draft_n_accepted") if k in timings}
+    details = data["usage"].get("completion_tokens_details") or {}
+    taken, refused = details.get("accepted_prediction_tokens"), details.get("rejected_prediction_tokens")
+    if taken is not None and refused is not None:  # Sluicegate's per-request counts
+        drafts = {"draft_n": int(taken) + int(refused), "draft_n_accepted": int(taken)}
     return int(data["usage"]["completion_tokens"]), wall, drafts
 
 
 def sluicegate_drafts(url: str) -> dict[str, int]:
+    """Sluicegate's draft counters so far (`/metrics`): for `/v1/completions`, whose usage has no
+    per-request draft counts."""
     text = httpx.get(url + "/metrics", timeout=10).text
     found = {}
     for name, key in (("draft_tokens_total", "draft_n"), ("draft_tokens_accepted_total", "draft_n_accepted")):
@@ -88,22 +166,55 @@ def sluicegate_drafts(url: str) -> dict[str, int]:
     return found
 
 
+def bodies(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    messages, predicted = predict_messages(args.predict_lines)
+    return {
+        "edit": {"prompt": edit_prompt(args.lines)},
+        "continue": {"prompt": continued_prompt(args.functions)},
+        "chat": {"messages": [{"role": "user", "content": QUESTION}]},
+        "predict": {
+            "messages": messages,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+            "prediction": {"type": "content", "content": predicted},
+        },
+        "predict-none": {
+            "messages": messages,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+        },
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--llama-server", required=True)
+    parser.add_argument("--llama-server", help="the llama-server binary (without: Sluicegate alone)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512)
-    parser.add_argument("--context", type=int, default=4096)
+    parser.add_argument("--context", type=int, default=8192)
     parser.add_argument("--ngram", type=int, default=12, help="n-gram size (llama-server's default)")
     parser.add_argument("--draft-max", type=int, default=16)
     parser.add_argument("--edit-tokens", type=int, default=256)
+    parser.add_argument("--continue-tokens", type=int, default=400)
     parser.add_argument("--chat-tokens", type=int, default=128)
-    parser.add_argument("--lines", type=int, default=32, help="lines of the source file in the prompt")
+    parser.add_argument("--predict-tokens", type=int, default=512)
+    parser.add_argument("--lines", type=int, default=32, help="edit: lines of the source file in the prompt")
+    parser.add_argument("--functions", type=int, default=24, help="continue: functions in the prompt")
+    parser.add_argument("--predict-lines", type=int, default=300, help="predict: lines of the file edited")
+    parser.add_argument("--workload", action="append", choices=WORKLOADS, help="only these (repeatable)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill still stops the servers
     gguf = gemma_gguf()
-    prompt = edit_prompt(args.lines)
+    workloads = {
+        "edit": args.edit_tokens,
+        "continue": args.continue_tokens,
+        "chat": args.chat_tokens,
+        "predict": args.predict_tokens,
+        "predict-none": args.predict_tokens,
+    }
+    workloads = {name: n for name, n in workloads.items() if not args.workload or name in args.workload}
+    sent = bodies(args)
 
     with tempfile.TemporaryDirectory(prefix="sluicegate-bench-") as tmp, contextlib.ExitStack() as stack:
         folder = Path(tmp)
@@ -148,6 +259,8 @@ def main() -> int:
                 ],
             ),
         ):
+            if not args.llama_server:
+                break
             url = f"http://127.0.0.1:{free_port()}"
             command = [
                 args.llama_server, "-m", str(gguf), "--alias", MODEL, "--host", "127.0.0.1",
@@ -164,59 +277,74 @@ def main() -> int:
             for name, (command, url, target_env) in targets.items()
         }
         cpu: dict[tuple[str, str], list[float]] = {}
-
         speeds: dict[tuple[str, str], list[float]] = {}
         tokens: dict[tuple[str, str], int] = {}
-        drafts: dict[str, dict[str, int]] = {}
+        drafts: dict[tuple[str, str], dict[str, int]] = {}
         load = os.getloadavg()
         for round_ in range(args.rounds):
-            for workload, max_tokens in (("edit", args.edit_tokens), ("chat", args.chat_tokens)):
+            for workload, max_tokens in workloads.items():
                 for name, (_, url, _) in targets.items():
-                    request(url, workload, 1, prompt)  # the prompt into the slot's cache
+                    body = sent[workload]
+                    if name.startswith("llama-server"):  # it has no `prediction`
+                        body = {k: v for k, v in body.items() if k != "prediction"}
+                    request(url, body, 1)  # the prompt into the slot's cache
+                    ours = name.startswith("sluicegate")
+                    before = sluicegate_drafts(url) if ours else {}
                     used = cpu_seconds(pids[name])
-                    count, wall, reported = request(url, workload, max_tokens, prompt)
+                    count, wall, reported = request(url, body, max_tokens)
+                    if ours and not reported:
+                        after = sluicegate_drafts(url)
+                        reported = {key: after[key] - before[key] for key in after}
                     cpu.setdefault((name, workload), []).append((cpu_seconds(pids[name]) - used) / count)
                     speeds.setdefault((name, workload), []).append(count / wall)
-                    print(f"  {workload} {name}: {count} tokens, {count / wall:.1f}/s", file=sys.stderr)
+                    print(
+                        f"  {workload} {name}: {count} tokens, {count / wall:.1f}/s {reported}",
+                        file=sys.stderr,
+                    )
                     tokens[(name, workload)] = count
-                    if reported:
-                        totals = drafts.setdefault(name, {})
-                        for key, value in reported.items():
-                            totals[key] = totals.get(key, 0) + value
+                    totals = drafts.setdefault((name, workload), {})
+                    for key, value in reported.items():
+                        totals[key] = totals.get(key, 0) + value
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
-            drafts.update({n: sluicegate_drafts(targets[n][1]) for n in targets if n == "sluicegate ngram"})
         load = tuple(round((a + b) / 2, 2) for a, b in zip(load, os.getloadavg(), strict=True))
 
     median = {key: statistics.median(values) for key, values in speeds.items()}
     print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, ngram {args.ngram}, draft_max {args.draft_max}, "
           f"{args.rounds} rounds, load average (1, 5, 15 min; mean of start and end) {load}\n")  # fmt: skip
     print(
-        "| workload | server | tokens | tokens/s (median) | CPU ms per token (median) | drafted / accepted |"
+        "| workload | server | tokens | tokens/s (median) | CPU ms per token (median) | drafted / accepted (timed requests) |"
     )
     print("|---|---|---:|---:|---:|---|")
-    for workload in ("edit", "chat"):
+    for workload in workloads:
         for name in targets:
-            counts = drafts.get(name, {})
-            drafted = (
-                f"{counts.get('draft_n', 0)} / {counts.get('draft_n_accepted', 0)}" if "ngram" in name else ""
-            )
+            counts = drafts.get((name, workload), {})
+            drafted = f"{counts['draft_n']} / {counts['draft_n_accepted']}" if counts.get("draft_n") else ""
             per_token = statistics.median(cpu[(name, workload)]) * 1000
             print(
                 f"| {workload} | {name} | {tokens[(name, workload)]} | {median[(name, workload)]:.1f} | {per_token:.0f} | {drafted} |"
             )
+
+    def ratio(a: tuple[str, str], b: tuple[str, str]) -> str:
+        return f"{median[a] / median[b]:.2f}x" if a in median and b in median else "-"
+
     print(
         "\n| workload | ngram / none (Sluicegate) | ngram / none (llama-server) | Sluicegate ngram / llama-server ngram | Sluicegate / llama-server (none) |"
     )
     print("|---|---:|---:|---:|---:|")
-    for workload in ("edit", "chat"):
-        m = {name: median[(name, workload)] for name in targets}
+    for w in workloads:
         print(
-            f"| {workload} | {m['sluicegate ngram'] / m['sluicegate']:.2f}x "
-            f"| {m['llama-server ngram'] / m['llama-server']:.2f}x "
-            f"| {m['sluicegate ngram'] / m['llama-server ngram']:.2f}x "
-            f"| {m['sluicegate'] / m['llama-server']:.2f}x |"
+            f"| {w} | {ratio(('sluicegate ngram', w), ('sluicegate', w))} "
+            f"| {ratio(('llama-server ngram', w), ('llama-server', w))} "
+            f"| {ratio(('sluicegate ngram', w), ('llama-server ngram', w))} "
+            f"| {ratio(('sluicegate', w), ('llama-server', w))} |"
         )
-    print("\n(the drafted / accepted counts of Sluicegate are over every request, warm-ups included)")
+    if "predict" in workloads and "predict-none" in workloads:
+        p, none = "predict", "predict-none"
+        print(
+            f"\nprediction / none, Sluicegate without speculative: {ratio(('sluicegate', p), ('sluicegate', none))}; "
+            f"with ngram: {ratio(('sluicegate ngram', p), ('sluicegate ngram', none))}; "
+            f"Sluicegate with prediction / llama-server ngram: {ratio(('sluicegate', p), ('llama-server ngram', none))}"
+        )
     return 0
 
 

@@ -57,6 +57,10 @@ class Usage:
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     audio_tokens: int = 0  # of the prompt's, those that audio input took
+    # Speculative decoding's draft tokens (OpenAI's Predicted Outputs counts): those the model
+    # wrote as drafted, and those it did not. Not part of `completion_tokens`.
+    accepted_prediction_tokens: int = 0
+    rejected_prediction_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -75,6 +79,8 @@ def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int)
         cached_tokens=usage.cached_tokens if usage else 0,
         reasoning_tokens=reasoning_deltas,
         audio_tokens=usage.audio_tokens if usage else 0,
+        accepted_prediction_tokens=usage.accepted_prediction_tokens if usage else 0,
+        rejected_prediction_tokens=usage.rejected_prediction_tokens if usage else 0,
     )
 
 

@@ -185,6 +185,9 @@ class ChatRequest:
     # server itself reads nothing here; what it reads is a typed field (`options`), and tasks
     # other than chat are requests of their own (`Engine.embed`, `Engine.rerank`).
     extra: dict[str, Any] = field(default_factory=dict)
+    # OpenAI's Predicted Outputs (`prediction`): text most of the answer is expected to repeat.
+    # llamacpp drafts from it; an OpenAI-compatible upstream gets it as `prediction`.
+    prediction: str | None = None
     # Headers the engine adds to the response, set while it checks the request (e.g. how many
     # messages a context-overflow policy dropped).
     response_headers: dict[str, str] = field(default_factory=dict)

@@ -329,6 +329,8 @@ def _add(a: Usage, b: Usage) -> Usage:
         a.cached_tokens + b.cached_tokens,
         a.reasoning_tokens + b.reasoning_tokens,
         a.audio_tokens + b.audio_tokens,
+        a.accepted_prediction_tokens + b.accepted_prediction_tokens,
+        a.rejected_prediction_tokens + b.rejected_prediction_tokens,
     )
 
 

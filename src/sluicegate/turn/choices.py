@@ -60,6 +60,8 @@ def summed(usages: Sequence[Usage]) -> Usage:
         cached_tokens=min(u.cached_tokens for u in usages),
         reasoning_tokens=sum(u.reasoning_tokens for u in usages),
         audio_tokens=first.audio_tokens,
+        accepted_prediction_tokens=sum(u.accepted_prediction_tokens for u in usages),
+        rejected_prediction_tokens=sum(u.rejected_prediction_tokens for u in usages),
     )
 
 

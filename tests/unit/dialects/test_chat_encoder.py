@@ -779,6 +779,17 @@ async def test_scripted_engine_stream_is_sdk_compatible() -> None:
     assert len(pieces) >= 4
 
 
+def test_usage_reports_the_draft_tokens_as_prediction_tokens() -> None:
+    body = usage_body(
+        Usage(
+            prompt_tokens=9, completion_tokens=40, accepted_prediction_tokens=31, rejected_prediction_tokens=6
+        )
+    )
+    details = body["completion_tokens_details"]
+    assert (details["accepted_prediction_tokens"], details["rejected_prediction_tokens"]) == (31, 6)
+    assert body["completion_tokens"] == 40  # drafts the model did not write are not its output
+
+
 def test_usage_counts_the_prompts_audio_tokens() -> None:
     body = usage_body(Usage(prompt_tokens=60, completion_tokens=2, audio_tokens=50))
     assert body["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 50}

@@ -213,6 +213,17 @@ def test_null_optional_params_are_treated_as_absent() -> None:
     assert request.tool_choice == "auto"
 
 
+def test_prediction_as_text_or_text_parts() -> None:
+    """OpenAI's Predicted Outputs: the text most of the answer is expected to repeat."""
+    request, _ = parse_chat_request(minimal(prediction={"type": "content", "content": "def f():\n"}))
+    assert request.prediction == "def f():\n"
+    parts = [{"type": "text", "text": "a = 1\n"}, {"type": "text", "text": "b = 2\n"}]
+    request, _ = parse_chat_request(minimal(prediction={"type": "content", "content": parts}))
+    assert request.prediction == "a = 1\nb = 2\n"
+    assert parse_chat_request(minimal())[0].prediction is None
+    assert parse_chat_request(minimal(prediction=None))[0].prediction is None
+
+
 # --- invalid requests ------------------------------------------------------------------------
 
 
@@ -302,6 +313,19 @@ def test_null_optional_params_are_treated_as_absent() -> None:
         (minimal(ttl="1h"), "ttl"),
         (minimal(ttl=0), "ttl"),
         (minimal(ttl=-60), "ttl"),
+        (minimal(prediction="text"), "prediction"),
+        (minimal(prediction={"content": "x"}), "prediction.type"),
+        (minimal(prediction={"type": "file", "content": "x"}), "prediction.type"),
+        (minimal(prediction={"type": "content"}), "prediction.content"),
+        (minimal(prediction={"type": "content", "content": 5}), "prediction.content"),
+        (
+            minimal(prediction={"type": "content", "content": [{"type": "image_url"}]}),
+            "prediction.content[0].type",
+        ),
+        (
+            minimal(prediction={"type": "content", "content": [{"type": "text"}]}),
+            "prediction.content[0].text",
+        ),
     ],
 )
 def test_invalid_requests_name_the_parameter(payload: Any, param: str | None) -> None:

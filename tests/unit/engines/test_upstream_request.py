@@ -20,6 +20,7 @@ from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.request_body import request_body
+from sluicegate.engines.upstream.wire import usage_from
 
 
 def test_messages_with_images_tool_calls_and_results() -> None:
@@ -118,6 +119,20 @@ def test_tools_choice_sampling_and_extras() -> None:
         assert body[key] == value, key
     assert "ttl" not in body and "context_length" not in body  # Sluicegate's own knobs
     assert body["model"] == "up"  # an extra never overrides what the engine sets
+
+
+def test_prediction_goes_upstream_and_its_counts_come_back() -> None:
+    request = ChatRequest(model="ours", messages=[Message("user", "edit it")], prediction="x = 1\n")
+    assert request_body(request, "up")["prediction"] == {"type": "content", "content": "x = 1\n"}
+    assert "prediction" not in request_body(ChatRequest(model="ours", messages=[Message("user", "hi")]), "up")
+    usage = usage_from(
+        {
+            "prompt_tokens": 5,
+            "completion_tokens": 9,
+            "completion_tokens_details": {"accepted_prediction_tokens": 7, "rejected_prediction_tokens": 2},
+        }
+    )
+    assert (usage.accepted_prediction_tokens, usage.rejected_prediction_tokens) == (7, 2)
 
 
 def config(**table: object) -> dict[str, object]:

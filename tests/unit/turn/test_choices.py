@@ -207,6 +207,14 @@ def test_summed_usage() -> None:
         0,
         3,
     )
+    # Each choice's draft tokens (its prediction or speculation), all of them counted.
+    usage = summed(
+        [
+            Usage(10, 3, accepted_prediction_tokens=2, rejected_prediction_tokens=1),
+            Usage(10, 4, accepted_prediction_tokens=3, rejected_prediction_tokens=5),
+        ]
+    )
+    assert (usage.accepted_prediction_tokens, usage.rejected_prediction_tokens) == (5, 6)
 
 
 @pytest.mark.parametrize("case", ["no_n_in_the_dialect", "stored", "server_tools"])

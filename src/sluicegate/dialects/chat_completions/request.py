@@ -70,6 +70,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
             f.fail("grammar", "Send 'grammar' or 'response_format', not both.")
         request.response_format = {"type": "grammar", "grammar": grammar}
     _refuse_unservable(f)
+    request.prediction = _prediction(f)
     request.continue_final = _continues(f, messages)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
     f.boolean("cache_prompt")
@@ -128,10 +129,33 @@ def _refuse_unservable(f: Fields) -> None:
     modalities = f.array("modalities")
     if modalities and any(m != "text" for m in modalities):
         f.fail("modalities", "Only the 'text' modality is supported.")
-    for key in ("audio", "prediction", "web_search_options", "functions"):
+    for key in ("audio", "web_search_options", "functions"):
         if f.obj.get(key) is not None:
             hint = " Use 'tools' instead." if key == "functions" else ""
             f.fail(key, f"'{key}' is not supported by Sluicegate.{hint}")
+
+
+def _prediction(f: Fields) -> str | None:
+    """OpenAI's Predicted Outputs: `{"type": "content", "content": text or text parts}`, the
+    text most of the answer is expected to repeat (an engine may draft from it; the output is
+    the model's own either way)."""
+    prediction = f.object("prediction")
+    if prediction is None:
+        return None
+    prediction.string("type", required=True, choices=("content",))
+    content = prediction.obj.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        prediction.fail(
+            "content",
+            f"Invalid type for '{prediction.where('content')}': expected a string or an array of text parts.",
+        )
+    texts = []
+    for part in prediction.items("content", content):
+        part.string("type", required=True, choices=("text",))
+        texts.append(part.string("text", required=True) or "")
+    return "".join(texts)
 
 
 def _content(f: Fields, key: str, role: str) -> str | list[ContentPart]:

@@ -75,6 +75,7 @@ from sluicegate.engines.llamacpp.overflow import (
     policy_value,
     too_long,
 )
+from sluicegate.engines.llamacpp.prediction import prediction_tokens
 from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
@@ -565,15 +566,14 @@ class LlamaCppEngine(Engine):
                 await self.unload()
                 raise
         if self.batching:
-            speculator = None
-            if settings.speculative is not None:
-                try:
-                    speculator = await loop.run_in_executor(
-                        self._executor, self._speculator, self._runtime, context_length
-                    )
-                except BaseException:
-                    await self.unload()
-                    raise
+            # Always one: without `speculative`, a request's `prediction` is what drafts.
+            try:
+                speculator = await loop.run_in_executor(
+                    self._executor, self._speculator, self._runtime, context_length
+                )
+            except BaseException:
+                await self.unload()
+                raise
             self._scheduler = BatchScheduler(
                 self._runtime,
                 stream_interval=settings.stream_interval_ms / 1000,
@@ -587,9 +587,10 @@ class LlamaCppEngine(Engine):
         """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
         thread, with the target's context and threads, one KV stream per slot)."""
         settings, spec = self.settings, self.settings.speculative
-        assert spec is not None
+        if spec is None:
+            return Speculator(None, None, self.model_id, target.sequences)
         if spec.kind == "ngram":
-            return Speculator(spec, NgramDrafter(spec, target.sequences), self.model_id)
+            return Speculator(spec, NgramDrafter(spec, target.sequences), self.model_id, target.sequences)
         assert spec.draft_model is not None
         try:
             draft = LlamaRuntime(
@@ -614,7 +615,7 @@ class LlamaCppEngine(Engine):
             draft.close()
             raise
         self._draft = draft
-        return Speculator(spec, ModelDrafter(spec, draft), self.model_id)
+        return Speculator(spec, ModelDrafter(spec, draft), self.model_id, target.sequences)
 
     def _close_vocabulary(self) -> Callable[[], None]:
         """Detach the tokenizer alone and the counting projector; the returned call frees them
@@ -719,6 +720,10 @@ class LlamaCppEngine(Engine):
             in_reasoning=in_reasoning,
             pictures=pictures,
             media=prepared.media,  # tokenized by `check` with the loaded projector, or None
+            # Drafts come from it with batching (the path without does not draft).
+            prediction=prediction_tokens(runtime.model, request.prediction)
+            if request.prediction and scheduler is not None
+            else None,
         )
         if any(isinstance(p, Sound) for p in pictures):
             job.emit = _with_audio_tokens(job)

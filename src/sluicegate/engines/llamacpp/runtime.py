@@ -89,6 +89,9 @@ class Job:
     # a projector; `media` is the prompt tokenized with them (its chunks are freed with the job).
     pictures: list[Media] = field(default_factory=list)
     media: MediaPrompt | None = None
+    # The request's predicted output as tokens (`ChatRequest.prediction`): its drafts
+    # (prediction.py; batching only).
+    prediction: list[int] | None = None
 
     def free(self) -> None:
         if self.media is not None:

@@ -232,7 +232,7 @@ class BatchScheduler:
         llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, -1, -1)
         slot.cached.clear()
         if self.speculator is not None:
-            self.speculator.drafter.drop(slot.id)
+            self.speculator.drop(slot.id)
 
     def _release(self, slot: Slot, error: BaseException | None = None, *, keep: bool = True) -> None:
         sequence = slot.sequence
@@ -240,6 +240,8 @@ class BatchScheduler:
         slot.sequence = None
         self._relist()
         sequence.free()
+        if self.speculator is not None:
+            self.speculator.end(slot.id)
         if not keep:
             self._drop(slot)
         self._end(sequence, error)
@@ -295,7 +297,7 @@ class BatchScheduler:
             slot.lora = sequence.lora
             self._relist()
             if self.speculator is not None:
-                self.speculator.drafter.reset(slot.id)
+                self.speculator.start(slot.id, sequence.job.prediction, len(tokens))
             sequence.slot = slot.id
             sequence.start(keep)
 
@@ -502,7 +504,7 @@ class BatchScheduler:
             parts.append((slot, chunk, len(chunk)))
             room -= len(chunk)
             space -= len(chunk)
-        if self.speculator is not None and space > 0:
+        if self.speculator is not None and self.speculator.active and space > 0:
             self._draft(parts, space)
         # Rows in slot order: llama.cpp puts consecutive sequence ids in one compute (`_place`).
         if prefilling:
@@ -584,15 +586,13 @@ class BatchScheduler:
         assert speculator is not None
         wants: list[Want] = []
         where: list[int] = []
-        most_ever, least = speculator.settings.draft_max, max(speculator.settings.draft_min, 1)
         for i, (slot, _, prompt_tokens) in enumerate(parts):
             sequence = slot.sequence
-            if prompt_tokens or sequence is None:
+            if prompt_tokens or sequence is None or not speculator.drafting(slot.id):
                 continue
-            # Cut to what the sequence may still output (and so to its context) and to the batch.
-            most = min(most_ever, sequence.draft_room(), space)
-            if most < least:
-                continue
+            # What its gauge allows now (adaptive.py), cut to what the sequence may still output
+            # (and so to its context) and to the batch. A want of 0 still checks a shadow draft.
+            most = max(0, min(speculator.most(slot.id), sequence.draft_room(), space))
             wants.append((slot.id, sequence.history, most))
             where.append(i)
             space -= most
@@ -629,7 +629,10 @@ class BatchScheduler:
             self._release(slot, exc, keep=False)
             return
         finally:
-            speculator.record(len(draft), taken)
+            speculator.record(slot.id, len(draft), taken)
+            usage = sequence.job.usage  # the request's own counts (OpenAI's prediction tokens)
+            usage.accepted_prediction_tokens += taken
+            usage.rejected_prediction_tokens += len(draft) - taken
         slot.cached.extend(tokens[: 1 + taken])
         if taken < len(draft):
             llama_cpp.llama_memory_seq_rm(self.runtime.context.memory, slot.id, len(slot.cached), -1)

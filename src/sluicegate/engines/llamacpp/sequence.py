@@ -177,7 +177,12 @@ class Sequence:
             finish = FinishReason.TOOL_CALLS
         usage = job.usage
         final = Usage(
-            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+            usage.reasoning_tokens,
+            accepted_prediction_tokens=usage.accepted_prediction_tokens,
+            rejected_prediction_tokens=usage.rejected_prediction_tokens,
         )
         job.emit([*events, UsageReport(final), Finished(finish)])
 

@@ -1,6 +1,7 @@
 """Speculative decoding: drafts of the next few tokens, verified by the target in its batch.
 
-A draft comes from one of two places:
+A draft comes from the request's prediction (OpenAI's `prediction`, prediction.py) when it
+has one, else from the model's drafter, one of two:
 
 - `NgramDrafter`: the sequence's own text (prompt and output). Where the last `ngram_size`
   tokens occurred before, the tokens that followed then are the guess (llama.cpp's
@@ -10,6 +11,10 @@ A draft comes from one of two places:
   stream per slot. It decodes the drafts greedily, every drafting sequence in one batch per
   draft position, and stops a sequence's draft where its top token is less likely than
   `draft_p_min`.
+
+How long a draft each sequence may propose, and whether it drafts at all, follows how its
+drafts have fared (adaptive.py): drafting backs off where drafts miss and comes back where they
+land again.
 
 The scheduler puts `[next token, *draft]` in the step's one batch (scheduler.py) with logits on
 every row, and the sequence samples row after row with its own sampler chain while what it
@@ -30,6 +35,8 @@ import llama_cpp
 import numpy as np
 
 from sluicegate.core.errors import EngineFailure
+from sluicegate.engines.llamacpp.adaptive import Gauge, ModelRate
+from sluicegate.engines.llamacpp.prediction import Prediction
 from sluicegate.observe.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -65,8 +72,10 @@ class NgramIndex:
         self._ends: dict[tuple[int, ...], int] = {}
         self._indexed = 0  # ends below this are in `_ends`
 
-    def draft(self, tokens: list[int], most: int) -> list[int]:
-        """The tokens that followed the last earlier occurrence of `tokens`' last n-gram."""
+    def draft(self, tokens: list[int], most: int, least_match: int = 0) -> list[int]:
+        """The tokens that followed the last earlier occurrence of `tokens`' last n-gram, when
+        that occurrence matches the tokens before it over `least_match` tokens at least (a
+        longer match is a likelier copy: `adaptive.py` tunes it)."""
         n, end = self.n, len(tokens)
         if end < self._indexed:  # not the list it indexed: start over
             self._ends.clear()
@@ -75,11 +84,18 @@ class NgramIndex:
         for stop in range(max(self._indexed, n), end):  # every end but the current one
             ends[tuple(tokens[stop - n : stop])] = stop
         self._indexed = max(self._indexed, end)
-        if end <= n:
+        if end <= n or most <= 0:
             return []
         found = ends.get(tuple(tokens[end - n :]))
         if found is None:
             return []
+        if least_match > n:  # the match goes on backwards far enough?
+            reach = min(least_match, found)
+            back = n
+            while back < reach and tokens[found - 1 - back] == tokens[end - 1 - back]:
+                back += 1
+            if back < least_match:
+                return []
         draft = tokens[found : found + most]
         # An image's positions stand as negative ids (vision.py): never a token to decode.
         return draft if min(draft, default=0) >= 0 else draft[: next(i for i, t in enumerate(draft) if t < 0)]
@@ -97,8 +113,9 @@ class NgramDrafter:
     def drop(self, slot: int) -> None:
         self.reset(slot)
 
-    def draft(self, wants: list[Want]) -> list[list[int]]:
-        return [self._indices[slot].draft(tokens, most) for slot, tokens, most in wants]
+    def index(self, slot: int) -> NgramIndex:
+        """The slot's index: the `Speculator` drafts from it with the match its gauge asks."""
+        return self._indices[slot]
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -228,28 +245,121 @@ class ModelDrafter:
 
 
 class Speculator:
-    """What the scheduler asks for drafts, and the counts of what they brought."""
+    """What the scheduler asks for drafts: each slot's source (its request's prediction, else the
+    model's n-gram lookup or draft model), how long a draft it may propose now (its `Gauge`,
+    adaptive.py), and the counts of what the drafts brought."""
 
     def __init__(
-        self, settings: SpeculativeSettings, drafter: NgramDrafter | ModelDrafter, model: str
+        self,
+        settings: SpeculativeSettings | None,
+        drafter: NgramDrafter | ModelDrafter | None,
+        model: str,
+        slots: int,
     ) -> None:
-        self.settings = settings
+        # Without `speculative`, only a request's prediction drafts, with the default limits.
+        self.settings = settings or SpeculativeSettings(kind="ngram")
         self.drafter = drafter
         self.drafted = 0  # draft tokens put in a batch
         self.accepted = 0  # of them, taken
+        self.model_rate = ModelRate()  # the model's own drafts' acceptance (not predictions')
+        self._gauges: list[Gauge | None] = [None] * slots
+        self._predictions: list[Prediction | None] = [None] * slots
+        self.active = 0  # slots whose sequence drafts: none, and a step skips drafting at once
         self._keys = (METRICS.key(DRAFTED_METRIC, model=model), METRICS.key(ACCEPTED_METRIC, model=model))
 
-    def draft(self, wants: list[Want]) -> list[list[int]]:
-        """Each want's draft; one shorter than `draft_min` is dropped."""
-        least = max(self.settings.draft_min, 1)
-        return [d if len(d) >= least else [] for d in self.drafter.draft(wants)]
+    def start(self, slot: int, prediction: list[int] | None, prompt_length: int) -> None:
+        """A new sequence in `slot`, with its request's predicted output (tokens) or None."""
+        settings = self.settings
+        if self.drafter is not None:
+            self.drafter.reset(slot)
+        if prediction:
+            self._predictions[slot] = Prediction(prediction, prompt_length)
+            rate, cheap = 1.0, True  # the client said what is coming: start with long drafts
+        else:
+            self._predictions[slot] = None
+            if self.drafter is None:
+                self.end(slot)
+                return
+            rate, cheap = self.model_rate.rate, isinstance(self.drafter, NgramDrafter)
+        self.active += self._gauges[slot] is None
+        self._gauges[slot] = Gauge(
+            most=settings.draft_max,
+            least=settings.draft_min,
+            match=settings.ngram_size,
+            rate=rate,
+            cheap=cheap,
+        )
 
-    def record(self, drafted: int, accepted: int) -> None:
+    def end(self, slot: int) -> None:
+        """The slot's sequence left: it drafts no more."""
+        self.active -= self._gauges[slot] is not None
+        self._gauges[slot] = None
+        self._predictions[slot] = None
+
+    def drop(self, slot: int) -> None:
+        """The slot's cells were removed."""
+        if self.drafter is not None:
+            self.drafter.drop(slot)
+
+    def drafting(self, slot: int) -> bool:
+        return self._gauges[slot] is not None
+
+    def most(self, slot: int) -> int:
+        """The longest draft the slot's sequence may propose this step (0: none)."""
+        gauge = self._gauges[slot]
+        return 0 if gauge is None else gauge.allowance()
+
+    def draft(self, wants: list[Want]) -> list[list[int]]:
+        """Each want's draft (one shorter than `draft_min` is dropped). A want that may not
+        draft (`most` 0) still lets an off sequence's shadow draft be checked."""
+        least = max(self.settings.draft_min, 1)
+        drafts: list[list[int]] = [[] for _ in wants]
+        to_model: list[Want] = []
+        where: list[int] = []
+        for i, (slot, history, most) in enumerate(wants):
+            gauge = self._gauges[slot]
+            if gauge is None:
+                continue
+            source = self._source(slot)
+            if source is None:  # the draft model
+                if most >= least:
+                    to_model.append((slot, history, most))
+                    where.append(i)
+            elif gauge.on:
+                if most >= least:
+                    draft = source.draft(history, most, gauge.match)
+                    drafts[i] = draft if len(draft) >= least else []
+            elif gauge.watch(history):
+                gauge.propose(source.draft(history, self.settings.draft_max, gauge.match), len(history))
+        if to_model:
+            assert isinstance(self.drafter, ModelDrafter)
+            for i, draft in zip(where, self.drafter.draft(to_model), strict=True):
+                drafts[i] = draft if len(draft) >= least else []
+                gauge = self._gauges[wants[i][0]]
+                if not drafts[i] and gauge is not None:
+                    gauge.no_probe()  # else an empty probe would probe again every step
+        return drafts
+
+    def _source(self, slot: int) -> Prediction | NgramIndex | None:
+        prediction = self._predictions[slot]
+        if prediction is not None:
+            return prediction
+        if isinstance(self.drafter, NgramDrafter):
+            return self.drafter.index(slot)
+        return None
+
+    def record(self, slot: int, drafted: int, accepted: int) -> None:
+        """A draft of the sequence in `slot` was verified."""
         self.drafted += drafted
         self.accepted += accepted
         counters = METRICS.counters
         counters[self._keys[0]] += drafted
         counters[self._keys[1]] += accepted
+        gauge = self._gauges[slot]
+        if gauge is not None:
+            gauge.taken(drafted, accepted)
+        if self._predictions[slot] is None:
+            self.model_rate.add(drafted, accepted)
 
     def close(self) -> None:
         if isinstance(self.drafter, ModelDrafter):

@@ -84,6 +84,8 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
             body[key] = value
     if s.logprobs:
         body["logprobs"] = True
+    if request.prediction is not None:  # OpenAI's Predicted Outputs, for an upstream that drafts
+        body["prediction"] = {"type": "content", "content": request.prediction}
     if request.continue_final:  # as vLLM and llama-server take it
         body["continue_final_message"], body["add_generation_prompt"] = True, False
     add_extra(body, request)

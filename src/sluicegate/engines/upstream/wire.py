@@ -135,6 +135,8 @@ def usage_from(body: dict[str, Any]) -> Usage:
         completion_tokens=body.get("completion_tokens") or 0,
         cached_tokens=prompt.get("cached_tokens") or 0,
         reasoning_tokens=completion.get("reasoning_tokens") or 0,
+        accepted_prediction_tokens=completion.get("accepted_prediction_tokens") or 0,
+        rejected_prediction_tokens=completion.get("rejected_prediction_tokens") or 0,
     )
 
 

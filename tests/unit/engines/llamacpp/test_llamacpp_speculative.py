@@ -288,3 +288,91 @@ def test_draft_model_with_another_vocabulary_is_refused(loaded: Any, tmp_path: P
     other = make_demo_gguf(tmp_path / "wide.gguf", extra_vocab=64)
     with pytest.raises(Exception, match="vocabulary"):
         loaded(draft_model=str(other))
+
+
+# --- speculation that adapts (adaptive.py), and a request's prediction (prediction.py) ------
+
+
+def _alone(loaded: Any, engine: LlamaCppEngine, request: ChatRequest) -> Reply:
+    return loaded.loop.run_until_complete(_run(engine, request))
+
+
+def test_drafts_that_miss_back_off(loaded: Any) -> None:
+    """A draft model that always guesses wrong: after its first drafts, only short probes at
+    waits that double (without the gauge: 16 draft tokens at every one of 200 steps)."""
+    _, other = loaded.models
+    engine = loaded(parallel=2, draft_model=str(other), draft_p_min=0.0)
+    reply = _alone(loaded, engine, _request(PROMPTS[1], max_tokens=200))
+    drafted, accepted = _counts(engine)
+    assert accepted == 0 and 0 < drafted <= 16 + 8 + 2 * 5
+    # The request's own counts, as OpenAI's usage reports them.
+    assert (reply.usage.accepted_prediction_tokens, reply.usage.rejected_prediction_tokens) == (0, drafted)
+
+
+def test_ngram_drafts_on_output_with_no_repeats_back_off(loaded: Any) -> None:
+    """Sampled hot, the output repeats nothing the prompt had: one-token matches abound, their
+    drafts miss, and drafting stops (the match a draft needs grows, then shadows decide)."""
+    engine = loaded(parallel=2, speculative="ngram", ngram_size=1)
+    reply = _alone(loaded, engine, _request(PROMPTS[0], max_tokens=200, temperature=1.5, top_k=0, seed=3))
+    drafted, accepted = _counts(engine)
+    assert accepted <= drafted <= 40
+    assert reply.usage.rejected_prediction_tokens == drafted - accepted
+
+
+def test_drafting_comes_back_when_drafts_land_again(loaded: Any) -> None:
+    """A sequence that starts off (its model's drafts had missed) drafts again once its shadow
+    drafts land: the demo model's greedy output soon repeats itself."""
+    plain = loaded(parallel=2)
+    engine = loaded(parallel=2, speculative="ngram", ngram_size=2)
+    assert engine._scheduler is not None and engine._scheduler.speculator is not None
+    engine._scheduler.speculator.model_rate.rate = 0.0
+    request = _request(PROMPTS[1], max_tokens=120)
+    reply = _alone(loaded, engine, request)
+    assert reply.text == _alone(loaded, plain, request).text
+    assert reply.usage.accepted_prediction_tokens > 60
+
+
+def _predicting(prompt: str, prediction: str, **sampling: Any) -> ChatRequest:
+    request = _request(prompt, **sampling)
+    request.prediction = prediction
+    return request
+
+
+def test_prediction_drafts_without_speculative_config(loaded: Any) -> None:
+    """The answer predicted right: drafted from the prediction and taken, several tokens a
+    step, with no `speculative` setting; the output is what it is without a prediction."""
+    plain = loaded(parallel=2)
+    expected = _alone(loaded, plain, _request(PROMPTS[3], max_tokens=80))
+    engine = loaded(parallel=2)
+    before = engine._scheduler.steps if engine._scheduler else 0
+    reply = _alone(loaded, engine, _predicting(PROMPTS[3], expected.text, max_tokens=80))
+    assert reply.text == expected.text
+    assert reply.usage.accepted_prediction_tokens >= 60
+    assert engine._scheduler is not None and engine._scheduler.steps - before < 40
+    # Another request without a prediction drafts nothing: the model has no drafter.
+    drafted = _counts(engine)[0]
+    again = _alone(loaded, engine, _request(PROMPTS[3], max_tokens=80))
+    assert again.text == expected.text and _counts(engine)[0] == drafted
+    assert again.usage.accepted_prediction_tokens == again.usage.rejected_prediction_tokens == 0
+    # Every sequence gone: no slot drafts, and a step skips drafting at once.
+    assert engine._scheduler.speculator is not None and engine._scheduler.speculator.active == 0
+
+
+def test_prediction_with_an_edit_leaves_the_output_unchanged(loaded: Any) -> None:
+    plain = loaded(parallel=2)
+    engine = loaded(parallel=2, speculative="ngram")
+    for sampling in ({}, {"temperature": 1.0, "top_k": 3, "seed": 5}):
+        expected = _alone(loaded, plain, _request(PROMPTS[5], max_tokens=90, **sampling)).text
+        cut = len(expected) // 2
+        edited = expected[:cut] + " something else entirely " + expected[cut + 10 :]
+        reply = _alone(loaded, engine, _predicting(PROMPTS[5], edited, max_tokens=90, **sampling))
+        assert reply.text == expected
+        if not sampling:
+            assert reply.usage.accepted_prediction_tokens > 0 and reply.usage.rejected_prediction_tokens > 0
+
+
+def test_prediction_without_batching_is_ignored(loaded: Any) -> None:
+    plain = loaded(parallel=1, batching=False)
+    expected = _alone(loaded, plain, _request(PROMPTS[3], max_tokens=30)).text
+    reply = _alone(loaded, plain, _predicting(PROMPTS[3], expected, max_tokens=30))
+    assert reply.text == expected and reply.usage.accepted_prediction_tokens == 0
