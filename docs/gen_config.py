@@ -341,8 +341,8 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         ),
         "routing_overload_factor": (
             "`1.5`",
-            "`prefix_affinity` passes a replica over when its requests in flight exceed this times "
-            "the mean (and the least busy one's by two)",
+            "`prefix_affinity` passes a replica over when its requests in flight reach this times "
+            "the mean (and the least busy one's plus two)",
         ),
         "routing_table_size": ("`10000`", "prompt prefixes `prefix_affinity` remembers per model (LRU)"),
         "discover": ("`false`", "serve every model the upstream lists on `/v1/models`"),

@@ -175,7 +175,9 @@ def test_overloaded_follows_the_factor_and_the_margin() -> None:
     a, b, c = group.replicas
     for loads, factor, expected in [
         ((1, 0, 0), 1.5, False),  # one more than the others: not worth a cache miss
-        ((2, 0, 0), 1.5, True),  # 2 > 1.5 x 0.67 and two more than the least busy
+        ((2, 0, 0), 1.5, True),  # 2 >= 1.5 x 0.67 and two more than the least busy
+        ((2, 2, 0), 1.5, True),  # 2 >= 1.5 x 1.33: the idle one takes it
+        ((2, 1, 1), 1.5, False),  # only one more than the least busy
         ((6, 4, 4), 1.5, False),  # 6 < 1.5 x 4.67
         ((9, 4, 4), 1.5, True),
         ((9, 4, 4), 2.0, False),

@@ -112,13 +112,13 @@ class ReplicaSet:
         return min(rotated, key=lambda r: r.outstanding)
 
     def overloaded(self, replica: Replica, candidates: list[Replica]) -> bool:
-        """More requests in flight than `routing_overload_factor` x the mean of the candidates,
+        """At least `routing_overload_factor` x the mean of the candidates' requests in flight,
         and at least two more than the least busy (a replica busy with one request is still
         the better place for a prefix it holds than an idle one that must compute it)."""
         loads = [r.outstanding for r in candidates]
         mean = sum(loads) / len(loads)
         return (
-            replica.outstanding > self.config.routing_overload_factor * mean
+            replica.outstanding >= self.config.routing_overload_factor * mean
             and replica.outstanding >= min(loads) + 2
         )
 
