@@ -305,3 +305,23 @@ def test_the_factory_shares_where_the_store_is(tmp_path: Path) -> None:
     config.write_text("")
     create_app(load_settings(config, env={}))
     assert routing.shared_url() is None
+
+
+async def test_a_failed_redis_is_left_alone_for_a_while() -> None:
+    shared = routing.SharedPrefixes(f"redis://127.0.0.1:{free_port()}/0")
+    calls = 0
+
+    async def mget(keys: list[str]) -> list[bytes | None]:
+        nonlocal calls
+        calls += 1
+        raise ConnectionError("refused")
+
+    shared.redis.mget = mget
+    try:
+        assert await shared.fetch([b"k" * 16]) is None
+        assert await shared.fetch([b"k" * 16]) is None  # resting: Redis not asked again
+        assert calls == 1
+        shared._rest_until = 0.0  # the rest is over
+        assert await shared.fetch([b"k" * 16]) is None and calls == 2
+    finally:
+        await shared.aclose()

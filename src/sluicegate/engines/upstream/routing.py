@@ -12,7 +12,7 @@ one the table knows wins. The table is an LRU of at most `routing_table_size` en
 process, and with `[store] backend = "redis"` also written to Redis (one short key per prefix,
 with a TTL), so Sluicegate replicas behind one load balancer route a conversation alike. Redis
 is a hint, never a dependency: a lookup or write that fails or is slow is skipped (logged once
-a minute) and the local table decides.
+a minute), Redis is left alone for `SHARED_REST` seconds, and the local table decides.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ SHARED_TTL = 600.0  # seconds a prefix stays in Redis after it was last served (
 SHARED_TIMEOUT = 0.2  # seconds a Redis lookup may add to a request before it is skipped
 SHARED_KEYS_PER_REQUEST = 8  # written to Redis per request: the first prefix and the longest ones
 SHARED_PENDING = 64  # Redis writes in flight at most; more are dropped (a hint, not a record)
+SHARED_REST = 5.0  # seconds Redis is left alone after it failed: no request waits on a dead one
 WARN_EVERY = 60.0
 
 
@@ -120,12 +121,16 @@ class SharedPrefixes:
         self.redis: Any = Redis.from_url(url, socket_connect_timeout=SHARED_TIMEOUT, socket_timeout=1.0)
         self._pending: set[asyncio.Task[None]] = set()
         self._warned = 0.0
+        self._rest_until = 0.0
 
     def _key(self, key: bytes) -> str:
         return self.prefix + key.hex()
 
     async def fetch(self, keys: Sequence[bytes]) -> list[str | None] | None:
-        """Each key's replica (None: unknown), or None when Redis did not answer in time."""
+        """Each key's replica (None: unknown), or None when Redis did not answer in time (or
+        failed a moment ago)."""
+        if time.monotonic() < self._rest_until:
+            return None
         try:
             async with asyncio.timeout(SHARED_TIMEOUT):
                 values = await self.redis.mget([self._key(k) for k in keys])
@@ -136,7 +141,7 @@ class SharedPrefixes:
 
     def publish(self, keys: Sequence[bytes], name: str) -> None:
         """Write in the background (the request does not wait); dropped when many are pending."""
-        if not keys or len(self._pending) >= SHARED_PENDING:
+        if not keys or len(self._pending) >= SHARED_PENDING or time.monotonic() < self._rest_until:
             return
         if len(keys) > SHARED_KEYS_PER_REQUEST:  # the shared system prompt, and the conversation
             keys = [keys[0], *keys[-(SHARED_KEYS_PER_REQUEST - 1) :]]
@@ -156,6 +161,7 @@ class SharedPrefixes:
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()
+        self._rest_until = now + SHARED_REST
         if now - self._warned >= WARN_EVERY:
             self._warned = now
             log.warning("prefix routing: Redis is unavailable (%s); routing on this replica's table", exc)
