@@ -10,11 +10,12 @@ Three llama-server replicas serve one GGUF (Gemma 3 270M by default, `--model de
 random-weight demo model), each with `--parallel` slots and one thread; one Sluicegate serves
 three `openai` models over the same three replicas, one per policy (`least_busy`,
 `round_robin`, `prefix_affinity`). The workload is a multi-turn chat: `--conversations`
-conversations per policy, all with one shared system prompt (the policy's own, so no policy
-reuses another's cache), each with its own questions; a round sends every conversation's next
-turn (the whole history so far, as chat clients do) with `--concurrency` clients at once, and
-the next round starts when every reply is in. The policies take turns round by round, so the
-drifting load of a shared machine spreads over all three.
+conversations per policy, all with one short shared system prompt (the policy's own, so no
+policy reuses another's cache), each with its own questions; a round sends every
+conversation's next turn (the whole history so far, as chat clients do) with `--concurrency`
+clients at once, and the next round starts when every reply is in. The policies run one after
+the other, each on its own: interleaved, each policy's requests would overwrite the slots that
+hold the others' conversations (llama-server keeps one prompt per slot).
 
 Reported per policy: the prompt tokens the replicas say they took from their cache (usage
 `prompt_tokens_details.cached_tokens`, which llama-server fills from its `cache_n`) against all
@@ -48,14 +49,8 @@ from sluicegate.demo.model import make_demo_gguf
 ALIAS = "bench"
 POLICIES = ("least_busy", "round_robin", "prefix_affinity")
 SYSTEM = (
-    "You are the help desk assistant of a small public library. Answer in one or two short "
-    "sentences, politely, and only about the library: opening hours (weekdays 9 to 18, Saturday "
-    "10 to 14, closed on Sunday), membership (free for residents, a photo ID is needed), loans "
-    "(three weeks, renewable twice online or at the desk), late fees (ten cents a day per item, "
-    "at most five euros), the reading room, the children's corner, printing and scanning (ten "
-    "cents a page), study rooms (booked a week ahead), interlibrary loans, e-books and audio "
-    "books through the library's app, and events: the Tuesday book club, Saturday story time "
-    "for children and the monthly author talk. If you do not know, say so and suggest the desk."
+    "You are the help desk of a small public library: opening hours, membership, loans, late "
+    "fees, printing, study rooms and events. Answer in two short sentences."
 )
 TOPICS = [
     "renewing a book", "the book club", "printing a document", "a lost library card",
@@ -196,9 +191,12 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=2048, help="context per slot")
     parser.add_argument("--threads", type=int, default=1, help="threads per replica")
     parser.add_argument("--conversations", type=int, default=16, help="per policy")
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=6)
     parser.add_argument("--concurrency", type=int, default=6, help="clients at once, per policy's round")
-    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument(
+        "--policies", nargs="+", choices=POLICIES, default=list(POLICIES), help="run in this order"
+    )
     parser.add_argument(
         "--llama-server-arg", action="append", default=[], help="one more llama-server argument (repeatable)"
     )
@@ -254,14 +252,12 @@ def main() -> None:
                 ]
                 for policy in POLICIES
             }
-            started = time.monotonic()
-            for turn in range(args.turns):
-                # The policies take turns, in a rotating order: the machine's drift spreads.
-                order = POLICIES[turn % len(POLICIES) :] + POLICIES[: turn % len(POLICIES)]
-                for policy in order:
+            for policy in args.policies:
+                started = time.monotonic()
+                for turn in range(args.turns):
                     run_round(ours, policy, chats[policy], turn, args, results[policy])
-                print(f"  turn {turn + 1}/{args.turns} done ({time.monotonic() - started:.0f} s)")
-            report(results, replicas)
+                print(f"  {policy}: {args.turns} rounds in {time.monotonic() - started:.0f} s")
+            report({p: results[p] for p in args.policies}, replicas)
 
 
 if __name__ == "__main__":
