@@ -31,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -200,10 +201,13 @@ def main() -> None:
     parser.add_argument(
         "--llama-server-arg", action="append", default=[], help="one more llama-server argument (repeatable)"
     )
+    parser.add_argument("--keep", action="store_true", help="keep the folder with the servers' logs")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="sluicegate-bench-routing-") as tmp:
-        folder = Path(tmp)
+    with contextlib.ExitStack() as cleanup:
+        folder = Path(tempfile.mkdtemp(prefix="sluicegate-bench-routing-"))
+        if not args.keep:
+            cleanup.callback(shutil.rmtree, folder, True)
         if args.gguf:
             gguf = args.gguf
         elif args.model == "gemma":
@@ -218,13 +222,15 @@ def main() -> None:
                     args.llama_server, "-m", str(gguf), "--alias", ALIAS, "--host", "127.0.0.1",
                     "--port", url.rsplit(":", 1)[1], "-np", str(args.parallel),
                     "-c", str(args.context * args.parallel), "-t", str(args.threads),
-                    "-tb", str(args.threads), "--jinja",
+                    "-tb", str(args.threads),
                     # Each slot's own KV cache is the cache measured (no host-memory prompt
                     # cache: on this machine it cost ~300 ms per request, bench/batching.py).
                     "--cache-ram", "0",
                     # The wheel's AMX repack kernels stop on an illegal instruction here.
                     "--no-repack",
-                    *(["--chat-template", "gemma"] if args.model == "gemma" and not args.gguf else []),
+                    # Gemma's GGUF has no template: llama.cpp's built-in `gemma` one, which is
+                    # not a Jinja template (with --jinja, "gemma" would be the template's text).
+                    *(["--no-jinja", "--chat-template", "gemma"] if args.model == "gemma" and not args.gguf else []),
                     *args.llama_server_arg,
                 ]  # fmt: skip
                 stack.enter_context(serving(command, url, folder / f"replica{i}.log", env))
