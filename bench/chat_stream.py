@@ -49,7 +49,7 @@ from sluicegate.conversation.resolve import Resolved
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import TextDelta
 from sluicegate.core.frames import Frame
-from sluicegate.core.pipeline import StreamLimits, canonical_events
+from sluicegate.core.pipeline import StreamLimits, canonical_events, stream_deadline
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.dialects.responses.encoder import ResponsesEncoder, ResponseState
@@ -131,7 +131,7 @@ async def run_chat_pipeline(model: Model, repeats: int) -> tuple[int, float]:
         encoder = ChatCompletionsEncoder(
             f"chatcmpl-bench{i}", int(time.time()), MODEL, include_usage=True, logprobs=False
         )
-        pipeline = TurnPipeline(canonical_events(generation.events, limits), encoder, Accumulator())
+        pipeline = TurnPipeline(generation.events, encoder, Accumulator(), deadline=stream_deadline(limits))
         async for frames in pipeline.frames():
             tokens += frames_bytes(frames).count(CHAT.mark)
     return tokens, time.perf_counter() - started
@@ -161,7 +161,9 @@ async def run_responses_pipeline(model: Model, store: SQLiteStore, repeats: int)
             assert response is not None
             await store.put(stored_turn(response, resolved, 3600))
 
-        pipeline = TurnPipeline(canonical_events(generation.events, limits), encoder, accumulator, persist)
+        pipeline = TurnPipeline(
+            generation.events, encoder, accumulator, persist, deadline=stream_deadline(limits)
+        )
         async for frames in pipeline.frames():
             tokens += frames_bytes(frames).count(RESPONSES.mark)
     return tokens, time.perf_counter() - started
@@ -209,17 +211,16 @@ async def stage_costs(
         ),
         (
             "+ Chat Completions encoding",
-            lambda: drain(
-                TurnPipeline(
-                    canonical_events(model.open(request()).events, no_limits), encoder(), Accumulator()
-                ).frames()
-            ),
+            lambda: drain(TurnPipeline(model.open(request()).events, encoder(), Accumulator()).frames()),
         ),
         (
             "+ request deadline and idle timeout (b)",
             lambda: drain(
                 TurnPipeline(
-                    canonical_events(model.open(request()).events, StreamLimits()), encoder(), Accumulator()
+                    model.open(request()).events,
+                    encoder(),
+                    Accumulator(),
+                    deadline=stream_deadline(StreamLimits()),
                 ).frames()
             ),
         ),

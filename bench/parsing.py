@@ -23,88 +23,88 @@ from sluicegate.parsing import THINK, ToolCallFormat, new_parser
 
 # Each family's call opening, an argument's text is repeated between, then its closing.
 CALLS: dict[ToolCallFormat, tuple[str, str]] = {
-    ToolCallFormat.HERMES: ('<tool_call>{"name": "w", "arguments": {"t": "', '"}}</tool_call>'),
-    ToolCallFormat.LLAMA3_JSON: ('{"name": "w", "parameters": {"t": "', '"}}'),
-    ToolCallFormat.MISTRAL: ('[TOOL_CALLS][{"name": "w", "arguments": {"t": "', '"}}]'),
-    ToolCallFormat.HARMONY: (
+    ToolCallFormat("hermes"): ('<tool_call>{"name": "w", "arguments": {"t": "', '"}}</tool_call>'),
+    ToolCallFormat("llama3_json"): ('{"name": "w", "parameters": {"t": "', '"}}'),
+    ToolCallFormat("mistral"): ('[TOOL_CALLS][{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat("harmony"): (
         '<|channel|>commentary to=functions.w <|constrain|>json<|message|>{"t": "',
         '"}<|call|>',
     ),
-    ToolCallFormat.QWEN3_CODER: (
+    ToolCallFormat("qwen3_coder"): (
         "<tool_call>\n<function=w>\n<parameter=t>\n",
         "\n</parameter>\n</function>\n</tool_call>",
     ),
-    ToolCallFormat.SEED_OSS: (
+    ToolCallFormat("seed_oss"): (
         "<seed:tool_call>\n<function=w>\n<parameter=t>",
         "</parameter>\n</function>\n</seed:tool_call>",
     ),
-    ToolCallFormat.GLM: ("<tool_call>w\n<arg_key>t</arg_key>\n<arg_value>", "</arg_value>\n</tool_call>"),
-    ToolCallFormat.MINIMAX_M2: (
+    ToolCallFormat("glm"): ("<tool_call>w\n<arg_key>t</arg_key>\n<arg_value>", "</arg_value>\n</tool_call>"),
+    ToolCallFormat("minimax_m2"): (
         '<minimax:tool_call>\n<invoke name="w">\n<parameter name="t">',
         "</parameter>\n</invoke>\n</minimax:tool_call>",
     ),
-    ToolCallFormat.DEEPSEEK_V3_1: (
+    ToolCallFormat("deepseek_v3_1"): (
         '<\uff5ctool\u2581calls\u2581begin\uff5c><\uff5ctool\u2581call\u2581begin\uff5c>w<\uff5ctool\u2581sep\uff5c>{"t": "',
         '"}<\uff5ctool\u2581call\u2581end\uff5c><\uff5ctool\u2581calls\u2581end\uff5c>',
     ),
-    ToolCallFormat.KIMI_K2: (
+    ToolCallFormat("kimi_k2"): (
         '<|tool_calls_section_begin|><|tool_call_begin|>functions.w:0<|tool_call_argument_begin|>{"t": "',
         '"}<|tool_call_end|><|tool_calls_section_end|>',
     ),
-    ToolCallFormat.GEMMA4: ('<|tool_call>call:w{t:<|"|>', '<|"|>}<tool_call|>'),
-    ToolCallFormat.LFM2: ('<|tool_call_start|>[w(t="', '")]<|tool_call_end|>'),
-    ToolCallFormat.NEMOTRON: ('<TOOLCALL>[{"name": "w", "arguments": {"t": "', '"}}]</TOOLCALL>'),
-    ToolCallFormat.GRANITE: ('<|tool_call|>[{"name": "w", "arguments": {"t": "', '"}}]'),
-    ToolCallFormat.COMMAND_R7B: (
+    ToolCallFormat("gemma4"): ('<|tool_call>call:w{t:<|"|>', '<|"|>}<tool_call|>'),
+    ToolCallFormat("lfm2"): ('<|tool_call_start|>[w(t="', '")]<|tool_call_end|>'),
+    ToolCallFormat("nemotron"): ('<TOOLCALL>[{"name": "w", "arguments": {"t": "', '"}}]</TOOLCALL>'),
+    ToolCallFormat("granite"): ('<|tool_call|>[{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat("command_r7b"): (
         '<|START_ACTION|>[{"tool_name": "w", "parameters": {"t": "',
         '"}}]<|END_ACTION|>',
     ),
-    ToolCallFormat.APERTUS: ('<|tools_prefix|>[{"w": {"t": "', '"}}]<|tools_suffix|>'),
-    ToolCallFormat.FUNCTIONARY_V3_1: ('<function=w>{"t": "', '"}</function>'),
-    ToolCallFormat.FUNCTIONARY_V3_2: ('w\n{"t": "', '"}'),
-    # parsing/families/recent.py
-    ToolCallFormat.DEEPSEEK_V3_2: (
+    ToolCallFormat("apertus"): ('<|tools_prefix|>[{"w": {"t": "', '"}}]<|tools_suffix|>'),
+    ToolCallFormat("functionary_v3_1"): ('<function=w>{"t": "', '"}</function>'),
+    ToolCallFormat("functionary_v3_2"): ('w\n{"t": "', '"}'),
+    # the families after the first nineteen
+    ToolCallFormat("deepseek_v3_2"): (
         '<\uff5cDSML\uff5cfunction_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
         '<\uff5cDSML\uff5cparameter name="t" string="true">',
         "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5cfunction_calls>",
     ),
-    ToolCallFormat.DEEPSEEK_V4: (
+    ToolCallFormat("deepseek_v4"): (
         '<\uff5cDSML\uff5ctool_calls>\n<\uff5cDSML\uff5cinvoke name="w">\n'
         '<\uff5cDSML\uff5cparameter name="t" string="true">',
         "</\uff5cDSML\uff5cparameter>\n</\uff5cDSML\uff5cinvoke>\n</\uff5cDSML\uff5ctool_calls>",
     ),
-    ToolCallFormat.SOLAR_OPEN: (
+    ToolCallFormat("solar_open"): (
         '<|tool_calls|><|tool_call:begin|>c<|tool_call:name|>w<|tool_call:args|>{"t": "',
         '"}<|tool_call:end|><|calls|>',
     ),
-    ToolCallFormat.MINIMAX_M1: ('<tool_calls>\n{"name": "w", "arguments": {"t": "', '"}}\n</tool_calls>'),
-    ToolCallFormat.KIMI_K3: (
+    ToolCallFormat("minimax_m1"): ('<tool_calls>\n{"name": "w", "arguments": {"t": "', '"}}\n</tool_calls>'),
+    ToolCallFormat("kimi_k3"): (
         '<|open|>tools<|sep|><|open|>call tool="w" index="1"<|sep|><|open|>argument key="t" type="string"<|sep|>',
         "<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
     ),
-    ToolCallFormat.MINIMAX_M3: (
+    ToolCallFormat("minimax_m3"): (
         ']<]minimax[>[<tool_call>\n]<]minimax[>[<invoke name="w">]<]minimax[>[<t>',
         "]<]minimax[>[</t>]<]minimax[>[</invoke>\n]<]minimax[>[</tool_call>",
     ),
-    ToolCallFormat.MINICPM5: ('<function name="w"><param name="t">', "</param></function>"),
-    ToolCallFormat.GIGACHAT3: (
+    ToolCallFormat("minicpm5"): ('<function name="w"><param name="t">', "</param></function>"),
+    ToolCallFormat("gigachat3"): (
         '<|message_sep|>\n\nfunction call<|role_sep|>\n{"name": "w", "arguments": {"t": "',
         '"}}',
     ),
-    ToolCallFormat.GIGACHAT3_1: ('<|function_call|>{"name": "w", "arguments": {"t": "', '"}}'),
-    ToolCallFormat.APRIEL: ('<tool_calls>[{"name": "w", "arguments": {"t": "', '"}}]</tool_calls>'),
-    ToolCallFormat.COMMAND_R_PLUS: (
+    ToolCallFormat("gigachat3_1"): ('<|function_call|>{"name": "w", "arguments": {"t": "', '"}}'),
+    ToolCallFormat("apriel"): ('<tool_calls>[{"name": "w", "arguments": {"t": "', '"}}]</tool_calls>'),
+    ToolCallFormat("command_r_plus"): (
         'Action:\n```json\n[{"tool_name": "w", "parameters": {"t": "',
         '"}}]\n```',
     ),
-    ToolCallFormat.FIREFUNCTION_V2: (' functools[{"name": "w", "arguments": {"t": "', '"}}]'),
-    ToolCallFormat.LLAMA4_PYTHONIC: ('[w(t="', '")]'),
-    ToolCallFormat.HY3: (
+    ToolCallFormat("firefunction_v2"): (' functools[{"name": "w", "arguments": {"t": "', '"}}]'),
+    ToolCallFormat("llama4_pythonic"): ('[w(t="', '")]'),
+    ToolCallFormat("hy3"): (
         "<tool_calls:opensource>\n<tool_call:opensource>w<tool_sep:opensource>\n"
         "<arg_key:opensource>t</arg_key:opensource>\n<arg_value:opensource>",
         "</arg_value:opensource>\n</tool_call:opensource>\n</tool_calls:opensource>",
     ),
-    ToolCallFormat.MUSE_GLIMMER: (
+    ToolCallFormat("muse_glimmer"): (
         ' to=w<|message|><atem:function_calls>\n<atem:invoke name="w">\n<atem:parameter name="t">',
         "</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eom|>",
     ),
@@ -164,10 +164,10 @@ def main() -> None:
     ]
     only = {f.strip() for f in args.only.split(",") if f.strip()}
     for fmt, (head, tail) in CALLS.items():
-        if only and fmt.value not in only:
+        if only and fmt not in only:
             continue
-        rows.append((f"{fmt.value}: plain text", per_token(words, fmt)))
-        rows.append((f"{fmt.value}: one long call argument", per_token([head, *argument, tail], fmt)))
+        rows.append((f"{fmt}: plain text", per_token(words, fmt)))
+        rows.append((f"{fmt}: one long call argument", per_token([head, *argument, tail], fmt)))
     for label, cost in rows:
         share = f"  {cost / token * 100:5.2f}% of a token" if token else ""
         print(f"{label:44s} {cost * 1e6:6.2f} µs/token  {cost / base:6.2f}x baseline{share}")

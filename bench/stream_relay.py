@@ -1,6 +1,6 @@
 """The streaming transport alone, in process: CPU per relayed chunk and memory per open stream,
-the direct write path (`BodyWriter`, round eight) against the outbox path it replaced, which
-is the reference in the same run.
+our server's sink (`CycleWriter`, the direct write of round eight) against the plain ASGI sink
+(`transport/asgi_sink.py`, which took the outbox path's place), the reference in the same run.
 
     python bench/stream_relay.py [--rounds 5] [--streams 64] [--chunks 2000]
 

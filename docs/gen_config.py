@@ -108,6 +108,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "images in one request, the conversation's earlier turns included: more is a 400 `too_many_images`",
         ),
+        "max_request_pixels": (
+            None,
+            "all of one request's images together, width x height each, read from their headers before "
+            "they are decoded: more is a 400 `image_too_large` (3 bytes a pixel decoded, so this caps "
+            "the memory one request's images take)",
+        ),
         "allow_image_urls": (
             None,
             "`true`: http(s) image URLs are fetched for local vision models, through the SSRF guard "
@@ -121,23 +127,43 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "max_audio_bytes": (
             None,
             "one audio clip (Chat `input_audio`, a local model whose projector has an audio encoder "
-            "hears it): more is a 400 `audio_too_large`",
+            "hears it), and one upload to `/v1/audio/transcriptions`: more is a 400 `audio_too_large`",
         ),
         "max_audio_seconds": (
             None,
             "how long one audio clip may play, read from its header before it is decoded: longer is a "
-            "400 `audio_too_long`",
+            "400 `audio_too_long`; an upload to `/v1/audio/transcriptions` is held to it as it is "
+            "decoded (what it decodes to, not what its header says)",
         ),
         "max_audio_per_request": (
             None,
             "audio clips in one request, the conversation's earlier turns included: more is a 400 "
             "`too_many_audio_clips`",
         ),
+        "cors_origins": (
+            "none",
+            'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
+            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            "no key on them); every answer to an allowed origin, streams and errors included, carries "
+            "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
+        ),
+        "default_model": (
+            "none",
+            "the model that serves a request naming no model, `model: null`, or a name the server "
+            "does not have (after the models' `aliases`), in every dialect and in embeddings, rerank "
+            "and `count_tokens`: what clients written for llama-server or LM Studio expect. Without "
+            "it, a missing model is a 400 and an unknown one a 404",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",
         ),
         "models_dir": ("`<data_dir>/models`", "every `*.gguf` under it is a model; downloads go here"),
+        "slot_save_path": (
+            "`<data_dir>/slots`",
+            "llama-server's `--slot-save-path`: the folder `POST /slots/{id}?action=save` writes a "
+            "slot's KV cache to and `restore` reads from ([llama-server's API](llama-server.md))",
+        ),
         "jit_ttl_seconds": (
             None,
             "a model loaded just in time is unloaded after this long idle; `0`: never",
@@ -262,6 +288,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "`[server] jit_ttl_seconds`",
             "idle seconds before a just-in-time load of this model is unloaded; `0`: never",
         ),
+        "aliases": (
+            "none",
+            'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
+            '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
+            "order the file declares them. A served id always means itself",
+        ),
     },
     "llamacpp": {
         "path": ("required", "the GGUF file"),
@@ -305,6 +337,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the vision projector: the model reads images through libmtmd and is listed with `vision: true`",
         ),
         "rerank": ("when the GGUF states rank pooling", "serve it as a reranker (`POST /v1/rerank`)"),
+        "lora": (
+            "none",
+            'LoRA adapter GGUFs loaded beside the model, llama-server\'s `--lora`: `["a.gguf", ...]` or '
+            '`[{path = "a.gguf", scale = 0.5}, ...]` (scale 1 unless given); adapter `id`s follow the '
+            "list. `/lora-adapters` and a request's `lora` change the scales "
+            "([llama-server's API](llama-server.md#lora-adapters))",
+        ),
         "speculative": (
             "off",
             '`"ngram"` (drafts from n-gram lookup in the prompt and output) or `"draft"` (with '
@@ -353,10 +392,40 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "tool_use": ("`true`", "the upstream model calls tools (for the listings)"),
         "context_length": ("none", "the upstream model's context (for the listings and checks)"),
     },
+    "whisper": {
+        "path": (
+            "one of the two",
+            "a folder holding a Whisper model in CTranslate2 format (`model.bin`, `config.json`, ...)",
+        ),
+        "packages": (
+            "one of the two",
+            "Python packages whose `data/` folders hold the model; files split as `NAME.part1`, `NAME.part2`, ... "
+            "are joined once into `$SLUICEGATE_CACHE_DIR` (default `~/.cache/sluicegate`)",
+        ),
+        "compute_type": ('`"int8"`', "CTranslate2's compute type (`int8`, `int8_float32`, `float32`, ...)"),
+        "threads": ("`0`", "CPU threads for CTranslate2; `0`: its own default"),
+        "beam_size": ("`5`", "beam search width; `1` decodes greedily (faster)"),
+        "language": ("none", "the language when a request names none; none: detected per request"),
+        "vad_filter": ("`false`", "skip silence with Silero VAD before decoding"),
+    },
+    "piper": {
+        "path": (
+            "one of the two",
+            "a Piper voice: its `.onnx` file (the `.onnx.json` beside it), or a folder with one",
+        ),
+        "packages": ("one of the two", "a Python package whose `data/` folder holds the voice"),
+        "voice": ("the file's name", "the name the voice is listed under (`GET /v1/audio/voices`)"),
+    },
     "scripted": {
         "script": (
             "the built-in demo script",
             "a YAML (or `.json`) script file: see [the scripted engine](engines-scripted.md)",
+        ),
+        "tasks": (
+            '`["chat"]`',
+            'what the model serves: `"chat"`, `"embeddings"` (`POST /v1/embeddings`, `/api/embed`: '
+            'a vector of each input\'s SHA-256), `"rerank"` (`POST /v1/rerank`: the share of the '
+            "query's words in each document); `token_delay_ms` paces them, an input at a time",
         ),
     },
 }
@@ -383,8 +452,10 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     from sluicegate.config import table_keys
     from sluicegate.engines.llamacpp.settings import KEYS as LLAMACPP
     from sluicegate.engines.lookup import MODEL_KEYS
+    from sluicegate.engines.piper import KEYS as PIPER
     from sluicegate.engines.scripted import KEYS as SCRIPTED
     from sluicegate.engines.upstream.config import KEYS as UPSTREAM
+    from sluicegate.engines.whisper import KEYS as WHISPER
 
     common = ("id", "engine", *MODEL_KEYS)
     keys = dict(table_keys())
@@ -392,6 +463,8 @@ def code_keys() -> dict[str, tuple[str, ...]]:
     keys["llamacpp"] = tuple(sorted(LLAMACPP - set(common), key=_documented_order("llamacpp")))
     keys["openai"] = tuple(sorted(UPSTREAM - set(common), key=_documented_order("openai")))
     keys["scripted"] = tuple(sorted(SCRIPTED - set(common)))
+    keys["whisper"] = tuple(sorted(WHISPER - set(common), key=_documented_order("whisper")))
+    keys["piper"] = tuple(sorted(PIPER - set(common), key=_documented_order("piper")))
     return keys
 
 

@@ -35,7 +35,6 @@ time.perf_counter_ns = lambda: 1_000_000_000_000
 from sluicegate.core.accumulate import Accumulator  # noqa: E402
 from sluicegate.core.events import RawBatch, RawEvent  # noqa: E402
 from sluicegate.core.frames import Frame  # noqa: E402
-from sluicegate.core.segment import segment  # noqa: E402
 from sluicegate.dialects.anthropic.dialect import AnthropicDialect  # noqa: E402
 from sluicegate.dialects.anthropic.signature import ThinkingSigner  # noqa: E402
 from sluicegate.dialects.base import Dialect, EncoderContext  # noqa: E402
@@ -45,8 +44,12 @@ from sluicegate.dialects.lmstudio.dialect import LMStudioDialect  # noqa: E402
 from sluicegate.dialects.ollama.dialect import OllamaChatDialect, OllamaGenerateDialect  # noqa: E402
 from sluicegate.dialects.responses.dialect import ResponsesDialect  # noqa: E402
 from sluicegate.engines.upstream.wire import ChunkDecoder, SSEReader  # noqa: E402
-from sluicegate.parsing import THINK, ToolCallFormat  # noqa: E402
-from sluicegate.parsing.parser import OutputParser  # noqa: E402
+from sluicegate.parsing import (  # noqa: E402
+    THINK,
+    OutputParser,
+    ToolCallFormat,
+    new_parser,
+)
 from sluicegate.transport.ndjson import ndjson_bytes  # noqa: E402
 from sluicegate.transport.sse import frames_bytes  # noqa: E402
 from sluicegate.turn.pipeline import TurnPipeline  # noqa: E402
@@ -123,7 +126,7 @@ PARSED: dict[str, tuple[Callable[[], OutputParser], list[bytes]]] = {
         [chunk({"content": t}) for t in ["<thi", "nk>plan", "</think>", "Done."]] + [chunk({}, "stop"), DONE],
     ),
     "hermes tool call markup": (
-        lambda: OutputParser(tool_format=ToolCallFormat.HERMES),
+        lambda: new_parser(ToolCallFormat("hermes")),
         [
             chunk({"content": t})
             for t in ["Sure. <tool_", 'call>{"name": "get", ', '"arguments": {"q": "x"}}</tool_call>']
@@ -193,7 +196,7 @@ async def wire_bytes(
     turn = dialect.parse(body, {}, {})
     accumulator = Accumulator()
     context = EncoderContext("turn_1", 1_764_000_000, "inst_1", accumulator, lambda _: None, stored=False)
-    pipeline = TurnPipeline(segment(upstream(reads, parser)), dialect.encoder(turn, context), accumulator)
+    pipeline = TurnPipeline(upstream(reads, parser), dialect.encoder(turn, context), accumulator)
     pipeline.open()
     # One write per list, as the transport does: the framing of each list is what goes out.
     return b"".join([framing(frame_list) async for frame_list in pipeline.frames()])

@@ -63,7 +63,6 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.engines.upstream.wire",
     "sluicegate.engines.upstream.completions",  # extends wire's classes: compiled with them
     "sluicegate.engines.upstream.anthropic_wire",
-    "sluicegate.parsing.parser",
     "sluicegate.parsing.scan",
     "sluicegate.parsing.markup",
     "sluicegate.transport.sse",

@@ -20,6 +20,7 @@ max_loaded_model_bytes = 17179869184  # GGUF bytes loaded at once, idle JIT load
                                 # default: the machine's physical memory; 0: no cap
 data_dir = "~/.local/share/sluicegate"
 models_dir = "~/models"         # *.gguf under it are models, downloads go here; default: <data_dir>/models
+slot_save_path = "~/slots"      # llama-server's slot save/restore files; default: <data_dir>/slots
 jit_ttl_seconds = 3600          # a JIT-loaded model idle this long is unloaded; 0: never
 jit_auto_evict = false          # true: a JIT load unloads the previous JIT-loaded model
 reaper_interval_seconds = 5     # how often idle models are checked
@@ -28,11 +29,14 @@ log_prompts = false             # true: request bodies and answers in the access
 max_image_bytes = 16777216      # per image (local models with a projector); more: a 400
 max_image_pixels = 32000000     # per image, width x height
 max_images_per_request = 16
+max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
+cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
+default_model = "my-model"      # serves requests that name no model or an unknown one
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -76,6 +80,7 @@ id = "my-model"
 engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
 ttl = 600                       # optional: this model's idle TTL when JIT-loaded
+aliases = ["gpt-*"]             # optional: other names (globs) requests may use for it
 ```
 """
 
@@ -132,11 +137,14 @@ class Settings:
     max_image_bytes: int = 16 * 1024 * 1024  # per image, for engines that decode images themselves
     max_image_pixels: int = 32_000_000
     max_images_per_request: int = 16
+    max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
+    cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
+    default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
@@ -147,6 +155,7 @@ class Settings:
     store_backend: Literal["sqlite", "redis"] = "sqlite"
     store_url: str = "redis://127.0.0.1:6379/0"  # the redis backend's server
     models_dir: Path | None = None  # None: <data_dir>/models
+    slot_save_path: Path | None = None  # llama-server's slot files; None: <data_dir>/slots
     lmstudio_events: Literal["current", "v0"] = "current"
     models: list[dict[str, Any]] = field(default_factory=list)
     tools_mcp_config: Path | None = None
@@ -183,6 +192,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_loaded_model_bytes": int,
     "data_dir": str,
     "models_dir": str,
+    "slot_save_path": str,
     "jit_ttl_seconds": (int, float),
     "jit_auto_evict": bool,
     "reaper_interval_seconds": (int, float),
@@ -192,11 +202,14 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_image_bytes": int,
     "max_image_pixels": int,
     "max_images_per_request": int,
+    "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
+    "cors_origins": list,
+    "default_model": str,
 }
 _CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
@@ -286,9 +299,17 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
         elif key == "data_dir":  # relative to the config file, like every other path in it
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
-        elif key == "models_dir":
+        elif key == "cors_origins":
+            if not all(isinstance(o, str) and (o == "*" or "://" in o) for o in value):
+                raise ConfigError(
+                    f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
+                )
+            settings.cors_origins = list(value)
+        elif key == "default_model" and not value:
+            raise ConfigError(f"{source}: [server].default_model must be a model id")
+        elif key in ("models_dir", "slot_save_path"):
             path = Path(value).expanduser()
-            settings.models_dir = path if path.is_absolute() else settings.base_dir / path
+            setattr(settings, key, path if path.is_absolute() else settings.base_dir / path)
         elif key == "limits_on_store_failure" and value not in ("open", "closed"):
             raise ConfigError(f'{source}: [server].limits_on_store_failure must be "open" or "closed"')
         elif key == "log_format" and value not in ("text", "json"):
@@ -521,6 +542,11 @@ def _apply_env(settings: Settings, env: dict[str, str]) -> bool:
         settings.models_dir = Path(models_dir).expanduser().resolve()
         return True
     return False
+
+
+def slot_save_dir(settings: Settings) -> Path:
+    """Where llama-server's `POST /slots/{id}?action=save` writes and `restore` reads."""
+    return settings.slot_save_path or settings.data_dir / "slots"
 
 
 def models_dir(settings: Settings) -> Path:

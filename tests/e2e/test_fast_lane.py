@@ -1,5 +1,6 @@
-"""The gateway's fast lane (core/lane.py, turn/lane.py): upstream reads carried to the client in
-the connection's callback must write exactly what the generator chain writes.
+"""The gateway's fast lane (`TurnPipeline.carry`, turn/pipeline.py): upstream reads carried to
+the client in the connection's callback, through the same stream core (turn/stream_core.py),
+must write exactly what the stream's task writes.
 
 Two servers relay the same paced upstream streams, one with the lane and one with
 `SLUICEGATE_FAST_LANE=0`; every dialect's stream must be the same event for event (ids and

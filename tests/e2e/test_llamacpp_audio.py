@@ -176,6 +176,19 @@ def test_bad_audio_is_a_400_in_chats_shape(sdk: openai.OpenAI) -> None:
     assert chat(sdk, EAR, LOW).choices  # the server is fine after all that
 
 
+def test_the_duration_limit_is_what_the_decoder_hears(sdk: openai.OpenAI) -> None:
+    """One MP3 frame, one junk byte, then 1,000 more frames (the decoder resyncs and plays them
+    all: 72 s) was checked as 0.07 s; a WAV with blockAlign 65535 as a fraction of its length."""
+    frame = bytes([0xFF, 0xE3, 0x18, 0xC0]) + bytes(68)  # MPEG-2.5 Layer III, 8 kbit/s: 0.072 s
+    mp3 = frame + b"\x00" + frame * 1_000
+    assert code(refused(sdk, EAR, b64(mp3), fmt="mp3")) == "audio_too_long"
+    wav = bytearray(tone_wav(0.0, seconds=MAX_SECONDS + 5, rate=1_000))
+    wav[32:34] = (65535).to_bytes(2, "little")
+    assert code(refused(sdk, EAR, b64(bytes(wav)))) == "audio_too_long"
+    within = frame + b"junk" + frame * 100  # 7.3 s: heard, junk and all
+    assert chat(sdk, EAR, b64(within), fmt="mp3").choices
+
+
 def test_a_model_without_an_audio_encoder_refuses_audio(sdk: openai.OpenAI, audio_server: Server) -> None:
     error = refused(sdk, DEAF, LOW)
     assert code(error) == "audio_input_unsupported" and error.status_code == 400

@@ -110,6 +110,10 @@ def test_openai_upstream_models_pass_through(start_server: StartServer) -> None:
         with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=30.0) as sdk:
             result = sdk.embeddings.create(model="up-embed", input=["odd", "even"])  # the SDK asks base64
             floats = sdk.embeddings.create(model="up-embed", input="odd", encoding_format="float")
+        # Ollama's route asks the engine (`Engine.embed`), which relays an OpenAI body.
+        ollama = httpx.post(
+            server.base_url + "/api/embed", json={"model": "up-embed", "input": ["odd", "even"]}
+        )
         seen = [r.body for r in fake.requests if r.path.endswith("/embeddings")]
     assert [seen[0]["model"], seen[0]["input"]] == ["text-embedding-fake", ["odd", "even"]]
     assert result.model == "up-embed" and result.usage.prompt_tokens == 7
@@ -117,3 +121,27 @@ def test_openai_upstream_models_pass_through(start_server: StartServer) -> None:
         result.data[1].embedding, [0.0, 0.6, 0.8]
     )
     assert floats.data[0].embedding == pytest.approx([0.6, 0.8, 0.0])
+    assert ollama.status_code == 200 and ollama.json()["prompt_eval_count"] == 7
+    assert np.allclose(ollama.json()["embeddings"], [[0.6, 0.8, 0.0], [0.0, 0.6, 0.8]])
+
+
+@pytest.mark.parametrize(
+    ("inputs", "says"),
+    [("", "empty"), ([""], "empty"), (["a", ""], "empty"), (["a"] * 2049, "at most 2048")],
+    ids=["empty-string", "empty-in-list", "one-empty", "too-many"],
+)
+def test_every_route_has_the_same_embedding_limits(
+    llama_server: Server, sdk: openai.OpenAI, inputs: str | list[str], says: str
+) -> None:
+    """An empty input was a 500 (`llama_decode failed`) on Ollama's /api/embed and any number of
+    inputs went through there; each route answers the same 400, in its own dialect's shape."""
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.embeddings.create(model=EMBED, input=inputs)
+    assert caught.value.param == "input" and says in caught.value.message
+    import ollama
+
+    with pytest.raises(ollama.ResponseError) as refused:
+        ollama.Client(host=llama_server.base_url, timeout=60).embed(model=EMBED, input=inputs)
+    assert refused.value.status_code == 400 and says in refused.value.error
+    raw = httpx.post(f"{llama_server.base_url}/api/embed", json={"model": EMBED, "input": inputs}, timeout=60)
+    assert raw.status_code == 400 and set(raw.json()) == {"error"}  # Ollama's shape

@@ -518,3 +518,69 @@ def test_a_context_overflow_policy_counts_the_images(sdk: openai.OpenAI) -> None
     reply = raw.parse()
     assert raw.headers["x-sluicegate-context-truncated"] == "2"
     assert reply.usage is not None and reply.usage.prompt_tokens < SHORT_CONTEXT - 100
+
+
+def _tool_turns(model: str, color: Any, *, counting: bool = False) -> dict[str, Any]:
+    """A tool call whose result is a screenshot: the image lives in the `tool_result`."""
+    image = {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(encoded(color)).decode(),
+        },
+    }
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [
+            {"role": "user", "content": "Take a screenshot and say what it shows."},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "toolu_1", "name": "screenshot", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "done"}, image],
+                    }
+                ],
+            },
+        ],
+        "tools": [{"name": "screenshot", "input_schema": {"type": "object"}}],
+    }
+    if not counting:
+        body |= {"max_tokens": 12, "temperature": 0}
+    return body
+
+
+def test_an_image_in_a_tool_result_is_seen_and_counted(vision_server: Server) -> None:
+    def ask(color: Any) -> dict[str, Any]:
+        response = httpx.post(
+            f"{vision_server.base_url}/v1/messages", json=_tool_turns(EYE, color), timeout=60
+        )
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    red, again, blue = ask((220, 20, 20)), ask((220, 20, 20)), ask((20, 20, 220))
+    assert red["content"] == again["content"] != blue["content"]  # the reply depends on the image
+    counted = httpx.post(
+        f"{vision_server.base_url}/v1/messages/count_tokens",
+        json=_tool_turns(EYE, (220, 20, 20), counting=True),
+    ).json()["input_tokens"]
+    assert counted > IMAGE_TOKENS
+    assert red["usage"]["input_tokens"] + (red["usage"].get("cache_read_input_tokens") or 0) == counted
+
+
+def test_a_model_without_vision_refuses_an_image_in_a_tool_result(vision_server: Server) -> None:
+    response = httpx.post(
+        f"{vision_server.base_url}/v1/messages", json=_tool_turns(BLIND, (220, 20, 20)), timeout=60
+    )
+    assert response.status_code == 400
+    assert (
+        response.json()["error"]["type"] == "invalid_request_error"
+        and "image" in response.json()["error"]["message"]
+    )

@@ -1,8 +1,9 @@
-"""Forced tool calls in the newer families' markup (parsing/families/recent.py), end to end with
-the openai and anthropic SDKs: the tiny random-weight GGUF served with each family's template,
-`tool_choice` required (openai) or `any` (anthropic) under the family's call grammar; the call
-arrives parsed in the client's shape, its arguments valid against the schema, streamed in more
-than one piece where the family writes arguments as they go.
+"""Forced tool calls in the newer families' markup (those after the first nineteen in
+parsing/registry.py), end to end with the openai and anthropic SDKs: the tiny random-weight GGUF
+served with each family's template, `tool_choice` required (openai) or `any` (anthropic) under
+the family's call grammar; the call arrives parsed in the client's shape, its arguments valid
+against the schema, streamed in more than one piece where the family writes arguments as they
+go.
 """
 
 from __future__ import annotations

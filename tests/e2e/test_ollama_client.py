@@ -250,6 +250,19 @@ def test_pull_reports_progress_and_serves_the_model(client: ollama.Client, serve
     assert client.pull(name, stream=False).status == "success"  # already here
 
 
+def test_a_pulled_model_is_listed_shown_and_run_by_the_name_it_was_pulled_by(client: ollama.Client) -> None:
+    """It was once listed as `acme/tiny-Q5_0:latest`, the file's id: `ollama run` of the name
+    a user pulled worked only through a lookup the list did not show (issue 47)."""
+    name = f"hf.co/{REPO}:Q5_0"
+    assert client.pull(name, stream=False).status == "success"
+    listed = {m.model for m in client.list().models}
+    assert name in listed and "acme/tiny-Q5_0:latest" not in listed, listed
+    assert client.show(name).details is not None
+    answered = client.generate(model=name, prompt="Hi", options={"num_predict": 2}, stream=False)
+    assert answered.done and answered.model == name
+    assert name in {m.model for m in client.ps().models}
+
+
 def test_an_unknown_model_is_a_404_with_a_string_message(client: ollama.Client) -> None:
     for call in (
         lambda: client.chat(model="nope:7b", messages=[{"role": "user", "content": "Hi"}], stream=False),

@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import fake_audio
+
 CREATED = 1_760_000_000
 
 
@@ -310,7 +312,11 @@ class FakeUpstream:
             k.strip().lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:] if line)
         }
         raw = await reader.readexactly(int(headers.get("content-length", "0")))
-        body = json.loads(raw) if raw else None
+        content_type = headers.get("content-type", "")
+        if raw and content_type.startswith("multipart/form-data"):  # an audio upload
+            body: Any = fake_audio.form_fields(raw, content_type)
+        else:
+            body = json.loads(raw) if raw else None
         observed = Observed(path, method, headers, body, time.monotonic())
         self.requests.append(observed)
         if method == "GET" and path.endswith("/models"):
@@ -328,6 +334,9 @@ class FakeUpstream:
             if scenario is not None:  # a misbehaving embeddings answer: its frames are the body
                 return await self._answer(reader, writer, observed, scenario)
             await self._plain(writer, observed, 200, json.dumps(embeddings(body)).encode())
+            return True
+        if method == "POST" and "/audio/" in path and isinstance(body, dict):
+            await self._audio(writer, observed, path, body)
             return True
         if method == "POST" and path.endswith("/rerank"):
             await self._plain(writer, observed, 200, json.dumps(rerank(body)).encode())
@@ -443,6 +452,34 @@ class FakeUpstream:
         finally:
             gone.cancel()
             await asyncio.gather(gone, return_exceptions=True)
+
+    async def _audio(
+        self, writer: asyncio.StreamWriter, observed: Observed, path: str, body: dict[str, Any]
+    ) -> None:
+        """OpenAI's audio endpoints (fake_audio.py); a model with a scenario answers its status."""
+        scenario = self.scenarios.get(
+            str((body.get("model") or [""])[0] if "file" in body else body.get("model"))
+        )
+        if scenario is not None and scenario.status != 200:
+            await self._plain(writer, observed, scenario.status, scenario.body, scenario.content_type)
+            return
+        answer, content_type = (
+            fake_audio.speech(body) if path.endswith("/speech") else fake_audio.transcription(body)
+        )
+        if isinstance(answer, bytes):
+            await self._plain(writer, observed, 200, answer, content_type)
+            return
+        observed.answered_status = 200
+        writer.write(
+            f"HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n".encode()
+        )
+        for piece in answer:
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+            observed.frames_sent += 1
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        observed.finished = True
 
     @staticmethod
     async def _pause(gone: asyncio.Future[bytes], seconds: float, observed: Observed) -> bool:

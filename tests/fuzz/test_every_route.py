@@ -35,6 +35,7 @@ from fuzz_support import (
     lmstudio_bodies,
     models_api_bodies,
     mutated,
+    poll,
     responses_bodies,
     run_server,
     scripted,
@@ -278,6 +279,22 @@ def test_websocket_hostile_messages(world: Any, message: bytes, binary: bool) ->
             assert check_turn(ws) == "error"
             ws.send(json.dumps({"type": "response.create", "model": "chat", "input": "hi"}))
             assert check_turn(ws) == "response.completed"  # the connection goes on
+
+
+def test_websocket_text_that_is_not_utf8(world: Any) -> None:
+    """Closed with 1007 and one log line (issue 47: uvicorn's websockets-sansio logged a
+    traceback for each such message, a log a hostile client could fill)."""
+    server, _, sockets = world
+    for path in sockets:
+        before = server.output().count("not UTF-8")
+        with open_socket(server, path) as ws:
+            ws.send(b'{"type": "response.create", "model": "chat", "input": "\xff\xfe"}', text=True)
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=60)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1007
+        poll(lambda: server.output().count("not UTF-8") > before, 30, fail=True)  # noqa: B023
+        assert server.output().count("not UTF-8") == before + 1
+    assert "Traceback" not in server.output()
 
 
 def test_websocket_flood(world: Any) -> None:

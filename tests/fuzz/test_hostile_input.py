@@ -40,6 +40,7 @@ from fuzz_support import (
     dumps,
     infill_bodies,
     lmstudio_bodies,
+    metric_totals,
     models_api_bodies,
     mutated,
     ollama_bodies,
@@ -53,7 +54,7 @@ from fuzz_support import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sluicegate.app.auth import is_open
+from sluicegate.app.auth import is_open_request
 
 pytestmark = pytest.mark.e2e
 
@@ -281,8 +282,10 @@ def test_no_route_answers_without_a_key(
         bearer = header == "authorization" and not key.startswith("Basic")
         headers[header] = f"Bearer {key}".strip() if bearer else key
     response = http.request(method, path, headers=headers)
-    # The path the server got (httpx folds `//v1//models` into `/models`, a web page).
-    if is_open(response.request.url.path):  # /health and the pages, which hold no data
+    # The path the server got (httpx folds `//v1//models` into `/models`: the listing for an API
+    # client, the page for a browser).
+    sent = {"path": response.request.url.path, "headers": response.request.headers.raw}
+    if is_open_request(sent):  # /health and the pages, which hold no data
         assert response.status_code != 401
         return
     assert response.status_code == 401, (method, path, response.status_code, response.text)
@@ -648,11 +651,4 @@ def test_zz_server_is_healthy_after_the_run(http: httpx.Client, server: Server) 
 
 def gauges(http: httpx.Client) -> dict[str, float]:
     """Every sample of /metrics summed by name, labels ignored."""
-    text = send(http, "GET", "/metrics").text
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            key = name.split("{")[0]
-            totals[key] = totals.get(key, 0.0) + float(value)
-    return totals
+    return metric_totals(send(http, "GET", "/metrics").text)

@@ -148,6 +148,8 @@ def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyP
         ("[server]\nreaper_interval_seconds = 0\n", "reaper_interval_seconds must be positive"),
         ("[server]\nworkers = 0\n", "[server].workers must be at least 1"),
         ("[server]\nmodels_dir = 3\n", "[server].models_dir has the wrong type (int)"),
+        ('[server]\ncors_origins = "*"\n', "[server].cors_origins has the wrong type (str)"),
+        ('[server]\ncors_origins = ["localhost"]\n', "cors_origins must list origins"),
     ],
 )
 def test_bad_config_raises_config_error(tmp_path: Path, text: str, fragment: str) -> None:
@@ -180,7 +182,7 @@ def test_bad_env_port() -> None:
         ({"id": "m", "engine": ["scripted"]}, "needs a string `engine`"),
         (
             {"id": "m", "engine": "gguf-magic"},
-            "unknown engine 'gguf-magic'; installed engines: anthropic, llamacpp, openai, scripted",
+            "unknown engine 'gguf-magic'; installed engines: anthropic, llamacpp, openai, piper, scripted, whisper",
         ),
         ({"id": "m", "engine": "scripted", "max_concurrency": -1}, "`max_concurrency` must be"),
         ({"id": "m", "engine": "scripted", "max_concurrency": "2"}, "`max_concurrency` must be"),
@@ -331,3 +333,9 @@ def test_log_flags_override_the_file(tmp_path: Path) -> None:
     settings = _settings(args)
     assert (settings.log_format, settings.log_prompts) == ("json", True)
     assert _settings(_parser().parse_args(["serve", "--config", str(path)])).log_prompts is False
+
+
+def test_cors_origins(tmp_path: Path) -> None:
+    assert load_settings(env={}).cors_origins == []
+    path = write_config(tmp_path, '[server]\ncors_origins = ["http://localhost:5173", "*"]\n')
+    assert load_settings(path, env={}).cors_origins == ["http://localhost:5173", "*"]

@@ -31,7 +31,7 @@ from sluicegate.core.scope import KEY_SCOPE
 from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
 
-OPEN_PATHS = frozenset({"/health", "/", "/overview", "/models"})  # the pages hold no data
+OPEN_PATHS = frozenset({"/health", "/v1/health", "/", "/overview", "/models"})  # the pages hold no data
 OPEN_PREFIXES = ("/playground/",)  # the playground page's assets (the page itself is `/`)
 MISSING = "Missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
 INCORRECT = "Incorrect API key provided."
@@ -41,6 +41,14 @@ ADMIN_PREFIX = "/admin/"
 
 def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path == "/playground" or path.startswith(OPEN_PREFIXES)
+
+
+def is_open_request(scope: Scope) -> bool:
+    """`/models` is the page for a browser but the JSON listing for an API client: only the
+    page is open."""
+    if scope["path"] == "/models":
+        return any(name == b"accept" and b"text/html" in value for name, value in scope["headers"])
+    return is_open(scope["path"])
 
 
 def presented_key(headers: list[tuple[bytes, bytes]]) -> bytes | None:
@@ -94,7 +102,7 @@ class APIKeyMiddleware:
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
         # A plain function handing on the inner app's awaitable: a request that passes holds
         # no frame of this middleware for as long as it streams.
-        if not self.required or scope["type"] not in ("http", "websocket") or is_open(scope["path"]):
+        if not self.required or scope["type"] not in ("http", "websocket") or is_open_request(scope):
             return self.app(scope, receive, send)
         presented = presented_key(scope["headers"])
         if scope["path"].startswith(ADMIN_PREFIX):

@@ -34,10 +34,12 @@ def dialect_routes(table: DialectTable, context: DialectContext) -> DialectRoute
                 raise ConfigError(
                     f"dialect {name!r}: {dialect.path} has a spec its registration does not list"
                 )
-            if dialect.path in served.turns:
-                raise ConfigError(f"dialect {name!r}: {dialect.path} is another dialect's chat route")
-            turn = served.turns[dialect.path] = TurnEndpoint(dialect, hooks)
-            served.routes.append(Route(dialect.path, turn, methods=["POST"]))
+            turn = TurnEndpoint(dialect, hooks)
+            for path in (dialect.path, *dialect.also):
+                if path in served.turns:
+                    raise ConfigError(f"dialect {name!r}: {path} is another dialect's chat route")
+                served.turns[path] = turn
+                served.routes.append(Route(path, turn, methods=["POST"]))
             if websocket is not None:
                 served.routes.append(WebSocketRoute(dialect.path, websocket(turn)))
         for value in registration.routes:

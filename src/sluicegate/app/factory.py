@@ -18,6 +18,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from sluicegate.app.auth import APIKeyMiddleware
+from sluicegate.app.cors import CORSMiddleware
 from sluicegate.app.dialects import dialect_routes
 from sluicegate.app.keyring import KeyRing
 from sluicegate.app.limits import KeyAccounting
@@ -37,12 +38,13 @@ from sluicegate.engines.lifecycle import Lifecycle
 from sluicegate.engines.load_caps import LoadCaps
 from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
+from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.registry import Registry
 from sluicegate.engines.upstream.routing import share_through_redis
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
-from sluicegate.routes import admin_keys, embeddings, rerank
+from sluicegate.routes import admin_keys, audio, embeddings, rerank
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.models import get_model, list_models
 from sluicegate.store.factory import open_store
@@ -68,6 +70,10 @@ def build_registry(settings: Settings) -> Registry:
     for table in settings.models or [DEMO_MODEL]:
         add_table(registry, table, settings.base_dir)
     add_model_files(registry, settings)
+    registry.names = ModelNames.from_config(settings.default_model, settings.models)
+    for model_id in {settings.default_model, *(target for _, target in registry.names.aliases)} - {None}:
+        if model_id not in registry.models and not registry.sources:  # discovered ones come later
+            raise ConfigError(f"[server].default_model or an alias names {model_id!r}, which is not served")
     return registry
 
 
@@ -304,11 +310,14 @@ def create_app(settings: Settings) -> Starlette:
     routes = [
         *served.routes,
         Route("/health", health, methods=["GET"]),
+        Route("/v1/health", health, methods=["GET"]),  # llama-server answers both
         Route("/metrics", metrics, methods=["GET"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/v1/models/{model_id:path}", get_model, methods=["GET"]),
         *embeddings.ROUTES,
+        Route("/embeddings", embeddings.create_embeddings, methods=["POST"]),  # without `/v1`
         *rerank.ROUTES,
+        *audio.ROUTES,
         *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
@@ -322,9 +331,11 @@ def create_app(settings: Settings) -> Starlette:
         keyring=keyring,
         accounting=accounting,
     )  # before routing: every path but the open ones
+    # Preflights are answered before the key check: a browser sends no key on one.
+    cors = Middleware(CORSMiddleware, origins=settings.cors_origins)
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, auth, Middleware(TurnRoutes, turns=served.turns)],
+        middleware=[observe, cors, auth, Middleware(TurnRoutes, turns=served.turns)],
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )

@@ -12,11 +12,15 @@ of its headers, at most `header_timeout` seconds, or the connection is closed. u
 only the idle time between requests (`timeout_keep_alive`); a client dribbling its headers a
 byte at a time, or sending none, held a connection for as long as it liked.
 
-And it gives each request a `BodyWriter` (in the scope, `transport.stream.BODY_WRITER`): a
-streamed body's chunks written to the socket by the task that made them, framed as uvicorn's
-`send` frames them, without an ASGI message and a hop to a sender task per chunk; and a
-disconnect reported by a call from `connection_lost`, without a task per stream waiting in
-`receive` for it.
+And it gives each request our server's `Sink` (transport/stream.py; in the scope under
+`transport.stream.BODY_WRITER`): a streamed body's chunks written to the socket by the task
+that made them, framed as uvicorn's `send` frames them, without an ASGI message and a hop to a
+sender task per chunk; and a disconnect reported by a call from `connection_lost`, without a
+task per stream waiting in `receive` for it.
+
+This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks and
+`flow`, `RequestResponseCycle`'s state); tests/unit/app/test_uvicorn_surface.py fails when a
+uvicorn release changes what it relies on, and pyproject.toml pins the versions tested.
 """
 
 from __future__ import annotations
@@ -61,9 +65,10 @@ def path_of(url: bytes, head: bytes) -> str:
 
 
 class CycleWriter:
-    """A `BodyWriter` for one request: what uvicorn's `RequestResponseCycle.send` does with an
-    `http.response.body` message that has more to come, for a chunked response, when it would
-    not wait — or False, and the caller sends it the ASGI way (which waits for the drain)."""
+    """Our server's `Sink` for one request: `write` does what uvicorn's
+    `RequestResponseCycle.send` does with an `http.response.body` message that has more to
+    come, for a chunked response, when it would not wait — or returns False, and `send` sends
+    it the ASGI way (which waits for the drain)."""
 
     __slots__ = ("_cycle", "_flow", "_lost", "_protocol", "_transport")
 
@@ -87,6 +92,18 @@ class CycleWriter:
             return False
         if body:  # the chunk as `send` frames it: size in hex, CRLF, the bytes, CRLF
             self._transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+        return True
+
+    async def send(self, body: bytes) -> None:
+        await self._cycle.send({"type": "http.response.body", "body": body, "more_body": True})
+
+    async def end(self, finished: bool) -> bool:
+        if not finished:
+            return False
+        try:
+            await self._cycle.send({"type": "http.response.body", "body": b"", "more_body": False})
+        except OSError:
+            return False
         return True
 
     def watch(self, lost: Callable[[], None]) -> bool:

@@ -11,13 +11,15 @@ from starlette.responses import FileResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from sluicegate.routes.models import list_models
+
 WEB = Path(__file__).parent.parent / "web"  # sluicegate/web: the static pages
 
 
 async def index(request: Request) -> Response:
     """The page for a browser; for an API client, Ollama's liveness answer (Ollama clients
     probe `GET /` and `HEAD /` for it before anything else)."""
-    if "text/html" not in request.headers.get("accept", ""):
+    if not wants_page(request.headers.get("accept", "")):
         return PlainTextResponse("Ollama is running")
     return FileResponse(WEB / "index.html", headers={"Cache-Control": "no-cache"})
 
@@ -27,8 +29,17 @@ async def overview(request: Request) -> Response:
     return FileResponse(WEB / "overview.html", headers={"Cache-Control": "no-cache"})
 
 
+def wants_page(accept: str) -> bool:
+    """A browser's navigation asks for HTML; an API client's request does not."""
+    return "text/html" in accept
+
+
 async def models_page(request: Request) -> Response:
-    """Models: list, load, unload, download from the Hub (through the LM Studio models API)."""
+    """Models: list, load, unload, download from the Hub (through the LM Studio models API).
+    An API client (no `text/html` in its Accept) gets `GET /v1/models`'s JSON instead: a base
+    URL without `/v1`, as llama-server and LM Studio answer it (the key is checked for it)."""
+    if not wants_page(request.headers.get("accept", "")):
+        return await list_models(request)
     return FileResponse(WEB / "models.html", headers={"Cache-Control": "no-cache"})
 
 

@@ -70,12 +70,15 @@ def check_workers(settings: Settings, registry: Registry) -> None:
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     from sluicegate.app.http_protocol import JSONHttpToolsProtocol
+    from sluicegate.app.websocket_protocol import websocket_protocol
 
     return {
         # Unparseable requests get a JSON 400, not uvicorn's plain text; a request head that takes
         # too long (a client dribbling it, or sending nothing) is cut off. A partial of the class
         # (not a class made here) so that worker processes can unpickle it.
         "http": functools.partial(JSONHttpToolsProtocol, header_timeout=settings.header_timeout_seconds),
+        # A text message that is not UTF-8 closes with 1007 and one log line, not a traceback.
+        "ws": websocket_protocol(),
         "timeout_keep_alive": settings.keep_alive_seconds,
         "host": settings.host,
         "port": settings.port,

@@ -15,17 +15,17 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import AsyncIterator
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
-from sluicegate.core.events import Failed, RawEvent
+from sluicegate.core.events import Failed
 
 
 class Deadline:
-    """One stream's request deadline and idle timeout, for the loop that iterates its events
-    (the segmenter runs it, so the guard costs no generator layer of its own): `arm()` in the
-    iterating task, set `last = clock()` on every event, and on a `CancelledError` ask
-    `owns_cancel()` whether it was this timer's, then end with `failure()`."""
+    """One stream's request deadline and idle timeout, for the loop that reads its events
+    (`core/segment.py` `reads`: no generator layer of its own): `arm()` in the reading task,
+    set `last = clock()` on every read (the stream core's step, `Segments.push`, whichever
+    driver pushes it), and on a `CancelledError` ask `owns_cancel()` whether it was this
+    timer's, then end with `failure()`."""
 
     __slots__ = (
         "_handle",
@@ -97,32 +97,3 @@ class Deadline:
                 f"No output from the model for {self.idle_seconds:g}s (idle_timeout_seconds).",
             )
         )
-
-
-async def with_deadlines(
-    raw: AsyncIterator[RawEvent], *, deadline_seconds: float | None, idle_seconds: float | None
-) -> AsyncIterator[RawEvent]:
-    """The deadlines as a generator layer of their own (the turn path uses `Deadline` in the
-    segmenter instead)."""
-    deadline = Deadline.of(deadline_seconds, idle_seconds)
-    if deadline is None:
-        async for event in raw:
-            yield event
-        return
-    deadline.arm()
-    clock = deadline.clock
-    try:
-        try:
-            async for event in raw:
-                deadline.last = clock()
-                yield event
-        except asyncio.CancelledError:
-            if not deadline.owns_cancel():
-                raise  # a real cancellation (client gone), not our timer
-    finally:
-        deadline.disarm()
-        aclose = getattr(raw, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if deadline.expired is not None:
-        yield deadline.failure()

@@ -1,25 +1,40 @@
-"""Embedding requests and results, between the embeddings dialect and the engines that embed.
+"""Embedding requests and results: what every embeddings route parses into and
+`Engine.embed` answers, with the one set of input limits every route applies.
 
-An embedding request travels to its engine as a `ChatRequest` with no messages and this job in
-`extra[EMBED]`, so it is admitted, queued, loaded just in time and counted like any request;
-the engine puts its answer in `job.result` before its stream finishes.
+An embedding is a task of its own, not a chat: the routes run it through the model's
+instances (`Model.run`: admitted, queued, loaded just in time and counted like a chat) and
+the engine returns its result; nothing travels in `ChatRequest.extra`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-EMBED = "embed"  # the ChatRequest.extra key
+from sluicegate.core.errors import invalid
+
+MAX_INPUTS = 2048  # OpenAI's limit on the number of inputs in one request, for every route
 
 
 @dataclass(frozen=True, slots=True)
-class Embedded:
+class EmbedRequest:
+    inputs: list[str | list[int]]  # texts, or token ids as the client sent them
+    dimensions: int | None = None  # truncate to this many and renormalise
+
+
+@dataclass(frozen=True, slots=True)
+class EmbedResult:
     vectors: list[list[float]]  # one per input, in order, L2-normalised
     prompt_tokens: int
 
 
-@dataclass(slots=True)
-class EmbeddingJob:
-    inputs: list[str | list[int]]  # texts, or token ids as the client sent them
-    dimensions: int | None = None  # truncate to this many and renormalise
-    result: Embedded | None = field(default=None, compare=False)  # set by the engine
+def check_inputs(inputs: list[str | list[int]]) -> None:
+    """The limits every embeddings route applies before a model sees the inputs (the token
+    length is the engine's, by its own tokenizer): a 400 in the route's dialect."""
+    if not inputs:
+        raise invalid("Invalid 'input': at least one input is needed.", param="input")
+    if len(inputs) > MAX_INPUTS:
+        raise invalid(
+            f"Invalid 'input': at most {MAX_INPUTS} inputs per request, got {len(inputs)}.", param="input"
+        )
+    if any(not text for text in inputs):
+        raise invalid("Invalid 'input': empty inputs cannot be embedded.", param="input")

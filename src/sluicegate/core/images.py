@@ -22,11 +22,12 @@ MIB = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class ImageLimits:
-    """`[server]` max_image_bytes, max_image_pixels, max_images_per_request."""
+    """`[server]` max_image_bytes, max_image_pixels, max_images_per_request, max_request_pixels."""
 
     max_bytes: int = 16 * MIB
     max_pixels: int = 32_000_000
     max_images: int = 16
+    max_request_pixels: int = 100_000_000  # all of one request's images: 3 bytes each decoded
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +63,34 @@ def check_size(data: bytes, limits: ImageLimits) -> None:
             f"An image is {len(data)} bytes, more than this server accepts ({limits.max_bytes}).",
             code="image_too_large",
         )
+
+
+def decode_images(encoded: list[bytes], limits: ImageLimits, decoded_pixels: int = 0) -> list[Picture]:
+    """One request's images (besides `decoded_pixels` decoded already), decoded; every size read
+    from its header first, so the request's pixels are refused (`max_request_pixels`) before any
+    of them is decoded."""
+    total = decoded_pixels + sum(image_pixels(data, limits) for data in encoded)
+    if total > limits.max_request_pixels:
+        raise invalid(
+            f"The request's images are {total} pixels in all, more than this server accepts in one "
+            f"request ({limits.max_request_pixels} pixels).",
+            code="image_too_large",
+        )
+    return [decode_image(data, limits) for data in encoded]
+
+
+def image_pixels(data: bytes, limits: ImageLimits) -> int:
+    """An image's width x height by its header (nothing decoded); a 400 when it is no image."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            width, height = image.size
+    except (UnidentifiedImageError, OSError, ValueError, EOFError, SyntaxError, Image.DecompressionBombError):
+        raise invalid(
+            "Invalid image: the data could not be decoded as an image.", code="invalid_image"
+        ) from None
+    return int(width * height)
 
 
 def decode_image(data: bytes, limits: ImageLimits) -> Picture:

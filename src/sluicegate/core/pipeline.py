@@ -1,7 +1,8 @@
 """The path every request takes from engine to dialect, composed once.
 
-engine raw events → deadlines → segmentation → canonical events (the turn runner takes it
-from there: accumulator + encoder → frames, `sluicegate/turn/pipeline.py`).
+engine raw events → deadlines → segmentation → canonical events, for a consumer without an
+encoder (a compaction). A turn's stream drives the same steps through its stream core
+(`sluicegate/turn/stream_core.py`), which encodes each read's events too.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Event, EventBatch, RawEvent
 from sluicegate.core.segment import segment
-from sluicegate.core.segmenter import Segmenter
 
 T = TypeVar("T")
 
@@ -28,18 +28,9 @@ class StreamLimits:
     idle_timeout_seconds: float | None = 120.0
 
 
-def canonical_events(
-    raw: AsyncIterator[RawEvent],
-    limits: StreamLimits,
-    state: Segmenter | None = None,
-    deadline: Deadline | None = None,
-) -> AsyncIterator[Event]:
-    """`state` and `deadline`: the fast lane's (turn/lane.py), shared with the segmenter's loop;
-    by default the loop's own."""
+def canonical_events(raw: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[Event]:
     # The deadlines run in the segmenter's loop, not as a generator layer of their own.
-    if deadline is None:
-        deadline = stream_deadline(limits)
-    return segment(raw, deadline, state)
+    return segment(raw, stream_deadline(limits))
 
 
 def stream_deadline(limits: StreamLimits) -> Deadline | None:

@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 from sluicegate.core.audio import Sound
 from sluicegate.core.images import Picture
-from sluicegate.core.lane import Lane
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -98,7 +97,9 @@ class SamplingParams:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    typical_p: float | None = None  # locally typical sampling; 1: off
     repeat_penalty: float | None = None
+    repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     seed: int | None = None
@@ -107,6 +108,9 @@ class SamplingParams:
     logprobs: bool = False
     top_logprobs: int | None = None
     n: int = 1
+    # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
+    # -inf (llama-server's `false`) or -100 bans the token.
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -178,13 +182,12 @@ class ChatRequest:
     prompt: RawPrompt | None = None
     # Pass-through only: a client's extension parameters sent on untouched to an upstream that
     # understands them (e.g. `chat_template_kwargs`, `cache_prompt` from an `extra_body`). The
-    # server itself reads nothing here; what it reads is a typed field (`options`).
+    # server itself reads nothing here; what it reads is a typed field (`options`), and tasks
+    # other than chat are requests of their own (`Engine.embed`, `Engine.rerank`).
     extra: dict[str, Any] = field(default_factory=dict)
     # Headers the engine adds to the response, set while it checks the request (e.g. how many
     # messages a context-overflow policy dropped).
     response_headers: dict[str, str] = field(default_factory=dict)
-    # A streamed turn's fast lane (core/lane.py), for engines that relay an upstream's reads.
-    lane: Lane | None = None
 
     @property
     def continues_reasoning(self) -> bool:

@@ -1,25 +1,22 @@
-"""Rerank requests and results, between the rerank wire format and the engines that rank.
+"""Rerank requests and results: what the rerank route parses into and `Engine.rerank` answers.
 
-As an embedding job: a `ChatRequest` with no messages carries this job in `extra[RERANK]`, so
-it is admitted, queued, loaded just in time and counted like any request; the engine puts one
-score per document in `job.result` before its stream finishes.
+A rerank is a task of its own, not a chat: the route runs it through the model's instances
+(`Model.run`: admitted, queued, loaded just in time and counted like a chat) and the engine
+returns one score per document.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-RERANK = "rerank"  # the ChatRequest.extra key
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
-class Ranked:
-    scores: list[float]  # one per document, in the request's order
-    prompt_tokens: int
-
-
-@dataclass(slots=True)
-class RerankJob:
+class RerankRequest:
     query: str
     documents: list[str]
-    result: Ranked | None = field(default=None, compare=False)  # set by the engine
+
+
+@dataclass(frozen=True, slots=True)
+class RerankResult:
+    scores: list[float]  # one per document, in the request's order
+    prompt_tokens: int

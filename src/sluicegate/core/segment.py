@@ -3,15 +3,23 @@
 This is the only place block boundaries are decided, so no dialect re-derives them. It also
 gives every stream the same ending: open items are closed (unless the stream failed: then they
 stay open, never reported done), the last usage is reported, then exactly one terminal event
-(`Finished` or `Failed`) — whatever the engine did or failed to do. The per-event state machine
-is `core/segmenter.py`; this module drives it over the engine's stream.
+(`Finished` or `Failed`) — whatever the engine did or failed to do.
+
+Three pieces, each once:
+- `Segments`: one read's raw events (a `RawBatch` or a single event) through the deadline's
+  clock and the segmenter's state machine (`core/segmenter.py`), synchronously. The turn's
+  stream core (`turn/stream_core.py`) is built on it, and so is `segment` below.
+- `reads`: the one loop that reads an engine's stream in a task: it owns the deadline's timer,
+  turns an engine's exception or the deadline's expiry into a final `Failed`, and closes the
+  engine's stream on every path.
+- `segment`: the canonical stream for a consumer without an encoder (a compaction, a test).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
@@ -28,40 +36,57 @@ def failure_from_exception(exc: Exception) -> Failed:
     return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
 
 
-async def segment(
-    raw: AsyncIterator[RawEvent], deadline: Deadline | None = None, state: Segmenter | None = None
-) -> AsyncIterator[Event]:
-    """Turn an engine's raw events into the canonical item-structured stream; with a `deadline`,
-    guard it too (one loop for both: a generator layer less per token). `state`: a segmenter
-    the turn's fast lane (turn/lane.py) feeds too, between this loop's steps."""
-    state = state or Segmenter()
-    out: list[Event] = []
+class Segments:
+    """One stream's segmentation, one read at a time: `push` a read, `end` once."""
+
+    __slots__ = ("deadline", "failure", "state")
+
+    def __init__(self, deadline: Deadline | None = None, state: Segmenter | None = None) -> None:
+        self.deadline = deadline
+        self.state = state or Segmenter()
+        self.failure: Failed | None = None  # what ended the stream: nothing is pushed after it
+
+    def push(self, event: RawEvent, out: list[Event]) -> bool:
+        """One read into `out`; False when it failed the stream (`failure`): what came before
+        the failure in the read is in `out`, what came after it is dropped."""
+        deadline = self.deadline
+        if deadline is not None:  # any engine event is the model alive: the idle clock restarts
+            deadline.last = deadline.clock()
+        state = self.state
+        if type(event) is TextDelta:  # per token: before any other check
+            state.text(event, out)
+            return True
+        if type(event) is RawBatch:  # one upstream read: one step here
+            for inner in event.events:
+                if type(inner) is TextDelta:
+                    state.text(inner, out)
+                elif (failure := state.step(inner, out)) is not None:
+                    self.failure = failure
+                    return False
+            return True
+        if (failure := state.step(event, out)) is not None:
+            self.failure = failure
+            return False
+        return True
+
+    def end(self, out: list[Event]) -> None:
+        """The stream's ending into `out`: closed items, the last usage, the terminal event."""
+        self.state.end(out, self.failure)
+
+
+async def reads(
+    raw: AsyncIterator[RawEvent], deadline: Deadline | None = None
+) -> AsyncGenerator[RawEvent, None]:
+    """The engine's events as the stream's task reads them, under `deadline` (its timer armed
+    while this runs; each event's clock is `Segments.push`'s). An engine's exception, or the
+    deadline's expiry, comes as a final `Failed`; `raw` is closed on every path, and the timer
+    disarmed, by the time this generator is done or closed."""
     failure: Failed | None = None
     if deadline is not None:
         deadline.arm()
     try:
         async for event in raw:
-            if deadline is not None:
-                deadline.last = deadline.clock()
-            if type(event) is TextDelta:  # per token: before any other check
-                state.text(event, out)
-            elif type(event) is RawBatch:  # one upstream read: one step here, one batch out
-                for inner in event.events:
-                    if type(inner) is TextDelta:
-                        state.text(inner, out)
-                    elif (failure := state.step(inner, out)) is not None:
-                        break
-                if failure is not None:
-                    break  # what came before it in the batch goes out with the ending
-                if len(out) > 1:
-                    yield EventBatch(out)
-                    out = []
-                    continue
-            elif (failure := state.step(event, out)) is not None:
-                break
-            for canonical in out:
-                yield canonical
-            out.clear()
+            yield event
     except asyncio.CancelledError:
         if deadline is None or not deadline.owns_cancel():
             raise  # a real cancellation (client gone), not the deadline's timer
@@ -74,6 +99,30 @@ async def segment(
         aclose = getattr(raw, "aclose", None)
         if aclose is not None:
             await aclose()
-    state.end(out, failure)
+    if failure is not None:
+        yield failure
+
+
+async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> AsyncIterator[Event]:
+    """Turn an engine's raw events into the canonical item-structured stream (with a
+    `deadline`, guarded too): one event at a time, or an `EventBatch` per read that made more
+    than one."""
+    segments = Segments(deadline)
+    out: list[Event] = []
+    events = reads(raw, deadline)
+    try:
+        async for event in events:
+            if not segments.push(event, out):
+                break  # what came before the failure goes out with the ending
+            if len(out) > 1 and type(event) is RawBatch:
+                yield EventBatch(out)
+                out = []
+                continue
+            for canonical in out:
+                yield canonical
+            out.clear()
+    finally:
+        await events.aclose()
+    segments.end(out)
     for canonical in out:
         yield canonical

@@ -214,8 +214,46 @@ def sampling_fields(f: Fields) -> SamplingParams:
     s.top_p = f.number("top_p", low=0, high=1)
     s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)
     s.min_p = f.number("min_p", low=0, high=1)
+    s.typical_p = f.number("typical_p", low=0, high=1)
     s.repeat_penalty = f.number("repeat_penalty", low=0, high=MAX_REPEAT_PENALTY)
+    s.repeat_last_n = f.integer("repeat_last_n", low=-1, high=INT32_MAX)
     s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
     s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
     s.seed = f.integer("seed")
     return s
+
+
+MAX_LOGIT_BIAS = 1024  # entries in one `logit_bias`
+BIAS_LIMIT = 100.0  # OpenAI's range: -100 bans a token, 100 all but forces it
+
+
+def logit_bias(f: Fields, key: str = "logit_bias") -> dict[int, float]:
+    """OpenAI's `{"<token id>": bias}` (-100..100), or llama-server's `[[id, bias]]` where a
+    bias of `false` bans the token (-inf). Token text in place of an id is refused: the
+    tokenizer is the engine's, not the parser's."""
+    value = f.obj.get(key)
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        pairs: list[Any] = list(value.items())
+    elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+        pairs = value
+    else:
+        f.fail(key, f"Invalid '{key}': expected an object mapping token ids to biases.")
+    if len(pairs) > MAX_LOGIT_BIAS:
+        f.fail(key, f"Invalid '{key}': at most {MAX_LOGIT_BIAS} tokens.")
+    biases: dict[int, float] = {}
+    for token, bias in pairs:
+        if isinstance(token, str) and token.isascii() and token.isdigit():
+            token = int(token)
+        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= INT32_MAX:
+            f.fail(key, f"Invalid '{key}': {token!r} is not a token id (text is not accepted here).")
+        if bias is False:
+            biases[token] = -math.inf
+        elif (
+            isinstance(bias, int | float) and not isinstance(bias, bool) and -BIAS_LIMIT <= bias <= BIAS_LIMIT
+        ):
+            biases[token] = float(bias)
+        else:
+            f.fail(key, f"Invalid '{key}': the bias of token {token} must be a number from -100 to 100.")
+    return biases

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol
 from sluicegate.config import Settings
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.errors import ErrorInfo
-from sluicegate.core.events import Event, ToolsListed
+from sluicegate.core.events import Event, ToolsListed, Usage
 from sluicegate.core.frames import Frame
 from sluicegate.core.items import ConversationInput
 from sluicegate.core.request import ChatRequest, ServerTool
@@ -128,11 +128,28 @@ class Encoder(Protocol):
         ...
 
 
+class Choices(Protocol):
+    """A request's `n` > 1 choices (OpenAI's `n`): the runner runs one generation per choice,
+    each through its own encoder (`encoder(i)`: its frames say choice `i`; it leaves the usage
+    out), and the request's usage is summed once (`ending`, `body`)."""
+
+    def encoder(self, index: int, context: EncoderContext) -> Encoder: ...
+
+    def ending(self, usage: Usage) -> list[Frame]:
+        """A stream's frames after every choice ended, before `closing` (the summed usage)."""
+        ...
+
+    def body(self, results: Sequence[ChatResult], usage: Usage) -> Json:
+        """The non-streaming body of every choice, in order, with the summed usage."""
+        ...
+
+
 class Dialect(ABC):
     """One wire dialect: parse, encode, render errors; the runner serves its chat route."""
 
     spec: DialectSpec  # its registry entry: name, paths, error shape, transport, heartbeat
     path: str  # the chat route, e.g. "/v1/chat/completions"
+    also: tuple[str, ...] = ()  # other paths the same route answers (OpenAI's without `/v1`)
 
     @property
     def name(self) -> str:
@@ -156,6 +173,10 @@ class Dialect(ABC):
 
     @abstractmethod
     def encoder(self, turn: Turn, context: EncoderContext) -> Encoder: ...
+
+    def choices(self, turn: Turn) -> Choices | None:
+        """How this dialect answers `n` > 1 choices; None (the default): it has no `n`."""
+        return None
 
     def error(self, info: ErrorInfo) -> Json:
         """The error body in this dialect's shape (the status is `status(info)`)."""

@@ -13,17 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from sluicegate.core.embeddings import Embedded, EmbeddingJob
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult, check_inputs
 from sluicegate.core.errors import invalid
 from sluicegate.core.validation import Fields
-
-MAX_INPUTS = 2048  # OpenAI's limit on the number of inputs in one request
 
 
 @dataclass(frozen=True, slots=True)
 class EmbeddingsRequest:
     model: str
-    job: EmbeddingJob
+    embed: EmbedRequest
     encoding_format: str  # "float" or "base64"
 
 
@@ -55,19 +53,15 @@ def _inputs(value: Any) -> list[str | list[int]]:
 
 def parse_embeddings_request(body: Any) -> EmbeddingsRequest:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     if "input" not in f.obj:
         f.fail("input", "Missing required parameter: 'input'.")
     inputs = _inputs(f.obj["input"])
-    if len(inputs) > MAX_INPUTS:
-        f.fail("input", f"Invalid 'input': at most {MAX_INPUTS} inputs per request, got {len(inputs)}.")
-    if any(isinstance(text, str) and not text for text in inputs):
-        f.fail("input", "Invalid 'input': empty strings cannot be embedded.")
+    check_inputs(inputs)
     encoding = f.string("encoding_format", choices=("float", "base64")) or "float"
     dimensions = f.integer("dimensions", low=1)
     f.string("user")
-    return EmbeddingsRequest(model, EmbeddingJob(inputs, dimensions), encoding)
+    return EmbeddingsRequest(model, EmbedRequest(inputs, dimensions), encoding)
 
 
 def _encode(vector: list[float], encoding_format: str) -> list[float] | str:
@@ -76,7 +70,7 @@ def _encode(vector: list[float], encoding_format: str) -> list[float] | str:
     return vector
 
 
-def embeddings_body(model: str, result: Embedded, encoding_format: str) -> dict[str, Any]:
+def embeddings_body(model: str, result: EmbedResult, encoding_format: str) -> dict[str, Any]:
     return {
         "object": "list",
         "data": [

@@ -38,10 +38,14 @@ def built_in() -> dict[str, str]:
 
 
 def declared() -> dict[str, str]:
-    """Every dialect's entry point value by name: the installed entry points, then the built-in
-    packages they do not name."""
-    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
-    return found | {name: value for name, value in built_in().items() if name not in found}
+    """Every dialect's entry point value by name: the built-in packages (ours, whether or not
+    this checkout's metadata names them yet), each replaced by another distribution's entry
+    point of the same name."""
+    found = built_in()
+    for ep in entry_points(group=GROUP):
+        if ep.dist is None or ep.dist.name != "sluicegate" or ep.name not in found:
+            found[ep.name] = ep.value
+    return found
 
 
 def resolve(name: str, value: str) -> object:

@@ -10,17 +10,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.core.rerank import Ranked
+from sluicegate.core.rerank import RerankRequest, RerankResult
 from sluicegate.core.validation import Fields
 
 MAX_DOCUMENTS = 1000  # Cohere's limit per request
 
 
 @dataclass(frozen=True, slots=True)
-class RerankRequest:
+class RerankBody:
+    """A rerank request as the wire gives it: the task, and how to answer it."""
+
     model: str
-    query: str
-    documents: list[str]
+    rerank: RerankRequest
     top_n: int | None
     return_documents: bool
 
@@ -35,12 +36,12 @@ def _document(f: Fields, index: int, value: Any) -> str:
     )
 
 
-def parse_rerank_request(body: Any) -> RerankRequest:
+def parse_rerank_request(body: Any) -> RerankBody:
     f = Fields(body)
-    model = f.string("model", required=True)
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     query = f.string("query", required=True)
     documents = f.array("documents", required=True, non_empty=True)
-    assert model is not None and query is not None and documents is not None
+    assert query is not None and documents is not None
     if len(documents) > MAX_DOCUMENTS:
         f.fail(
             "documents", f"Invalid 'documents': at most {MAX_DOCUMENTS} per request, got {len(documents)}."
@@ -48,10 +49,10 @@ def parse_rerank_request(body: Any) -> RerankRequest:
     texts = [_document(f, i, d) for i, d in enumerate(documents)]
     top_n = f.integer("top_n", low=1)
     return_documents = bool(f.boolean("return_documents"))
-    return RerankRequest(model, query, texts, top_n, return_documents)
+    return RerankBody(model, RerankRequest(query, texts), top_n, return_documents)
 
 
-def rerank_body(request: RerankRequest, ranked: Ranked) -> dict[str, Any]:
+def rerank_body(request: RerankBody, ranked: RerankResult) -> dict[str, Any]:
     order = sorted(range(len(ranked.scores)), key=lambda i: -ranked.scores[i])
     if request.top_n is not None:
         order = order[: request.top_n]
@@ -59,7 +60,7 @@ def rerank_body(request: RerankRequest, ranked: Ranked) -> dict[str, Any]:
     for index in order:
         result: dict[str, Any] = {"index": index, "relevance_score": ranked.scores[index]}
         if request.return_documents:
-            result["document"] = {"text": request.documents[index]}
+            result["document"] = {"text": request.rerank.documents[index]}
         results.append(result)
     return {
         "model": request.model,

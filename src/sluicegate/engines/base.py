@@ -3,6 +3,15 @@
 An engine turns a `ChatRequest` into an async iterator of raw canonical events and stops
 promptly when that iterator is cancelled or closed. It knows nothing of HTTP or dialects.
 Engines are found through the `sluicegate.engines` entry-point group.
+
+Tasks besides chat are methods of their own, each with its request and result dataclasses in
+`core/` (`embed`: `core/embeddings.py`; `rerank`: `core/rerank.py`). An engine declares the
+tasks it serves in `tasks()` and implements their methods; the defaults refuse. A route runs a
+task with `Model.run`, which admits, queues and loads it just in time like a chat and cancels
+it (the awaiting task is cancelled) when the client leaves or the request deadline passes, so
+a task method must stop promptly when cancelled (llama.cpp's checks a flag between inputs).
+A new task follows the same four steps: a `Task` name, a request/result pair in `core/`, a
+method here that refuses by default, and a route that calls it through `Model.run`.
 """
 
 from __future__ import annotations
@@ -14,10 +23,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult
 from sluicegate.core.errors import ConfigError as ConfigError  # part of the engine interface
 from sluicegate.core.errors import SluicegateError, invalid
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Upload, Voice, Voiced
 
 
 @dataclass(slots=True)
@@ -61,9 +73,22 @@ def fim_unsupported(model_id: str, missing: str = "") -> SluicegateError:
 
 
 ProgressCallback = Callable[[float], None]
-# What a model serves: chat (every dialect), embeddings (POST /v1/embeddings), rerank (POST /v1/rerank).
-Task = Literal["chat", "embeddings", "rerank"]
+# What a model serves: chat (every dialect, `generate`), embeddings (`embed`: POST /v1/embeddings,
+# /api/embed), rerank (`rerank`: POST /v1/rerank), transcription (`transcribe`: POST
+# /v1/audio/transcriptions and /translations), speech (`synthesize`: POST /v1/audio/speech).
+Task = Literal["chat", "embeddings", "rerank", "transcription", "speech"]
 CHAT_ONLY: frozenset[Task] = frozenset({"chat"})
+NOT_SERVED: dict[Task, str] = {  # the 400 for a task a model does not serve
+    "chat": "Model {model!r} does not chat.",
+    "embeddings": "Model {model!r} is not an embedding model.",
+    "rerank": "Model {model!r} is not a reranker.",
+    "transcription": "Model {model!r} is not a speech-to-text model.",
+    "speech": "Model {model!r} is not a text-to-speech model.",
+}
+
+
+def not_served(model_id: str, task: Task) -> SluicegateError:
+    return invalid(NOT_SERVED[task].format(model=model_id), param="model", code="model_not_supported")
 
 
 @dataclass(slots=True)
@@ -116,6 +141,10 @@ class Engine(ABC):
     # turn runner then decodes every image part (`ContentPart.picture`) within the server's
     # limits before `check`; other engines get image parts as URLs, to pass on.
     reads_pixels: ClassVar[bool] = False
+    # Engines whose `check` does heavy work (llama.cpp tokenizes a long prompt, preprocesses images
+    # through its projector) say True: it then runs in a worker thread (`Model.admit_task`), never on
+    # the event loop, so it must be safe to run beside the engine's own threads.
+    heavy_checks: ClassVar[bool] = False
     # Instances built up front (an engine's `parallel = N` config key sets it).
     parallel: int = 1
 
@@ -185,14 +214,25 @@ class Engine(ABC):
             )
 
     def tasks(self) -> frozenset[Task]:
-        """What this engine serves; the routes ask this, never the engine's class."""
+        """What this engine serves; the routes ask this, never the engine's class. An engine
+        that lists "embeddings" or "rerank" implements `embed` or `rerank`."""
         return CHAT_ONLY
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """One vector per input. Raise `SluicegateError` (400) for what this model cannot
+        embed (too many tokens, `dimensions`); stop promptly when cancelled. The inputs passed
+        `core.embeddings.check_inputs` already."""
+        raise not_served(self.model_id, "embeddings")
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """One relevance score per document, in order; the rest as `embed`."""
+        raise not_served(self.model_id, "rerank")
 
     async def relay(self, path: str, body: dict[str, Any]) -> Any:
         """A task this engine hands on to a server as the client sent it (an upstream's
         `/embeddings`, `/rerank`, relative to its base URL): the server's JSON answer, with
-        this model's id. None (the default): the engine runs the task itself, as a job through
-        `generate` (admitted, queued and loaded just in time like a chat)."""
+        this model's id, so fields Sluicegate does not model pass through. None (the default):
+        the route calls the task's method (`embed`, `rerank`) instead."""
         return None
 
     def check_completion(self, request: ChatRequest) -> None:
@@ -237,4 +277,48 @@ class Engine(ABC):
 
     async def aclose(self) -> None:
         """Release everything at server shutdown."""
+        return None
+
+    # Speech (issue 45): an engine that hears or speaks overrides these and says so in `tasks()`;
+    # the routes run them on an admitted, loaded instance (`Model.admit_task`, `Instance.slot`).
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[TranscriptEvent]:
+        """Yield `Segment`s as they are recognised, then one `Transcribed`. Must stop at once
+        when closed (the client left)."""
+        raise invalid(f"Model {self.model_id!r} does not transcribe audio.", param="model")
+
+    def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
+        """Yield one `Voiced` per sentence as soon as it is synthesised. Must stop at once when
+        closed."""
+        raise invalid(f"Model {self.model_id!r} does not synthesise speech.", param="model")
+
+    def voices(self) -> list[Voice]:
+        """The voices a speech model has (the first is its default)."""
+        return []
+
+    def relay_audio(self, path: str, body: Upload | dict[str, Any]) -> AsyncIterator[bytes] | None:
+        """An audio request this engine hands on to a server as the client sent it (`path`:
+        `/audio/transcriptions`, `/audio/translations` with the form, `/audio/speech` with the
+        JSON body): the answer's bytes as they arrive, raising a `SluicegateError` for a
+        refusal before the first. None (the default): the engine does the work itself."""
+        return None
+
+    # --- Optional: the model's own tokenizer and chat template -------------------------------
+    # For llama-server's `/tokenize`, `/detokenize`, `/apply-template` and `/props`. None (the
+    # default) says the engine has none; the route then answers that the model cannot.
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+        """`text`'s token ids (`add_special`: BOS and the like; `parse_special`: special tokens
+        written in the text are read as such)."""
+        return None
+
+    def token_pieces(self, tokens: list[int]) -> list[bytes] | None:
+        """Each token's bytes (special tokens as their text); a bad id is a 400."""
+        return None
+
+    def apply_template(self, request: ChatRequest) -> str | None:
+        """The prompt the chat template renders for `request` (what generation would decode)."""
+        return None
+
+    def chat_template(self) -> str | None:
+        """The model's chat template source."""
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import threading
 import time
@@ -87,6 +88,8 @@ def parse_model_ref(text: str) -> tuple[str, str | None, str | None]:
         parts = [p for p in text.split("/") if p]
     if len(parts) < 2 or (len(parts) > 2 and (parts[2] not in ("blob", "resolve", "tree") or len(parts) < 4)):
         raise DownloadError(f"{text!r} is not a Hub repository: expected OWNER/REPO or a huggingface.co URL")
+    if {parts[0], parts[1]} & {".", ".."}:  # the repository's folder would not be its own
+        raise DownloadError(f"{text!r} is not a Hub repository: expected OWNER/REPO or a huggingface.co URL")
     repo_id = f"{parts[0]}/{parts[1]}"
     if len(parts) == 2:
         return repo_id, None, None
@@ -100,6 +103,20 @@ def hub_endpoint(endpoint: str | None = None) -> str:
     from huggingface_hub import constants
 
     return endpoint or constants.ENDPOINT
+
+
+def inside(folder: Path, path: Path) -> bool:
+    """`path` is under `folder`, by the text of both once `..` and absolute parts are applied.
+
+    Every path this module writes is checked here, whatever the Hub lists and whatever
+    huggingface_hub refuses. Symbolic links are the user's own and are not followed."""
+    root = os.path.normpath(os.path.abspath(folder))
+    full = os.path.normpath(os.path.abspath(path))
+    return full != root and os.path.commonpath([root, full]) == root
+
+
+def _outside(repo_id: str, filename: str) -> DownloadError:
+    return DownloadError(f"Repository {repo_id!r} lists {filename!r}, a path outside the models directory.")
 
 
 def quantization_of(filename: str) -> str | None:
@@ -191,10 +208,11 @@ def gguf_files(ref: str, endpoint: str | None = None) -> list[GgufFile]:
     loop). Raises like `resolve`."""
     repo_id, revision, _ = parse_model_ref(ref)
     _, sizes = _repo_files(repo_id, revision, endpoint)
+    folder = Path(repo_id)  # where in the models directory they would go
     return [
         GgufFile(name, quantization_of(name), size)
         for name, size in sorted(sizes.items())
-        if is_model_gguf(name)
+        if is_model_gguf(name) and inside(folder, folder / name)
     ]
 
 
@@ -205,6 +223,9 @@ def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str 
     not found, network) for what went wrong on the way.
     """
     repo_id, revision, filename = parse_model_ref(ref)
+    folder = models_dir / repo_id
+    if not inside(models_dir, folder):
+        raise DownloadError(f"{ref!r} is not a Hub repository: expected OWNER/REPO or a huggingface.co URL")
     sha, sizes = _repo_files(repo_id, revision, endpoint)
     if filename is not None:
         if filename not in sizes:
@@ -215,13 +236,15 @@ def resolve(ref: str, quantization: str | None, models_dir: Path, endpoint: str 
             )
     else:
         filename = pick_file(repo_id, sizes, quantization)
-    projector = pick_projector(sizes, filename)
+    if not inside(folder, folder / filename):
+        raise _outside(repo_id, filename)
+    projector = pick_projector({k: v for k, v in sizes.items() if inside(folder, folder / k)}, filename)
     return Target(
         repo_id=repo_id,
         revision=sha or revision or "main",
         filename=filename,
         size=sizes.get(filename),
-        folder=models_dir / repo_id,
+        folder=folder,
         projector=projector,
         projector_size=sizes.get(projector) if projector is not None else None,
     )
@@ -243,6 +266,9 @@ def fetch(
     huggingface_hub; None: its own bar."""
     from huggingface_hub import hf_hub_download
 
+    for filename, _ in target.files():  # a Target made elsewhere is checked too
+        if not inside(target.folder, target.folder / filename):
+            raise _outside(target.repo_id, filename)
     target.folder.mkdir(parents=True, exist_ok=True)
     before = 0
     path = ""
@@ -255,6 +281,8 @@ def fetch(
             endpoint=endpoint,
             tqdm_class=progress(before) if progress is not None else None,
         )
+        if not inside(target.folder, Path(path)):  # what the library says it wrote, too
+            raise _outside(target.repo_id, filename)
         before += size or 0
     return Path(path)
 

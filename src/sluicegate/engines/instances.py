@@ -10,10 +10,12 @@ auto-evict: `engines/lifecycle.py`) decides on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 from sluicegate.core.errors import EngineFailure, SluicegateError
 from sluicegate.core.events import (
@@ -27,9 +29,11 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
+from sluicegate.engines.lane import Lane, ReadsThrough
 from sluicegate.observe.metrics import METRICS, Key, child
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class InstanceHooks:
@@ -50,8 +54,9 @@ NO_HOOKS = InstanceHooks()
 
 
 def deltas_key(model_id: str) -> Key:
-    """The counter of the text and tool-call deltas a model's engine made (what a stream's fast
-    lane, turn/lane.py, counts too for the reads it carries)."""
+    """The counter of the text and tool-call deltas a model's engine made: counted by the
+    instance, or, for a generation given a fast lane, by its stream's core (turn/stream_core.py),
+    whose reads may bypass the instance's loop."""
     return METRICS.key("sluicegate_engine_deltas_total", model=model_id)
 
 
@@ -67,6 +72,18 @@ class Generation:
     instance_id: str
     events: AsyncIterator[RawEvent]
 
+    def read_through(self, lane: Lane) -> bool:
+        """Offer the engine a stream's fast lane (`engines/lane.py`), before the first event is
+        read; True when it takes it. Then the engine's deltas are not counted here: the stream's
+        core counts them (`deltas_key`), since reads the lane carries bypass this loop."""
+        events = self.events
+        if type(events) is not _Admitted or events._started:
+            return False
+        if not isinstance(events._instance.engine, ReadsThrough):
+            return False
+        events.lane = lane
+        return True
+
     async def aclose(self) -> None:
         aclose = getattr(self.events, "aclose", None)
         if aclose is not None:
@@ -80,12 +97,13 @@ class _Admitted:
     Its owner must either iterate it or `aclose()` it: a stream dropped unstarted keeps its
     queue place (nothing here depends on garbage collection to give it back)."""
 
-    __slots__ = ("_gen", "_instance", "_started")
+    __slots__ = ("_gen", "_instance", "_started", "lane")
 
     def __init__(self, instance: Instance, request: ChatRequest) -> None:
         self._instance = instance
-        self._gen = instance._run(request)
+        self._gen = instance._run(request, self)
         self._started = False
+        self.lane: Lane | None = None  # given before the first event (`Generation.read_through`)
 
     def __aiter__(self) -> _Admitted:
         return self
@@ -152,13 +170,46 @@ class Instance:
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """A task that is not a chat (speech, issue 45) on this instance: counted as waiting from
+        the call (enter it at once, as `Model.admit_task` returns), then a slot, loaded just in time,
+        and the idle clock restarted when it leaves, on every path."""
+        self._waiting += 1
+        child(METRICS.queue_depth, self.id).inc()
+        self.last_used = time.monotonic()
+        slots = self._slots
+        try:
+            if slots is not None:
+                await slots.acquire()
+        except BaseException:  # gone while queued
+            self._waiting -= 1
+            child(METRICS.queue_depth, self.id).dec()
+            self._settle()
+            raise
+        self._waiting -= 1
+        child(METRICS.queue_depth, self.id).dec()
+        self._active += 1
+        METRICS.gauges[self._active_key] += 1
+        try:
+            if not self.loaded:
+                async for _ in self._ensure_loaded(jit=True):
+                    pass
+            yield
+        finally:
+            self._active -= 1
+            METRICS.gauges[self._active_key] -= 1
+            if slots is not None:
+                slots.release()
+            self._settle()
+
     def _settle(self) -> None:
         """A request left: restart the idle clock, and say so when nothing else is here."""
         self.last_used = time.monotonic()
         if not self.busy:
             self.hooks.went_idle(self)
 
-    async def _run(self, request: ChatRequest) -> AsyncGenerator[RawEvent, None]:
+    async def _run(self, request: ChatRequest, admitted: _Admitted) -> AsyncGenerator[RawEvent, None]:
         slots = self._slots
         try:
             if slots is not None:
@@ -181,6 +232,12 @@ class Instance:
                     yield load_event
             if (ttl := request.options.ttl) is not None:
                 self.ttl = float(ttl)  # the dialect checked it; it governs the instance it used
+            lane = admitted.lane
+            if lane is not None:  # the stream's core counts the deltas (see `deltas_key`)
+                engine_events = cast(ReadsThrough, self.engine).generate_through(request, lane)
+                async for event in engine_events:
+                    yield event
+                return
             engine_events = self.engine.generate(request)
             counters, key = METRICS.counters, self._deltas_key  # live: watch it stop on cancel
             async for event in engine_events:
@@ -199,6 +256,40 @@ class Instance:
                 aclose = getattr(engine_events, "aclose", None)
                 if aclose is not None:
                     await aclose()
+            self._active -= 1
+            METRICS.gauges[self._active_key] -= 1
+            if slots is not None:
+                slots.release()
+            self._settle()
+
+    async def run(self, work: Callable[[Engine], Awaitable[T]]) -> T:
+        """A task besides chat (`Engine.embed`, `Engine.rerank`) in a slot like a generation's:
+        queued, loaded just in time (its load events go unseen), counted. Cancelling the caller
+        (client gone, deadline) cancels `work` and gives the slot back at once."""
+        self._waiting += 1
+        child(METRICS.queue_depth, self.id).inc()
+        self.last_used = time.monotonic()
+        slots, acquired = self._slots, False
+        try:
+            if slots is not None:
+                await slots.acquire()
+            acquired = True
+        finally:
+            self._waiting -= 1
+            child(METRICS.queue_depth, self.id).dec()
+            if not acquired:  # gone while queued
+                self._settle()
+        self._active += 1
+        METRICS.gauges[self._active_key] += 1
+        try:
+            if not self.loaded:
+                async for _ in self._ensure_loaded(jit=True):
+                    pass
+            return await work(self.engine)
+        except asyncio.CancelledError:
+            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+            raise
+        finally:
             self._active -= 1
             METRICS.gauges[self._active_key] -= 1
             if slots is not None:

@@ -3,7 +3,7 @@ models or discovery sources."""
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -14,18 +14,25 @@ from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
 # Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
-MODEL_KEYS = ("max_concurrency", "max_queue", "ttl")
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases")  # aliases: engines/model_names.py
+# Built-in engines newer than an installed copy's entry points (an editable install made before
+# they were added): found by name until the next `pip install` writes their entry points.
+BUILT_IN = {
+    "whisper": "sluicegate.engines.whisper:WhisperEngine",
+    "piper": "sluicegate.engines.piper:PiperEngine",
+}
 
 
 def engine_class(kind: str) -> type[Engine]:
     """Look an engine up by its config name in the `sluicegate.engines` entry points."""
-    for ep in entry_points(group=ENGINE_GROUP):
-        if ep.name == kind:
-            cls = ep.load()
-            if not (isinstance(cls, type) and issubclass(cls, Engine)):
-                raise ConfigError(f"entry point {ep.value!r} is not a sluicegate Engine")
-            return cls
-    known = sorted(ep.name for ep in entry_points(group=ENGINE_GROUP))
+    found = [ep for ep in entry_points(group=ENGINE_GROUP) if ep.name == kind]
+    if found or kind in BUILT_IN:
+        ep = found[0] if found else EntryPoint(kind, BUILT_IN[kind], ENGINE_GROUP)
+        cls = ep.load()
+        if not (isinstance(cls, type) and issubclass(cls, Engine)):
+            raise ConfigError(f"entry point {ep.value!r} is not a sluicegate Engine")
+        return cls
+    known = sorted({ep.name for ep in entry_points(group=ENGINE_GROUP)} | set(BUILT_IN))
     raise ConfigError(f"unknown engine {kind!r}; installed engines: {', '.join(known)}")
 
 

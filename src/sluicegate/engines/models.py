@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+from sluicegate.core.checks import off_loop
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.engines.instances import Generation, Instance, InstanceHooks
+
+T = TypeVar("T")
 
 
 class ModelHooks(InstanceHooks):
@@ -100,6 +104,37 @@ class Model:
 
     def open(self, request: ChatRequest) -> Generation:
         """Admit a request or refuse it at once; nothing here waits."""
+        instance = self._admit()
+        instance.engine.check(request)
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
+        return instance.generation(request)
+
+    async def admit(self, request: ChatRequest) -> Generation:
+        """`open`, with the engine's check off the event loop when it says its checks are heavy
+        (`Engine.heavy_checks`: tokenizing a long prompt, images through a projector)."""
+        if not self.engine.heavy_checks:
+            return self.open(request)
+        instance = self._admit()
+        generation = instance.generation(request)  # its queue place, from now: a burst is bounded
+        try:
+            await off_loop(lambda: instance.engine.check(request))
+            if not instance.loaded and not instance.loading:
+                self._hooks.check_load(self, instance)
+        except BaseException:
+            await generation.aclose()
+            raise
+        return generation
+
+    async def run(self, work: Callable[[Engine], Awaitable[T]]) -> tuple[T, str]:
+        """A task besides chat (`Engine.embed`, `Engine.rerank`) on the least busy instance,
+        admitted like `open`'s (or refused at once): its result and the instance that ran it."""
+        instance = self._admit()
+        if not instance.loaded and not instance.loading:
+            self._hooks.check_load(self, instance)
+        return await instance.run(work), instance.instance_id
+
+    def _admit(self) -> Instance:
         instance = self.pick()
         if instance.full:
             raise SluicegateError(
@@ -107,10 +142,15 @@ class Model:
                 f"model {self.id!r} has {instance._waiting} requests queued (max_queue); retry later",
                 code="server_overloaded",
             )
-        instance.engine.check(request)
+        return instance
+
+    def admit_task(self) -> Instance:
+        """The instance a task that streams (speech: `Engine.transcribe`, `Engine.synthesize`)
+        runs on, or a refusal at once; enter its `slot()` right away (nothing here waits)."""
+        instance = self._admit()
         if not instance.loaded and not instance.loading:
-            self._hooks.check_load(self, instance)  # a JIT load a cap forbids: refused before it starts
-        return instance.generation(request)
+            self._hooks.check_load(self, instance)
+        return instance
 
     def add_instance(self) -> Instance:
         """Another instance with an engine of its own, numbered like LM Studio's (`id:2`)."""

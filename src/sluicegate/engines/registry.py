@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+from collections.abc import Callable
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.discovery_sources import DiscoverySource
 from sluicegate.engines.instances import Instance
+from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.models import NO_HOOKS, Model, ModelHooks
 from sluicegate.observe.requests import note_model
 
 log = logging.getLogger(__name__)
+NAMES_IN_ERRORS = 20  # how many model names an unknown-model error lists
 
 
 class Registry:
@@ -23,6 +27,7 @@ class Registry:
         self._hooks = NO_HOOKS
         self.sources: list[DiscoverySource] = []
         self._refreshers: list[asyncio.Task[None]] = []
+        self.names = ModelNames()  # aliases and the default model (engines/model_names.py)
 
     def add(self, model: Model) -> None:
         if model.id in self.models:
@@ -47,13 +52,25 @@ class Registry:
         if model is None:
             raise SluicegateError(
                 ErrorKind.NOT_FOUND,
-                f"The model `{model_id}` does not exist. "
-                f"Available models: {', '.join(self.models) or 'none'}.",
+                f"The model `{model_id}` does not exist. Available models: {self._some_names()}.",
                 param="model",
                 code="model_not_found",
             )
         note_model(model_id)  # the metrics label and access log of the request asking
         return model
+
+    def _some_names(self) -> str:
+        """The first few names: an error is no place for the whole list (`/v1/models` is)."""
+        names = list(itertools.islice(self.models, NAMES_IN_ERRORS + 1))
+        if not names:
+            return "none"
+        shown = ", ".join(names[:NAMES_IN_ERRORS])
+        return f"{shown}, … (GET /v1/models lists them all)" if len(names) > NAMES_IN_ERRORS else shown
+
+    def resolve(self, requested: str | None, own: Callable[[str], str] | None = None) -> Model:
+        """The model a request's model name means (aliases, `default_model`; `own`: the
+        dialect's naming): what every route that serves a model asks."""
+        return self.get(self.names.resolve(requested, self.models, own))
 
     async def start(self) -> None:
         """Let every engine start its background work (health checks), and discover the

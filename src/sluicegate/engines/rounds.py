@@ -25,7 +25,7 @@ def model_rounds(model: Model, first: Generation) -> OpenRound:
     async def open_round(request: ChatRequest) -> AsyncIterator[RawEvent]:
         if pending:
             return pending.pop().events
-        return model.open(request).events
+        return (await model.admit(request)).events
 
     return open_round
 

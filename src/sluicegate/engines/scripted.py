@@ -10,6 +10,7 @@ changes, so a tester can edit it while the server runs.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -20,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from sluicegate.core.errors import EngineFailure, ErrorKind, SluicegateError
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult
+from sluicegate.core.errors import EngineFailure, ErrorKind, SluicegateError, invalid
 from sluicegate.core.events import (
     Finished,
     FinishReason,
@@ -37,7 +39,17 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ChatRequest, RawPrompt
-from sluicegate.engines.base import Capabilities, ConfigError, Engine, ModelInfo, ProgressCallback
+from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.engines.base import (
+    CHAT_ONLY,
+    Capabilities,
+    ConfigError,
+    Engine,
+    ModelInfo,
+    ProgressCallback,
+    Task,
+    not_served,
+)
 
 WORD = re.compile(r"\s*\S+|\s+$")
 PROMPT_PROGRESS_STEPS = 4
@@ -60,7 +72,9 @@ _REPLY_KEYS = _PACING_KEYS | {
 }
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
-KEYS = frozenset({"id", "engine", "script"})  # a `[[models]]` table of this engine
+KEYS = frozenset({"id", "engine", "script", "tasks"})  # a `[[models]]` table of this engine
+TASKS: tuple[Task, ...] = ("chat", "embeddings", "rerank")
+EMBEDDING_SIZE = 16  # the scripted embeddings' dimensions
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
@@ -284,22 +298,65 @@ class ScriptedEngine(Engine):
     kind = "scripted"
     needs_load = True
 
-    def __init__(self, model_id: str, script: Script, path: Path | None = None) -> None:
+    def __init__(
+        self, model_id: str, script: Script, path: Path | None = None, tasks: frozenset[Task] = CHAT_ONLY
+    ) -> None:
         super().__init__(model_id)
         self.script = script
         self.path = path
         self._mtime = path.stat().st_mtime_ns if path else 0
+        self._tasks = tasks
 
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> ScriptedEngine:
         unknown = set(table) - KEYS
         if unknown:
             raise ConfigError(f"model {table['id']!r}: unknown keys {sorted(unknown)} for engine scripted")
+        tasks = _tasks(table["id"], table.get("tasks", ["chat"]))
         if "script" not in table:
-            return cls(table["id"], demo_script())
+            return cls(table["id"], demo_script(), tasks=tasks)
         path = Path(_text(f"model {table['id']!r}", "script", table["script"])).expanduser()
         path = path if path.is_absolute() else base_dir / path
-        return cls(table["id"], load_script(path), path)
+        return cls(table["id"], load_script(path), path, tasks)
+
+    def tasks(self) -> frozenset[Task]:
+        return self._tasks
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """A vector of each input's SHA-256, normalised (the same input, the same vector), one
+        input per `token_delay_ms` (a slow job, to cancel)."""
+        if "embeddings" not in self._tasks:
+            return await super().embed(request)
+        if request.dimensions is not None and request.dimensions > EMBEDDING_SIZE:
+            raise invalid(
+                f"Model {self.model_id!r} makes embeddings of {EMBEDDING_SIZE} dimensions; "
+                f"'dimensions' cannot be {request.dimensions}.",
+                param="dimensions",
+            )
+        vectors, tokens = [], 0
+        for value in request.inputs:
+            await asyncio.sleep(self.script.token_delay_ms / 1000)
+            text = value if isinstance(value, str) else " ".join(map(str, value))
+            tokens += len(words(text))
+            digest = hashlib.sha256(text.encode()).digest()
+            vector = [byte - 127.5 for byte in digest[: request.dimensions or EMBEDDING_SIZE]]
+            norm = sum(x * x for x in vector) ** 0.5
+            vectors.append([x / norm for x in vector])
+        return EmbedResult(vectors, tokens)
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """Each document's score: the share of the query's words it contains, one document per
+        `token_delay_ms`."""
+        if "rerank" not in self._tasks:
+            return await super().rerank(request)
+        query = {w.strip().lower() for w in words(request.query)}
+        scores, tokens = [], len(query)
+        for document in request.documents:
+            await asyncio.sleep(self.script.token_delay_ms / 1000)
+            seen = {w.strip().lower() for w in words(document)}
+            tokens += len(seen)
+            scores.append(len(query & seen) / len(query) if query else 0.0)
+        return RerankResult(scores, tokens)
 
     def info(self) -> ModelInfo:
         return ModelInfo(
@@ -337,6 +394,8 @@ class ScriptedEngine(Engine):
             self._mtime = mtime
 
     def check(self, request: ChatRequest) -> None:
+        if "chat" not in self._tasks:
+            raise not_served(self.model_id, "chat")
         super().check(request)
         self._refresh()
 
@@ -401,6 +460,12 @@ class ScriptedEngine(Engine):
 
     async def unload(self) -> None:
         return None
+
+
+def _tasks(model_id: str, value: Any) -> frozenset[Task]:
+    if not isinstance(value, list) or not value or any(task not in TASKS for task in value):
+        raise ConfigError(f"model {model_id!r}: 'tasks' must be a list of {', '.join(TASKS)}")
+    return frozenset(task for task in TASKS if task in value)
 
 
 def _without_reasoning(reply: Reply) -> Reply:

@@ -6,7 +6,8 @@ one access-log line, from one object per HTTP request.
   response status, and calls `end()` after the last byte: that records the end-to-end
   histogram and writes the access line.
 - Whoever runs a turn reports generation progress: `first_token()`, `token()`, `usage()`,
-  `tool_result()`, `stream_status()`; `observe_events` does it for a canonical event stream.
+  `tool_result()`, `stream_status()`; `EventTap` does it per canonical event (the stream core
+  calls it: turn/stream_core.py).
 - `note_model(model_id)` says which model the current request uses (metrics label).
 
 Timings are `time.perf_counter()` seconds.
@@ -20,7 +21,7 @@ import logging
 import secrets
 import time
 from bisect import bisect_left
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,26 +329,6 @@ class EventTap:
             self._observer.stream_status(CLIENT_GONE)
         METRICS.gauges[self._in_flight] -= 1
         self._observer.generation_ended()
-
-
-async def observe_events(events: AsyncIterator[Event]) -> AsyncIterator[Event]:
-    """Pass a canonical stream through, reporting it to the current request's observer."""
-    tap = EventTap.current()
-    if tap is None:
-        async for event in events:
-            yield event
-        return
-    tap.start()
-    see = tap.see
-    try:
-        async for event in events:
-            see(event)
-            yield event
-    finally:
-        tap.end()
-        aclose = getattr(events, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 class ObserveMiddleware:

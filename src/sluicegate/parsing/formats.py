@@ -8,46 +8,26 @@ them. Config can always override the guess (`tool_call_format`, `reasoning`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import ClassVar
 
 
-class ToolCallFormat(StrEnum):
-    NONE = "none"
-    HERMES = "hermes"  # <tool_call>{"name": ..., "arguments": {...}}</tool_call> (Hermes, Qwen)
-    LLAMA3_JSON = "llama3_json"  # the message is {"name": ..., "parameters": {...}} (Llama 3.x)
-    MISTRAL = "mistral"  # [TOOL_CALLS][{...}, ...] or [TOOL_CALLS]name[ARGS]{...}
-    # One per family module in parsing/families/ (the module's docstring shows the markup).
-    HARMONY = "harmony"
-    QWEN3_CODER = "qwen3_coder"
-    GLM = "glm"
-    DEEPSEEK_R1 = "deepseek_r1"
-    DEEPSEEK_V3_1 = "deepseek_v3_1"
-    KIMI_K2 = "kimi_k2"
-    MINIMAX_M2 = "minimax_m2"
-    GEMMA4 = "gemma4"
-    LFM2 = "lfm2"
-    SEED_OSS = "seed_oss"
-    NEMOTRON = "nemotron"
-    GRANITE = "granite"
-    COMMAND_R7B = "command_r7b"
-    APERTUS = "apertus"
-    FUNCTIONARY_V3_1 = "functionary_v3_1"
-    FUNCTIONARY_V3_2 = "functionary_v3_2"
-    DEEPSEEK_V3_2 = "deepseek_v3_2"
-    DEEPSEEK_V4 = "deepseek_v4"
-    KIMI_K3 = "kimi_k3"
-    MINIMAX_M3 = "minimax_m3"
-    COMMAND_R_PLUS = "command_r_plus"
-    FIREFUNCTION_V2 = "firefunction_v2"
-    APRIEL = "apriel"
-    GIGACHAT3 = "gigachat3"
-    GIGACHAT3_1 = "gigachat3_1"
-    MINICPM5 = "minicpm5"
-    LLAMA4_PYTHONIC = "llama4_pythonic"
-    HY3 = "hy3"
-    MUSE_GLIMMER = "muse_glimmer"
-    SOLAR_OPEN = "solar_open"
-    MINIMAX_M1 = "minimax_m1"
+class ToolCallFormat(str):
+    """The markup a model writes tool calls in: a family's name (registry.py lists them, and
+    `tool_format_setting` checks a configured one), or "none"."""
+
+    __slots__ = ()
+    NONE: ClassVar[ToolCallFormat]
+    _made: ClassVar[dict[str, ToolCallFormat]] = {}
+
+    def __new__(cls, name: str) -> ToolCallFormat:
+        # One object per name, as an enum member is (`is` compares them).
+        made = cls._made.get(name)
+        if made is None:
+            made = cls._made[name] = super().__new__(cls, name)
+        return made
+
+
+ToolCallFormat.NONE = ToolCallFormat("none")
 
 
 @dataclass(slots=True, frozen=True)
@@ -66,12 +46,3 @@ class ReasoningStyle:
 
 
 THINK = ReasoningStyle()
-
-
-def tool_format_setting(value: str) -> ToolCallFormat:
-    """The config value `tool_call_format` ("hermes", "llama3_json", "mistral", "none")."""
-    try:
-        return ToolCallFormat(value.strip().lower())
-    except ValueError:
-        choices = ", ".join(f'"{f.value}"' for f in ToolCallFormat)
-        raise ValueError(f"tool_call_format must be one of {choices}, not {value!r}") from None

@@ -1,6 +1,8 @@
-"""The streaming parser for families described as markup: reasoning tags, tokens that open a
-tool call (each handing the text to a `Reader` of that family's call syntax until the call
-ends), and special tokens that are dropped.
+"""The streaming output parser, one for every family: model text in arbitrary chunks →
+reasoning, message text and tool calls, as raw events. A family describes its markup
+(`Markup`): reasoning tags, tokens that open a tool call (each handing the text to a `Reader`
+of that family's call syntax until the call ends), a reader for a message that opens with a
+call (Llama 3's JSON), and special tokens that are dropped.
 
 Text streams through with at most a marker's length of delay (a suffix that could begin a
 marker is held back). A reader emits a call's name as soon as it is known and its arguments as
@@ -16,11 +18,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sluicegate.core.events import ItemKind, RawEvent, TextDelta, TokenLogprob, ToolCallDelta
+from sluicegate.core.ids import new_id
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.scan import held_from
 
 _MESSAGE = ItemKind.MESSAGE
 _REASONING = ItemKind.REASONING
+
+
+def new_call_id() -> str:
+    return new_id("call_", 24)
 
 
 class CallOut:
@@ -52,8 +59,9 @@ class Reader(Protocol):
     def feed(self, text: str, out: CallOut) -> str | None:
         """Consume `text`; the text after the call's end, or None while the call goes on."""
 
-    def close(self, out: CallOut) -> None:
-        """The output ended inside the call: emit what there is (a cut-off call)."""
+    def close(self, out: CallOut) -> str | None:
+        """The output ended inside the call: emit what there is (a cut-off call), or hand back
+        what was no call after all as text."""
 
 
 ReaderFactory = Callable[["Tools"], Reader]
@@ -63,25 +71,31 @@ Tools = dict[str, dict[str, object]]  # tool name -> its parameters' JSON schema
 @dataclass(frozen=True, slots=True)
 class Markup:
     """A family's markup: `calls` maps an opening marker to the reader of what follows it;
-    `drop` are tokens removed wherever they appear in message text."""
+    `drop` are tokens removed wherever they appear in message text. `leading`: the reader of a
+    message that opens with `{` (Llama 3's JSON calls), maybe after the token `lead_in`."""
 
     calls: tuple[tuple[str, ReaderFactory], ...] = ()
     drop: tuple[str, ...] = ()
     starts_with: str = ""  # text the output is read as if preceded by (Functionary's `>>>`)
     calls_end_reasoning: bool = False  # a call's marker closes an unclosed reasoning block
+    leading: ReaderFactory | None = None
+    lead_in: str = ""
 
 
-class MarkupParser:
+NO_MARKUP = Markup()  # reasoning tags at most
+
+
+class OutputParser:
     """One generation's text → raw events. Feed chunks as they come; call `finish` once."""
 
     def __init__(
         self,
-        markup: Markup,
+        markup: Markup = NO_MARKUP,
         *,
-        reasoning: ReasoningStyle | None,
-        starts_in_reasoning: bool,
-        tools: Tools | None,
-        new_call_id: Callable[[], str],
+        reasoning: ReasoningStyle | None = None,
+        starts_in_reasoning: bool = False,
+        tools: Tools | None = None,
+        new_call_id: Callable[[], str] = new_call_id,
         continues: bool = False,
     ) -> None:
         self.saw_tool_calls = False
@@ -98,6 +112,11 @@ class MarkupParser:
         # Drop whitespace that starts a part (not a continued message's: it goes on as written).
         self._trim = self._channel is _REASONING and not continues
         self._ws = ""  # message whitespace held back: it may only precede a call
+        # Whether trailing whitespace waits for what follows (only markup with calls needs it).
+        self._hold_ws = bool(markup.calls) or markup.leading is not None
+        # The message may still open with a call (`leading`): every chunk is looked at.
+        self._leading = False
+        self._leading_done = markup.leading is None
         self._logprobs: list[TokenLogprob] | None = None
         self._markers: tuple[str, ...] = ()
         self._triggers = ""
@@ -109,7 +128,7 @@ class MarkupParser:
         if logprobs:
             self._logprobs = [*(self._logprobs or ()), *logprobs]
         out: list[RawEvent] = []
-        if self._reader is None and not self._buf:
+        if self._reader is None and not self._buf and not self._leading:
             for c in self._triggers:
                 if c in text:
                     break
@@ -126,9 +145,13 @@ class MarkupParser:
         out: list[RawEvent] = []
         buf, self._buf = self._buf, ""
         if self._reader is not None:
-            self._reader.close(self._out)
+            text = self._reader.close(self._out)
             self._reader = None
             self._calls(out)
+            if text:
+                self._leading_done = True
+                self._refresh()
+                self._emit_text(text, out)
         else:
             self._emit_text(buf, out)
         if self._ws and not self._at_start and self._channel is _MESSAGE:
@@ -153,6 +176,7 @@ class MarkupParser:
             markers.extend(self._drop)
         self._markers = tuple(markers)
         self._triggers = "".join({m[0] for m in markers})
+        self._leading = not self._leading_done and self._at_start and self._channel is _MESSAGE
 
     def _take_logprobs(self) -> list[TokenLogprob] | None:
         logprobs, self._logprobs = self._logprobs, None
@@ -173,7 +197,8 @@ class MarkupParser:
             return
         if self._ws:
             text, self._ws = self._ws + text, ""
-        body = text.rstrip() if self._openers else text
+        # (without calls, only whitespace that would start the message waits for its text)
+        body = text.rstrip() if self._hold_ws else "" if self._at_start and text.isspace() else text
         self._ws = text[len(body) :]
         if not body:
             return
@@ -207,7 +232,12 @@ class MarkupParser:
                 return False
             self._reader = None
             self._buf = rest
+            if self._leading:  # after the leading calls (or JSON that was none): text
+                self._leading_done = True
+                self._refresh()
             return True
+        if self._leading and (lead := self._step_leading()) is not None:
+            return lead
         buf, markers = self._buf, self._markers
         if not markers:
             self._buf = ""
@@ -236,6 +266,23 @@ class MarkupParser:
         self._emit_text(before, out)
         self._buf = buf[at + len(found) :]
         self._enter(found)
+        return True
+
+    def _step_leading(self) -> bool | None:
+        """At the message's start: a `{` hands the text to the leading reader (None: not one)."""
+        head, lead_in = self._buf.lstrip(), self._markup.lead_in
+        if lead_in and head.startswith(lead_in):
+            self._buf = head[len(lead_in) :]
+            return True
+        if not head or (lead_in and lead_in.startswith(head)):
+            return False  # whitespace, or a partial lead-in token: wait and see
+        if head[0] != "{":
+            return None
+        assert self._markup.leading is not None
+        self._buf = head
+        self._ws = ""
+        self._logprobs = None
+        self._reader = self._markup.leading(self._tools)
         return True
 
     def _enter(self, marker: str) -> None:

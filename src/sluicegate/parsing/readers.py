@@ -1,4 +1,4 @@
-"""The call syntaxes families share, as readers for `MarkupParser`: what follows a call's
+"""The call syntaxes families share, as readers for `OutputParser`: what follows a call's
 opening marker until the call ends.
 
 - `JsonCallsReader`: a JSON object naming the call (`{"name": ..., "arguments": {...}}`), or an

@@ -9,59 +9,91 @@ guess (`tool_call_format`, `reasoning`).
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable
+from functools import lru_cache
 from typing import Any
 
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser
-from sluicegate.parsing.families.deepseek import DEEPSEEK_R1, DEEPSEEK_V3_1
-from sluicegate.parsing.families.functionary import FUNCTIONARY_V3_1, FUNCTIONARY_V3_2
-from sluicegate.parsing.families.gemma import GEMMA4
-from sluicegate.parsing.families.glm import GLM
-from sluicegate.parsing.families.gpt_oss import HARMONY
-from sluicegate.parsing.families.json_wrapped import APERTUS, COMMAND_R7B, GRANITE, NEMOTRON
-from sluicegate.parsing.families.kimi import KIMI_K2
-from sluicegate.parsing.families.legacy import HERMES, LLAMA3_JSON, MISTRAL
-from sluicegate.parsing.families.lfm2 import LFM2
-from sluicegate.parsing.families.minimax import MINIMAX_M2
-from sluicegate.parsing.families.qwen_xml import QWEN3_CODER
-from sluicegate.parsing.families.recent import RECENT
-from sluicegate.parsing.families.seed_oss import SEED_OSS
 from sluicegate.parsing.formats import THINK, ReasoningStyle, ToolCallFormat
-from sluicegate.parsing.parser import OutputParser, new_call_id
+from sluicegate.parsing.markup import OutputParser, new_call_id
 
-# In the order they are tried.
-FAMILIES: tuple[Family, ...] = (
-    *RECENT,
-    HARMONY,
-    MISTRAL,
-    FUNCTIONARY_V3_2,
-    KIMI_K2,
-    LFM2,
-    MINIMAX_M2,
-    DEEPSEEK_R1,
-    DEEPSEEK_V3_1,
-    GEMMA4,
-    SEED_OSS,
-    QWEN3_CODER,
-    GLM,
-    COMMAND_R7B,
-    APERTUS,
-    NEMOTRON,
-    GRANITE,
-    FUNCTIONARY_V3_1,
-    HERMES,
-    LLAMA3_JSON,
+# Every family, one line each (module:declaration), in the order they are tried. The families
+# added after the first nineteen come first: their fingerprints are specific, and some of their
+# templates also contain an older family's marker (MiniMax M3's `<tool_call>`, Apriel's
+# `<tool_calls>`).
+_DECLARED = (
+    "deepseek_dsml:DEEPSEEK_V3_2",
+    "deepseek_dsml:DEEPSEEK_V4",
+    "kimi_k3:KIMI_K3",
+    "minimax_m3:MINIMAX_M3",
+    "minicpm5:MINICPM5",
+    "json_marked:GIGACHAT3",
+    "json_marked:GIGACHAT3_1",
+    "json_marked:APRIEL",
+    "json_marked:COMMAND_R_PLUS",
+    "json_marked:FIREFUNCTION_V2",
+    "hy3:HY3",
+    "muse_glimmer:MUSE_GLIMMER",
+    "solar_minimax_m1:SOLAR_OPEN",
+    "solar_minimax_m1:MINIMAX_M1",
+    "llama4:LLAMA4_PYTHONIC",
+    "gpt_oss:HARMONY",
+    "legacy:MISTRAL",
+    "functionary:FUNCTIONARY_V3_2",
+    "kimi:KIMI_K2",
+    "lfm2:LFM2",
+    "minimax:MINIMAX_M2",
+    "deepseek:DEEPSEEK_R1",
+    "deepseek:DEEPSEEK_V3_1",
+    "gemma:GEMMA4",
+    "seed_oss:SEED_OSS",
+    "qwen_xml:QWEN3_CODER",
+    "glm:GLM",
+    "json_wrapped:COMMAND_R7B",
+    "json_wrapped:APERTUS",
+    "json_wrapped:NEMOTRON",
+    "json_wrapped:GRANITE",
+    "functionary:FUNCTIONARY_V3_1",
+    "legacy:HERMES",
+    "legacy:LLAMA3_JSON",
 )
-BY_FORMAT: dict[ToolCallFormat, Family] = {ToolCallFormat(f.name): f for f in FAMILIES}
 
-# Architectures whose models write Hermes-style calls, for GGUFs without a chat template.
-_HERMES_ARCHITECTURES = frozenset({"qwen2", "qwen2moe", "qwen3", "qwen3moe"})
+
+def _declared(entry: str) -> Family:
+    module, _, name = entry.partition(":")
+    family = getattr(importlib.import_module(f"sluicegate.parsing.families.{module}"), name)
+    assert isinstance(family, Family), entry
+    return family
+
+
+FAMILIES: tuple[Family, ...] = tuple(_declared(entry) for entry in _DECLARED)
+_BY_NAME: dict[str, Family] = {f.name: f for f in FAMILIES}
+
+
+def family_named(tool_format: str | None) -> Family | None:
+    """The declaration of the family a `tool_call_format` names (None for "none")."""
+    return _BY_NAME.get(tool_format) if tool_format else None
+
+
+def tool_format_setting(value: str) -> ToolCallFormat:
+    """The config value `tool_call_format`: a family's name, or "none"."""
+    name = value.strip().lower()
+    if name == ToolCallFormat.NONE or name in _BY_NAME:
+        return ToolCallFormat(name)
+    choices = ", ".join(f'"{n}"' for n in (ToolCallFormat.NONE, *_BY_NAME))
+    raise ValueError(f"tool_call_format must be one of {choices}, not {value!r}")
 
 
 def detect_family(chat_template: str | None) -> Family | None:
-    if not chat_template:
-        return None
+    """The family whose fingerprint the template matches first: the one place a template is
+    fingerprinted (the engine's quirks, grammars and prompts read the declaration it returns)."""
+    return _detect(chat_template) if chat_template else None
+
+
+@lru_cache(maxsize=64)  # asked for every rendered prompt; a model's template does not change
+def _detect(chat_template: str) -> Family | None:
     return next((f for f in FAMILIES if f.fingerprint(chat_template)), None)
 
 
@@ -71,9 +103,9 @@ def detect_tool_format(chat_template: str | None, architecture: str | None = Non
     if chat_template:
         family = detect_family(chat_template)
         return ToolCallFormat(family.name) if family else ToolCallFormat.NONE
-    if architecture and architecture.lower() in _HERMES_ARCHITECTURES:
-        return ToolCallFormat.HERMES
-    return ToolCallFormat.NONE
+    arch = (architecture or "").lower()
+    family = next((f for f in FAMILIES if arch in f.architectures), None)
+    return ToolCallFormat(family.name) if family else ToolCallFormat.NONE
 
 
 def _opens(tag: str) -> re.Pattern[str]:
@@ -138,10 +170,13 @@ def new_parser(
 ) -> StreamParser:
     """The streaming parser for a generation in `tool_format`. `continues`: the prompt ends
     inside a message the output continues (`continue_final_message`)."""
-    family = BY_FORMAT.get(tool_format)
+    family = family_named(tool_format)
     args = ParserArgs(reasoning, starts_in_reasoning, tools or {}, new_call_id, continues)
     if family is None:  # no calls: reasoning tags at most
         return OutputParser(
-            reasoning=reasoning, starts_in_reasoning=starts_in_reasoning, new_call_id=new_call_id
+            reasoning=reasoning,
+            starts_in_reasoning=starts_in_reasoning,
+            new_call_id=new_call_id,
+            continues=continues,
         )
     return family.build(args)

@@ -10,6 +10,7 @@ from pathlib import Path
 from starlette.requests import Request
 from starlette.responses import Response
 
+from sluicegate.core.checks import off_loop
 from sluicegate.core.sealing import load_key
 from sluicegate.dialects.anthropic.encoder import anthropic_error, count_tokens_body
 from sluicegate.dialects.anthropic.request import parse_messages_request
@@ -29,9 +30,15 @@ async def count_tokens(request: Request) -> Response:
     state = app_state(request)
     body = await read_json(request, state.settings.max_body_bytes)
     chat, _ = parse_messages_request(body, _signer(state.settings.data_dir), counting=True)
-    model = state.registry.get(chat.model)
+    model = state.registry.resolve(chat.model)
     engines = [instance.engine for instance in model.loaded_instances()] or [model.engine]
     engine = engines[0]
     if engine.reads_pixels and engine.info().capabilities.vision:  # its images count as it reads them
         await load_images(chat, state.images)
-    return JSONResponse(count_tokens_body(chat, engine.count_tokens(chat)))
+    # Tokenizing a long prompt (images through a projector) is a heavy check: off the event loop.
+    count = (
+        await off_loop(lambda: engine.count_tokens(chat))
+        if engine.heavy_checks
+        else engine.count_tokens(chat)
+    )
+    return JSONResponse(count_tokens_body(chat, count))

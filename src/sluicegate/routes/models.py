@@ -16,6 +16,8 @@ from sluicegate.turn.http import allow_model
 
 
 def _kind(tasks: frozenset[Task]) -> str:
+    if "chat" not in tasks and ("transcription" in tasks or "speech" in tasks):  # speech models (issue 45)
+        return "stt" if "transcription" in tasks else "tts"
     return "rerank" if "rerank" in tasks else "embeddings" if "embeddings" in tasks else "llm"
 
 

@@ -8,7 +8,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.core.embeddings import Embedded, EmbeddingJob
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult, check_inputs
 from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.routes.common import JSONResponse, app_state, read_json
@@ -22,12 +22,13 @@ _NS = 1_000_000_000
 
 
 async def _run(
-    state: AppState, f: Fields, inputs: list[str | list[int]], dimensions: int | None
-) -> tuple[str, Embedded, str]:
+    state: AppState, request: Request, f: Fields, inputs: list[str | list[int]], dimensions: int | None
+) -> tuple[str, EmbedResult, str]:
     """The model name as sent, its vectors, and the instance that embedded them."""
     name = f.string("model", required=True) or ""
-    model = model_for(state, resolve_model(name, state.registry.models), "embeddings")
-    result, instance_id = await embed(state, model, EmbeddingJob(inputs, dimensions))
+    model = model_for(state, name, "embeddings", lambda n: resolve_model(n, state.registry.models))
+    check_inputs(inputs)  # the limits of every embeddings route (count, empty inputs)
+    result, instance_id = await embed(state, request, model, EmbedRequest(inputs, dimensions))
     return name, result, instance_id
 
 
@@ -46,7 +47,7 @@ async def embed_many(request: Request) -> Response:
     f.boolean("truncate")
     f.object("options")
     dimensions = f.integer("dimensions", low=1, high=INT32_MAX)
-    name, result, instance_id = await _run(state, f, inputs, dimensions)
+    name, result, instance_id = await _run(state, request, f, inputs, dimensions)
     return JSONResponse(
         {
             "model": name,
@@ -68,6 +69,6 @@ async def embed_one(request: Request) -> Response:
     if not prompt:  # Ollama answers an empty prompt with an empty embedding
         resolve_model(f.string("model", required=True) or "", state.registry.models)
         return JSONResponse({"embedding": []})
-    _, result, instance_id = await _run(state, f, [prompt], None)
+    _, result, instance_id = await _run(state, request, f, [prompt], None)
     headers = {INSTANCE_HEADER: instance_id} if instance_id else None
     return JSONResponse({"embedding": result.vectors[0]}, headers=headers)

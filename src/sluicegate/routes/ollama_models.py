@@ -5,6 +5,7 @@ digest here, so a model's digest is a hash of what identifies its file (id, path
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,7 +19,7 @@ from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.validation import Fields
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.dialects.ollama.errors import ollama_error
-from sluicegate.dialects.ollama.names import tagged
+from sluicegate.dialects.ollama.names import hf_name, is_valid_name, resolve_name, tagged
 from sluicegate.engines.instances import Instance
 from sluicegate.engines.models import Model
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
@@ -29,6 +30,8 @@ endpoint = dialect_endpoint("ollama", ollama_error)
 # The Ollama API version this server's Ollama dialect follows (clients compare it).
 OLLAMA_VERSION = "0.12.6"
 FAR_FUTURE = "2318-08-24T00:00:00Z"  # Ollama's `expires_at` for a model kept loaded for good
+# Copies live in memory and every name is listed (`/api/tags`, `/health`, metrics labels): bounded.
+MAX_COPIES = 256
 
 
 def iso(moment: float) -> str:
@@ -75,8 +78,27 @@ def _size(model: Model) -> int:
     return size if isinstance(size, int) else 0
 
 
-def tag_entry(name: str, model: Model) -> Json:
-    tag = tagged(name)
+def listed_name(state: AppState, name: str, model: Model) -> str:
+    """The name Ollama clients see: a file pulled from the Hub (`<models>/<owner>/<repo>/`) by
+    the name the pull took, `hf.co/owner/repo:QUANT`, as Ollama lists it; any other, tagged."""
+    path = _path(model)
+    if name == model.id and path is not None:
+        folder = os.path.abspath(models_dir(state.settings))
+        full = os.path.abspath(path)
+        if full.startswith(folder + os.sep):
+            pulled = hf_name(os.path.relpath(full, folder))
+            models = state.registry.models
+            # Only if that name resolves to this file (of two files of one quantization, the first).
+            if pulled is not None and resolve_name(pulled, models, lambda i: _text(_path(models[i]))) == name:
+                return pulled
+    return tagged(name)
+
+
+def _text(path: Path | None) -> str | None:
+    return str(path) if path is not None else None
+
+
+def tag_entry(tag: str, name: str, model: Model) -> Json:
     return {
         "name": tag,
         "model": tag,
@@ -91,6 +113,8 @@ def capabilities(model: Model) -> list[str]:
     info = model.engine.info()
     if info.details.get("type") == "embedding":
         return ["embedding"]
+    if info.details.get("type") in ("stt", "tts"):  # speech models: none of Ollama's capabilities
+        return []
     caps = info.capabilities
     out = ["completion"]
     if caps.tool_use:
@@ -142,8 +166,9 @@ async def version(request: Request) -> Response:
 
 @endpoint
 async def tags(request: Request) -> Response:
-    models = app_state(request).registry.models
-    return JSONResponse({"models": [tag_entry(name, model) for name, model in models.items()]})
+    state = app_state(request)
+    listed = [tag_entry(listed_name(state, n, m), n, m) for n, m in state.registry.models.items()]
+    return JSONResponse({"models": listed})
 
 
 @endpoint
@@ -180,7 +205,7 @@ async def ps(request: Request) -> Response:
     running: list[Json] = []
     for name, model in state.registry.models.items():
         for instance in model.loaded_instances():
-            entry = tag_entry(name, model)
+            entry = tag_entry(listed_name(state, name, model), name, model)
             del entry["modified_at"]
             context = instance.config.context_length or model.engine.info().context_length
             entry |= {"expires_at": expires_at(model, instance), "size_vram": 0, "context_length": context}
@@ -225,10 +250,18 @@ async def copy(request: Request) -> Response:
     destination = (f.string("destination", required=True) or "").strip()
     if not destination:
         f.fail("destination", "destination is required")
+    if not is_valid_name(destination):
+        # Ollama's words; the name itself is not echoed (it may be megabytes, or markup).
+        raise invalid("destination model name is invalid", "destination")
     model = _model_of(state, source)
-    if destination.removesuffix(":latest") in state.registry.models:
+    models = state.registry.models
+    name = destination.removesuffix(":latest")
+    # Ollama's names are case-insensitive: `SCRIPTED` would shadow `scripted` in some lookups.
+    if name.lower() in {existing.lower() for existing in models}:
         raise SluicegateError(
             ErrorKind.INVALID_REQUEST, f"model '{destination}' already exists", param="destination"
         )
-    state.registry.models[destination.removesuffix(":latest")] = model
+    if sum(1 for key, served in models.items() if key != served.id) >= MAX_COPIES:
+        raise invalid(f"too many copies (at most {MAX_COPIES}); delete one first", "destination")
+    models[name] = model
     return Response(status_code=200)

@@ -30,7 +30,7 @@ async def compact_response(request: Request) -> Response:
     state = app_state(request)
     compact = parse_compact_request(await read_json(request, state.settings.max_body_bytes))
     req = compact.request
-    model = state.registry.get(req.model)
+    model = state.registry.resolve(req.model)
     scope = request_scope(request, state.settings.api_keys)
     conversation = ConversationInput(
         input_items=to_items(req.input_items),
@@ -50,7 +50,7 @@ async def compact_response(request: Request) -> Response:
     )
     async with Owned() as owned:
         owned.callback(state.admission.take())
-        generation = model.open(chat)
+        generation = await model.admit(chat)
         owned.push_async_callback(generation.aclose)
         events = canonical_events(generation.events, state.limits)
         result = await unless_disconnected(collect(events), lambda: wait_for_disconnect(request))

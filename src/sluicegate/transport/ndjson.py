@@ -8,7 +8,7 @@ No heartbeat: Ollama sends nothing while a stream is quiet (a model loading, a l
 and its clients read line by line with no keep-alive of their own — any extra line, even an
 empty one, would be a line they try to parse. So an idle NDJSON stream is kept honest by the
 same deadlines every stream has (the request timeout and the idle timeout end it with an
-error line) and by disconnect → cancel, not by bytes on the wire. The outbox, backpressure and
+error line) and by disconnect → cancel, not by bytes on the wire. The write path, backpressure and
 disconnect handling are every streaming transport's (`transport/stream.py`).
 """
 

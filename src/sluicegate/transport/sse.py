@@ -2,8 +2,8 @@
 `: heartbeat` comment. Encoders yield `Frame`s; only this module writes them as SSE bytes.
 
 Headers go out at once; from then on a heartbeat is sent whenever nothing else was sent for
-`heartbeat_seconds`, also while the engine has produced nothing yet. The outbox, backpressure
-and disconnect → cancel are every streaming transport's (`transport/stream.py`).
+`heartbeat_seconds`, also while the engine has produced nothing yet. The write path,
+backpressure and disconnect → cancel are every streaming transport's (`transport/stream.py`).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from sluicegate.core.frames import Frame
 from sluicegate.transport.stream import (
     DEFAULT_BUFFER_BYTES,
     SERVER_SEND,
-    BodyWriter,
     Chunk,
     Framing,
+    Sink,
     StreamOutcome,
     body_writer,
     raw_headers,
@@ -97,7 +97,7 @@ def stream_sse(
     status: int = 200,
     headers: Mapping[str, str] | None = None,
     body_send: Send | None = None,  # for the body, once the head went through `send`
-    writer: BodyWriter | None = None,  # the server's direct writer (`body_writer`)
+    writer: Sink | None = None,  # the server's own sink (`body_writer`)
 ) -> Awaitable[StreamOutcome]:
     """Send the response head, then every chunk as SSE, with heartbeats and backpressure."""
     return stream_chunks(

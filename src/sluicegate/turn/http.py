@@ -109,16 +109,18 @@ def request_scope(request: HTTPConnection, api_keys: list[str]) -> str:
     return scope.scope_of(presented_key(request)) if keyed else ""
 
 
-def allow_model(key: scope.IssuedKey | None, model_id: str) -> None:
+def allow_model(key: scope.IssuedKey | None, model_id: str | None, asked: str | None = None) -> None:
     """A runtime key limited to some models meets any other as a model that does not exist
-    (404, as OpenAI answers a key without access), never a list of what it may not use."""
-    if key is not None and not key.allows(model_id):
-        raise SluicegateError(
-            ErrorKind.NOT_FOUND,
-            f"The model `{model_id}` does not exist or this API key may not use it.",
-            param="model",
-            code="model_not_found",
-        )
+    (404, as OpenAI answers a key without access), never a list of what it may not use.
+    `asked`: the name the request used (an alias or a default may serve it); either may match."""
+    if key is None or model_id is None or key.allows(model_id) or (asked is not None and key.allows(asked)):
+        return
+    raise SluicegateError(
+        ErrorKind.NOT_FOUND,
+        f"The model `{asked or model_id}` does not exist or this API key may not use it.",
+        param="model",
+        code="model_not_found",
+    )
 
 
 async def wait_for_disconnect(request: Request) -> None:

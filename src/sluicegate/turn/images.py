@@ -2,7 +2,9 @@
 
 Data URLs always; http(s) URLs only when `[server] allow_image_urls` is on, through the SSRF
 guard (public addresses, or `[tools] allowed_hosts`), with the byte cap and a time cap. The
-decoding runs in a thread, off the event loop. Anything wrong is a 400 in the client's dialect.
+decoding runs in a worker thread, off the event loop, a few requests' at a time
+(`core/checks.py`); one request's images together stay within `max_request_pixels`. Anything
+wrong is a 400 in the client's dialect.
 Audio parts (for an engine that hears them) are checked the same way, within their own limits.
 """
 
@@ -16,8 +18,9 @@ import httpx2
 from sluicegate.config import Settings
 from sluicegate.core.allowlist import AllowList
 from sluicegate.core.audio import AudioLimits, decode_audio
+from sluicegate.core.checks import off_loop
 from sluicegate.core.errors import invalid
-from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_image
+from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_images
 from sluicegate.core.request import ChatRequest, ContentPart
 from sluicegate.tools.ssrf import PinnedTransport, UrlRefused, check_url
 
@@ -33,7 +36,10 @@ class ImageSettings:
     @classmethod
     def from_settings(cls, settings: Settings) -> ImageSettings:
         limits = ImageLimits(
-            settings.max_image_bytes, settings.max_image_pixels, settings.max_images_per_request
+            settings.max_image_bytes,
+            settings.max_image_pixels,
+            settings.max_images_per_request,
+            settings.max_request_pixels,
         )
         return cls(
             limits,
@@ -65,7 +71,7 @@ async def load_audio(chat: ChatRequest, limits: AudioLimits) -> None:
             code="too_many_audio_clips",
         )
     todo = [part for part in parts if part.sound is None]
-    sounds = await asyncio.to_thread(
+    sounds = await off_loop(
         lambda: [decode_audio(part.audio_data, part.audio_format, limits) for part in todo]
     )
     for part, sound in zip(todo, sounds, strict=True):
@@ -85,7 +91,8 @@ async def load_images(chat: ChatRequest, settings: ImageSettings) -> None:
         )
     todo = [part for part in parts if part.picture is None]
     encoded = [await _image_bytes(part.image_url, settings) for part in todo]
-    pictures = await asyncio.to_thread(lambda: [decode_image(data, limits) for data in encoded])
+    decoded = sum(p.picture.width * p.picture.height for p in parts if p.picture is not None)
+    pictures = await off_loop(lambda: decode_images(encoded, limits, decoded))
     for part, picture in zip(todo, pictures, strict=True):
         part.picture = picture
 

@@ -28,6 +28,15 @@ Json = dict[str, Any]
 # How soon a run the store could not fail is tried again (doubling up to the maximum).
 ABANDON_RETRY_SECONDS = 0.1
 ABANDON_RETRY_MAX_SECONDS = 10.0
+TERMINAL = frozenset({"completed", "failed", "cancelled", "incomplete"})
+# What a snapshot says between the turn's end and its record being stored: still running.
+_NOT_ENDED_YET = {
+    "status": "in_progress",
+    "completed_at": None,
+    "usage": None,
+    "error": None,
+    "incomplete_details": None,
+}
 
 
 class LiveTurn:
@@ -52,6 +61,10 @@ class LiveTurn:
         self.encoder = encoder
         self._live = live
         self.finished = False
+        # How it ended may be shown: its record is stored, or never will be (the store refused
+        # it and the turn is given up as failed). Until then a client told `completed` could
+        # lose it to a crash (docs/storage.md, "Stored before it is said").
+        self.settled = False
         self._done: asyncio.Event | None = None  # made by the first `wait()`: most turns have none
 
     def __enter__(self) -> LiveTurn:
@@ -61,11 +74,24 @@ class LiveTurn:
     def __exit__(self, *exc: object) -> None:
         self._live.pop(self.id, None)
         self.finished = True
+        self.settled = True  # over: a GET reads the store now; `wait()` says how it ended
         if self._done is not None:
             self._done.set()
 
-    def snapshot(self) -> Json:
+    def stored(self) -> None:
+        """The persister stored the turn's final record."""
+        self.settled = True
+
+    def response_object(self) -> Json:
+        """The encoder's object as it is, ended or not."""
         return self.encoder.response_object() or {}
+
+    def snapshot(self) -> Json:
+        """The object a client may be shown: never a terminal status before it is settled."""
+        response = self.response_object()
+        if self.settled or response.get("status") not in TERMINAL:
+            return response
+        return {**response, **_NOT_ENDED_YET}
 
     def cancel(self, reason: str) -> None:
         self.pipeline.cancel(reason)
@@ -139,11 +165,12 @@ class BackgroundRun(LiveTurn):
         if self.log.closed:
             return
         await self.log.extend([frame_bytes(f) for f in frames if f is not DONE])
-        status = str(self.snapshot().get("status", ""))
+        response = self.response_object()
+        status = str(response.get("status", ""))
         if status != self._status and status in ("queued", "in_progress"):
             # Other replicas read the snapshot of a run in flight from the store.
             self._status = status
-            await self.store.update_run(self.id, self.snapshot(), scope=self.scope)
+            await self.store.update_run(self.id, response, scope=self.scope)
 
     async def _run(self, frames: AsyncGenerator[list[Frame], None]) -> None:
         try:
@@ -165,6 +192,7 @@ class BackgroundRun(LiveTurn):
                     ErrorInfo(ErrorKind.INTERNAL, "The server had an error while running this response.")
                 )
             self.log.abort()  # followers end now (a no-op when the persister finished it)
+            self.settled = True  # stored, or failed for good here: `_abandon` tells the store
             await self._abandon()
         finally:
             self.log.abort()
@@ -177,8 +205,8 @@ class BackgroundRun(LiveTurn):
         and it is retried until the store can say so."""
         if self.log.ended:
             return
-        snapshot = self.snapshot()
-        error = snapshot.get("error") if snapshot.get("status") == "failed" else None
+        response = self.response_object()
+        error = response.get("error") if response.get("status") == "failed" else None
         delay = ABANDON_RETRY_SECONDS
         while True:
             try:

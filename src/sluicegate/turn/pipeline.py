@@ -1,7 +1,9 @@
-"""One response's canonical events → the accumulator and the dialect's frames.
+"""One response: its engine's raw events → the stream core → the dialect's frames.
 
 The same pipeline serves a stream (`frames`) and a non-streaming answer (`collect`), so the
-two can never disagree. It keeps one promise for every dialect: a stored turn is written
+two can never disagree. Its read loop is the stream core's task driver (`turn/stream_core.py`);
+a stream given a fast lane (`engines/lane.py`) is driven by the upstream connection's callback
+too, while the task waits (`carry`): the same core, the same frames. It keeps one promise for every dialect: a stored turn is written
 before the frames that say it is done (`response.completed`, `chat.end`, the body) leave, so a
 client that saw "completed" can always read it back.
 
@@ -15,33 +17,42 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.core.events import Event, EventBatch, Failed, Finished
+from sluicegate.core.events import Failed, RawBatch, RawEvent, TextDelta, ToolCallDelta, UsageReport
 from sluicegate.core.frames import Frame
+from sluicegate.core.segment import reads
 from sluicegate.dialects.base import Encoder
+from sluicegate.engines.lane import Lane
+from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
+from sluicegate.transport.stream import Emitter
+from sluicegate.turn.stream_core import StreamCore
 
 log = logging.getLogger(__name__)
+
+# The fast lane; off with SLUICEGATE_FAST_LANE=0: every read takes the task (the tests compare).
+LANE_ENABLED = os.environ.get("SLUICEGATE_FAST_LANE", "1") != "0"
+LANE_READS = METRICS.key("sluicegate_fast_lane_reads_total")
 
 # Persist the turn: (cancel reason or None, the frames that end it) → durable.
 Persist = Callable[[str | None, list[Frame]], Awaitable[None]]
 
 
-async def _close(events: AsyncIterator[Event]) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 class TurnPipeline:
     __slots__ = (
+        "_emitter",
+        "_lane",
         "_opening",
         "_task",
         "accumulator",
         "cancel_reason",
+        "core",
+        "deadline",
         "encoder",
         "ended",
         "events",
@@ -51,21 +62,32 @@ class TurnPipeline:
 
     def __init__(
         self,
-        events: AsyncIterator[Event],
+        events: AsyncIterator[RawEvent],
         encoder: Encoder,
         accumulator: Accumulator,
         persist: Persist | None = None,
         tap: EventTap | None = None,
+        *,
+        deadline: Deadline | None = None,
+        deltas: Key | None = None,
+        lane: Lane | None = None,
     ) -> None:
+        """`events`: the engine's raw events; `deadline`: the stream's request and idle limits;
+        `lane`: the fast lane the engine was given (then `deltas`, the model's delta counter,
+        is counted here: see `turn/stream_core.py`)."""
         self.events = events
         self.tap = tap  # metrics and the access line, called per event (no generator layer)
         self.encoder = encoder
         self.accumulator = accumulator
+        self.deadline = deadline
+        self.core = StreamCore(encoder, accumulator, tap, deadline, deltas)
         self.persist = persist
         self.ended = False
         self.cancel_reason: str | None = None
         self._task: asyncio.Task[object] | None = None
         self._opening: list[Frame] | None = None
+        self._lane = lane
+        self._emitter: Emitter | None = None
 
     def open(self) -> None:
         """Encode the opening frames now, before anything is sent: a failure here is still an
@@ -129,12 +151,12 @@ class TurnPipeline:
         return self.cancel_reason is not None and task is not None and task.uncancel() == 0
 
     async def frames(self) -> AsyncGenerator[list[Frame], None]:
-        """The stream: opening frames, one list per event (or batch of events) that renders, the
-        ending."""
-        encoder, feed, encode = self.encoder, self.accumulator.feed, self.encoder.encode
+        """The stream: opening frames, one list per read that renders, the ending."""
+        encoder, core = self.encoder, self.core
         self._task = asyncio.current_task()
         tap = self.tap
         tapping = False
+        events = reads(self.events, self.deadline)
         try:
             if self.cancel_reason is not None:  # cancelled before it started
                 raise asyncio.CancelledError
@@ -146,28 +168,19 @@ class TurnPipeline:
             if tap is not None:
                 tap.start()
                 tapping = True
-            async for event in self.events:
-                if type(event) is EventBatch:  # one upstream read: one list of frames out
-                    frames = []
-                    for inner in event.events:  # never a terminal event (see EventBatch)
-                        if tap is not None:
-                            tap.see(inner)
-                        feed(inner)
-                        frames += encode(inner)
-                    if frames:
-                        yield frames
-                    continue
-                if tap is not None:
-                    tap.see(event)
-                feed(event)
-                frames = encode(event)
-                kind = type(event)
-                if kind is Finished or kind is Failed:
-                    frames = await self._end(None, frames)
-                    yield [*frames, *encoder.closing()]
-                    return
+            push = core.push
+            async for event in events:
+                frames = push(event)
                 if frames:
                     yield frames
+                if core.failure is not None:
+                    break
+            await events.aclose()  # the engine closed and the deadline disarmed before the end
+            before, frames = core.finish()
+            if before:
+                yield before
+            frames = await self._end(None, frames)
+            yield [*frames, *encoder.closing()]
         except asyncio.CancelledError:
             if not self._owned_cancel():
                 raise
@@ -182,7 +195,40 @@ class TurnPipeline:
         finally:
             if tapping:
                 tap.end()  # type: ignore[union-attr]
-            await _close(self.events)
+            await events.aclose()
+
+    def bind(self, emitter: Emitter | None) -> None:
+        """The stream's transport runs (`emitter`), or has stopped (None): the fast lane is
+        open while it runs."""
+        self._emitter = emitter
+        lane = self._lane
+        if lane is not None:
+            lane.deliver = self.carry if emitter is not None else None
+
+    def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None) -> bool:
+        """The fast lane's driver (`Lane.deliver`): a read pushed through the core in the
+        upstream connection's callback, its frames handed to the transport; False, with
+        nothing changed, when the task must take it — a read with anything but deltas and
+        usage (the end, a failure, progress), a transport that is behind, a wait that is not
+        the stream's own task, a turn that is ending."""
+        emitter = self._emitter
+        if (
+            emitter is None
+            or task is not emitter.producer
+            or not emitter.ready
+            or self.ended
+            or self.cancel_reason is not None
+        ):
+            return False
+        for event in batch:
+            kind = type(event)
+            if kind is not TextDelta and kind is not ToolCallDelta and kind is not UsageReport:
+                return False
+        frames = self.core.push(RawBatch(batch))
+        if frames:
+            emitter.emit(frames)
+        METRICS.counters[LANE_READS] += 1
+        return True
 
     async def collect(self) -> ChatResult:
         """Run the turn to its end for a non-streaming answer: the stream's own loop (so the two

@@ -36,13 +36,12 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
-from sluicegate.core.lane import Lane
 from sluicegate.core.owned import Owned
-from sluicegate.core.pipeline import canonical_events, stream_deadline, unless_disconnected
+from sluicegate.core.pipeline import stream_deadline, unless_disconnected
 from sluicegate.core.scope import IssuedKey, issued_key
-from sluicegate.core.segmenter import Segmenter
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
+from sluicegate.engines.lane import Lane
 from sluicegate.engines.models import Model
 from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
@@ -52,6 +51,7 @@ from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
 from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writer, server_send, stream_chunks
+from sluicegate.turn.choices import ChoicesRun, open_choices
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -63,10 +63,8 @@ from sluicegate.turn.http import (
     wait_for_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
-from sluicegate.turn.lane import ENABLED as LANE_ENABLED
-from sluicegate.turn.lane import TurnLane
 from sluicegate.turn.live import BackgroundRun, LiveTurn
-from sluicegate.turn.pipeline import Persist, TurnPipeline
+from sluicegate.turn.pipeline import LANE_ENABLED, Persist, TurnPipeline
 from sluicegate.turn.record import built_response
 from sluicegate.turn.state import AppState
 from sluicegate.turn.tools import open_model, request_toolset
@@ -108,7 +106,8 @@ class Prepared:
     input_items: list[Json]
     scope: str  # whose turn it is (`core/scope.py`): what it is stored and sealed under
     resolved: Resolved | None
-    lane: TurnLane | None = None  # a plain stream's fast lane (turn/lane.py)
+    lane: TurnPipeline | None = None  # a plain stream given a fast lane: the pipeline drives it
+    choices: ChoicesRun | None = None  # `n` > 1: every choice's pipeline (`pipeline` is the first)
 
 
 class TurnHooks:
@@ -199,6 +198,8 @@ class TurnEndpoint:
         self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
+        if prepared.choices is not None:
+            return await self._run_choices(state, request, send, prepared, prepared.choices)
         if turn.background:
             retention = state.settings.responses_retention_days * 86400
             resolved = prepared.resolved or Resolved(input_items=[], history=[])
@@ -235,6 +236,24 @@ class TurnEndpoint:
             return await self._send_error(info, send, prepared.headers)
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
 
+    async def _run_choices(
+        self, state: AppState, request: Request, send: Send, prepared: Prepared, run: ChoicesRun
+    ) -> int:
+        if prepared.turn.stream:
+            await self._stream(state, request, send, run.frames(), prepared.headers)
+            await run.abandon("client_disconnected")  # a no-op for the choices that ended
+            return 200
+        try:
+            results = await unless_disconnected(run.collect(), lambda: wait_for_disconnect(request))
+        except SluicegateError:  # the client left
+            await run.abandon("client_disconnected")
+            return 499
+        body = run.body(results)
+        failed = next((r.error for r in results if r.error is not None), None)
+        if failed is not None:
+            return await self._send_error(self.dialect.failure(failed, body), send, prepared.headers)
+        return await self._send_json(body, send, prepared.headers)
+
     def _stream(
         self,
         state: AppState,
@@ -242,7 +261,7 @@ class TurnEndpoint:
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
-        lane: TurnLane | None = None,
+        lane: TurnPipeline | None = None,
     ) -> Awaitable[StreamOutcome]:
         # The transport's own coroutine, not a frame of ours around it for the stream's life;
         # which transport is the dialect's registry entry.
@@ -279,9 +298,10 @@ class TurnEndpoint:
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
-        turn.chat.model = dialect.resolve_model(turn.chat.model, state.registry.models)
-        allow_model(source.key, turn.chat.model)
-        model = state.registry.get(turn.chat.model)
+        models = state.registry.models
+        model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
+        allow_model(source.key, model.id, asked=turn.chat.model)
+        turn.chat.model = model.id
         dialect.check(turn, model.engine.info())
         scope = source.scope
         chat = turn.chat
@@ -304,11 +324,23 @@ class TurnEndpoint:
         if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
-        # A plain stream (no tool loop between the engine and the pipeline) gets a fast lane.
-        lane = Lane() if LANE_ENABLED and turn.stream and not turn.background and toolset is None else None
-        if lane is not None:
-            chat = replace(chat, lane=lane)
-        generation = open_model(
+        if chat.sampling.n > 1:
+            run = await open_choices(
+                self.dialect,
+                turn,
+                chat,
+                model,
+                toolset,
+                owned,
+                state.limits,
+                scope,
+                lambda o: _engine_answer(source.disconnected, model, o, state, stream=turn.stream),
+            )
+            first = run.pipelines[0]
+            return Prepared(
+                turn, run.turn_id, first.encoder, first, run.headers, [], scope, None, choices=run
+            )
+        generation = await open_model(
             chat,
             model,
             toolset,
@@ -318,6 +350,13 @@ class TurnEndpoint:
             approved=resolved.approved if resolved is not None else [],
         )
         owned.push_async_callback(_aclose, generation.events)
+        # A plain stream (no tool loop between the engine and the pipeline) offers its engine a
+        # fast lane; an engine that relays an upstream's reads takes it.
+        lane: Lane | None = None
+        if LANE_ENABLED and turn.stream and not turn.background and toolset is None:
+            lane = Lane()
+            if not generation.read_through(lane):
+                lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
             opened = await _engine_answer(source.disconnected, model, opened, state, stream=turn.stream)
@@ -340,12 +379,16 @@ class TurnEndpoint:
             else None
         )
         # Metrics and the access line see every turn's canonical stream (the tap, per event).
-        segmenter, deadline = Segmenter(), stream_deadline(state.limits)
-        events = canonical_events(opened.events, state.limits, segmenter, deadline)
-        pipeline = TurnPipeline(events, encoder, accumulator, persist, EventTap.current())
-        turn_lane = None
-        if lane is not None:
-            turn_lane = TurnLane(lane, pipeline, segmenter, deadline, deltas_key(model.engine.model_id))
+        pipeline = TurnPipeline(
+            opened.events,
+            encoder,
+            accumulator,
+            persist,
+            EventTap.current(),
+            deadline=stream_deadline(state.limits),
+            deltas=deltas_key(model.engine.model_id) if lane is not None else None,
+            lane=lane,
+        )
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
         # The engine may add headers while it checks the request (a context policy's trimming).
         # Checked here, before the turn runs: a header that cannot be sent must not surface as an
@@ -361,7 +404,17 @@ class TurnEndpoint:
         if turn_id:
             headers["X-Request-ID"] = turn_id
         items = items_to_json(resolved.input_items) if resolved is not None else []  # the stored form
-        return Prepared(turn, turn_id, encoder, pipeline, headers, items, scope, resolved, turn_lane)
+        return Prepared(
+            turn,
+            turn_id,
+            encoder,
+            pipeline,
+            headers,
+            items,
+            scope,
+            resolved,
+            pipeline if lane is not None else None,
+        )
 
     async def _send_error(self, info: ErrorInfo, send: Send, headers: dict[str, str] | None = None) -> int:
         status = self.dialect.status(info)
@@ -482,5 +535,7 @@ def _persister(
             await live.log.finish([frame_bytes(f) for f in final if f is not DONE], record)
         else:
             await state.store.put(record, scope=scope)
+        if live is not None:
+            live.stored()  # durable: a GET may say how it ended now
 
     return persist

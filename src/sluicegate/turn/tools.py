@@ -42,7 +42,7 @@ def _listed(history: list[ConversationItem]) -> set[tuple[str, tuple[str, ...]]]
     }
 
 
-def open_model(
+async def open_model(
     chat: ChatRequest,
     model: Model,
     toolset: ToolSet | None,
@@ -54,12 +54,12 @@ def open_model(
 ) -> Generation:
     """The turn's raw events and the instance serving it."""
     if toolset is None or tools is None or (not toolset.listings and not approved):
-        return model.open(chat)
+        return await model.admit(chat)
     if approved:
         return Generation(
             model.instance_id, _tool_turn(chat, model, toolset, tools, max_rounds, history, approved, None)
         )
-    first = model.open(with_server_tools(chat, toolset))
+    first = await model.admit(with_server_tools(chat, toolset))
     # The loop gets the client's own request: it tells client functions from server tools by it.
     # Closing the turn closes `first` too, even when the loop never reached it.
     return loop_generation(first, _tool_turn(chat, model, toolset, tools, max_rounds, history, [], first))
@@ -95,7 +95,7 @@ async def _tool_turn(
             )
 
         async def open_round(request: ChatRequest) -> AsyncIterator[RawEvent]:
-            return model.open(request).events
+            return (await model.admit(request)).events
 
         rounds: OpenRound = model_rounds(model, first) if first is not None else open_round
         already = _listed(history)

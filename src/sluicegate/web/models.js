@@ -71,6 +71,8 @@ function capabilities(model) {
   const caps = model.capabilities || {};
   const names = [];
   if (model.type === "embedding" || model.type === "embeddings") names.push("embeddings");
+  if (model.type === "stt") names.push("speech to text");
+  if (model.type === "tts") names.push("text to speech");
   if (caps.trained_for_tool_use) names.push("tools");
   if (caps.vision) names.push("vision");
   if (caps.reasoning) names.push("reasoning");

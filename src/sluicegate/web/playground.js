@@ -230,6 +230,7 @@ class Turn {
     this.el = $("turn-template").content.firstElementChild.cloneNode(true);
     this.el.querySelector(".who").textContent = message.model + (message.dialect ? ` · ${DIALECTS[message.dialect]?.label || message.dialect}` : "");
     this.el.querySelector(".head").append(copyButton("Copy answer"));
+    if (typeof playButton === "function") this.el.querySelector(".head").append(playButton(() => assistantText(this.msg))); // voice.js
     this.el.copySource = () => assistantText(this.msg);
     this.blocks = this.el.querySelector(".blocks");
     this.log = this.el.querySelector(".log");

@@ -76,7 +76,7 @@ def test_missing_key_says_how_to_send_one() -> None:
 
 def test_open_paths() -> None:
     assert client(KEYS).get("/health").status_code == 200
-    assert all(is_open(p) for p in ["/health", "/", "/playground", "/playground/app.js"])
+    assert all(is_open(p) for p in ["/health", "/v1/health", "/", "/playground", "/playground/app.js"])
     assert not any(is_open(p) for p in ["/healthz", "/playgroundx", "/v1/models", "//health"])
 
 
@@ -123,3 +123,11 @@ def test_a_request_that_passes_holds_no_frame_of_the_middleware() -> None:
     scope = {"type": "http", "path": "/v1/chat/completions", "headers": [(b"x-api-key", b"sk-one")]}
     assert APIKeyMiddleware(cast(Any, inner), KEYS)(scope, mock.Mock(), mock.Mock()) is handed[-1]
     assert APIKeyMiddleware(cast(Any, inner), [])(scope, mock.Mock(), mock.Mock()) is handed[-1]
+
+
+def test_models_is_open_only_as_the_page() -> None:
+    """`GET /models` is the page for a browser (open) and the listing for a client (keyed)."""
+    page = {"path": "/models", "headers": [(b"accept", b"text/html,application/xhtml+xml")]}
+    listing = {"path": "/models", "headers": [(b"accept", b"application/json")]}
+    assert auth.is_open_request(page) and not auth.is_open_request(listing)
+    assert not auth.is_open_request({"path": "/models", "headers": []})

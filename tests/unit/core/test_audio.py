@@ -70,3 +70,37 @@ def test_limits_are_400s_before_decoding() -> None:
         assert refusal(b64(clip), limits=AudioLimits(max_bytes=size)) == "invalid_audio"  # not too large
     assert refusal(b64(silent_mp3(seconds=3.0)), "mp3", AudioLimits(max_seconds=2.0)) == "audio_too_long"
     assert decode_audio(long, "wav", AudioLimits(max_seconds=3.0)).seconds == pytest.approx(3.0)
+
+
+# MPEG-2.5 Layer III, 8 kbit/s, 8 kHz, mono: 72 bytes that play 0.072 s, the most audio per byte.
+_SLOW_FRAME = bytes([0xFF, 0xE3, 0x18, 0xC0]) + bytes(68)
+
+
+def test_a_junk_byte_does_not_hide_the_frames_behind_it() -> None:
+    """One frame, one junk byte, 160,000 more frames: a header check that stopped at the junk
+    measured 0.07 s, and the decoder, which resyncs, heard 11,520 s."""
+    crafted = _SLOW_FRAME + b"\x00" + _SLOW_FRAME * 160_000
+    assert len(crafted) < AudioLimits().max_bytes  # inside the size limit: only the duration refuses it
+    assert refusal(b64(crafted), "mp3", says="11520.1 s") == "audio_too_long"
+    # Within the limit, the decoder gets the frames alone: nothing it could hear beyond them.
+    sound = decode_audio(b64(_SLOW_FRAME + b"junk" + _SLOW_FRAME * 9), "mp3", AudioLimits())
+    assert sound.seconds == pytest.approx(0.72) and sound.data == _SLOW_FRAME * 10
+
+
+def test_a_wav_plays_by_its_sample_width_not_its_block_align() -> None:
+    """blockAlign 65535 on 327 s of 16-bit mono: 0.016 s by the header's frame size, 327 s as
+    a decoder reads the samples (channels x width)."""
+    wav = bytearray(tone_wav(0.0, seconds=327.0, rate=1_000))
+    wav[32:34] = struct.pack("<H", 65535)
+    assert refusal(b64(bytes(wav)), says="327.0 s") == "audio_too_long"
+    short = bytearray(tone_wav(440.0, seconds=2.0, rate=8_000))
+    short[32:34] = struct.pack("<H", 65535)
+    sound = decode_audio(b64(bytes(short)), "wav", AudioLimits())
+    assert sound.seconds == pytest.approx(2.0)
+    assert struct.unpack_from("<H", sound.data, 32)[0] == 2  # the decoder gets a canonical header
+    assert sound.data[44:] == bytes(short[44:])
+
+
+def test_a_compressed_wav_is_refused_rather_than_mismeasured() -> None:
+    adpcm = tone_wav(440.0, format_code=2)  # MS ADPCM: its frames are not channels x width
+    assert refusal(b64(adpcm), says="not PCM") == "invalid_audio"

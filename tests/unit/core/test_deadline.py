@@ -1,11 +1,13 @@
-"""core/deadlines.py: request deadline and idle timeout end the stream and cancel the engine."""
+"""core/deadlines.py: request deadline and idle timeout end the stream and cancel the engine,
+as the stream's read loop (`core/segment.py` `reads`) and its per-read step (`Segments.push`,
+which every driver of the stream core takes) apply them."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
 
-from sluicegate.core.deadlines import with_deadlines
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     Event,
@@ -22,6 +24,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
+from sluicegate.core.segment import Segments, reads
 
 LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
 
@@ -58,6 +61,21 @@ async def drain(stream: AsyncIterator[Event] | AsyncIterator[RawEvent]) -> list:
         return [event async for event in stream]
 
 
+async def guarded(
+    raw: AsyncIterator[RawEvent], *, deadline_seconds: float | None, idle_seconds: float | None
+) -> list[RawEvent]:
+    """The raw events as the stream's task reads them under the limits, each read taking the
+    core's step (its clock restarts the idle timer)."""
+    deadline = Deadline.of(deadline_seconds, idle_seconds)
+    segments = Segments(deadline)
+    out: list[RawEvent] = []
+    async with asyncio.timeout(LIMIT):
+        async for event in reads(raw, deadline):
+            segments.push(event, [])
+            out.append(event)
+    return out
+
+
 def forever() -> AsyncIterator[RawEvent]:
     async def gen() -> AsyncIterator[RawEvent]:
         while True:
@@ -74,7 +92,7 @@ async def test_events_pass_through_untouched_without_limits() -> None:
         Finished(FinishReason.STOP),
     ]
     engine = Engine(events)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=None))
+    out = await guarded(engine.run(), deadline_seconds=None, idle_seconds=None)
     assert len(out) == 3 and all(a is b for a, b in zip(out, events, strict=True))
     assert engine.log == ["done"]
 
@@ -82,14 +100,14 @@ async def test_events_pass_through_untouched_without_limits() -> None:
 async def test_events_pass_through_untouched_within_limits() -> None:
     events: list[RawEvent] = [TextDelta(ItemKind.MESSAGE, str(i)) for i in range(5)]
     engine = Engine(events, gap=0.01)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=30, idle_seconds=5))
+    out = await guarded(engine.run(), deadline_seconds=30, idle_seconds=5)
     assert len(out) == 5 and all(a is b for a, b in zip(out, events, strict=True))
     assert engine.log == ["done"]
 
 
 async def test_deadline_ends_with_timeout_and_cancels_the_engine() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "a")], then_sleep=30)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=0.2, idle_seconds=None))
+    out = await guarded(engine.run(), deadline_seconds=0.2, idle_seconds=None)
     assert out[0] == TextDelta(ItemKind.MESSAGE, "a")
     assert len(out) == 2
     failed = out[-1]
@@ -100,14 +118,14 @@ async def test_deadline_ends_with_timeout_and_cancels_the_engine() -> None:
 
 
 async def test_deadline_applies_even_when_the_engine_keeps_talking() -> None:
-    out = await drain(with_deadlines(forever(), deadline_seconds=0.2, idle_seconds=5))
+    out = await guarded(forever(), deadline_seconds=0.2, idle_seconds=5)
     assert len(out) > 1  # it did stream for a while
     assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.TIMEOUT
 
 
 async def test_idle_timeout_ends_with_idle_timeout_and_cancels_the_engine() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")], then_sleep=30)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=30, idle_seconds=0.15))
+    out = await guarded(engine.run(), deadline_seconds=30, idle_seconds=0.15)
     assert [e.text for e in out[:2]] == ["a", "b"]
     failed = out[-1]
     assert isinstance(failed, Failed)
@@ -118,7 +136,7 @@ async def test_idle_timeout_ends_with_idle_timeout_and_cancels_the_engine() -> N
 
 async def test_idle_timeout_before_the_first_event() -> None:
     engine = Engine([], then_sleep=30)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=0.1))
+    out = await guarded(engine.run(), deadline_seconds=None, idle_seconds=0.1)
     assert len(out) == 1 and isinstance(out[0], Failed) and out[0].error.kind is ErrorKind.IDLE_TIMEOUT
     assert engine.log == ["cancelled"]
 
@@ -128,20 +146,20 @@ async def test_each_event_resets_the_idle_clock() -> None:
     # (a gap would have to stretch 4x on a loaded machine to trip it)
     events: list[RawEvent] = [TextDelta(ItemKind.MESSAGE, str(i)) for i in range(8)]
     engine = Engine(events, gap=0.25)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=None, idle_seconds=1.0))
+    out = await guarded(engine.run(), deadline_seconds=None, idle_seconds=1.0)
     assert not any(isinstance(e, Failed) for e in out)
     assert len(out) == 8
 
 
 async def test_the_earlier_limit_decides_the_kind() -> None:
     engine = Engine([], then_sleep=30)
-    out = await drain(with_deadlines(engine.run(), deadline_seconds=0.1, idle_seconds=20))
+    out = await guarded(engine.run(), deadline_seconds=0.1, idle_seconds=20)
     assert isinstance(out[-1], Failed) and out[-1].error.kind is ErrorKind.TIMEOUT
 
 
 async def test_closing_early_closes_the_engine() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")])
-    stream = with_deadlines(engine.run(), deadline_seconds=5, idle_seconds=5)
+    stream = reads(engine.run(), Deadline.of(5, 5))
     await anext(stream)
     await stream.aclose()
     assert engine.log == ["closed"]

@@ -254,7 +254,7 @@ def test_server_tools_are_skipped_not_refused() -> None:
     ("body", "param"),
     [
         ({"model": "m", "max_tokens": 1}, "messages"),
-        ({"max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}, "model"),
+        ({"model": 5, "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]}, "model"),
         (base(max_tokens=0), "max_tokens"),
         (base(messages=[{"role": "robot", "content": "x"}]), "messages[0].role"),
         (base(messages=[{"role": "user", "content": [{"type": "bogus"}]}]), "messages[0].content[0].type"),
@@ -272,3 +272,40 @@ def test_bad_input_names_the_parameter(body: Any, param: str) -> None:
 
 def test_body_must_be_an_object() -> None:
     refused([1, 2])
+
+
+def test_a_tool_results_image_is_an_image_part() -> None:
+    """An image in a `tool_result` reaches the model as an image, where it stands (it was the
+    text `[image]` before); an error result keeps its `Error:` prefix."""
+    image = {"type": "image", "source": {"type": "url", "url": "https://example.com/shot.png"}}
+    body = base(
+        messages=[
+            {"role": "user", "content": "screenshot?"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "shot", "input": {}}]},
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "t1",
+                        "is_error": True,
+                        "content": [{"type": "text", "text": "blurry"}, image],
+                    }
+                ],
+            },
+        ]
+    )
+    chat, _ = parse(body)
+    tool = chat.messages[2]
+    assert tool.role == "tool" and tool.tool_call_id == "t1" and not isinstance(tool.content, str)
+    assert [(p.type, p.text, p.image_url) for p in tool.content] == [
+        ("text", "Error: blurry", ""),
+        ("image", "", "https://example.com/shot.png"),
+    ]
+    alone = base(
+        messages=[
+            *body["messages"][:2],
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": [image]}]},
+        ]
+    )
+    assert [p.type for p in parse(alone)[0].messages[2].content] == ["image"]

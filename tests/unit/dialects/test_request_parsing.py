@@ -10,6 +10,7 @@ import pytest
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ContentPart, Message, RequestOptions, ToolCall, ToolSpec
 from sluicegate.dialects.chat_completions.request import parse_chat_request
+from sluicegate.engines.model_names import ModelNames
 
 WEATHER_TOOL = {
     "type": "function",
@@ -220,7 +221,6 @@ def test_null_optional_params_are_treated_as_absent() -> None:
     [
         ([], None),  # not an object
         ("hello", None),
-        ({"messages": [{"role": "user", "content": "hi"}]}, "model"),
         (minimal(model=5), "model"),
         ({"model": "m"}, "messages"),
         (minimal(messages=[]), "messages"),
@@ -279,7 +279,8 @@ def test_null_optional_params_are_treated_as_absent() -> None:
         (minimal(stream_options={"include_usage": True}), "stream_options"),  # without stream
         (minimal(stream=True, stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
         (minimal(stream=True, stream_options=[]), "stream_options"),
-        (minimal(logit_bias={"50256": -100}), "logit_bias"),
+        (minimal(logit_bias={"<|endoftext|>": -100}), "logit_bias"),  # text, not a token id
+        (minimal(logit_bias={"50256": -101}), "logit_bias"),
         (minimal(modalities=["text", "audio"]), "modalities"),
         (minimal(audio={"voice": "alloy"}), "audio"),
         (minimal(functions=[{"name": "f"}]), "functions"),
@@ -317,8 +318,10 @@ def test_error_messages_follow_openai_wording() -> None:
     with pytest.raises(SluicegateError) as caught:
         parse_chat_request(minimal(temperature=3))
     assert caught.value.info.message == "Invalid 'temperature': expected a value <= 2, but got 3 instead."
-    with pytest.raises(SluicegateError) as caught:
-        parse_chat_request({"messages": []})
+    with pytest.raises(SluicegateError) as caught:  # a missing model: no default model served it
+        ModelNames().resolve(
+            parse_chat_request({"messages": [{"role": "user", "content": "x"}]})[0].model, {}
+        )
     assert caught.value.info.message == "Missing required parameter: 'model'."
     assert caught.value.info.code == "missing_required_parameter"  # as OpenAI sends it
     with pytest.raises(SluicegateError) as caught:

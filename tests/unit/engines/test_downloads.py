@@ -41,6 +41,11 @@ def hub() -> Iterator[FakeHub]:
     fake.add(REPO, FILES)
     fake.add("acme/solo-GGUF", {"solo.Q5_K_S.gguf": Q4})
     fake.add("acme/no-gguf", {"model.safetensors": b"weights"})
+    # A hostile Hub: names that leave the repository's folder (issue 47).
+    fake.add("evil/up", {"../up-Q4_K_M.gguf": Q4})
+    fake.add("evil/deep", {"a/../../../deep-Q4_K_M.gguf": Q4})
+    fake.add("evil/absolute", {"/tmp/absolute-Q4_K_M.gguf": Q4})
+    fake.add("evil/mixed", {"../mixed-Q8_0.gguf": Q8, "mixed-Q4_K_M.gguf": Q4, "/abs/mixed-F16.gguf": Q4})
     with fake.running():
         yield fake
 
@@ -231,3 +236,37 @@ def test_pick_projector() -> None:
     assert pick_projector({"mmproj-m-f32.gguf": 1, "mmproj-m-BF16.gguf": 1}, "m.gguf") == "mmproj-m-BF16.gguf"
     assert pick_projector(files, "sub/m-Q8_0.gguf") == "sub/mmproj-other-f16.gguf"  # the model's folder
     assert pick_projector({"m.gguf": 1}, "m.gguf") is None
+
+
+# --- a hostile Hub: every path written is checked against the models directory ----------------
+
+HOSTILE = ["evil/up", "evil/deep", "evil/absolute"]
+
+
+@pytest.mark.parametrize("repo", HOSTILE)
+async def test_a_file_name_that_leaves_the_models_dir_is_refused(
+    hub: FakeHub, tmp_path: Path, repo: str
+) -> None:
+    models = tmp_path / "models"
+    with pytest.raises(DownloadError, match="outside the models directory"):
+        resolve(repo, None, models, hub.url)
+    downloads = Downloads(models, hub.url)
+    with pytest.raises(DownloadError, match="outside the models directory"):
+        await downloads.start(repo, "Q4_K_M")
+    assert downloads.jobs == {}  # no job whose status names a path outside
+    assert await downloads.options(repo) == []  # and none offered
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+async def test_the_options_of_a_repository_are_only_its_safe_files(hub: FakeHub, tmp_path: Path) -> None:
+    downloads = Downloads(tmp_path / "models", hub.url)
+    assert [f.filename for f in await downloads.options("evil/mixed")] == ["mixed-Q4_K_M.gguf"]
+    assert resolve("evil/mixed", "Q4_K_M", tmp_path / "models", hub.url).filename == "mixed-Q4_K_M.gguf"
+    with pytest.raises(DownloadError, match="outside the models directory"):
+        resolve("evil/mixed", "Q8_0", tmp_path / "models", hub.url)
+
+
+@pytest.mark.parametrize("ref", ["../x", "acme/..", "./x", "https://huggingface.co/../x"])
+def test_a_repository_id_that_leaves_the_models_dir_is_refused(ref: str) -> None:
+    with pytest.raises(DownloadError, match="not a Hub repository"):
+        parse_model_ref(ref)

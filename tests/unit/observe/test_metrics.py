@@ -15,19 +15,19 @@ import pytest
 from prometheus_client import multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
+from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import (
-    Event,
     Finished,
     FinishReason,
-    Item,
-    ItemAdded,
-    ItemDelta,
-    ItemDone,
     ItemKind,
+    RawEvent,
+    TextDelta,
+    ToolResult,
     Usage,
     UsageReport,
 )
 from sluicegate.core.request import ProviderInfo
+from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.observe import requests as observe
 from sluicegate.observe.metrics import (
     TOKEN_GAP_BUCKETS,
@@ -37,6 +37,7 @@ from sluicegate.observe.metrics import (
     observe_one,
 )
 from sluicegate.observe.requests import CLIENT_GONE, RequestObserver
+from sluicegate.turn.pipeline import TurnPipeline
 
 
 def samples(metrics: Metrics) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -192,27 +193,29 @@ def test_observing_one_value_equals_the_library_observe() -> None:
 
 
 async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tap as the stream core calls it (turn/stream_core.py), per canonical event."""
     monkeypatch.setattr(observe, "METRICS", Metrics())
-    message = Item(0, ItemKind.MESSAGE, "msg_1")
-    result = Item(1, ItemKind.TOOL_RESULT, "r", provider=ProviderInfo("plugin", "files", "files"), error="x")
+    files = ProviderInfo("plugin", "files", "files")
 
-    async def stream() -> AsyncIterator[Event]:
+    async def engine() -> AsyncIterator[RawEvent]:
         for event in (
-            ItemAdded(message),
-            ItemDelta(message, "a"),
-            ItemDelta(message, "b"),
-            ItemDone(message),
-            ItemDone(result),
+            TextDelta(ItemKind.MESSAGE, "a"),
+            TextDelta(ItemKind.MESSAGE, "b"),
+            ToolResult("call_1", "read", "r", files, error="x"),
             UsageReport(Usage(prompt_tokens=4, completion_tokens=2)),
             Finished(FinishReason.STOP),
         ):
             yield event
 
+    def pipeline() -> TurnPipeline:
+        encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=True, logprobs=False)
+        return TurnPipeline(engine(), encoder, Accumulator(), tap=observe.EventTap.current())
+
     observer = RequestObserver("chat_completions", model="m", log_text=True)
     token = observe._current.set(observer)
     try:
-        seen = [event async for event in observe.observe_events(stream())]
-        assert len(seen) == 7
+        lists = [frames async for frames in pipeline().frames()]
+        assert len(lists) > 2
         assert observer.tokens == 2 and observer.first_token_at is not None
         assert (observer.prompt_tokens, observer.completion_tokens) == (4, 2)
         assert observer.answer_text == ["a", "b"] and observer.status_override is None
@@ -220,9 +223,10 @@ async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytes
 
         cut = RequestObserver("chat_completions", model="m")
         observe._current.set(cut)
-        tap = observe.observe_events(stream())
-        await anext(tap)
-        await tap.aclose()  # the client went away before the end
+        stream = pipeline().frames()
+        await anext(stream)  # the opening
+        await anext(stream)  # the first read
+        await stream.aclose()  # the client went away before the end
         assert cut.status_override == CLIENT_GONE
     finally:
         observe._current.reset(token)

@@ -9,7 +9,7 @@ from sluicegate.parsing import THINK, ToolCallFormat
 
 
 def parse(pieces: list[str]) -> list[tuple[str, ...]]:
-    return collapse(run(pieces, tool_format=ToolCallFormat.HARMONY, reasoning=THINK))
+    return collapse(run(pieces, tool_format=ToolCallFormat("harmony"), reasoning=THINK))
 
 
 @pytest.mark.parametrize("text", ["to=abc hello", "to= x", "assistant to=x and more"])

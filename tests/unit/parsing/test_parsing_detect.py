@@ -91,12 +91,12 @@ GEMMA = r"""{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + r
 @pytest.mark.parametrize(
     ("template", "expected"),
     [
-        (QWEN25, ToolCallFormat.HERMES),
-        (QWEN3, ToolCallFormat.HERMES),
-        (QWEN3_THINKING, ToolCallFormat.HERMES),
-        (LLAMA31, ToolCallFormat.LLAMA3_JSON),
-        (LLAMA32, ToolCallFormat.LLAMA3_JSON),
-        (MISTRAL, ToolCallFormat.MISTRAL),
+        (QWEN25, ToolCallFormat("hermes")),
+        (QWEN3, ToolCallFormat("hermes")),
+        (QWEN3_THINKING, ToolCallFormat("hermes")),
+        (LLAMA31, ToolCallFormat("llama3_json")),
+        (LLAMA32, ToolCallFormat("llama3_json")),
+        (MISTRAL, ToolCallFormat("mistral")),
         (LLAMA3_PLAIN, ToolCallFormat.NONE),
         (GEMMA, ToolCallFormat.NONE),
         (DEEPSEEK_R1, ToolCallFormat.NONE),
@@ -107,8 +107,8 @@ def test_tool_format_from_template(template: str, expected: ToolCallFormat) -> N
 
 
 def test_architecture_is_only_a_fallback_without_a_template() -> None:
-    assert detect_tool_format(None, "qwen2") is ToolCallFormat.HERMES
-    assert detect_tool_format("", "Qwen3") is ToolCallFormat.HERMES
+    assert detect_tool_format(None, "qwen2") == ToolCallFormat("hermes")
+    assert detect_tool_format("", "Qwen3") == ToolCallFormat("hermes")
     assert detect_tool_format(None, "llama") is ToolCallFormat.NONE  # could be Llama or Mistral
     assert detect_tool_format(GEMMA, "qwen2") is ToolCallFormat.NONE  # the template wins
     assert detect_tool_format(None) is ToolCallFormat.NONE
@@ -137,8 +137,8 @@ def test_the_rendered_prompt_says_exactly_whether_reasoning_is_open() -> None:
 
 
 def test_config_values() -> None:
-    assert tool_format_setting("Hermes") is ToolCallFormat.HERMES
-    assert tool_format_setting("llama3_json") is ToolCallFormat.LLAMA3_JSON
+    assert tool_format_setting("Hermes") == ToolCallFormat("hermes")
+    assert tool_format_setting("llama3_json") == ToolCallFormat("llama3_json")
     assert tool_format_setting("none") is ToolCallFormat.NONE
     assert reasoning_setting("think") == THINK
     assert reasoning_setting("none") is None

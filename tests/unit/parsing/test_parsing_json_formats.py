@@ -7,8 +7,8 @@ import orjson
 from parsing_support import M, R, parse_all_ways
 from sluicegate.parsing import THINK, ToolCallFormat
 
-LLAMA = {"tool_format": ToolCallFormat.LLAMA3_JSON}
-MISTRAL = {"tool_format": ToolCallFormat.MISTRAL}
+LLAMA = {"tool_format": ToolCallFormat("llama3_json")}
+MISTRAL = {"tool_format": ToolCallFormat("mistral")}
 
 
 def call(index: int, name: str, arguments: object) -> tuple[object, ...]:

@@ -8,7 +8,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from parsing_support import M, collapse, run
-from sluicegate.parsing import THINK, ToolCallFormat
+from sluicegate.parsing import FAMILIES, THINK, ToolCallFormat
 
 FRAGMENTS = [
     "<think>",
@@ -40,7 +40,7 @@ FRAGMENTS = [
 texts = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=3), max_size=14).map("".join)
 configs = st.fixed_dictionaries(
     {
-        "tool_format": st.sampled_from(list(ToolCallFormat)),
+        "tool_format": st.sampled_from([ToolCallFormat.NONE, *(ToolCallFormat(f.name) for f in FAMILIES)]),
         "reasoning": st.sampled_from([None, THINK]),
         "starts_in_reasoning": st.booleans(),
     }
@@ -57,7 +57,7 @@ def chunk(text: str, cuts: list[int]) -> list[str]:
 def test_any_chunking_parses_like_the_whole(text: str, cuts: list[int], config: dict[str, Any]) -> None:
     whole = collapse(run([text], **config))
     assert collapse(run(chunk(text, cuts), **config)) == whole
-    opener = {ToolCallFormat.HERMES: "<tool_call>", ToolCallFormat.MISTRAL: "[TOOL_CALLS]"}
+    opener = {ToolCallFormat("hermes"): "<tool_call>", ToolCallFormat("mistral"): "[TOOL_CALLS]"}
     if config["tool_format"] in opener:  # the call markup never reaches the message text
         assert not any(kind == M and opener[config["tool_format"]] in part[0] for kind, *part in whole)
 
@@ -72,8 +72,8 @@ def test_any_chunking_parses_like_the_whole(text: str, cuts: list[int], config: 
     cuts=st.lists(st.integers(0, 60)),
 )
 def test_text_without_markup_passes_through_unchanged(text: str, cuts: list[int]) -> None:
-    for tool_format in ToolCallFormat:
-        if tool_format in (ToolCallFormat.FUNCTIONARY_V3_2, ToolCallFormat.MUSE_GLIMMER):
+    for tool_format in [ToolCallFormat.NONE, *(ToolCallFormat(f.name) for f in FAMILIES)]:
+        if tool_format in (ToolCallFormat("functionary_v3_2"), ToolCallFormat("muse_glimmer")):
             continue  # its every message starts with a recipient line: text alone is not its output
         events = collapse(run(chunk(text, cuts), tool_format=tool_format, reasoning=THINK))
         expected = text if text.strip() else ""  # whitespace alone is no message

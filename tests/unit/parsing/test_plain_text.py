@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from sluicegate.core.events import ItemKind, TextDelta
-from sluicegate.parsing import OutputParser, PlainText, ToolCallFormat
+from sluicegate.parsing import OutputParser, PlainText
 
 
 def _text(parser: OutputParser | PlainText, chunks: list[str]) -> str:
@@ -22,4 +22,4 @@ def test_whitespace_and_markup_pass_through() -> None:
 def test_whitespace_only_output_is_kept() -> None:
     assert _text(PlainText(), ["\n", "\n"]) == "\n\n"
     # What the chat parser does with it, and why a completion must not use it.
-    assert _text(OutputParser(tool_format=ToolCallFormat.NONE), ["\n", "\n"]) == ""
+    assert _text(OutputParser(), ["\n", "\n"]) == ""

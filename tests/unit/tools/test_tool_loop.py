@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sluicegate.core.deadlines import with_deadlines
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorKind
 from sluicegate.core.events import (
     ApprovalRequested,
@@ -412,8 +412,7 @@ async def test_the_idle_timer_still_applies_while_tools_run() -> None:
 
     rounds = Rounds([ANSWER, CALL_WEATHER])
     loop = run_tool_loop(chat(), FakeToolSet({"weather": hangs}), rounds, max_rounds=5)
-    guarded = with_deadlines(loop, deadline_seconds=None, idle_seconds=0.2)
-    events = [e async for e in segment(guarded)]
+    events = [e async for e in segment(loop, Deadline.of(None, 0.2))]
     assert isinstance(events[-1], Failed) and events[-1].error.kind is ErrorKind.IDLE_TIMEOUT
     assert cancelled.is_set()
     kinds = [e.item.kind for e in events if isinstance(e, ItemDone)]

@@ -19,7 +19,7 @@ from sluicegate.app.http_protocol import JSONHttpToolsProtocol
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.core.pipeline import StreamLimits, canonical_events
+from sluicegate.core.pipeline import StreamLimits, stream_deadline
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import HEARTBEAT, SSE
@@ -176,7 +176,7 @@ async def pipeline_chunks() -> list[Chunk]:
         yield Finished(FinishReason.STOP)
 
     encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=True, logprobs=False)
-    pipeline = TurnPipeline(canonical_events(engine(), StreamLimits()), encoder, Accumulator())
+    pipeline = TurnPipeline(engine(), encoder, Accumulator(), deadline=stream_deadline(StreamLimits()))
     return [frames async for frames in pipeline.frames()]
 
 

@@ -16,7 +16,7 @@ from sluicegate.app.factory import SluicegateApp
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import Finished, FinishReason, ItemKind, RawEvent, TextDelta
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.core.pipeline import StreamLimits, canonical_events
+from sluicegate.core.pipeline import StreamLimits, stream_deadline
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.transport.sse import (
     HEARTBEAT,
@@ -89,7 +89,7 @@ async def serve(
 
 def chat_frames(engine: AsyncIterator[RawEvent], limits: StreamLimits) -> AsyncIterator[list[Frame]]:
     encoder = ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False)
-    return TurnPipeline(canonical_events(engine, limits), encoder, Accumulator()).frames()
+    return TurnPipeline(engine, encoder, Accumulator(), deadline=stream_deadline(limits)).frames()
 
 
 async def frames_of(items: list[bytes], delay: float = 0.0) -> AsyncIterator[bytes]:

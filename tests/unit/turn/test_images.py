@@ -98,3 +98,21 @@ async def test_audio_parts_are_checked_within_their_own_limits() -> None:
     sounds = [part.sound for part in chat.messages[0].content if not isinstance(part, str)]
     assert all(sound is not None and sound.seconds == 1.0 for sound in sounds)
     assert ImageSettings().audio == AudioLimits()
+
+
+async def test_a_request_s_images_together_stay_within_the_pixel_budget() -> None:
+    """Sixteen images of 5600 x 5600 (122 KB each as PNG) passed every per-image limit and
+    decoded to 1.5 GB of pixels; all of a request's images are counted, before any is decoded."""
+    big = io.BytesIO()
+    Image.new("RGB", (2000, 1000)).save(big, "PNG")
+    url = "data:image/png;base64," + base64.b64encode(big.getvalue()).decode()
+    limits = ImageLimits(max_pixels=2_000_000, max_request_pixels=5_000_000)
+    assert await code(request(*[url] * 3), ImageSettings(limits=limits)) == "image_too_large"
+    with pytest.raises(SluicegateError) as caught:
+        await load_images(request(*[url] * 3), ImageSettings(limits=limits))
+    assert "6000000 pixels in all" in caught.value.info.message
+    chat = request(*[url] * 2)
+    await load_images(chat, ImageSettings(limits=limits))
+    # Decoded ones count too: a third image added to the same request goes over.
+    chat.messages[0].content.append(ContentPart("image", image_url=url))  # type: ignore[union-attr]
+    assert await code(chat, ImageSettings(limits=limits)) == "image_too_large"

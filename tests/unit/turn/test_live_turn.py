@@ -35,3 +35,14 @@ async def test_wait_after_the_end_does_not_block() -> None:
         pass
     assert turn._done is None  # nobody waited: no Event (and its waiter deque) was ever made
     assert await asyncio.wait_for(turn.wait(), 5) == {"id": "resp_1", "status": "completed"}
+
+
+def test_the_snapshot_says_it_ended_only_once_it_is_stored() -> None:
+    """Issue 47: a GET once read `completed` from memory before the record was written."""
+    registry: dict[str, LiveTurn] = {}
+    turn = _live_turn(registry)
+    with turn:
+        shown = turn.snapshot()
+        assert shown["status"] == "in_progress" and turn.response_object()["status"] == "completed"
+        turn.stored()  # what the persister calls once the record is durable
+        assert turn.snapshot() == {"id": "resp_1", "status": "completed"}

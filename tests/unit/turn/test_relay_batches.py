@@ -47,7 +47,7 @@ def _tokens() -> list[RawEvent]:
 
 async def _frames(raw: list[RawEvent]) -> list[list[bytes]]:
     encoder = ChatCompletionsEncoder("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
-    pipeline = TurnPipeline(segment(_events(raw)), encoder, Accumulator())
+    pipeline = TurnPipeline(_events(raw), encoder, Accumulator())
     return [[f.data for f in frames] async for frames in pipeline.frames()]
 
 
@@ -170,7 +170,7 @@ async def test_the_opening_frames_are_not_kept_once_sent() -> None:
             return getattr(self.inner, name)
 
     encoder = Opening()
-    pipeline = TurnPipeline(segment(_events(_tokens())), encoder, Accumulator())
+    pipeline = TurnPipeline(_events(_tokens()), encoder, Accumulator())
     pipeline.open()
     frames = pipeline.frames()
     opening = await anext(frames)

@@ -202,3 +202,52 @@ def test_an_lmstudio_chat_that_cannot_be_stored_announces_no_response_id(client:
     assert "response_id" not in end or end["response_id"] is None, end
     answer = client.post("/api/v1/chat", json={"model": "m", "input": "hi"})
     assert answer.status_code == 503 and "response_id" not in answer.text
+
+
+def _ended_here(state: Any, response_id: str) -> Any:
+    """The live turn once its encoder has ended it (its record is being stored meanwhile)."""
+    deadline = time.monotonic() + 60  # bounds a hang only
+    while True:
+        turn = state.live.get(response_id)
+        if turn is not None and (turn.encoder.response_object() or {}).get("status") == "completed":
+            return turn
+        assert time.monotonic() < deadline, response_id
+        time.sleep(0.01)
+
+
+def test_a_get_never_says_completed_before_a_background_run_is_stored(client: TestClient) -> None:
+    """The live snapshot once said `completed` while the record was still being written: a
+    crash then lost what a client had been told (issue 47)."""
+    state = client.app.state.sluicegate  # type: ignore[attr-defined]
+    release = _hold(state.store, "finish_run")
+    try:
+        created = client.post("/v1/responses", json={"model": "m", "input": "hi", "background": True}).json()
+        _ended_here(state, created["id"])
+        shown = client.get(f"/v1/responses/{created['id']}").json()
+        assert shown["status"] == "in_progress" and shown["completed_at"] is None and shown["usage"] is None
+    finally:
+        release.set()
+    done = _settled(client, created["id"])
+    assert done["status"] == "completed" and done["output"][0]["content"][0]["text"] == "a b c d"
+
+
+def test_a_get_never_says_completed_before_a_foreground_turn_is_stored(client: TestClient) -> None:
+    state = client.app.state.sluicegate  # type: ignore[attr-defined]
+    release = _hold(state.store, "put")
+    streamed: list[str] = []
+    body = {"model": "m", "input": "hi", "stream": True}
+    streaming = threading.Thread(target=lambda: streamed.append(client.post("/v1/responses", json=body).text))
+    streaming.start()
+    try:
+        deadline = time.monotonic() + 60  # bounds a hang only
+        while not state.live:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        (response_id,) = state.live
+        _ended_here(state, response_id)
+        assert client.get(f"/v1/responses/{response_id}").json()["status"] == "in_progress"
+    finally:
+        release.set()
+        streaming.join(60)
+    assert _event_types(streamed[0])[-1] == "response.completed"
+    assert client.get(f"/v1/responses/{response_id}").json()["status"] == "completed"

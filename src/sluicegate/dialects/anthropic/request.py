@@ -70,8 +70,7 @@ def parse_messages_request(
     """`betas` is the `anthropic-beta` header: recorded, never refused. `counting`: a
     `count_tokens` body, which has no `max_tokens`."""
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     max_tokens = f.integer("max_tokens", low=1)
     if max_tokens is None and not counting:
         f.fail("max_tokens", "max_tokens: Field required", "missing_required_parameter")
@@ -247,30 +246,32 @@ def _content_part(block: Fields, kind: str) -> list[ContentPart]:
 
 
 def _tool_result(block: Fields) -> Message:
+    """A `tool_result` → a `tool` message: its text, and its images as image parts where they
+    stand (a vision model sees them, as it sees a user's; a model without vision refuses them
+    as it refuses any image)."""
     call_id = block.string("tool_use_id", required=True)
     value = block.obj.get("content")
-    if value is None:
-        text = ""
-    elif isinstance(value, str):
-        text = value
+    parts: list[ContentPart] = []
+    if isinstance(value, str):
+        parts.append(ContentPart("text", text=value))
     elif isinstance(value, list):
-        pieces: list[str] = []
         for part in block.items("content", value):
             kind = part.string("type", required=True)
-            if kind == "text":
-                pieces.append(part.string("text", required=True) or "")
-            elif kind == "image":
-                pieces.append("[image]")  # tool messages carry text to every engine
-            elif kind == "document":
-                pieces.extend(p.text for p in _content_part(part, kind))
+            if kind in ("text", "image", "document"):
+                parts.extend(_content_part(part, kind))
             else:
                 _unknown_block(part, kind)
-        text = "\n".join(pieces)
-    else:
+    elif value is not None:
         block.fail("content", f"{block.where('content')}: Input should be a valid string or a list of blocks")
     if block.boolean("is_error"):
-        text = f"Error: {text}" if text else "Error"
-    return Message(role="tool", content=text, tool_call_id=call_id)
+        if parts and parts[0].type == "text":
+            parts[0].text = f"Error: {parts[0].text}" if parts[0].text else "Error"
+        else:
+            parts.insert(0, ContentPart("text", text="Error"))
+    content: str | list[ContentPart] = parts
+    if all(part.type == "text" for part in parts):  # text alone: one string, a block a line
+        content = "\n".join(part.text for part in parts)
+    return Message(role="tool", content=content, tool_call_id=call_id)
 
 
 def _simplify(parts: list[ContentPart]) -> str | list[ContentPart]:

@@ -6,17 +6,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from sluicegate.core.tool_selection import ToolSelection
-from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, ServerTools, Turn
-from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField
+from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderContext, ServerTools, Turn
+from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField, usage_body
 from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
+from sluicegate.dialects.choices import IndexedChoices
 from sluicegate.dialects.openai_errors import openai_error
 
-SPEC = DialectSpec("chat_completions", ("/v1/chat/",), openai_error)
+# `/chat/`: the same API without `/v1` (a base URL without it; llama-server answers there too).
+SPEC = DialectSpec("chat_completions", ("/v1/chat/", "/chat/"), openai_error)
 
 
 class ChatCompletionsDialect(Dialect):
     spec = SPEC
     path = "/v1/chat/completions"
+    also = ("/chat/completions",)  # a base URL without `/v1`, as llama-server answers it too
 
     def __init__(self, reasoning_field: ReasoningField = "reasoning_content") -> None:
         self.reasoning_field = reasoning_field
@@ -43,3 +46,20 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             reasoning_field=self.reasoning_field,
         )
+
+    def choices(self, turn: Turn) -> Choices:
+        options: ChatOptions = turn.request
+
+        def make(index: int, context: EncoderContext) -> ChatCompletionsEncoder:
+            return ChatCompletionsEncoder(
+                context.turn_id,
+                context.created,
+                turn.chat.model,
+                include_usage=options.include_usage,
+                logprobs=turn.chat.sampling.logprobs,
+                reasoning_field=self.reasoning_field,
+                index=index,
+                usage_at_finish=False,
+            )
+
+        return IndexedChoices(make, usage_body, include_usage=options.include_usage)

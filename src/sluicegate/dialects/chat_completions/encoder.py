@@ -76,7 +76,11 @@ class ChatCompletionsEncoder:
         include_usage: bool,
         logprobs: bool,
         reasoning_field: ReasoningField = "reasoning_content",
+        index: int = 0,
+        usage_at_finish: bool = True,
     ) -> None:
+        """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
+        `usage_at_finish`: False for such a choice, whose usage the request sums once."""
         envelope = orjson.dumps(
             {
                 "id": completion_id,
@@ -90,7 +94,8 @@ class ChatCompletionsEncoder:
         # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
         # lives, and an encoder lives as long as its stream.
         self._open = envelope[:-1]
-        self._head = self._open + b',"choices":[{"index":0,"delta":'
+        self._index = b"%d" % index
+        self._head = self._open + b',"choices":[{"index":' + self._index + b',"delta":'
         self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}"
         # The per-token frame, around the text: no dict, one orjson call on the string.
         self._content_head = self._head + b'{"content":'
@@ -98,6 +103,8 @@ class ChatCompletionsEncoder:
         self.completion_id, self.created, self.model = completion_id, created, model
         self.reasoning_field = reasoning_field
         self.include_usage = include_usage
+        self.usage_at_finish = usage_at_finish
+        self.index = index
         self.logprobs = logprobs
         self.reasoning_keys = reasoning_keys(reasoning_field)
         self.started = False
@@ -185,9 +192,15 @@ class ChatCompletionsEncoder:
     def _finish(self, reason: str) -> list[Frame]:
         head = [] if self.started else [self._role_chunk(None)]
         choice = (
-            b',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"' + reason.encode() + b'"}]'
+            b',"choices":[{"index":'
+            + self._index
+            + b',"delta":{},"logprobs":null,"finish_reason":"'
+            + reason.encode()
+            + b'"}]'
         )
-        usage = b',"usage":' + orjson.dumps(usage_body(self.usage)) if self.include_usage else b""
+        usage = b""
+        if self.include_usage:
+            usage = b',"usage":' + (orjson.dumps(usage_body(self.usage)) if self.usage_at_finish else b"null")
         return [*head, Frame(self._open + choice + usage + b"}")]
 
     def body(self, result: ChatResult) -> dict[str, Any]:
@@ -198,7 +211,12 @@ class ChatCompletionsEncoder:
             model=self.model,
             logprobs=self.logprobs,
             reasoning_field=self.reasoning_field,
+            index=self.index,
         )
+
+    def usage_chunk(self, usage: Usage) -> Frame:
+        """The chunk with no choices that carries a request's summed usage (`n` > 1)."""
+        return Frame(self._open + b',"choices":[],"usage":' + orjson.dumps(usage_body(usage)) + b"}")
 
     def response_object(self) -> dict[str, Any] | None:
         return None
@@ -212,6 +230,7 @@ def completion_body(
     model: str,
     logprobs: bool,
     reasoning_field: ReasoningField = "reasoning_content",
+    index: int = 0,
 ) -> dict[str, Any]:
     """The non-streaming `chat.completion` object, from the same accumulator as streams."""
     message: dict[str, Any] = {
@@ -247,7 +266,9 @@ def completion_body(
         "object": "chat.completion",
         "created": created,
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": choice_logprobs, "finish_reason": finish}],
+        "choices": [
+            {"index": index, "message": message, "logprobs": choice_logprobs, "finish_reason": finish}
+        ],
         "usage": usage_body(result.usage),
         "service_tier": None,
         "system_fingerprint": None,

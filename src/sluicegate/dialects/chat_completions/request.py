@@ -20,11 +20,12 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
-EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt")
+# llama-server's `lora` (per-request adapter scales) and `id_slot` too: core/slots.py.
+EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt", "lora", "id_slot")
 OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 
 
@@ -36,8 +37,7 @@ class ChatOptions:
 
 def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     raw_messages = f.array("messages", required=True, non_empty=True)
     assert raw_messages is not None
     messages = [_message(m) for m in f.items("messages", raw_messages)]
@@ -65,6 +65,10 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     if response_format is not None:
         response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
         request.response_format = response_format.obj
+    if (grammar := f.string("grammar")) is not None:  # llama-server's GBNF grammar
+        if response_format is not None:
+            f.fail("grammar", "Send 'grammar' or 'response_format', not both.")
+        request.response_format = {"type": "grammar", "grammar": grammar}
     _refuse_unservable(f)
     request.continue_final = _continues(f, messages)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
@@ -91,6 +95,7 @@ def _sampling(f: Fields) -> SamplingParams:
             "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
         )
     s.stop = f.stop()
+    s.logit_bias = logit_bias(f)
     return s
 
 
@@ -120,8 +125,6 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
 
 def _refuse_unservable(f: Fields) -> None:
     """Parameters of the API that no engine here can honour: a clear 400, never silence."""
-    if f.obj.get("logit_bias"):
-        f.fail("logit_bias", "'logit_bias' is not supported by Sluicegate engines.")
     modalities = f.array("modalities")
     if modalities and any(m != "text" for m in modalities):
         f.fail("modalities", "Only the 'text' modality is supported.")

@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, Turn
-from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder
+from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderContext, Turn
+from sluicegate.dialects.choices import IndexedChoices
+from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder, usage_body
 from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.completions.request import (
     CompletionOptions,
@@ -43,6 +44,22 @@ class CompletionsDialect(Dialect):
             include_usage=options.include_usage,
             logprobs=turn.chat.sampling.logprobs,
         )
+
+    def choices(self, turn: Turn) -> Choices:
+        options: CompletionOptions = turn.request
+
+        def make(index: int, context: EncoderContext) -> CompletionsEncoder:
+            return CompletionsEncoder(
+                context.turn_id,
+                context.created,
+                turn.chat.model,
+                include_usage=options.include_usage,
+                logprobs=turn.chat.sampling.logprobs,
+                index=index,
+                usage_at_finish=False,
+            )
+
+        return IndexedChoices(make, usage_body, include_usage=options.include_usage)
 
 
 class InfillDialect(Dialect):

@@ -66,17 +66,29 @@ class CompletionsEncoder:
     (`stream_options.include_usage`), `[DONE]`."""
 
     def __init__(
-        self, completion_id: str, created: int, model: str, *, include_usage: bool, logprobs: bool
+        self,
+        completion_id: str,
+        created: int,
+        model: str,
+        *,
+        include_usage: bool,
+        logprobs: bool,
+        index: int = 0,
+        usage_at_finish: bool = True,
     ) -> None:
+        """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
+        `usage_at_finish`: False for such a choice, whose usage the request sums once."""
         envelope = orjson.dumps(
             {"id": completion_id, "object": "text_completion", "created": created, "model": model}
         )
         self._open = envelope[:-1]  # a slice: the orjson result's buffer is not kept
-        self._head = self._open + b',"choices":[{"index":0,"text":'
+        self._head = self._open + b',"choices":[{"index":' + b"%d" % index + b',"text":'
         self._usage_null = b',"usage":null' if include_usage else b""
         self._tail = b',"logprobs":null,"finish_reason":null}]' + self._usage_null + b"}"
         self.completion_id, self.created, self.model = completion_id, created, model
         self.include_usage = include_usage
+        self.usage_at_finish = usage_at_finish
+        self.index = index
         self.logprobs = logprobs
         self.usage = Usage()
         self._offset = 0  # characters streamed so far (legacy logprobs' text_offset)
@@ -98,17 +110,20 @@ class CompletionsEncoder:
                 self.usage = event.usage
             case Finished():
                 frames = [self._choice("", None, finish_reason(event.reason))]
-                if self.include_usage:
-                    usage = orjson.dumps(usage_body(self.usage))
-                    frames.append(Frame(self._open + b',"choices":[],"usage":' + usage + b"}"))
+                if self.include_usage and self.usage_at_finish:
+                    frames.append(self.usage_chunk(self.usage))
                 return frames
             case Failed():
                 return [Frame(orjson.dumps(openai_error(event.error)), "error")]
         return []
 
     def _choice(self, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> Frame:
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        choice = {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": finish}
         return Frame(self._open + b',"choices":[' + orjson.dumps(choice) + b"]" + self._usage_null + b"}")
+
+    def usage_chunk(self, usage: Usage) -> Frame:
+        """The chunk with no choices that carries the usage (once per request, `n` or not)."""
+        return Frame(self._open + b',"choices":[],"usage":' + orjson.dumps(usage_body(usage)) + b"}")
 
     def cancelled(self, reason: str) -> list[Frame]:
         return []
@@ -121,7 +136,7 @@ class CompletionsEncoder:
         if self.logprobs:
             logprobs = legacy_logprobs([lp for i in result.of_kind(_MESSAGE) for lp in i.logprobs], 0)
         choice = {
-            "index": 0,
+            "index": self.index,
             "text": result.text_of(_MESSAGE) or "",
             "logprobs": logprobs,
             "finish_reason": finish_reason(result.finish_reason),

@@ -2,8 +2,8 @@
 `ChatRequest` whose `prompt` is set (no messages, no chat template).
 
 A list of several prompts is refused: the turn runner serves one generation per request (one
-choice), so each prompt goes in its own request. `n` and `best_of` above 1 are refused by the
-same rule (`n` by the engine's check, as in every dialect).
+choice per generation), so each prompt goes in its own request. `n` choices run as `n`
+generations of the one prompt (`turn/choices.py`); `best_of` above 1 is refused.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt
-from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a completion
 MAX_LOGPROBS = 20  # OpenAI allows 5; llama.cpp and vLLM give more
@@ -57,8 +57,7 @@ def _prompt(f: Fields) -> str | list[int]:
 
 def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]:
     f = Fields(body)
-    model = f.string("model", required=True)
-    assert model is not None
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     text = _prompt(f)
     suffix = f.string("suffix")
     echo = bool(f.boolean("echo"))
@@ -80,12 +79,13 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
         f.fail(
             "best_of", "'best_of' above 1 is not supported: Sluicegate generates one completion per request."
         )
+    if best_of is not None and best_of < s.n:  # OpenAI's rule: best_of counts the candidates
+        f.fail("best_of", "best_of must be greater than or equal to n.")
     logprobs = f.integer("logprobs", low=0, high=MAX_LOGPROBS)
     if logprobs is not None:
         s.logprobs, s.top_logprobs = True, logprobs
     s.stop = f.stop()
-    if f.obj.get("logit_bias"):
-        f.fail("logit_bias", "'logit_bias' is not supported by Sluicegate engines.")
+    s.logit_bias = logit_bias(f)
     f.string("user")
     prompt = RawPrompt(text, suffix=suffix, echo=echo)
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)

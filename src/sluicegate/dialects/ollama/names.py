@@ -13,6 +13,26 @@ from collections.abc import Callable, Iterable
 
 _QUANT = re.compile(r"(?i)[.-](I?Q\d[\w]*|F16|BF16|F32)(?:-\d{5}-of-\d{5})?\.gguf$")
 HF_PREFIXES = ("hf.co/", "huggingface.co/")
+# Ollama's name parts (`[host/][namespace/]model[:tag]`, types/model/name.go `isValidPart`): ASCII
+# letters, digits and `_` first, then also `-` and `.` (not in a namespace), `:` in a host only.
+_NAME_PARTS = (
+    re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}"),  # host (a port may follow its `:`)
+    re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,79}"),  # namespace
+    re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}"),  # model
+)
+_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,79}")
+
+
+def is_valid_name(name: str) -> bool:
+    """A name Ollama itself accepts for a model (`ParseNameBare` + `IsValid`)."""
+    rest, tag = name, None
+    if name.rfind(":") > name.rfind("/"):
+        rest, _, tag = name.rpartition(":")
+    parts = rest.split("/")
+    if len(parts) > len(_NAME_PARTS) or (tag is not None and _TAG.fullmatch(tag) is None):
+        return False
+    rules = _NAME_PARTS[len(_NAME_PARTS) - len(parts) :]
+    return all(rule.fullmatch(part) is not None for rule, part in zip(rules, parts, strict=True))
 
 
 def tagged(model_id: str) -> str:
@@ -32,6 +52,16 @@ def hf_ref(name: str) -> tuple[str, str | None] | None:
                 return None
             return repo, (tag if tag and tag.lower() != "latest" else None)
     return None
+
+
+def hf_name(relative: str) -> str | None:
+    """The `hf.co/owner/repo:QUANT` name of a file at `owner/repo/file.gguf` in the models
+    directory (where a pull puts it), or None for a file laid out otherwise."""
+    parts = relative.replace("\\", "/").split("/")
+    if len(parts) != 3:
+        return None
+    match = _QUANT.search(parts[2])
+    return f"{HF_PREFIXES[0]}{parts[0]}/{parts[1]}:{match[1].upper() if match else 'latest'}"
 
 
 def resolve_name(name: str, ids: Iterable[str], path_of: Callable[[str], str | None]) -> str | None:

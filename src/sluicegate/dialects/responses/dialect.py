@@ -79,12 +79,13 @@ def chat_request(req: ResponsesRequest) -> ChatRequest:
     )
 
 
-SPEC = DialectSpec("responses", ("/v1/responses",), openai_error)
+SPEC = DialectSpec("responses", ("/v1/responses", "/responses"), openai_error)  # `/responses`: without `/v1`
 
 
 class ResponsesDialect(Dialect):
     spec = SPEC
     path = "/v1/responses"
+    also = ("/responses",)  # a base URL without `/v1`
 
     def __init__(
         self,
@@ -124,6 +125,7 @@ class ResponsesDialect(Dialect):
 
     def encoder(self, turn: Turn, context: EncoderContext) -> ResponsesEncoder:
         seal = reasoning_sealer(self.sealer, context.scope) if self.sealer is not None else None
+        turn.request.model = turn.chat.model  # the served id: an alias or `default_model` resolved
         state = ResponseState(context.turn_id, turn.request, created_at=context.created, seal_reasoning=seal)
         return ResponsesEncoder(state, context.accumulator, reasoning_names=self.reasoning_names)
 

@@ -90,7 +90,7 @@ class ResponsesRequest:
 
 def parse_responses_request(body: Any) -> ResponsesRequest:
     f = Fields(body)
-    model = f.string("model", required=True) or ""
+    model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     req = ResponsesRequest(model=model, input_items=_input(f))
     req.instructions = f.string("instructions")
     req.previous_response_id = f.string("previous_response_id")

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import random
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,22 +24,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sluicegate.core.audio import Sound
-from sluicegate.core.embeddings import EMBED, Embedded, EmbeddingJob
-from sluicegate.core.errors import EngineFailure, invalid
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult
+from sluicegate.core.errors import EngineFailure, SluicegateError, invalid
 from sluicegate.core.events import (
-    Finished,
-    FinishReason,
     ItemKind,
-    PromptFinished,
-    PromptStarted,
     RawBatch,
     RawEvent,
     TextDelta,
-    Usage,
     UsageReport,
 )
 from sluicegate.core.request import ChatRequest, Message
-from sluicegate.core.rerank import RERANK, Ranked, RerankJob
+from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.slots import LORA
 from sluicegate.engines.base import (
     CHAT_ONLY,
     Capabilities,
@@ -50,6 +46,7 @@ from sluicegate.engines.base import (
     Task,
     fim_unsupported,
 )
+from sluicegate.engines.llamacpp import slot_files
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
@@ -68,7 +65,8 @@ from sluicegate.engines.llamacpp.gguf_info import (
     GGUFInfo,
     read_gguf_info,
 )
-from sluicegate.engines.llamacpp.grammar import Grammar
+from sluicegate.engines.llamacpp.grammar import Grammar, request_grammar
+from sluicegate.engines.llamacpp.lora import Adapters, parse_scales
 from sluicegate.engines.llamacpp.overflow import (
     TRUNCATED_HEADER,
     Policy,
@@ -84,6 +82,7 @@ from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
 from sluicegate.engines.llamacpp.speculative import ModelDrafter, NgramDrafter, Speculator, check_vocabularies
 from sluicegate.engines.llamacpp.template import render_request
+from sluicegate.engines.llamacpp.tokenizer import check_ids, pieces, tokenize
 from sluicegate.engines.llamacpp.vision import (
     MARKER,
     Media,
@@ -92,6 +91,7 @@ from sluicegate.engines.llamacpp.vision import (
     find_projector,
     projector_senses,
 )
+from sluicegate.engines.slots import SlotKind, SlotResult
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
 
@@ -100,10 +100,6 @@ TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
 EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
 RERANK_ONLY: frozenset[Task] = frozenset({"rerank"})
-_REFUSALS: dict[Task, str] = {  # a request for a task this model does not serve
-    "embeddings": "Model {model!r} is not an embedding model.",
-    "rerank": "Model {model!r} is not a reranker.",
-}
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
@@ -118,6 +114,7 @@ class LlamaCppEngine(Engine):
     needs_load = True
     holds_weights = True
     reads_pixels = True
+    heavy_checks = True  # `check` runs in a worker thread: under `_checking`, beside the worker
     default_max_concurrency: ClassVar[int] = 1
 
     def __init__(self, model_id: str, settings: LlamaCppSettings) -> None:
@@ -158,14 +155,22 @@ class LlamaCppEngine(Engine):
             self.parallel = settings.parallel or 1
             self.sequences = 1
         self._scheduler: BatchScheduler | None = None
+        # LoRA adapters (lora.py): the scales of requests that give none (`POST /lora-adapters`).
+        self._lora_scales = tuple(file.scale for file in settings.lora)
+        self._adapters: Adapters | None = None
         self._load_context_length: int | None = None  # a load config's or a JIT request's
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
         self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
-        self._embedding_inputs: tuple[ChatRequest, list[list[int]]] | None = None
         self._executor: ThreadPoolExecutor | None = None
-        self._prepared: _Prepared | None = None  # what `check` worked out, for `generate`
+        # What `check` worked out, for `generate`: one per request checked and not yet run (a few
+        # at once with batching), the oldest freed beyond `sequences + 1`.
+        self._prepared: dict[int, _Prepared] = {}
+        self._prepared_lock = threading.Lock()  # `check`'s thread sets it, `generate` takes it
+        # Held by a check for its whole run: what it uses (the tokenizer alone, the counting
+        # projector, the loaded model) is freed only under it, never under a running check.
+        self._checking = threading.Lock()
         # The projector on the tokenizer alone, to count images' tokens before a load.
         self._counting: Projector | None = None
         self._fim: tuple[FimTokens | None, str] | None = None  # from the vocabulary, once asked
@@ -265,6 +270,21 @@ class LlamaCppEngine(Engine):
             self._vocabulary = Vocabulary(self.settings.path)
         return self._vocabulary.model
 
+    # --- the tokenizer and the template, for llama-server's endpoints ------------------------
+
+    def tokenize(self, text: str, *, add_special: bool, parse_special: bool) -> list[int] | None:
+        return tokenize(self._tokenizer(), text, add_special=add_special, parse_special=parse_special)
+
+    def token_pieces(self, tokens: list[int]) -> list[bytes] | None:
+        check_ids(tokens, self.gguf.vocab_size, "tokens")
+        return pieces(self._tokenizer().vocab, tokens)
+
+    def apply_template(self, request: ChatRequest) -> str | None:
+        return self.render_prompt(request)
+
+    def chat_template(self) -> str | None:
+        return self.prompt_template
+
     # --- text completions ------------------------------------------------------------------
 
     def _fim_tokens(self) -> tuple[FimTokens | None, str]:
@@ -308,27 +328,25 @@ class LlamaCppEngine(Engine):
         return self.settings.context_overflow if value is None else policy_value(value, "context_overflow")
 
     def check(self, request: ChatRequest) -> None:
+        with self._checking:
+            self._check(request)
+
+    def _check(self, request: ChatRequest) -> None:
         super().check(request)
-        job = request.extra.get(EMBED)
-        ranking = request.extra.get(RERANK)
-        task: Task = "embeddings" if job is not None else "rerank" if ranking is not None else "chat"
-        if task not in self.tasks():
+        check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
+        slot_files.pinned(request.extra, self.sequences if self.batching else 1)  # `id_slot`
+        self._request_lora(request)
+        if self.pooling is not None:
             message = (
-                _REFUSALS[task].format(model=self.model_id)
-                if task != "chat"
-                else f"Model {self.model_id!r} is a reranker; use POST /v1/rerank."
+                f"Model {self.model_id!r} is a reranker; use POST /v1/rerank."
                 if self.pooling == POOLING_RANK
                 else f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
             )
             raise invalid(message, param="model", code="model_not_supported")
-        if isinstance(job, EmbeddingJob):
-            self._check_embedding(request, job)
-            return
         if request.prompt is not None:
-            self._prepare(_Prepared(request, "", self._check_completion_length(request)))
-            return
-        if isinstance(ranking, RerankJob):
-            self._check_rerank(request, ranking)
+            laid_out = self._check_completion_length(request)
+            grammar = request_grammar(request)  # a raw prompt: no family markup
+            self._prepare(_Prepared(request, "", laid_out, grammar))
             return
         grammar = forced_grammar(request, self.tool_format, self.model_id, self.reasoning)
         policy = self._policy(request)
@@ -376,10 +394,23 @@ class LlamaCppEngine(Engine):
 
     def _prepare(self, prepared: _Prepared) -> None:
         """Keep what `check` found for `generate` (a request checked and never run leaves its
-        image chunks to the next one's check to free)."""
-        if self._prepared is not None:
-            self._prepared.free()
-        self._prepared = prepared
+        image chunks to a later check to free)."""
+        with self._prepared_lock:
+            earlier = self._prepared.pop(id(prepared.request), None)  # the same request, or its id reused
+            if earlier is not None:
+                earlier.free()
+            self._prepared[id(prepared.request)] = prepared
+            while len(self._prepared) > self.sequences + 1:
+                self._prepared.pop(next(iter(self._prepared))).free()
+
+    def _take_prepared(self, request: ChatRequest) -> _Prepared | None:
+        """What `check` prepared for `request` (None: it was not, or it was freed since)."""
+        with self._prepared_lock:
+            prepared = self._prepared.get(id(request))
+            if prepared is None or prepared.request is not request:
+                return None
+            del self._prepared[id(request)]
+            return prepared
 
     def _projector(self) -> Projector:
         """The projector that counts a prompt's image tokens: the loaded model's, or before a
@@ -440,20 +471,14 @@ class LlamaCppEngine(Engine):
                     pictures.append(part.sound)
         return pictures
 
-    def _check_embedding(self, request: ChatRequest, job: EmbeddingJob) -> None:
-        if job.dimensions is not None and job.dimensions > self.gguf.embedding_length:
-            raise invalid(
-                f"Model {self.model_id!r} makes embeddings of {self.gguf.embedding_length} dimensions; "
-                f"'dimensions' cannot be {job.dimensions}.",
-                param="dimensions",
-            )
-        inputs: list[list[int]] = []
-        for text in job.inputs:
-            tokens = self._tokenize(text) if isinstance(text, str) else text
+    def _embedding_tokens(self, request: EmbedRequest) -> Iterator[list[int]]:
+        """Each input's tokens, checked (on the worker thread: 2,048 texts take a while)."""
+        for text in request.inputs:
             if isinstance(text, list) and any(not 0 <= t < self.gguf.vocab_size for t in text):
                 raise invalid(
                     f"Invalid 'input': token ids must be in [0, {self.gguf.vocab_size}).", param="input"
                 )
+            tokens = self._tokenize(text) if isinstance(text, str) else text
             if len(tokens) > self.context_length:
                 raise invalid(
                     f"An input is {len(tokens)} tokens, more than model {self.model_id!r} can embed "
@@ -461,13 +486,12 @@ class LlamaCppEngine(Engine):
                     param="input",
                     code="context_length_exceeded",
                 )
-            inputs.append(tokens)
-        self._embedding_inputs = (request, inputs)
+            yield tokens
 
-    def _check_rerank(self, request: ChatRequest, job: RerankJob) -> None:
-        model = self._runtime.model if self._runtime is not None else self._vocab().model
-        inputs = [rerank_tokens(model, self.gguf.rerank_template, job.query, doc) for doc in job.documents]
-        for index, tokens in enumerate(inputs):
+    def _rerank_tokens(self, model: Any, request: RerankRequest) -> Iterator[list[int]]:
+        """Query and document as one sequence per document, checked (on the worker thread)."""
+        for index, document in enumerate(request.documents):
+            tokens = rerank_tokens(model, self.gguf.rerank_template, request.query, document)
             if len(tokens) > self.context_length:
                 raise invalid(
                     f"Query and document {index} are {len(tokens)} tokens, more than model "
@@ -475,7 +499,7 @@ class LlamaCppEngine(Engine):
                     param="documents",
                     code="context_length_exceeded",
                 )
-        self._embedding_inputs = (request, inputs)
+            yield tokens
 
     def _vocab(self) -> Vocabulary:
         if self._vocabulary is None:
@@ -494,8 +518,9 @@ class LlamaCppEngine(Engine):
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The rendered prompt's tokens: by the loaded model, or its tokenizer alone (with its
-        projector for images)."""
-        return len(self._count(request))
+        projector for images). Under `_checking`: it may run in a worker thread too."""
+        with self._checking:
+            return len(self._count(request))
 
     def configure_load(self, config: LoadConfig) -> None:
         self._load_context_length = config.context_length
@@ -531,6 +556,14 @@ class LlamaCppEngine(Engine):
             ) from exc
         if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
             self._runtime.start_guidance()
+        if settings.lora:
+            try:
+                self._adapters = await loop.run_in_executor(
+                    self._executor, Adapters, self._runtime.model.model, settings.lora
+                )
+            except BaseException:
+                await self.unload()
+                raise
         if self.batching:
             speculator = None
             if settings.speculative is not None:
@@ -542,10 +575,13 @@ class LlamaCppEngine(Engine):
                     await self.unload()
                     raise
             self._scheduler = BatchScheduler(
-                self._runtime, stream_interval=settings.stream_interval_ms / 1000, speculator=speculator
+                self._runtime,
+                stream_interval=settings.stream_interval_ms / 1000,
+                speculator=speculator,
+                adapters=self._adapters,
             )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
-        self._close_vocabulary()  # the loaded model tokenizes now
+        await asyncio.to_thread(self._close_vocabulary())  # the loaded model tokenizes now
 
     def _speculator(self, target: LlamaRuntime, context_length: int) -> Speculator:
         """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
@@ -580,29 +616,46 @@ class LlamaCppEngine(Engine):
         self._draft = draft
         return Speculator(spec, ModelDrafter(spec, draft), self.model_id)
 
-    def _close_vocabulary(self) -> None:
+    def _close_vocabulary(self) -> Callable[[], None]:
+        """Detach the tokenizer alone and the counting projector; the returned call frees them
+        (off the loop: it waits for a running check)."""
         counting, self._counting = self._counting, None
-        if counting is not None:
-            counting.close()
         vocabulary, self._vocabulary = self._vocabulary, None
-        if vocabulary is not None:
-            vocabulary.close()
+
+        def free() -> None:
+            with self._checking:
+                if counting is not None:
+                    counting.close()
+                if vocabulary is not None:
+                    vocabulary.close()
+
+        return free
+
+    def _between_checks(self, close: Callable[[], None]) -> Callable[[], None]:
+        def closed() -> None:
+            with self._checking:
+                close()
+
+        return closed
 
     async def unload(self) -> None:
         runtime, self._runtime = self._runtime, None
         draft, self._draft = self._draft, None
+        adapters, self._adapters = self._adapters, None
         scheduler, self._scheduler = self._scheduler, None
         if scheduler is not None:
             scheduler.stop()  # its loop ends; `close` below runs after it on the same thread
         if self._executor is not None:
             # On the worker thread, after whatever it is finishing: never under a running decode.
-            for part in (draft, runtime):
+            for part in (draft, adapters, runtime):  # adapters before the weights they belong to
                 if part is not None:
-                    await asyncio.get_running_loop().run_in_executor(self._executor, part.close)
+                    await asyncio.get_running_loop().run_in_executor(
+                        self._executor, self._between_checks(part.close)
+                    )
 
     async def aclose(self) -> None:
         await self.unload()
-        self._close_vocabulary()
+        await asyncio.to_thread(self._close_vocabulary())
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
@@ -611,17 +664,11 @@ class LlamaCppEngine(Engine):
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
-        job = request.extra.get(EMBED) or request.extra.get(RERANK)
-        if isinstance(job, EmbeddingJob | RerankJob):
-            async for embedded in self._embed(runtime, executor, request, job):
-                yield embedded
-            return
-        prepared = self._prepared
-        if prepared is not None and prepared.request is request:
-            self._prepared = None
-        elif request.prompt is not None:
-            prepared = _Prepared(request, "", self._check_completion_length(request))
-        else:
+        prepared = self._take_prepared(request)
+        if prepared is None and request.prompt is not None:
+            laid_out = self._check_completion_length(request)
+            prepared = _Prepared(request, "", laid_out, request_grammar(request))
+        elif prepared is None:
             prepared = _Prepared(
                 request,
                 self.render_prompt(request),
@@ -683,6 +730,8 @@ class LlamaCppEngine(Engine):
                 cap=request.options.context_length,
                 fail=lambda exc: channel.fail(_engine_failure(exc)),
                 done=channel.close,
+                pin=slot_files.pinned(request.extra, len(scheduler.slots)),
+                lora=self._request_lora(request),
             )
             scheduler.submit(sequence)
             try:
@@ -712,6 +761,9 @@ class LlamaCppEngine(Engine):
                     job.sampling = replace(
                         job.sampling, max_tokens=room if asked is None else min(asked, room)
                     )
+                adapters = self._adapters
+                if adapters is not None and adapters.apply(runtime.context.ctx, self._request_lora(request)):
+                    runtime.forget()  # the cache was computed under other scales
                 runtime.generate(job)
             except BaseException as exc:
                 runtime.forget()  # the KV cache may be half-written
@@ -728,51 +780,84 @@ class LlamaCppEngine(Engine):
         finally:
             job.cancelled = True  # the worker stops before its next token
 
-    async def _embed(
-        self,
-        runtime: LlamaRuntime,
-        executor: ThreadPoolExecutor,
-        request: ChatRequest,
-        job: EmbeddingJob | RerankJob,
-    ) -> AsyncIterator[RawEvent]:
-        """Embeddings, or a reranker's scores (its pooled output's first value: the score)."""
-        prepared = self._embedding_inputs
-        self._embedding_inputs = None
-        if prepared is None or prepared[0] is not request:
-            if isinstance(job, EmbeddingJob):
-                self._check_embedding(request, job)
-            else:
-                self._check_rerank(request, job)
-            prepared = self._embedding_inputs
-            assert prepared is not None
-        inputs = prepared[1]
+    def _request_lora(self, request: ChatRequest) -> tuple[float, ...]:
+        """The LoRA scales a request runs with: its own `lora`, else the model's current ones."""
+        asked = request.extra.get(LORA)
+        if asked is None or not self.settings.lora:  # no adapters: nothing to scale (llama-server)
+            return self._lora_scales
+        return parse_scales(asked, len(self.settings.lora))
+
+    def lora_adapters(self) -> list[tuple[Path, float]]:
+        """llama-server's `GET /lora-adapters`: each adapter's file and current scale."""
+        return [(file.path, scale) for file, scale in zip(self.settings.lora, self._lora_scales, strict=True)]
+
+    def set_lora_scales(self, body: object) -> None:
+        """`POST /lora-adapters`: the scales of requests that give none from now on."""
+        self._lora_scales = parse_scales(body, len(self.settings.lora), param="body")
+
+    def slot_count(self) -> int | None:
+        """llama-server's slots are the scheduler's (engines/slots.py): only with batching."""
+        return len(self._scheduler.slots) if self._scheduler is not None else None
+
+    async def slot_action(self, slot: int, kind: SlotKind, path: Path | None) -> SlotResult:
+        scheduler = self._scheduler
+        if scheduler is None:
+            raise EngineFailure(
+                f"model {self.model_id!r} is not loaded with batching", code="model_not_loaded"
+            )
+        return await slot_files.run(scheduler, slot, kind, path, self._lora_scales)
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        if request.dimensions is not None and request.dimensions > self.gguf.embedding_length:
+            raise invalid(
+                f"Model {self.model_id!r} makes embeddings of {self.gguf.embedding_length} dimensions; "
+                f"'dimensions' cannot be {request.dimensions}.",
+                param="dimensions",
+            )
+        outputs, tokens = await self._pooled(lambda runtime: self._embedding_tokens(request))
+        return EmbedResult([normalised(v, request.dimensions) for v in outputs], tokens)
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        """A reranker's scores: its pooled output's first value for each document."""
+        outputs, tokens = await self._pooled(lambda runtime: self._rerank_tokens(runtime.model, request))
+        return RerankResult([float(v[0]) for v in outputs], tokens)
+
+    async def _pooled(
+        self, inputs: Callable[[LlamaRuntime], Iterator[list[int]]]
+    ) -> tuple[list[np.ndarray], int]:
+        """The pooled output of each input, and their tokens, on the worker thread: tokenized
+        and checked first, then decoded one at a time. Cancelled (the client left, the deadline
+        passed), the worker stops before its next input, so the slot is free again at once."""
+        runtime, executor = self._runtime, self._executor
+        if runtime is None or executor is None:
+            raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
         cancelled = threading.Event()
 
-        def work() -> list[np.ndarray]:
-            outputs = []
-            for tokens in inputs:
+        def work() -> tuple[list[np.ndarray], int]:
+            sequences: list[list[int]] = []
+            for tokens in inputs(runtime):
                 if cancelled.is_set():
-                    raise EngineFailure("cancelled", code="cancelled")
+                    raise _Cancelled
+                sequences.append(tokens)
+            outputs = []
+            for tokens in sequences:
+                if cancelled.is_set():
+                    raise _Cancelled
                 outputs.append(runtime.embed(tokens))
-            return outputs
+            return outputs, sum(map(len, sequences))
 
-        yield PromptStarted()
-        prompt_tokens = sum(len(t) for t in inputs)
         try:
-            outputs = await asyncio.get_running_loop().run_in_executor(executor, work)
-            if isinstance(job, EmbeddingJob):
-                job.result = Embedded([normalised(v, job.dimensions) for v in outputs], prompt_tokens)
-            else:
-                job.result = Ranked([float(v[0]) for v in outputs], prompt_tokens)
-        except EngineFailure:
+            return await asyncio.get_running_loop().run_in_executor(executor, work)
+        except (SluicegateError, EngineFailure):
             raise
         except Exception as exc:
             raise EngineFailure(f"llama.cpp failed: {exc}", code="engine_error") from exc
         finally:
             cancelled.set()  # a client gone: the worker stops before the next input
-        yield PromptFinished()
-        yield UsageReport(Usage(prompt_tokens=prompt_tokens))
-        yield Finished(FinishReason.STOP)
+
+
+class _Cancelled(Exception):
+    """The worker's way out of a task whose caller is gone (nobody reads it)."""
 
 
 @dataclass(slots=True)

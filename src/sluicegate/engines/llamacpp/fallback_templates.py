@@ -1,7 +1,8 @@
 """Chat templates for a GGUF that carries none.
 
 A fine-tuned (chat) model gets its architecture's format: llama.cpp's built-in template of that
-name (`src/llama-chat.cpp`, `llm_chat_apply_template`) written in Jinja, so it renders what
+name (`src/llama-chat.cpp`, `llm_chat_apply_template`) written in Jinja (here, or in the
+declaration of the family whose markup it writes, `Family.fallback`), so it renders what
 llama.cpp's would (the tests hold them to llama.cpp's stated renderings); an architecture not
 listed gets ChatML, which is what llama-server falls back to for any model without a template.
 
@@ -13,6 +14,8 @@ models continue as an answer, with a stop string where they would start the next
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from sluicegate.parsing import FAMILIES
 
 CHATML = """\
 {%- for message in messages -%}
@@ -63,14 +66,6 @@ MISTRAL_V7 = """\
 {%- endif -%}
 {%- endfor -%}"""
 
-GRANITE = """\
-{%- for message in messages -%}
-{{- '<|start_of_role|>' + message.role + '<|end_of_role|>' -}}
-{%- if message.role == 'assistant_tool_call' -%}{{- '<|tool_call|>' -}}{%- endif -%}
-{{- message.content + '<|end_of_text|>\\n' -}}
-{%- endfor -%}
-{%- if add_generation_prompt -%}{{- '<|start_of_role|>assistant<|end_of_role|>' -}}{%- endif -%}"""
-
 # A base model's conversation as text it continues naturally.
 TRANSCRIPT = """\
 {%- for message in messages -%}
@@ -85,13 +80,14 @@ TRANSCRIPT = """\
 {%- if add_generation_prompt -%}{{- 'Answer:' -}}{%- endif -%}"""
 TRANSCRIPT_STOPS = ("\nQuestion:", "\nAnswer:")
 
+# llama.cpp's built-in templates by name: these, and those a family declares (`Family.fallback`).
 BUILTIN = {
     "chatml": CHATML,
     "gemma": GEMMA,
     "llama3": LLAMA3,
     "phi3": PHI3,
     "mistral-v7": MISTRAL_V7,
-    "granite": GRANITE,
+    **{f.fallback.name: f.fallback.source for f in FAMILIES if f.fallback is not None},
 }
 
 # GGUF `general.architecture` → llama.cpp's built-in template name.
@@ -105,8 +101,9 @@ _BY_ARCHITECTURE = {
     "phi3": "phi3",
     "phimoe": "phi3",
     "mistral3": "mistral-v7",
-    "granite": "granite",
-    "granitemoe": "granite",
+    **{
+        arch: f.fallback.name for f in FAMILIES if f.fallback is not None for arch in f.fallback.architectures
+    },
 }
 
 

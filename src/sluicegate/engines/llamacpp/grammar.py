@@ -28,10 +28,10 @@ from urllib.parse import quote
 
 import orjson
 from llguidance import LLMatcher
+from llguidance.gbnf_to_lark import gbnf_to_lark
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest, ToolSpec
-from sluicegate.parsing import ToolCallFormat
 
 ANSWER = "answer"
 # The response header that marks best-effort (`strict: false`) output: which keywords were not
@@ -44,7 +44,6 @@ WHITESPACE = r"(?:[ ]|\n[ \t]{0,20})?"
 _AFTER_REASONING = r"/[ \t\n]{0,4}/"
 _UNIMPLEMENTED = re.compile(r"Unimplemented keys: \[([^\]]*)\]")
 _JSON_OBJECT: dict[str, Any] = {"type": "object"}
-HERMES_OPEN, HERMES_CLOSE = "<tool_call>\n", "\n</tool_call>"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +56,10 @@ class Grammar:
     purpose: str  # "json_object", "json_schema" or "tool_call"
     ignored: tuple[str, ...] = ()
     prefix: str = ""
+    # The grammar writes the reasoning before the answer itself (a forced call: call_grammar.py),
+    # from the first token; `inside` is its prefix when the prompt left a reasoning block open.
+    holds_reasoning: bool = False
+    inside: str = ""
 
     @property
     def lark(self) -> str:
@@ -67,6 +70,10 @@ class Grammar:
     def after_reasoning(self) -> Grammar:
         """The same grammar, allowing the whitespace a model writes after `</think>`."""
         return replace(self, prefix=_AFTER_REASONING)
+
+    def inside_reasoning(self) -> Grammar:
+        """The grammar from inside a reasoning block the prompt opened (`holds_reasoning`)."""
+        return replace(self, prefix=self.inside)
 
 
 def literal(text: str) -> str:
@@ -295,6 +302,26 @@ def _refusal(exc: SchemaError, param: str, what: str) -> Exception:
     )
 
 
+GBNF = "grammar"  # `response_format` type for a GBNF grammar (llama-server's `grammar` parameter)
+
+
+def gbnf_grammar(text: str, param: str) -> Grammar:
+    """A GBNF grammar (llama.cpp's `grammar` parameter) as the answer's grammar: llguidance's
+    converter writes `root` as `start`, which becomes the `answer` rule (a 400 when it cannot
+    be read)."""
+    try:
+        lark = gbnf_to_lark(text)
+    except Exception as exc:  # the converter raises plain errors for bad syntax
+        raise invalid(f"'{param}' is not a GBNF grammar llama.cpp could read: {exc}", param=param) from None
+    body = "\n".join(line for line in lark.splitlines() if not line.startswith("%llguidance"))
+    body = re.sub(r"^start(\s*):", rf"{ANSWER}\1:", body, flags=re.MULTILINE)
+    grammar = Grammar(body + "\n", GBNF)
+    error = LLMatcher.validate_grammar(LLMatcher.grammar_from_lark(grammar.lark))
+    if error:
+        raise invalid(f"'{param}' cannot be enforced: {error.splitlines()[0]}", param=param)
+    return grammar
+
+
 def json_schema_grammar(schema: dict[str, Any], param: str, *, strict: bool = True) -> Grammar:
     """The grammar for a `json_schema` response format (a 400 when it cannot be enforced)."""
     try:
@@ -309,7 +336,8 @@ def best_effort_header(grammar: Grammar) -> str:
     return "best-effort; ignored=" + ",".join(quote(k, safe="") for k in grammar.ignored)
 
 
-def _call_schema(name: str, parameters: dict[str, Any], arguments_key: str) -> dict[str, Any]:
+def call_schema(name: str, parameters: dict[str, Any], arguments_key: str) -> dict[str, Any]:
+    """A call object's schema: `name` the tool's, `arguments_key` its parameters."""
     # `$ref`s in a tool's parameters point into those parameters: rebase them under the call.
     inner = _rebased(parameters, f"#/properties/{arguments_key}")
     return {
@@ -355,51 +383,15 @@ def tool_rule(tool: ToolSpec, schema: dict[str, Any] | bool | None = None) -> tu
         raise _refusal(exc, "tools", f"The parameters schema of tool {tool.name!r}") from exc
 
 
-def tool_call_grammar(tools: list[ToolSpec], tool_format: ToolCallFormat) -> Grammar:
-    """One call of one of `tools`, in the markup the model writes (and the parser reads)."""
-    arguments_key = "parameters" if tool_format is ToolCallFormat.LLAMA3_JSON else "arguments"
-    rules: list[str] = []
-    ignored: set[str] = set()
-    for index, tool in enumerate(tools):
-        body, skipped = tool_rule(
-            tool, _call_schema(tool.name, tool.parameters or {"type": "object"}, arguments_key)
-        )
-        ignored.update(skipped)
-        rules.append(f"call{index}: {body}")
-    call = "(" + " | ".join(f"call{index}" for index in range(len(tools))) + ")"
-    if tool_format is ToolCallFormat.HERMES:
-        answer = f"{literal(HERMES_OPEN)} {call} {literal(HERMES_CLOSE)}"
-    elif tool_format is ToolCallFormat.MISTRAL:
-        answer = f"{literal('[TOOL_CALLS][')} {call} {literal(']')}"
-    else:
-        answer = call
-    text = f"{ANSWER}: {answer}\n" + "\n".join(rules) + "\n"
-    return Grammar(text, "tool_call", tuple(sorted(ignored)))
-
-
 def _strict(spec: dict[str, Any]) -> bool:
     """Refuse what cannot be enforced unless the client said `strict: false` itself."""
     return spec.get("strict") is not False
 
 
-def request_grammar(request: ChatRequest, tool_format: ToolCallFormat, model_id: str) -> Grammar | None:
-    """The grammar a request asks for, or None. Forced tool calls win over `response_format`
-    (the answer is a call, not a message)."""
-    choice = request.tool_choice
-    if choice not in ("auto", "none") and request.tools:
-        if tool_format is ToolCallFormat.NONE:
-            raise invalid(
-                f"tool_choice {choice!r} cannot be enforced: model {model_id!r} has no tool-call "
-                "format (its chat template renders no tools; set `tool_call_format`).",
-                param="tool_choice",
-                code="unsupported_parameter",
-            )
-        tools = request.tools if choice == "required" else [t for t in request.tools if t.name == choice]
-        if not tools:
-            raise invalid(f"tool_choice names {choice!r}, which is not among the tools.", param="tool_choice")
-        grammar: Grammar | None = tool_call_grammar(tools, tool_format)
-    else:
-        grammar = _format_grammar(request)
+def request_grammar(request: ChatRequest) -> Grammar | None:
+    """The grammar a request's `response_format` asks for, or None (forced calls are written in
+    the model family's markup: call_grammar.py)."""
+    grammar = _format_grammar(request)
     if grammar is not None and grammar.ignored:
         request.response_headers[BEST_EFFORT_HEADER] = best_effort_header(grammar)
     return grammar
@@ -412,6 +404,8 @@ def _format_grammar(request: ChatRequest) -> Grammar | None:
         return None
     if kind == "json_object":
         return Grammar(f"{ANSWER}: {schema_rule(_JSON_OBJECT)}\n", "json_object")
+    if kind == GBNF and isinstance(fmt.get(GBNF), str):
+        return gbnf_grammar(fmt[GBNF], GBNF)
     if kind == "json_schema":
         # Chat Completions nests the schema (`json_schema.schema`); Responses' `text.format` does not.
         spec = fmt.get("json_schema", fmt)

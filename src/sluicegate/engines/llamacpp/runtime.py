@@ -396,13 +396,13 @@ class LlamaRuntime:
         def add(sampler: Any) -> None:
             llama_cpp.llama_sampler_chain_add(chain, sampler)
 
+        if sampling.logit_bias:  # first, as llama.cpp's common sampler puts it: greedy obeys it too
+            add(logit_bias_sampler(self.n_vocab, sampling.logit_bias))
         repeat, frequency, presence = _penalties(sampling)
-        if repeat != 1.0 or frequency or presence:
-            add(
-                llama_cpp.llama_sampler_init_penalties(
-                    self.n_vocab, PENALTY_LAST_N, repeat, frequency, presence
-                )
-            )
+        last_n = PENALTY_LAST_N if sampling.repeat_last_n is None else sampling.repeat_last_n
+        if (repeat != 1.0 or frequency or presence) and last_n:
+            last_n = self.n_ctx if last_n < 0 else last_n  # -1: the whole context, as llama.cpp reads it
+            add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, last_n, repeat, frequency, presence))
         temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
         if temperature <= 0:
             add(llama_cpp.llama_sampler_init_greedy())
@@ -410,6 +410,8 @@ class LlamaRuntime:
         top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
         if top_k > 0:
             add(llama_cpp.llama_sampler_init_top_k(top_k))
+        if sampling.typical_p is not None and sampling.typical_p < 1.0:  # llama.cpp's order: after top-k
+            add(llama_cpp.llama_sampler_init_typical(sampling.typical_p, 1))
         add(
             llama_cpp.llama_sampler_init_top_p(
                 sampling.top_p if sampling.top_p is not None else DEFAULT_TOP_P, 1
@@ -527,7 +529,7 @@ def _greedy(sampling: SamplingParams) -> bool:
     """Whether `_sampler` makes a chain of the greedy sampler alone."""
     repeat, frequency, presence = _penalties(sampling)
     temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
-    return temperature <= 0 and repeat == 1.0 and not frequency and not presence
+    return temperature <= 0 and repeat == 1.0 and not frequency and not presence and not sampling.logit_bias
 
 
 class _Samplers:
@@ -551,8 +553,11 @@ class _Samplers:
         self.greedy = _greedy(job.sampling)
         self.grammar: GrammarSampler | None = None
         grammar, reasoning = job.grammar, job.reasoning
+        if grammar is not None and grammar.holds_reasoning:  # it writes the reasoning: no watch
+            reasoning = None
+            grammar = grammar.inside_reasoning() if job.in_reasoning else grammar
         self._first = grammar is not None and reasoning is not None and not job.in_reasoning
-        self.watching = grammar is not None and (job.in_reasoning or self._first)
+        self.watching = grammar is not None and reasoning is not None and (job.in_reasoning or self._first)
         self._tail = ""
         if grammar is not None and not self.watching:
             self._constrain(grammar)
@@ -584,3 +589,15 @@ class _Samplers:
         llama_cpp.llama_sampler_free(self.plain)
         if self.grammar is not None:
             self.grammar.free()
+
+
+BANNED = -100.0  # OpenAI's -100 bans a token: llama.cpp gets -inf, so it never comes out
+
+
+def logit_bias_sampler(n_vocab: int, biases: dict[int, float]) -> Any:
+    """llama.cpp's logit-bias sampler for `biases` (token ids checked against the vocabulary)."""
+    entries = (llama_cpp.llama_logit_bias * len(biases))()
+    for entry, (token, bias) in zip(entries, biases.items(), strict=True):
+        entry.token = token
+        entry.bias = -math.inf if bias <= BANNED else bias
+    return llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(biases), entries)

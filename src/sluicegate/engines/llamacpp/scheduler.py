@@ -11,9 +11,15 @@ from its own row with its own sampler chain.
 Slots: a new request takes the free slot that keeps the running sequences side by side (llama.cpp
 computes one run of consecutive sequence ids per pass), and among those the one whose cached
 tokens share the longest prefix with its prompt (reported as cached tokens); a much longer
-prefix in another free slot is copied over. A finished sequence leaves its tokens in its slot
+prefix in another free slot, or in a running sequence's, is copied over; a request whose
+prompt a running sequence is still decoding (the `n` choices of one request) waits for it and
+copies it, so the prompt is decoded once. A finished sequence leaves its tokens in its slot
 for the next request to reuse; a cancelled or failed one has its cells removed at once. A
 slot's stream is its own, so what one slot keeps never takes room from another.
+
+LoRA adapters (lora.py) apply to the whole context: a step decodes the sequences of one set of
+scales, the sets taking turns, and a slot's cache is reused only under the scales it was
+computed with.
 
 Speculative decoding (speculative.py): a decoding sequence may put a draft after its next token
 in the same batch, every row with logits; it then samples row after row while what it samples
@@ -33,9 +39,12 @@ import llama_cpp
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.channel import Wakeups
+from sluicegate.engines.llamacpp.lora import Adapters, Scales
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
+from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
 from sluicegate.engines.llamacpp.speculative import Speculator, Want
+from sluicegate.engines.slots import SlotResult
 
 log = logging.getLogger(__name__)
 # A free slot whose cache shares this many more prompt tokens than the best-placed slot's is
@@ -50,12 +59,13 @@ CPU_PREFILL_CHUNK = 128
 
 
 class Slot:
-    __slots__ = ("cached", "id", "sequence")
+    __slots__ = ("cached", "id", "lora", "sequence")
 
     def __init__(self, slot_id: int) -> None:
         self.id = slot_id
         self.cached: list[int] = []  # the tokens whose keys and values are in this stream
         self.sequence: Sequence | None = None
+        self.lora: Scales = ()  # the LoRA scales `cached` was computed with
 
 
 def _shared(a: list[int], b: list[int]) -> int:
@@ -74,9 +84,15 @@ def _runs(ids: set[int]) -> int:
 
 class BatchScheduler:
     def __init__(
-        self, runtime: LlamaRuntime, stream_interval: float = 0.0, speculator: Speculator | None = None
+        self,
+        runtime: LlamaRuntime,
+        stream_interval: float = 0.0,
+        speculator: Speculator | None = None,
+        adapters: Adapters | None = None,
     ) -> None:
         self.runtime = runtime
+        self.adapters = adapters
+        self._lora_turn: Scales | None = None  # the scales the last step decoded with
         self.speculator = speculator
         self.slots = [Slot(i) for i in range(runtime.sequences)]
         # The slots holding a sequence, in slot order: what each step walks (not all N slots).
@@ -84,6 +100,7 @@ class BatchScheduler:
         self._cond = threading.Condition()
         self._incoming: deque[Sequence] = deque()
         self._waiting: deque[Sequence] = deque()  # submitted, no free slot yet
+        self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run while it is free
         self._closed = False
         self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
         self.steps = 0  # decodes run (tests and the bench read it)
@@ -110,6 +127,14 @@ class BatchScheduler:
             self._incoming.append(sequence)
             self._cond.notify()
 
+    def act(self, action: SlotAction) -> None:
+        """Queue a slot action (slot_files.py); it runs once its slot holds no sequence."""
+        with self._cond:
+            if self._closed:
+                raise EngineFailure("the model is unloading", code="model_not_loaded")
+            self._actions.append(action)
+            self._cond.notify()
+
     def wake(self) -> None:
         """After a consumer set `cancelled`: the loop notices at its next step."""
         with self._cond:
@@ -128,7 +153,9 @@ class BatchScheduler:
         try:
             while True:
                 with self._cond:
-                    while not (self._closed or self._incoming or self._waiting or self._live):
+                    while not (
+                        self._closed or self._incoming or self._waiting or self._live or self._actions
+                    ):
                         self._flush()  # the last events before going idle
                         self._cond.wait()
                     if self._closed:
@@ -136,6 +163,8 @@ class BatchScheduler:
                     self._waiting.extend(self._incoming)
                     self._incoming.clear()
                 self._reap()
+                if self._actions:
+                    self._act()
                 if self._waiting:
                     self._admit()
                 if self._live and not self._step():
@@ -174,6 +203,10 @@ class BatchScheduler:
             left = [*self._waiting, *self._incoming]
             self._waiting.clear()
             self._incoming.clear()
+            actions = list(self._actions)
+            self._actions.clear()
+        for action in actions:
+            action.done(EngineFailure("the model was unloaded", code="model_not_loaded"))
         left += [s.sequence for s in self.slots if s.sequence is not None]
         for slot in self.slots:
             slot.sequence = None
@@ -221,18 +254,35 @@ class BatchScheduler:
                 self._end(sequence)
 
     def _admit(self) -> None:
+        # Those that keep their place in the queue, in order: pinned to a slot that is not free
+        # (`id_slot`), or waiting for a running sequence's prompt (`_follows`).
+        held: list[Sequence] = []
+        try:
+            self._admit_free(held)
+        finally:
+            self._waiting.extendleft(reversed(held))
+
+    def _admit_free(self, held: list[Sequence]) -> None:
         while self._waiting:
             free = [slot for slot in self.slots if slot.sequence is None]
             if not free:
-                return
+                break
             sequence = self._waiting.popleft()
+            if sequence.pin is not None:  # llama-server's `id_slot`: that slot or none
+                free = [slot for slot in free if slot.id == sequence.pin]
+                if not free:
+                    held.append(sequence)
+                    continue
             try:
                 tokens = self._prepare(sequence)
             except Exception as exc:
                 sequence.free()  # its image chunks, if `check` tokenized it with them
                 self._end(sequence, exc)
                 continue
-            slot, keep = self._place(free, tokens)
+            if self._follows(sequence, tokens, free):
+                held.append(sequence)
+                continue
+            slot, keep = self._place(free, tokens, sequence.lora)
             media = sequence.job.media
             if media is not None and media.snap(keep) < keep:  # never a cache ending inside an image
                 keep = media.snap(keep)
@@ -242,13 +292,73 @@ class BatchScheduler:
                 keep = 0
                 self._drop(slot)
             slot.sequence = sequence
+            slot.lora = sequence.lora
             self._relist()
             if self.speculator is not None:
                 self.speculator.drafter.reset(slot.id)
             sequence.slot = slot.id
             sequence.start(keep)
 
-    def _place(self, free: list[Slot], tokens: list[int]) -> tuple[Slot, int]:
+    def _follows(self, sequence: Sequence, tokens: list[int], free: list[Slot]) -> bool:
+        """True when a running sequence is still decoding a prompt this one shares (the `n`
+        choices of one request, `turn/choices.py`, come together): it waits until that prompt
+        is in the cache, then `_place` copies it instead of decoding it again."""
+        if sequence.job.media is not None:
+            return False
+        best = max((_shared(slot.cached, tokens) for slot in free if slot.lora == sequence.lora), default=0)
+        return any(
+            slot.sequence.prefilling
+            and slot.sequence.job.media is None
+            and slot.sequence.lora == sequence.lora
+            and _shared(slot.sequence.job.tokens, tokens) >= best + COPY_MIN_TOKENS
+            for slot in self._live
+            if slot.sequence is not None
+        )
+
+    def _act(self) -> None:
+        """Run the slot actions whose slot holds no sequence; the others wait for theirs to
+        end (llama-server defers them likewise). Before admitting: an action queued before a
+        request pinned to its slot runs first."""
+        with self._cond:
+            pending = list(self._actions)
+            self._actions.clear()
+        later: list[SlotAction] = []
+        for action in pending:
+            slot = self.slots[action.slot]
+            if slot.sequence is not None:
+                later.append(action)
+                continue
+            try:
+                result = self._slot_action(slot, action)
+            except Exception as exc:
+                action.done(exc)
+            else:
+                action.done(result)
+        if later:
+            with self._cond:
+                self._actions.extendleft(reversed(later))
+
+    def _slot_action(self, slot: Slot, action: SlotAction) -> SlotResult:
+        ctx = self.runtime.context.ctx
+        if action.kind == "save":
+            assert action.path is not None
+            return save(ctx, slot.id, action.path, slot.cached)
+        erased = len(slot.cached)
+        self._drop(slot)  # a restore replaces the stream: its cells, and a draft model's, go first
+        if action.kind == "erase":
+            return SlotResult(erased, 0, 0.0)
+        assert action.path is not None
+        try:
+            tokens, result = restore(ctx, slot.id, action.path, self.runtime.n_ctx)
+            check_tokens(tokens, self.runtime.n_vocab, media=self.runtime.projector is not None)
+        except BaseException:
+            self._drop(slot)  # what a failed load left is not trusted
+            raise
+        slot.cached = tokens
+        slot.lora = action.lora
+        return result
+
+    def _place(self, free: list[Slot], tokens: list[int], lora: Scales = ()) -> tuple[Slot, int]:
         """The slot for a prompt, and how many of its tokens that slot's cache already holds.
 
         Where it goes matters for speed: with one KV stream per sequence, llama.cpp splits a
@@ -260,10 +370,19 @@ class BatchScheduler:
         """
         active = {slot.id for slot in self.slots if slot.sequence is not None}
         limit = len(tokens) - 1  # the last prompt token is decoded again, for its logits
-        shared = {slot.id: min(_shared(slot.cached, tokens), limit) for slot in free}
+        # Copied from: a free slot's cache, or a running sequence's once its prompt is in; a cache
+        # computed under other LoRA scales holds other keys and values: nothing shared.
+        sources = free + [
+            slot
+            for slot in self._live
+            if slot.sequence is not None and not slot.sequence.prefilling and slot.sequence.job.media is None
+        ]
+        shared = {
+            slot.id: min(_shared(slot.cached, tokens), limit) if slot.lora == lora else 0 for slot in sources
+        }
         runs = {slot.id: _runs(active | {slot.id}) for slot in free}
         slot = min(free, key=lambda s: (runs[s.id], -shared[s.id]))
-        richest = max(free, key=lambda s: shared[s.id])
+        richest = max(sources, key=lambda s: shared[s.id])
         memory = self.runtime.context.memory
         if shared[richest.id] >= shared[slot.id] + COPY_MIN_TOKENS:
             llama_cpp.llama_memory_seq_cp(memory, richest.id, slot.id, -1, -1)
@@ -343,7 +462,7 @@ class BatchScheduler:
         """One decode; False when there was nothing to do (only images being encoded)."""
         runtime, batch = self.runtime, self._batch
         room = runtime.batch_size
-        live = self._live
+        live = self._live if self.adapters is None else self._lora_group()
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
         parts: list[tuple[Slot, list[int], int]] = []
         prefilling: list[Slot] = []
@@ -447,6 +566,17 @@ class BatchScheduler:
                 log.exception("sequence %d failed", slot.id)
                 self._release(slot, exc, keep=False)
         return True
+
+    def _lora_group(self) -> list[Slot]:
+        """The live slots this step decodes: those of one set of LoRA scales (llama.cpp applies
+        adapters to the whole context), set on the context; each set takes its turn."""
+        assert self.adapters is not None
+        sets = sorted({slot.sequence.lora for slot in self._live if slot.sequence is not None})
+        later = [s for s in sets if self._lora_turn is not None and s > self._lora_turn]
+        chosen = later[0] if later else sets[0]
+        self._lora_turn = chosen
+        self.adapters.apply(self.runtime.context.ctx, chosen)
+        return [slot for slot in self._live if slot.sequence is not None and slot.sequence.lora == chosen]
 
     def _draft(self, parts: list[tuple[Slot, list[int], int]], space: int) -> None:
         """Drafts after the next tokens of the decoding sequences, within the batch's `space`."""

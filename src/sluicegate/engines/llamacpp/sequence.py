@@ -47,7 +47,9 @@ class Sequence:
         "fail",
         "history",
         "job",
+        "lora",
         "next_token",
+        "pin",
         "prompt",
         "prompt_done",
         "samplers",
@@ -63,8 +65,12 @@ class Sequence:
         cap: int | None,
         fail: Callable[[BaseException], None],
         done: Callable[[], None],
+        pin: int | None = None,
+        lora: tuple[float, ...] = (),
     ) -> None:
         self.job = job
+        self.lora = lora  # its LoRA adapters' scales (lora.py); (): the model has none
+        self.pin = pin  # llama-server's `id_slot`: admitted into that slot only
         self.prompt = prompt  # tokenized on the scheduler's thread when `job.tokens` is empty
         self.cap = cap  # a per-request context cap (`options.context_length`), or None
         self.fail = fail  # carries an error to the consumer

@@ -8,6 +8,7 @@ from typing import Any
 
 from sluicegate.core.errors import SluicegateError
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.lora import LoraFile, parse_lora
 from sluicegate.engines.llamacpp.overflow import Policy, policy_value
 from sluicegate.engines.llamacpp.speculative import SpeculativeSettings
 from sluicegate.engines.llamacpp.template import template_source
@@ -42,6 +43,7 @@ KEYS = frozenset(
         "draft_min",
         "draft_p_min",
         "ngram_size",
+        "lora",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -79,6 +81,8 @@ class LlamaCppSettings:
     mmproj: Path | None = None
     # Speculative decoding (speculative.py): n-gram lookup or a draft model; None: off.
     speculative: SpeculativeSettings | None = None
+    # LoRA adapters loaded beside the model (lora.py), each at its starting scale.
+    lora: tuple[LoraFile, ...] = ()
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -184,6 +188,8 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     if "n_gpu_layers" in table:
         values["n_gpu_layers"] = _integer(model, "n_gpu_layers", table["n_gpu_layers"], -1)
     values["speculative"] = _speculative(model, table, base_dir)
+    if "lora" in table:
+        values["lora"] = parse_lora(model, table["lora"], base_dir)
     try:
         if "tool_call_format" in table:
             values["tool_call_format"] = tool_format_setting(

@@ -24,9 +24,9 @@ from sluicegate.engines.llamacpp.template_caps import TemplateCaps, template_cap
 from sluicegate.engines.llamacpp.template_quirks import (
     adjust,
     calls_as_text,
-    is_gpt_oss,
     patched_source,
     without_tool_turns,
+    writes_channels,
 )
 from sluicegate.parsing import ReasoningStyle
 
@@ -160,7 +160,7 @@ def render_messages(
 ) -> str:
     """Render llama.cpp-shaped messages; what the template refuses is a 400 naming why."""
     caps = template_caps(source)
-    if not is_gpt_oss(source):
+    if not writes_channels(source):
         messages = [{**m, "role": "system"} if m["role"] == "developer" else m for m in messages]
     messages = adjust(source, _fit(messages, caps), caps)
     # A template that renders no tool calls: where it never mentions tools (or refuses the
@@ -229,7 +229,7 @@ def render_chat(
         extra["reasoning_effort"] = extra["reasoning_strength"] = reasoning_effort
     return render_messages(
         source,
-        template_messages(messages, merge_system=not is_gpt_oss(source), media_marker=media_marker),
+        template_messages(messages, merge_system=not writes_channels(source), media_marker=media_marker),
         template_tools(tools),
         bos_token=bos_token,
         eos_token=eos_token,
@@ -303,7 +303,7 @@ def render_request(
         *head, last = messages
         prompt, bare = render(head), render(head, add_generation_prompt=False)
         generation_prompt = prompt[len(bare) :] if prompt.startswith(bare) else ""
-        prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=is_gpt_oss(source))
+        prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=writes_channels(source))
     else:
         prompt = render(messages)
     # The tokenizer adds the BOS token itself: one the template wrote would be a second

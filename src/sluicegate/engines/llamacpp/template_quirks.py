@@ -1,11 +1,12 @@
-"""The per-family adjustments llama.cpp makes before a template sees a conversation.
+"""The adjustments llama.cpp makes before a template sees a conversation.
 
-Each is recognised from the template's source, as llama.cpp's `common/chat.cpp` and
-`common/parsers/*.cpp` recognise them: gpt-oss and LFM2 read reasoning as `thinking`,
-Ministral 3 wants reasoning as a typed content block, DeepSeek V4 wants tool results in call
-order, StepFun wants trimmed text, and two templates carry checks llama.cpp patches out. Two
-more are ours, for conversations a template would otherwise refuse: Mistral's 9-character
-tool-call ids, and several calls in one turn for a template that renders one per turn.
+A family's own are in its declaration (`Family.quirks`, parsing/quirks.py): gpt-oss and LFM2
+read reasoning as `thinking`, Ministral 3 wants reasoning as a typed content block, DeepSeek V4
+wants tool results in call order, and two templates carry checks llama.cpp patches out. The
+template is recognised once, by the registry (`detect_family`). The ones here are read from
+what a template says rather than whose it is: StepFun's wants trimmed text, and two are ours,
+for conversations a template would otherwise refuse: Mistral's 9-character tool-call ids, and
+several calls in one turn for a template that renders one per turn.
 """
 
 from __future__ import annotations
@@ -16,116 +17,36 @@ import string
 from typing import Any
 
 from sluicegate.engines.llamacpp.template_caps import TemplateCaps
+from sluicegate.parsing import detect_family
+from sluicegate.parsing.quirks import NO_QUIRKS, Quirks
 
 Json = dict[str, Any]
 
-# Checks llama.cpp replaces with `{%- if false %}` (chat.cpp, common_chat_templates_init).
-_SOURCE_PATCHES = (
-    (
-        "<|channel|>",
-        '{%- if "<|channel|>analysis<|message|>" in message.content or '
-        '"<|channel|>final<|message|>" in message.content %}',
-    ),
-    (
-        "[TOOL_CALLS]",
-        "{%- if (message['content'] is none or message['content'] == '' or "
-        "message['content']|length == 0) and (message['tool_calls'] is not defined or "
-        "message['tool_calls'] is none or message['tool_calls']|length == 0) %}",
-    ),
-)
 _ALPHANUMERIC = string.ascii_letters + string.digits
 
 
+def _quirks(source: str) -> Quirks:
+    family = detect_family(source)
+    return family.quirks if family is not None else NO_QUIRKS
+
+
 def patched_source(source: str) -> str:
-    for marker, check in _SOURCE_PATCHES:
-        if marker in source and check in source:
-            source = source.replace(check, "{%- if false %}")
+    """The template with the check its family's declaration names replaced by
+    `{%- if false %}`, as llama.cpp's common_chat_templates_init does."""
+    patch = _quirks(source).patch
+    if patch and patch in source:
+        source = source.replace(patch, "{%- if false %}")
     return source
 
 
-def is_gpt_oss(source: str) -> bool:
-    return "<|channel|>" in source
-
-
-def _is_lfm2(source: str) -> bool:
-    return ("<|tool_list_start|>" in source and "<|tool_list_end|>" in source) or (
-        "List of tools: [" in source and "<|tool_list_start|>" not in source
-    )
-
-
-def _is_ministral3(source: str) -> bool:
-    return (
-        all(m in source for m in ("[SYSTEM_PROMPT]", "[TOOL_CALLS]", "[ARGS]")) and "[CALL_ID]" not in source
-    )
-
-
-def _is_deepseek_v4(source: str) -> bool:
-    return "dsml_token" in source and "DSML" in source and "function_calls" not in source
+def writes_channels(source: str) -> bool:
+    """Whether the template writes gpt-oss's channels (a `developer` turn stays one, system
+    turns are not merged, a continued message is continued in its channel)."""
+    return _quirks(source).channels
 
 
 def _wants_short_ids(source: str) -> bool:
     return "alphanumeric strings with length 9" in source
-
-
-def _thinking(messages: list[Json], drop_content_with_calls: bool) -> list[Json]:
-    out = []
-    for message in messages:
-        message = dict(message)
-        if isinstance(message.get("reasoning_content"), str):
-            message["thinking"] = message["reasoning_content"]
-            if drop_content_with_calls and message.get("tool_calls"):
-                message.pop("content", None)
-        out.append(message)
-    return out
-
-
-def _ministral3(messages: list[Json]) -> list[Json]:
-    """System and assistant turns as typed blocks, reasoning as a `thinking` block."""
-    out = []
-    for message in messages:
-        if message["role"] not in ("system", "assistant"):
-            out.append(message)
-            continue
-        blocks: list[Json] = []
-        if isinstance(message.get("reasoning_content"), str):
-            blocks.append({"type": "thinking", "thinking": message["reasoning_content"]})
-        content = message.get("content")
-        if isinstance(content, str):
-            blocks.append({"type": "text", "text": content})
-        elif isinstance(content, list):
-            blocks.extend(content)
-        adjusted = {k: v for k, v in message.items() if k != "reasoning_content"}
-        adjusted["content"] = blocks
-        out.append(adjusted)
-    return out
-
-
-def _tool_results_in_call_order(messages: list[Json]) -> list[Json]:
-    """DeepSeek V4: a run of tool results (user turns may sit among them) in its calls' order."""
-    out = list(messages)
-    order: dict[str, int] = {}
-    i = 0
-    while i < len(out):
-        role = out[i]["role"]
-        if role == "assistant" and out[i].get("tool_calls"):
-            order = {c["id"]: n for n, c in enumerate(out[i]["tool_calls"]) if c.get("id")}
-            i += 1
-            continue
-        if role not in ("user", "tool"):
-            i += 1
-            continue
-        end = i
-        while end < len(out) and out[end]["role"] in ("user", "tool"):
-            end += 1
-        positions = [p for p in range(i, end) if out[p]["role"] == "tool"]
-        if len(positions) > 1 and order:
-            results = sorted(
-                (out[p] for p in positions), key=lambda m: order.get(m.get("tool_call_id", ""), 0)
-            )
-            for p, result in zip(positions, results, strict=True):
-                out[p] = result
-        i = max(end, i + 1)
-    return out
 
 
 def _trimmed(messages: list[Json]) -> list[Json]:
@@ -199,21 +120,15 @@ def _one_call_per_turn(messages: list[Json]) -> list[Json]:
 
 
 def adjust(source: str, messages: list[Json], caps: TemplateCaps) -> list[Json]:
-    """The conversation as this template's family wants it handed over."""
+    """The conversation as this template (and its family's declaration) wants it handed over."""
     if "You have access to the following functions in JSONSchema format" in source:
         messages = _trimmed(messages)
     if _wants_short_ids(source):
         messages = _short_ids(messages)
     if caps.tool_calls and not caps.parallel_tool_calls:
         messages = _one_call_per_turn(messages)
-    if is_gpt_oss(source):
-        messages = _thinking(messages, drop_content_with_calls=True)
-    elif _is_lfm2(source):
-        messages = _thinking(messages, drop_content_with_calls=False)
-    elif _is_ministral3(source):
-        messages = _ministral3(messages)
-    elif _is_deepseek_v4(source):
-        messages = _tool_results_in_call_order(messages)
+    for quirk in _quirks(source).adjust:
+        messages = quirk(source, messages)
     return messages
 
 

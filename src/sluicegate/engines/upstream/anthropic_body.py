@@ -134,7 +134,8 @@ def messages_body(request: ChatRequest, upstream_model: str, signatures: Signatu
             result = {
                 "type": "tool_result",
                 "tool_use_id": message.tool_call_id or "",
-                "content": message.text,
+                # Its images too, as Anthropic's tool_result blocks carry them.
+                "content": message.content if isinstance(message.content, str) else _blocks(message.content),
             }
             add("user", [result])
         else:

@@ -36,9 +36,9 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.core.lane import Lane
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
+from sluicegate.engines.lane import Lane
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
 from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
@@ -140,10 +140,15 @@ class UpstreamEngine(Engine):
             await self.replicas.aclose()
 
     def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
+        return self.generate_through(request, None)
+
+    def generate_through(self, request: ChatRequest, lane: Lane | None) -> AsyncIterator[RawEvent]:
+        """`generate`, offering reads that arrive while the stream's task waits to `lane` (a
+        stream's fast lane, engines/lane.py); a traced call keeps every read on its task."""
         observer = current_observer()
         parent = observer.parent_span if observer is not None else None
         if parent is None:  # tracing off (or no request to trace): no layer, no cost
-            return self._generate(request, b"", request.lane)
+            return self._generate(request, b"", lane)
         span = tracing.start_child(
             parent,
             f"chat {self.config.upstream_model}",
@@ -178,7 +183,7 @@ class UpstreamEngine(Engine):
                 keys = self.replicas.prefix_keys(request)  # [] unless routing = "prefix_affinity"
                 if keys:
                     await self.replicas.recall(keys)
-                replica, response, refusal = await self._send(path, body, clocks, trace_headers, keys)
+                replica, response, refusal = await self._send(path, body, clocks, trace_headers, keys=keys)
                 # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
                 del body
             except asyncio.CancelledError:
@@ -323,7 +328,13 @@ class UpstreamEngine(Engine):
             raise _bad_answer(replica, f"its answer is not JSON ({exc.msg})") from exc
 
     async def _send(
-        self, path: str, body: bytes, clocks: Clocks, trace_headers: bytes = b"", keys: Sequence[bytes] = ()
+        self,
+        path: str,
+        body: bytes,
+        clocks: Clocks,
+        trace_headers: bytes = b"",
+        content_type: bytes = b"application/json",
+        keys: Sequence[bytes] = (),
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
         error to fail with. The returned replica's `outstanding` count is held. `keys`: the
@@ -338,7 +349,7 @@ class UpstreamEngine(Engine):
             response: StreamingResponse | None = None
             try:
                 clocks.waiting()
-                response = await replica.pool.post_stream(path, body, trace_headers)
+                response = await replica.pool.post_stream(path, body, trace_headers, content_type)
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)
@@ -368,7 +379,7 @@ class UpstreamEngine(Engine):
 
 class _ReadThrough:
     """A read that arrives while the relay waits, decoded in the connection's callback and
-    offered to the turn's fast lane (core/lane.py); what the lane does not carry, and what ends
+    offered to the turn's fast lane (engines/lane.py); what the lane does not carry, and what ends
     the stream, is kept in `stash` for the relay, which is woken to take it first."""
 
     __slots__ = ("clocks", "decoder", "feed", "lane", "stash")

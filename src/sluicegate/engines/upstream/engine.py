@@ -7,18 +7,30 @@ wire.py; a text completion goes to its `/completions` (completions.py); replicas
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from typing import Any, ClassVar
 
 import orjson
 
+from sluicegate.core.embeddings import EmbedRequest, EmbedResult
 from sluicegate.core.errors import invalid
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.speech import Upload
 from sluicegate.engines.base import Capabilities, ModelInfo, Task
+from sluicegate.engines.upstream.audio import relay_bytes
 from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
-from sluicegate.engines.upstream.embeddings import EMBEDDINGS_PATH, MAX_UPSTREAM_BODY, checked_embeddings
+from sluicegate.engines.upstream.embeddings import (
+    EMBEDDINGS_PATH,
+    MAX_UPSTREAM_BODY,
+    RERANK_PATH,
+    checked_embeddings,
+    embed_result,
+    rerank_result,
+)
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
 from sluicegate.parsing import THINK, OutputParser
@@ -80,17 +92,37 @@ class OpenAIUpstreamEngine(UpstreamEngine):
     def tasks(self) -> frozenset[Task]:
         """What an OpenAI-compatible server may offer besides chat; one that does not answers
         with its own error, relayed."""
-        return frozenset({"chat", "embeddings", "rerank"})
+        return frozenset({"chat", "embeddings", "rerank", "transcription", "speech"})
+
+    def relay_audio(self, path: str, body: Upload | dict[str, Any]) -> AsyncIterator[bytes] | None:
+        """OpenAI's audio endpoints, relayed (engines/upstream/audio.py)."""
+        return relay_bytes(self, path, body)
+
+    async def embed(self, request: EmbedRequest) -> EmbedResult:
+        """As an OpenAI embeddings request (for the dialects that relay nothing: Ollama's)."""
+        body: dict[str, Any] = {"input": request.inputs}
+        if request.dimensions is not None:
+            body["dimensions"] = request.dimensions
+        return embed_result(await self.relay(EMBEDDINGS_PATH, body))
+
+    async def rerank(self, request: RerankRequest) -> RerankResult:
+        answer, replica = await self._exchange_json(
+            RERANK_PATH, {"query": request.query, "documents": request.documents}
+        )
+        return rerank_result(answer, len(request.documents), replica)
+
+    async def _exchange_json(self, path: str, body: dict[str, Any]) -> tuple[Any, str]:
+        try:
+            payload = orjson.dumps({**body, "model": self.config.upstream_model})
+        except orjson.JSONEncodeError as exc:
+            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
+        return await self.exchange(path, payload, max_bytes=MAX_UPSTREAM_BODY)
 
     async def relay(self, path: str, body: dict[str, Any]) -> Any:
         """The request relayed as it came (with the upstream's model name), under the chat
         stream's replica failover and clocks; the answer names our model id. An embeddings
         answer is checked to be one (an upstream's 200 of another shape is a 502)."""
-        try:
-            payload = orjson.dumps({**body, "model": self.config.upstream_model})
-        except orjson.JSONEncodeError as exc:
-            raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
-        answer, replica = await self.exchange(path, payload, max_bytes=MAX_UPSTREAM_BODY)
+        answer, replica = await self._exchange_json(path, body)
         if path == EMBEDDINGS_PATH:
             answer = checked_embeddings(answer, replica)
         if isinstance(answer, dict) and "model" in answer:

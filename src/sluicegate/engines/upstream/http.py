@@ -61,7 +61,7 @@ class _Connection(asyncio.Protocol):
         self._length: bytes | None = None
         self._until_eof = False  # neither a length nor chunked: the body ends with the connection
         self._error: Exception | None = None
-        # While the engine waits for a read, a read may be handed here instead (core/lane.py):
+        # While the engine waits for a read, a read may be handed here instead (engines/lane.py):
         # True, it was carried on and the wait goes on; False, the engine must look (it is woken).
         self.read_through: Callable[[bytes], bool] | None = None
 
@@ -271,12 +271,19 @@ class HttpPool:
         self._connect_timeout = connect_timeout
         self._idle: list[_Connection] = []  # in-flight ones are closed by their response
 
-    def _request(self, method: str, path: str, body: bytes | None, extra_headers: bytes = b"") -> bytes:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        extra_headers: bytes = b"",
+        content_type: bytes = b"application/json",
+    ) -> bytes:
         target = (self._prefix + "/" + path.lstrip("/")).encode()
         head = method.encode() + b" " + target + b" HTTP/1.1\r\n" + self._headers + extra_headers
         if body is None:
             return head + b"\r\n"
-        return head + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+        return head + b"Content-Type: %s\r\nContent-Length: %d\r\n\r\n" % (content_type, len(body)) + body
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -318,10 +325,13 @@ class HttpPool:
             self._discard(conn)
             raise
 
-    async def post_stream(self, path: str, body: bytes, extra_headers: bytes = b"") -> StreamingResponse:
-        """POST `body` (JSON); returns when the status line and headers arrived. `extra_headers`:
-        header lines of this request only (`name: value\\r\\n` each; the trace context)."""
-        conn, status = await self._exchange(self._request("POST", path, body, extra_headers))
+    async def post_stream(
+        self, path: str, body: bytes, extra_headers: bytes = b"", content_type: bytes = b"application/json"
+    ) -> StreamingResponse:
+        """POST `body` (JSON unless `content_type` says: an audio upload's multipart form);
+        returns when the status line and headers arrived. `extra_headers`: header lines of this
+        request only (`name: value\\r\\n` each; the trace context)."""
+        conn, status = await self._exchange(self._request("POST", path, body, extra_headers, content_type))
         return StreamingResponse(self, conn, status)
 
     async def get(self, path: str, *, timeout: float) -> tuple[int, bytes]:

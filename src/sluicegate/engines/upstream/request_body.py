@@ -72,10 +72,13 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
             body["parallel_tool_calls"] = False
     s = request.sampling
     add_sampling(body, s)
+    fmt = request.response_format
+    if fmt is not None and fmt.get("type") == "grammar":  # GBNF: llama-server's (and vLLM's) `grammar`
+        body["grammar"], fmt = fmt.get("grammar"), None
     for key, value in (
         ("top_logprobs", s.top_logprobs),
         ("reasoning_effort", request.reasoning_effort),
-        ("response_format", request.response_format),
+        ("response_format", fmt),
     ):
         if value is not None:
             body[key] = value
@@ -94,6 +97,8 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
         ("top_p", s.top_p),
         ("top_k", s.top_k),
         ("min_p", s.min_p),
+        ("typical_p", s.typical_p),
+        ("repeat_last_n", s.repeat_last_n),
         ("repetition_penalty", s.repeat_penalty),
         ("presence_penalty", s.presence_penalty),
         ("frequency_penalty", s.frequency_penalty),
@@ -104,6 +109,8 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
             body[key] = value
     if s.stop:
         body["stop"] = s.stop
+    if s.logit_bias:  # OpenAI's shape; a ban (-inf) as its -100
+        body["logit_bias"] = {str(t): max(b, -100.0) for t, b in s.logit_bias.items()}
 
 
 def add_extra(body: dict[str, Any], request: ChatRequest) -> None:

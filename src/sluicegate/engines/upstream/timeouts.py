@@ -91,7 +91,7 @@ class Clocks:
 
     def alive(self) -> None:
         """Something arrived and was relayed while the engine still waits (a read carried by the
-        turn's fast lane, core/lane.py): the upstream is alive, the wait goes on."""
+        turn's fast lane, engines/lane.py): the upstream is alive, the wait goes on."""
         self.first_byte_seen = True
         self._phase_at = self._loop.time() + self._idle
 

@@ -1,5 +1,8 @@
-"""What a family module declares: how to recognise its chat template, its reasoning tags, and
-the parser for its output."""
+"""What a family module declares, once: how to recognise its chat template, its reasoning
+tags, the parser for its output, how a forced call and the markup around an answer are written
+(parsing/forced.py), what its template wants done to a conversation (parsing/quirks.py), and
+the template for a GGUF of its architecture that carries none. registry.py lists the
+declarations; everything else reads them."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sluicegate.core.events import RawEvent, TokenLogprob
+from sluicegate.parsing.forced import PLAIN_ANSWER, AnswerMarkup, CallShape
 from sluicegate.parsing.formats import ReasoningStyle
-from sluicegate.parsing.markup import Markup, MarkupParser, Tools
+from sluicegate.parsing.markup import Markup, OutputParser, Tools
+from sluicegate.parsing.quirks import NO_QUIRKS, Quirks
 
 
 class StreamParser(Protocol):
@@ -32,9 +37,23 @@ class ParserArgs:
 
 
 @dataclass(frozen=True, slots=True)
+class Fallback:
+    """A chat template for a GGUF of one of `architectures` that carries none: llama.cpp's
+    built-in template `name` (src/llama-chat.cpp), written in Jinja."""
+
+    name: str
+    source: str
+    architectures: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Family:
     """`name` is the `tool_call_format` config value; `fingerprint` reads a chat template;
-    `reasoning` are the tags its models think in (None: `<think>` when the template knows it)."""
+    `reasoning` are the tags its models think in (None: `<think>` when the template knows it);
+    `call`: how a forced call is written (None: calls cannot be forced); `answer`: the markup
+    around an answer under a grammar; `quirks`: what its template wants done to a conversation;
+    `architectures`: models of these architectures write this markup even without a template;
+    `fallback`: the template for its architectures' GGUFs that carry none."""
 
     name: str
     fingerprint: Callable[[str], bool]
@@ -43,11 +62,16 @@ class Family:
     templates: tuple[str, ...] = ()  # llama.cpp's corpus files of this family (docs, tests)
     # The template writes `reasoning`'s tags through macros, not as literals (Kimi K3).
     reasoning_built: bool = False
+    call: CallShape | None = None
+    answer: AnswerMarkup = PLAIN_ANSWER
+    quirks: Quirks = NO_QUIRKS
+    architectures: tuple[str, ...] = ()
+    fallback: Fallback | None = None
 
 
 def markup_family(markup: Markup) -> Callable[[ParserArgs], StreamParser]:
     def build(args: ParserArgs) -> StreamParser:
-        return MarkupParser(
+        return OutputParser(
             markup,
             reasoning=args.reasoning,
             starts_in_reasoning=args.starts_in_reasoning,

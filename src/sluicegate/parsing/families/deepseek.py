@@ -11,6 +11,7 @@ R1:   <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import JsonCall
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import JsonCallsReader, NameJson, NameJsonReader
 
@@ -39,6 +40,7 @@ DEEPSEEK_V3_1 = Family(
         Markup(calls=((CALL_BEGIN, lambda tools: NameJsonReader(V3_1)),), drop=(CALLS_BEGIN, CALLS_END))
     ),
     templates=("deepseek-ai-DeepSeek-V3.1.jinja",),
+    call=JsonCall(lambda n: f"{CALLS_BEGIN}{CALL_BEGIN}{n}{SEP}", CALL_END + CALLS_END),
 )
 DEEPSEEK_R1 = Family(
     "deepseek_r1",
@@ -54,5 +56,8 @@ DEEPSEEK_R1 = Family(
         "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja",
         "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja",
         "llama-cpp-deepseek-r1.jinja",
+    ),
+    call=JsonCall(
+        lambda n: f"{CALLS_BEGIN}{CALL_BEGIN}function{SEP}{n}\n```json\n", f"\n```{CALL_END}{CALLS_END}"
     ),
 )

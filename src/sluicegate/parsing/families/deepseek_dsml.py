@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, markup_family
+from sluicegate.parsing.forced import ParamsCall
 from sluicegate.parsing.markup import Markup
+from sluicegate.parsing.quirks import Quirks, tool_results_in_call_order
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
 
 DSML = "｜DSML｜"
@@ -52,16 +54,31 @@ _MARKUP = markup_family(
     )
 )
 
+
+def _dsml_param(key: str, plain: bool) -> tuple[str, str]:
+    attr = "true" if plain else "false"
+    return f'<{DSML}parameter name="{key}" string="{attr}">', f"</{DSML}parameter>\n"
+
+
+def _dsml_call(block: str) -> ParamsCall:
+    return ParamsCall(
+        lambda n: f'<{DSML}{block}>\n{INVOKE}{n}">\n', _dsml_param, f"</{DSML}invoke>\n</{DSML}{block}>"
+    )
+
+
 # Both read either block name; the forced-call grammar writes the family's own.
 DEEPSEEK_V3_2 = Family(
     "deepseek_v3_2",
     lambda s: _dsml(s) and "function_calls" in s,
     _MARKUP,
     templates=("deepseek-ai-DeepSeek-V3.2.jinja",),
+    call=_dsml_call("function_calls"),
 )
 DEEPSEEK_V4 = Family(
     "deepseek_v4",
     lambda s: _dsml(s) and "function_calls" not in s,
     _MARKUP,
     templates=("deepseek-ai-DeepSeek-V4.jinja", "deepseek-ai-DeepSeek-V4-Flash-0731.jinja"),
+    call=_dsml_call("tool_calls"),
+    quirks=Quirks(adjust=(tool_results_in_call_order,)),  # V4 wants its results in call order
 )

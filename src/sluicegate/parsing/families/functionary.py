@@ -4,6 +4,7 @@ message starts with its recipient: `all\n` text, or `NAME\n{...}`, further ones 
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import JsonCall
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import NameJson, NameJsonReader
 
@@ -19,10 +20,12 @@ FUNCTIONARY_V3_1 = Family(
         )
     ),
     templates=("meetkai-functionary-medium-v3.1.jinja",),
+    call=JsonCall(lambda n: f"<function={n}>", "</function>"),
 )
 FUNCTIONARY_V3_2 = Family(
     "functionary_v3_2",
     has(">>>all"),
     markup_family(Markup(calls=((">>>", lambda tools: NameJsonReader(V3_2)),), starts_with=">>>")),
     templates=("meetkai-functionary-medium-v3.2.jinja",),
+    call=JsonCall(lambda n: f"{n}\n", ""),
 )

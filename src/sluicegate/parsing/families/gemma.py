@@ -15,6 +15,7 @@ import re
 
 from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import AnswerMarkup, JsonCall
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.jsonstream import compact, json_or_text, quoted_piece
 from sluicegate.parsing.markup import CallOut, Markup
@@ -198,4 +199,6 @@ GEMMA4 = Family(
     ),
     reasoning=ReasoningStyle("<|channel>thought", "<channel|>"),
     templates=("google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"),
+    answer=AnswerMarkup(thought_in_grammar=True),  # `<|channel>thought` is several tokens
+    call=JsonCall(lambda n: f"<|tool_call>call:{n}", "<tool_call|>"),
 )

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
 
@@ -35,5 +36,10 @@ GLM = Family(
         "GLM-4.7-Flash.jinja",
         "Spark2.5.jinja",
         "inclusionai-ling-3.0-flash.jinja",
+    ),
+    call=params_call(
+        lambda n: f"<tool_call>{n}\n",
+        lambda k: (f"<arg_key>{k}</arg_key>\n<arg_value>", "</arg_value>\n"),
+        "</tool_call>",
     ),
 )

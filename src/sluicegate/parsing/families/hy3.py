@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
@@ -43,4 +44,12 @@ HY3 = Family(
     reasoning=ReasoningStyle(token("think"), token("/think")),
     templates=("tencent-Hy3.jinja",),
     reasoning_built=True,
+    call=params_call(
+        lambda n: f"{token('tool_calls')}\n{token('tool_call')}{n}{token('tool_sep')}\n",
+        lambda k: (
+            f"{token('arg_key')}{k}{token('/arg_key')}\n{token('arg_value')}",
+            f"{token('/arg_value')}\n",
+        ),
+        f"{token('/tool_call')}\n{token('/tool_calls')}",
+    ),
 )

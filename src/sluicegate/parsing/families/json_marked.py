@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import json_object_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import JsonCallsReader
@@ -31,6 +32,7 @@ COMMAND_R_PLUS = Family(
         )
     ),
     templates=("CohereForAI-c4ai-command-r-plus-tool_use.jinja",),
+    call=json_object_call("Action:\n```json\n[", "tool_name", "parameters", "]\n```"),
 )
 FIREFUNCTION_V2 = Family(
     "firefunction_v2",
@@ -38,6 +40,7 @@ FIREFUNCTION_V2 = Family(
     # The bracket is part of the marker (`functools` alone is prose): the calls as array items.
     markup_family(Markup(calls=(("functools[", lambda tools: JsonCallsReader(None, several=True)),))),
     templates=("fireworks-ai-llama-3-firefunction-v2.jinja",),
+    call=json_object_call(" functools[", "name", "arguments", "]"),
 )
 APRIEL = Family(
     "apriel",
@@ -51,6 +54,7 @@ APRIEL = Family(
     reasoning=ReasoningStyle("Here are my reasoning steps:", "[BEGIN FINAL RESPONSE]"),
     templates=("unsloth-Apriel-1.5.jinja", "Apriel-1.6-15b-Thinker-fixed.jinja"),
     reasoning_built=True,
+    call=json_object_call("<tool_calls>[", "name", "arguments", "]</tool_calls>"),
 )
 _GIGACHAT_CALLS = Markup(
     calls=(
@@ -64,10 +68,12 @@ GIGACHAT3 = Family(
     lambda s: has("<|role_sep|>", "<|message_sep|>")(s) and "<|function_call|>" not in s,
     markup_family(_GIGACHAT_CALLS),
     templates=("GigaChat3-10B-A1.8B.jinja",),
+    call=json_object_call("<|message_sep|>\n\nfunction call<|role_sep|>\n", "name", "arguments", ""),
 )
 GIGACHAT3_1 = Family(
     "gigachat3_1",
     has("<|role_sep|>", "<|function_call|>"),
     markup_family(_GIGACHAT_CALLS),  # (either call form is read in both)
     templates=("GigaChat3.1-10B-A1.8B.jinja",),
+    call=json_object_call("<|function_call|>", "name", "arguments", ""),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import JsonCall
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import NameJson, NameJsonReader
 
@@ -35,4 +36,10 @@ KIMI_K2 = Family(
         )
     ),
     templates=("moonshotai-Kimi-K2.jinja", "Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja"),
+    call=JsonCall(
+        lambda n: (
+            f"<|tool_calls_section_begin|><|tool_call_begin|>functions.{n}:0<|tool_call_argument_begin|>"
+        ),
+        "<|tool_call_end|><|tool_calls_section_end|>",
+    ),
 )

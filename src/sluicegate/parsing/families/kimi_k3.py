@@ -10,6 +10,7 @@ prompt opens `think`); the answer in `response`, calls in `tools`:
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import ParamsCall
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
@@ -26,6 +27,11 @@ def close_tag(tag: str) -> str:
 def _key(text: str) -> tuple[str, bool | None]:
     """`city" type="string` → the key; its type is the schema's (as llama.cpp reads it)."""
     return text.partition('"')[0], None
+
+
+def _k3_param(key: str, plain: bool) -> tuple[str, str]:
+    kind = "string" if plain else "json"
+    return f'<|open|>argument key="{key}" type="{kind}"<|sep|>', "<|close|>argument<|sep|>"
 
 
 K3_XML = XmlCall(
@@ -58,4 +64,9 @@ KIMI_K3 = Family(
     reasoning=ReasoningStyle(open_tag("think"), close_tag("think")),
     templates=("Kimi-K3.jinja",),
     reasoning_built=True,
+    call=ParamsCall(
+        lambda n: f'<|open|>tools<|sep|><|open|>call tool="{n}" index="1"<|sep|>',
+        _k3_param,
+        "<|close|>call<|sep|><|close|>tools<|sep|><|close|>message<|sep|>",
+    ),
 )

@@ -16,8 +16,10 @@ import re
 from typing import Any
 
 from sluicegate.parsing.families.base import Family, markup_family
+from sluicegate.parsing.forced import PythonCall
 from sluicegate.parsing.jsonstream import compact, quoted_piece
 from sluicegate.parsing.markup import CallOut, Markup
+from sluicegate.parsing.quirks import Quirks, thinking
 
 CLOSE = "<|tool_call_end|>"
 _LITERALS = {
@@ -215,4 +217,6 @@ LFM2 = Family(
     lambda s: "<|tool_list_start|>" in s or "List of tools: [" in s or "<|tool_call_start|>" in s,
     markup_family(Markup(calls=(("<|tool_call_start|>", lambda tools: PythonCallsReader()),))),
     templates=("LFM2-8B-A1B.jinja", "LFM2.5-Instruct.jinja", "LFM2.5-8B-A1B.jinja"),
+    quirks=Quirks(adjust=(thinking(drop_content_with_calls=False),)),
+    call=PythonCall("<|tool_call_start|>", "<|tool_call_end|>"),
 )

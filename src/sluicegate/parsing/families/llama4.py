@@ -15,8 +15,9 @@ import re
 
 from sluicegate.core.events import RawEvent, TokenLogprob
 from sluicegate.parsing.families.base import Family, ParserArgs, StreamParser
-from sluicegate.parsing.families.legacy import LLAMA3_JSON
+from sluicegate.parsing.families.legacy import json_message_parser
 from sluicegate.parsing.families.lfm2 import PythonCallsReader
+from sluicegate.parsing.forced import PythonCall
 from sluicegate.parsing.markup import CallOut, Reader
 from sluicegate.parsing.scan import held_from
 
@@ -55,7 +56,7 @@ class PythonicParser:
     def __init__(self, args: ParserArgs) -> None:
         self.saw_tool_calls = False
         self._out = CallOut(args.new_call_id)
-        self._text = LLAMA3_JSON.build(args)
+        self._text = json_message_parser(args)
         self._calls: UntilEnd | None = None
         self._buf = ""
         self._mode = "start"  # start | calls | text
@@ -110,4 +111,9 @@ def _build(args: ParserArgs) -> StreamParser:
     return PythonicParser(args)
 
 
-LLAMA4_PYTHONIC = Family("llama4_pythonic", lambda s: "<|header_start|>" in s, _build)
+LLAMA4_PYTHONIC = Family(
+    "llama4_pythonic",
+    lambda s: "<|header_start|>" in s,
+    _build,
+    call=PythonCall("", ""),
+)

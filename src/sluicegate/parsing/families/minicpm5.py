@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
 
@@ -28,4 +29,7 @@ MINICPM5 = Family(
         )
     ),
     templates=("openbmb-MiniCPM5-1B.jinja",),
+    call=params_call(
+        lambda n: f'<function name="{n}">', lambda k: (f'<param name="{k}">', "</param>"), "</function>"
+    ),
 )

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
 
@@ -31,4 +32,9 @@ MINIMAX_M2 = Family(
         )
     ),
     templates=("MiniMax-M2.jinja",),
+    call=params_call(
+        lambda n: f'<minimax:tool_call>\n<invoke name="{n}">\n',
+        lambda k: (f'<parameter name="{k}">', "</parameter>\n"),
+        "</invoke>\n</minimax:tool_call>",
+    ),
 )

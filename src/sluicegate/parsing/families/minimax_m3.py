@@ -16,6 +16,7 @@ from typing import Any
 
 from sluicegate.parsing.calls import INVALID, parse_json
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.jsonstream import compact
 from sluicegate.parsing.markup import Markup
@@ -135,4 +136,9 @@ MINIMAX_M3 = Family(
     ),
     reasoning=ReasoningStyle("<mm:think>", "</mm:think>"),
     templates=("MiniMax-M3.jinja",),
+    call=params_call(
+        lambda n: f'{NS}<tool_call>\n{INVOKE}{n}">',
+        lambda k: (f"{NS}<{k}>", f"{NS}</{k}>"),
+        f"{INVOKE_END}\n{NS}</tool_call>",
+    ),
 )

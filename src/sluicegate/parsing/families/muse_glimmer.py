@@ -13,6 +13,7 @@ following it (a header only opens a message). `to=self` is reasoning,
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import CallOut, Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
@@ -65,4 +66,9 @@ MUSE_GLIMMER = Family(
     reasoning=ReasoningStyle(f"{START} to=self{MESSAGE}", "<|eom|>"),
     templates=("muse-glimmer.jinja",),
     reasoning_built=True,
+    call=params_call(
+        lambda n: f' to={n}<|message|><atem:function_calls>\n<atem:invoke name="{n}">\n',
+        lambda k: (f'<atem:parameter name="{k}">', "</atem:parameter>\n"),
+        "</atem:invoke>\n</atem:function_calls>",
+    ),
 )

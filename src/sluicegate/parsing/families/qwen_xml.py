@@ -12,6 +12,7 @@ Paris
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCall, XmlCallReader
 
@@ -38,5 +39,10 @@ QWEN3_CODER = Family(
         "Qwen3.5-4B.jinja",
         "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja",
         "StepFun3.5-Flash.jinja",
+    ),
+    call=params_call(
+        lambda n: f"<tool_call>\n<function={n}>\n",
+        lambda k: (f"<parameter={k}>\n", "\n</parameter>\n"),
+        "</function>\n</tool_call>",
     ),
 )

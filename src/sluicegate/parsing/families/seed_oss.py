@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
 from sluicegate.parsing.families.qwen_xml import FUNCTION_XML
+from sluicegate.parsing.forced import params_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import XmlCallReader
@@ -19,4 +20,9 @@ SEED_OSS = Family(
     ),
     reasoning=ReasoningStyle("<seed:think>", "</seed:think>"),
     templates=("ByteDance-Seed-OSS.jinja",),
+    call=params_call(
+        lambda n: f"<seed:tool_call>\n<function={n}>\n",
+        lambda k: (f"<parameter={k}>", "</parameter>\n"),
+        "</function>\n</seed:tool_call>",
+    ),
 )

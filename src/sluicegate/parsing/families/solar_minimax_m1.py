@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 from sluicegate.parsing.families.base import Family, has, markup_family
+from sluicegate.parsing.forced import JsonCall, json_object_call
 from sluicegate.parsing.formats import ReasoningStyle
 from sluicegate.parsing.markup import Markup
 from sluicegate.parsing.readers import JsonCallsReader, NameJson, NameJsonReader
@@ -32,6 +33,10 @@ SOLAR_OPEN = Family(
     ),
     reasoning=ReasoningStyle("<|think|>", "<|end|>"),
     templates=("upstage-Solar-Open-100B.jinja",),
+    call=JsonCall(
+        lambda n: f"<|tool_calls|><|tool_call:begin|>call_0<|tool_call:name|>{n}<|tool_call:args|>",
+        "<|tool_call:end|><|calls|>",
+    ),
 )
 MINIMAX_M1 = Family(
     "minimax_m1",
@@ -40,4 +45,5 @@ MINIMAX_M1 = Family(
         Markup(calls=(("<tool_calls>", lambda tools: JsonCallsReader("</tool_calls>", several=True)),))
     ),
     templates=("MiniMax-M1.jinja",),
+    call=json_object_call("<tool_calls>\n", "name", "arguments", "\n</tool_calls>"),
 )

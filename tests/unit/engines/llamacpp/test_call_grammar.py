@@ -11,10 +11,10 @@ from llama_cpp_support import fold
 from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.demo.model import make_demo_gguf
-from sluicegate.engines.llamacpp.call_grammar import CALLS, forced_grammar
+from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.runtime import Vocabulary
-from sluicegate.parsing import ReasoningStyle, ToolCallFormat, new_parser
+from sluicegate.parsing import FAMILIES, ReasoningStyle, ToolCallFormat, new_parser
 
 TOOLS = [
     ToolSpec(
@@ -32,13 +32,13 @@ TOOLS = [
     ToolSpec("lookup", parameters={"type": "object", "properties": {"id": {"type": "integer"}}}),
 ]
 MARKERS = {
-    ToolCallFormat.HARMONY: "to=functions.",
-    ToolCallFormat.QWEN3_CODER: "<parameter=",
-    ToolCallFormat.GLM: "<arg_key>",
-    ToolCallFormat.MINIMAX_M2: "<invoke name=",
-    ToolCallFormat.KIMI_K2: "<|tool_call_begin|>",
-    ToolCallFormat.GEMMA4: "<|tool_call>call:",
-    ToolCallFormat.LFM2: "<|tool_call_start|>",
+    ToolCallFormat("harmony"): "to=functions.",
+    ToolCallFormat("qwen3_coder"): "<parameter=",
+    ToolCallFormat("glm"): "<arg_key>",
+    ToolCallFormat("minimax_m2"): "<invoke name=",
+    ToolCallFormat("kimi_k2"): "<|tool_call_begin|>",
+    ToolCallFormat("gemma4"): "<|tool_call>call:",
+    ToolCallFormat("lfm2"): "<|tool_call_start|>",
 }
 
 
@@ -67,7 +67,7 @@ def request(choice: str) -> ChatRequest:
     return ChatRequest(model="m", messages=[Message("user", "hi")], tools=list(TOOLS), tool_choice=choice)
 
 
-@pytest.mark.parametrize("fmt", list(CALLS))
+@pytest.mark.parametrize("fmt", [ToolCallFormat(f.name) for f in FAMILIES])
 def test_every_family_grammar_compiles(tokenizer: Any, fmt: ToolCallFormat) -> None:
     for choice in ("required", "lookup"):
         grammar = forced_grammar(request(choice), fmt, "m")
@@ -79,20 +79,19 @@ def test_every_family_grammar_compiles(tokenizer: Any, fmt: ToolCallFormat) -> N
         assert MARKERS[fmt].replace('"', '\\"') in only_lookup.text
 
 
-def test_every_format_with_calls_can_be_forced() -> None:
-    first = {ToolCallFormat.NONE, ToolCallFormat.HERMES, ToolCallFormat.LLAMA3_JSON, ToolCallFormat.MISTRAL}
-    assert set(ToolCallFormat) - first == set(CALLS)
+def test_every_family_declares_its_forced_call() -> None:
+    assert [f.name for f in FAMILIES if f.call is None] == []
 
 
 def test_a_string_parameter_between_tags_is_plain_text_within_its_length() -> None:
-    grammar = forced_grammar(request("get_weather"), ToolCallFormat.QWEN3_CODER, "m")
+    grammar = forced_grammar(request("get_weather"), ToolCallFormat("qwen3_coder"), "m")
     assert grammar is not None
     assert "/[^<\\n]{1,10}/" in grammar.text and '"celsius" | "fahrenheit"' in grammar.text
 
 
 def test_a_named_tool_that_is_not_offered_is_a_400() -> None:
     with pytest.raises(SluicegateError, match="not among the tools"):
-        forced_grammar(request("nope"), ToolCallFormat.GLM, "m")
+        forced_grammar(request("nope"), ToolCallFormat("glm"), "m")
 
 
 # --- the family's markup before the answer ------------------------------------------------
@@ -126,7 +125,7 @@ def output_request() -> ChatRequest:
 
 
 def test_harmony_json_output_sits_in_the_final_channel_after_any_analysis(tokenizer: Any) -> None:
-    grammar = forced_grammar(output_request(), ToolCallFormat.HARMONY, "m", HARMONY_THINKS)
+    grammar = forced_grammar(output_request(), ToolCallFormat("harmony"), "m", HARMONY_THINKS)
     assert grammar is not None
     assert accepts(tokenizer, grammar, FINAL)
     assert accepts(tokenizer, grammar, ANALYSIS + FINAL)
@@ -136,21 +135,41 @@ def test_harmony_json_output_sits_in_the_final_channel_after_any_analysis(tokeni
     # A prompt that opened the analysis channel: from its end to the final channel.
     assert accepts(tokenizer, grammar.after_reasoning(), "<|start|>assistant" + FINAL)
     # No reasoning configured: the header, then the JSON.
-    plain = forced_grammar(output_request(), ToolCallFormat.HARMONY, "m")
+    plain = forced_grammar(output_request(), ToolCallFormat("harmony"), "m")
     assert plain is not None and accepts(tokenizer, plain, FINAL)
     assert not accepts(tokenizer, plain, ANALYSIS + FINAL)
 
 
 def test_harmony_reasons_before_a_forced_call(tokenizer: Any) -> None:
-    grammar = forced_grammar(request("lookup"), ToolCallFormat.HARMONY, "m", HARMONY_THINKS)
-    assert grammar is not None
+    grammar = forced_grammar(request("lookup"), ToolCallFormat("harmony"), "m", HARMONY_THINKS)
+    assert grammar is not None and grammar.holds_reasoning
     assert accepts(tokenizer, grammar, ANALYSIS + CALL)
     assert accepts(tokenizer, grammar, CALL)
-    assert accepts(tokenizer, grammar.after_reasoning(), "<|start|>assistant" + CALL)
+    assert not accepts(tokenizer, grammar, ANALYSIS)  # the call must follow
+    # A prompt that opened the analysis channel: the rest of it, then the call.
+    assert accepts(tokenizer, grammar.inside_reasoning(), "hmm<|end|><|start|>assistant" + CALL)
+
+
+def test_a_forced_call_holds_a_bounded_reasoning_block(tokenizer: Any) -> None:
+    """Reasoning before a forced call is in the grammar, closed before the call, at most a
+    quarter of max_tokens long (issue 47: the model could end inside it)."""
+    think = ReasoningStyle("<think>", "</think>")
+    forced = request("lookup")
+    forced.sampling.max_tokens = 40  # 10 characters of reasoning
+    grammar = forced_grammar(forced, ToolCallFormat("minimax_m2"), "m", think)
+    assert grammar is not None and grammar.holds_reasoning
+    call = '<minimax:tool_call>\n<invoke name="lookup">\n</invoke>\n</minimax:tool_call>'
+    assert accepts(tokenizer, grammar, "<think>short</think>\n" + call)
+    assert accepts(tokenizer, grammar, call)
+    assert not accepts(tokenizer, grammar, "<think>short</think>")
+    assert not accepts(tokenizer, grammar, "<think>far too long to fit</think>" + call)
+    inside = grammar.inside_reasoning()
+    assert accepts(tokenizer, inside, "short</think>\n\n" + call)
+    assert not accepts(tokenizer, inside, call)  # the open block must close first
 
 
 def test_what_the_harmony_grammar_writes_parses_back() -> None:
-    parser = new_parser(ToolCallFormat.HARMONY)
+    parser = new_parser(ToolCallFormat("harmony"))
     events = [*parser.feed(ANALYSIS + FINAL), *parser.finish()]
     assert fold(events) == {
         "content": '{"a": 1}',
@@ -161,11 +180,11 @@ def test_what_the_harmony_grammar_writes_parses_back() -> None:
 
 def test_gemma4_thinks_before_its_answer(tokenizer: Any) -> None:
     thought = ReasoningStyle("<|channel>thought", "<channel|>")
-    grammar = forced_grammar(output_request(), ToolCallFormat.GEMMA4, "m", thought)
+    grammar = forced_grammar(output_request(), ToolCallFormat("gemma4"), "m", thought)
     assert grammar is not None
     assert accepts(tokenizer, grammar, '<|channel>thought\nhmm<channel|>\n{"a": 1}')
     assert accepts(tokenizer, grammar, '{"a": 1}')
-    call = forced_grammar(request("lookup"), ToolCallFormat.GEMMA4, "m", thought)
+    call = forced_grammar(request("lookup"), ToolCallFormat("gemma4"), "m", thought)
     assert call is not None
     assert accepts(
         tokenizer, call, '<|channel>thought\nhmm<channel|><|tool_call>call:lookup{"id": 7}<tool_call|>'

@@ -91,7 +91,7 @@ def test_an_upstream_is_asked_to_continue_as_vllm_and_llama_server_take_it() -> 
 def test_harmony_reasoning_continued_goes_on_as_reasoning() -> None:
     from sluicegate.parsing import ToolCallFormat, new_parser
 
-    parser = new_parser(ToolCallFormat.HARMONY, reasoning=THINK, starts_in_reasoning=True)
+    parser = new_parser(ToolCallFormat("harmony"), reasoning=THINK, starts_in_reasoning=True)
     events = [
         *parser.feed(" and more"),
         *parser.feed("<|end|><|start|>assistant<|channel|>final<|message|>Red"),
@@ -104,7 +104,7 @@ def test_continued_reasoning_keeps_its_leading_space() -> None:
 
     for continues, expected in ((True, " it over"), (False, "it over")):
         parser = new_parser(
-            ToolCallFormat.HERMES, reasoning=THINK, starts_in_reasoning=True, continues=continues
+            ToolCallFormat("hermes"), reasoning=THINK, starts_in_reasoning=True, continues=continues
         )
         events = [*parser.feed(" it"), *parser.feed(" over</think>Red"), *parser.finish()]
         assert fold(events) == {"content": "Red", "reasoning": expected, "tool_calls": []}

@@ -90,7 +90,8 @@ async def test_what_libmtmd_cannot_use_is_a_400(ear: Path) -> None:
     engine = LlamaCppEngine.from_config({"id": "ear", "engine": "llamacpp", "path": str(ear)}, ear.parent)
     try:
         await engine.load(lambda _: None)
-        unreadable = sound(tone_wav(440.0, format_code=0x1234))  # a header fine, a coding none reads
+        # A header fine, a coding none reads (core/audio.py refuses it first; the engine too).
+        unreadable = Sound(tone_wav(440.0, format_code=0x1234), "wav", 1.0, "cd" * 32)
         one_sample = sound(tone_wav(440.0, seconds=0))  # libmtmd's preprocessor asserts on it
         for clip in (unreadable, one_sample):
             with pytest.raises(SluicegateError) as caught:

@@ -215,6 +215,30 @@ def test_shared_prefix_reports_cached_tokens(loaded: Any) -> None:
     assert again.usage.cached_tokens == shared
 
 
+def test_one_prompt_for_n_choices_is_decoded_once(loaded: Any) -> None:
+    """Three sequences of the same prompt at once (the `n` choices of one request): one decodes
+    the prompt, the others wait for it and copy its cells (cached: all but the last token), and
+    each still samples what it samples alone."""
+    engine = loaded(batching=True, parallel=3, batch_size=8)  # the prompt takes several steps
+    loop = loaded.loop
+    prompt = PROMPTS[3] * 2
+
+    async def together() -> list[Reply]:
+        return list(
+            await asyncio.gather(*(_run(engine, _request(prompt, temperature=1.0, seed=i)) for i in range(3)))
+        )
+
+    batched = loop.run_until_complete(together())
+    prompt_tokens = batched[0].usage.prompt_tokens
+    assert prompt_tokens > 40
+    assert sorted(r.usage.cached_tokens for r in batched) == [0, prompt_tokens - 1, prompt_tokens - 1]
+    assert len({r.text for r in batched}) == 3
+    alone = [
+        loop.run_until_complete(_run(engine, _request(prompt, temperature=1.0, seed=i))) for i in range(3)
+    ]
+    assert [r.text for r in batched] == [r.text for r in alone]
+
+
 def test_prompt_progress_in_chunks(loaded: Any) -> None:
     engine = loaded(batching=True, parallel=2, batch_size=8)
     reply = loaded.loop.run_until_complete(_run(engine, _request(PROMPTS[3] * 3)))

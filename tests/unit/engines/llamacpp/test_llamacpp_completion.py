@@ -45,7 +45,7 @@ def _request(prompt: RawPrompt, **sampling: Any) -> ChatRequest:
 
 def _decoded(engine: LlamaCppEngine, request: ChatRequest) -> str:
     engine.check(request)
-    prepared = engine._prepared
+    prepared = engine._take_prepared(request)
     assert prepared is not None and prepared.request is request and prepared.tokens is not None
     text: bytes = engine._tokenizer().detokenize(prepared.tokens, special=True)
     return text.decode()
@@ -148,3 +148,15 @@ async def test_completion_generates_text_with_echo(
         assert [type(j.parser) for j in jobs] == [PlainText] and jobs[0].reasoning is None
     finally:
         await engine.aclose()
+
+
+def test_requests_checked_together_each_keep_what_their_check_prepared(fim_gguf: Path) -> None:
+    """Checks run in worker threads now, so two requests' checks can both come before either
+    generates: the second must not throw away what the first prepared (its tokens would then
+    be counted again, on the event loop)."""
+    engine = _engine(fim_gguf, batching=True, parallel=2)
+    first, second = _request(RawPrompt("one")), _request(RawPrompt("two"))
+    engine.check(first)
+    engine.check(second)
+    assert engine._take_prepared(first) is not None and engine._take_prepared(second) is not None
+    assert engine._take_prepared(first) is None  # taken once

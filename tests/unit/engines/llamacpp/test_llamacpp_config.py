@@ -30,7 +30,7 @@ def test_defaults_and_detection(gguf: Path) -> None:
     # Continuous batching by default: one context with sequences chosen from the KV budget
     # (the tiny demo's 4096-token context fits 4 times), and the instance admits that many.
     assert engine.batching and engine.sequences == 4 and model.max_concurrency == 4
-    assert engine.tool_format is ToolCallFormat.HERMES and engine.reasoning is not None
+    assert engine.tool_format == ToolCallFormat("hermes") and engine.reasoning is not None
     assert engine.context_length == 4096 and engine.settings.batch_size == 512
     assert len(model.instances) == 1 and not model.loaded
 

@@ -18,6 +18,7 @@ from sluicegate.core.errors import SluicegateError
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp import runtime as runtime_module
+from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.constrained import vocab_tokenizer
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
 from sluicegate.engines.llamacpp.grammar import (
@@ -26,7 +27,6 @@ from sluicegate.engines.llamacpp.grammar import (
     SchemaError,
     best_effort_header,
     json_schema_grammar,
-    request_grammar,
     schema_rule,
 )
 from sluicegate.engines.llamacpp.runtime import Vocabulary
@@ -70,37 +70,39 @@ def schema_grammar(schema: dict[str, Any], strict: bool = True) -> Grammar:
     return json_schema_grammar(schema, "response_format", strict=strict)
 
 
-@pytest.mark.parametrize("fmt", [ToolCallFormat.HERMES, ToolCallFormat.LLAMA3_JSON, ToolCallFormat.MISTRAL])
+@pytest.mark.parametrize(
+    "fmt", [ToolCallFormat("hermes"), ToolCallFormat("llama3_json"), ToolCallFormat("mistral")]
+)
 def test_forced_calls_in_every_format(tokenizer: LLTokenizer, fmt: ToolCallFormat) -> None:
-    key = "parameters" if fmt is ToolCallFormat.LLAMA3_JSON else "arguments"
+    key = "parameters" if fmt == "llama3_json" else "arguments"
     call = json.dumps({"name": "lookup", key: {"item": {"id": 3}}})
     wrapped = {
-        ToolCallFormat.HERMES: f"<tool_call>\n{call}\n</tool_call>",
-        ToolCallFormat.MISTRAL: f"[TOOL_CALLS][{call}]",
-        ToolCallFormat.LLAMA3_JSON: call,
+        ToolCallFormat("hermes"): f"<tool_call>\n{call}\n</tool_call>",
+        ToolCallFormat("mistral"): f"[TOOL_CALLS][{call}]",
+        ToolCallFormat("llama3_json"): call,
     }[fmt]
     for choice in ("required", "lookup"):
-        grammar = request_grammar(request(tool_choice=choice), fmt, "m")
+        grammar = forced_grammar(request(tool_choice=choice), fmt, "m")
         assert grammar is not None and grammar.purpose == "tool_call"
         assert accepts(tokenizer, grammar, wrapped)
         assert accepts(tokenizer, grammar.after_reasoning(), "\n\n" + wrapped)
         assert not accepts(tokenizer, grammar, wrapped.replace('"id": 3', '"id": "3"'))
-    only_lookup = request_grammar(request(tool_choice="lookup"), fmt, "m")
+    only_lookup = forced_grammar(request(tool_choice="lookup"), fmt, "m")
     assert only_lookup is not None
     weather = wrapped.replace('"lookup"', '"get_weather"').replace('{"item": {"id": 3}}', '{"city": "X"}')
     assert not accepts(tokenizer, only_lookup, weather)
-    both = request_grammar(request(tool_choice="required"), fmt, "m")
+    both = forced_grammar(request(tool_choice="required"), fmt, "m")
     assert both is not None and accepts(tokenizer, both, weather)
 
 
 def test_response_formats(tokenizer: LLTokenizer) -> None:
-    hermes = ToolCallFormat.HERMES
-    assert request_grammar(request(), hermes, "m") is None
-    assert request_grammar(request(response_format={"type": "text"}), hermes, "m") is None
-    assert request_grammar(request(tool_choice="none", response_format={"type": "text"}), hermes, "m") is None
-    json_object = request_grammar(request(response_format={"type": "json_object"}), hermes, "m")
+    hermes = ToolCallFormat("hermes")
+    assert forced_grammar(request(), hermes, "m") is None
+    assert forced_grammar(request(response_format={"type": "text"}), hermes, "m") is None
+    assert forced_grammar(request(tool_choice="none", response_format={"type": "text"}), hermes, "m") is None
+    json_object = forced_grammar(request(response_format={"type": "json_object"}), hermes, "m")
     schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
-    chat = request_grammar(
+    chat = forced_grammar(
         request(
             response_format={
                 "type": "json_schema",
@@ -110,7 +112,7 @@ def test_response_formats(tokenizer: LLTokenizer) -> None:
         hermes,
         "m",
     )
-    responses = request_grammar(
+    responses = forced_grammar(
         request(response_format={"type": "json_schema", "name": "x", "schema": schema}), hermes, "m"
     )
     assert json_object is not None and chat is not None and responses is not None
@@ -119,7 +121,7 @@ def test_response_formats(tokenizer: LLTokenizer) -> None:
     assert accepts(tokenizer, chat, '{"a": 1}') and not accepts(tokenizer, chat, '{"b": 1}')
     assert accepts(tokenizer, chat.after_reasoning(), '\n{"a":1}')
     # A forced call wins over response_format.
-    forced = request_grammar(
+    forced = forced_grammar(
         request(tool_choice="required", response_format={"type": "json_object"}), hermes, "m"
     )
     assert forced is not None and forced.purpose == "tool_call"
@@ -239,11 +241,11 @@ def test_each_constraint_is_enforced(
 
 def test_what_cannot_be_enforced_is_a_400_naming_the_keyword() -> None:
     with pytest.raises(SluicegateError) as caught:
-        request_grammar(request(tool_choice="required"), ToolCallFormat.NONE, "m")
+        forced_grammar(request(tool_choice="required"), ToolCallFormat.NONE, "m")
     assert caught.value.info.param == "tool_choice"
     with pytest.raises(SluicegateError) as caught:
         bad = {"type": "json_schema", "json_schema": {"schema": {"$ref": "#/nowhere"}}}
-        request_grammar(request(response_format=bad), ToolCallFormat.HERMES, "m")
+        forced_grammar(request(response_format=bad), ToolCallFormat("hermes"), "m")
     assert caught.value.info.code == "invalid_json_schema"
     for keyword, schema in (
         ("uniqueItems", {"type": "array", "uniqueItems": True}),
@@ -253,13 +255,13 @@ def test_what_cannot_be_enforced_is_a_400_naming_the_keyword() -> None:
     ):
         fmt = {"type": "json_schema", "json_schema": {"schema": schema}}
         with pytest.raises(SluicegateError) as caught:
-            request_grammar(request(response_format=fmt), ToolCallFormat.HERMES, "m")
+            forced_grammar(request(response_format=fmt), ToolCallFormat("hermes"), "m")
         assert caught.value.info.code == "unsupported_json_schema_keyword"
         assert keyword in caught.value.info.message
         lenient = request(
             response_format={"type": "json_schema", "json_schema": {"schema": schema, "strict": False}}
         )
-        assert request_grammar(lenient, ToolCallFormat.HERMES, "m") is not None
+        assert forced_grammar(lenient, ToolCallFormat("hermes"), "m") is not None
         assert keyword in lenient.response_headers[BEST_EFFORT_HEADER]
     with pytest.raises(SchemaError) as refused:
         schema_rule({"type": "array", "uniqueItems": True})
@@ -270,7 +272,7 @@ def test_strict_false_is_best_effort_and_the_header_is_encoded(tokenizer: LLToke
     schema = {"type": "array", "items": {"type": "integer", "maximum": 5}, "uniqueItems": True, "a\r\nb": 1}
     fmt = {"type": "json_schema", "json_schema": {"schema": schema, "strict": False}}
     chat = request(response_format=fmt)
-    grammar = request_grammar(chat, ToolCallFormat.HERMES, "m")
+    grammar = forced_grammar(chat, ToolCallFormat("hermes"), "m")
     assert grammar is not None and grammar.ignored == ("uniqueItems",)  # an unknown key is no keyword
     assert chat.response_headers[BEST_EFFORT_HEADER] == "best-effort; ignored=uniqueItems"
     crafted = Grammar("", "json_schema", ("a\r\nX-Injected: 1", "pattern"))
@@ -279,7 +281,7 @@ def test_strict_false_is_best_effort_and_the_header_is_encoded(tokenizer: LLToke
     unmarked = request(
         response_format={"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}}
     )
-    request_grammar(unmarked, ToolCallFormat.HERMES, "m")
+    forced_grammar(unmarked, ToolCallFormat("hermes"), "m")
     assert BEST_EFFORT_HEADER not in unmarked.response_headers
 
 
@@ -292,7 +294,7 @@ def test_a_tool_pattern_is_enforced_and_one_the_engine_cannot_hold_is_dropped(to
         text = {"type": "string", "pattern": pattern}
         tool = ToolSpec("ticket", parameters={"type": "object", "properties": {"input": text}}, strict=strict)
         chat = ChatRequest(model="m", messages=[Message("user", "hi")], tools=[tool], tool_choice="ticket")
-        return request_grammar(chat, ToolCallFormat.HERMES, "m")
+        return forced_grammar(chat, ToolCallFormat("hermes"), "m")
 
     def call(text: str) -> str:
         return (
@@ -325,7 +327,7 @@ def test_properties_named_like_keywords_are_schemas(tokenizer: LLTokenizer) -> N
     assert not accepts(tokenizer, grammar, '{"enum": "x", "$ref": 4}')
     tool = ToolSpec("t", parameters=schema)
     chat = ChatRequest(model="m", messages=[Message("user", "hi")], tools=[tool], tool_choice="t")
-    forced = request_grammar(chat, ToolCallFormat.LLAMA3_JSON, "m")
+    forced = forced_grammar(chat, ToolCallFormat("llama3_json"), "m")
     assert forced is not None
     assert accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 3}}')
     assert not accepts(tokenizer, forced, '{"name": "t", "parameters": {"enum": "x", "$ref": 4}}')
@@ -348,7 +350,7 @@ def test_markup_tokens_match_as_text_and_end_of_turn_only_ends(tmp_path: Any) ->
         tokenizer = vocab_tokenizer(vocab)
         (open_tag,) = vocabulary.model.tokenize(b"<tool_call>", add_bos=False, special=True)
         (end,) = vocabulary.model.tokenize(b"<|im_end|>", add_bos=False, special=True)
-        grammar = request_grammar(request(tool_choice="lookup"), ToolCallFormat.HERMES, "m")
+        grammar = forced_grammar(request(tool_choice="lookup"), ToolCallFormat("hermes"), "m")
         assert grammar is not None
         matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar.lark), log_level=0)
         assert matcher.validate_tokens([open_tag]) == 1 and not allows(matcher, tokenizer, end)  # no end yet

@@ -57,7 +57,7 @@ def reply(runtime: LlamaRuntime, picture: Picture) -> tuple[str, int, int]:
         tokens=[],
         sampling=SamplingParams(temperature=0, max_tokens=12),
         seed=0,
-        parser=OutputParser(tool_format=None, reasoning=None),
+        parser=OutputParser(reasoning=None),
         emit=events.extend,
         tokens_key=("test", ()),
         pictures=[picture],

@@ -1,0 +1,90 @@
+"""CORS for browser apps on another origin (`[server] cors_origins`): preflights answered here,
+before the API-key check (a browser sends no credentials on a preflight), and the
+`Access-Control-Allow-Origin` header added to the head of every response — a route's, an
+error's, a 401's, a stream's — for an allowed origin. A pure ASGI middleware: a request without
+an allowed `Origin` passes through untouched, and a stream's body frames never pass through it
+(only its head does), so an open stream holds no frame of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Iterable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+ALLOWED_METHODS = b"GET, POST, PUT, PATCH, DELETE, OPTIONS"
+PREFLIGHT_MAX_AGE = b"600"  # seconds a browser may reuse a preflight's answer
+# Headers a page's script may read besides the CORS-safelisted ones: all of ours are harmless.
+EXPOSED = b"*"
+
+
+def normal_origin(origin: str) -> str:
+    """An origin as browsers send it: scheme://host[:port], lower case, no trailing slash."""
+    return origin.strip().rstrip("/").lower()
+
+
+class CORSMiddleware:
+    """Allow the configured origins (`*`: any) to call every route from a browser."""
+
+    def __init__(self, app: ASGIApp, origins: Iterable[str]) -> None:
+        self.app = app
+        listed = [normal_origin(o) for o in origins]
+        self.any = "*" in listed
+        self.origins = frozenset(o.encode("latin-1") for o in listed if o != "*")
+
+    def allowed(self, origin: bytes) -> bool:
+        return self.any or origin.rstrip(b"/").lower() in self.origins
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        if scope["type"] != "http" or not (self.any or self.origins):
+            return self.app(scope, receive, send)
+        origin = request_header(scope, b"origin")
+        if origin is None or not self.allowed(origin):
+            return self.app(scope, receive, send)  # no CORS headers: the browser refuses it
+        if scope["method"] == "OPTIONS" and request_header(scope, b"access-control-request-method"):
+            return self._preflight(scope, send, origin)
+        return self.app(scope, receive, _adding(send, origin))
+
+    async def _preflight(self, scope: Scope, send: Send, origin: bytes) -> None:
+        headers = [
+            *_allow(origin),
+            (b"access-control-allow-methods", ALLOWED_METHODS),
+            (b"access-control-max-age", PREFLIGHT_MAX_AGE),
+            (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
+            (b"content-length", b"0"),
+        ]
+        if asked := request_header(scope, b"access-control-request-headers"):
+            headers.append(
+                (b"access-control-allow-headers", asked)
+            )  # whatever it asks: the key check still runs
+        if request_header(scope, b"access-control-request-private-network") == b"true":
+            headers.append(
+                (b"access-control-allow-private-network", b"true")
+            )  # a public page calling localhost
+        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def request_header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _allow(origin: bytes) -> list[tuple[bytes, bytes]]:
+    # The origin itself (with `Vary: Origin`), so a cache never hands one origin's answer to
+    # another. No credentials: keys travel in a header the page sets, never in cookies.
+    return [(b"access-control-allow-origin", origin)]
+
+
+def _adding(send: Send, origin: bytes) -> Send:
+    """`send`, with the CORS headers added to the response's head."""
+    extra = [*_allow(origin), (b"access-control-expose-headers", EXPOSED), (b"vary", b"Origin")]
+
+    async def send_with_cors(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *extra]}
+        await send(message)
+
+    return send_with_cors

@@ -1,0 +1,9 @@
+"""llama-server's slots and LoRA scales in the canonical request: `ChatRequest.extra[SLOT]` pins a generation to
+one of the model's sequences (`id_slot`); an engine without addressable sequences ignores it."""
+
+from __future__ import annotations
+
+SLOT = "id_slot"
+# llama-server's per-request LoRA scales (`lora: [{"id", "scale"}]`), as the request gave them:
+# the engine that loaded the adapters reads them (an adapter left out is at 0).
+LORA = "lora"

@@ -1,0 +1,48 @@
+"""A stream's fast lane: an upstream read carried to the client in the callback that received it.
+
+In the usual path an upstream read wakes the task that streams the response, and its events go
+up through the engine's relay, the instance and the turn's read loop before their bytes are
+queued for the client. For the middle of a stream — text and tool-call deltas, usage — the
+task wake-up costs several times what the work itself does (bench/README.md, "Round eight").
+So a turn that qualifies (a plain stream: no tool loop, no tracing) offers its generation a
+`Lane` (`Generation.read_through`); an engine that relays reads (`ReadsThrough`: the upstream
+engines) takes it, and the turn fills in `deliver` once its transport runs: the stream core's
+second driver (`TurnPipeline.carry`, turn/pipeline.py), which pushes the read through the same
+steps the task would take and hands the frames to the transport.
+
+`deliver(batch, task)` takes a read's raw events and returns True when it carried them, or
+False, having changed nothing, when they must take the usual path: an event it does not carry
+(the end, a failure, progress), a transport that is behind, or a waiting task that is not the
+stream's own (`task`: the one waiting for the read). The engine then hands the same events to
+its waiting task, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol, TypeAlias, runtime_checkable
+
+from sluicegate.core.events import RawEvent
+from sluicegate.core.request import ChatRequest
+
+Deliver: TypeAlias = Callable[[list[RawEvent], "asyncio.Task[object] | None"], bool]
+
+
+class Lane:
+    """What a turn gives its engine: `deliver` once the stream's transport has started (None
+    until then, and again once it stopped)."""
+
+    __slots__ = ("deliver",)
+
+    def __init__(self) -> None:
+        self.deliver: Deliver | None = None
+
+
+@runtime_checkable
+class ReadsThrough(Protocol):
+    """An engine that can hand reads to a lane while the stream's task waits for them."""
+
+    def generate_through(self, request: ChatRequest, lane: Lane) -> AsyncIterator[RawEvent]:
+        """`generate(request)`, offering each read that arrives while the task waits to `lane`."""
+        ...

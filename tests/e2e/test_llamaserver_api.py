@@ -1,0 +1,182 @@
+"""llama-server's own API on a real llama.cpp model (the tiny demo GGUF), as its clients call
+it — no `model` in the body: `/completion` (and `/completions`) streamed and not, with the
+fields its README documents; `/tokenize` (with pieces), `/detokenize`, `/apply-template`,
+`/props`; errors in llama-server's shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+from conftest import StartServer
+from e2e_support import Server, parse_sse, scripted
+
+pytestmark = pytest.mark.e2e
+
+PROMPT = "Once upon a time, in a land far away,"
+
+
+@pytest.fixture(scope="module")
+def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    from sluicegate.demo.model import make_demo_gguf
+
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
+    return start_server(
+        models=[
+            # The first model that completes text serves requests that name none.
+            {"id": "tiny", "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024},
+            scripted("chat", "chat.yaml"),  # no tokenizer of its own
+        ]
+    )
+
+
+def post(server: Server, path: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(server.base_url + path, json=body, timeout=60.0)
+
+
+@pytest.mark.parametrize("path", ["/completion", "/completions"])
+def test_completion_without_a_model(server: Server, path: str) -> None:
+    response = post(server, path, {"prompt": PROMPT, "n_predict": 8, "seed": 7, "n_probs": 2})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert isinstance(body["content"], str) and body["content"]
+    assert body["stop"] is True and body["stop_type"] == "limit" and body["truncated"] is False
+    assert body["model"] == "tiny" and body["id_slot"] == 0 and body["tokens"] == []
+    assert body["tokens_predicted"] == 8 and body["tokens_evaluated"] > 5
+    assert body["prompt"] == PROMPT
+    assert body["generation_settings"]["n_predict"] == 8 and body["generation_settings"]["seed"] == 7
+    timings = body["timings"]
+    assert (
+        timings["predicted_n"] == 8 and timings["prompt_n"] + timings["cache_n"] == body["tokens_evaluated"]
+    )
+    probs = body["completion_probabilities"]
+    assert len(probs) == 8 and all(len(p["top_logprobs"]) == 2 for p in probs)
+    assert "".join(p["token"] for p in probs) == body["content"]
+
+
+def test_completion_streamed(server: Server) -> None:
+    body = {"prompt": PROMPT, "n_predict": 6, "stream": True, "seed": 7}
+    with httpx.stream("POST", server.base_url + "/completion", json=body, timeout=60.0) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        frames = [f for f in parse_sse(response.read().decode()) if f.data is not None]
+    objects = [json.loads(f.data or "") for f in frames]
+    tokens, final = objects[:-1], objects[-1]
+    assert len(tokens) == 6 and all(o["stop"] is False for o in tokens)
+    assert [o["tokens_predicted"] for o in tokens] == [1, 2, 3, 4, 5, 6]
+    assert final["stop"] is True and final["content"] == "" and final["stop_type"] == "limit"
+    assert final["tokens_predicted"] == 6 and "timings" in final and "generation_settings" in final
+    # The same seed, not streamed: the same text.
+    whole = post(server, "/completion", {"prompt": PROMPT, "n_predict": 6, "seed": 7}).json()
+    assert "".join(o["content"] for o in tokens) == whole["content"]
+
+
+def test_token_ids_as_the_prompt(server: Server) -> None:
+    ids = post(server, "/tokenize", {"content": PROMPT})
+    response = post(server, "/completion", {"prompt": ids.json()["tokens"], "n_predict": 3})
+    assert response.status_code == 200 and response.json()["tokens_predicted"] == 3
+
+
+def test_tokenize_and_detokenize(server: Server) -> None:
+    plain = post(server, "/tokenize", {"content": PROMPT}).json()["tokens"]
+    assert plain and all(isinstance(t, int) for t in plain)
+    with_pieces = post(server, "/tokenize", {"content": PROMPT, "with_pieces": True}).json()["tokens"]
+    assert [t["id"] for t in with_pieces] == plain
+    assert "".join(t["piece"] for t in with_pieces) == PROMPT
+    special = post(server, "/tokenize", {"content": PROMPT, "add_special": True}).json()["tokens"]
+    assert len(special) >= len(plain)  # BOS, when the vocabulary adds one
+    assert post(server, "/detokenize", {"tokens": plain}).json() == {"content": PROMPT}
+    assert post(server, "/detokenize", {"tokens": []}).json() == {"content": ""}
+
+
+def test_apply_template(server: Server) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}]
+    prompt = post(server, "/apply-template", {"messages": messages}).json()["prompt"]
+    assert (
+        "Be brief." in prompt
+        and "Hello there" in prompt
+        and prompt.index("Be brief.") < prompt.index("Hello")
+    )
+
+
+def test_slots_listed(server: Server) -> None:
+    slots = httpx.get(server.base_url + "/slots").json()
+    assert slots and all(s["n_ctx"] == 1024 and s["is_processing"] is False for s in slots)
+    assert [s["id"] for s in slots] == list(range(len(slots)))
+    # Slot actions (test_llamaserver_slots.py) need a model whose sequences are slots.
+    saved = httpx.post(server.base_url + "/slots/0?action=save&model=chat", json={"filename": "x.bin"})
+    assert saved.status_code == 501 and saved.json()["error"]["type"] == "not_supported_error"
+
+
+def test_health_as_llama_server_answers_it(server: Server) -> None:
+    for path in ("/health", "/v1/health"):
+        response = httpx.get(server.base_url + path)
+        assert response.status_code == 200 and response.json()["status"] == "ok"
+
+
+def test_props(server: Server) -> None:
+    props = httpx.get(server.base_url + "/props").json()
+    assert props["model_path"].endswith("tiny.gguf") and props["model_alias"] == "tiny"
+    assert props["default_generation_settings"]["n_ctx"] == 1024 and props["total_slots"] >= 1
+    assert props["chat_template"] and props["modalities"] == {"vision": False, "audio": False}
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "fragment"),
+    [
+        ("/completion", {"n_predict": 3}, 400, "prompt"),
+        ("/completion", {"prompt": ["a", "b"], "n_predict": 3}, 400, "2 prompts"),
+        ("/completion", {"prompt": "x", "n_predict": "3"}, 400, "n_predict"),
+        ("/completion", {"prompt": "x", "model": "nope"}, 404, "nope"),
+        ("/tokenize", {}, 400, "content"),
+        ("/detokenize", {"tokens": [10**9]}, 400, "token ids"),
+        ("/detokenize", {"tokens": "x"}, 400, "tokens"),
+        ("/tokenize", {"content": "x", "model": "chat"}, 501, "tokenizer"),
+    ],
+)
+def test_errors_in_llama_servers_shape(
+    server: Server, path: str, body: dict[str, Any], status: int, fragment: str
+) -> None:
+    response = post(server, path, body)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == status and fragment in error["message"] and error["type"]
+
+
+def test_a_wrong_method_is_its_405(server: Server) -> None:
+    response = httpx.get(server.base_url + "/completion")
+    assert response.status_code == 405 and response.json()["error"]["code"] == 405
+
+
+YES_NO = 'root ::= answer\nanswer ::= ("yes" | "no") "."'
+
+
+def test_a_gbnf_grammar_constrains_a_completion(server: Server) -> None:
+    for seed in (1, 2, 3):
+        body = {"prompt": PROMPT, "n_predict": 20, "seed": seed, "grammar": YES_NO}
+        answer = post(server, "/completion", body).json()
+        assert answer["content"] in ("yes.", "no."), answer["content"]
+    schema = {"prompt": PROMPT, "n_predict": 20, "json_schema": {"enum": ["red", "green"]}}
+    assert post(server, "/completion", schema).json()["content"] in ('"red"', '"green"')
+
+
+def test_a_gbnf_grammar_in_chat_completions(server: Server) -> None:
+    import openai
+
+    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0) as sdk:
+        completion = sdk.chat.completions.create(
+            model="tiny",
+            messages=[{"role": "user", "content": "Yes or no?"}],
+            max_tokens=20,
+            extra_body={"grammar": YES_NO},
+        )
+        assert completion.choices[0].message.content in ("yes.", "no.")
+        with pytest.raises(openai.BadRequestError) as caught:
+            sdk.chat.completions.create(
+                model="tiny",
+                messages=[{"role": "user", "content": "x"}],
+                extra_body={"grammar": "root ::= ("},
+            )
+        assert "grammar" in str(caught.value)
