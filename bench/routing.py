@@ -228,6 +228,9 @@ def main() -> None:
                     "--cache-ram", "0",
                     # The wheel's AMX repack kernels stop on an illegal instruction here.
                     "--no-repack",
+                    # Full-size caches for sliding-window layers (Gemma 3's): without, llama-server
+                    # cannot cut a slot's cache back to a shared prefix and recomputes it all.
+                    "--swa-full",
                     # Gemma's GGUF has no template: llama.cpp's built-in `gemma` one, which is
                     # not a Jinja template (with --jinja, "gemma" would be the template's text).
                     *(["--no-jinja", "--chat-template", "gemma"] if args.model == "gemma" and not args.gguf else []),
