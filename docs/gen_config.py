@@ -372,6 +372,18 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "think_tags": ("`true`", "`<think>…</think>` left in `content` becomes reasoning"),
         "health_check_interval": ("`10`", "seconds between active health checks of each replica; `0`: none"),
         "health_path": ('`"/models"`', "the health check's path, relative to the base URL"),
+        "routing": (
+            '`"least_busy"`',
+            "which replica a request goes to: `least_busy` (fewest requests in flight), "
+            "`prefix_affinity` (where its prompt prefix was served last, for the upstream's prompt "
+            "cache) or `round_robin`; see [Teams](teams.md#routing)",
+        ),
+        "routing_overload_factor": (
+            "`1.5`",
+            "`prefix_affinity` passes a replica over when its requests in flight reach this times "
+            "the mean (and the least busy one's plus two)",
+        ),
+        "routing_table_size": ("`10000`", "prompt prefixes `prefix_affinity` remembers per model (LRU)"),
         "discover": ("`false`", "serve every model the upstream lists on `/v1/models`"),
         "prefix": ('`"<id>/"`', "discovered models are served as `prefix + their id`"),
         "discover_interval": ("`60`", "seconds between discovery refreshes"),

@@ -95,3 +95,59 @@ def test_a_generation_in_flight_shows_and_leaves(server: Server, browser: WebDri
         leave.set()
         client.join(WAIT)
     WebDriverWait(browser, WAIT).until(lambda b: not any(row[0] == "slow" for row in rows(b, "generations")))
+
+
+ADMIN_KEY = "sk-overview-admin"
+
+
+@pytest.fixture(scope="module")
+def admin_server(start_server: StartServer) -> Server:
+    return start_server({"admin_key": ADMIN_KEY}, [scripted("echo", "echo.yaml")])
+
+
+def test_the_keys_table_shows_limits_usage_and_what_is_left(admin_server: Server, browser: WebDriver) -> None:
+    admin = httpx.Client(base_url=admin_server.base_url, headers={"Authorization": f"Bearer {ADMIN_KEY}"})
+    made = admin.post(
+        "/admin/keys",
+        json={
+            "name": "team-a",
+            "owner": "red",
+            "limits": {"rpm": 60, "concurrent": 2},
+            "budget": {"tokens": 100000, "period": "day"},
+        },
+    )
+    assert made.status_code == 201, made.text
+    admin.post("/admin/keys", json={"name": "idle"}).raise_for_status()
+    secret = made.json()["key"]
+    httpx.post(
+        admin_server.base_url + "/v1/chat/completions",
+        json={"model": "echo", "messages": [{"role": "user", "content": "count me"}]},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=30,
+    ).raise_for_status()
+
+    browser.get(admin_server.base_url + "/overview")
+    status = browser.find_element(By.ID, "keys-status")
+    WebDriverWait(browser, WAIT).until(lambda _: "admin key" in status.text)  # none typed yet
+    assert rows(browser, "keys") == []
+    field = browser.find_element(By.ID, "admin-key")
+    field.send_keys(ADMIN_KEY)
+    browser.execute_script("arguments[0].dispatchEvent(new Event('change'))", field)
+    # The use is counted as the request ends: wait for it to show.
+    WebDriverWait(browser, WAIT).until(
+        lambda b: any(row[0] == "team-a" and row[3] == "1" for row in rows(b, "keys"))
+    )
+    table = {row[0]: row for row in rows(browser, "keys")}
+    _name, owner, limits, requests, input_tokens, output_tokens, _cost, budget, left = table["team-a"]
+    assert (owner, limits, requests) == ("red", "60 req/min, 2 at once", "1")
+    assert int(input_tokens) > 0 and int(output_tokens) > 0
+    assert budget == "100000 tokens/day"
+    assert left == f"{100000 - int(input_tokens) - int(output_tokens)} tokens"
+    assert table["idle"][1:4] == ["\u2013", "none", "0"] and table["idle"][7] == "none"
+    # The admin key is kept for this tab only, and reads /metrics too (no API key typed).
+    assert browser.execute_script("return sessionStorage.getItem('sluicegate.adminKey')") == ADMIN_KEY
+    assert browser.execute_script("return localStorage.getItem('sluicegate.adminKey')") is None
+    WebDriverWait(browser, WAIT).until(lambda b: b.find_element(By.ID, "store").text == "up")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "overview-keys.png"))
+    admin.close()

@@ -40,6 +40,7 @@ from sluicegate.engines.lookup import add_table
 from sluicegate.engines.model_files import discover
 from sluicegate.engines.model_names import ModelNames
 from sluicegate.engines.registry import Registry
+from sluicegate.engines.upstream.routing import share_through_redis
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import ObserveMiddleware
@@ -199,6 +200,8 @@ def create_app(settings: Settings) -> Starlette:
     )
     tools = ToolCatalog.from_settings(settings)  # mcp.json and plugin errors surface here too
     store = open_store(settings.store_backend, path=store_path(settings), url=settings.store_url)
+    # Upstream replicas' prefix-affinity tables are shared where the state is (Redis), if it is.
+    share_through_redis(settings.store_url if settings.store_backend == "redis" else None)
     # Runtime keys live beside the responses; the admin key turns them on.
     keyring = KeyRing(
         open_key_store(settings.store_backend, path=store_path(settings), url=settings.store_url)

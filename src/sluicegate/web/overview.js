@@ -1,7 +1,9 @@
-// The operators' overview: `/metrics` (Prometheus text) read every 2 s and shown as tables.
+// The operators' overview: `/metrics` (Prometheus text) read every 2 s and shown as tables, and
+// with the admin key the runtime keys' limits, today's usage and budgets (`/admin/usage`).
 "use strict";
 
 const KEY_STORAGE = "sluicegate.apiKey"; // the playground's: one key for both pages
+const ADMIN_STORAGE = "sluicegate.adminKey"; // sessionStorage: the admin key leaves with the tab
 const INTERVAL_MS = 2000;
 const $ = (id) => document.getElementById(id);
 let previous = null; // the last scrape: {at, samples}, for rates
@@ -118,8 +120,54 @@ function render(samples, at) {
   ]));
 }
 
+function limitsText(limits) {
+  const parts = [["rpm", "req/min"], ["tpm", "tok/min"], ["concurrent", "at once"]]
+    .filter(([name]) => limits && limits[name] !== null && limits[name] !== undefined)
+    .map(([name, unit]) => `${limits[name]} ${unit}`);
+  return parts.length ? parts.join(", ") : "none";
+}
+
+function budgetText(budget) {
+  if (!budget) return ["none", "–"];
+  const per = budget.period === "day" ? "/day" : "/month";
+  const amounts = [], left = [];
+  if (budget.tokens !== null) { amounts.push(`${budget.tokens} tokens`); left.push(`${budget.tokens_left} tokens`); }
+  if (budget.cost !== null) { amounts.push(`${budget.cost}`); left.push(`${budget.cost_left}`); }
+  return [amounts.join(" + ") + per, budget.exhausted ? "exhausted" : left.join(" + ")];
+}
+
+// One row per runtime key: its limits, today's use and its budget (GET /admin/usage).
+async function refreshKeys() {
+  const key = $("admin-key").value.trim();
+  if (!key) {
+    $("keys-status").textContent = "Type the admin key ([server] admin_key) above to see the keys.";
+    fillTable("keys", []);
+    return;
+  }
+  const day = new Date().toISOString().slice(0, 10); // the server counts days in UTC
+  try {
+    const response = await fetch(`/admin/usage?from=${day}&to=${day}`, { headers: { Authorization: "Bearer " + key } });
+    if (!response.ok) {
+      $("keys-status").textContent = response.status === 401 ? "401: that is not the admin key." : `GET /admin/usage: ${response.status}`;
+      fillTable("keys", []);
+      return;
+    }
+    const usage = await response.json();
+    $("keys-status").textContent = "";
+    fillTable("keys", usage.keys.map((k) => {
+      const [budget, left] = budgetText(k.budget);
+      const name = k.revoked_at ? { text: `${k.name} (revoked)`, cls: "down" } : k.name;
+      return [name, k.owner || "–", limitsText(k.limits), k.used.requests, k.used.input_tokens,
+        k.used.output_tokens, k.used.cost, budget, left && k.budget && k.budget.exhausted ? { text: left, cls: "down" } : left];
+    }));
+  } catch (error) {
+    $("keys-status").textContent = "The server did not answer: " + error;
+  }
+}
+
 async function refresh() {
-  const key = $("api-key").value.trim();
+  refreshKeys();
+  const key = $("api-key").value.trim() || $("admin-key").value.trim(); // the admin key reads /metrics too
   try {
     const response = await fetch("/metrics", { headers: key ? { Authorization: "Bearer " + key } : {} });
     if (!response.ok) {
@@ -142,6 +190,11 @@ $("api-key").addEventListener("change", () => {
   localStorage.setItem(KEY_STORAGE, $("api-key").value.trim());
   previous = null;
   refresh();
+});
+$("admin-key").value = sessionStorage.getItem(ADMIN_STORAGE) || "";
+$("admin-key").addEventListener("change", () => {
+  sessionStorage.setItem(ADMIN_STORAGE, $("admin-key").value.trim());
+  refreshKeys();
 });
 refresh();
 setInterval(refresh, INTERVAL_MS);

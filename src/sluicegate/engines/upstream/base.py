@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from abc import abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -180,7 +180,10 @@ class UpstreamEngine(Engine):
             yield PromptStarted()
             yield PromptProgress(0.0)
             try:
-                replica, response, refusal = await self._send(path, body, clocks, trace_headers)
+                keys = self.replicas.prefix_keys(request)  # [] unless routing = "prefix_affinity"
+                if keys:
+                    await self.replicas.recall(keys)
+                replica, response, refusal = await self._send(path, body, clocks, trace_headers, keys=keys)
                 # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
                 del body
             except asyncio.CancelledError:
@@ -331,14 +334,16 @@ class UpstreamEngine(Engine):
         clocks: Clocks,
         trace_headers: bytes = b"",
         content_type: bytes = b"application/json",
+        keys: Sequence[bytes] = (),
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
-        error to fail with. The returned replica's `outstanding` count is held."""
+        error to fail with. The returned replica's `outstanding` count is held. `keys`: the
+        request's prefix hashes, for prefix-affinity routing."""
         tried: set[Replica] = set()
         error = ErrorInfo(
             ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
         )
-        while (replica := self.replicas.pick(tried)) is not None:
+        while (replica := self.replicas.pick(tried, keys)) is not None:
             tried.add(replica)
             replica.outstanding += 1
             response: StreamingResponse | None = None
@@ -348,6 +353,7 @@ class UpstreamEngine(Engine):
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)
+                    self.replicas.served(replica, keys)
                     return replica, response, None
                 clocks.waiting()
                 detail = await response.error_body()

@@ -15,6 +15,9 @@ total_timeout = 0                   # the whole upstream request
 think_tags = true                   # `<think>` in content becomes reasoning
 health_check_interval = 10          # 0: no active checks
 health_path = "/models"             # relative to base_url
+routing = "least_busy"              # with replicas: or "prefix_affinity", "round_robin"
+routing_overload_factor = 1.5       # prefix_affinity leaves a replica this busy (x the mean)
+routing_table_size = 10000          # prefixes remembered (LRU)
 discover = false                    # list the upstream's models and serve each
 prefix = ""                         # discovered ids become prefix + upstream id (default "<id>/")
 discover_interval = 60
@@ -32,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from sluicegate.engines.base import Capabilities, ConfigError
+from sluicegate.engines.upstream.routing import POLICIES, Policy
 
 # How the API key is sent: OpenAI's `Authorization: Bearer`, or Anthropic's `x-api-key`.
 Auth = Literal["bearer", "x-api-key"]
@@ -50,6 +54,9 @@ KEYS = {
     "think_tags",
     "health_check_interval",
     "health_path",
+    "routing",
+    "routing_overload_factor",
+    "routing_table_size",
     "discover",
     "prefix",
     "discover_interval",
@@ -73,6 +80,9 @@ class UpstreamConfig:
     think_tags: bool = True
     health_check_interval: float = 10.0  # 0: no active checks
     health_path: str = "/models"
+    routing: Policy = "least_busy"  # which replica a request goes to (routing.py)
+    routing_overload_factor: float = 1.5
+    routing_table_size: int = 10000
     discover: bool = False
     prefix: str = ""
     discover_interval: float = 60.0
@@ -172,6 +182,18 @@ def parse_config(
     if not isinstance(health_path, str) or not health_path.startswith("/"):
         raise ConfigError(f"{where}: health_path must be a path starting with '/', relative to base_url")
     config.health_path = health_path
+    routing = table.get("routing", "least_busy")
+    if routing not in POLICIES:
+        raise ConfigError(f"{where}: routing must be one of {', '.join(POLICIES)}, got {routing!r}")
+    config.routing = routing
+    factor = table.get("routing_overload_factor", 1.5)
+    if isinstance(factor, bool) or not isinstance(factor, int | float) or factor < 1:
+        raise ConfigError(f"{where}: routing_overload_factor must be a number >= 1, got {factor!r}")
+    config.routing_overload_factor = float(factor)
+    size = table.get("routing_table_size", 10000)
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ConfigError(f"{where}: routing_table_size must be a positive integer, got {size!r}")
+    config.routing_table_size = size
     config.discover = discover
     prefix = table.get("prefix", f"{model_id}/" if discover and model_id else "")
     if not isinstance(prefix, str):

@@ -1,4 +1,4 @@
-"""Replicas of one upstream: least-outstanding-requests routing and health.
+"""Replicas of one upstream: routing (routing.py's policies) and health.
 
 A replica is taken out when a connection to it fails (passive) or after `UNHEALTHY_AFTER`
 failed health checks in a row (active), and put back when a health check passes. Without active
@@ -11,9 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 
+from sluicegate.core.request import ChatRequest
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.http import ConnectFailed, HttpPool
+from sluicegate.engines.upstream.routing import PrefixTable, SharedPrefixes, prefix_keys, shared_url
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +49,41 @@ class ReplicaSet:
         ]
         self._turn = 0  # rotates ties, so idle replicas share the load
         self._checker: asyncio.Task[None] | None = None
+        self.by_name = {r.name: r for r in self.replicas}
+        # prefix_affinity's table (None for the other policies, and for a single replica)
+        self.affinity = (
+            PrefixTable(config.routing_table_size)
+            if config.routing == "prefix_affinity" and len(self.replicas) > 1
+            else None
+        )
+        self.shared: SharedPrefixes | None = None
 
-    def pick(self, exclude: set[Replica]) -> Replica | None:
-        """The available replica with the fewest requests in flight, `exclude` left out."""
+    def prefix_keys(self, request: ChatRequest) -> list[bytes]:
+        """The request's prefix hashes for `pick`, when the policy routes by prefix (else [])."""
+        if self.affinity is None:
+            return []
+        return prefix_keys(self.config.upstream_model, request)
+
+    async def recall(self, keys: Sequence[bytes]) -> None:
+        """What the other Sluicegate replicas know of these prefixes, into the local table
+        (with Redis sharing; a Redis that does not answer in time is skipped)."""
+        if self.shared is None or self.affinity is None or not keys:
+            return
+        names = await self.shared.fetch(keys)
+        if names is None:
+            return
+        # The longest prefix another replica served wins over a shorter one known here (for the
+        # same prefix, theirs is as recent: Redis holds the last writer's).
+        for i in range(len(keys) - 1, -1, -1):
+            name = names[i]
+            if name is not None and name in self.by_name:
+                if self.affinity.lookup(keys[i + 1 :]) is None:
+                    self.affinity.record(keys[i : i + 1], name)
+                return
+
+    def pick(self, exclude: set[Replica], keys: Sequence[bytes] = ()) -> Replica | None:
+        """The replica to send to, `exclude` (those tried) left out: by the config's `routing`
+        (`keys`: the request's prefix hashes, for prefix_affinity)."""
         if len(self.replicas) == 1:  # the usual table: no choice to make, on every request
             only = self.replicas[0]
             self._turn += 1
@@ -60,9 +95,39 @@ class ReplicaSet:
         if not candidates:
             return None
         self._turn += 1
+        if self.config.routing == "round_robin":
+            # Each replica in turn, in the configured order; one out (or tried) is passed over.
+            n = len(self.replicas)
+            for step in range(n):
+                replica = self.replicas[(self._turn + step) % n]
+                if replica in candidates:
+                    return replica
+        if keys and self.affinity is not None:
+            name = self.affinity.lookup(keys)
+            sticky = self.by_name.get(name) if name is not None else None
+            if sticky is not None and sticky in candidates and not self.overloaded(sticky, candidates):
+                return sticky
         start = self._turn % len(candidates)
         rotated = candidates[start:] + candidates[:start]
         return min(rotated, key=lambda r: r.outstanding)
+
+    def overloaded(self, replica: Replica, candidates: list[Replica]) -> bool:
+        """At least `routing_overload_factor` x the mean of the candidates' requests in flight,
+        and at least two more than the least busy (a replica busy with one request is still
+        the better place for a prefix it holds than an idle one that must compute it)."""
+        loads = [r.outstanding for r in candidates]
+        mean = sum(loads) / len(loads)
+        return (
+            replica.outstanding >= self.config.routing_overload_factor * mean
+            and replica.outstanding >= min(loads) + 2
+        )
+
+    def served(self, replica: Replica, keys: Sequence[bytes]) -> None:
+        """`replica` accepted a request with these prefixes: it holds them now."""
+        if keys and self.affinity is not None:
+            self.affinity.record(keys, replica.name)
+            if self.shared is not None:
+                self.shared.publish(keys, replica.name)
 
     def connect_failed(self, replica: Replica, reason: str) -> None:
         if replica.healthy:
@@ -78,6 +143,9 @@ class ReplicaSet:
             replica.healthy, replica.check_failures, replica.down_until = True, 0, 0.0
 
     def start(self) -> None:
+        url = shared_url()
+        if self.affinity is not None and url is not None and self.shared is None:
+            self.shared = SharedPrefixes(url)
         if self.config.health_check_interval and self._checker is None:
             self._checker = asyncio.get_running_loop().create_task(self._check_forever())
 
@@ -114,5 +182,8 @@ class ReplicaSet:
             self._checker.cancel()
             await asyncio.gather(self._checker, return_exceptions=True)
             self._checker = None
+        if self.shared is not None:
+            await self.shared.aclose()
+            self.shared = None
         for replica in self.replicas:
             await replica.pool.aclose()
