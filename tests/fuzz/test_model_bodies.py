@@ -1,6 +1,6 @@
-"""Hostile bodies on the routes that run a GGUF (issue 47): Ollama's chat and generate,
+"""Hostile bodies on the routes that run a GGUF (issue 47): Ollama's chat, generate and embed,
 completions, infill and rerank, against llama.cpp demo models that do the work (a chat model
-with fill-in-the-middle tokens, a reranker), not only the scripted and upstream models of
+with fill-in-the-middle tokens, a reranker, an embedder), not only the scripted and upstream models of
 `test_hostile_input.py`, whose bodies mostly end at a 400 before any engine runs.
 
 Invariants as there: no 5xx; every error in the error shape of the path's API; no traceback in
@@ -35,6 +35,8 @@ from fuzz_support import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from sluicegate.core.embeddings import MAX_INPUTS
+
 pytestmark = pytest.mark.e2e
 
 FUZZ = settings(
@@ -48,6 +50,30 @@ FUZZ = settings(
 OLLAMA_NAMES = st.sampled_from(["tiny", "tiny:latest", "Tiny", "tiny", "chat", "nope:7b"])
 NAMES = st.sampled_from(["tiny", "tiny", "tiny", "chat", "rerank", "nope"])
 RERANKERS = st.sampled_from(["rerank", "rerank", "rerank", "tiny", "nope"])
+EMBEDDERS = st.sampled_from(["embed", "embed", "embed:latest", "tiny", "nope"])
+EMBED_TEXT = st.one_of(st.text(max_size=30), st.just(""), st.just("x" * 3000))  # empty, over the context
+
+
+def embed_bodies() -> st.SearchStrategy[dict[str, Any]]:
+    """Ollama's `/api/embed`, as the `ollama` client libraries send it."""
+    inputs = st.one_of(
+        EMBED_TEXT,
+        st.lists(EMBED_TEXT, max_size=4),
+        st.just(["a"] * (MAX_INPUTS + 1)),  # one over the limit every embeddings route shares
+    )
+    required = st.fixed_dictionaries({"model": EMBEDDERS, "input": inputs})
+    optional = st.fixed_dictionaries(
+        {},
+        optional={
+            "truncate": st.booleans(),
+            "dimensions": st.integers(-1, 128),
+            "keep_alive": st.sampled_from([0, "5m", -1]),
+            "options": st.fixed_dictionaries({}, optional={"num_ctx": st.integers(1, 4096)}),
+        },
+    )
+    return st.builds(lambda a, b: {**a, **b}, required, optional)
+
+
 ROUTES = [
     ("/api/chat", ollama_bodies(OLLAMA_NAMES)),
     ("/api/generate", ollama_bodies(OLLAMA_NAMES)),
@@ -55,6 +81,7 @@ ROUTES = [
     ("/infill", infill_bodies(NAMES)),
     ("/v1/rerank", rerank_bodies(RERANKERS)),
     ("/rerank", rerank_bodies(RERANKERS)),
+    ("/api/embed", embed_bodies()),
 ]
 
 
@@ -65,9 +92,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     folder = tmp_path_factory.mktemp("fuzz-models")
     tiny = make_demo_gguf(folder / "tiny.gguf", fim=True)
     reranker = make_demo_gguf(folder / "rerank.gguf", rerank=True)
+    embedder = make_demo_gguf(folder / "embed.gguf", embedding=True)
     models = [
         {"id": "tiny", "engine": "llamacpp", "path": str(tiny), "context_length": 512},
         {"id": "rerank", "engine": "llamacpp", "path": str(reranker), "context_length": 512},
+        {"id": "embed", "engine": "llamacpp", "path": str(embedder), "context_length": 512},
         scripted("chat", "chat.yaml"),
     ]
     config = write_config(folder, {"max_json_depth": 64}, models)
@@ -107,6 +136,8 @@ def test_zz_healthy_afterwards(server: Server, http: httpx.Client) -> None:
     assert answered.status_code == 200, answered.text
     ranked = http.post("/v1/rerank", json={"model": "rerank", "query": "q", "documents": ["a", "b"]})
     assert ranked.status_code == 200 and len(ranked.json()["results"]) == 2, ranked.text
+    embedded = http.post("/api/embed", json={"model": "embed", "input": ["a", "b"]})
+    assert embedded.status_code == 200 and len(embedded.json()["embeddings"]) == 2, embedded.text
     totals = metric_totals(http.get("/metrics").text)
     assert totals["sluicegate_requests_in_flight"] == 0, totals  # this request's own is not counted
     assert totals["sluicegate_generations_active"] == 0, totals

@@ -146,8 +146,10 @@ class PiperEngine(Engine):
         # model's by its name, else its default voice.
         speaker = self._speakers.get(request.voice or self._default_voice or "")
         scale = voice.config.length_scale / request.speed
+        # espeak-ng takes C strings: a NUL in the text is a ValueError there, so it is a space here.
+        text = request.input.replace("\x00", " ")
         chunks: Iterator[Any] = iter(
-            voice.synthesize(request.input, SynthesisConfig(speaker_id=speaker, length_scale=scale))
+            voice.synthesize(text, SynthesisConfig(speaker_id=speaker, length_scale=scale))
         )
 
         def step() -> tuple[Any, float] | None:
