@@ -239,7 +239,9 @@ def forced_grammar(
     choice = request.tool_choice
     if choice in ("auto", "none") or not request.tools:
         grammar = request_grammar(request)
-        return None if grammar is None or family is None else in_family_markup(grammar, family, reasoning)
+        if grammar is None or family is None:  # no family: the answer is the grammar's alone
+            return grammar
+        return in_family_markup(grammar, family, reasoning)
     if family is None or family.call is None:
         raise invalid(
             f"tool_choice {choice!r} cannot be enforced: model {model_id!r} has no tool-call "

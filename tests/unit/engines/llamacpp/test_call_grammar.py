@@ -109,6 +109,14 @@ FINAL = '<|channel|>final<|message|>{"a": 1}'
 CALL = '<|channel|>commentary to=functions.lookup <|constrain|>json<|message|>{"id": 7}'
 
 
+def test_a_model_of_no_family_gets_the_answer_grammar_alone(tokenizer: Any) -> None:
+    """A model without a tool-call format (a base model, Gemma 3 270M) still has its answer
+    bound by `response_format` (the grammar was dropped once, after the family merge)."""
+    grammar = forced_grammar(output_request(), ToolCallFormat.NONE, "m")
+    assert grammar is not None
+    assert accepts(tokenizer, grammar, '{"a": 1}') and not accepts(tokenizer, grammar, " France")
+
+
 def accepts(tokenizer: Any, grammar: Grammar, text: str) -> bool:
     from llguidance import LLMatcher
 
