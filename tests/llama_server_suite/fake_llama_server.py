@@ -57,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-mmproj", action="store_true")
     p.add_argument("--lora", action="append", default=[])
     p.add_argument("--no-cont-batching", action="store_true")
+    p.add_argument("-kvu", "--kv-unified", action="store_true")
+    p.add_argument("--slot-save-path")
     return p
 
 
@@ -86,7 +88,10 @@ def model_table(
         return None, notes
     table: dict[str, Any] = {"id": _model_id(options), "engine": "llamacpp", "path": path}
     if options.ctx_size:
-        table["context_length"] = max(16, options.ctx_size)
+        # llama-server's -c is the whole KV cache, split among the -np slots unless unified;
+        # Sluicegate's context_length is each sequence's.
+        per_slot = options.ctx_size if options.kv_unified else options.ctx_size // (options.parallel or 1)
+        table["context_length"] = max(16, per_slot)
     if options.parallel:
         table["parallel"] = options.parallel
     if options.batch_size:
@@ -117,8 +122,17 @@ def model_table(
     elif options.spec_type and "ngram" in options.spec_type:
         table["speculative"] = "ngram"
     if options.lora:
-        notes.append("--lora: LoRA adapters are not supported")
+        if "lora" in _llamacpp_keys():
+            table["lora"] = [str(Path(f).resolve()) for f in options.lora]
+        else:
+            notes.append("--lora: LoRA adapters are not supported")
     return table, notes
+
+
+def _llamacpp_keys() -> frozenset[str]:
+    from sluicegate.engines.llamacpp.settings import KEYS
+
+    return KEYS
 
 
 def _server_fields() -> set[str]:
@@ -139,6 +153,8 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["cors_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if "default_model" in known and model is not None:
         table["default_model"] = model["id"]
+    if "slot_save_path" in known and options.slot_save_path:
+        table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
     return table
 
 
@@ -163,8 +179,18 @@ def write_config(folder: Path, server: dict[str, Any], model: dict[str, Any] | N
     return path
 
 
+def _absolute(options: argparse.Namespace) -> None:
+    """Paths as llama-server reads them, from its working directory (the suite's `./tmp/...`);
+    Sluicegate would read a relative path from the config's folder."""
+    for name in ("model", "model_draft", "chat_template_file"):
+        value = getattr(options, name)
+        if value and Path(value).exists():
+            setattr(options, name, str(Path(value).resolve()))
+
+
 def main(argv: list[str]) -> None:
     options, ignored = parser().parse_known_args(argv)
+    _absolute(options)
     paths = models.read_map(os.environ["SUITE_MODELS"])
     work = Path(os.environ.get("SUITE_WORK") or tempfile.gettempdir())
     work.mkdir(parents=True, exist_ok=True)

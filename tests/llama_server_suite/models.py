@@ -29,6 +29,7 @@ URLS: dict[str, str] = {
     "stories15M-q4_0.gguf": "text",
     "moe_shakespeare15M.gguf": "text",
     "11_truck.png": "image",
+    "91_cat.png": "image",
 }
 
 
@@ -65,18 +66,21 @@ def _image(path: Path) -> Path:
 def build(text_model: str = "demo") -> dict[str, str]:
     """Every kind's local file, built if missing: {"text": path, "embedding": path, ...}.
     `text_model`: "demo" (the tiny random-weight GGUF) or "gemma" (Gemma 3 270M)."""
-    from sluicegate.demo.model import make_demo_gguf
-    from sluicegate.demo.vision import make_demo_vision
-
     folder = _cache()
     folder.mkdir(parents=True, exist_ok=True)
 
     def demo(name: str, **options: bool) -> Path:
         path = folder / name
-        return path if path.is_file() else make_demo_gguf(path, **options)
+        if path.is_file():  # built by an earlier run (the writer is imported only when needed)
+            return path
+        from sluicegate.demo.model import make_demo_gguf
+
+        return make_demo_gguf(path, **options)
 
     vision = folder / "vision" / "vision.gguf"
     if not vision.is_file():
+        from sluicegate.demo.vision import make_demo_vision
+
         make_demo_vision(vision)
     paths = {
         "text": _gemma(folder) if text_model == "gemma" else demo("text.gguf"),

@@ -67,7 +67,7 @@ def _free_port() -> int:
 
 
 def run(
-    pytest_args: list[str], scratch: Path, *, text_model: str, timeout: int
+    pytest_args: list[str], scratch: Path, *, text_model: str, timeout: int, slow: bool = False
 ) -> tuple[list[Outcome], float]:
     """Run the copied suite in a subprocess; every test's outcome, and the wall time."""
     tests = scratch / "tests"
@@ -89,9 +89,23 @@ def run(
         "PYTHONUNBUFFERED": "1",
         "XDG_DATA_HOME": str(scratch / "xdg"),
     }
-    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--tb=line"]
-    command += [f"--timeout={timeout}", f"--junitxml={report}", "-o", "junit_family=xunit1"]
-    command += pytest_args or ["-m", "not slow", "unit"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "suite_offline",
+        "-q",
+        "--tb=line",
+    ]
+    # The timeout is the test's own (not its fixtures': the session's first one starts every
+    # preset's server once, which the suite bounds itself, 60 s each).
+    command += [f"--timeout={timeout}", "-o", "timeout_func_only=true"]
+    command += [f"--junitxml={report}", "-o", "junit_family=xunit1"]
+    command += [] if slow else ["-m", "not slow"]  # the suite's default selection (tests.sh)
+    command += pytest_args or ["unit"]
     started = time.monotonic()
     with open(scratch / "pytest.log", "wb") as log:
         subprocess.run(command, cwd=tests, env=env, stdout=log, stderr=subprocess.STDOUT, check=False)
@@ -156,16 +170,24 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write every test's outcome here")
     parser.add_argument("--keep", type=Path, help="run in this folder and keep it (logs, configs)")
     parser.add_argument("--timeout", type=int, default=PER_TEST_TIMEOUT, help="per-test timeout, seconds")
-    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (default: -m 'not slow' unit)")
+    parser.add_argument("--slow", action="store_true", help="the slow tests too (most need big Hub models)")
+    parser.add_argument("--merge", type=Path, nargs="+", help="report these --json files together (no run)")
+    parser.add_argument("pytest_args", nargs="*", help="passed to pytest (default: unit)")
     args = parser.parse_args()
     text_model = os.environ.get("SUITE_TEXT_MODEL", "demo")
-    if args.keep:
+    if args.merge:  # runs split by file (two at once get more of a busy machine)
+        loaded = [json.loads(path.read_text(encoding="utf-8")) for path in args.merge]
+        results = [Outcome(**r) for one in loaded for r in one["results"]]
+        elapsed = max(one["elapsed"] for one in loaded)
+    elif args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-        results, elapsed = run(args.pytest_args, args.keep, text_model=text_model, timeout=args.timeout)
+        results, elapsed = run(
+            args.pytest_args, args.keep, text_model=text_model, timeout=args.timeout, slow=args.slow
+        )
     else:
         with tempfile.TemporaryDirectory(prefix="llama-server-suite-") as scratch:
             results, elapsed = run(
-                args.pytest_args, Path(scratch), text_model=text_model, timeout=args.timeout
+                args.pytest_args, Path(scratch), text_model=text_model, timeout=args.timeout, slow=args.slow
             )
     if args.json:
         args.json.write_text(
