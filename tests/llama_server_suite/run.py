@@ -3,7 +3,7 @@ the installed version, unchanged) against Sluicegate, and report what passed and
 failed.
 
     python tests/llama_server_suite/run.py --report            # the default (not slow) tests
-    python tests/llama_server_suite/run.py --report unit/test_tokenize.py -k detokenize
+    python tests/llama_server_suite/run.py --report -- unit/test_tokenize.py -k detokenize
     SUITE_TEXT_MODEL=gemma python tests/llama_server_suite/run.py --report
 
 The tests are copied into a scratch folder; the suite starts "llama-server" through
@@ -16,6 +16,7 @@ JSON file (`--json`) that tests/e2e/test_llama_server_suite.py reads.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata
 import json
 import os
@@ -35,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 import models  # noqa: E402
 
-from llamacpp_sources import CACHE, sdist_files  # noqa: E402
+from llamacpp_sources import CACHE, SourcesUnavailable, llama_cpp_tree, sdist_files  # noqa: E402
 
 _KEEP = re.compile(r"^[^/]+/vendor/llama\.cpp/tools/server/tests/.+$")
 PER_TEST_TIMEOUT = 120  # seconds; a hung stream fails its test instead of stalling the run
@@ -70,8 +71,13 @@ def run(
     pytest_args: list[str], scratch: Path, *, text_model: str, timeout: int, slow: bool = False
 ) -> tuple[list[Outcome], float]:
     """Run the copied suite in a subprocess; every test's outcome, and the wall time."""
-    tests = scratch / "tests"
+    # Laid out as in llama.cpp: the template tests name ../../../models/templates/*.jinja.
+    tests = scratch / "llama.cpp" / "tools" / "server" / "tests"
     shutil.copytree(suite_dir(), tests)
+    with contextlib.suppress(SourcesUnavailable):  # else those tests get the model's own template
+        shutil.copytree(
+            llama_cpp_tree() / "models" / "templates", scratch / "llama.cpp" / "models" / "templates"
+        )
     paths = models.build(text_model)
     model_map = models.write_map(paths, scratch / "models.json")
     wrapper = scratch / "llama-server"
