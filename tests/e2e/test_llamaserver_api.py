@@ -180,3 +180,16 @@ def test_a_gbnf_grammar_in_chat_completions(server: Server) -> None:
                 extra_body={"grammar": "root ::= ("},
             )
         assert "grammar" in str(caught.value)
+
+
+def test_a_model_without_adapters_lists_none_and_refuses_scales_in_llama_servers_shape(
+    server: Server,
+) -> None:
+    """llama-server lists `[]` when no adapter is loaded; setting scales on a model that cannot
+    take them is its 501, in its own shape (the path is its dialect's, errors and metrics)."""
+    listed = httpx.get(f"{server.base_url}/lora-adapters", params={"model": "chat"})
+    assert listed.status_code == 200 and listed.json() == []
+    refused = httpx.post(
+        f"{server.base_url}/lora-adapters", params={"model": "chat"}, json=[{"id": 0, "scale": 1}]
+    )
+    assert refused.status_code == 501 and refused.json()["error"]["code"] == 501

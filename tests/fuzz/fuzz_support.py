@@ -644,6 +644,8 @@ def shape_of(path: str) -> str:
 def check_answer(method: str, path: str, response: httpx.Response) -> None:
     """No 5xx; an error has a JSON body in the error shape of the path's API."""
     where = f"{method} {path} -> {response.status_code}: {response.text[:300]!r}"
+    # The shape of the path the server got: httpx folds dot segments (`/slots/..` is `/`).
+    path = response.request.url.path
     # llama-server's one 5xx that is no failure: 501 for what this model cannot do (a tokenizer).
     not_supported = response.status_code == 501 and shape_of(path) == "llama_server"
     if not_supported:

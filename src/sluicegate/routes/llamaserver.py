@@ -168,6 +168,8 @@ async def lora_adapters(request: Request) -> Response:
     model = _model(request, request.query_params.get("model"))
     engines = [instance.engine for instance in model.instances]
     if not all(isinstance(engine, LoraStore) for engine in engines):
+        if request.method != "POST":  # none to list, as llama-server lists a model without any
+            return JSONResponse([])
         raise _cannot(model, "LoRA adapters")
     stores = [engine for engine in engines if isinstance(engine, LoraStore)]
     if request.method == "POST":

@@ -17,7 +17,7 @@ from sluicegate.dialects.llamaserver.request import CompletionOptions, parse_com
 PATHS = ("/completion", "/completions")
 SPEC = DialectSpec(
     "llamaserver",
-    ("/completion", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots"),
+    ("/completion", "/tokenize", "/detokenize", "/apply-template", "/props", "/slots", "/lora-adapters"),
     llama_server_error,
     error_at=llama_server_error,
 )
