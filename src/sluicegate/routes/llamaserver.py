@@ -16,7 +16,7 @@ from sluicegate import __version__
 from sluicegate.config import slot_save_dir
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.dialects.chat_completions.request import parse_chat_request
-from sluicegate.dialects.llamaserver.errors import llama_server_error
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.slots import parse_slot_action, slot_action_body
 from sluicegate.dialects.llamaserver.tokens import (
     detokenize_body,

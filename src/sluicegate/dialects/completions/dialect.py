@@ -13,13 +13,13 @@ from typing import Any
 from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderContext, Turn
 from sluicegate.dialects.choices import IndexedChoices
 from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder, usage_body
-from sluicegate.dialects.completions.errors import llama_server_error
 from sluicegate.dialects.completions.request import (
     CompletionOptions,
     InfillOptions,
     parse_completion_request,
     parse_infill_request,
 )
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 
 SPEC = DialectSpec("completions", ("/v1/completions",), openai_error)

@@ -25,7 +25,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.dialects.completions.errors import llama_server_error
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 
 _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11

@@ -8,8 +8,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, Turn
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
-from sluicegate.dialects.llamaserver.errors import llama_server_error
 from sluicegate.dialects.llamaserver.request import CompletionOptions, parse_completion
 
 # The shape carries the HTTP status in its body, a router's 405 included. `/completion` owns

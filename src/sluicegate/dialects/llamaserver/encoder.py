@@ -26,7 +26,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import Frame
-from sluicegate.dialects.llamaserver.errors import llama_server_error
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.request import CompletionOptions
 
 _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11

@@ -1,5 +1,6 @@
 """llama-server's error shape: `{"error": {"code": <HTTP status>, "message", "type"}}` with its
-type names (`tools/server/server-common.cpp`)."""
+type names (`tools/server/server-common.cpp`). Shared, like `openai_errors.py`: llama-server's own
+API (`dialects/llamaserver`) and `/infill` (`dialects/completions`) both answer in it."""
 
 from __future__ import annotations
 
