@@ -327,8 +327,10 @@ def main() -> int:
                     # No CPU weight repacking, as Sluicegate (`repack = false`); on this machine
                     # the wheel's AMX repack kernels stop on an illegal instruction.
                     "--no-repack",
-                    # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format.
-                    *(["--chat-template", "gemma"] if real else []),
+                    # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format,
+                    # llama.cpp's built-in `gemma` one. Not a Jinja template: after --jinja,
+                    # "gemma" would be the template's own text (a 3-token prompt), so --no-jinja.
+                    *(["--no-jinja", "--chat-template", "gemma"] if real else []),
                     *args.llama_server_arg,
                 ],
                 ref_url,

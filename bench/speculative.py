@@ -266,8 +266,10 @@ def main() -> int:
                 args.llama_server, "-m", str(gguf), "--alias", MODEL, "--host", "127.0.0.1",
                 "--port", url.rsplit(":", 1)[1], "-c", str(args.context), "-np", "1",
                 "-t", str(args.threads), "-tb", str(args.threads), "-b", str(args.batch),
-                "-ub", str(args.batch), "--cache-ram", "0", "--no-repack", "--jinja",
-                "--chat-template", "gemma", *extra_args,
+                "-ub", str(args.batch), "--cache-ram", "0", "--no-repack",
+                # llama.cpp's built-in `gemma` template (after --jinja, "gemma" would be the
+                # template's own text: a 3-token prompt), as Sluicegate's fallback for Gemma.
+                "--no-jinja", "--chat-template", "gemma", *extra_args,
             ]  # fmt: skip
             targets[name] = (command, url, ref_env)
         pids = {
