@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 from dataclasses import replace
 from typing import Any
 
 from sluicegate.config import Settings, store_path
+from sluicegate.core.errors import SluicegateError
 from sluicegate.store.keys import KeyRecord, KeyRequestError, KeyStore, key_fields, new_record, revoked
 from sluicegate.store.keys_backends import open_key_store
 from sluicegate.store.usage import UsageStore, Used, open_usage_store, today
@@ -137,5 +139,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         return asyncio.run(main())
     except KeyRequestError as exc:
-        print(f"sluicegate keys: {exc}", flush=True)
+        print(f"sluicegate keys: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except SluicegateError as exc:  # the store cannot be reached: one line, never a traceback
+        print(f"sluicegate keys: {exc.info.message}", file=sys.stderr, flush=True)
         return 1
