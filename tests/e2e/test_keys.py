@@ -75,7 +75,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         folder,
         {"admin_key": ADMIN, "data_dir": str(folder / "data")},
         MODELS,
-        {"prices": {"chat-*": {"input": 1.0, "output": 2.0}}},
+        {"prices": {"chat-*": {"input": 1.0, "output": 2.0}}, "teams": {"squad": {"rpm": 3}}},
     )
     with run_server(folder, config) as running:
         yield running
@@ -292,6 +292,45 @@ def test_twenty_clients_on_two_replicas_get_exactly_sixty_requests_a_minute(
     with concurrent.futures.ThreadPoolExecutor(20) as pool:
         statuses = [s for batch in pool.map(client, range(20)) for s in batch]
     assert statuses.count(200) == 59 and statuses.count(429) == 21  # 60 in all with B's first
+
+
+def test_two_keys_of_one_team_share_its_requests_per_minute(server: Server) -> None:
+    """`[teams.squad] rpm = 3`: the team's limit is over before either key's own (10)."""
+    with admin(server) as client:
+        first, second = (
+            client.post(
+                "/admin/keys", json={"name": f"squad-{n}", "owner": "squad", "limits": {"rpm": 10}}
+            ).json()["key"]
+            for n in (1, 2)
+        )
+    assert [status_of(server, k) for k in (first, second, first)] == [200, 200, 200]
+    body = {"model": "chat-a", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    refused = httpx.post(
+        f"{server.base_url}/v1/messages", json=body, headers={"x-api-key": second}, timeout=10.0
+    )
+    assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+    error = refused.json()
+    assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+    assert "team (squad)" in error["error"]["message"]
+    with sdk(server, first) as openai_client, pytest.raises(openai.RateLimitError) as limited:
+        openai_client.chat.completions.create(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+    assert limited.value.code == "rate_limit_exceeded" and "team" in limited.value.message
+    with admin(server) as client:
+        eventually(
+            lambda: (
+                next(t for t in client.get("/admin/usage").json()["teams"] if t["name"] == "squad")["used"][
+                    "requests"
+                ]
+                == 3
+            ),
+            "the team's three requests are counted",
+        )
+        report = client.get("/admin/usage").json()
+    squad = next(t for t in report["teams"] if t["name"] == "squad")
+    assert squad["limits"]["rpm"] == 3 and sorted(squad["keys"]) == ["squad-1", "squad-2"]
+    assert not any(row["key"].startswith("team:") for row in report["data"])  # rows are the keys'
+    mine = {k["name"]: k["used"]["requests"] for k in report["keys"] if k["name"].startswith("squad-")}
+    assert mine == {"squad-1": 2, "squad-2": 1}  # the refused requests counted nowhere
 
 
 # --- usage and budgets -------------------------------------------------------------------------
