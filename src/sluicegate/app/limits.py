@@ -182,7 +182,12 @@ class KeyAccounting:
         except SluicegateError as exc:  # the counters cannot be reached
             METRICS.inc("sluicegate_rate_limit_store_failures_total")
             if self.on_failure == "closed":
-                await answer_error(scope, send, exc.info, [(b"retry-after", b"1")])
+                info = ErrorInfo(
+                    ErrorKind.OVERLOADED,
+                    "This API key's limits cannot be checked now (their store is unreachable); retry shortly.",
+                    code="store_unavailable",
+                )
+                await answer_error(scope, send, info, [(b"retry-after", b"1")])
                 return
             log.warning("limits not checked for key %r: %s", record.name, exc)
         extra = rate_headers([(limits, t) for (_name, limits), t in taken])
