@@ -5,7 +5,8 @@ when Redis is back both count again. The keys themselves survive the outage (hel
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -31,11 +32,10 @@ def messages(server: Server, key: str) -> httpx.Response:
     return httpx.post(f"{server.base_url}/v1/messages", json=body, headers={"x-api-key": key}, timeout=30.0)
 
 
-def eventually(check: object, what: str, tries: int = 200) -> None:
-    import time
-
+def eventually(check: Callable[[], bool], what: str, tries: int = 200) -> None:
+    """Poll a condition (keys and Redis come back by polling), never a fixed sleep."""
     for _ in range(tries):
-        if check():  # type: ignore[operator]
+        if check():
             return
         time.sleep(0.05)
     raise AssertionError(f"never happened: {what}")
