@@ -14,6 +14,7 @@ from test_routing_policies import Conversation, ask, make_engine, turns
 from sluicegate.engines.upstream import routing
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.load import LoadProbe, parse_metrics, parse_slots, root_url
+from sluicegate.engines.upstream.routing import SlotMap
 
 FAST = 0.05  # health-check (and load poll) interval for the tests
 
@@ -61,7 +62,7 @@ async def reported(engine: OpenAIUpstreamEngine, check: object) -> None:
 
 
 def test_the_real_formats_parse() -> None:
-    assert parse_slots(llama_slots(6, 2)) == (6, 2)
+    assert parse_slots(llama_slots(6, 2)) == (6, frozenset({0, 1}))
     assert parse_metrics(llama_metrics(3, 4)) == (3, 4)
     assert parse_metrics(vllm_metrics(5, 7)) == (5, 7)
     two_models = vllm_metrics(1, 2, model="x") + vllm_metrics(3, 4, model="y")
@@ -171,3 +172,58 @@ async def test_a_report_past_its_bound_is_no_report(fakes: list[FakeUpstream]) -
         assert report is not None and (report.busy, report.waiting, report.capacity) == (1, 0, None)
     finally:
         await probe.aclose()
+
+
+def test_a_slot_map_keeps_each_conversation_in_its_own_slot() -> None:
+    slots = SlotMap(100)
+    a1, b1 = [b"sys", b"a1"], [b"sys", b"b1"]  # one system prompt, two conversations
+    first_a, first_b = slots.pin(a1, 4, frozenset()), slots.pin(b1, 4, frozenset())
+    assert first_a is not None and first_b is not None and first_a != first_b  # never-used first
+    slots.unpin(first_a)
+    slots.unpin(first_b)
+    assert slots.pin([*a1, b"a2"], 4, frozenset()) == first_a  # the next turn: its own slot
+    assert slots.pin([*b1, b"b2"], 4, frozenset()) == first_b
+    c = slots.pin([b"sys", b"c1"], 4, frozenset())  # a new one: not a slot in use, nor a's or b's
+    assert c not in (first_a, first_b, None)
+
+
+def test_a_busy_slot_is_not_named() -> None:
+    slots = SlotMap(100)
+    home = slots.pin([b"x1"], 2, frozenset())
+    assert home is not None
+    slots.unpin(home)
+    other = slots.pin([b"x1", b"x2"], 2, frozenset({home}))  # reported processing (another client)
+    assert other is not None and other != home
+    assert slots.pin([b"y1"], 2, frozenset({home})) is None  # ours in flight and theirs: no slot
+
+
+async def test_prefix_affinity_names_the_llama_server_slot_of_each_conversation(
+    fakes: list[FakeUpstream], engines: list[OpenAIUpstreamEngine]
+) -> None:
+    for fake in fakes:
+        fake.pages["/slots"] = (200, llama_slots(4, 0))
+    engine = await started(engines, fakes, routing="prefix_affinity")
+    await reported(engine, lambda report: report.capacity == 4)
+    chats = [Conversation(f"slot chat {i}") for i in range(6)]
+    for turn in range(3):
+        for chat in chats:
+            _replica, text = await ask(engine, chat.request(turn))
+            chat.answered(text)
+    sent: dict[str, list[tuple[str, int]]] = {}
+    for fake in fakes:
+        for observed in fake.chat_requests():
+            name = observed.body["messages"][0]["content"].split(":")[0]
+            sent.setdefault(name, []).append((fake.name, observed.body["id_slot"]))
+    assert len(sent) == 6 and all(len(set(places)) == 1 for places in sent.values()), sent
+    assert len({places[0] for places in sent.values()}) == 6  # no two conversations share a slot
+
+
+async def test_no_slot_is_named_to_an_upstream_without_slots(
+    fakes: list[FakeUpstream], engines: list[OpenAIUpstreamEngine]
+) -> None:
+    for fake in fakes:
+        fake.pages["/metrics"] = (200, vllm_metrics(0, 0))
+    engine = await started(engines, fakes, routing="prefix_affinity")
+    await reported(engine, lambda report: report.capacity is None)
+    await turns(engine, Conversation("vllm"), 2)
+    assert all("id_slot" not in o.body for fake in fakes for o in fake.chat_requests())

@@ -43,6 +43,7 @@ class LoadReport:
     waiting: int  # requests queued for a place
     capacity: int | None  # places (llama-server slots); None: not reported
     at: float  # time.monotonic() of the poll
+    busy_slots: frozenset[int] = frozenset()  # llama-server: the ids of the slots processing
 
     @property
     def load(self) -> int:
@@ -56,8 +57,8 @@ def root_url(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
-def parse_slots(body: bytes) -> tuple[int, int] | None:
-    """(slots, busy) from llama-server's `/slots`, or None if it is not that."""
+def parse_slots(body: bytes) -> tuple[int, frozenset[int]] | None:
+    """(slots, the busy ones' ids) from llama-server's `/slots`, or None if it is not that."""
     try:
         slots = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -66,7 +67,12 @@ def parse_slots(body: bytes) -> tuple[int, int] | None:
         return None
     if not all("is_processing" in s for s in slots):
         return None
-    return len(slots), sum(1 for s in slots if s["is_processing"] is True)
+    busy = frozenset(
+        s["id"] if isinstance(s.get("id"), int) else i
+        for i, s in enumerate(slots)
+        if s["is_processing"] is True
+    )
+    return len(slots), busy
 
 
 def parse_metrics(body: bytes) -> tuple[int, int] | None:
@@ -123,6 +129,7 @@ class LoadProbe:
         """Ask the endpoints that answer; keep and return the new report (None: no report)."""
         capacity: int | None = None
         busy: int | None = None
+        busy_slots: frozenset[int] = frozenset()
         waiting = 0
         body = await self._get("slots", timeout)
         if body is not None:
@@ -130,7 +137,8 @@ class LoadProbe:
             if slots is None:
                 self._absent["slots"] = time.monotonic() + PROBE_AGAIN
             else:
-                capacity, busy = slots
+                capacity, busy_slots = slots
+                busy = len(busy_slots)
         body = await self._get("metrics", timeout)
         if body is not None:
             gauges = parse_metrics(body)
@@ -141,7 +149,7 @@ class LoadProbe:
                 busy = running if busy is None else max(busy, running)
         if busy is None:
             return None
-        self.report = LoadReport(busy, waiting, capacity, time.monotonic())
+        self.report = LoadReport(busy, waiting, capacity, time.monotonic(), busy_slots)
         return self.report
 
     async def aclose(self) -> None:

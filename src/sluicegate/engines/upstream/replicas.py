@@ -24,7 +24,7 @@ from sluicegate.core.request import ChatRequest
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.http import ConnectFailed, HttpPool
 from sluicegate.engines.upstream.load import LOAD_TIMEOUT, LoadProbe, LoadReport
-from sluicegate.engines.upstream.routing import PrefixTable, SharedPrefixes, prefix_keys, shared_url
+from sluicegate.engines.upstream.routing import PrefixTable, SharedPrefixes, SlotMap, prefix_keys, shared_url
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,17 @@ LOAD_FRESH_CHECKS = 3  # a load report is used for this many health-check interv
 
 
 class Replica:
-    __slots__ = ("check_failures", "down_until", "healthy", "name", "outstanding", "pool", "probe", "report")
+    __slots__ = (
+        "check_failures",
+        "down_until",
+        "healthy",
+        "name",
+        "outstanding",
+        "pool",
+        "probe",
+        "report",
+        "slots",
+    )
 
     def __init__(self, base_url: str, pool: HttpPool) -> None:
         self.name = base_url
@@ -48,6 +58,7 @@ class Replica:
         self.down_until = 0.0  # for passive failures without active checks
         self.probe: LoadProbe | None = None  # the upstream's own load reports, when polled
         self.report: LoadReport | None = None  # the last fresh one, set by `ReplicaSet.pick`
+        self.slots: SlotMap | None = None  # prefix_affinity's slots, on an upstream that has them
 
     @property
     def load(self) -> int:
@@ -90,6 +101,8 @@ class ReplicaSet:
         if self.polls_load:
             for replica in self.replicas:
                 replica.probe = LoadProbe(replica.name, config.headers, config.connect_timeout)
+                if self.affinity is not None:
+                    replica.slots = SlotMap(config.routing_table_size)
 
     def prefix_keys(self, request: ChatRequest) -> list[bytes]:
         """The request's prefix hashes for `pick`, when the policy routes by prefix (else [])."""
@@ -167,6 +180,18 @@ class ReplicaSet:
         loads = [r.load for r in candidates]
         mean = sum(loads) / len(loads)
         return load >= self.config.routing_overload_factor * mean and load >= min(loads) + 2
+
+    def pin(self, replica: Replica, keys: Sequence[bytes]) -> int | None:
+        """prefix_affinity on an upstream that reports its slots (llama-server): the slot to
+        send to (`SlotMap`), held until `unpin`; None: no slot to name."""
+        report = replica.report
+        if replica.slots is None or not keys or report is None or not report.capacity:
+            return None
+        return replica.slots.pin(keys, report.capacity, report.busy_slots)
+
+    def unpin(self, replica: Replica, slot: int | None) -> None:
+        if slot is not None and replica.slots is not None:
+            replica.slots.unpin(slot)
 
     def served(self, replica: Replica, keys: Sequence[bytes]) -> None:
         """`replica` accepted a request with these prefixes: it holds them now."""
