@@ -147,7 +147,9 @@ def run_round(
         list(pool.map(one, range(len(chats))))
 
 
-def sluicegate_config(replicas: list[str], health_check_interval: float = 0.5) -> str:
+def sluicegate_config(
+    replicas: list[str], health_check_interval: float = 0.5, load_reports: bool = True
+) -> str:
     urls = ", ".join(f'"{url}/v1"' for url in replicas)
     tables = [
         f'[[models]]\nid = "{policy}"\nengine = "openai"\nbase_urls = [{urls}]\n'
@@ -155,6 +157,7 @@ def sluicegate_config(replicas: list[str], health_check_interval: float = 0.5) -
         # Health checks every half second poll the replicas' /slots and /metrics too: the
         # load they report (routing_load_reports, on by default).
         f"health_check_interval = {health_check_interval}\n"
+        f"routing_load_reports = {'true' if load_reports else 'false'}\n"
         for policy in POLICIES
     ]
     return '[server]\nhost = "127.0.0.1"\n\n' + "\n".join(tables)
@@ -209,6 +212,11 @@ def main() -> None:
     parser.add_argument(
         "--llama-server-arg", action="append", default=[], help="one more llama-server argument (repeatable)"
     )
+    parser.add_argument(
+        "--no-load-reports",
+        action="store_true",
+        help="route on Sluicegate's own in-flight counts only (no /slots, /metrics, id_slot)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the folder with the servers' logs")
     args = parser.parse_args()
 
@@ -248,7 +256,7 @@ def main() -> None:
                 ]  # fmt: skip
                 stack.enter_context(serving(command, url, folder / f"replica{i}.log", env))
             config = folder / "sluicegate.toml"
-            config.write_text(sluicegate_config(replicas))
+            config.write_text(sluicegate_config(replicas, load_reports=not args.no_load_reports))
             ours = f"http://127.0.0.1:{free_port()}"
             ours_env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
             ours_env.pop("SLUICEGATE_CONFIG", None)
