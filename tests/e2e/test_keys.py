@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -75,7 +76,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         folder,
         {"admin_key": ADMIN, "data_dir": str(folder / "data")},
         MODELS,
-        {"prices": {"chat-*": {"input": 1.0, "output": 2.0}}, "teams": {"squad": {"rpm": 3}}},
+        {
+            "prices": {"chat-*": {"input": 1.0, "output": 2.0}},
+            "teams": {"squad": {"rpm": 3}, "thrifty": {"budget": {"tokens": 5, "period": "day"}}},
+        },
     )
     with run_server(folder, config) as running:
         yield running
@@ -388,3 +392,31 @@ def test_a_spent_budget_stops_the_key_and_the_usage_endpoint_says_why(server: Se
         [key] = client.get("/admin/usage", params={"key": "budgeted"}).json()["keys"]
     assert key["budget"]["exhausted"] is True and key["budget"]["spent_tokens"] >= 5
     assert key["budget"]["tokens_left"] == 0
+
+
+def test_a_teams_spent_budget_stops_all_of_its_keys(server: Server) -> None:
+    """`[teams.thrifty] budget = { tokens = 5, period = "day" }`: one answer spends it for both."""
+    with admin(server) as client:
+        first, second = (
+            client.post("/admin/keys", json={"name": f"thrifty-{n}", "owner": "thrifty"}).json()["key"]
+            for n in (1, 2)
+        )
+        assert status_of(server, first) == 200  # the scripted answer uses more than five tokens
+
+        def thrifty() -> dict[str, Any]:
+            team: dict[str, Any] = next(
+                t for t in client.get("/admin/usage").json()["teams"] if t["name"] == "thrifty"
+            )
+            return team
+
+        eventually(lambda: thrifty()["used"]["requests"] == 1, "the team's request is counted")
+        refused = httpx.post(
+            f"{server.api_url}/chat/completions",
+            json={"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {second}"},
+            timeout=10.0,
+        )
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+        assert "team (thrifty)" in refused.json()["error"]["message"]
+        budget = thrifty()["budget"]
+    assert budget["exhausted"] is True and budget["tokens_left"] == 0 and budget["spent_tokens"] >= 5
