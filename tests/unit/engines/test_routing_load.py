@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -13,7 +14,7 @@ from test_routing_policies import Conversation, ask, make_engine, turns
 
 from sluicegate.engines.upstream import routing
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
-from sluicegate.engines.upstream.load import LoadProbe, parse_metrics, parse_slots, root_url
+from sluicegate.engines.upstream.load import LoadProbe, LoadReport, parse_metrics, parse_slots, root_url
 from sluicegate.engines.upstream.routing import SlotMap
 
 FAST = 0.05  # health-check (and load poll) interval for the tests
@@ -227,3 +228,19 @@ async def test_no_slot_is_named_to_an_upstream_without_slots(
     await reported(engine, lambda report: report.capacity is None)
     await turns(engine, Conversation("vllm"), 2)
     assert all("id_slot" not in o.body for fake in fakes for o in fake.chat_requests())
+
+
+def test_an_old_busy_count_is_dropped_but_the_slot_count_is_kept() -> None:
+    group = make_engine(
+        ["http://a/v1", "http://b/v1"], routing="prefix_affinity", health_check_interval=10
+    ).replicas
+    a, b = group.replicas
+    assert a.probe is not None and b.probe is not None
+    now = time.monotonic()
+    a.probe.report = LoadReport(busy=6, waiting=2, capacity=6, at=now - 6.0)  # past 5 s
+    b.probe.report = LoadReport(busy=0, waiting=0, capacity=6, at=now)
+    group.pick(set())
+    assert a.report is None and a.load == a.outstanding == 0 and a.capacity == 6
+    a.probe.report = LoadReport(busy=6, waiting=2, capacity=6, at=now)
+    group.pick(set())
+    assert a.load == 8 and group.overloaded(a, group.replicas)

@@ -33,7 +33,8 @@ RETRY_AFTER = 10.0  # seconds a passively failed replica rests when there are no
 CHECK_TIMEOUT = 5.0
 
 
-LOAD_FRESH_CHECKS = 3  # a load report is used for this many health-check intervals
+LOAD_FRESH_CHECKS = 3  # a load report is used for this many health-check intervals,
+LOAD_FRESH_MAX = 5.0  # and never longer (seconds): with 10 s checks, a busy count ages fast
 
 
 class Replica:
@@ -68,7 +69,10 @@ class Replica:
 
     @property
     def capacity(self) -> int | None:
-        return None if self.report is None else self.report.capacity
+        """Its slots, from the last report however old (a server's slots do not change while
+        it runs; its busy count does, so `load` takes only a fresh report)."""
+        last = None if self.probe is None else self.probe.report
+        return None if last is None else last.capacity
 
     def available(self, now: float) -> bool:
         return self.healthy or 0 < self.down_until <= now
@@ -142,7 +146,7 @@ class ReplicaSet:
             return None
         self._turn += 1
         if self.polls_load:
-            fresh_for = LOAD_FRESH_CHECKS * self.config.health_check_interval
+            fresh_for = min(LOAD_FRESH_CHECKS * self.config.health_check_interval, LOAD_FRESH_MAX)
             for replica in candidates:
                 assert replica.probe is not None
                 replica.report = replica.probe.fresh(now, fresh_for)
@@ -184,10 +188,11 @@ class ReplicaSet:
     def pin(self, replica: Replica, keys: Sequence[bytes]) -> int | None:
         """prefix_affinity on an upstream that reports its slots (llama-server): the slot to
         send to (`SlotMap`), held until `unpin`; None: no slot to name."""
-        report = replica.report
-        if replica.slots is None or not keys or report is None or not report.capacity:
+        capacity = replica.capacity
+        if replica.slots is None or not keys or not capacity:
             return None
-        return replica.slots.pin(keys, report.capacity, report.busy_slots)
+        busy = frozenset() if replica.report is None else replica.report.busy_slots
+        return replica.slots.pin(keys, capacity, busy)
 
     def unpin(self, replica: Replica, slot: int | None) -> None:
         if slot is not None and replica.slots is not None:
