@@ -355,9 +355,10 @@ class UpstreamEngine(Engine):
             tried.add(replica)
             replica.outstanding += 1
             response: StreamingResponse | None = None
-            slot = (
-                self.replicas.pin(replica, keys) if pinned is not None and b'"id_slot"' not in body else None
-            )
+            slot = self.replicas.pin(replica, keys) if pinned is not None else None
+            if slot is not None and b'"id_slot"' in body:  # the client named its own slot
+                self.replicas.unpin(replica, slot)
+                slot = None
             try:
                 clocks.waiting()
                 sent = body if slot is None else with_slot(body, slot)
