@@ -77,6 +77,8 @@ class Result:
     requests: dict[str, int] = field(default_factory=dict)  # per replica
     computed: dict[str, int] = field(default_factory=dict)  # prompt tokens not from a cache
     errors: int = 0
+    moves: int = 0  # turns a conversation went to another replica than its previous turn
+    homes: dict[int, str] = field(default_factory=dict)  # conversation → its last turn's replica
 
 
 def ask(
@@ -136,17 +138,26 @@ def run_round(
         result.prompt_tokens += prompt
         result.cached_tokens += cached
         result.requests[replica] = result.requests.get(replica, 0) + 1
+        if result.homes.get(i, replica) != replica:
+            result.moves += 1
+        result.homes[i] = replica
         result.computed[replica] = result.computed.get(replica, 0) + prompt - cached
 
     with ThreadPoolExecutor(args.concurrency) as pool:
         list(pool.map(one, range(len(chats))))
 
 
-def sluicegate_config(replicas: list[str]) -> str:
+def sluicegate_config(
+    replicas: list[str], health_check_interval: float = 0.5, load_reports: bool = True
+) -> str:
     urls = ", ".join(f'"{url}/v1"' for url in replicas)
     tables = [
         f'[[models]]\nid = "{policy}"\nengine = "openai"\nbase_urls = [{urls}]\n'
         f'upstream_model = "{ALIAS}"\nrouting = "{policy}"\nfirst_byte_timeout = 600\n'
+        # Health checks every half second poll the replicas' /slots and /metrics too: the
+        # load they report (routing_load_reports, on by default).
+        f"health_check_interval = {health_check_interval}\n"
+        f"routing_load_reports = {'true' if load_reports else 'false'}\n"
         for policy in POLICIES
     ]
     return '[server]\nhost = "127.0.0.1"\n\n' + "\n".join(tables)
@@ -155,9 +166,9 @@ def sluicegate_config(replicas: list[str]) -> str:
 def report(results: dict[str, Result], replicas: list[str]) -> None:
     print()
     print(
-        "| policy | prompt tokens | cached | cached share | TTFT mean | TTFT p50 | requests per replica | busiest / mean | errors |"
+        "| policy | prompt tokens | cached | cached share | TTFT mean | TTFT p50 | requests per replica | busiest / mean | moves | errors |"
     )
-    print("|---|---:|---:|---:|---:|---:|---|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---|---:|---:|---:|")
     for policy, r in results.items():
         per = [r.requests.get(f"{url}/v1", 0) for url in replicas]
         mean = statistics.mean(per) if per else 0
@@ -167,7 +178,7 @@ def report(results: dict[str, Result], replicas: list[str]) -> None:
         ttft_p50 = statistics.median(r.ttft) if r.ttft else 0.0
         print(
             f"| {policy} | {r.prompt_tokens} | {r.cached_tokens} | {share:.0%} | {ttft_mean * 1000:.0f} ms "
-            f"| {ttft_p50 * 1000:.0f} ms | {' / '.join(map(str, per))} | {busiest:.2f} | {r.errors} |"
+            f"| {ttft_p50 * 1000:.0f} ms | {' / '.join(map(str, per))} | {busiest:.2f} | {r.moves} | {r.errors} |"
         )
     print()
     print("prompt tokens computed per replica (not from a cache):")
@@ -201,6 +212,11 @@ def main() -> None:
     parser.add_argument(
         "--llama-server-arg", action="append", default=[], help="one more llama-server argument (repeatable)"
     )
+    parser.add_argument(
+        "--no-load-reports",
+        action="store_true",
+        help="route on Sluicegate's own in-flight counts only (no /slots, /metrics, id_slot)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the folder with the servers' logs")
     args = parser.parse_args()
 
@@ -228,6 +244,8 @@ def main() -> None:
                     "--cache-ram", "0",
                     # The wheel's AMX repack kernels stop on an illegal instruction here.
                     "--no-repack",
+                    # /metrics (requests processing and deferred) beside /slots, for routing by load.
+                    "--metrics",
                     # Full-size caches for sliding-window layers (Gemma 3's): without, llama-server
                     # cannot cut a slot's cache back to a shared prefix and recomputes it all.
                     "--swa-full",
@@ -238,7 +256,7 @@ def main() -> None:
                 ]  # fmt: skip
                 stack.enter_context(serving(command, url, folder / f"replica{i}.log", env))
             config = folder / "sluicegate.toml"
-            config.write_text(sluicegate_config(replicas))
+            config.write_text(sluicegate_config(replicas, load_reports=not args.no_load_reports))
             ours = f"http://127.0.0.1:{free_port()}"
             ours_env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
             ours_env.pop("SLUICEGATE_CONFIG", None)

@@ -384,6 +384,11 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "the mean (and the least busy one's plus two)",
         ),
         "routing_table_size": ("`10000`", "prompt prefixes `prefix_affinity` remembers per model (LRU)"),
+        "routing_load_reports": (
+            "`true`",
+            "with replicas and health checks: poll llama-server's `/slots` and `/metrics` and vLLM's "
+            "`/metrics` and route by the load they report ([teams](teams.md#routing))",
+        ),
         "discover": ("`false`", "serve every model the upstream lists on `/v1/models`"),
         "prefix": ('`"<id>/"`', "discovered models are served as `prefix + their id`"),
         "discover_interval": ("`60`", "seconds between discovery refreshes"),

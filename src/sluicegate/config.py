@@ -113,6 +113,8 @@ class Settings:
     admin_key: str | None = None  # manages runtime keys (/admin/keys, `sluicegate keys`); turns auth on
     limits_on_store_failure: Literal["open", "closed"] = "open"  # runtime keys' counters unreachable
     prices: dict[str, dict[str, float]] = field(default_factory=dict)  # model glob → money per 1M tokens
+    # `[teams.NAME]`: limits and a budget shared by every runtime key whose owner is NAME
+    teams: dict[str, dict[str, Any]] = field(default_factory=dict)
     heartbeat_seconds: float = 15.0
     request_timeout_seconds: float = 600.0
     idle_timeout_seconds: float = 120.0
@@ -242,7 +244,10 @@ _TOP_KEYS = {
     "tools",
     "tracing",
     "prices",
+    "teams",
 }
+TEAM_KEYS = ("rpm", "tpm", "concurrent", "budget")
+TEAM_BUDGET_KEYS = ("tokens", "cost", "period")
 PRICE_KEYS = ("input", "cached_input", "output")  # per million tokens, under a model id or glob
 
 
@@ -272,6 +277,40 @@ def _apply_prices(settings: Settings, table: Any, source: str) -> None:
         if any(_wrong_type(v, (int, float)) or v < 0 for v in entry.values()):
             raise ConfigError(f"{source}: [prices].{model!r} must be numbers ≥ 0")
         settings.prices[model] = {k: float(v) for k, v in entry.items()}
+
+
+def _apply_teams(settings: Settings, table: Any, source: str) -> None:
+    """`[teams.NAME]`: `rpm`, `tpm`, `concurrent` and `budget = { tokens, cost, period }`, shared
+    by every runtime key whose `owner` is NAME (docs/teams.md)."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{source}: [teams] must be a table of teams")
+    for name, entry in table.items():
+        where = f"{source}: [teams.{name}]"
+        if not isinstance(entry, dict) or not set(entry) <= set(TEAM_KEYS):
+            raise ConfigError(f"{where} takes {', '.join(TEAM_KEYS)}")
+        team: dict[str, Any] = {"rpm": None, "tpm": None, "concurrent": None, "budget": None}
+        for key in ("rpm", "tpm", "concurrent"):
+            if key in entry:
+                if _wrong_type(entry[key], int) or entry[key] < 0:
+                    raise ConfigError(f"{where}.{key} must be a whole number ≥ 0")
+                team[key] = entry[key]
+        budget = entry.get("budget")
+        if budget is not None:
+            if not isinstance(budget, dict) or not set(budget) <= set(TEAM_BUDGET_KEYS):
+                raise ConfigError(f"{where}.budget takes {', '.join(TEAM_BUDGET_KEYS)}")
+            tokens, cost = budget.get("tokens"), budget.get("cost")
+            if tokens is not None and (_wrong_type(tokens, int) or tokens < 0):
+                raise ConfigError(f"{where}.budget.tokens must be a whole number ≥ 0")
+            if cost is not None and (_wrong_type(cost, (int, float)) or cost < 0):
+                raise ConfigError(f"{where}.budget.cost must be a number ≥ 0")
+            if budget.get("period", "month") not in ("day", "month"):
+                raise ConfigError(f'{where}.budget.period must be "day" or "month"')
+            team["budget"] = {
+                "tokens": tokens,
+                "cost": None if cost is None else float(cost),
+                "period": budget.get("period", "month"),
+            }
+        settings.teams[name] = team
 
 
 def _wrong_type(value: Any, expected: type | tuple[type, ...]) -> bool:
@@ -362,6 +401,7 @@ def load_settings(
         _apply_tools(settings, data.get("tools", {}), str(path))
         _apply_tracing(settings, data.get("tracing", {}), str(path))
         _apply_prices(settings, data.get("prices", {}), str(path))
+        _apply_teams(settings, data.get("teams", {}), str(path))
         lmstudio = data.get("lmstudio", {})
         for key, value in lmstudio.items() if isinstance(lmstudio, dict) else [("", None)]:
             if key not in LMSTUDIO_KEYS or value not in ("current", "v0"):

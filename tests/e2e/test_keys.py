@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
@@ -75,7 +76,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         folder,
         {"admin_key": ADMIN, "data_dir": str(folder / "data")},
         MODELS,
-        {"prices": {"chat-*": {"input": 1.0, "output": 2.0}}},
+        {
+            "prices": {"chat-*": {"input": 1.0, "output": 2.0}},
+            "teams": {"squad": {"rpm": 3}, "thrifty": {"budget": {"tokens": 5, "period": "day"}}},
+        },
     )
     with run_server(folder, config) as running:
         yield running
@@ -294,6 +298,45 @@ def test_twenty_clients_on_two_replicas_get_exactly_sixty_requests_a_minute(
     assert statuses.count(200) == 59 and statuses.count(429) == 21  # 60 in all with B's first
 
 
+def test_two_keys_of_one_team_share_its_requests_per_minute(server: Server) -> None:
+    """`[teams.squad] rpm = 3`: the team's limit is over before either key's own (10)."""
+    with admin(server) as client:
+        first, second = (
+            client.post(
+                "/admin/keys", json={"name": f"squad-{n}", "owner": "squad", "limits": {"rpm": 10}}
+            ).json()["key"]
+            for n in (1, 2)
+        )
+    assert [status_of(server, k) for k in (first, second, first)] == [200, 200, 200]
+    body = {"model": "chat-a", "max_tokens": 20, "messages": [{"role": "user", "content": "hi"}]}
+    refused = httpx.post(
+        f"{server.base_url}/v1/messages", json=body, headers={"x-api-key": second}, timeout=10.0
+    )
+    assert refused.status_code == 429 and 1 <= int(refused.headers["retry-after"]) <= 60
+    error = refused.json()
+    assert error["type"] == "error" and error["error"]["type"] == "rate_limit_error"
+    assert "team (squad)" in error["error"]["message"]
+    with sdk(server, first) as openai_client, pytest.raises(openai.RateLimitError) as limited:
+        openai_client.chat.completions.create(model="chat-a", messages=[{"role": "user", "content": "hi"}])
+    assert limited.value.code == "rate_limit_exceeded" and "team" in limited.value.message
+    with admin(server) as client:
+        eventually(
+            lambda: (
+                next(t for t in client.get("/admin/usage").json()["teams"] if t["name"] == "squad")["used"][
+                    "requests"
+                ]
+                == 3
+            ),
+            "the team's three requests are counted",
+        )
+        report = client.get("/admin/usage").json()
+    squad = next(t for t in report["teams"] if t["name"] == "squad")
+    assert squad["limits"]["rpm"] == 3 and sorted(squad["keys"]) == ["squad-1", "squad-2"]
+    assert not any(row["key"].startswith("team:") for row in report["data"])  # rows are the keys'
+    mine = {k["name"]: k["used"]["requests"] for k in report["keys"] if k["name"].startswith("squad-")}
+    assert mine == {"squad-1": 2, "squad-2": 1}  # the refused requests counted nowhere
+
+
 # --- usage and budgets -------------------------------------------------------------------------
 
 
@@ -349,3 +392,31 @@ def test_a_spent_budget_stops_the_key_and_the_usage_endpoint_says_why(server: Se
         [key] = client.get("/admin/usage", params={"key": "budgeted"}).json()["keys"]
     assert key["budget"]["exhausted"] is True and key["budget"]["spent_tokens"] >= 5
     assert key["budget"]["tokens_left"] == 0
+
+
+def test_a_teams_spent_budget_stops_all_of_its_keys(server: Server) -> None:
+    """`[teams.thrifty] budget = { tokens = 5, period = "day" }`: one answer spends it for both."""
+    with admin(server) as client:
+        first, second = (
+            client.post("/admin/keys", json={"name": f"thrifty-{n}", "owner": "thrifty"}).json()["key"]
+            for n in (1, 2)
+        )
+        assert status_of(server, first) == 200  # the scripted answer uses more than five tokens
+
+        def thrifty() -> dict[str, Any]:
+            team: dict[str, Any] = next(
+                t for t in client.get("/admin/usage").json()["teams"] if t["name"] == "thrifty"
+            )
+            return team
+
+        eventually(lambda: thrifty()["used"]["requests"] == 1, "the team's request is counted")
+        refused = httpx.post(
+            f"{server.api_url}/chat/completions",
+            json={"model": "chat-a", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {second}"},
+            timeout=10.0,
+        )
+        assert refused.status_code == 429 and refused.json()["error"]["code"] == "insufficient_quota"
+        assert "team (thrifty)" in refused.json()["error"]["message"]
+        budget = thrifty()["budget"]
+    assert budget["exhausted"] is True and budget["tokens_left"] == 0 and budget["spent_tokens"] >= 5

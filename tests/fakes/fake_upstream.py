@@ -192,6 +192,73 @@ def rerank(body: Any) -> dict[str, Any]:
     }
 
 
+def llama_slots(slots: int, busy: int, n_ctx: int = 4096) -> bytes:
+    """llama-server's `GET /slots` (tools/server/README.md): one object per slot."""
+    return json.dumps(
+        [
+            {
+                "id": i,
+                "id_task": 100 + i if i < busy else -1,
+                "n_ctx": n_ctx,
+                "speculative": False,
+                "is_processing": i < busy,
+                "params": {
+                    "n_predict": -1,
+                    "seed": 4294967295,
+                    "temperature": 0.8,
+                    "top_k": 40,
+                    "top_p": 0.95,
+                },
+                "next_token": {
+                    "has_next_token": i < busy,
+                    "has_new_line": False,
+                    "n_remain": -1,
+                    "n_decoded": 0,
+                },
+            }
+            for i in range(slots)
+        ]
+    ).encode()
+
+
+def llama_metrics(processing: int, deferred: int) -> bytes:
+    """llama-server's `GET /metrics` (with --metrics), as server-task.cpp writes it."""
+    gauges = [
+        ("prompt_tokens_total", "counter", "Number of prompt tokens processed.", 1234),
+        ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.", 512.5),
+        ("requests_processing", "gauge", "Number of requests processing.", processing),
+        ("requests_deferred", "gauge", "Number of requests deferred.", deferred),
+        ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call.", 1.5),
+    ]
+    return "".join(
+        f"# HELP llamacpp:{name} {text}\n# TYPE llamacpp:{name} {kind}\nllamacpp:{name} {value}\n"
+        for name, kind, text, value in gauges
+    ).encode()
+
+
+def vllm_metrics(running: int, waiting: int, model: str = "fake-model") -> bytes:
+    """vLLM's `GET /metrics` (prometheus_client's text format; gauges labelled by model)."""
+    labels = f'engine="0",model_name="{model}"'
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} {float(running)}\n"
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}\n"
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} 0.25\n"
+        "# HELP vllm:iteration_tokens_total Histogram of number of tokens per engine_step.\n"
+        "# TYPE vllm:iteration_tokens_total histogram\n"
+        f'vllm:iteration_tokens_total_bucket{{le="1.0",{labels}}} 3.0\n'
+        f"vllm:iteration_tokens_total_sum{{{labels}}} 42.0\n"
+        "# HELP python_gc_objects_collected_total Objects collected during gc\n"
+        "# TYPE python_gc_objects_collected_total counter\n"
+        'python_gc_objects_collected_total{generation="0"} 9001.0\n'
+    ).encode()
+
+
 @dataclass
 class Observed:
     path: str
@@ -216,6 +283,9 @@ class FakeUpstream:
         self.scenarios: dict[str, Scenario] = {}
         self.models: list[str] = ["fake-model"]
         self.healthy = True  # False: GET /v1/models answers 503
+        # GET pages at the server's root by path, e.g. llama-server's "/slots" and "/metrics"
+        # (`llama_slots`, `llama_metrics`, `vllm_metrics` below): (status, body)
+        self.pages: dict[str, tuple[int, bytes]] = {}
         self.requests: list[Observed] = []
         self.connections = 0  # TCP connections accepted (keep-alive reuse shows here)
         self._served: dict[str, int] = {}
@@ -319,6 +389,10 @@ class FakeUpstream:
             body = json.loads(raw) if raw else None
         observed = Observed(path, method, headers, body, time.monotonic())
         self.requests.append(observed)
+        if method == "GET" and path in self.pages:
+            status, page = self.pages[path]
+            await self._plain(writer, observed, status, page)
+            return True
         if method == "GET" and path.endswith("/models"):
             if self.healthy:
                 listing = {

@@ -339,3 +339,33 @@ def test_cors_origins(tmp_path: Path) -> None:
     assert load_settings(env={}).cors_origins == []
     path = write_config(tmp_path, '[server]\ncors_origins = ["http://localhost:5173", "*"]\n')
     assert load_settings(path, env={}).cors_origins == ["http://localhost:5173", "*"]
+
+
+def test_teams_declare_shared_limits_and_a_budget(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        '[teams.red]\nrpm = 600\nconcurrent = 4\nbudget = { cost = 50, period = "day" }\n[teams.blue]\ntpm = 9\n',
+    )
+    teams = load_settings(path, env={}).teams
+    assert teams["red"] == {
+        "rpm": 600,
+        "tpm": None,
+        "concurrent": 4,
+        "budget": {"tokens": None, "cost": 50.0, "period": "day"},
+    }
+    assert teams["blue"]["tpm"] == 9 and teams["blue"]["budget"] is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[teams.red]\nrpn = 5\n",
+        "[teams.red]\nrpm = -1\n",
+        "[teams.red]\nrpm = true\n",
+        '[teams.red]\nbudget = { period = "week" }\n',
+        "[teams]\nred = 5\n",
+    ],
+)
+def test_a_wrong_team_is_a_config_error(tmp_path: Path, text: str) -> None:
+    with pytest.raises(ConfigError, match=r"\[teams"):
+        load_settings(write_config(tmp_path, text), env={})

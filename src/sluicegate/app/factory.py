@@ -48,6 +48,7 @@ from sluicegate.routes import admin_keys, audio, embeddings, rerank
 from sluicegate.routes.common import JSONResponse, dialect_endpoint
 from sluicegate.routes.models import get_model, list_models
 from sluicegate.store.factory import open_store
+from sluicegate.store.keys import Team
 from sluicegate.store.keys_backends import open_key_store
 from sluicegate.store.limits import open_limiter
 from sluicegate.store.usage import Price, open_usage_store
@@ -215,6 +216,7 @@ def create_app(settings: Settings) -> Starlette:
             usage,
             {model: Price(**entry) for model, entry in settings.prices.items()},
             settings.limits_on_store_failure,
+            {name: Team.from_config(name, entry) for name, entry in settings.teams.items()},
         )
         if settings.admin_key
         else None

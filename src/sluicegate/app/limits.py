@@ -9,6 +9,10 @@ request's observer) is counted: against the key's minute, and in its usage (`sto
 per model and day, priced by `[prices]`. A key whose budget (`store/keys.py` `KeyBudget`) is
 spent gets a 429 `insufficient_quota` until its period ends.
 
+A key whose `owner` names a team of the config (`[teams.NAME]`, `store/keys.py` `Team`) also
+counts against the team's limits and budget, shared by all its keys: both scopes are checked
+before either is counted (`Limiter.take_all`), and its use is added to the team's too.
+
 When the counters cannot be reached (Redis down), `[server] limits_on_store_failure` says
 what happens: "open" lets the request through uncounted, "closed" answers 503 in the
 dialect's shape. Never a 500.
@@ -27,8 +31,8 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.dialects.registry import dialect_for
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import current
-from sluicegate.store.keys import KeyLimits, KeyRecord
-from sluicegate.store.limits import Limiter, Refused, Taken
+from sluicegate.store.keys import KeyBudget, KeyLimits, KeyRecord, Team
+from sluicegate.store.limits import Counter, Limiter, Refused, Taken
 from sluicegate.store.usage import Price, UsageStore, Used, budget_state, price_of, today
 
 log = logging.getLogger(__name__)
@@ -45,20 +49,31 @@ def reset_text(seconds: float) -> str:
     return f"{round(seconds, 3):g}s"
 
 
-def rate_headers(limits: KeyLimits, taken: Taken) -> list[tuple[bytes, bytes]]:
+def rate_headers(taken: list[tuple[KeyLimits, Taken]]) -> list[tuple[bytes, bytes]]:
+    """OpenAI's `x-ratelimit-*` headers, for the scope (the key's, its team's) with the least
+    left of each limit."""
     headers: list[tuple[bytes, bytes]] = []
-    reset = reset_text(taken.reset_seconds).encode()
-    if limits.rpm is not None and taken.requests_left is not None:
+    requests = [
+        (t.requests_left, lim.rpm, t)
+        for lim, t in taken
+        if lim.rpm is not None and t.requests_left is not None
+    ]
+    if requests:
+        left, limit, t = min(requests, key=lambda x: x[0])
         headers += [
-            (b"x-ratelimit-limit-requests", str(limits.rpm).encode()),
-            (b"x-ratelimit-remaining-requests", str(max(taken.requests_left, 0)).encode()),
-            (b"x-ratelimit-reset-requests", reset),
+            (b"x-ratelimit-limit-requests", str(limit).encode()),
+            (b"x-ratelimit-remaining-requests", str(max(left, 0)).encode()),
+            (b"x-ratelimit-reset-requests", reset_text(t.reset_seconds).encode()),
         ]
-    if limits.tpm is not None and taken.tokens_left is not None:
+    tokens = [
+        (t.tokens_left, lim.tpm, t) for lim, t in taken if lim.tpm is not None and t.tokens_left is not None
+    ]
+    if tokens:
+        left, limit, t = min(tokens, key=lambda x: x[0])
         headers += [
-            (b"x-ratelimit-limit-tokens", str(limits.tpm).encode()),
-            (b"x-ratelimit-remaining-tokens", str(max(taken.tokens_left, 0)).encode()),
-            (b"x-ratelimit-reset-tokens", reset),
+            (b"x-ratelimit-limit-tokens", str(limit).encode()),
+            (b"x-ratelimit-remaining-tokens", str(max(left, 0)).encode()),
+            (b"x-ratelimit-reset-tokens", reset_text(t.reset_seconds).encode()),
         ]
     return headers
 
@@ -102,56 +117,80 @@ def used() -> tuple[Used, str]:
 
 
 class KeyAccounting:
-    """Everything a runtime key's request is counted by: its budget and limits before it runs,
-    its usage (and the tokens its limits count) when it ends."""
+    """Everything a runtime key's request is counted by: its budget and limits (and its team's)
+    before it runs, its usage (and the tokens its limits count) when it ends."""
 
     def __init__(
-        self, limiter: Limiter, usage: UsageStore, prices: dict[str, Price], on_failure: OnFailure = "open"
+        self,
+        limiter: Limiter,
+        usage: UsageStore,
+        prices: dict[str, Price],
+        on_failure: OnFailure = "open",
+        teams: dict[str, Team] | None = None,
     ) -> None:
         self.limiter = limiter
         self.usage = usage
         self.prices = prices
         self.on_failure: OnFailure = on_failure
+        self.teams = teams or {}
 
-    async def _over_budget(self, record: KeyRecord) -> ErrorInfo | None:
-        budget = record.budget
+    def team_of(self, record: KeyRecord) -> Team | None:
+        return self.teams.get(record.owner) if record.owner else None
+
+    async def _over_budget(self, counter: str, budget: KeyBudget | None, whose: str) -> ErrorInfo | None:
         if budget is None or (budget.tokens is None and budget.cost is None):
             return None
-        if not (await budget_state(self.usage, record.name, budget)).exhausted:
+        if not (await budget_state(self.usage, counter, budget)).exhausted:
             return None
         return ErrorInfo(
             ErrorKind.RATE_LIMITED,
-            f"This API key has used its {budget.period}ly budget; GET /admin/usage shows what it spent.",
+            f"{whose} has used its {budget.period}ly budget; GET /admin/usage shows what it spent.",
             code="insufficient_quota",
         )
 
     async def serve(
         self, app: ASGIApp, scope: Scope, receive: Receive, send: Send, record: KeyRecord
     ) -> None:
-        limits = record.limits
-        taken: Taken | None = None
+        team = self.team_of(record)
+        scopes: list[Counter] = [(record.name, record.limits)] if record.limits.any else []
+        if team is not None and team.limits.any:
+            scopes.append((team.counter, team.limits))
+        taken: list[tuple[Counter, Taken]] = []
         try:
-            refusal = await self._over_budget(record)
+            refusal = await self._over_budget(record.name, record.budget, "This API key")
+            if refusal is None and team is not None:
+                refusal = await self._over_budget(
+                    team.counter, team.budget, f"This API key's team ({team.name})"
+                )
             if refusal is not None:
                 METRICS.inc("sluicegate_rate_limited_total", reason="budget")
                 await answer_error(scope, send, refusal, [(b"retry-after", b"3600")])
                 return
-            if limits.any:
-                answer = await self.limiter.take(record.name, limits)
+            if scopes:
+                answer = await self.limiter.take_all(scopes)
                 if isinstance(answer, Refused):
                     METRICS.inc("sluicegate_rate_limited_total", reason=answer.reason)
-                    info = ErrorInfo(ErrorKind.RATE_LIMITED, answer.message, code="rate_limit_exceeded")
+                    by_team = team is not None and scopes[answer.scope][0] == team.counter
+                    whose = f"this API key's team ({team.name})" if by_team and team else "this API key"
+                    info = ErrorInfo(
+                        ErrorKind.RATE_LIMITED, answer.message(whose), code="rate_limit_exceeded"
+                    )
                     retry = str(max(1, math.ceil(answer.retry_after))).encode()
                     await answer_error(scope, send, info, [(b"retry-after", retry)])
                     return
-                taken = answer
+                taken = list(zip(scopes, answer, strict=True))
         except SluicegateError as exc:  # the counters cannot be reached
             METRICS.inc("sluicegate_rate_limit_store_failures_total")
             if self.on_failure == "closed":
-                await answer_error(scope, send, exc.info, [(b"retry-after", b"1")])
+                info = ErrorInfo(
+                    ErrorKind.OVERLOADED,
+                    "This API key's limits cannot be checked now (their store is unreachable); retry shortly.",
+                    code="store_unavailable",
+                )
+                await answer_error(scope, send, info, [(b"retry-after", b"1")])
                 return
             log.warning("limits not checked for key %r: %s", record.name, exc)
-        extra = rate_headers(limits, taken) if taken is not None else []
+        extra = rate_headers([(limits, t) for (_name, limits), t in taken])
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -161,9 +200,9 @@ class KeyAccounting:
         try:
             await app(scope, receive, send_with_headers if extra else send)
         finally:
-            await self._count(record, taken)
+            await self._count(record, team, taken)
 
-    async def _count(self, record: KeyRecord, taken: Taken | None) -> None:
+    async def _count(self, record: KeyRecord, team: Team | None, taken: list[tuple[Counter, Taken]]) -> None:
         spent, model = used()
         price = price_of(self.prices, model) if model else None
         if price is not None:
@@ -173,8 +212,10 @@ class KeyAccounting:
             METRICS.inc("sluicegate_key_tokens_total", spent.input_tokens, key=record.name, kind="input")
             METRICS.inc("sluicegate_key_tokens_total", spent.output_tokens, key=record.name, kind="output")
         try:
-            if taken is not None:
-                await self.limiter.give_back(record.name, record.limits, taken, spent.tokens)
+            for (name, limits), t in taken:
+                await self.limiter.give_back(name, limits, t, spent.tokens)
             await self.usage.add(today(), record.name, model or "", spent)
+            if team is not None:  # the team's own row: its budget is read from one counter
+                await self.usage.add(today(), team.counter, model or "", spent)
         except SluicegateError as exc:
             log.warning("counting the use of key %r failed: %s", record.name, exc)

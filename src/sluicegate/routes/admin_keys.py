@@ -7,7 +7,8 @@
     PATCH  /admin/keys/{name}        owner, models, expiry, limits, metadata
     DELETE /admin/keys/{name}        revoke (the record stays, for its usage history)
     GET    /admin/usage              per key, model and day (?key=, ?from=, ?to= ISO dates), and
-                                     each key's limits, budget and what is left of it
+                                     each key's limits, budget and what is left of it;
+                                     and each team's (`[teams.NAME]`): its limits, keys, use
 
 Errors are in OpenAI's shape. Every write is durable before it is answered, and this replica
 re-reads the keys at once; the others within a second (`app/keyring.py`).
@@ -27,14 +28,16 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invali
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.routes.common import JSONResponse, app_state, dialect_endpoint, read_json
 from sluicegate.store.keys import (
+    TEAM_PREFIX,
     KeyRequestError,
     KeyStore,
+    Team,
     check_name,
     key_fields,
     new_record,
     revoked,
 )
-from sluicegate.store.usage import Used, budget_state, today
+from sluicegate.store.usage import UsageRow, Used, budget_state, today
 from sluicegate.turn.state import AppState
 
 _KINDS = {404: ErrorKind.NOT_FOUND}  # 400 and 409 (a name taken): an invalid request's shape
@@ -136,19 +139,47 @@ async def key_usage(request: Request) -> Response:
     until = _day(request, "to", today())
     since = _day(request, "from", (dt.date.fromisoformat(until) - dt.timedelta(days=30)).isoformat())
     name = request.query_params.get("key")
-    rows = await usage.rows(since, until, name)
-    records = [r for r in await store.all() if name is None or r.name == name]
+    everything = await usage.rows(since, until, name)
+    rows = [r for r in everything if not r.key.startswith(TEAM_PREFIX)]
+    all_records = await store.all()
+    records = [r for r in all_records if name is None or r.name == name]
     keys = []
     for record in records:
-        total = Used()
-        for row in rows:
-            if row.key == record.name:
-                total.add(row.used)
         budget = None if record.budget is None else await budget_state(usage, record.name, record.budget)
-        keys.append({**record.public(), "used": total.as_json(), "budget": budget and budget.as_json()})
+        used = _total(rows, record.name)
+        keys.append({**record.public(), "used": used.as_json(), "budget": budget and budget.as_json()})
+    teams = []
+    if name is None:  # a team's use is its own rows: every key it had, revoked ones too
+        team_rows = [r for r in everything if r.key.startswith(TEAM_PREFIX)]
+        for team_name, entry in state.settings.teams.items():
+            team = Team.from_config(team_name, entry)
+            budget = None if team.budget is None else await budget_state(usage, team.counter, team.budget)
+            teams.append(
+                {
+                    **team.public(),
+                    "keys": [r.name for r in all_records if r.owner == team_name],
+                    "used": _total(team_rows, team.counter).as_json(),
+                    "budget": budget and budget.as_json(),
+                }
+            )
     return JSONResponse(
-        {"object": "usage", "from": since, "to": until, "data": [r.as_json() for r in rows], "keys": keys}
+        {
+            "object": "usage",
+            "from": since,
+            "to": until,
+            "data": [r.as_json() for r in rows],
+            "keys": keys,
+            "teams": teams,
+        }
     )
+
+
+def _total(rows: list[UsageRow], key: str) -> Used:
+    total = Used()
+    for row in rows:
+        if row.key == key:
+            total.add(row.used)
+    return total
 
 
 ROUTES = [

@@ -75,6 +75,41 @@ class KeyBudget:
         return {"tokens": self.tokens, "cost": self.cost, "period": self.period}
 
 
+TEAM_PREFIX = "team:"  # a team's counters and usage rows (a key's name cannot hold ':')
+
+
+@dataclass(frozen=True, slots=True)
+class Team:
+    """`[teams.NAME]`: limits and a budget that every runtime key whose `owner` is NAME counts
+    against together, beside its own."""
+
+    name: str
+    limits: KeyLimits = field(default_factory=KeyLimits)
+    budget: KeyBudget | None = None
+
+    @property
+    def counter(self) -> str:
+        """The name its limits are counted and its usage is kept under."""
+        return TEAM_PREFIX + self.name
+
+    @classmethod
+    def from_config(cls, name: str, entry: dict[str, Any]) -> Team:
+        """From the config's checked table (`config.py` `_apply_teams`)."""
+        budget = entry.get("budget")
+        return cls(
+            name,
+            KeyLimits(entry.get("rpm"), entry.get("tpm"), entry.get("concurrent")),
+            None if not budget else KeyBudget(budget.get("tokens"), budget.get("cost"), budget["period"]),
+        )
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "limits": self.limits.as_json(),
+            "budget": None if self.budget is None else self.budget.as_json(),
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
     name: str

@@ -8,6 +8,10 @@ step — one event loop's step for the local counter, one Lua script for Redis. 
 added when a request ends (`give_back`), from the usage its engine reported, and a key whose
 window holds `tpm` tokens or more is refused until the window closes.
 
+A request can count against several scopes at once — its key's limits and its team's
+(`[teams.NAME]`, docs/teams.md) — and `take_all` checks every scope before it counts any: a
+request the team refuses uses none of its key's minute, and the other way round.
+
 The local counter serves one process (the SQLite store); Redis counts across replicas.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -41,21 +46,30 @@ class Taken:
 class Refused:
     reason: Reason
     retry_after: float  # seconds
+    scope: int = 0  # which of the scopes given to `take_all` refused (0: the key's)
 
-    @property
-    def message(self) -> str:
+    def message(self, whose: str = "this API key") -> str:
         what = {
             "requests": "requests per minute",
             "tokens": "tokens per minute",
             "concurrent": "requests in flight",
         }[self.reason]
-        return f"Rate limit reached for this API key ({what}); retry after {math.ceil(self.retry_after)} s."
+        return f"Rate limit reached for {whose} ({what}); retry after {math.ceil(self.retry_after)} s."
+
+
+Counter = tuple[str, KeyLimits]  # a counter's name and its limits
 
 
 class Limiter(ABC):
-    @abstractmethod
     async def take(self, name: str, limits: KeyLimits) -> Taken | Refused:
         """Count one request of key `name`, or refuse it without counting anything."""
+        answer = await self.take_all([(name, limits)])
+        return answer if isinstance(answer, Refused) else answer[0]
+
+    @abstractmethod
+    async def take_all(self, scopes: Sequence[Counter]) -> list[Taken] | Refused:
+        """Count one request in every scope, or refuse it (naming the first scope over its
+        limit) without counting anything anywhere: check all, then count all, in one step."""
 
     @abstractmethod
     async def give_back(self, name: str, limits: KeyLimits, taken: Taken, tokens: int) -> None:
@@ -79,21 +93,27 @@ class LocalLimiter(Limiter):
         end, count = table.get(name, (0.0, 0))
         return (end, count) if now < end else (now + WINDOW_SECONDS, 0)
 
-    async def take(self, name: str, limits: KeyLimits) -> Taken | Refused:
+    async def take_all(self, scopes: Sequence[Counter]) -> list[Taken] | Refused:
+        # No await between the checks and the counts: one step of the event loop.
         now = self.clock()
+        for i, (name, limits) in enumerate(scopes):
+            end, count = self._window(self.requests, name, now)
+            token_end, tokens = self._window(self.tokens, name, now)
+            if limits.rpm is not None and count >= limits.rpm:
+                return Refused("requests", end - now, i)
+            if limits.tpm is not None and tokens >= limits.tpm:
+                return Refused("tokens", token_end - now, i)
+            if limits.concurrent is not None and self.in_flight.get(name, 0) >= limits.concurrent:
+                return Refused("concurrent", 1.0, i)
+        return [self._count(name, limits, now) for name, limits in scopes]
+
+    def _count(self, name: str, limits: KeyLimits, now: float) -> Taken:
         end, count = self._window(self.requests, name, now)
-        token_end, tokens = self._window(self.tokens, name, now)
-        if limits.rpm is not None and count >= limits.rpm:
-            return Refused("requests", end - now)
-        if limits.tpm is not None and tokens >= limits.tpm:
-            return Refused("tokens", token_end - now)
-        flying = self.in_flight.get(name, 0)
-        if limits.concurrent is not None and flying >= limits.concurrent:
-            return Refused("concurrent", 1.0)
+        _token_end, tokens = self._window(self.tokens, name, now)
         self.requests[name] = (end, count + 1)
         counted = limits.concurrent is not None
         if counted:
-            self.in_flight[name] = flying + 1
+            self.in_flight[name] = self.in_flight.get(name, 0) + 1
         return Taken(
             None if limits.rpm is None else limits.rpm - count - 1,
             None if limits.tpm is None else limits.tpm - tokens,
@@ -110,22 +130,39 @@ class LocalLimiter(Limiter):
             self.tokens[name] = (end, count + tokens)
 
 
-# KEYS: requests window, tokens window, in flight. ARGV: rpm, tpm, concurrent (-1: none), window ms.
-# Returns {0, requests left, tokens left, window ms left} or {1|2|3, retry ms}.
+# Per scope i (from 0), KEYS[3i+1..3i+3]: requests window, tokens window, in flight; ARGV[1]:
+# window ms, ARGV[3i+2..3i+4]: rpm, tpm, concurrent (-1: none). Every scope is checked before
+# any is counted. Returns {0, then per scope: requests left, tokens left, window ms left} or
+# {1|2|3, retry ms, scope}.
 _TAKE = """
-local rpm, tpm, cc, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local count = tonumber(redis.call('GET', KEYS[1]) or '0')
-if rpm >= 0 and count >= rpm then return {1, redis.call('PTTL', KEYS[1])} end
-local tokens = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tpm >= 0 and tokens >= tpm then return {2, redis.call('PTTL', KEYS[2])} end
-if cc >= 0 and tonumber(redis.call('GET', KEYS[3]) or '0') >= cc then return {3, 1000} end
-count = redis.call('INCR', KEYS[1])
-if count == 1 then redis.call('PEXPIRE', KEYS[1], window) end
-if cc >= 0 then
-    redis.call('INCR', KEYS[3])
-    redis.call('PEXPIRE', KEYS[3], 3600000)
+local window, n = tonumber(ARGV[1]), #KEYS / 3
+for i = 0, n - 1 do
+    local k, a = 3 * i, 3 * i + 1
+    local rpm, tpm, cc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    if rpm >= 0 and tonumber(redis.call('GET', KEYS[k + 1]) or '0') >= rpm then
+        return {1, redis.call('PTTL', KEYS[k + 1]), i}
+    end
+    if tpm >= 0 and tonumber(redis.call('GET', KEYS[k + 2]) or '0') >= tpm then
+        return {2, redis.call('PTTL', KEYS[k + 2]), i}
+    end
+    if cc >= 0 and tonumber(redis.call('GET', KEYS[k + 3]) or '0') >= cc then return {3, 1000, i} end
 end
-return {0, rpm - count, tpm - tokens, redis.call('PTTL', KEYS[1])}
+local answer = {0}
+for i = 0, n - 1 do
+    local k, a = 3 * i, 3 * i + 1
+    local rpm, tpm, cc = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+    local count = redis.call('INCR', KEYS[k + 1])
+    if count == 1 then redis.call('PEXPIRE', KEYS[k + 1], window) end
+    if cc >= 0 then
+        redis.call('INCR', KEYS[k + 3])
+        redis.call('PEXPIRE', KEYS[k + 3], 3600000)
+    end
+    local tokens = tonumber(redis.call('GET', KEYS[k + 2]) or '0')
+    table.insert(answer, rpm - count)
+    table.insert(answer, tpm - tokens)
+    table.insert(answer, redis.call('PTTL', KEYS[k + 1]))
+end
+return answer
 """
 # KEYS: tokens window, in flight. ARGV: tokens, counted in flight (0/1), window ms.
 _GIVE_BACK = """
@@ -164,21 +201,30 @@ class RedisLimiter(Limiter):
         except RedisError as exc:
             raise StoreUnavailable(f"the rate limiter cannot reach Redis: {exc}") from exc
 
-    async def take(self, name: str, limits: KeyLimits) -> Taken | Refused:
+    async def take_all(self, scopes: Sequence[Counter]) -> list[Taken] | Refused:
         def arg(value: int | None) -> int:
             return -1 if value is None else value
 
-        window_ms = int(WINDOW_SECONDS * 1000)
-        args = [arg(limits.rpm), arg(limits.tpm), arg(limits.concurrent), window_ms]
-        answer = await self._call(self._take, list(self._keys(name)), args)
+        keys: list[str] = []
+        args: list[int] = [int(WINDOW_SECONDS * 1000)]
+        for name, limits in scopes:
+            keys += self._keys(name)
+            args += [arg(limits.rpm), arg(limits.tpm), arg(limits.concurrent)]
+        answer = await self._call(self._take, keys, args)
         if answer[0] != 0:
-            return Refused(_REASONS[int(answer[0])], max(int(answer[1]), 0) / 1000 or 1.0)
-        return Taken(
-            None if limits.rpm is None else int(answer[1]),
-            None if limits.tpm is None else int(answer[2]),
-            max(int(answer[3]), 0) / 1000,
-            limits.concurrent is not None,
-        )
+            return Refused(_REASONS[int(answer[0])], max(int(answer[1]), 0) / 1000 or 1.0, int(answer[2]))
+        taken = []
+        for i, (_name, limits) in enumerate(scopes):
+            left, tokens_left, ttl = (int(x) for x in answer[1 + 3 * i : 4 + 3 * i])
+            taken.append(
+                Taken(
+                    None if limits.rpm is None else left,
+                    None if limits.tpm is None else tokens_left,
+                    max(ttl, 0) / 1000,
+                    limits.concurrent is not None,
+                )
+            )
+        return taken
 
     async def give_back(self, name: str, limits: KeyLimits, taken: Taken, tokens: int) -> None:
         _requests, token_key, flight_key = self._keys(name)

@@ -102,3 +102,34 @@ async def test_two_clients_of_one_redis_share_the_count(redis: RedisServer, tmp_
     finally:
         await a.aclose()
         await b.aclose()
+
+
+async def test_a_team_counts_across_its_keys_exactly_however_many_arrive_at_once(limiter: Limiter) -> None:
+    key, team = KeyLimits(rpm=100), KeyLimits(rpm=20)
+    answers = await asyncio.gather(
+        *(limiter.take_all([(name, key), ("team:red", team)]) for name in ("a", "b") * 25)
+    )
+    passed = [a for a in answers if not isinstance(a, Refused)]
+    refused = [a for a in answers if isinstance(a, Refused)]
+    assert len(passed) == 20 and len(refused) == 30
+    assert all(r.reason == "requests" and r.scope == 1 for r in refused)  # the team's, not the key's
+    assert sorted(t[1].requests_left for t in passed) == list(range(20))  # type: ignore[type-var]
+
+
+async def test_a_refusal_by_one_scope_counts_nothing_in_the_others(limiter: Limiter) -> None:
+    key, team = KeyLimits(rpm=5, concurrent=5), KeyLimits(rpm=1)
+    first = await limiter.take_all([("a", key), ("team:blue", team)])
+    assert not isinstance(first, Refused)
+    refused = await limiter.take_all([("a", key), ("team:blue", team)])
+    assert isinstance(refused, Refused) and refused.scope == 1
+    alone = await limiter.take("a", key)  # the refused request took no place of the key's
+    assert isinstance(alone, Taken) and alone.requests_left == 3
+
+
+async def test_the_key_refuses_before_the_team_is_counted(limiter: Limiter) -> None:
+    key, team = KeyLimits(rpm=1), KeyLimits(rpm=3)
+    assert not isinstance(await limiter.take_all([("a", key), ("team:green", team)]), Refused)
+    refused = await limiter.take_all([("a", key), ("team:green", team)])
+    assert isinstance(refused, Refused) and refused.scope == 0
+    other = await limiter.take_all([("b", key), ("team:green", team)])
+    assert not isinstance(other, Refused) and other[1].requests_left == 1

@@ -44,6 +44,7 @@ from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
+from sluicegate.engines.upstream.routing import with_slot
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import SSEReader
 from sluicegate.observe import tracing
@@ -176,6 +177,7 @@ class UpstreamEngine(Engine):
         path, decoder = self.route(request)
         replica: Replica | None = None
         response: StreamingResponse | None = None
+        pinned: list[int] = []  # the llama-server slot named (prefix_affinity), until the end
         try:
             yield PromptStarted()
             yield PromptProgress(0.0)
@@ -183,7 +185,9 @@ class UpstreamEngine(Engine):
                 keys = self.replicas.prefix_keys(request)  # [] unless routing = "prefix_affinity"
                 if keys:
                     await self.replicas.recall(keys)
-                replica, response, refusal = await self._send(path, body, clocks, trace_headers, keys=keys)
+                replica, response, refusal = await self._send(
+                    path, body, clocks, trace_headers, keys=keys, pinned=pinned
+                )
                 # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
                 del body
             except asyncio.CancelledError:
@@ -271,6 +275,8 @@ class UpstreamEngine(Engine):
                 await response.aclose()
             if replica is not None:
                 replica.outstanding -= 1
+                for slot in pinned:
+                    self.replicas.unpin(replica, slot)
 
     async def exchange(self, path: str, body: bytes, *, max_bytes: int) -> tuple[Any, str]:
         """One non-streamed request (embeddings): (the answer's JSON, the replica that gave it),
@@ -335,10 +341,12 @@ class UpstreamEngine(Engine):
         trace_headers: bytes = b"",
         content_type: bytes = b"application/json",
         keys: Sequence[bytes] = (),
+        pinned: list[int] | None = None,
     ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
         """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
         error to fail with. The returned replica's `outstanding` count is held. `keys`: the
-        request's prefix hashes, for prefix-affinity routing."""
+        request's prefix hashes, for prefix-affinity routing; `pinned` (if given) receives the
+        llama-server slot the request was sent to, held for the caller to unpin."""
         tried: set[Replica] = set()
         error = ErrorInfo(
             ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
@@ -347,13 +355,20 @@ class UpstreamEngine(Engine):
             tried.add(replica)
             replica.outstanding += 1
             response: StreamingResponse | None = None
+            slot = self.replicas.pin(replica, keys) if pinned is not None else None
+            if slot is not None and b'"id_slot"' in body:  # the client named its own slot
+                self.replicas.unpin(replica, slot)
+                slot = None
             try:
                 clocks.waiting()
-                response = await replica.pool.post_stream(path, body, trace_headers, content_type)
+                sent = body if slot is None else with_slot(body, slot)
+                response = await replica.pool.post_stream(path, sent, trace_headers, content_type)
                 clocks.idle()
                 if 200 <= response.status < 300:
                     self.replicas.answered(replica)
                     self.replicas.served(replica, keys)
+                    if slot is not None and pinned is not None:
+                        pinned.append(slot)
                     return replica, response, None
                 clocks.waiting()
                 detail = await response.error_body()
@@ -368,10 +383,12 @@ class UpstreamEngine(Engine):
                 error = ErrorInfo(kind, f"Could not reach the upstream {replica.name}: {exc}", code=code)
             except BaseException:
                 replica.outstanding -= 1
+                self.replicas.unpin(replica, slot)
                 if response is not None:
                     await response.aclose()
                 raise
             replica.outstanding -= 1
+            self.replicas.unpin(replica, slot)
             if response is not None:
                 await response.aclose()
         return None, None, error

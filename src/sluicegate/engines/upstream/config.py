@@ -18,6 +18,7 @@ health_path = "/models"             # relative to base_url
 routing = "least_busy"              # with replicas: or "prefix_affinity", "round_robin"
 routing_overload_factor = 1.5       # prefix_affinity leaves a replica this busy (x the mean)
 routing_table_size = 10000          # prefixes remembered (LRU)
+routing_load_reports = true         # poll llama-server's /slots, /metrics and vLLM's /metrics (load.py)
 discover = false                    # list the upstream's models and serve each
 prefix = ""                         # discovered ids become prefix + upstream id (default "<id>/")
 discover_interval = 60
@@ -57,6 +58,7 @@ KEYS = {
     "routing",
     "routing_overload_factor",
     "routing_table_size",
+    "routing_load_reports",
     "discover",
     "prefix",
     "discover_interval",
@@ -83,6 +85,7 @@ class UpstreamConfig:
     routing: Policy = "least_busy"  # which replica a request goes to (routing.py)
     routing_overload_factor: float = 1.5
     routing_table_size: int = 10000
+    routing_load_reports: bool = True  # with replicas and health checks: the upstreams' own load
     discover: bool = False
     prefix: str = ""
     discover_interval: float = 60.0
@@ -194,6 +197,10 @@ def parse_config(
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ConfigError(f"{where}: routing_table_size must be a positive integer, got {size!r}")
     config.routing_table_size = size
+    reports = table.get("routing_load_reports", True)
+    if not isinstance(reports, bool):
+        raise ConfigError(f"{where}: routing_load_reports must be true or false, got {reports!r}")
+    config.routing_load_reports = reports
     config.discover = discover
     prefix = table.get("prefix", f"{model_id}/" if discover and model_id else "")
     if not isinstance(prefix, str):

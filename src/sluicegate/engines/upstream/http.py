@@ -334,8 +334,9 @@ class HttpPool:
         conn, status = await self._exchange(self._request("POST", path, body, extra_headers, content_type))
         return StreamingResponse(self, conn, status)
 
-    async def get(self, path: str, *, timeout: float) -> tuple[int, bytes]:
-        """A small GET (health checks, model lists); transport failures raise `ConnectFailed`."""
+    async def get(self, path: str, *, timeout: float, max_bytes: int | None = None) -> tuple[int, bytes]:
+        """A small GET (health checks, model lists, load reports); transport failures, and an
+        answer past `max_bytes`, raise `ConnectFailed`."""
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout):
@@ -343,6 +344,9 @@ class HttpPool:
                 body = b""
                 while (data := await conn.read()) is not None:
                     body += data
+                    if max_bytes is not None and len(body) > max_bytes:
+                        self._discard(conn)
+                        raise ConnectFailed(f"the answer is larger than {max_bytes} bytes")
         except TimeoutError as exc:
             if conn is not None:
                 self._discard(conn)

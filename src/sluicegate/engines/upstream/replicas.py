@@ -4,6 +4,13 @@ A replica is taken out when a connection to it fails (passive) or after `UNHEALT
 failed health checks in a row (active), and put back when a health check passes. Without active
 checks, a replica taken out is tried again after `RETRY_AFTER` seconds. When every replica is
 out, requests still try them (a health state can be stale; an error is no better than a try).
+
+Where an upstream reports its own load (llama-server's `/slots` and `/metrics`, vLLM's
+`/metrics`: `load.py`), the health checks poll it too, and a replica's load for `least_busy`
+and for `prefix_affinity`'s overload test is the larger of the upstream's count and this
+process's own in-flight count. With a known capacity (llama-server's slots), `prefix_affinity`
+leaves a replica only when it has no free slot and another one does: a request there would
+wait for a whole generation, where elsewhere it only computes its prefix again.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from collections.abc import Sequence
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.http import ConnectFailed, HttpPool
-from sluicegate.engines.upstream.routing import PrefixTable, SharedPrefixes, prefix_keys, shared_url
+from sluicegate.engines.upstream.load import LOAD_TIMEOUT, LoadProbe, LoadReport
+from sluicegate.engines.upstream.routing import PrefixTable, SharedPrefixes, SlotMap, prefix_keys, shared_url
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +33,22 @@ RETRY_AFTER = 10.0  # seconds a passively failed replica rests when there are no
 CHECK_TIMEOUT = 5.0
 
 
+LOAD_FRESH_CHECKS = 3  # a load report is used for this many health-check intervals,
+LOAD_FRESH_MAX = 5.0  # and never longer (seconds): with 10 s checks, a busy count ages fast
+
+
 class Replica:
-    __slots__ = ("check_failures", "down_until", "healthy", "name", "outstanding", "pool")
+    __slots__ = (
+        "check_failures",
+        "down_until",
+        "healthy",
+        "name",
+        "outstanding",
+        "pool",
+        "probe",
+        "report",
+        "slots",
+    )
 
     def __init__(self, base_url: str, pool: HttpPool) -> None:
         self.name = base_url
@@ -35,6 +57,22 @@ class Replica:
         self.healthy = True
         self.check_failures = 0
         self.down_until = 0.0  # for passive failures without active checks
+        self.probe: LoadProbe | None = None  # the upstream's own load reports, when polled
+        self.report: LoadReport | None = None  # the last fresh one, set by `ReplicaSet.pick`
+        self.slots: SlotMap | None = None  # prefix_affinity's slots, on an upstream that has them
+
+    @property
+    def load(self) -> int:
+        """Requests on this replica: ours in flight, or what it reported if that is more."""
+        report = self.report
+        return self.outstanding if report is None else max(self.outstanding, report.load)
+
+    @property
+    def capacity(self) -> int | None:
+        """Its slots, from the last report however old (a server's slots do not change while
+        it runs; its busy count does, so `load` takes only a fresh report)."""
+        last = None if self.probe is None else self.probe.report
+        return None if last is None else last.capacity
 
     def available(self, now: float) -> bool:
         return self.healthy or 0 < self.down_until <= now
@@ -57,6 +95,18 @@ class ReplicaSet:
             else None
         )
         self.shared: SharedPrefixes | None = None
+        # The upstreams' own load, polled with the health checks, where the choice uses load.
+        self.polls_load = (
+            config.routing_load_reports
+            and config.routing != "round_robin"
+            and len(self.replicas) > 1
+            and bool(config.health_check_interval)
+        )
+        if self.polls_load:
+            for replica in self.replicas:
+                replica.probe = LoadProbe(replica.name, config.headers, config.connect_timeout)
+                if self.affinity is not None:
+                    replica.slots = SlotMap(config.routing_table_size)
 
     def prefix_keys(self, request: ChatRequest) -> list[bytes]:
         """The request's prefix hashes for `pick`, when the policy routes by prefix (else [])."""
@@ -95,6 +145,11 @@ class ReplicaSet:
         if not candidates:
             return None
         self._turn += 1
+        if self.polls_load:
+            fresh_for = min(LOAD_FRESH_CHECKS * self.config.health_check_interval, LOAD_FRESH_MAX)
+            for replica in candidates:
+                assert replica.probe is not None
+                replica.report = replica.probe.fresh(now, fresh_for)
         if self.config.routing == "round_robin":
             # Each replica in turn, in the configured order; one out (or tried) is passed over.
             n = len(self.replicas)
@@ -109,18 +164,39 @@ class ReplicaSet:
                 return sticky
         start = self._turn % len(candidates)
         rotated = candidates[start:] + candidates[:start]
-        return min(rotated, key=lambda r: r.outstanding)
+        return min(rotated, key=lambda r: r.load)
 
     def overloaded(self, replica: Replica, candidates: list[Replica]) -> bool:
-        """At least `routing_overload_factor` x the mean of the candidates' requests in flight,
-        and at least two more than the least busy (a replica busy with one request is still
-        the better place for a prefix it holds than an idle one that must compute it)."""
-        loads = [r.outstanding for r in candidates]
+        """With a known capacity (slots): no free slot there while another candidate has one
+        (or is less busy, capacity unknown). Without: at least `routing_overload_factor` x the
+        mean of the candidates' loads, and at least two more than the least busy (a replica
+        busy with one request is still the better place for a prefix it holds than an idle one
+        that must compute it)."""
+        load, capacity = replica.load, replica.capacity
+        if capacity is not None:
+            if load < capacity:
+                return False
+            return any(
+                r.load < (r.capacity if r.capacity is not None else load)
+                for r in candidates
+                if r is not replica
+            )
+        loads = [r.load for r in candidates]
         mean = sum(loads) / len(loads)
-        return (
-            replica.outstanding >= self.config.routing_overload_factor * mean
-            and replica.outstanding >= min(loads) + 2
-        )
+        return load >= self.config.routing_overload_factor * mean and load >= min(loads) + 2
+
+    def pin(self, replica: Replica, keys: Sequence[bytes]) -> int | None:
+        """prefix_affinity on an upstream that reports its slots (llama-server): the slot to
+        send to (`SlotMap`), held until `unpin`; None: no slot to name."""
+        capacity = replica.capacity
+        if replica.slots is None or not keys or not capacity:
+            return None
+        busy = frozenset() if replica.report is None else replica.report.busy_slots
+        return replica.slots.pin(keys, capacity, busy)
+
+    def unpin(self, replica: Replica, slot: int | None) -> None:
+        if slot is not None and replica.slots is not None:
+            replica.slots.unpin(slot)
 
     def served(self, replica: Replica, keys: Sequence[bytes]) -> None:
         """`replica` accepted a request with these prefixes: it holds them now."""
@@ -152,7 +228,14 @@ class ReplicaSet:
     async def _check_forever(self) -> None:
         while True:
             await asyncio.gather(*(self.check(r) for r in self.replicas))
+            if self.polls_load:
+                await asyncio.gather(*(self.poll_load(r) for r in self.replicas))
             await asyncio.sleep(self.config.health_check_interval)
+
+    async def poll_load(self, replica: Replica) -> None:
+        """Ask a healthy replica for its load (a down one's report just ages out)."""
+        if replica.probe is not None and replica.healthy:
+            await replica.probe.poll(min(LOAD_TIMEOUT, self.config.health_check_interval))
 
     async def check(self, replica: Replica) -> None:
         """One active health check: 2xx on `health_path` is healthy."""
@@ -187,3 +270,5 @@ class ReplicaSet:
             self.shared = None
         for replica in self.replicas:
             await replica.pool.aclose()
+            if replica.probe is not None:
+                await replica.probe.aclose()

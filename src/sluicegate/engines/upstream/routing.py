@@ -111,6 +111,55 @@ class PrefixTable:
             entries.popitem(last=False)
 
 
+class SlotMap:
+    """prefix_affinity inside one llama-server replica: which of its slots holds a conversation.
+
+    llama-server gives a request the idle slot whose cached prompt shares the longest prefix
+    with it, and never an empty slot while any cached one shares more than 10% — so with one
+    system prompt for all, each new conversation takes over another one's slot, and a replica
+    with six slots keeps two or three conversations. Here each request's whole prompt is
+    remembered with the slot it was sent to (`id_slot`, llama-server's own request field); the
+    conversation's next turn, which starts with that prompt, goes to that slot, and a new one
+    goes to the slot used least recently (never-used first). A slot busy (ours in flight, or
+    reported processing) is not pinned: llama-server would make the request wait for it."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.table = PrefixTable(max_entries)  # a request's whole-prompt hash → its slot
+        self.in_flight: dict[int, int] = {}
+        self.last_pinned: dict[int, int] = {}  # slot → the tick it was last pinned
+        self._tick = 0
+
+    def pin(self, keys: Sequence[bytes], capacity: int, busy: frozenset[int]) -> int | None:
+        """The slot for a request with these prefix hashes, held until `unpin`; None: let
+        llama-server choose (every slot is busy)."""
+
+        def free(slot: int) -> bool:
+            return not self.in_flight.get(slot) and slot not in busy
+
+        known = self.table.lookup(keys)
+        slot = int(known) if known is not None and int(known) < capacity else None
+        if slot is None or not free(slot):
+            frees = [s for s in range(capacity) if free(s)]
+            if not frees:
+                return None
+            slot = min(frees, key=lambda s: self.last_pinned.get(s, -1))
+        self._tick += 1
+        self.last_pinned[slot] = self._tick
+        self.in_flight[slot] = self.in_flight.get(slot, 0) + 1
+        if keys:  # only the whole prompt: a shared system prompt alone names no conversation's slot
+            self.table.record(keys[-1:], str(slot))
+        return slot
+
+    def unpin(self, slot: int) -> None:
+        self.in_flight[slot] = max(0, self.in_flight.get(slot, 0) - 1)
+
+
+def with_slot(body: bytes, slot: int) -> bytes:
+    """The JSON request body with llama-server's `id_slot` set (the client's own, if it sent
+    one, is left alone: the caller checks)."""
+    return b'{"id_slot":%d,' % slot + body[1:]
+
+
 class SharedPrefixes:
     """The prefix table's copy in Redis: `P route:<hash>` → replica name, with a TTL."""
 
