@@ -172,6 +172,7 @@ async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
     upload = await _form(request, limits)
     fields = parse_transcription_fields(upload.fields, task)
     model = model_for(state, fields.model, "transcription")
+    model.engine.check_transcription(fields.words)  # before it is queued or loaded
     relayed = model.engine.relay_audio(UPSTREAM_PATHS[task], upload)
     if relayed is not None:
         media_type = "text/event-stream" if fields.stream else TRANSCRIPT_MEDIA_TYPES[fields.response_format]
@@ -222,7 +223,7 @@ async def _stream_transcript(request: Request, model: Model, job: TranscriptionR
                     if delta:
                         yield _sse(transcript_delta_event(delta))
                 else:
-                    tokens = sum(len(s.tokens) for s in parts)
+                    tokens = event.tokens if event.tokens is not None else sum(len(s.tokens) for s in parts)
                     yield _sse(transcript_done_event(transcript_text(parts), event, tokens))
         finally:
             await stream.aclose()
