@@ -430,7 +430,10 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             '`["chat"]`',
             'what the model serves: `"chat"`, `"embeddings"` (`POST /v1/embeddings`, `/api/embed`: '
             'a vector of each input\'s SHA-256), `"rerank"` (`POST /v1/rerank`: the share of the '
-            "query's words in each document); `token_delay_ms` paces them, an input at a time",
+            "query's words in each document), "
+            '`"transcription"` and `"speech"` (the reply a '
+            "word at a time as transcript segments or tones, failing on `error_after_deltas`); "
+            "`token_delay_ms` paces them, an input at a time",
         ),
     },
 }

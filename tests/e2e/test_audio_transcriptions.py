@@ -42,11 +42,31 @@ def sdk(voice_server: Server) -> Iterator[openai.OpenAI]:
         yield c
 
 
-def test_five_sentences_come_back(sdk: openai.OpenAI, clips: list[bytes]) -> None:
-    heard = [
-        sdk.audio.transcriptions.create(model=MODEL, file=(f"s{i}.wav", clip), language="en").text
-        for i, clip in enumerate(clips)
-    ]
+def _heard(sdk: openai.OpenAI, clip: bytes, fmt: str) -> str:
+    """The words of one transcription in `fmt` ("stream": the streamed deltas), markup dropped."""
+    if fmt == "stream":
+        events = list(
+            sdk.audio.transcriptions.create(model=MODEL, file=("s.wav", clip), language="en", stream=True)
+        )
+        assert events[-1].type == "transcript.text.done"
+        return "".join(e.delta for e in events if e.type == "transcript.text.delta")
+    result = sdk.audio.transcriptions.create(
+        model=MODEL,
+        file=("s.wav", clip),
+        language="en",
+        response_format=fmt,  # type: ignore[call-overload]
+    )
+    if fmt in ("json", "verbose_json"):
+        return str(result.text)
+    lines = str(result).splitlines()  # srt and vtt: the cue lines alone (no number, no timing)
+    return " ".join(
+        line for line in lines if line not in ("WEBVTT", "") and "-->" not in line and not line.isdigit()
+    )
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "srt", "vtt", "verbose_json", "stream"])
+def test_five_sentences_come_back(sdk: openai.OpenAI, clips: list[bytes], fmt: str) -> None:
+    heard = [_heard(sdk, clip, fmt) for clip in clips]
     rate = word_error_rate(" ".join(SENTENCES), " ".join(heard))
     assert rate <= 0.30, (rate, heard)
 

@@ -34,6 +34,7 @@ def b64(data: bytes) -> str:
 
 LOW = b64(tone_wav(220.0))
 HIGH = b64(tone_wav(1760.0))
+LOW_WAV = tone_wav(220.0)
 
 
 @pytest.fixture(scope="session")
@@ -213,3 +214,52 @@ def test_capabilities_say_audio(audio_server: Server) -> None:
         lmstudio = {m["key"]: m for m in client.get("/api/v1/models").json()["models"]}
         assert lmstudio[EAR]["capabilities"]["audio"] is True
         assert "audio" not in lmstudio[DEAF]["capabilities"]
+
+
+# --- /v1/audio/transcriptions on a chat model that hears (issue 45) -------------------------
+
+
+def transcribe(sdk: openai.OpenAI, clip: bytes, **fields: Any) -> Any:
+    return sdk.audio.transcriptions.create(model=EAR, file=("clip.wav", clip), **fields)
+
+
+def test_a_model_that_hears_transcribes_in_every_format(sdk: openai.OpenAI) -> None:
+    """The demo's words are nonsense, but they are the model's answer to the sound: the same
+    clip gives the same transcript, another clip another one, in every response_format."""
+    low, high = LOW_WAV, tone_wav(1760.0)
+    plain = transcribe(sdk, low)
+    assert plain.text and plain.text == transcribe(sdk, low).text != transcribe(sdk, high).text
+    assert plain.usage is not None and plain.usage.type == "duration" and plain.usage.seconds == 1
+    text = transcribe(sdk, low, response_format="text")
+    assert text == plain.text + "\n"
+    srt = transcribe(sdk, low, response_format="srt")
+    assert srt == f"1\n00:00:00,000 --> 00:00:01,000\n{plain.text}\n\n"
+    vtt = transcribe(sdk, low, response_format="vtt")
+    assert vtt == f"WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n{plain.text}\n\n"
+    verbose = transcribe(sdk, low, response_format="verbose_json", timestamp_granularities=["segment"])
+    assert verbose.text == plain.text and verbose.duration == 1.0 and verbose.language == "unknown"
+    assert verbose.segments is not None and len(verbose.segments) == 1  # its whole answer, one segment
+    assert verbose.segments[0].start == 0.0 and verbose.segments[0].end == 1.0
+    assert verbose.segments[0].text.strip() == plain.text
+    english = sdk.audio.translations.create(model=EAR, file=("clip.wav", low))
+    assert english.text  # asked to translate: another instruction, another answer (no check of it)
+
+
+def test_a_model_that_hears_streams_its_transcript(sdk: openai.OpenAI) -> None:
+    clip = LOW_WAV
+    events = list(transcribe(sdk, clip, stream=True))
+    *deltas, done = events
+    assert done.type == "transcript.text.done" and len(deltas) > 1
+    assert "".join(e.delta for e in deltas) == done.text == transcribe(sdk, clip).text
+    assert done.usage is not None and done.usage.output_tokens > 0
+    assert done.usage.input_tokens == 50  # one second: Whisper's encoder positions, 50 a second
+
+
+def test_a_model_that_hears_has_no_word_timestamps(sdk: openai.OpenAI) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        transcribe(sdk, LOW_WAV, response_format="verbose_json", timestamp_granularities=["word"])
+    assert code(caught.value) == "unsupported_parameter"
+    assert caught.value.body["param"] == "timestamp_granularities"  # type: ignore[index]
+    with pytest.raises(openai.BadRequestError) as caught:
+        sdk.audio.transcriptions.create(model=DEAF, file=("clip.wav", LOW_WAV))
+    assert code(caught.value) == "model_not_supported"  # no audio encoder: no transcription

@@ -99,7 +99,7 @@ def decode_upload(data: bytes, limits: AudioLimits) -> tuple[bytes, float]:
 
 def _take(frames: Any, out: bytearray, max_samples: int, limits: AudioLimits) -> None:
     for frame in frames:
-        out += bytes(frame.planes[0])[: frame.samples * 4]
+        out += memoryview(frame.planes[0])[: frame.samples * 4]  # one copy: into `out`
         if len(out) > max_samples * 4:
             raise invalid(
                 f"The audio plays longer than this server accepts ({limits.max_seconds:g} s, "

@@ -60,6 +60,7 @@ class Transcribed:
 
     language: str
     duration: float
+    tokens: int | None = None  # text tokens decoded, when segments do not carry them (a chat model)
 
 
 TranscriptEvent = Segment | Transcribed

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from sluicegate.core.audio_encode import FORMATS as SPEECH_FORMATS
@@ -154,10 +154,26 @@ def _word_body(w: Word) -> dict[str, Any]:
     return {"word": w.word.strip(), "start": w.start, "end": w.end}
 
 
+def whole_segments(segments: Sequence[Segment]) -> list[Segment]:
+    """Pieces of one segment (consecutive, the same id: a chat model's deltas) joined into it."""
+    joined: list[Segment] = []
+    for s in segments:
+        if joined and joined[-1].id == s.id:
+            last = joined[-1]
+            s = replace(
+                last, text=last.text + s.text, tokens=last.tokens + s.tokens, end=max(last.end, s.end)
+            )
+            joined[-1] = s
+        else:
+            joined.append(s)
+    return joined
+
+
 def render_transcript(
-    fields: TranscriptionFields, segments: Sequence[Segment], done: Transcribed
+    fields: TranscriptionFields, pieces: Sequence[Segment], done: Transcribed
 ) -> tuple[str | dict[str, Any], str]:
     """The body in the asked `response_format` (a dict is JSON) and its media type."""
+    segments = whole_segments(pieces)
     text = transcript_text(segments)
     fmt = fields.response_format
     if fmt == "json":

@@ -286,6 +286,11 @@ class Engine(ABC):
         when closed (the client left)."""
         raise invalid(f"Model {self.model_id!r} does not transcribe audio.", param="model")
 
+    def check_transcription(self, words: bool) -> None:
+        """Refuse (a 400) a transcription this model cannot give, before it is queued or loaded:
+        `words`, word timestamps asked for. A model that transcribes gives them unless it says."""
+        return None
+
     def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
         """Yield one `Voiced` per sentence as soon as it is synthesised. Must stop at once when
         closed."""

@@ -40,6 +40,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, RawPrompt
 from sluicegate.core.rerank import RerankRequest, RerankResult
+from sluicegate.core.speech import SpeechRequest, TranscriptEvent, TranscriptionRequest, Voice, Voiced
 from sluicegate.engines.base import (
     CHAT_ONLY,
     Capabilities,
@@ -50,6 +51,7 @@ from sluicegate.engines.base import (
     Task,
     not_served,
 )
+from sluicegate.engines.scripted_speech import ScriptedReply, as_chat, scripted_transcript, scripted_voice
 
 WORD = re.compile(r"\s*\S+|\s+$")
 PROMPT_PROGRESS_STEPS = 4
@@ -73,7 +75,7 @@ _REPLY_KEYS = _PACING_KEYS | {
 _TOP_KEYS = _PACING_KEYS | {"load_seconds", "replies"}
 _USAGE_KEYS = {"prompt_tokens", "completion_tokens", "cached_tokens", "reasoning_tokens"}
 KEYS = frozenset({"id", "engine", "script", "tasks"})  # a `[[models]]` table of this engine
-TASKS: tuple[Task, ...] = ("chat", "embeddings", "rerank")
+TASKS: tuple[Task, ...] = ("chat", "embeddings", "rerank", "transcription", "speech")
 EMBEDDING_SIZE = 16  # the scripted embeddings' dimensions
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 
@@ -343,6 +345,32 @@ class ScriptedEngine(Engine):
             norm = sum(x * x for x in vector) ** 0.5
             vectors.append([x / norm for x in vector])
         return EmbedResult(vectors, tokens)
+
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[TranscriptEvent]:
+        """The reply picked for the `prompt`, a word a segment (engines/scripted_speech.py)."""
+        if "transcription" not in self._tasks:
+            return super().transcribe(request)
+        return scripted_transcript(self._speech_reply(request.prompt or ""), request)
+
+    def synthesize(self, request: SpeechRequest) -> AsyncIterator[Voiced]:
+        """The reply picked for the `input`, a word a sentence of tone."""
+        if "speech" not in self._tasks:
+            return super().synthesize(request)
+        return scripted_voice(self._speech_reply(request.input), request)
+
+    def voices(self) -> list[Voice]:
+        return [Voice("scripted", "Scripted tone")] if "speech" in self._tasks else []
+
+    def _speech_reply(self, text: str) -> ScriptedReply:
+        self._refresh()
+        reply = self.script.pick(as_chat(self.model_id, text))
+        return ScriptedReply(
+            words(reply.content),
+            _pick(reply.token_delay_ms, self.script.token_delay_ms) / 1000,
+            reply.error_after_deltas,
+            reply.error_message,
+            reply.error_code,
+        )
 
     async def rerank(self, request: RerankRequest) -> RerankResult:
         """Each document's score: the share of the query's words it contains, one document per

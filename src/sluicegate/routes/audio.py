@@ -20,11 +20,12 @@ from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
+from starlette.types import Send
 
 from sluicegate.core.audio import AudioLimits
 from sluicegate.core.audio_encode import MEDIA_TYPES, Encoder
 from sluicegate.core.audio_files import decode_upload
-from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import EngineFailure, ErrorKind, SluicegateError, invalid
 from sluicegate.core.pipeline import unless_disconnected
 from sluicegate.core.speech import Segment, Transcribed, TranscriptionRequest, TranscriptionTask, Upload
 from sluicegate.dialects.openai_audio import (
@@ -171,6 +172,7 @@ async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
     upload = await _form(request, limits)
     fields = parse_transcription_fields(upload.fields, task)
     model = model_for(state, fields.model, "transcription")
+    model.engine.check_transcription(fields.words)  # before it is queued or loaded
     relayed = model.engine.relay_audio(UPSTREAM_PATHS[task], upload)
     if relayed is not None:
         media_type = "text/event-stream" if fields.stream else TRANSCRIPT_MEDIA_TYPES[fields.response_format]
@@ -188,9 +190,12 @@ async def _transcribe(request: Request, task: TranscriptionTask) -> Response:
     )
     if fields.stream:
         return await _stream_transcript(request, model, job)
-    segments, done, instance = await unless_disconnected(
-        _transcript(model, job), lambda: wait_for_disconnect(request)
-    )
+    try:
+        segments, done, instance = await unless_disconnected(
+            _transcript(model, job), lambda: wait_for_disconnect(request)
+        )
+    except EngineFailure as exc:  # the engine failed: its error, in OpenAI's shape (not a 500)
+        raise SluicegateError(ErrorKind.ENGINE, str(exc), code=exc.code or "engine_error") from None
     return _rendered(fields, segments, done, instance)
 
 
@@ -218,15 +223,8 @@ async def _stream_transcript(request: Request, model: Model, job: TranscriptionR
                     if delta:
                         yield _sse(transcript_delta_event(delta))
                 else:
-                    tokens = sum(len(s.tokens) for s in parts)
+                    tokens = event.tokens if event.tokens is not None else sum(len(s.tokens) for s in parts)
                     yield _sse(transcript_done_event(transcript_text(parts), event, tokens))
-        except SluicegateError as exc:  # after the status line: an error event ends the stream
-            yield _sse(openai_error(exc.info))
-        except Exception as exc:  # a failed load, a broken engine: said, never a stack trace
-            log.exception("transcription on %s failed", model.id)
-            yield _sse(
-                openai_error(ErrorInfo(ErrorKind.ENGINE, f"The transcription failed: {type(exc).__name__}."))
-            )
         finally:
             await stream.aclose()
 
@@ -262,6 +260,7 @@ async def create_speech(request: Request) -> Response:
             encoder: Encoder | None = None
             timings: list[float] = []  # the engine's own seconds per sentence, for the log
             finished = False
+            stopped = " (stopped: the client left)"
             try:
                 async for voiced in stream:
                     timings.append(voiced.synthesis_seconds)
@@ -275,6 +274,9 @@ async def create_speech(request: Request) -> Response:
                 if sse:
                     yield _sse(speech_done_event(len(fields.request.input)))
                 finished = True
+            except Exception:
+                stopped = " (stopped: the engine failed)"
+                raise
             finally:
                 if encoder is not None:
                     encoder.close()
@@ -284,11 +286,38 @@ async def create_speech(request: Request) -> Response:
                     model.id,
                     len(timings),
                     " + ".join(f"{t:.3f}" for t in timings) or "0",
-                    "" if finished else " (stopped: the client left)",
+                    "" if finished else stopped,
                 )
 
     media_type = "text/event-stream" if sse else MEDIA_TYPES[fields.response_format]
     return await _started(request, body(), media_type, {INSTANCE_HEADER: instance.instance_id})
+
+
+def _failure(exc: BaseException, path: str) -> SluicegateError:
+    """An engine's or an upstream's failure as the error the client is told: its own words for
+    ours, its type's name (never a stack trace) for anything else."""
+    if isinstance(exc, SluicegateError):
+        return exc
+    if isinstance(exc, EngineFailure):
+        return SluicegateError(ErrorKind.ENGINE, str(exc), code=exc.code or "engine_error")
+    log.error("the answer of %s failed", path, exc_info=exc)
+    return SluicegateError(ErrorKind.ENGINE, f"The engine failed: {type(exc).__name__}.", code="engine_error")
+
+
+class _Answer(StreamingResponse):
+    """A streamed answer whose body's end goes out only when the answer is whole. When the
+    engine fails after the status line, the body stops without its end (`cut`) and the server
+    closes the connection: a client reading audio or a transcript sees a cut body (an incomplete
+    chunked read), never a short one that looks complete."""
+
+    cut = False
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        if not self.cut:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _started(
@@ -296,9 +325,12 @@ async def _started(
 ) -> Response:
     """A streamed answer produced by a task of its own, whose first chunk is awaited before the
     status line: a load, a synthesis or an upstream that fails first is an HTTP error in OpenAI's
-    shape. The response only reads what the producer queues (one chunk ahead); when the client
-    leaves — seen by the watcher below, or by Starlette cancelling the response — the producer
-    is cancelled once, where it waits, and the engine's stream closes and frees its slot."""
+    shape. A failure after it ends the answer so that it cannot pass for whole: an SSE stream
+    with an error event in OpenAI's shape (`{"error": {...}}`, what openai-python raises as an
+    APIError), any other body by cutting the connection (`_Answer`). The response only reads
+    what the producer queues (one chunk ahead); when the client leaves — seen by the watcher
+    below, or by Starlette cancelling the response — the producer is cancelled once, where it
+    waits, and the engine's stream closes and frees its slot."""
     queue: asyncio.Queue[bytes | BaseException | None] = asyncio.Queue(maxsize=1)
 
     async def produce() -> None:
@@ -324,9 +356,8 @@ async def _started(
         raise
     if isinstance(first, BaseException):
         producer.cancel()
-        if isinstance(first, EngineFailure):
-            raise SluicegateError(ErrorKind.ENGINE, str(first), code=first.code or "engine_error")
-        raise first
+        raise _failure(first, request.url.path) from None
+    sse = media_type == "text/event-stream"
 
     async def rest() -> AsyncIterator[bytes]:
         watcher = asyncio.ensure_future(wait_for_disconnect(request))
@@ -340,13 +371,19 @@ async def _started(
                     getter.cancel()
                     return
                 item = getter.result()
-            if isinstance(item, BaseException):  # after the status line: the body just ends
-                log.error("the answer of %s failed mid-stream: %s", request.url.path, item)
+            if isinstance(item, BaseException):  # after the status line
+                error = _failure(item, request.url.path)
+                log.warning("the answer of %s failed mid-stream: %s", request.url.path, error.info.message)
+                if sse:
+                    yield _sse(openai_error(error.info))
+                else:
+                    response.cut = True
         finally:
             watcher.cancel()
             producer.cancel()  # no await: this may run inside a cancelled scope
 
-    return StreamingResponse(rest(), media_type=media_type, headers={**SSE_HEADERS, **headers})
+    response = _Answer(rest(), media_type=media_type, headers={**SSE_HEADERS, **headers})
+    return response
 
 
 @dialect_endpoint("audio", openai_error)

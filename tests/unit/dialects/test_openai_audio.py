@@ -96,3 +96,23 @@ def test_speech_fields() -> None:
         with pytest.raises(SluicegateError) as caught:
             parse_speech_request(body)
         assert caught.value.info.param == param
+
+
+def test_pieces_of_one_segment_are_rendered_as_one() -> None:
+    """A chat model's deltas share their segment's id: one segment in every format."""
+    pieces = [
+        Segment(0, 0.0, 2.0, " Hel", [1]),
+        Segment(0, 0.0, 2.0, "lo", [2]),
+        Segment(1, 2.0, 3.0, " Bye", []),
+    ]
+    fields = parse_transcription_fields(_fields(response_format=["verbose_json"]), "transcribe")
+    body, _ = render_transcript(fields, pieces, Transcribed("en", 3.0))
+    assert isinstance(body, dict) and body["text"] == "Hello Bye"
+    assert [(s["id"], s["text"], s["tokens"]) for s in body["segments"]] == [
+        (0, " Hello", [1, 2]),
+        (1, " Bye", []),
+    ]
+    srt, _ = render_transcript(
+        parse_transcription_fields(_fields(response_format=["srt"]), "transcribe"), pieces, DONE
+    )
+    assert srt == "1\n00:00:00,000 --> 00:00:02,000\nHello\n\n2\n00:00:02,000 --> 00:00:03,000\nBye\n\n"

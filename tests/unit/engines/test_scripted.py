@@ -678,3 +678,28 @@ def test_the_echoed_prompt_marks_each_image() -> None:
         "assistant: A picture.\n"
         "user:  [image data:image/png;base64,]"
     )
+
+
+async def test_speech_tasks_say_the_reply_a_word_at_a_time_and_fail_on_demand() -> None:
+    from sluicegate.core.speech import Segment, SpeechRequest, Transcribed, TranscriptionRequest
+
+    script = parse_script(
+        {
+            "replies": [
+                {"when": {"user_contains": "fail"}, "content": "a b c", "error_after_deltas": 2},
+                {"content": "hi there"},
+            ]
+        },
+        "test script",
+    )
+    eng = ScriptedEngine("m", script, tasks=frozenset({"transcription", "speech"}))
+    heard = [e async for e in eng.transcribe(TranscriptionRequest("m", b"", 3.0))]
+    assert [e.text for e in heard if isinstance(e, Segment)] == ["hi", " there"]
+    assert heard[-1] == Transcribed("en", 3.0)
+    spoken: list[str] = []
+    with pytest.raises(EngineFailure):
+        async for voiced in eng.synthesize(SpeechRequest("m", "please fail")):
+            spoken.append(voiced.text)
+    assert spoken == ["a", " b"] and [v.id for v in eng.voices()] == ["scripted"]
+    with pytest.raises(SluicegateError):  # a task it was not given
+        engine({"replies": []}).transcribe(TranscriptionRequest("m", b"", 1.0))

@@ -36,6 +36,7 @@ from sluicegate.core.events import (
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.core.rerank import RerankRequest, RerankResult
 from sluicegate.core.slots import LORA
+from sluicegate.core.speech import TranscriptEvent, TranscriptionRequest
 from sluicegate.engines.base import (
     CHAT_ONLY,
     Capabilities,
@@ -46,6 +47,7 @@ from sluicegate.engines.base import (
     Task,
     fim_unsupported,
 )
+from sluicegate.engines.heard_transcript import check_heard, heard_transcript
 from sluicegate.engines.llamacpp import slot_files
 from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
@@ -101,6 +103,7 @@ TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
 MIB = 1 << 20
 EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
 RERANK_ONLY: frozenset[Task] = frozenset({"rerank"})
+HEARS: frozenset[Task] = frozenset({"chat", "transcription"})  # a projector with an audio encoder
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
@@ -197,8 +200,17 @@ class LlamaCppEngine(Engine):
 
     def tasks(self) -> frozenset[Task]:
         if self.pooling is None:
-            return CHAT_ONLY
+            return HEARS if self._hears else CHAT_ONLY  # a model that hears also transcribes
         return RERANK_ONLY if self.pooling == POOLING_RANK else EMBEDDINGS_ONLY
+
+    def check_transcription(self, words: bool) -> None:
+        check_heard(self.model_id, words)
+
+    def transcribe(self, request: TranscriptionRequest) -> AsyncIterator[TranscriptEvent]:
+        """Through the audio projector: the model asked to write down what it hears."""
+        if not self._hears:
+            return super().transcribe(request)
+        return heard_transcript(self, request)
 
     def info(self) -> ModelInfo:
         gguf = self.gguf
