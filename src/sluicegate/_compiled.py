@@ -60,6 +60,7 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.core.frames",  # every encoder makes one per token
     "sluicegate.core.segmenter",  # and `Segments`, the per-read step over it
     "sluicegate.core.accumulate",
+    "sluicegate.core.validation",  # per request: the dialects' typed field access
     "sluicegate.engines.upstream.wire",
     "sluicegate.engines.upstream.completions",  # extends wire's classes: compiled with them
     "sluicegate.engines.upstream.anthropic_wire",

@@ -98,7 +98,10 @@ class Sink(Protocol):
 
     def unwatch(self) -> None:
         """No more `lost` calls, and no more writes: the stream is ending (`end` follows, unless
-        the stream's task was cancelled from outside); nothing the sink runs may outlive it."""
+        the stream's task was cancelled from outside); nothing the sink runs may outlive it.
+        The server's own sink (`body_writer`) may be watched again after it: the request's
+        wait for an upstream's answer watches it before the stream does
+        (`transport/answer_first.py`)."""
         ...
 
     def buffered(self) -> int:
