@@ -32,20 +32,23 @@ gateway_targets.wait_ready = functools.partial(wait_ready, seconds=1200)
 HERE = Path(__file__).resolve().parent
 
 
-def counted(proc: Proc, run: object) -> int:
-    """Instructions (Ir) the server ran during `run()`."""
+def counted(proc: Proc, folder: Path, run: object) -> int:
+    """Instructions (Ir) the server ran during `run()`: counters zeroed, counting on, then a
+    dump of what was counted (callgrind's `totals:` line)."""
     pid = str(proc.popen.pid)
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
     run()  # type: ignore[operator]
+    before = set(folder.glob("cg.*"))
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
-    out = subprocess.run(["callgrind_control", "-s", pid], check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():  # "Totals: Ir <n>" in the status of the current counters
-        if "Ir" in line and ":" in line:
-            digits = "".join(c for c in line.split(":", 1)[1] if c.isdigit())
-            if digits:
-                return int(digits)
-    raise RuntimeError(f"no Ir in callgrind_control -s:\n{out}")
+    dumps = sorted(set(folder.glob("cg.*")) - before, key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError("callgrind wrote no dump")
+    for line in dumps[-1].read_text(errors="replace").splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
 def measure(
@@ -62,8 +65,8 @@ def measure(
         load(port, short, 50, args.concurrency, 1)
         load(port, long, 10, args.concurrency, args.tokens)
         n = args.requests
-        start_ir = counted(proc, lambda: load(port, short, n, args.concurrency, 1))
-        long_ir = counted(proc, lambda: load(port, long, n, args.concurrency, args.tokens))
+        start_ir = counted(proc, folder, lambda: load(port, short, n, args.concurrency, 1))
+        long_ir = counted(proc, folder, lambda: load(port, long, n, args.concurrency, args.tokens))
     finally:
         proc.stop()
     return {"per_request": start_ir / n, "per_token": (long_ir - start_ir) / n / (args.tokens - 1)}

@@ -165,7 +165,6 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
             try:
-                # The request's JSON is not kept for the stream's life (nothing here holds it).
                 source = await self._source(state, request)
                 answer = await self.hooks.answer_without_turn(self.dialect, state, source)
                 if answer is not None:
@@ -174,6 +173,7 @@ class TurnEndpoint:
                 if after is not None:  # released last: after everything the turn takes
                     owned.push_async_callback(_if_answered, send, after)
                 prepared = await self.prepare(state, source, owned)
+                source.body = None  # parsed: not kept for the stream's life by this frame
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
