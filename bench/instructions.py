@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from gateway_targets import Proc, free_port, start, start_sluicegate, wait_ready
 gateway_targets.wait_ready = functools.partial(wait_ready, seconds=1200)
 
 HERE = Path(__file__).resolve().parent
+KEEP: Path | None = None  # --keep: where the dumps are copied
 
 
 def counted(proc: Proc, folder: Path, run: object) -> int:
@@ -45,6 +47,8 @@ def counted(proc: Proc, folder: Path, run: object) -> int:
     dumps = sorted(set(folder.glob("cg.*")) - before, key=lambda p: p.stat().st_mtime)
     if not dumps:
         raise RuntimeError("callgrind wrote no dump")
+    if KEEP is not None:  # for callgrind_annotate
+        shutil.copy(dumps[-1], KEEP / f"{folder.name}-{len(list(KEEP.glob(folder.name + '-*')))}.callgrind")
     for line in dumps[-1].read_text(errors="replace").splitlines():
         if line.startswith(("totals:", "summary:")):
             return int(line.split()[1])
@@ -80,7 +84,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--keep", help="copy each load's callgrind dump here (callgrind_annotate reads them)")
     args = parser.parse_args()
+    global KEEP
+    KEEP = Path(args.keep) if args.keep else None
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         up_port = free_port()
