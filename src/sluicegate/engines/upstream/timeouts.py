@@ -81,7 +81,7 @@ class Clocks:
 
     def waiting(self) -> None:
         """The engine is about to wait on the upstream (call right before the await)."""
-        self.waiter = asyncio.current_task()
+        self.waiter = asyncio.current_task(self._loop)  # (given the loop: no getpid per read)
 
     def chunk(self) -> None:
         """Something arrived: the upstream is alive."""
