@@ -53,19 +53,21 @@ def declared_by_dialects(package_dir: Path = PACKAGE_DIR) -> tuple[str, ...]:
 
 
 # What the profile of a relayed token names (bench/README.md, "compiled hot path"): the upstream
-# chunk parser, the segmenter, the output parser, the accumulator, the framing; and the
-# dialects' encoders, which their packages declare.
+# chunk parser, the segmenter, the output parser, the accumulator, the framing, the stream core
+# that composes them per read; and the dialects' encoders, which their packages declare.
 COMPILED: tuple[str, ...] = (
     "sluicegate.core.events",
     "sluicegate.core.frames",  # every encoder makes one per token
-    "sluicegate.core.segmenter",
+    "sluicegate.core.segmenter",  # and `Segments`, the per-read step over it
     "sluicegate.core.accumulate",
+    "sluicegate.core.validation",  # per request: the dialects' typed field access
     "sluicegate.engines.upstream.wire",
     "sluicegate.engines.upstream.completions",  # extends wire's classes: compiled with them
     "sluicegate.engines.upstream.anthropic_wire",
     "sluicegate.parsing.scan",
     "sluicegate.parsing.markup",
     "sluicegate.transport.sse",
+    "sluicegate.turn.stream_core",  # the per-read steps, composed once: both drivers call it
     *declared_by_dialects(),
 )
 

@@ -6,9 +6,10 @@ stay open, never reported done), the last usage is reported, then exactly one te
 (`Finished` or `Failed`) — whatever the engine did or failed to do.
 
 Three pieces, each once:
-- `Segments`: one read's raw events (a `RawBatch` or a single event) through the deadline's
-  clock and the segmenter's state machine (`core/segmenter.py`), synchronously. The turn's
-  stream core (`turn/stream_core.py`) is built on it, and so is `segment` below.
+- `Segments` (in `core/segmenter.py`, beside the state machine it drives, so that it is
+  compiled with it): one read's raw events (a `RawBatch` or a single event) through the
+  deadline's clock and the segmenter's state machine, synchronously. The turn's stream core
+  (`turn/stream_core.py`) is built on it, and so is `segment` below.
 - `reads`: the one loop that reads an engine's stream in a task: it owns the deadline's timer,
   turns an engine's exception or the deadline's expiry into a final `Failed`, and closes the
   engine's stream on every path.
@@ -23,8 +24,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
-from sluicegate.core.events import Event, EventBatch, Failed, RawBatch, RawEvent, TextDelta
-from sluicegate.core.segmenter import Segmenter
+from sluicegate.core.events import Event, EventBatch, Failed, RawBatch, RawEvent
+from sluicegate.core.segmenter import Segments
 
 log = logging.getLogger(__name__)
 
@@ -34,44 +35,6 @@ def failure_from_exception(exc: Exception) -> Failed:
         return Failed(ErrorInfo(ErrorKind.ENGINE, str(exc), code=exc.code))
     log.exception("engine raised unexpectedly", exc_info=exc)
     return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
-
-
-class Segments:
-    """One stream's segmentation, one read at a time: `push` a read, `end` once."""
-
-    __slots__ = ("deadline", "failure", "state")
-
-    def __init__(self, deadline: Deadline | None = None, state: Segmenter | None = None) -> None:
-        self.deadline = deadline
-        self.state = state or Segmenter()
-        self.failure: Failed | None = None  # what ended the stream: nothing is pushed after it
-
-    def push(self, event: RawEvent, out: list[Event]) -> bool:
-        """One read into `out`; False when it failed the stream (`failure`): what came before
-        the failure in the read is in `out`, what came after it is dropped."""
-        deadline = self.deadline
-        if deadline is not None:  # any engine event is the model alive: the idle clock restarts
-            deadline.last = deadline.clock()
-        state = self.state
-        if type(event) is TextDelta:  # per token: before any other check
-            state.text(event, out)
-            return True
-        if type(event) is RawBatch:  # one upstream read: one step here
-            for inner in event.events:
-                if type(inner) is TextDelta:
-                    state.text(inner, out)
-                elif (failure := state.step(inner, out)) is not None:
-                    self.failure = failure
-                    return False
-            return True
-        if (failure := state.step(event, out)) is not None:
-            self.failure = failure
-            return False
-        return True
-
-    def end(self, out: list[Event]) -> None:
-        """The stream's ending into `out`: closed items, the last usage, the terminal event."""
-        self.state.end(out, self.failure)
 
 
 async def reads(

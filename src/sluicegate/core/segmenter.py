@@ -8,6 +8,7 @@ that drives it.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from sluicegate.core.events import (
     Answered,
@@ -32,6 +33,9 @@ from sluicegate.core.events import (
     usage_with_fallback,
 )
 from sluicegate.core.ids import new_id
+
+if TYPE_CHECKING:
+    from sluicegate.core.deadlines import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -236,3 +240,41 @@ class Segmenter:
         elif not self.tool_count and reason is FinishReason.TOOL_CALLS:
             reason = FinishReason.STOP
         out.append(Finished(reason))
+
+
+class Segments:
+    """One stream's segmentation, one read at a time: `push` a read, `end` once."""
+
+    __slots__ = ("deadline", "failure", "state")
+
+    def __init__(self, deadline: Deadline | None = None, state: Segmenter | None = None) -> None:
+        self.deadline = deadline
+        self.state = state or Segmenter()
+        self.failure: Failed | None = None  # what ended the stream: nothing is pushed after it
+
+    def push(self, event: RawEvent, out: list[Event]) -> bool:
+        """One read into `out`; False when it failed the stream (`failure`): what came before
+        the failure in the read is in `out`, what came after it is dropped."""
+        deadline = self.deadline
+        if deadline is not None:  # any engine event is the model alive: the idle clock restarts
+            deadline.last = deadline.clock()
+        state = self.state
+        if type(event) is TextDelta:  # per token: before any other check
+            state.text(event, out)
+            return True
+        if type(event) is RawBatch:  # one upstream read: one step here
+            for inner in event.events:
+                if type(inner) is TextDelta:
+                    state.text(inner, out)
+                elif (failure := state.step(inner, out)) is not None:
+                    self.failure = failure
+                    return False
+            return True
+        if (failure := state.step(event, out)) is not None:
+            self.failure = failure
+            return False
+        return True
+
+    def end(self, out: list[Event]) -> None:
+        """The stream's ending into `out`: closed items, the last usage, the terminal event."""
+        self.state.end(out, self.failure)

@@ -127,7 +127,9 @@ class Fields:
         self._range(key, value, INT64_MIN if low is None else low, INT64_MAX if high is None else high)
         return value
 
-    def _range(self, key: str, value: float, low: float, high: float) -> None:
+    def _range(self, key: str, value: int | float, low: int | float, high: int | float) -> None:
+        # (`int | float`, not `float`: compiled, a `float` parameter turns an int into a C double,
+        # and 2**63 would compare equal to int64's largest)
         if value < low:
             self.fail(
                 key,
@@ -181,7 +183,7 @@ class Fields:
         return [Fields(value, f"{base}[{i}]") for i, value in enumerate(values)]
 
 
-def _show(value: float) -> str:
+def _show(value: int | float) -> str:
     """A bound or a value for a message: whole numbers in full (`2147483647`, not `2.14748e+09`),
     huge ones shortened (a client's 5,000-digit integer is not echoed back)."""
     if isinstance(value, int) or value.is_integer():

@@ -79,7 +79,9 @@ class Generation:
         events = self.events
         if type(events) is not _Admitted or events._started:
             return False
-        if not isinstance(events._instance.engine, ReadsThrough):
+        # (not `isinstance` of the runtime-checkable protocol: that walks the protocol's
+        # members on every call, once per request)
+        if not callable(getattr(events._instance.engine, "generate_through", None)):
             return False
         events.lane = lane
         return True

@@ -43,6 +43,9 @@ from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, o
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
+# Its keys, one per (dialect, model) (both bounded: known names), shared by every stream
+# instead of a tuple of tuples each stream builds and keeps for its life.
+_IN_FLIGHT_KEYS: dict[tuple[str, str], Key] = {}
 
 CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
 QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
@@ -286,7 +289,11 @@ class EventTap:
         observer.generating += 1
         # Generations in flight by dialect and model (the overview page's first table); the
         # key is kept so the end takes off exactly what the start added.
-        self._in_flight = METRICS.key(IN_FLIGHT, dialect=observer.dialect, model=observer.model)
+        labels = (observer.dialect, observer.model)
+        key = _IN_FLIGHT_KEYS.get(labels)
+        if key is None:
+            key = _IN_FLIGHT_KEYS[labels] = METRICS.key(IN_FLIGHT, dialect=labels[0], model=labels[1])
+        self._in_flight = key
         METRICS.gauges[self._in_flight] += 1
 
     def see(self, event: Event) -> None:

@@ -17,6 +17,7 @@ from typing import Any, get_args
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Answered, Failed, ProgressEvent, RawEvent, ToolsListed
+from sluicegate.transport.stream import Sink
 
 # What may come before the upstream's answer without being it: progress, the tool loop's listings.
 _PROGRESS = (*get_args(ProgressEvent), ToolsListed)
@@ -106,13 +107,21 @@ async def await_answer(
     *,
     bound: float | None,
     disconnected: Callable[[], Awaitable[object]],
+    sink: Sink | None = None,
 ) -> Opened:
     """Pull `raw` until the engine's `Answered` (whose headers are returned), at most `bound`
     seconds (None: no bound). Raises `SluicegateError` for a `Failed` before the answer (nothing
-    was sent yet) and CANCELLED when the client left while waiting."""
+    was sent yet) and CANCELLED when the client left while waiting. The client's leaving is
+    told by the server's `sink` (a call from the connection, `Sink.watch`) when there is one,
+    else by `disconnected()` in a task of its own."""
     buffered: list[RawEvent] = []  # a few progress events at most: a list, not a deque (760 B)
     puller = _Puller(raw, buffered)
-    watcher = asyncio.ensure_future(disconnected())
+    if sink is not None:  # no task per request waiting in `receive`
+        watcher: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        if not sink.watch(_Gone(watcher)):
+            watcher.set_result(None)
+    else:
+        watcher = asyncio.ensure_future(disconnected())
     pending = asyncio.ensure_future(puller.pull())
     try:
         try:
@@ -141,7 +150,22 @@ async def await_answer(
         puller.handed_over = True  # the bound passed: start anyway, from where the stream is
         return Opened(_Resumed(buffered, pending, raw))
     finally:
+        if sink is not None:
+            sink.unwatch()  # the server's sink: the stream watches it again
         watcher.cancel()
+
+
+class _Gone:
+    """The sink's call when the client leaves while the answer is awaited."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: asyncio.Future[object]) -> None:
+        self.future = future
+
+    def __call__(self) -> None:
+        if not self.future.done():
+            self.future.set_result(None)
 
 
 async def _first_done(a: asyncio.Future[Any], b: asyncio.Future[Any], timeout: float | None) -> None:

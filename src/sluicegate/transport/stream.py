@@ -98,7 +98,10 @@ class Sink(Protocol):
 
     def unwatch(self) -> None:
         """No more `lost` calls, and no more writes: the stream is ending (`end` follows, unless
-        the stream's task was cancelled from outside); nothing the sink runs may outlive it."""
+        the stream's task was cancelled from outside); nothing the sink runs may outlive it.
+        The server's own sink (`body_writer`) may be watched again after it: the request's
+        wait for an upstream's answer watches it before the stream does
+        (`transport/answer_first.py`)."""
         ...
 
     def buffered(self) -> int:
@@ -195,11 +198,12 @@ class _Stream:
         "cancelled",
         "frames",
         "gone",
-        "held",
         "interval",
         "last_sent",
         "limit",
         "loop",
+        "producer",
+        "ready",
         "sending",
         "sink",
         "task",
@@ -210,6 +214,7 @@ class _Stream:
         self, task: asyncio.Task[object], sink: Sink, interval: float, beat_bytes: bytes, limit: int
     ) -> None:
         self.task = task
+        self.producer = task  # (the `Emitter`'s: plain attributes, read per fast-lane read)
         self.sink = sink
         self.limit = limit  # `buffer_bytes`: what a slow client may leave waiting before the chain waits
         self.loop = task.get_loop()
@@ -220,17 +225,10 @@ class _Stream:
         self.gone = False  # the client left
         self.cancelled = False  # ...and the task was cancelled for it (once)
         self.timer: asyncio.TimerHandle | None = None
-        self.held = False  # a lane's write left `limit` waiting: the chain takes the next read
+        # False once a lane's write left `limit` waiting: the chain takes the next read. (Never
+        # checked while a chunk waits in `send`: the task is not waiting for a read then.)
+        self.ready = True
         self.frames: Callable[[list[Frame]], bytes] | None = None
-
-    @property
-    def producer(self) -> asyncio.Task[object]:
-        return self.task
-
-    @property
-    def ready(self) -> bool:
-        # (Never while a chunk waits in `send`: the task is not waiting for a read then.)
-        return not self.held
 
     def emit(self, frames: list[Frame]) -> None:
         """A lane's frames: written as the loop writes a chunk; once `limit` waits for the
@@ -241,7 +239,7 @@ class _Stream:
         if not sink.write(data):
             sink.write(data, force=True)
             if sink.buffered() >= self.limit:
-                self.held = True
+                self.ready = False
         self.last_sent = self.loop.time()
 
     def lost(self) -> None:
@@ -296,7 +294,7 @@ class _Stream:
                 if not write(data):
                     await self._send(data)
                 self.last_sent = loop.time()
-                self.held = False  # written: a lane may write again
+                self.ready = True  # written: a lane may write again
             finished = True
         except asyncio.CancelledError:
             if not self.cancelled or self.task.uncancel() > 0:  # not (only) ours: the server's

@@ -50,7 +50,15 @@ from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
-from sluicegate.transport.stream import Chunk, Framing, StreamOutcome, body_writer, server_send, stream_chunks
+from sluicegate.transport.stream import (
+    Chunk,
+    Framing,
+    Sink,
+    StreamOutcome,
+    body_writer,
+    server_send,
+    stream_chunks,
+)
 from sluicegate.turn.choices import ChoicesRun, open_choices
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
@@ -92,6 +100,7 @@ class TurnSource:
     adapt: Callable[[Turn], None] | None = None
     remember: Callable[[StoredResponse], None] | None = None
     key: IssuedKey | None = None  # the runtime key it came with (its models are enforced)
+    sink: Sink | None = None  # the server's own line to the client (tells when it leaves)
 
 
 @dataclass(slots=True)
@@ -156,7 +165,6 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
             try:
-                # The request's JSON is not kept for the stream's life (nothing here holds it).
                 source = await self._source(state, request)
                 answer = await self.hooks.answer_without_turn(self.dialect, state, source)
                 if answer is not None:
@@ -165,6 +173,7 @@ class TurnEndpoint:
                 if after is not None:  # released last: after everything the turn takes
                     owned.push_async_callback(_if_answered, send, after)
                 prepared = await self.prepare(state, source, owned)
+                source.body = None  # parsed: not kept for the stream's life by this frame
             except SluicegateError as exc:
                 return await self._send_error(exc.info, send)
             except Exception:
@@ -192,6 +201,7 @@ class TurnEndpoint:
             request_scope(request, state.settings.api_keys),
             lambda: wait_for_disconnect(request),
             key=issued_key(request.scope),
+            sink=body_writer(request.scope),
         )
 
     async def _run(
@@ -334,7 +344,7 @@ class TurnEndpoint:
                 owned,
                 state.limits,
                 scope,
-                lambda o: _engine_answer(source.disconnected, model, o, state, stream=turn.stream),
+                lambda o: _engine_answer(source, model, o, state, stream=turn.stream),
             )
             first = run.pipelines[0]
             return Prepared(
@@ -359,7 +369,7 @@ class TurnEndpoint:
                 lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
-            opened = await _engine_answer(source.disconnected, model, opened, state, stream=turn.stream)
+            opened = await _engine_answer(source, model, opened, state, stream=turn.stream)
         turn_id = new_id(turn.id_prefix, turn.id_length) if turn.id_prefix else ""
         accumulator = Accumulator()
         context = EncoderContext(
@@ -480,7 +490,7 @@ def _provider_info(toolset: ToolSet | None) -> Any:
 
 
 async def _engine_answer(
-    disconnected: Callable[[], Awaitable[object]],
+    source: TurnSource,
     model: Model,
     opened: Opened,
     state: AppState,
@@ -493,7 +503,7 @@ async def _engine_answer(
     if not type(model.engine).answers_first:
         return opened
     bound = (state.limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
-    return await await_answer(opened.events, bound=bound, disconnected=disconnected)
+    return await await_answer(opened.events, bound=bound, disconnected=source.disconnected, sink=source.sink)
 
 
 def _persister(

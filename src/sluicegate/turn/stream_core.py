@@ -1,7 +1,7 @@
 """The middle of a turn's stream, composed once: a read's raw events in, its frames out.
 
 Per read, in order: the model's delta count (`sluicegate_engine_deltas_total`, when the stream
-counts them itself: see below), the deadline's clock and the segmentation (`core/segment.py`
+counts them itself: see below), the deadline's clock and the segmentation (`core/segmenter.py`
 `Segments`), the metrics tap, the accumulator and the dialect's encoder. It is synchronous and
 holds no task, so two drivers share it:
 
@@ -14,6 +14,9 @@ holds no task, so two drivers share it:
 The delta count: an instance counts its engine's deltas in its own loop, unless the generation
 was given a fast lane (`engines/lane.py`); then reads may bypass that loop, and the stream's
 core counts every read instead, whichever driver pushes it — each once.
+
+It is compiled (`sluicegate/_compiled.py`) with the steps it calls, so a read crosses from
+the driver's Python into native code once.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.events import Event, Failed, RawBatch, RawEvent, TextDelta, ToolCallDelta
 from sluicegate.core.frames import Frame
-from sluicegate.core.segment import Segments
+from sluicegate.core.segmenter import Segments
 from sluicegate.dialects.base import Encoder
 from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap

@@ -24,7 +24,8 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
-from sluicegate.core.segment import Segments, reads
+from sluicegate.core.segment import reads
+from sluicegate.core.segmenter import Segments
 
 LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -88,6 +88,57 @@ async def test_the_client_leaving_cancels_the_engine_at_once() -> None:
         await waiting
     assert caught.value.info.kind is ErrorKind.CANCELLED
     assert engine.cancelled and engine.closed
+
+
+class WatchedSink:
+    """The server's sink as the answer wait uses it: `watch` keeps the call, `unwatch` drops it."""
+
+    def __init__(self, gone: bool = False) -> None:
+        self.lost: Callable[[], None] | None = None
+        self.gone = gone
+        self.unwatched = 0
+
+    def watch(self, lost: Callable[[], None]) -> bool:
+        if self.gone:
+            return False
+        self.lost = lost
+        return True
+
+    def unwatch(self) -> None:
+        self.lost = None
+        self.unwatched += 1
+
+
+async def test_with_the_servers_sink_the_client_leaving_cancels_without_a_watcher_task() -> None:
+    sink = WatchedSink()
+    engine = Engine(PromptStarted(), Answered({}), gate=asyncio.Event())
+    waiting = asyncio.ensure_future(
+        await_answer(engine.run(), bound=None, disconnected=never, sink=sink)  # type: ignore[arg-type]
+    )
+    await settled()
+    assert not waiting.done()
+    assert sink.lost is not None  # the connection's call, not a task waiting in `receive`
+    sink.lost()
+    with pytest.raises(SluicegateError) as caught:
+        await waiting
+    assert caught.value.info.kind is ErrorKind.CANCELLED
+    assert engine.cancelled and engine.closed
+    assert sink.lost is None and sink.unwatched == 1  # the stream may watch it next
+
+
+async def test_with_the_servers_sink_an_answer_unwatches_it_and_a_client_already_gone_cancels() -> None:
+    sink = WatchedSink()
+    opened = await await_answer(
+        Engine(Answered({"X-Replica": "a"}), TEXT).run(),
+        bound=1.0,
+        disconnected=never,
+        sink=sink,  # type: ignore[arg-type]
+    )
+    assert opened.headers == {"X-Replica": "a"} and sink.unwatched == 1 and sink.lost is None
+    engine = Engine(PromptStarted(), Answered({}), gate=asyncio.Event())
+    with pytest.raises(SluicegateError) as caught:
+        await await_answer(engine.run(), bound=None, disconnected=never, sink=WatchedSink(gone=True))  # type: ignore[arg-type]
+    assert caught.value.info.kind is ErrorKind.CANCELLED
 
 
 async def test_engines_that_never_answer_start_at_their_first_output() -> None:

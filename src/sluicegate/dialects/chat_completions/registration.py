@@ -8,7 +8,7 @@ from sluicegate.dialects.base import Dialect, DialectContext, Registration
 from sluicegate.dialects.chat_completions.dialect import SPEC, ChatCompletionsDialect
 from sluicegate.dialects.chat_completions.encoder import ReasoningField
 
-COMPILED = ("encoder",)  # read by the build without importing this module (`_compiled.py`)
+COMPILED = ("encoder", "request")  # read by the build without importing this module (`_compiled.py`)
 
 
 def build(context: DialectContext) -> list[Dialect]:

@@ -48,6 +48,9 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
+        # The loop, once: `asyncio.get_running_loop()` checks the pid, a getpid syscall per
+        # call, and a stream's task would make one per read it waits for.
+        self._loop = asyncio.get_running_loop()
         self.lost = False
         self._parser: httptools.HttpResponseParser | None = None
         self._head: asyncio.Future[int] | None = None
@@ -139,7 +142,7 @@ class _Connection(asyncio.Protocol):
         """Write a request; the future gets the status when the headers are in."""
         assert self.transport is not None
         self._parser = httptools.HttpResponseParser(self)
-        self._head = asyncio.get_running_loop().create_future()
+        self._head = self._loop.create_future()
         self._body, self._buffered, self.complete, self.reusable = [], 0, False, False
         self._chunked, self._length = False, None
         self._until_eof, self._error = False, None
@@ -154,7 +157,7 @@ class _Connection(asyncio.Protocol):
                 raise self._error
             if self.complete:
                 return None
-            self._wake = asyncio.get_running_loop().create_future()
+            self._wake = self._loop.create_future()
             try:
                 await self._wake
             finally:

@@ -26,9 +26,9 @@ class Clocks:
         "_phase_at",
         "_total",
         "_total_at",
-        "_waiting",
         "expired",
         "first_byte_seen",
+        "waiter",
     )
 
     def __init__(self, *, first_byte: float | None, idle: float | None, total: float | None) -> None:
@@ -39,7 +39,7 @@ class Clocks:
         self._total = total
         self._total_at = now + total if total else math.inf
         self._phase_at = now + first_byte if first_byte else math.inf
-        self._waiting: asyncio.Task[object] | None = None
+        self.waiter: asyncio.Task[object] | None = None  # the task waiting on the upstream now
         self._cancelled = False
         self._handle: asyncio.TimerHandle | None = None
         self.expired: ErrorInfo | None = None
@@ -75,17 +75,17 @@ class Clocks:
                 f"The upstream sent no first byte within {self._first_byte:g}s (first_byte_timeout).",
                 code="upstream_first_byte_timeout",
             )
-        if self._waiting is not None:
+        if self.waiter is not None:
             self._cancelled = True
-            self._waiting.cancel()
+            self.waiter.cancel()
 
     def waiting(self) -> None:
         """The engine is about to wait on the upstream (call right before the await)."""
-        self._waiting = asyncio.current_task()
+        self.waiter = asyncio.current_task(self._loop)  # (given the loop: no getpid per read)
 
     def chunk(self) -> None:
         """Something arrived: the upstream is alive."""
-        self._waiting = None
+        self.waiter = None
         self.first_byte_seen = True
         self._phase_at = self._loop.time() + self._idle
 
@@ -95,14 +95,9 @@ class Clocks:
         self.first_byte_seen = True
         self._phase_at = self._loop.time() + self._idle
 
-    @property
-    def waiter(self) -> asyncio.Task[object] | None:
-        """The task waiting on the upstream now, if any."""
-        return self._waiting
-
     def idle(self) -> None:
         """Not waiting on the upstream any more (the answer came, or the stream is over)."""
-        self._waiting = None
+        self.waiter = None
 
     def owns(self, task: asyncio.Task[object] | None) -> bool:
         """Whether a cancellation of `task` came from these clocks, not from a client leaving;
@@ -113,7 +108,7 @@ class Clocks:
         return task.uncancel() == 0
 
     def stop(self) -> None:
-        self._waiting = None
+        self.waiter = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

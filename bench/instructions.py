@@ -1,0 +1,115 @@
+"""Instructions per request start and per paced token, counted by valgrind's callgrind in a
+running Sluicegate: user-space work (Python, the compiled hot path, uvloop, libc) that the
+machine's load does not move. The kernel's share (the socket syscalls) is not counted.
+
+    python bench/instructions.py [--baseline /path/to/other/src] [--requests 200] [--tokens 64]
+
+`sluicegate serve` runs under `valgrind --tool=callgrind --instr-atstart=no` (slow: its start
+takes a minute or more), optionally a second one with `--baseline`'s code (PYTHONPATH). After a
+warm-up, counting is switched on (`callgrind_control -i on`) for `--requests` one-token
+requests, then for `--requests` requests of `--tokens` tokens paced 5 ms apart by the fake
+upstream (`fake-d5`, one token per read), each measured alone. Per paced token = (the long
+load's instructions - the short load's) / (`--tokens` - 1) / requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import gateway_targets
+from call_counts import body, load
+from gateway_targets import Proc, free_port, start, start_sluicegate, wait_ready
+
+# A server under callgrind takes minutes to start on a loaded machine.
+gateway_targets.wait_ready = functools.partial(wait_ready, seconds=1200)
+
+HERE = Path(__file__).resolve().parent
+KEEP: Path | None = None  # --keep: where the dumps are copied
+
+
+def counted(proc: Proc, folder: Path, run: object) -> int:
+    """Instructions (Ir) the server ran during `run()`: counters zeroed, counting on, then a
+    dump of what was counted (callgrind's `totals:` line)."""
+    pid = str(proc.popen.pid)
+    subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
+    run()  # type: ignore[operator]
+    before = set(folder.glob("cg.*"))
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-i", "off", pid], check=True, capture_output=True)
+    dumps = sorted(set(folder.glob("cg.*")) - before, key=lambda p: p.stat().st_mtime)
+    if not dumps:
+        raise RuntimeError("callgrind wrote no dump")
+    if KEEP is not None:  # for callgrind_annotate
+        shutil.copy(dumps[-1], KEEP / f"{folder.name}-{len(list(KEEP.glob(folder.name + '-*')))}.callgrind")
+    for line in dumps[-1].read_text(errors="replace").splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return int(line.split()[1])
+    raise RuntimeError(f"no totals in {dumps[-1]}")
+
+
+def measure(
+    folder: Path, upstream: int, env: dict[str, str] | None, args: argparse.Namespace
+) -> dict[str, float]:
+    folder.mkdir()
+    launcher = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder}/cg.%p",
+        sys.executable, "-m", "sluicegate",
+    ]  # fmt: skip
+    proc, port = start_sluicegate(folder, upstream, ["fake-d0", "fake-d5"], env=env, launcher=launcher)
+    try:
+        short, long = body(1, "fake-d0"), body(args.tokens, "fake-d5")
+        load(port, short, 50, args.concurrency, 1)
+        load(port, long, 10, args.concurrency, args.tokens)
+        n = args.requests
+        start_ir = counted(proc, folder, lambda: load(port, short, n, args.concurrency, 1))
+        long_ir = counted(proc, folder, lambda: load(port, long, n, args.concurrency, args.tokens))
+    finally:
+        proc.stop()
+    return {"per_request": start_ir / n, "per_token": (long_ir - start_ir) / n / (args.tokens - 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--baseline", help="a second Sluicegate with PYTHONPATH=<this>")
+    parser.add_argument("--requests", type=int, default=200)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--keep", help="copy each load's callgrind dump here (callgrind_annotate reads them)")
+    args = parser.parse_args()
+    global KEEP
+    KEEP = Path(args.keep) if args.keep else None
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        up_port = free_port()
+        upstream = start(
+            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
+        )
+        try:
+            wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
+            results = {"this": measure(folder / "this", up_port, None, args)}
+            if args.baseline:
+                results["baseline"] = measure(
+                    folder / "baseline", up_port, {"PYTHONPATH": args.baseline}, args
+                )
+        finally:
+            upstream.stop()
+    for label, r in results.items():
+        print(
+            f"{label:9} {r['per_request'] / 1e3:9.1f} k instructions per request start, "
+            f"{r['per_token'] / 1e3:7.1f} k per paced token"
+        )
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
