@@ -106,8 +106,8 @@ def open_webui_env(sluicegate: Server, folder: Path) -> dict[str, str]:
         "AUDIO_TTS_OPENAI_API_KEY": KEY,
         "AUDIO_TTS_MODEL": "piper-en",
         "AUDIO_TTS_VOICE": "alloy",
-        # Sluicegate decodes WebM/Opus itself; Open WebUI's own pydub pass would need ffmpeg.
-        "BYPASS_PYDUB_PREPROCESSING": "true",
+        # BYPASS_PYDUB_PREPROCESSING is left off, as installed: with no ffmpeg beside it, Open WebUI
+        # cannot probe the recording and sends the browser's WebM as it is (Sluicegate decodes it).
         # Only the one chat request the test sends, no background tasks on the chat model.
         "ENABLE_TITLE_GENERATION": "False",
         "ENABLE_FOLLOW_UP_GENERATION": "False",
