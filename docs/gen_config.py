@@ -143,7 +143,9 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "cors_origins": (
             "none",
             'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
-            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            '`"*"`: any; `"localhost"`: a page on this machine, any scheme and port (a loopback host: '
+            "`localhost`, `127.0.0.1`, `[::1]`; llama-server's `--cors-origins localhost`). Preflights "
+            "(`OPTIONS`) are answered before the API-key check (browsers send "
             "no key on them); every answer to an allowed origin, streams and errors included, carries "
             "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
         ),
@@ -293,6 +295,15 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
             '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
             "order the file declares them. A served id always means itself",
+        ),
+        "sampling": (
+            "none",
+            "default sampling for requests that leave it unset, by the request fields' names and "
+            "limits: `{ temperature = 0.7, max_tokens = 512, top_k = 20 }` (also `top_p`, `min_p`, "
+            "`typical_p`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`, "
+            "`frequency_penalty`, `seed`, and llama.cpp's DRY, XTC, `top_n_sigma` and mirostat "
+            "fields): llama-server's `--temp`/`--n-predict`, Ollama's Modelfile `PARAMETER`s. A "
+            "request's own value wins",
         ),
     },
     "llamacpp": {
