@@ -332,7 +332,18 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "how tool calls are written: see [Parsing](parsing.md)",
         ),
         "reasoning": ("from the chat template", "`think` or `none`"),
-        "chat_template": ("the GGUF's", "a Jinja file, or the template text"),
+        "thinking": (
+            '`"auto"`',
+            'the template\'s thinking switch (`enable_thinking`) for requests that set no reasoning effort: `"on"`, '
+            '`"off"`, or `"auto"` (on for a model that reasons, as llama.cpp passes it); llama-server\'s '
+            "`--reasoning`. A request's `reasoning_effort` (or `think`) wins",
+        ),
+        "chat_template": (
+            "the GGUF's",
+            "a Jinja file, the template text, or the name of one of llama.cpp's built-in templates "
+            "(`chatml`, `llama3`, `gemma`, `phi3`, `mistral-v7`, `command-r`, `granite`), as "
+            "llama-server's `--chat-template NAME`",
+        ),
         "parallel": (
             "`1`; with `batching`, from the KV budget (at most 4)",
             "without `batching`: instances; with it: sequences of one context",

@@ -120,6 +120,7 @@ async def props(request: Request) -> Response:
             audio=info.capabilities.audio,
             loaded=model.loaded,
             build_info=f"sluicegate {__version__}",
+            defaults=model.sampling,
         )
     )
 

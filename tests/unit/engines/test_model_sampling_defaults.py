@@ -49,3 +49,26 @@ def test_no_table_changes_nothing() -> None:
 def test_a_bad_table_stops_the_server(table: object, says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         parse("m", table)
+
+
+def test_props_show_the_models_defaults() -> None:
+    """llama-server's `GET /props`: `default_generation_settings.params` are what a request
+    that sets nothing gets."""
+    from sluicegate.dialects.llamaserver.tokens import props_body
+
+    common = {
+        "model_id": "m",
+        "model_path": None,
+        "n_ctx": 512,
+        "slots": 1,
+        "chat_template": None,
+        "vision": False,
+        "audio": False,
+        "loaded": True,
+        "build_info": "x",
+    }
+    plain = props_body(**common)["default_generation_settings"]["params"]  # type: ignore[arg-type]
+    assert (plain["seed"], plain["temperature"], plain["n_predict"]) == (-1, 0.8, -1)
+    defaults = parse("m", {"seed": 42, "temperature": 0.0, "max_tokens": 64})
+    params = props_body(**common, defaults=defaults)["default_generation_settings"]["params"]  # type: ignore[arg-type]
+    assert (params["seed"], params["temperature"], params["n_predict"]) == (42, 0.0, 64)

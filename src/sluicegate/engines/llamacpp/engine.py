@@ -132,6 +132,8 @@ class LlamaCppEngine(Engine):
             self.template, self.gguf.architecture
         )
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
+        # The thinking switch of a request that sets no effort: llama.cpp passes it on by default.
+        self.thinking = settings.thinking if settings.thinking is not None else self.reasoning is not None
         # An embedding model: said so by the config, or by a pooling type (mean, cls, last) in the GGUF.
         self.pooling: int | None = None
         # A reranker: said so by the config, or by rank pooling in the GGUF.
@@ -223,7 +225,7 @@ class LlamaCppEngine(Engine):
                 audio=self._hears,
                 logprobs=True,
                 reasoning_options=options,
-                reasoning_default="on" if reasoning else None,
+                reasoning_default=("off" if self.thinking is False else "on") if reasoning else None,
             ),
             details={
                 "type": "embedding" if embedding else "llm",
@@ -255,6 +257,7 @@ class LlamaCppEngine(Engine):
             add_bos=self.gguf.add_bos,
             media_marker=MARKER if self.mmproj is not None else None,
             reasoning=self.reasoning,
+            thinking=self.thinking,
         )
 
     def _tokenize(self, text: str) -> list[int]:
