@@ -20,7 +20,11 @@ Entry = tuple[str | None, str]
 
 MEANINGS: dict[str, dict[str, Entry]] = {
     "server": {
-        "host": (None, "interface to listen on"),
+        "host": (
+            None,
+            'interface to listen on; several comma-separated (`"127.0.0.1,::1"`, as llama-server\'s '
+            "`--host`) with `workers = 1`",
+        ),
         "port": (None, "port"),
         "api_key": (
             "none",

@@ -257,7 +257,7 @@ def main(argv: list[str]) -> None:
         print(f"fake llama-server: {note}", file=sys.stderr)
     print(f"fake llama-server: {config.read_text()}", file=sys.stderr, flush=True)
     command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
-    command += ["--host", options.host.split(",")[0], "--port", str(options.port)]
+    command += ["--host", options.host, "--port", str(options.port)]  # "a,b": both addresses
     os.execv(sys.executable, command)
 
 
