@@ -102,15 +102,6 @@ class SamplingParams:
     repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    max_tokens: int | None = None
-    logprobs: bool = False
-    top_logprobs: int | None = None
-    n: int = 1
-    # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
-    # -inf (llama-server's `false`) or -100 bans the token.
-    logit_bias: dict[int, float] = field(default_factory=dict)
     # llama.cpp's further samplers (llama-server's names; None: off / llama.cpp's default):
     # DRY (penalises extending a repeated sequence), XTC (excludes the top choices), top-n-sigma,
     # and mirostat 1 or 2 (in place of the top-k/top-p/min-p chain).
@@ -125,6 +116,15 @@ class SamplingParams:
     mirostat: int = 0  # 0: off, 1 or 2: that version
     mirostat_tau: float | None = None
     mirostat_eta: float | None = None
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+    max_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = None
+    n: int = 1
+    # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
+    # -inf (llama-server's `false`) or -100 bans the token.
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,6 @@ value always wins."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from sluicegate.core.errors import SluicegateError
@@ -14,12 +13,34 @@ from sluicegate.core.request import SamplingParams
 from sluicegate.core.validation import INT32_MAX, Fields, sampling_fields
 from sluicegate.engines.base import ConfigError
 
-# The keys a `sampling` table takes: the sampling fields every dialect reads, and the limit.
+# The keys a `sampling` table takes: the sampling fields every dialect reads, and the limit
+# (listed: a field added to SamplingParams is not a model default until it is named here).
 _UNSET = SamplingParams()
 KEYS = frozenset(
-    f.name
-    for f in dataclasses.fields(SamplingParams)
-    if f.name not in ("stop", "logprobs", "top_logprobs", "n", "logit_bias")
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "typical_p",
+        "repeat_penalty",
+        "repeat_last_n",
+        "presence_penalty",
+        "frequency_penalty",
+        "seed",
+        "max_tokens",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "dry_penalty_last_n",
+        "dry_sequence_breakers",
+        "xtc_probability",
+        "xtc_threshold",
+        "top_n_sigma",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+    }
 )
 
 

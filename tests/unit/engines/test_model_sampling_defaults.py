@@ -72,3 +72,11 @@ def test_props_show_the_models_defaults() -> None:
     defaults = parse("m", {"seed": 42, "temperature": 0.0, "max_tokens": 64})
     params = props_body(**common, defaults=defaults)["default_generation_settings"]["params"]  # type: ignore[arg-type]
     assert (params["seed"], params["temperature"], params["n_predict"]) == (42, 0.0, 64)
+
+
+def test_every_key_is_a_sampling_field() -> None:
+    import dataclasses
+
+    from sluicegate.engines.model_defaults import KEYS
+
+    assert {f.name for f in dataclasses.fields(SamplingParams)} >= KEYS
