@@ -246,7 +246,9 @@ class LlamaCppEngine(Engine):
 
     # --- requests --------------------------------------------------------------------------
 
-    def render_prompt(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
+    def render_prompt(
+        self, request: ChatRequest, messages: list[Message] | None = None, *, generation_prompt: bool = True
+    ) -> str:
         """The prompt text this engine decodes for the request (`sluicegate models render`)."""
         return render_request(
             self.prompt_template,
@@ -258,6 +260,7 @@ class LlamaCppEngine(Engine):
             media_marker=MARKER if self.mmproj is not None else None,
             reasoning=self.reasoning,
             thinking=self.thinking,
+            generation_prompt=generation_prompt,
         )
 
     def _tokenize(self, text: str) -> list[int]:
@@ -283,8 +286,8 @@ class LlamaCppEngine(Engine):
         check_ids(tokens, self.gguf.vocab_size, "tokens")
         return pieces(self._tokenizer().vocab, tokens)
 
-    def apply_template(self, request: ChatRequest) -> str | None:
-        return self.render_prompt(request)
+    def apply_template(self, request: ChatRequest, *, generation_prompt: bool = True) -> str | None:
+        return self.render_prompt(request, generation_prompt=generation_prompt)
 
     def chat_template(self) -> str | None:
         return self.prompt_template

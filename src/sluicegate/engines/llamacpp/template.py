@@ -284,6 +284,7 @@ def render_request(
     media_marker: str | None = None,
     reasoning: ReasoningStyle | None = None,
     thinking: bool | None = None,
+    generation_prompt: bool = True,
 ) -> str:
     """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
     unless `tool_choice` is "none", its reasoning effort as the template's thinking switch
@@ -319,7 +320,7 @@ def render_request(
         generation_prompt = prompt[len(bare) :] if prompt.startswith(bare) else ""
         prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=writes_channels(source))
     else:
-        prompt = render(messages)
+        prompt = render(messages, add_generation_prompt=generation_prompt)
     # The tokenizer adds the BOS token itself: one the template wrote would be a second
     # (llama.cpp's common_chat_template_direct_apply drops it the same way).
     if add_bos and bos_token and prompt.startswith(bos_token):

@@ -63,3 +63,15 @@ def test_a_file_of_that_name_wins_and_an_unknown_name_lists_the_built_ins(tmp_pa
     assert template_source("chatml", tmp_path) == "{{ 'mine' }}"
     with pytest.raises(ConfigError, match=r"built-in templates: .*command-r"):
         template_source("no-such-template", tmp_path)
+
+
+def test_without_the_generation_prompt() -> None:
+    """llama-server's `/apply-template` with `add_generation_prompt: false` after a user turn."""
+    request = ChatRequest(model="m", messages=[Message("user", "hi")])
+    assert (
+        render_request(SWITCHED, request, bos_token="", eos_token="")
+        == "<|user|>hi<|assistant|><think>\n</think>"
+    )
+    assert (
+        render_request(SWITCHED, request, bos_token="", eos_token="", generation_prompt=False) == "<|user|>hi"
+    )
