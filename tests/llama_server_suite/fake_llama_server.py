@@ -61,6 +61,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("--slot-save-path")
     p.add_argument("-n", "--n-predict", type=int)
+    p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
 
@@ -201,7 +202,8 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
     # llama-server answers every origin unless told otherwise, and serves its one model under
     # any name: both are settings in Sluicegate, set where this version has them.
     if "cors_origins" in known:
-        origins = options.cors_origins or "*"
+        # llama-server's default is every origin, but only this machine's once --tools is on
+        origins = options.cors_origins or ("localhost" if options.tools else "*")
         table["cors_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if "default_model" in known and model is not None:
         table["default_model"] = model["id"]
