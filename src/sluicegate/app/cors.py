@@ -56,18 +56,18 @@ class CORSMiddleware:
     async def _preflight(self, scope: Scope, send: Send, origin: bytes) -> None:
         headers = [
             *_allow(origin),
-            (b"Access-Control-Allow-Methods", ALLOWED_METHODS),
-            (b"Access-Control-Max-Age", PREFLIGHT_MAX_AGE),
+            (b"access-control-allow-methods", ALLOWED_METHODS),
+            (b"access-control-max-age", PREFLIGHT_MAX_AGE),
             (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
             (b"content-length", b"0"),
         ]
         if asked := request_header(scope, b"access-control-request-headers"):
             headers.append(
-                (b"Access-Control-Allow-Headers", asked)
+                (b"access-control-allow-headers", asked)
             )  # whatever it asks: the key check still runs
         if request_header(scope, b"access-control-request-private-network") == b"true":
             headers.append(
-                (b"Access-Control-Allow-Private-Network", b"true")
+                (b"access-control-allow-private-network", b"true")
             )  # a public page calling localhost
         # 200, as llama-server answers (a browser takes any 2xx; some old clients want 200)
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -99,16 +99,14 @@ def request_header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def _allow(origin: bytes) -> list[tuple[bytes, bytes]]:
-    # Header names in their usual case (HTTP/1.1 sends them as given): clients that read headers
-    # into a plain dict (llama.cpp's server tests do) find them as llama-server writes them.
     # The origin itself (with `Vary: Origin`), so a cache never hands one origin's answer to
     # another. No credentials: keys travel in a header the page sets, never in cookies.
-    return [(b"Access-Control-Allow-Origin", origin)]
+    return [(b"access-control-allow-origin", origin)]
 
 
 def _adding(send: Send, origin: bytes) -> Send:
     """`send`, with the CORS headers added to the response's head."""
-    extra = [*_allow(origin), (b"Access-Control-Expose-Headers", EXPOSED), (b"vary", b"Origin")]
+    extra = [*_allow(origin), (b"access-control-expose-headers", EXPOSED), (b"vary", b"Origin")]
 
     async def send_with_cors(message: Message) -> None:
         if message["type"] == "http.response.start":
