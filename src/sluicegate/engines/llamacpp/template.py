@@ -317,8 +317,8 @@ def render_request(
         # it does not have), then the message itself, left open.
         *head, last = messages
         prompt, bare = render(head), render(head, add_generation_prompt=False)
-        generation_prompt = prompt[len(bare) :] if prompt.startswith(bare) else ""
-        prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=writes_channels(source))
+        opener = prompt[len(bare) :] if prompt.startswith(bare) else ""  # the generation prompt
+        prompt = continuation(prompt, opener, last, reasoning, harmony=writes_channels(source))
     else:
         prompt = render(messages, add_generation_prompt=generation_prompt)
     # The tokenizer adds the BOS token itself: one the template wrote would be a second
