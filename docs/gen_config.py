@@ -20,7 +20,11 @@ Entry = tuple[str | None, str]
 
 MEANINGS: dict[str, dict[str, Entry]] = {
     "server": {
-        "host": (None, "interface to listen on"),
+        "host": (
+            None,
+            'interface to listen on; several comma-separated (`"127.0.0.1,::1"`, as llama-server\'s '
+            "`--host`) with `workers = 1`",
+        ),
         "port": (None, "port"),
         "api_key": (
             "none",
@@ -143,7 +147,9 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "cors_origins": (
             "none",
             'origins (`"http://localhost:5173"`) whose pages may call the server from a browser; '
-            '`"*"`: any. Preflights (`OPTIONS`) are answered before the API-key check (browsers send '
+            '`"*"`: any; `"localhost"`: a page on this machine, any scheme and port (a loopback host: '
+            "`localhost`, `127.0.0.1`, `[::1]`; llama-server's `--cors-origins localhost`). Preflights "
+            "(`OPTIONS`) are answered before the API-key check (browsers send "
             "no key on them); every answer to an allowed origin, streams and errors included, carries "
             "`Access-Control-Allow-Origin`. Other origins get no CORS headers, so the browser refuses them",
         ),
@@ -294,6 +300,15 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
             "order the file declares them. A served id always means itself",
         ),
+        "sampling": (
+            "none",
+            "default sampling for requests that leave it unset, by the request fields' names and "
+            "limits: `{ temperature = 0.7, max_tokens = 512, top_k = 20 }` (also `top_p`, `min_p`, "
+            "`typical_p`, `repeat_penalty`, `repeat_last_n`, `presence_penalty`, "
+            "`frequency_penalty`, `seed`, and llama.cpp's DRY, XTC, `top_n_sigma` and mirostat "
+            "fields): llama-server's `--temp`/`--n-predict`, Ollama's Modelfile `PARAMETER`s. A "
+            "request's own value wins",
+        ),
     },
     "llamacpp": {
         "path": ("required", "the GGUF file"),
@@ -321,7 +336,18 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "how tool calls are written: see [Parsing](parsing.md)",
         ),
         "reasoning": ("from the chat template", "`think` or `none`"),
-        "chat_template": ("the GGUF's", "a Jinja file, or the template text"),
+        "thinking": (
+            '`"auto"`',
+            'the template\'s thinking switch (`enable_thinking`) for requests that set no reasoning effort: `"on"`, '
+            '`"off"`, or `"auto"` (on for a model that reasons, as llama.cpp passes it); llama-server\'s '
+            "`--reasoning`. A request's `reasoning_effort` (or `think`) wins",
+        ),
+        "chat_template": (
+            "the GGUF's",
+            "a Jinja file, the template text, or the name of one of llama.cpp's built-in templates "
+            "(`chatml`, `llama3`, `gemma`, `phi3`, `mistral-v7`, `command-r`, `granite`), as "
+            "llama-server's `--chat-template NAME`",
+        ),
         "parallel": (
             "`1`; with `batching`, from the KV budget (at most 4)",
             "without `batching`: instances; with it: sequences of one context",

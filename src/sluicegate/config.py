@@ -81,6 +81,7 @@ engine = "scripted"
 script = "script.yaml"          # relative to this file's folder
 ttl = 600                       # optional: this model's idle TTL when JIT-loaded
 aliases = ["gpt-*"]             # optional: other names (globs) requests may use for it
+sampling = { temperature = 0.7 } # optional: defaults for what a request leaves unset
 ```
 """
 
@@ -339,9 +340,10 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             data_dir = Path(value).expanduser()
             settings.data_dir = data_dir if data_dir.is_absolute() else settings.base_dir / data_dir
         elif key == "cors_origins":
-            if not all(isinstance(o, str) and (o == "*" or "://" in o) for o in value):
+            if not all(isinstance(o, str) and (o in ("*", "localhost") or "://" in o) for o in value):
                 raise ConfigError(
-                    f'{source}: [server].cors_origins must list origins like "http://localhost:5173", or "*"'
+                    f"{source}: [server].cors_origins must list origins like "
+                    '"http://localhost:5173", "localhost" (any port on this machine) or "*"'
                 )
             settings.cors_origins = list(value)
         elif key == "default_model" and not value:

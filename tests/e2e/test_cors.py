@@ -38,7 +38,7 @@ def test_preflight_needs_no_key(allowing: Server, page_origin: str) -> None:
             "Access-Control-Request-Headers": "authorization, content-type",
         },
     )
-    assert response.status_code == 204
+    assert response.status_code == 200
     assert response.headers["access-control-allow-origin"] == page_origin
     assert response.headers["access-control-allow-headers"] == "authorization, content-type"
 
@@ -77,5 +77,6 @@ def test_another_origin_gets_none(allowing: Server, refusing: Server, page_origi
             server.base_url + "/v1/chat/completions",
             headers={"Origin": origin, "Access-Control-Request-Method": "POST"},
         )
-        assert response.status_code in (401, 405)  # what the server answered before CORS existed
+        # with CORS on, an empty 200 (llama-server's); off, what the server answered before CORS
+        assert response.status_code in ((200,) if server is allowing else (401, 405))
         assert "access-control-allow-origin" not in response.headers

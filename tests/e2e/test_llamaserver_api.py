@@ -99,6 +99,10 @@ def test_apply_template(server: Server) -> None:
         and "Hello there" in prompt
         and prompt.index("Be brief.") < prompt.index("Hello")
     )
+    # llama-server's add_generation_prompt: false after a user turn: the turns alone
+    bare = post(server, "/apply-template", {"messages": messages, "add_generation_prompt": False}).json()
+    assert prompt.startswith(bare["prompt"]) and len(bare["prompt"]) < len(prompt)
+    assert "Hello there" in bare["prompt"]
 
 
 def test_slots_listed(server: Server) -> None:

@@ -49,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--chat-template")
     p.add_argument("--chat-template-file")
     p.add_argument("--reasoning-format")
+    p.add_argument("-rea", "--reasoning")
     p.add_argument("--cors-origins")
     p.add_argument("--spec-type")
     p.add_argument("--spec-draft-n-max", type=int)
@@ -59,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cont-batching", action="store_true")
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("--slot-save-path")
+    p.add_argument("-n", "--n-predict", type=int)
+    p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
 
@@ -109,10 +112,12 @@ def model_table(
     if options.no_cont_batching:
         table["batching"] = False
     template = options.chat_template_file or options.chat_template
-    if template and ("{" in template or Path(template).is_file()):
-        table["chat_template"] = template
-    elif template:
-        notes.append(f"--chat-template {template}: llama.cpp's built-in template names are not known")
+    if template and ("{" in template or Path(template).is_file() or template in _builtin_templates()):
+        table["chat_template"] = template  # Jinja, a file, or a built-in template's name
+    elif template:  # llama-server reads any other text as a Jinja template with no tags
+        table["chat_template"] = "{#- the text as it is -#}" + template
+    reasoning = _reasoning(options, notes)
+    table.update(reasoning)
     if options.model_draft:
         table["draft_model"] = options.model_draft
         if options.spec_draft_n_max:
@@ -121,12 +126,60 @@ def model_table(
             table["draft_min"] = min(options.spec_draft_n_min, table.get("draft_max", 16))
     elif options.spec_type and "ngram" in options.spec_type:
         table["speculative"] = "ngram"
+    sampling = _sampling(options)
+    if sampling and "sampling" in _model_keys():
+        table["sampling"] = sampling
+    elif sampling:
+        notes.append("--temp/--n-predict: no per-model sampling defaults in this Sluicegate")
     if options.lora:
         if "lora" in _llamacpp_keys():
             table["lora"] = [str(Path(f).resolve()) for f in options.lora]
         else:
             notes.append("--lora: LoRA adapters are not supported")
     return table, notes
+
+
+def _reasoning(options: argparse.Namespace, notes: list[str]) -> dict[str, Any]:
+    """`--reasoning on|off|auto` as the model's `thinking`; `--reasoning-format none` (thoughts
+    left in the content) as `reasoning = "none"`."""
+    table: dict[str, Any] = {}
+    if options.reasoning is not None:
+        value = {"1": "on", "true": "on", "0": "off", "false": "off"}.get(
+            options.reasoning, options.reasoning
+        )
+        if "thinking" in _llamacpp_keys() and value in ("on", "off", "auto"):
+            table["thinking"] = value
+        else:
+            notes.append(f"--reasoning {options.reasoning}: not mapped")
+    if options.reasoning_format == "none":
+        table["reasoning"] = "none"
+    return table
+
+
+def _builtin_templates() -> frozenset[str]:
+    try:
+        from sluicegate.engines.llamacpp.fallback_templates import BUILTIN
+    except ImportError:
+        return frozenset()
+    return frozenset(BUILTIN)
+
+
+def _sampling(options: argparse.Namespace) -> dict[str, Any]:
+    """llama-server's server-wide sampling defaults, as the model's `sampling` table."""
+    sampling: dict[str, Any] = {}
+    if options.temp is not None:
+        sampling["temperature"] = max(0.0, min(2.0, options.temp))  # llama-server: <= 0 is greedy
+    if options.n_predict is not None and options.n_predict > 0:  # -1: until the model stops
+        sampling["max_tokens"] = options.n_predict
+    if options.seed is not None and options.seed >= 0:  # the seed of requests that give none
+        sampling["seed"] = options.seed
+    return sampling
+
+
+def _model_keys() -> tuple[str, ...]:
+    from sluicegate.engines.lookup import MODEL_KEYS
+
+    return MODEL_KEYS
 
 
 def _llamacpp_keys() -> frozenset[str]:
@@ -149,7 +202,8 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
     # llama-server answers every origin unless told otherwise, and serves its one model under
     # any name: both are settings in Sluicegate, set where this version has them.
     if "cors_origins" in known:
-        origins = options.cors_origins or "*"
+        # llama-server's default is every origin, but only this machine's once --tools is on
+        origins = options.cors_origins or ("localhost" if options.tools else "*")
         table["cors_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if "default_model" in known and model is not None:
         table["default_model"] = model["id"]
@@ -167,6 +221,8 @@ def _toml(value: Any) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
@@ -203,7 +259,7 @@ def main(argv: list[str]) -> None:
         print(f"fake llama-server: {note}", file=sys.stderr)
     print(f"fake llama-server: {config.read_text()}", file=sys.stderr, flush=True)
     command = [sys.executable, "-m", "sluicegate", "serve", "--config", str(config)]
-    command += ["--host", options.host.split(",")[0], "--port", str(options.port)]
+    command += ["--host", options.host, "--port", str(options.port)]  # "a,b": both addresses
     os.execv(sys.executable, command)
 
 

@@ -149,7 +149,7 @@ def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyP
         ("[server]\nworkers = 0\n", "[server].workers must be at least 1"),
         ("[server]\nmodels_dir = 3\n", "[server].models_dir has the wrong type (int)"),
         ('[server]\ncors_origins = "*"\n', "[server].cors_origins has the wrong type (str)"),
-        ('[server]\ncors_origins = ["localhost"]\n', "cors_origins must list origins"),
+        ('[server]\ncors_origins = ["example.com"]\n', "cors_origins must list origins"),
     ],
 )
 def test_bad_config_raises_config_error(tmp_path: Path, text: str, fragment: str) -> None:
@@ -337,8 +337,8 @@ def test_log_flags_override_the_file(tmp_path: Path) -> None:
 
 def test_cors_origins(tmp_path: Path) -> None:
     assert load_settings(env={}).cors_origins == []
-    path = write_config(tmp_path, '[server]\ncors_origins = ["http://localhost:5173", "*"]\n')
-    assert load_settings(path, env={}).cors_origins == ["http://localhost:5173", "*"]
+    path = write_config(tmp_path, '[server]\ncors_origins = ["http://localhost:5173", "*", "localhost"]\n')
+    assert load_settings(path, env={}).cors_origins == ["http://localhost:5173", "*", "localhost"]
 
 
 def test_teams_declare_shared_limits_and_a_budget(tmp_path: Path) -> None:

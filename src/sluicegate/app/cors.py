@@ -9,6 +9,7 @@ an allowed `Origin` passes through untouched, and a stream's body frames never p
 from __future__ import annotations
 
 from collections.abc import Awaitable, Iterable
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,6 +17,9 @@ ALLOWED_METHODS = b"GET, POST, PUT, PATCH, DELETE, OPTIONS"
 PREFLIGHT_MAX_AGE = b"600"  # seconds a browser may reuse a preflight's answer
 # Headers a page's script may read besides the CORS-safelisted ones: all of ours are harmless.
 EXPOSED = b"*"
+# llama-server's keyword: any origin on this machine (a loopback host, any scheme and port).
+LOCALHOST = "localhost"
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
 def normal_origin(origin: str) -> str:
@@ -30,18 +34,22 @@ class CORSMiddleware:
         self.app = app
         listed = [normal_origin(o) for o in origins]
         self.any = "*" in listed
-        self.origins = frozenset(o.encode("latin-1") for o in listed if o != "*")
+        self.local = LOCALHOST in listed
+        self.origins = frozenset(o.encode("latin-1") for o in listed if o not in ("*", LOCALHOST))
 
     def allowed(self, origin: bytes) -> bool:
-        return self.any or origin.rstrip(b"/").lower() in self.origins
+        return self.any or origin.rstrip(b"/").lower() in self.origins or (self.local and _is_local(origin))
 
     def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
-        if scope["type"] != "http" or not (self.any or self.origins):
+        if scope["type"] != "http" or not (self.any or self.local or self.origins):
             return self.app(scope, receive, send)
         origin = request_header(scope, b"origin")
+        preflight = scope["method"] == "OPTIONS" and request_header(scope, b"access-control-request-method")
         if origin is None or not self.allowed(origin):
+            if preflight and origin is not None:  # answered alike on every path, as llama-server does
+                return _refused_preflight(send)
             return self.app(scope, receive, send)  # no CORS headers: the browser refuses it
-        if scope["method"] == "OPTIONS" and request_header(scope, b"access-control-request-method"):
+        if preflight:
             return self._preflight(scope, send, origin)
         return self.app(scope, receive, _adding(send, origin))
 
@@ -61,8 +69,26 @@ class CORSMiddleware:
             headers.append(
                 (b"access-control-allow-private-network", b"true")
             )  # a public page calling localhost
-        await send({"type": "http.response.start", "status": 204, "headers": headers})
+        # 200, as llama-server answers (a browser takes any 2xx; some old clients want 200)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
+
+
+async def _refused_preflight(send: Send) -> None:
+    """A preflight from an origin not allowed: an empty 200 without CORS headers, so the browser
+    refuses the call it asks about."""
+    headers = [(b"content-length", b"0"), (b"vary", b"Origin")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _is_local(origin: bytes) -> bool:
+    """An origin whose host is this machine's loopback name or address (`localhost.evil.com`
+    and `notlocalhost` are not)."""
+    try:
+        return urlsplit(origin.decode("latin-1")).hostname in LOOPBACK_HOSTS
+    except ValueError:  # a malformed origin (a bad IPv6 literal): not local
+        return False
 
 
 def request_header(scope: Scope, name: bytes) -> bytes | None:

@@ -58,6 +58,8 @@ def check_workers(settings: Settings, registry: Registry) -> None:
             "share stored responses, background runs and their cancels through it (a SQLite file "
             "belongs to one server process)"
         )
+    if len(hosts(settings)) > 1:
+        raise ConfigError("[server].workers > 1 listens on one host; list several hosts with workers = 1")
     local = sorted(model.id for model in registry.models.values() if model.engine.holds_weights)
     if local:
         raise ConfigError(
@@ -92,11 +94,28 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     }
 
 
+def hosts(settings: Settings) -> list[str]:
+    """The addresses to listen on: `host` may list several, comma-separated (llama-server's
+    `--host 127.0.0.1,::1`)."""
+    return [h.strip() for h in settings.host.split(",") if h.strip()] or ["127.0.0.1"]
+
+
+def address_list(settings: Settings) -> str:
+    """`http://host:port` of each address, for the startup line."""
+    return ", ".join(f"http://{f'[{h}]' if ':' in h else h}:{settings.port}" for h in hosts(settings))
+
+
 def serve_one(app: Starlette, settings: Settings) -> None:
     import uvicorn
 
     settle_garbage_collector()
-    uvicorn.run(app, **uvicorn_options(settings))
+    options, addresses = uvicorn_options(settings), hosts(settings)
+    if len(addresses) == 1:
+        uvicorn.run(app, **{**options, "host": addresses[0]})
+        return
+    # One server on a socket per address (uvicorn binds one host itself).
+    sockets = [uvicorn.Config(app, **{**options, "host": host}).bind_socket() for host in addresses]
+    uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=sockets)
 
 
 def serve_workers(settings: Settings) -> None:

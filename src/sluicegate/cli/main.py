@@ -74,7 +74,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _serve(settings: Settings) -> int:
     from sluicegate.app.factory import create_app
-    from sluicegate.app.serving import check_workers, serve_one, serve_workers
+    from sluicegate.app.serving import address_list, check_workers, serve_one, serve_workers
 
     configure_logging(settings.log_level, settings.log_format)
     from sluicegate.engines.model_files import ensure_demo_model
@@ -90,7 +90,7 @@ def _serve(settings: Settings) -> int:
     check_workers(settings, registry)
     workers = f", {settings.workers} workers" if settings.workers > 1 else ""
     print(
-        f"Sluicegate {__version__} on http://{settings.host}:{settings.port}{workers}  models: {', '.join(registry.models)}",
+        f"Sluicegate {__version__} on {address_list(settings)}{workers}  models: {', '.join(registry.models)}",
         flush=True,
     )
     if settings.workers > 1:

@@ -102,6 +102,20 @@ class SamplingParams:
     repeat_last_n: int | None = None  # tokens the penalties look back over; -1: the whole context
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    # llama.cpp's further samplers (llama-server's names; None: off / llama.cpp's default):
+    # DRY (penalises extending a repeated sequence), XTC (excludes the top choices), top-n-sigma,
+    # and mirostat 1 or 2 (in place of the top-k/top-p/min-p chain).
+    dry_multiplier: float | None = None  # 0: off
+    dry_base: float | None = None
+    dry_allowed_length: int | None = None
+    dry_penalty_last_n: int | None = None  # -1: the whole context; 0: off
+    dry_sequence_breakers: list[str] | None = None
+    xtc_probability: float | None = None  # 0: off
+    xtc_threshold: float | None = None
+    top_n_sigma: float | None = None  # <= 0: off
+    mirostat: int = 0  # 0: off, 1 or 2: that version
+    mirostat_tau: float | None = None
+    mirostat_eta: float | None = None
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
     max_tokens: int | None = None

@@ -222,7 +222,39 @@ def sampling_fields(f: Fields) -> SamplingParams:
     s.presence_penalty = f.number("presence_penalty", low=-2, high=2)
     s.frequency_penalty = f.number("frequency_penalty", low=-2, high=2)
     s.seed = f.integer("seed")
+    _llama_samplers(f, s)
     return s
+
+
+MAX_DRY_BREAKERS = 64  # llama.cpp's DRY sampler looks each one up in the vocabulary
+
+
+def _llama_samplers(f: Fields, s: SamplingParams) -> None:
+    """llama.cpp's further samplers, by llama-server's names (Ollama's options share the
+    mirostat ones): DRY, XTC, top-n-sigma and mirostat."""
+    s.dry_multiplier = f.number("dry_multiplier", low=0, high=MAX_REPEAT_PENALTY)
+    s.dry_base = f.number("dry_base", low=0, high=MAX_REPEAT_PENALTY)
+    s.dry_allowed_length = f.integer("dry_allowed_length", low=0, high=INT32_MAX)
+    s.dry_penalty_last_n = f.integer("dry_penalty_last_n", low=-1, high=INT32_MAX)
+    breakers = f.array("dry_sequence_breakers")
+    if breakers is not None:
+        if (
+            not breakers
+            or len(breakers) > MAX_DRY_BREAKERS
+            or not all(isinstance(b, str) and b for b in breakers)
+        ):
+            f.fail(
+                "dry_sequence_breakers",
+                f"'dry_sequence_breakers' must be a non-empty array of at most {MAX_DRY_BREAKERS} "
+                "non-empty strings.",
+            )
+        s.dry_sequence_breakers = list(breakers)
+    s.xtc_probability = f.number("xtc_probability", low=0, high=1)
+    s.xtc_threshold = f.number("xtc_threshold", low=0, high=1)
+    s.top_n_sigma = f.number("top_n_sigma", low=-1, high=MAX_REPEAT_PENALTY)
+    s.mirostat = f.integer("mirostat", low=0, high=2) or 0
+    s.mirostat_tau = f.number("mirostat_tau", low=0, high=MAX_REPEAT_PENALTY)
+    s.mirostat_eta = f.number("mirostat_eta", low=0, high=1)
 
 
 MAX_LOGIT_BIAS = 1024  # entries in one `logit_bias`

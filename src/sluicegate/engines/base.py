@@ -320,8 +320,10 @@ class Engine(ABC):
         """Each token's bytes (special tokens as their text); a bad id is a 400."""
         return None
 
-    def apply_template(self, request: ChatRequest) -> str | None:
-        """The prompt the chat template renders for `request` (what generation would decode)."""
+    def apply_template(self, request: ChatRequest, *, generation_prompt: bool = True) -> str | None:
+        """The prompt the chat template renders for `request` (what generation would decode);
+        without `generation_prompt`, the turns alone (llama-server's `add_generation_prompt: false`
+        after a user turn)."""
         return None
 
     def chat_template(self) -> str | None:

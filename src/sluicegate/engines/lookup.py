@@ -7,6 +7,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
+from sluicegate.engines import model_defaults
 from sluicegate.engines.base import ConfigError, Engine
 from sluicegate.engines.discovery_sources import DiscoverySource
 from sluicegate.engines.models import Model
@@ -14,7 +15,7 @@ from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
 # Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
-MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases")  # aliases: engines/model_names.py
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases", "sampling")  # aliases: model_names.py
 # Built-in engines newer than an installed copy's entry points (an editable install made before
 # they were added): found by name until the next `pip install` writes their entry points.
 BUILT_IN = {
@@ -75,4 +76,5 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
         max_queue=max_queue,
         factory=lambda: cls.from_config(own, base_dir),
         ttl=None if ttl is None else float(ttl),
+        sampling=model_defaults.parse(table["id"], table.get("sampling")),
     )

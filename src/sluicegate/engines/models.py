@@ -8,7 +8,8 @@ from typing import TypeVar
 
 from sluicegate.core.checks import off_loop
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, SamplingParams
+from sluicegate.engines import model_defaults
 from sluicegate.engines.base import Engine, LoadConfig
 from sluicegate.engines.instances import Generation, Instance, InstanceHooks
 
@@ -46,8 +47,10 @@ class Model:
         max_queue: int,
         factory: Callable[[], Engine] | None = None,
         ttl: float | None = None,
+        sampling: SamplingParams | None = None,
     ) -> None:
         self.id = engine.model_id
+        self.sampling = sampling  # defaults for what a request leaves unset (model_defaults.py)
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue
         self.factory = factory
@@ -104,6 +107,7 @@ class Model:
 
     def open(self, request: ChatRequest) -> Generation:
         """Admit a request or refuse it at once; nothing here waits."""
+        model_defaults.apply(self.sampling, request.sampling)
         instance = self._admit()
         instance.engine.check(request)
         if not instance.loaded and not instance.loading:
@@ -115,6 +119,7 @@ class Model:
         (`Engine.heavy_checks`: tokenizing a long prompt, images through a projector)."""
         if not self.engine.heavy_checks:
             return self.open(request)
+        model_defaults.apply(self.sampling, request.sampling)
         instance = self._admit()
         generation = instance.generation(request)  # its queue place, from now: a burst is bounded
         try:

@@ -94,9 +94,21 @@ async def apply_template(request: Request) -> Response:
     body = await _body(request)
     name = body.get("model") if isinstance(body, dict) else None
     model = _model(request, name if isinstance(name, str) else None)
+    # `add_generation_prompt: false` after a user turn: the turns alone, as llama-server renders
+    # them (after an assistant turn it continues that turn, as in Chat Completions).
+    messages = body.get("messages") if isinstance(body, dict) else None
+    bare = (
+        isinstance(body, dict)
+        and body.get("add_generation_prompt") is False
+        and isinstance(messages, list)
+        and bool(messages)
+        and not (isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant")
+    )
+    if bare and isinstance(body, dict):
+        body = {k: v for k, v in body.items() if k != "add_generation_prompt"}
     chat, _ = parse_chat_request(body)
     chat.model = model.id
-    prompt = _engine(model).apply_template(chat)
+    prompt = _engine(model).apply_template(chat, generation_prompt=not bare)
     if prompt is None:
         raise _cannot(model, "chat template")
     return JSONResponse({"prompt": prompt})
@@ -120,6 +132,7 @@ async def props(request: Request) -> Response:
             audio=info.capabilities.audio,
             loaded=model.loaded,
             build_info=f"sluicegate {__version__}",
+            defaults=model.sampling,
         )
     )
 

@@ -50,7 +50,7 @@ def client(origins: list[str], keys: list[str] | None = None) -> TestClient:
 
 def test_preflight_is_answered_before_the_key_check() -> None:
     response = client([PAGE], keys=["sk-one"]).options("/v1/chat/completions", headers=PREFLIGHT)
-    assert response.status_code == 204
+    assert response.status_code == 200  # llama-server's status
     assert response.headers["access-control-allow-origin"] == PAGE
     assert "POST" in response.headers["access-control-allow-methods"]
     assert response.headers["access-control-allow-headers"] == "authorization, content-type"
@@ -84,11 +84,12 @@ def test_a_refused_key_is_still_readable_by_the_page() -> None:
     assert response.headers["access-control-allow-origin"] == PAGE
 
 
-@pytest.mark.parametrize("origins", [[], [PAGE]])
-def test_other_origins_get_nothing(origins: list[str]) -> None:
+@pytest.mark.parametrize(("origins", "status"), [([], 405), ([PAGE], 200), (["localhost"], 200)])
+def test_other_origins_get_nothing(origins: list[str], status: int) -> None:
     test = client(origins)
     preflight = test.options("/v1/chat/completions", headers=PREFLIGHT | {"Origin": OTHER})
-    assert preflight.status_code == 405  # as without CORS: the router's answer
+    # without CORS, the router's answer; with it, an empty 200 on every path, as llama-server's
+    assert preflight.status_code == status
     assert "access-control-allow-origin" not in preflight.headers
     simple = test.get("/v1/models", headers={"Origin": OTHER})
     assert simple.status_code == 200 and "access-control-allow-origin" not in simple.headers
@@ -103,3 +104,23 @@ def test_origins_compare_as_browsers_send_them() -> None:
     assert normal_origin(" HTTP://LocalHost:5173/ ") == "http://localhost:5173"
     test = client(["HTTP://127.0.0.1:5173/"])
     assert test.get("/v1/models", headers={"Origin": PAGE}).headers["access-control-allow-origin"] == PAGE
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("http://localhost", True),
+        ("http://localhost:8080", True),
+        ("https://127.0.0.1:3000", True),
+        ("http://[::1]:3000", True),
+        ("http://localhost.evil.com", False),
+        ("http://notlocalhost", False),
+        ("http://evil.com", False),
+        ("http://[::1", False),  # malformed: not local, and no error
+    ],
+)
+def test_localhost_allows_any_port_on_this_machine(origin: str, allowed: bool) -> None:
+    """llama-server's `--cors-origins localhost`: a loopback host, any scheme and port."""
+    response = client(["localhost"]).options("/v1/chat/completions", headers=PREFLIGHT | {"Origin": origin})
+    assert response.status_code == 200
+    assert response.headers.get("access-control-allow-origin") == (origin if allowed else None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sluicegate.core.request import SamplingParams
 from sluicegate.core.validation import Fields
 
 Json = dict[str, Any]
@@ -78,10 +79,12 @@ def props_body(
     audio: bool,
     loaded: bool,
     build_info: str,
+    defaults: SamplingParams | None = None,
 ) -> Json:
     """`GET /props`: the served model's properties; `default_generation_settings` holds what a
-    `/completion` uses when the request says nothing (llama.cpp's own defaults)."""
-    return {
+    `/completion` uses when the request says nothing: the model's `sampling` defaults (`defaults`),
+    else llama.cpp's own."""
+    body: Json = {
         "default_generation_settings": {
             "id": 0,
             "id_task": -1,
@@ -114,6 +117,23 @@ def props_body(
         "build_info": build_info,
         "is_sleeping": not loaded,
     }
+    params: Json = body["default_generation_settings"]["params"]
+    if defaults is not None:
+        for key, value in (
+            ("seed", defaults.seed),
+            ("temperature", defaults.temperature),
+            ("top_k", defaults.top_k),
+            ("top_p", defaults.top_p),
+            ("min_p", defaults.min_p),
+            ("repeat_penalty", defaults.repeat_penalty),
+            ("presence_penalty", defaults.presence_penalty),
+            ("frequency_penalty", defaults.frequency_penalty),
+            ("n_predict", defaults.max_tokens),
+            ("max_tokens", defaults.max_tokens),
+        ):
+            if value is not None:
+                params[key] = value
+    return body
 
 
 def slots_body(total: int, running: int, n_ctx: int | None) -> list[Json]:

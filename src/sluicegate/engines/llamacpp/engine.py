@@ -135,6 +135,8 @@ class LlamaCppEngine(Engine):
             self.template, self.gguf.architecture
         )
         self.reasoning = settings.reasoning if settings.reasoning_set else detect_reasoning(self.template)
+        # The thinking switch of a request that sets no effort: llama.cpp passes it on by default.
+        self.thinking = settings.thinking if settings.thinking is not None else self.reasoning is not None
         # An embedding model: said so by the config, or by a pooling type (mean, cls, last) in the GGUF.
         self.pooling: int | None = None
         # A reranker: said so by the config, or by rank pooling in the GGUF.
@@ -235,7 +237,7 @@ class LlamaCppEngine(Engine):
                 audio=self._hears,
                 logprobs=True,
                 reasoning_options=options,
-                reasoning_default="on" if reasoning else None,
+                reasoning_default=("off" if self.thinking is False else "on") if reasoning else None,
             ),
             details={
                 "type": "embedding" if embedding else "llm",
@@ -256,7 +258,9 @@ class LlamaCppEngine(Engine):
 
     # --- requests --------------------------------------------------------------------------
 
-    def render_prompt(self, request: ChatRequest, messages: list[Message] | None = None) -> str:
+    def render_prompt(
+        self, request: ChatRequest, messages: list[Message] | None = None, *, generation_prompt: bool = True
+    ) -> str:
         """The prompt text this engine decodes for the request (`sluicegate models render`)."""
         return render_request(
             self.prompt_template,
@@ -267,6 +271,8 @@ class LlamaCppEngine(Engine):
             add_bos=self.gguf.add_bos,
             media_marker=MARKER if self.mmproj is not None else None,
             reasoning=self.reasoning,
+            thinking=self.thinking,
+            generation_prompt=generation_prompt,
         )
 
     def _tokenize(self, text: str) -> list[int]:
@@ -292,8 +298,8 @@ class LlamaCppEngine(Engine):
         check_ids(tokens, self.gguf.vocab_size, "tokens")
         return pieces(self._tokenizer().vocab, tokens)
 
-    def apply_template(self, request: ChatRequest) -> str | None:
-        return self.render_prompt(request)
+    def apply_template(self, request: ChatRequest, *, generation_prompt: bool = True) -> str | None:
+        return self.render_prompt(request, generation_prompt=generation_prompt)
 
     def chat_template(self) -> str | None:
         return self.prompt_template

@@ -80,9 +80,19 @@ TRANSCRIPT = """\
 {%- if add_generation_prompt -%}{{- 'Answer:' -}}{%- endif -%}"""
 TRANSCRIPT_STOPS = ("\nQuestion:", "\nAnswer:")
 
+# CohereForAI/c4ai-command-r-plus (llama.cpp's "command-r"): each text trimmed.
+COMMAND_R = """\
+{%- set roles = {'system': 'SYSTEM', 'user': 'USER', 'assistant': 'CHATBOT'} -%}
+{%- for message in messages if message.role in roles -%}
+{{- '<|START_OF_TURN_TOKEN|><|' + roles[message.role] + '_TOKEN|>' + (message.content | trim) + '<|END_OF_TURN_TOKEN|>' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>' -}}{%- endif -%}"""
+
 # llama.cpp's built-in templates by name: these, and those a family declares (`Family.fallback`).
+# A config's `chat_template` may name one (llama-server's `--chat-template chatml`).
 BUILTIN = {
     "chatml": CHATML,
+    "command-r": COMMAND_R,
     "gemma": GEMMA,
     "llama3": LLAMA3,
     "phi3": PHI3,

@@ -42,6 +42,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import SamplingParams
+from sluicegate.engines.llamacpp import samplers
 from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
@@ -401,15 +402,23 @@ class LlamaRuntime:
 
         if sampling.logit_bias:  # first, as llama.cpp's common sampler puts it: greedy obeys it too
             add(logit_bias_sampler(self.n_vocab, sampling.logit_bias))
+        temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
+        if temperature > 0 and (picker := samplers.mirostat(sampling, self.n_vocab, seed)) is not None:
+            add(llama_cpp.llama_sampler_init_temp(temperature))  # mirostat replaces the rest
+            add(picker)
+            return chain
         repeat, frequency, presence = _penalties(sampling)
         last_n = PENALTY_LAST_N if sampling.repeat_last_n is None else sampling.repeat_last_n
         if (repeat != 1.0 or frequency or presence) and last_n:
             last_n = self.n_ctx if last_n < 0 else last_n  # -1: the whole context, as llama.cpp reads it
             add(llama_cpp.llama_sampler_init_penalties(self.n_vocab, last_n, repeat, frequency, presence))
-        temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
+        if (dry := samplers.dry(self.model.vocab, sampling, self.n_ctx)) is not None:
+            add(dry)  # before greedy too: llama.cpp's temperature 0 takes the top token after it
         if temperature <= 0:
             add(llama_cpp.llama_sampler_init_greedy())
             return chain
+        if (sigma := samplers.top_n_sigma(sampling)) is not None:
+            add(sigma)
         top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
         if top_k > 0:
             add(llama_cpp.llama_sampler_init_top_k(top_k))
@@ -425,6 +434,8 @@ class LlamaRuntime:
                 sampling.min_p if sampling.min_p is not None else DEFAULT_MIN_P, 1
             )
         )
+        if (exclude := samplers.xtc(sampling, seed)) is not None:
+            add(exclude)
         add(llama_cpp.llama_sampler_init_temp(temperature))
         add(llama_cpp.llama_sampler_init_dist(seed))
         return chain
@@ -532,7 +543,14 @@ def _greedy(sampling: SamplingParams) -> bool:
     """Whether `_sampler` makes a chain of the greedy sampler alone."""
     repeat, frequency, presence = _penalties(sampling)
     temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
-    return temperature <= 0 and repeat == 1.0 and not frequency and not presence and not sampling.logit_bias
+    return (
+        temperature <= 0
+        and repeat == 1.0
+        and not frequency
+        and not presence
+        and not sampling.logit_bias
+        and not samplers.dry_on(sampling)
+    )
 
 
 class _Samplers:

@@ -25,6 +25,7 @@ KEYS = frozenset(
         "batch_size",
         "tool_call_format",
         "reasoning",
+        "thinking",
         "chat_template",
         "parallel",
         "seed",
@@ -63,6 +64,10 @@ class LlamaCppSettings:
     tool_call_format: ToolCallFormat | None = None  # None: detected from the chat template
     reasoning: ReasoningStyle | None = None
     reasoning_set: bool = False  # whether `reasoning` came from the config (None can mean "none")
+    # The template's thinking switch (`enable_thinking`) when a request sets no reasoning effort,
+    # as llama-server's `--reasoning on|off|auto`: True, False, or None (auto: on for a model
+    # that reasons, as llama.cpp passes it).
+    thinking: bool | None = None
     chat_template: str | None = None  # None: the GGUF's own
     # Without batching: instances, each with its own weights and context. With batching:
     # sequences of one context (None: chosen from the KV-cache budget, at most 4).
@@ -83,6 +88,16 @@ class LlamaCppSettings:
     speculative: SpeculativeSettings | None = None
     # LoRA adapters loaded beside the model (lora.py), each at its starting scale.
     lora: tuple[LoraFile, ...] = ()
+
+
+THINKING = {"on": True, "off": False, "auto": None}
+
+
+def thinking_setting(value: Any) -> bool | None:
+    """`thinking = "on" | "off" | "auto"` (llama-server's `--reasoning`)."""
+    if value not in THINKING:
+        raise ValueError(f'`thinking` must be "on", "off" or "auto", not {value!r}')
+    return THINKING[value]
 
 
 def _integer(model: str, key: str, value: Any, low: int) -> int:
@@ -198,6 +213,8 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
         if "reasoning" in table:
             values["reasoning"] = reasoning_setting(_string(model, "reasoning", table["reasoning"]))
             values["reasoning_set"] = True
+        if "thinking" in table:
+            values["thinking"] = thinking_setting(table["thinking"])
     except ValueError as exc:
         raise ConfigError(f"model {model!r}: {exc}") from exc
     if "chat_template" in table:

@@ -19,6 +19,7 @@ from sluicegate.core.errors import invalid
 from sluicegate.core.json_limits import DEFAULT_MAX_JSON_DEPTH, json_depth_exceeds
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.engines.base import ConfigError
+from sluicegate.engines.llamacpp.fallback_templates import BUILTIN
 from sluicegate.engines.llamacpp.jinja_env import TemplateRaised, compile_template
 from sluicegate.engines.llamacpp.template_caps import TemplateCaps, template_caps
 from sluicegate.engines.llamacpp.template_quirks import (
@@ -36,14 +37,21 @@ EFFORT_LEVELS = ("minimal", "low", "medium", "high", "xhigh", "max")
 
 
 def template_source(value: str, base_dir: Path) -> str:
-    """A config's `chat_template`: a path to a file (relative to the config) or the template itself."""
+    """A config's `chat_template`: a path to a file (relative to the config), the name of one of
+    llama.cpp's built-in templates (`chatml`, `llama3`, ...: when no such file exists), or the
+    template itself."""
     if "{" not in value:
         path = Path(value).expanduser()
         path = path if path.is_absolute() else base_dir / path
+        if value in BUILTIN and not path.exists():
+            return BUILTIN[value]
         try:
             return path.read_text(encoding="utf-8")
         except OSError as exc:
-            raise ConfigError(f"cannot read chat_template {path}: {exc.strerror}") from exc
+            names = ", ".join(sorted(BUILTIN))
+            raise ConfigError(
+                f"cannot read chat_template {path}: {exc.strerror} (built-in templates: {names})"
+            ) from exc
     try:
         compile_template(value)
     except jinja2.TemplateSyntaxError as exc:
@@ -275,13 +283,20 @@ def render_request(
     add_bos: bool = False,
     media_marker: str | None = None,
     reasoning: ReasoningStyle | None = None,
+    thinking: bool | None = None,
+    generation_prompt: bool = True,
 ) -> str:
     """The prompt text for a request: its messages (or `messages`, a fitted subset), its tools
-    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch.
+    unless `tool_choice` is "none", its reasoning effort as the template's thinking switch
+    (`thinking` when it sets none: the model's default; None leaves the template's own).
     With `continue_final`, a last assistant message is continued, not closed (`reasoning`: the
     model's reasoning tags, where its reasoning goes)."""
     effort = request.reasoning_effort
     switch = "enable_thinking" in source
+    if effort is None:
+        thinking_on = thinking if switch else None
+    else:
+        thinking_on = effort not in ("off", "none") if switch else None
     messages = request.messages if messages is None else messages
 
     def render(turns: list[Message], add_generation_prompt: bool = True) -> str:
@@ -291,7 +306,7 @@ def render_request(
             request.tools if request.tool_choice != "none" else [],
             bos_token=bos_token,
             eos_token=eos_token,
-            enable_thinking=None if effort is None or not switch else effort not in ("off", "none"),
+            enable_thinking=thinking_on,
             reasoning_effort=effort if effort in EFFORT_LEVELS else None,
             media_marker=media_marker,
             add_generation_prompt=add_generation_prompt,
@@ -302,10 +317,10 @@ def render_request(
         # it does not have), then the message itself, left open.
         *head, last = messages
         prompt, bare = render(head), render(head, add_generation_prompt=False)
-        generation_prompt = prompt[len(bare) :] if prompt.startswith(bare) else ""
-        prompt = continuation(prompt, generation_prompt, last, reasoning, harmony=writes_channels(source))
+        opener = prompt[len(bare) :] if prompt.startswith(bare) else ""  # the generation prompt
+        prompt = continuation(prompt, opener, last, reasoning, harmony=writes_channels(source))
     else:
-        prompt = render(messages)
+        prompt = render(messages, add_generation_prompt=generation_prompt)
     # The tokenizer adds the BOS token itself: one the template wrote would be a second
     # (llama.cpp's common_chat_template_direct_apply drops it the same way).
     if add_bos and bos_token and prompt.startswith(bos_token):

@@ -106,6 +106,18 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
         ("frequency_penalty", s.frequency_penalty),
         ("seed", s.seed),
         ("max_tokens", s.max_tokens),
+        # llama.cpp's further samplers: an upstream llama-server (or vLLM, for some) reads them
+        ("dry_multiplier", s.dry_multiplier),
+        ("dry_base", s.dry_base),
+        ("dry_allowed_length", s.dry_allowed_length),
+        ("dry_penalty_last_n", s.dry_penalty_last_n),
+        ("dry_sequence_breakers", s.dry_sequence_breakers),
+        ("xtc_probability", s.xtc_probability),
+        ("xtc_threshold", s.xtc_threshold),
+        ("top_n_sigma", s.top_n_sigma),
+        ("mirostat", s.mirostat or None),
+        ("mirostat_tau", s.mirostat_tau),
+        ("mirostat_eta", s.mirostat_eta),
     ):
         if value is not None:
             body[key] = value
