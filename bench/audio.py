@@ -2,7 +2,7 @@
 
 Run from the repository root (venv active, the voice extra installed, espeak-ng on PATH):
 
-    python bench/audio.py [--rounds 3]
+    python bench/audio.py [--rounds 3] [--only overhead|engines] [--threads 2] [--beam 5]
 
 Transcription: espeak-ng speaks a paragraph (~20 s) to a WAV file; Whisper base (the PyPI
 packages `examples/voice.toml` serves, joined into one folder) transcribes it
@@ -22,7 +22,7 @@ drifting load falls on both, and Sluicegate's overhead (its RTF over the direct 
 use the same compute settings (int8, beam size 5, the same threads). The server's RSS after the
 runs is printed too.
 
-Engines (`--engines`, issue 45's choice of faster-whisper): the same Whisper base weights on
+Engines (`--only engines`; issue 45's choice of faster-whisper): the same Whisper base weights on
 faster-whisper (CTranslate2; int8 as served, and float32) and on whisper.cpp through its
 maintained binding, pywhispercpp (`pip install pywhispercpp`: a wheel with whisper.cpp built in;
 no ggml model can be downloaded here, so bench/whisper_ggml.py rewrites the CTranslate2 weights
