@@ -555,8 +555,6 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
-        if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
-            self._runtime.start_guidance()
         if settings.lora:
             try:
                 self._adapters = await loop.run_in_executor(
@@ -683,6 +681,11 @@ class LlamaCppEngine(Engine):
             prepared.pictures,
         )
         loop = asyncio.get_running_loop()
+        if grammar is not None and not runtime.guidance_ready:
+            # The grammar engine's vocabulary view, built by the first structured request (not
+            # at load: ~95 MiB for a 262k vocabulary), on a thread of its own: not the worker,
+            # where every sequence would stall for it; only this request waits.
+            await asyncio.to_thread(runtime.guidance)
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
