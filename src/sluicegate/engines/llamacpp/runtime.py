@@ -19,12 +19,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals, _logger
-from llguidance import LLTokenizer
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -48,6 +47,9 @@ from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.vision import ImageSpan, Media, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
+
+if TYPE_CHECKING:  # imported where first used (grammar.py says why)
+    from llguidance import LLTokenizer
 
 _backend_ready = False
 
