@@ -63,7 +63,12 @@ class Meter:
             return status
 
         llama_cpp.llama_decode = timed
-        for name in ("llama_get_logits_ith", "llama_sampler_sample", "llama_token_to_piece", "llama_vocab_is_eog"):
+        for name in (
+            "llama_get_logits_ith",
+            "llama_sampler_sample",
+            "llama_token_to_piece",
+            "llama_vocab_is_eog",
+        ):
             self._count(name)
 
     def _count(self, name: str) -> None:
