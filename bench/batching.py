@@ -171,7 +171,7 @@ def aggregate(
 def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
     """The config Sluicegate serves the bench model with (batching on)."""
     return (
-        f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+        f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\nidle_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
         f'path = "{gguf}"\ncontext_length = {context}\nthreads = {threads}\n'
         f"batch_size = {batch}\nbatching = true\nparallel = {parallel}\n"
     )

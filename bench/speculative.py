@@ -222,7 +222,7 @@ def main() -> int:
         env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
         env.pop("SLUICEGATE_CONFIG", None)
         base = (
-            f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+            f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\nidle_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
             f'path = "{gguf}"\ncontext_length = {args.context}\nthreads = {args.threads}\n'
             f"batch_size = {args.batch}\nparallel = 1\n"
         )
