@@ -155,7 +155,8 @@ def aggregate(
         )
     finishes = ("length", "stop") if real else ("length",)
     start = min(run.sent for run in runs)
-    end = max(run.times[-1] for run in runs)
+    # A real model's reply may be empty (an end of turn first): it ends when its request does.
+    end = max((run.times[-1] for run in runs if run.times), default=time.perf_counter())
     # Tokens, not deltas: a server may send two tokens in one delta (Sluicegate's parser holds
     # back text that could start a tool call or reasoning marker, and sends it with the next).
     tokens = sum(run.tokens for run in runs)
@@ -163,13 +164,14 @@ def aggregate(
     if bad:
         raise RuntimeError(f"replies ended with {bad}, not {finishes}")
     first = runs[0]
-    return tokens / (end - start), (first.tokens - 1) / (first.times[-1] - first.times[0]), peak[0]
+    span = first.times[-1] - first.times[0] if len(first.times) > 1 else 0.0
+    return tokens / (end - start), (first.tokens - 1) / span if span else 0.0, peak[0]
 
 
 def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
     """The config Sluicegate serves the bench model with (batching on)."""
     return (
-        f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+        f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\nidle_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
         f'path = "{gguf}"\ncontext_length = {context}\nthreads = {threads}\n'
         f"batch_size = {batch}\nbatching = true\nparallel = {parallel}\n"
     )

@@ -203,6 +203,7 @@ def main() -> int:
     parser.add_argument("--functions", type=int, default=24, help="continue: functions in the prompt")
     parser.add_argument("--predict-lines", type=int, default=300, help="predict: lines of the file edited")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="only these (repeatable)")
+    parser.add_argument("--only", action="append", help="only these servers, by name (repeatable)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill still stops the servers
     gguf = gemma_gguf()
@@ -221,7 +222,7 @@ def main() -> int:
         env = {**os.environ, "XDG_DATA_HOME": str(folder / "data")}
         env.pop("SLUICEGATE_CONFIG", None)
         base = (
-            f'[server]\nlog_level = "warning"\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
+            f'[server]\nlog_level = "warning"\n# no deadline: llama-server has none, and a loaded machine is slow\nrequest_timeout_seconds = 0\nidle_timeout_seconds = 0\n\n[[models]]\nid = "{MODEL}"\nengine = "llamacpp"\n'
             f'path = "{gguf}"\ncontext_length = {args.context}\nthreads = {args.threads}\n'
             f"batch_size = {args.batch}\nparallel = 1\n"
         )
@@ -272,6 +273,8 @@ def main() -> int:
                 "--no-jinja", "--chat-template", "gemma", *extra_args,
             ]  # fmt: skip
             targets[name] = (command, url, ref_env)
+        if args.only:
+            targets = {name: target for name, target in targets.items() if name in args.only}
         pids = {
             name: stack.enter_context(
                 serving(command, url, folder / f"{name.replace(' ', '-')}.log", target_env)

@@ -11,13 +11,15 @@ microseconds on a 32k vocabulary: bench/structured_output.py).
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 import numpy as np
-from llguidance import LLMatcher, LLTokenizer
 
 from sluicegate.core.errors import EngineFailure
+
+if TYPE_CHECKING:  # imported where first used (grammar.py says why)
+    from llguidance import LLMatcher, LLTokenizer
 
 # llama_token_data: {int32 id; float logit; float p}
 _CELL = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
@@ -32,6 +34,8 @@ def vocab_tokenizer(vocab: Any) -> LLTokenizer:
     `[TOOL_CALLS]` are literals in a tool-call grammar), as llama.cpp's own grammar sampler
     matches them; only the end-of-generation tokens are special, and they end the output where
     the grammar is complete."""
+    from llguidance import LLTokenizer
+
     n_tokens = llama_cpp.llama_vocab_n_tokens(vocab)
     buffer = ctypes.create_string_buffer(16 * 1024)
     pieces: list[bytes] = []
@@ -59,8 +63,10 @@ class GrammarSampler:
     """A compiled grammar and the request's sampler chain (which it owns and frees)."""
 
     def __init__(self, tokenizer: LLTokenizer, n_vocab: int, grammar: str, chain: Any) -> None:
+        from llguidance import LLMatcher
+
         self.chain = chain
-        self.matcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar), log_level=0)
+        self.matcher: LLMatcher = LLMatcher(tokenizer, LLMatcher.grammar_from_lark(grammar), log_level=0)
         if self.matcher.is_error():
             llama_cpp.llama_sampler_free(chain)
             raise EngineFailure(

@@ -25,7 +25,7 @@ import numpy as np
 
 from sluicegate.core.audio import Sound
 from sluicegate.core.embeddings import EmbedRequest, EmbedResult
-from sluicegate.core.errors import EngineFailure, SluicegateError, invalid
+from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.events import (
     ItemKind,
     RawBatch,
@@ -77,8 +77,8 @@ from sluicegate.engines.llamacpp.overflow import (
     policy_value,
     too_long,
 )
+from sluicegate.engines.llamacpp.pooled import embedding_inputs, normalised, rerank_inputs, run_pooled
 from sluicegate.engines.llamacpp.prediction import prediction_tokens
-from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
@@ -490,36 +490,6 @@ class LlamaCppEngine(Engine):
                     pictures.append(part.sound)
         return pictures
 
-    def _embedding_tokens(self, request: EmbedRequest) -> Iterator[list[int]]:
-        """Each input's tokens, checked (on the worker thread: 2,048 texts take a while)."""
-        for text in request.inputs:
-            if isinstance(text, list) and any(not 0 <= t < self.gguf.vocab_size for t in text):
-                raise invalid(
-                    f"Invalid 'input': token ids must be in [0, {self.gguf.vocab_size}).", param="input"
-                )
-            tokens = self._tokenize(text) if isinstance(text, str) else text
-            if len(tokens) > self.context_length:
-                raise invalid(
-                    f"An input is {len(tokens)} tokens, more than model {self.model_id!r} can embed "
-                    f"(its context is {self.context_length} tokens).",
-                    param="input",
-                    code="context_length_exceeded",
-                )
-            yield tokens
-
-    def _rerank_tokens(self, model: Any, request: RerankRequest) -> Iterator[list[int]]:
-        """Query and document as one sequence per document, checked (on the worker thread)."""
-        for index, document in enumerate(request.documents):
-            tokens = rerank_tokens(model, self.gguf.rerank_template, request.query, document)
-            if len(tokens) > self.context_length:
-                raise invalid(
-                    f"Query and document {index} are {len(tokens)} tokens, more than model "
-                    f"{self.model_id!r} can rank (its context is {self.context_length} tokens).",
-                    param="documents",
-                    code="context_length_exceeded",
-                )
-            yield tokens
-
     def _vocab(self) -> Vocabulary:
         if self._vocabulary is None:
             self._vocabulary = Vocabulary(self.settings.path)
@@ -573,8 +543,6 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
-        if self.pooling is None:  # a generating model: its grammar view, before a request waits for it
-            self._runtime.start_guidance()
         if settings.lora:
             try:
                 self._adapters = await loop.run_in_executor(
@@ -701,6 +669,11 @@ class LlamaCppEngine(Engine):
             prepared.pictures,
         )
         loop = asyncio.get_running_loop()
+        if grammar is not None and not runtime.guidance_ready:
+            # The grammar engine's vocabulary view, built by the first structured request (not
+            # at load: ~95 MiB for a 262k vocabulary), on a thread of its own: not the worker,
+            # where every sequence would stall for it; only this request waits.
+            await asyncio.to_thread(runtime.guidance)
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed
@@ -837,50 +810,27 @@ class LlamaCppEngine(Engine):
                 f"'dimensions' cannot be {request.dimensions}.",
                 param="dimensions",
             )
-        outputs, tokens = await self._pooled(lambda runtime: self._embedding_tokens(request))
+        inputs = embedding_inputs(
+            request, self._tokenize, self.gguf.vocab_size, self.context_length, self.model_id
+        )
+        outputs, tokens = await self._pooled(lambda _runtime: inputs)
         return EmbedResult([normalised(v, request.dimensions) for v in outputs], tokens)
 
     async def rerank(self, request: RerankRequest) -> RerankResult:
         """A reranker's scores: its pooled output's first value for each document."""
-        outputs, tokens = await self._pooled(lambda runtime: self._rerank_tokens(runtime.model, request))
+        template, limit, model_id = self.gguf.rerank_template, self.context_length, self.model_id
+        outputs, tokens = await self._pooled(
+            lambda runtime: rerank_inputs(request, runtime.model, template, limit, model_id)
+        )
         return RerankResult([float(v[0]) for v in outputs], tokens)
 
     async def _pooled(
         self, inputs: Callable[[LlamaRuntime], Iterator[list[int]]]
     ) -> tuple[list[np.ndarray], int]:
-        """The pooled output of each input, and their tokens, on the worker thread: tokenized
-        and checked first, then decoded one at a time. Cancelled (the client left, the deadline
-        passed), the worker stops before its next input, so the slot is free again at once."""
         runtime, executor = self._runtime, self._executor
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
-        cancelled = threading.Event()
-
-        def work() -> tuple[list[np.ndarray], int]:
-            sequences: list[list[int]] = []
-            for tokens in inputs(runtime):
-                if cancelled.is_set():
-                    raise _Cancelled
-                sequences.append(tokens)
-            outputs = []
-            for tokens in sequences:
-                if cancelled.is_set():
-                    raise _Cancelled
-                outputs.append(runtime.embed(tokens))
-            return outputs, sum(map(len, sequences))
-
-        try:
-            return await asyncio.get_running_loop().run_in_executor(executor, work)
-        except (SluicegateError, EngineFailure):
-            raise
-        except Exception as exc:
-            raise EngineFailure(f"llama.cpp failed: {exc}", code="engine_error") from exc
-        finally:
-            cancelled.set()  # a client gone: the worker stops before the next input
-
-
-class _Cancelled(Exception):
-    """The worker's way out of a task whose caller is gone (nobody reads it)."""
+        return await run_pooled(runtime, executor, inputs)
 
 
 @dataclass(slots=True)
@@ -915,16 +865,6 @@ def _with_audio_tokens(job: Job) -> Callable[[list[RawEvent]], None]:
         emit(events)
 
     return counted
-
-
-def normalised(vector: np.ndarray, dimensions: int | None) -> list[float]:
-    """L2-normalised, after truncating to `dimensions` (Matryoshka-style, as OpenAI's
-    text-embedding-3 models do)."""
-    if dimensions is not None:
-        vector = vector[:dimensions]
-    norm = float(np.linalg.norm(vector))
-    values: list[float] = (vector / norm if norm > 0 else vector).tolist()
-    return values
 
 
 def _context(runtime: LlamaRuntime, request: ChatRequest) -> int:

@@ -19,12 +19,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
 import numpy as np
 from llama_cpp import _internals, _logger
-from llguidance import LLTokenizer
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -49,6 +48,9 @@ from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.vision import ImageSpan, Media, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
+
+if TYPE_CHECKING:  # imported where first used (grammar.py says why)
+    from llguidance import LLTokenizer
 
 _backend_ready = False
 
@@ -199,7 +201,8 @@ class LlamaRuntime:
         self._eog: dict[int, bool] = {}
         self._piece_buffer = ctypes.create_string_buffer(256)
         self._guidance: LLTokenizer | None = None
-        self._guidance_build: threading.Thread | None = None
+        self._guidance_lock = threading.Lock()
+        self._closed = False
         self.projector: Projector | None = None
         if mmproj is not None:
             try:
@@ -210,36 +213,31 @@ class LlamaRuntime:
                 self.close()
                 raise
 
-    def start_guidance(self) -> None:
-        """Build the grammar engine's view of the vocabulary on a thread of its own, now that the
-        model is loaded, so the first structured request finds it ready (2.4 s for Gemma 3's 262k
-        tokens on a quiet core; the worker would otherwise stall every sequence for it)."""
-        self._guidance_build = threading.Thread(target=self._build_guidance, name="vocab-view", daemon=True)
-        self._guidance_build.start()
-
-    def _build_guidance(self) -> None:
-        try:
-            self._guidance = vocab_tokenizer(self.model.vocab)
-        except Exception:  # `guidance()` builds it again, and raises there
-            self._guidance = None
-
     def guidance(self) -> LLTokenizer:
-        """The vocabulary as the grammar engine sees it: from the build `start_guidance` began
-        (waited for if still running), else built now; then kept."""
-        if self._guidance_build is not None:
-            self._guidance_build.join()
-            self._guidance_build = None
-        if self._guidance is None:
-            self._guidance = vocab_tokenizer(self.model.vocab)
-        return self._guidance
+        """The vocabulary as the grammar engine sees it, built by the first call and then kept.
+
+        Built on demand, not at load: for Gemma 3's 262k tokens it holds ~95 MiB, which a server
+        that never sees a structured request should not carry. The engine calls this off the
+        event loop and off the worker before it hands a structured request to the scheduler
+        (`LlamaCppEngine.generate`), so only that request waits (1-2.4 s quiet for 32k-262k
+        tokens); concurrent callers wait for the one build."""
+        with self._guidance_lock:
+            if self._closed:
+                raise EngineFailure("the model was unloaded", code="model_not_loaded")
+            if self._guidance is None:
+                self._guidance = vocab_tokenizer(self.model.vocab)
+            return self._guidance
+
+    @property
+    def guidance_ready(self) -> bool:
+        return self._guidance is not None
 
     def close(self) -> None:
         """Free the projector, the batch, the context and the weights now, not whenever the GC
         gets to them."""
-        if self._guidance_build is not None:  # it reads the vocabulary about to be freed
-            self._guidance_build.join()
-            self._guidance_build = None
-        self._guidance = None  # it tokenizes through the model's vocabulary
+        with self._guidance_lock:  # a build reads the vocabulary about to be freed: wait for it
+            self._closed = True
+            self._guidance = None  # it tokenizes through the model's vocabulary
         if self.projector is not None:
             self.projector.close()
         parts: list[Any] = [self.batch, self.context, self.model]
