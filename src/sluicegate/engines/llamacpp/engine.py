@@ -51,7 +51,7 @@ from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
     FimTokens,
-    detokenize,
+    echoed,
     fim_tokens,
     prompt_tokens,
     refuse_unservable,
@@ -324,6 +324,18 @@ class LlamaCppEngine(Engine):
             raise too_long(len(tokens), n_ctx, self.model_id)
         return tokens
 
+    def _resolve_bias_text(self, request: ChatRequest) -> None:
+        """llama-server's `logit_bias` keyed by text: every token of the text (tokenized as
+        llama-server does, no special tokens) gets the bias. New dicts: `n` choices share one."""
+        sampling = request.sampling
+        if not sampling.logit_bias_text:
+            return
+        resolved = dict(sampling.logit_bias)
+        for text, bias in sampling.logit_bias_text.items():
+            for token in self.tokenize(text, add_special=False, parse_special=False) or ():
+                resolved[token] = bias
+        sampling.logit_bias, sampling.logit_bias_text = resolved, {}
+
     def _policy(self, request: ChatRequest) -> Policy:
         value = request.options.context_overflow
         return self.settings.context_overflow if value is None else policy_value(value, "context_overflow")
@@ -333,6 +345,7 @@ class LlamaCppEngine(Engine):
             self._check(request)
 
     def _check(self, request: ChatRequest) -> None:
+        self._resolve_bias_text(request)
         super().check(request)
         check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
         slot_files.pinned(request.extra, self.sequences if self.batching else 1)  # `id_slot`
@@ -693,7 +706,7 @@ class LlamaCppEngine(Engine):
             and (self.reasoning.opened_by(prompt) or request.continues_reasoning)
         )
         if raw is not None and raw.echo:  # the prompt as it was given, before what follows it
-            text = raw.text if isinstance(raw.text, str) else detokenize(runtime.model.vocab, raw.text)
+            text = raw.text if isinstance(raw.text, str) else echoed(runtime.model.vocab, raw.text)
             if text:
                 yield TextDelta(ItemKind.MESSAGE, text)
         sampling = request.sampling
