@@ -226,3 +226,12 @@ def test_a_model_without_adapters_lists_none_and_refuses_scales_in_llama_servers
         f"{server.base_url}/lora-adapters", params={"model": "chat"}, json=[{"id": 0, "scale": 1}]
     )
     assert refused.status_code == 501 and refused.json()["error"]["code"] == 501
+
+
+def test_a_prompt_past_the_context_is_llama_servers_exceed_error(server: Server) -> None:
+    response = post(server, "/completion", {"prompt": "Once upon a time " * 400, "n_predict": 4})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "exceed_context_size_error" and error["code"] == 400
+    assert error["n_ctx"] == 1024 and error["n_prompt_tokens"] > 1024
+    assert "exceeds the available context size" in error["message"]

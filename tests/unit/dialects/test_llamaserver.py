@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.errors import SluicegateError
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Event,
     Finished,
@@ -25,6 +25,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.segment import segment
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.dialect import LlamaServerDialect
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
 from sluicegate.dialects.llamaserver.request import parse_completion
@@ -236,3 +237,26 @@ async def test_timings_truncation_and_response_fields() -> None:
 def test_logit_bias_shapes(bias: Any, ids: dict[int, float], texts: dict[str, float]) -> None:
     chat, _ = parse_completion({"prompt": "x", "logit_bias": bias}, None)
     assert chat.sampling.logit_bias == ids and chat.sampling.logit_bias_text == texts
+
+
+def test_errors_in_llama_servers_shape() -> None:
+    """A prompt past the context is llama-server's `exceed_context_size_error`, with its two
+    numbers; other errors keep their type and carry no extra fields."""
+    too_long = ErrorInfo(
+        ErrorKind.INVALID_REQUEST,
+        "too long",
+        "prompt",
+        "context_length_exceeded",
+        {"n_prompt_tokens": 300, "n_ctx": 256},
+    )
+    assert llama_server_error(too_long) == {
+        "error": {
+            "code": 400,
+            "message": "too long",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 300,
+            "n_ctx": 256,
+        }
+    }
+    other = llama_server_error(ErrorInfo(ErrorKind.INVALID_REQUEST, "bad", "prompt"))
+    assert other == {"error": {"code": 400, "message": "bad", "type": "invalid_request_error"}}

@@ -321,7 +321,7 @@ class LlamaCppEngine(Engine):
         tokens = self._completion_tokens(request)
         n_ctx = self._limit(request)
         if len(tokens) >= n_ctx:
-            raise too_long(len(tokens), n_ctx, self.model_id)
+            raise too_long(len(tokens), n_ctx, self.model_id, param="prompt")
         return tokens
 
     def _resolve_bias_text(self, request: ChatRequest) -> None:
