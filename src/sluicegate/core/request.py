@@ -117,6 +117,7 @@ class SamplingParams:
     # The output's token ids wanted (llama-server's `tokens`): engines that have them put them
     # on the deltas' `TokenLogprob`s.
     token_ids: bool = False
+    ignore_eos: bool = False  # llama-server's: end-of-generation tokens are banned (-inf)
 
 
 @dataclass(slots=True)

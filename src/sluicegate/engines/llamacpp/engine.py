@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import llama_cpp
 import numpy as np
 
 from sluicegate.core.audio import Sound
@@ -164,6 +166,7 @@ class LlamaCppEngine(Engine):
         self._runtime: LlamaRuntime | None = None
         self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
+        self._eog: list[int] | None = None  # end-of-generation token ids (`ignore_eos`)
         self._executor: ThreadPoolExecutor | None = None
         # What `check` worked out, for `generate`: one per request checked and not yet run (a few
         # at once with batching), the oldest freed beyond `sequences + 1`.
@@ -328,13 +331,22 @@ class LlamaCppEngine(Engine):
         """llama-server's `logit_bias` keyed by text: every token of the text (tokenized as
         llama-server does, no special tokens) gets the bias. New dicts: `n` choices share one."""
         sampling = request.sampling
-        if not sampling.logit_bias_text:
+        if not sampling.logit_bias_text and not sampling.ignore_eos:
             return
         resolved = dict(sampling.logit_bias)
         for text, bias in sampling.logit_bias_text.items():
             for token in self.tokenize(text, add_special=False, parse_special=False) or ():
                 resolved[token] = bias
-        sampling.logit_bias, sampling.logit_bias_text = resolved, {}
+        if sampling.ignore_eos:  # as llama-server does it: every end-of-generation token banned
+            resolved.update(dict.fromkeys(self._end_tokens(), -math.inf))
+        sampling.logit_bias, sampling.logit_bias_text, sampling.ignore_eos = resolved, {}, False
+
+    def _end_tokens(self) -> list[int]:
+        """The vocabulary's end-of-generation tokens (looked up once: every id is asked)."""
+        if self._eog is None:
+            vocab = self._tokenizer().vocab
+            self._eog = [t for t in range(self.gguf.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        return self._eog
 
     def _policy(self, request: ChatRequest) -> Policy:
         value = request.options.context_overflow

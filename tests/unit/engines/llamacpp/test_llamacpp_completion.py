@@ -205,3 +205,29 @@ async def test_token_ids_come_with_the_output(plain_gguf: Path, batching: bool) 
         assert engine._tokenizer().detokenize(ids).decode() == text
     finally:
         await engine.aclose()
+
+
+async def test_ignore_eos_generates_to_the_limit(plain_gguf: Path) -> None:
+    """llama-server's `ignore_eos`: the end-of-generation tokens are banned, so a model that
+    ends its reply writes on to `max_tokens`."""
+    engine = _engine(plain_gguf)
+    await engine.load(lambda _p: None)
+    try:
+        counts = []
+        for ignore in (False, True):
+            request = _request(
+                RawPrompt("Once upon a time"), max_tokens=200, ignore_eos=ignore, temperature=1.0, seed=3
+            )
+            engine.check(request)
+            assert not request.sampling.ignore_eos  # resolved into the bias
+            finish: FinishReason | None = None
+            async for received in engine.generate(request):
+                for event in received.events if isinstance(received, RawBatch) else [received]:
+                    if isinstance(event, UsageReport):
+                        counts.append(event.usage.completion_tokens)
+                    elif isinstance(event, Finished):
+                        finish = event.reason
+            assert finish is (FinishReason.LENGTH if ignore else FinishReason.STOP)
+        assert counts[-1] == 200
+    finally:
+        await engine.aclose()
