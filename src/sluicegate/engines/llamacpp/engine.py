@@ -500,19 +500,34 @@ class LlamaCppEngine(Engine):
     def _embedding_tokens(self, request: EmbedRequest) -> Iterator[list[int]]:
         """Each input's tokens, checked (on the worker thread: 2,048 texts take a while)."""
         for text in request.inputs:
-            if isinstance(text, list) and any(not 0 <= t < self.gguf.vocab_size for t in text):
+            if isinstance(text, list) and any(
+                isinstance(t, int) and not 0 <= t < self.gguf.vocab_size for t in text
+            ):
                 raise invalid(
                     f"Invalid 'input': token ids must be in [0, {self.gguf.vocab_size}).", param="input"
                 )
-            tokens = self._tokenize(text) if isinstance(text, str) else text
+            tokens = self._tokenize(text) if isinstance(text, str) else self._mixed_tokens(text)
             if len(tokens) > self.context_length:
                 raise invalid(
-                    f"An input is {len(tokens)} tokens, more than model {self.model_id!r} can embed "
-                    f"(its context is {self.context_length} tokens).",
+                    f"An input is {len(tokens)} tokens, too large for model {self.model_id!r} to "
+                    f"embed (its context is {self.context_length} tokens).",
                     param="input",
                     code="context_length_exceeded",
                 )
             yield tokens
+
+    def _mixed_tokens(self, value: list[int] | list[int | str]) -> list[int]:
+        """Token ids as they are; a text among them tokenized where it stands (special tokens
+        only when it comes first), as llama-server's `tokenize_mixed`."""
+        out: list[int] = []
+        for index, piece in enumerate(value):
+            if not isinstance(piece, str):
+                out.append(piece)
+            elif index == 0:
+                out += self._tokenize(piece)
+            else:
+                out += self.tokenize(piece, add_special=False, parse_special=True) or []
+        return out
 
     def _rerank_tokens(self, model: Any, request: RerankRequest) -> Iterator[list[int]]:
         """Query and document as one sequence per document, checked (on the worker thread)."""
