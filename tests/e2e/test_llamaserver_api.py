@@ -235,3 +235,18 @@ def test_a_prompt_past_the_context_is_llama_servers_exceed_error(server: Server)
     assert error["type"] == "exceed_context_size_error" and error["code"] == 400
     assert error["n_ctx"] == 1024 and error["n_prompt_tokens"] > 1024
     assert "exceeds the available context size" in error["message"]
+
+
+def test_several_prompts_streamed(server: Server) -> None:
+    """Streamed, each object names its prompt's `index`; each prompt ends with its own final
+    object, and the stream just ends (no `[DONE]`, as llama-server's)."""
+    body = {"prompt": [PROMPT, "Far away"], "n_predict": 3, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server.base_url + "/completion", json=body, timeout=60.0) as response:
+        assert response.status_code == 200
+        frames = [f for f in parse_sse(response.read().decode()) if f.data is not None]
+    assert all(f.data != "[DONE]" for f in frames)
+    objects = [json.loads(f.data or "") for f in frames]
+    for index in (0, 1):
+        mine = [o for o in objects if o["index"] == index]
+        assert [o["stop"] for o in mine] == [False, False, False, True]
+        assert mine[-1]["tokens_predicted"] == 3

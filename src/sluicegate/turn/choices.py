@@ -174,7 +174,8 @@ class ChoicesRun:
                     running -= 1
                 elif frames:
                     yield frames
-            yield [*self.choices.ending(self.usage()), DONE]
+            # The dialect's own closing, once (`[DONE]`; none for llama-server's `/completion`).
+            yield [*self.choices.ending(self.usage()), *self.pipelines[0].encoder.closing()]
         finally:
             for task in tasks:
                 task.cancel()
