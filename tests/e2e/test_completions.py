@@ -77,6 +77,7 @@ def test_completion_non_streaming(sdk: openai.OpenAI) -> None:
     completion = sdk.completions.create(model="text", prompt="Once", max_tokens=64)
     assert completion.object == "text_completion" and completion.id.startswith("cmpl-")
     assert completion.model == "text"
+    assert completion.system_fingerprint is not None and completion.system_fingerprint.startswith("b")
     choice = completion.choices[0]
     assert choice.index == 0 and choice.text == CONTINUATION and choice.finish_reason == "stop"
     assert completion.usage is not None and completion.usage.completion_tokens == len(CONTINUATION.split())
@@ -111,7 +112,8 @@ def test_completion_stream_wire_shape(server: Server) -> None:
     assert [c["choices"][0]["text"] for c in chunks] == [" upon", " a", " time", ""]
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     for c in chunks:
-        assert set(c) == {"id", "object", "created", "model", "choices"}  # no usage without include_usage
+        # No usage without include_usage; the build that answered, as in the body.
+        assert set(c) == {"id", "object", "created", "model", "system_fingerprint", "choices"}
         assert set(c["choices"][0]) == {"index", "text", "logprobs", "finish_reason"}
 
 

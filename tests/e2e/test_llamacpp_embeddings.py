@@ -145,3 +145,33 @@ def test_every_route_has_the_same_embedding_limits(
     assert refused.value.status_code == 400 and says in refused.value.error
     raw = httpx.post(f"{llama_server.base_url}/api/embed", json={"model": EMBED, "input": inputs}, timeout=60)
     assert raw.status_code == 400 and set(raw.json()) == {"error"}  # Ollama's shape
+
+
+def test_llama_servers_input_shapes(llama_server: Server) -> None:
+    """llama-server's `input`: ids with texts among them (one input), `{"prompt_string"}` and
+    `{"content": [text parts]}` objects, and arrays mixing them; each text part joined is the
+    same input as the plain string. Other objects are a 400 naming `input`."""
+
+    def embed(value: object) -> httpx.Response:
+        with httpx.Client(base_url=llama_server.base_url, timeout=60.0) as client:
+            body = {"model": EMBED, "input": value, "encoding_format": "float"}
+            return client.post("/v1/embeddings", json=body)
+
+    def vectors(value: object) -> list[list[float]]:
+        response = embed(value)
+        assert response.status_code == 200, response.text
+        return [d["embedding"] for d in response.json()["data"]]
+
+    assert len(vectors([12, 34, "string", 56, 78])) == 1  # one input
+    assert len(vectors(["string1", [12, 34, 56]])) == 2
+    assert len(vectors([[12, 34, 56], [12, "string", 34, 56]])) == 2
+    both = vectors(
+        ["hello world", {"content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "world"}]}]
+    )
+    assert np.allclose(both[0], both[1], atol=1e-6)
+    assert np.allclose(vectors({"prompt_string": "hello world"})[0], both[0], atol=1e-6)
+    for bad in ({"content": "string"}, {"content": [{"type": "unknown"}]}, [{"text": "x"}]):
+        response = embed(bad)
+        assert response.status_code == 400 and response.json()["error"]["param"] == "input", bad
+    too_long = embed("This is a test " * 2000)
+    assert too_long.status_code == 400 and "too large" in too_long.json()["error"]["message"]

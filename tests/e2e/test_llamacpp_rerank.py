@@ -77,6 +77,22 @@ def test_top_n_and_documents_as_objects(rerank_server: Server) -> None:
     assert top["results"][0]["document"]["text"] == DOCUMENTS[top["results"][0]["index"]]
 
 
+def test_tei_format(rerank_server: Server) -> None:
+    """Text Embeddings Inference's request (`texts`, `return_text`) gets its bare array of
+    `{"index", "score"}`, best first, with the same scores."""
+    everything = post(rerank_server, {"model": RANKER, "query": "a fox", "documents": DOCUMENTS}).json()
+    tei = post(rerank_server, {"model": RANKER, "query": "a fox", "texts": DOCUMENTS}, "/rerank")
+    assert tei.status_code == 200, tei.text
+    expected = [{"index": r["index"], "score": r["relevance_score"]} for r in everything["results"]]
+    assert tei.json() == expected
+    top = post(
+        rerank_server,
+        {"model": RANKER, "query": "a fox", "texts": DOCUMENTS, "top_n": 2, "return_text": True},
+    ).json()
+    assert [r["index"] for r in top] == [r["index"] for r in expected[:2]]
+    assert top[0]["text"] == DOCUMENTS[top[0]["index"]]
+
+
 def test_refusals(rerank_server: Server) -> None:
     for body in (
         {"model": RANKER, "query": "q"},

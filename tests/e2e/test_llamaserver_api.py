@@ -68,6 +68,8 @@ def test_completion_streamed(server: Server) -> None:
     assert [o["tokens_predicted"] for o in tokens] == [1, 2, 3, 4, 5, 6]
     assert final["stop"] is True and final["content"] == "" and final["stop_type"] == "limit"
     assert final["tokens_predicted"] == 6 and "timings" in final and "generation_settings" in final
+    # Every streamed object names its tokens, as llama-server's do.
+    assert all(o["tokens"] and all(isinstance(t, int) for t in o["tokens"]) for o in tokens)
     # The same seed, not streamed: the same text.
     whole = post(server, "/completion", {"prompt": PROMPT, "n_predict": 6, "seed": 7}).json()
     assert "".join(o["content"] for o in tokens) == whole["content"]
@@ -77,6 +79,36 @@ def test_token_ids_as_the_prompt(server: Server) -> None:
     ids = post(server, "/tokenize", {"content": PROMPT})
     response = post(server, "/completion", {"prompt": ids.json()["tokens"], "n_predict": 3})
     assert response.status_code == 200 and response.json()["tokens_predicted"] == 3
+
+
+def test_several_prompts_mixed_prompts_and_returned_tokens(server: Server) -> None:
+    """An array of prompts is one generation each, answered as an array in order; ids and text
+    mixed are one prompt; `return_tokens` gives the output's ids."""
+    ids = post(server, "/tokenize", {"content": PROMPT}).json()["tokens"]
+    half = len(PROMPT) // 2
+    greedy = {"n_predict": 4, "temperature": 0, "return_tokens": True}
+    one = post(server, "/completion", {"prompt": PROMPT, **greedy}).json()
+    assert len(one["tokens"]) == 4 and all(isinstance(t, int) for t in one["tokens"])
+    detok = post(server, "/detokenize", {"tokens": one["tokens"]}).json()["content"]
+    assert detok == one["content"]
+    response = post(server, "/completion", {"prompt": [ids, PROMPT, {"prompt_string": PROMPT}], **greedy})
+    assert response.status_code == 200, response.text
+    answers = response.json()
+    assert [a["index"] for a in answers] == [0, 1, 2]
+    assert {a["content"] for a in answers} == {one["content"]}
+    mixed = post(server, "/completion", {"prompt": [*ids[:1], PROMPT[half:]], **greedy})
+    assert mixed.status_code == 200 and isinstance(mixed.json()["content"], str)
+
+
+def test_logit_bias_by_text_bans_it(server: Server) -> None:
+    free = post(server, "/completion", {"prompt": PROMPT, "n_predict": 8, "temperature": 0}).json()
+    word = free["content"].split()[0]  # what it writes unbiased (greedy: every time)
+    ids = post(server, "/tokenize", {"content": word}).json()["tokens"]
+    for bias in ([[word, False]], {word: -100}, [[t, False] for t in ids]):
+        body = {"prompt": PROMPT, "n_predict": 8, "temperature": 0, "logit_bias": bias}
+        answer = post(server, "/completion", body)
+        assert answer.status_code == 200, answer.text
+        assert word not in answer.json()["content"]
 
 
 def test_tokenize_and_detokenize(server: Server) -> None:
@@ -131,7 +163,8 @@ def test_props(server: Server) -> None:
     ("path", "body", "status", "fragment"),
     [
         ("/completion", {"n_predict": 3}, 400, "prompt"),
-        ("/completion", {"prompt": ["a", "b"], "n_predict": 3}, 400, "2 prompts"),
+        ("/completion", {"prompt": {"prompt_string": "a", "multimodal_data": ["aGk="]}}, 400, "multimodal"),
+        ("/completion", {"prompt": "x", "logit_bias": {"hi": 5}, "model": "chat"}, 400, "token ids only"),
         ("/completion", {"prompt": "x", "n_predict": "3"}, 400, "n_predict"),
         ("/completion", {"prompt": "x", "model": "nope"}, 404, "nope"),
         ("/tokenize", {}, 400, "content"),
@@ -197,3 +230,27 @@ def test_a_model_without_adapters_lists_none_and_refuses_scales_in_llama_servers
         f"{server.base_url}/lora-adapters", params={"model": "chat"}, json=[{"id": 0, "scale": 1}]
     )
     assert refused.status_code == 501 and refused.json()["error"]["code"] == 501
+
+
+def test_a_prompt_past_the_context_is_llama_servers_exceed_error(server: Server) -> None:
+    response = post(server, "/completion", {"prompt": "Once upon a time " * 400, "n_predict": 4})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["type"] == "exceed_context_size_error" and error["code"] == 400
+    assert error["n_ctx"] == 1024 and error["n_prompt_tokens"] > 1024
+    assert "exceeds the available context size" in error["message"]
+
+
+def test_several_prompts_streamed(server: Server) -> None:
+    """Streamed, each object names its prompt's `index`; each prompt ends with its own final
+    object, and the stream just ends (no `[DONE]`, as llama-server's)."""
+    body = {"prompt": [PROMPT, "Far away"], "n_predict": 3, "stream": True, "temperature": 0}
+    with httpx.stream("POST", server.base_url + "/completion", json=body, timeout=60.0) as response:
+        assert response.status_code == 200
+        frames = [f for f in parse_sse(response.read().decode()) if f.data is not None]
+    assert all(f.data != "[DONE]" for f in frames)
+    objects = [json.loads(f.data or "") for f in frames]
+    for index in (0, 1):
+        mine = [o for o in objects if o["index"] == index]
+        assert [o["stop"] for o in mine] == [False, False, False, True]
+        assert mine[-1]["tokens_predicted"] == 3

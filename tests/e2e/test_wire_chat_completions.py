@@ -75,6 +75,8 @@ def test_headers_and_envelope(server: Server) -> None:
     assert all(set(c["choices"][0]["delta"]) == {"content"} for c in chunks[1:-1])
     assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
     assert all(f.event is None and not f.comments for f in stream.frames)
+    # The build that answered, in every chunk: `b` first, as llama-server's clients read it.
+    assert all(c["system_fingerprint"].startswith("b") for c in chunks)
 
 
 def test_non_streaming_headers(server: Server) -> None:
@@ -86,6 +88,7 @@ def test_non_streaming_headers(server: Server) -> None:
     assert response.headers["x-sluicegate-instance"] == "chat"
     assert body["object"] == "chat.completion"
     assert set(body) >= {"id", "object", "created", "model", "choices", "usage", "system_fingerprint"}
+    assert body["system_fingerprint"].startswith("b")
 
 
 def test_include_usage_on_final_chunk_only(server: Server) -> None:

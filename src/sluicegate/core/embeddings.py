@@ -8,6 +8,7 @@ the engine returns its result; nothing travels in `ChatRequest.extra`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sluicegate.core.errors import invalid
@@ -15,9 +16,14 @@ from sluicegate.core.errors import invalid
 MAX_INPUTS = 2048  # OpenAI's limit on the number of inputs in one request, for every route
 
 
+EmbedInput = str | list[int] | list[int | str]
+
+
 @dataclass(frozen=True, slots=True)
 class EmbedRequest:
-    inputs: list[str | list[int]]  # texts, or token ids as the client sent them
+    # Texts, or token ids as the client sent them (llama-server's: ids with texts among them,
+    # each text tokenized where it stands).
+    inputs: list[EmbedInput]
     dimensions: int | None = None  # truncate to this many and renormalise
 
 
@@ -27,7 +33,7 @@ class EmbedResult:
     prompt_tokens: int
 
 
-def check_inputs(inputs: list[str | list[int]]) -> None:
+def check_inputs(inputs: Sequence[EmbedInput]) -> None:
     """The limits every embeddings route applies before a model sees the inputs (the token
     length is the engine's, by its own tokenizer): a 400 in the route's dialect."""
     if not inputs:

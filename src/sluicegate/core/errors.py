@@ -50,6 +50,9 @@ class ErrorInfo:
     message: str
     param: str | None = None
     code: str | None = None  # a more specific machine-readable code, e.g. "model_not_found"
+    # Numbers a dialect's shape may carry beside the message (llama-server's `n_prompt_tokens`
+    # and `n_ctx` for a prompt too long for the context).
+    details: dict[str, int] | None = None
 
     @property
     def status(self) -> int:
@@ -60,14 +63,22 @@ class SluicegateError(Exception):
     """An error with a place in the canonical error model; raised before a stream starts."""
 
     def __init__(
-        self, kind: ErrorKind, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        details: dict[str, int] | None = None,
     ) -> None:
         super().__init__(message)
-        self.info = ErrorInfo(kind, message, param, code)
+        self.info = ErrorInfo(kind, message, param, code, details)
 
 
-def invalid(message: str, param: str | None = None, code: str | None = None) -> SluicegateError:
-    return SluicegateError(ErrorKind.INVALID_REQUEST, message, param=param, code=code)
+def invalid(
+    message: str, param: str | None = None, code: str | None = None, details: dict[str, int] | None = None
+) -> SluicegateError:
+    return SluicegateError(ErrorKind.INVALID_REQUEST, message, param=param, code=code, details=details)
 
 
 class ConfigError(Exception):

@@ -40,6 +40,7 @@ class TopLogprob:
     token: str
     logprob: float
     bytes: list[int] | None
+    id: int | None = None  # the token id, where the engine has one (llama-server shows it)
 
 
 @dataclass(slots=True)
@@ -48,6 +49,7 @@ class TokenLogprob:
     logprob: float
     bytes: list[int] | None
     top: list[TopLogprob] = field(default_factory=list)
+    id: int | None = None  # the token id, where the engine has one (llama-server shows it)
 
 
 @dataclass(slots=True)

@@ -125,6 +125,13 @@ class SamplingParams:
     # Added to a token's logit before sampling (OpenAI's and llama-server's `logit_bias`);
     # -inf (llama-server's `false`) or -100 bans the token.
     logit_bias: dict[int, float] = field(default_factory=dict)
+    # llama-server's text keys of `logit_bias`: the engine tokenizes each (no special tokens)
+    # and biases every token of it.
+    logit_bias_text: dict[str, float] = field(default_factory=dict)
+    # The output's token ids wanted (llama-server's `tokens`): engines that have them put them
+    # on the deltas' `TokenLogprob`s.
+    token_ids: bool = False
+    ignore_eos: bool = False  # llama-server's: end-of-generation tokens are banned (-inf)
 
 
 @dataclass(slots=True)
@@ -145,7 +152,9 @@ class RawPrompt:
     suffix and extra files with its tokenizer's FIM tokens, and the model writes the middle.
     """
 
-    text: str | list[int]  # the text, or token ids as the client sent them
+    # The text, or token ids as the client sent them; llama-server's mixed prompts are token
+    # ids with texts among them (each text tokenized where it stands).
+    text: str | list[int] | list[int | str]
     suffix: str | None = None
     extra: list[FileChunk] = field(default_factory=list)
     # llama-server's infill `prompt`: text after the prefix that starts the middle (special

@@ -261,13 +261,14 @@ MAX_LOGIT_BIAS = 1024  # entries in one `logit_bias`
 BIAS_LIMIT = 100.0  # OpenAI's range: -100 bans a token, 100 all but forces it
 
 
-def logit_bias(f: Fields, key: str = "logit_bias") -> dict[int, float]:
+def logit_bias(f: Fields, key: str = "logit_bias") -> tuple[dict[int, float], dict[str, float]]:
     """OpenAI's `{"<token id>": bias}` (-100..100), or llama-server's `[[id, bias]]` where a
-    bias of `false` bans the token (-inf). Token text in place of an id is refused: the
-    tokenizer is the engine's, not the parser's."""
+    bias of `false` bans the token (-inf). Returns the biases by token id, and those keyed by
+    text (llama-server's `{"text": bias}` and `[["text", bias]]`): the engine tokenizes those,
+    the tokenizer being its own, and biases every token of the text."""
     value = f.obj.get(key)
     if value is None:
-        return {}
+        return {}, {}
     if isinstance(value, dict):
         pairs: list[Any] = list(value.items())
     elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
@@ -277,17 +278,24 @@ def logit_bias(f: Fields, key: str = "logit_bias") -> dict[int, float]:
     if len(pairs) > MAX_LOGIT_BIAS:
         f.fail(key, f"Invalid '{key}': at most {MAX_LOGIT_BIAS} tokens.")
     biases: dict[int, float] = {}
+    texts: dict[str, float] = {}
     for token, bias in pairs:
-        if isinstance(token, str) and token.isascii() and token.isdigit():
-            token = int(token)
-        if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token <= INT32_MAX:
-            f.fail(key, f"Invalid '{key}': {token!r} is not a token id (text is not accepted here).")
         if bias is False:
-            biases[token] = -math.inf
+            value = -math.inf
         elif (
             isinstance(bias, int | float) and not isinstance(bias, bool) and -BIAS_LIMIT <= bias <= BIAS_LIMIT
         ):
-            biases[token] = float(bias)
+            value = float(bias)
         else:
-            f.fail(key, f"Invalid '{key}': the bias of token {token} must be a number from -100 to 100.")
-    return biases
+            f.fail(
+                key, f"Invalid '{key}': the bias of {token!r} must be a number from -100 to 100, or false."
+            )
+        if isinstance(token, str) and token.isascii() and token.isdigit():
+            token = int(token)
+        if isinstance(token, str) and token:
+            texts[token] = value
+        elif isinstance(token, int) and not isinstance(token, bool) and 0 <= token <= INT32_MAX:
+            biases[token] = value
+        else:
+            f.fail(key, f"Invalid '{key}': {token!r} is neither a token id nor a text.")
+    return biases, texts

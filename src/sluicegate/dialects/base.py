@@ -29,7 +29,7 @@ from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import Event, ToolsListed, Usage
 from sluicegate.core.frames import Frame
 from sluicegate.core.items import ConversationInput
-from sluicegate.core.request import ChatRequest, ServerTool
+from sluicegate.core.request import ChatRequest, RawPrompt, ServerTool
 from sluicegate.core.sealing import Sealer
 from sluicegate.core.tool_selection import ToolSelection
 
@@ -139,8 +139,14 @@ class Choices(Protocol):
         """A stream's frames after every choice ended, before `closing` (the summed usage)."""
         ...
 
-    def body(self, results: Sequence[ChatResult], usage: Usage) -> Json:
-        """The non-streaming body of every choice, in order, with the summed usage."""
+    def body(self, results: Sequence[ChatResult], usage: Usage) -> Json | list[Json]:
+        """The non-streaming body of every choice, in order, with the summed usage (an array:
+        llama-server's answer to several prompts)."""
+        ...
+
+    def prompt(self, index: int) -> RawPrompt | None:
+        """Choice `index`'s own prompt (llama-server's several prompts in one request: each
+        is a generation, with the request's seed); None: the request's prompt, `seed + i`."""
         ...
 
 

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from sluicegate.core.accumulate import ChatResult
 from sluicegate.core.events import Usage
 from sluicegate.core.frames import Frame
+from sluicegate.core.request import RawPrompt
 from sluicegate.dialects.base import Encoder, EncoderContext
 
 Json = dict[str, Any]
@@ -44,6 +45,9 @@ class IndexedChoices:
 
     def ending(self, usage: Usage) -> list[Frame]:
         return [self._encoders[0].usage_chunk(usage)] if self._include_usage else []
+
+    def prompt(self, index: int) -> RawPrompt | None:
+        return None
 
     def body(self, results: Sequence[ChatResult], usage: Usage) -> Json:
         bodies = [encoder.body(result) for encoder, result in zip(self._encoders, results, strict=True)]

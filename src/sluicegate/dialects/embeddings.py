@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from sluicegate.core.embeddings import EmbedRequest, EmbedResult, check_inputs
+from sluicegate.core.embeddings import EmbedInput, EmbedRequest, EmbedResult, check_inputs
 from sluicegate.core.errors import invalid
 from sluicegate.core.validation import Fields
 
@@ -25,25 +25,48 @@ class EmbeddingsRequest:
     encoding_format: str  # "float" or "base64"
 
 
-def _is_tokens(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
-    )
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _inputs(value: Any) -> list[str | list[int]]:
+def _one(value: Any) -> EmbedInput | None:
+    """One input: a string, token ids, ids with strings among them (llama-server), or
+    llama-server's objects `{"prompt_string": ...}` and `{"content": [text parts]}`; None: not
+    one of them."""
+    if isinstance(value, dict):
+        if "prompt_string" in value and not value.get("multimodal_data"):
+            return _one(value["prompt_string"]) if not isinstance(value["prompt_string"], dict) else None
+        parts = value.get("content")
+        if (
+            isinstance(parts, list)
+            and parts
+            and all(
+                isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+                for p in parts
+            )
+        ):
+            return "".join(p["text"] for p in parts)
+        return None
     if isinstance(value, str):
-        return [value]
-    if _is_tokens(value):
-        return [list(value)]
-    if (
-        isinstance(value, list)
-        and value
-        and (all(isinstance(v, str) for v in value) or all(_is_tokens(v) for v in value))
-    ):
-        return list(value)
+        return value
+    if isinstance(value, list) and value and all(_is_id(v) or isinstance(v, str) for v in value):
+        if all(_is_id(v) for v in value):
+            return [int(v) for v in value]
+        if any(_is_id(v) for v in value):
+            return list(value)
+    return None
+
+
+def _inputs(value: Any) -> list[EmbedInput]:
+    """OpenAI's `input` (a string, token ids, or an array of either), and llama-server's
+    extensions of it; an array holding a token id is one input, as llama-server reads it."""
+    single = _one(value)
+    if single is not None:
+        return [single]
+    if isinstance(value, list) and value:
+        inputs = [_one(v) for v in value]
+        if all(i is not None for i in inputs):
+            return [i for i in inputs if i is not None]
     raise invalid(
         "Invalid 'input': expected a string, an array of strings, an array of token ids, or an "
         "array of token-id arrays (none of them empty).",

@@ -8,6 +8,8 @@ from typing import Any
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 
+CONTEXT_EXCEEDED = "context_length_exceeded"  # the canonical code (OpenAI's name)
+EXCEED_TYPE = "exceed_context_size_error"  # llama-server's type for it
 _TYPES = {
     ErrorKind.INVALID_REQUEST: "invalid_request_error",
     ErrorKind.PAYLOAD_TOO_LARGE: "invalid_request_error",
@@ -22,4 +24,6 @@ _TYPES = {
 def llama_server_error(info: ErrorInfo, status: int | None = None) -> dict[str, Any]:
     """`status`: the HTTP status when it is not the kind's own (a 405 from the router)."""
     code = info.status if status is None else status
+    if info.code == CONTEXT_EXCEEDED:  # with the two numbers, as llama-server sends them
+        return {"error": {"code": code, "message": info.message, "type": EXCEED_TYPE, **(info.details or {})}}
     return {"error": {"code": code, "message": info.message, "type": _TYPES.get(info.kind, "server_error")}}

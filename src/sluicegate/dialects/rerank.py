@@ -2,7 +2,9 @@
 
 `{"model", "query", "documents": [string | {"text"}], "top_n", "return_documents"}` →
 `{"model", "object": "list", "results": [{"index", "relevance_score"[, "document"]}], "usage"}`,
-the results best first and at most `top_n` of them.
+the results best first and at most `top_n` of them. Text Embeddings Inference's shape, which
+llama-server also answers: `"texts"` in place of `"documents"` (and `return_text`) →
+`[{"index", "score"[, "text"]}]`, best first.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class RerankBody:
     rerank: RerankRequest
     top_n: int | None
     return_documents: bool
+    tei: bool = False  # TEI's request (`texts`): a bare array of `{"index", "score"}`
 
 
 def _document(f: Fields, index: int, value: Any) -> str:
@@ -40,7 +43,8 @@ def parse_rerank_request(body: Any) -> RerankBody:
     f = Fields(body)
     model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     query = f.string("query", required=True)
-    documents = f.array("documents", required=True, non_empty=True)
+    tei = "texts" in f.obj and "documents" not in f.obj
+    documents = f.array("texts" if tei else "documents", required=True, non_empty=True)
     assert query is not None and documents is not None
     if len(documents) > MAX_DOCUMENTS:
         f.fail(
@@ -48,14 +52,23 @@ def parse_rerank_request(body: Any) -> RerankBody:
         )
     texts = [_document(f, i, d) for i, d in enumerate(documents)]
     top_n = f.integer("top_n", low=1)
-    return_documents = bool(f.boolean("return_documents"))
-    return RerankBody(model, RerankRequest(query, texts), top_n, return_documents)
+    return_documents = bool(f.boolean("return_text" if tei else "return_documents"))
+    return RerankBody(model, RerankRequest(query, texts), top_n, return_documents, tei)
 
 
-def rerank_body(request: RerankBody, ranked: RerankResult) -> dict[str, Any]:
+def rerank_body(request: RerankBody, ranked: RerankResult) -> dict[str, Any] | list[dict[str, Any]]:
     order = sorted(range(len(ranked.scores)), key=lambda i: -ranked.scores[i])
     if request.top_n is not None:
         order = order[: request.top_n]
+    if request.tei:
+        return [
+            {
+                "index": index,
+                "score": ranked.scores[index],
+                **({"text": request.rerank.documents[index]} if request.return_documents else {}),
+            }
+            for index in order
+        ]
     results: list[dict[str, Any]] = []
     for index in order:
         result: dict[str, Any] = {"index": index, "relevance_score": ranked.scores[index]}

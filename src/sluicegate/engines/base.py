@@ -205,6 +205,12 @@ class Engine(ABC):
             )
         if request.prompt is not None:
             self.check_completion(request)
+        if request.sampling.logit_bias_text:  # an engine with a tokenizer resolved them before
+            raise invalid(
+                f"Invalid 'logit_bias': the {self.kind} engine of model {self.model_id!r} takes "
+                "token ids only, not text.",
+                param="logit_bias",
+            )
         if request.sampling.n != 1:
             raise invalid(
                 f"n={request.sampling.n} is not supported by the {self.kind} engine of "

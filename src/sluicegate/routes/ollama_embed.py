@@ -8,7 +8,7 @@ import time
 from starlette.requests import Request
 from starlette.responses import Response
 
-from sluicegate.core.embeddings import EmbedRequest, EmbedResult, check_inputs
+from sluicegate.core.embeddings import EmbedInput, EmbedRequest, EmbedResult, check_inputs
 from sluicegate.core.validation import INT32_MAX, Fields
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.routes.common import JSONResponse, app_state, read_json
@@ -22,7 +22,7 @@ _NS = 1_000_000_000
 
 
 async def _run(
-    state: AppState, request: Request, f: Fields, inputs: list[str | list[int]], dimensions: int | None
+    state: AppState, request: Request, f: Fields, inputs: list[EmbedInput], dimensions: int | None
 ) -> tuple[str, EmbedResult, str]:
     """The model name as sent, its vectors, and the instance that embedded them."""
     name = f.string("model", required=True) or ""
@@ -39,7 +39,7 @@ async def embed_many(request: Request) -> Response:
     f = Fields(await read_json(request, state.settings.max_body_bytes))
     value = f.obj.get("input")
     if isinstance(value, str):
-        inputs: list[str | list[int]] = [value]
+        inputs: list[EmbedInput] = [value]
     elif isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         inputs = list(value)
     else:

@@ -24,7 +24,7 @@ from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import StreamLimits, stream_deadline
-from sluicegate.core.request import ChatRequest
+from sluicegate.core.request import ChatRequest, RawPrompt
 from sluicegate.dialects.base import Choices, Dialect, EncoderContext, Turn
 from sluicegate.engines.models import Model
 from sluicegate.observe.requests import EventTap
@@ -37,8 +37,11 @@ log = logging.getLogger(__name__)
 SEED_MODULUS = 2**32  # llama.cpp's seeds are 32-bit: seed + i wraps there
 
 
-def choice_request(chat: ChatRequest, index: int) -> ChatRequest:
-    """Choice `index`'s own request: one choice, its own seed when one is fixed."""
+def choice_request(chat: ChatRequest, index: int, prompt: RawPrompt | None = None) -> ChatRequest:
+    """Choice `index`'s own request: one choice, its own seed when one is fixed; or, with its
+    own `prompt` (several prompts in one request), that prompt and the request's seed."""
+    if prompt is not None:
+        return replace(chat, prompt=prompt, sampling=replace(chat.sampling, n=1))
     seed = chat.sampling.seed
     if seed is not None:
         seed = (seed + index) % SEED_MODULUS
@@ -90,7 +93,9 @@ async def open_choices(
         )
     generations = []
     for index in range(n):  # admitted one by one: a full queue refuses the request at once
-        generation = await model.admit(choice_request(chat, index))  # its check off the loop
+        generation = await model.admit(
+            choice_request(chat, index, choices.prompt(index))
+        )  # its check off the loop
         owned.push_async_callback(generation.aclose)
         generations.append(generation)
     turn_id = new_id(turn.id_prefix, turn.id_length)
@@ -169,7 +174,8 @@ class ChoicesRun:
                     running -= 1
                 elif frames:
                     yield frames
-            yield [*self.choices.ending(self.usage()), DONE]
+            # The dialect's own closing, once (`[DONE]`; none for llama-server's `/completion`).
+            yield [*self.choices.ending(self.usage()), *self.pipelines[0].encoder.closing()]
         finally:
             for task in tasks:
                 task.cancel()
@@ -178,7 +184,7 @@ class ChoicesRun:
     async def collect(self) -> list[ChatResult]:
         return list(await asyncio.gather(*(p.collect() for p in self.pipelines)))
 
-    def body(self, results: Sequence[ChatResult]) -> dict[str, Any]:
+    def body(self, results: Sequence[ChatResult]) -> dict[str, Any] | list[dict[str, Any]]:
         return self.choices.body(results, self.usage())
 
     async def abandon(self, reason: str) -> None:

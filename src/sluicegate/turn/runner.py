@@ -261,7 +261,8 @@ class TurnEndpoint:
         body = run.body(results)
         failed = next((r.error for r in results if r.error is not None), None)
         if failed is not None:
-            return await self._send_error(self.dialect.failure(failed, body), send, prepared.headers)
+            info = self.dialect.failure(failed, body if isinstance(body, dict) else None)
+            return await self._send_error(info, send, prepared.headers)
         return await self._send_json(body, send, prepared.headers)
 
     def _stream(
@@ -432,7 +433,7 @@ class TurnEndpoint:
         await response({"type": "http"}, _no_receive, send)
         return status
 
-    async def _send_json(self, body: Json, send: Send, headers: dict[str, str]) -> int:
+    async def _send_json(self, body: Json | list[Json], send: Send, headers: dict[str, str]) -> int:
         await JSONResponse(body, headers=headers)({"type": "http"}, _no_receive, send)
         return 200
 

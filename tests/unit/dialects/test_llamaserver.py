@@ -3,6 +3,7 @@ writes for canonical events, and the `/tokenize` shapes."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,7 +11,7 @@ import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.errors import SluicegateError
+from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Event,
     Finished,
@@ -18,10 +19,14 @@ from sluicegate.core.events import (
     ItemKind,
     RawEvent,
     TextDelta,
+    TokenLogprob,
+    TopLogprob,
     Usage,
     UsageReport,
 )
 from sluicegate.core.segment import segment
+from sluicegate.dialects.llama_server_errors import llama_server_error
+from sluicegate.dialects.llamaserver.dialect import LlamaServerDialect
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
 from sluicegate.dialects.llamaserver.request import parse_completion
 from sluicegate.dialects.llamaserver.tokens import parse_detokenize, parse_tokenize, tokenize_body
@@ -71,11 +76,35 @@ async def test_stream_then_body() -> None:
 
 
 @pytest.mark.parametrize(
-    ("prompt", "expected"), [("x", "x"), ([1, 2], [1, 2]), (["x"], "x"), ([[3, 4]], [3, 4]), ("", "")]
+    ("prompt", "expected"),
+    [
+        ("x", "x"),
+        ([1, 2], [1, 2]),
+        (["x"], "x"),
+        ([[3, 4]], [3, 4]),
+        ("", ""),
+        ([1, "a", 2], [1, "a", 2]),  # ids and texts mixed: one prompt (llama-server's tokenize_mixed)
+        ({"prompt_string": "x"}, "x"),
+        ([{"prompt_string": [5, "y"]}], [5, "y"]),
+    ],
 )
 def test_prompts(prompt: Any, expected: Any) -> None:
-    chat, _ = parse_completion({"prompt": prompt}, None)
+    chat, options = parse_completion({"prompt": prompt}, None)
     assert chat.prompt is not None and chat.prompt.text == expected and chat.model == ""
+    assert chat.sampling.n == 1 and options.prompts == [expected]
+
+
+def test_several_prompts_are_one_generation_each() -> None:
+    chat, options = parse_completion({"prompt": [[1, 2], "x", {"prompt_string": "y"}], "seed": 7}, None)
+    assert options.prompts == [[1, 2], "x", "y"] and chat.sampling.n == 3
+    dialect = LlamaServerDialect()
+    turn = dialect.parse({"prompt": ["a", [1]]}, {}, {})
+    choices = dialect.choices(turn)
+    assert choices is not None
+    first, second = choices.prompt(0), choices.prompt(1)
+    assert first is not None and second is not None and (first.text, second.text) == ("a", [1])
+    # One prompt: no choices, the ordinary path.
+    assert dialect.choices(dialect.parse({"prompt": "a"}, {}, {})) is None
 
 
 @pytest.mark.parametrize(
@@ -83,9 +112,10 @@ def test_prompts(prompt: Any, expected: Any) -> None:
     [
         {},
         {"prompt": 3},
-        {"prompt": ["a", [1]]},
-        {"prompt": [1, "a"]},
+        {"prompt": []},
         {"prompt": [-1]},
+        {"prompt": [{"text": "x"}]},
+        {"prompt": {"prompt_string": "x", "multimodal_data": ["aGk="]}},
         {"prompt": "x", "n_predict": 0},
     ],
 )
@@ -133,3 +163,100 @@ def test_tokenize_shapes() -> None:
     assert parse_detokenize({"tokens": [1, 2]}) == (None, [1, 2])
     with pytest.raises(SluicegateError):
         parse_detokenize({"tokens": [True]})
+
+
+def _lp(token: str, token_id: int, logprob: float = -0.5) -> TokenLogprob:
+    top = [TopLogprob(token, logprob, list(token.encode()), token_id), TopLogprob("z", -2.0, [122], 9)]
+    return TokenLogprob(token, logprob, list(token.encode()), top, token_id)
+
+
+ID_RAW: list[RawEvent] = [
+    UsageReport(Usage(5, 0)),
+    TextDelta(ItemKind.MESSAGE, " a", [_lp(" a", 11)]),
+    TextDelta(ItemKind.MESSAGE, "b", [_lp("b", 12)]),
+    UsageReport(Usage(5, 2, accepted_prediction_tokens=1, rejected_prediction_tokens=3)),
+    Finished(FinishReason.LENGTH),
+]
+
+
+async def _run(body: dict[str, Any], raw: list[RawEvent]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    chat, options = parse_completion(body, "tiny")
+    accumulator = Accumulator()
+    encoder = CompletionEncoder(chat.model, accumulator, options, "hi")
+    objects: list[dict[str, Any]] = []
+    for event in await _canonical(raw):
+        accumulator.feed(event)
+        objects += [orjson.loads(f.data) for f in encoder.encode(event)]
+    return objects, encoder.body(accumulator.result)
+
+
+async def test_token_ids_streamed_and_returned() -> None:
+    chat, _ = parse_completion({"prompt": "x", "stream": True}, None)
+    assert chat.sampling.token_ids  # a stream's chunks always carry their tokens
+    assert not parse_completion({"prompt": "x"}, None)[0].sampling.token_ids
+    objects, _ = await _run({"prompt": "x", "stream": True}, ID_RAW)
+    assert [o["tokens"] for o in objects[:2]] == [[11], [12]] and objects[-1]["tokens"] == []
+    _, body = await _run({"prompt": "x", "return_tokens": True}, ID_RAW)
+    assert body["tokens"] == [11, 12]
+    _, body = await _run({"prompt": "x"}, ID_RAW)
+    assert body["tokens"] == []
+
+
+async def test_probabilities_name_token_ids() -> None:
+    objects, body = await _run({"prompt": "x", "n_probs": 2, "stream": True}, ID_RAW)
+    first = objects[0]["completion_probabilities"]
+    assert first[0]["id"] == 11 and [t["id"] for t in first[0]["top_logprobs"]] == [11, 9]
+    _, body = await _run({"prompt": "x", "n_probs": 2, "post_sampling_probs": True}, ID_RAW)
+    entry = body["completion_probabilities"][1]
+    assert entry["id"] == 12 and entry["prob"] == pytest.approx(math.exp(-0.5))
+    assert "logprob" not in entry and [t["id"] for t in entry["top_probs"]] == [12, 9]
+    assert all(0 < t["prob"] <= 1 for t in entry["top_probs"])
+
+
+async def test_timings_truncation_and_response_fields() -> None:
+    _, body = await _run({"prompt": "x", "n_predict": 2}, ID_RAW)
+    assert body["timings"]["draft_n"] == 4 and body["timings"]["draft_n_accepted"] == 1
+    assert body["truncated"] is False  # the limit asked for
+    _, body = await _run({"prompt": "x", "n_predict": 9}, ID_RAW)
+    assert body["truncated"] is True and body["stop_type"] == "limit"  # the context ran out first
+    _, body = await _run({"prompt": "x"}, RAW)
+    assert "draft_n" not in body["timings"]
+    fields = ["content", "generation_settings/n_predict", "missing/key"]
+    _, body = await _run({"prompt": "x", "n_predict": 2, "response_fields": fields}, ID_RAW)
+    assert body == {"content": " ab", "generation_settings/n_predict": 2}
+
+
+@pytest.mark.parametrize(
+    ("bias", "ids", "texts"),
+    [
+        ({"15": -100, "hello": 5}, {15: -100.0}, {"hello": 5.0}),
+        ([[15, False], [" the ", -1]], {15: -math.inf}, {" the ": -1.0}),
+        ({"7": False}, {7: -math.inf}, {}),
+    ],
+)
+def test_logit_bias_shapes(bias: Any, ids: dict[int, float], texts: dict[str, float]) -> None:
+    chat, _ = parse_completion({"prompt": "x", "logit_bias": bias}, None)
+    assert chat.sampling.logit_bias == ids and chat.sampling.logit_bias_text == texts
+
+
+def test_errors_in_llama_servers_shape() -> None:
+    """A prompt past the context is llama-server's `exceed_context_size_error`, with its two
+    numbers; other errors keep their type and carry no extra fields."""
+    too_long = ErrorInfo(
+        ErrorKind.INVALID_REQUEST,
+        "too long",
+        "prompt",
+        "context_length_exceeded",
+        {"n_prompt_tokens": 300, "n_ctx": 256},
+    )
+    assert llama_server_error(too_long) == {
+        "error": {
+            "code": 400,
+            "message": "too long",
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": 300,
+            "n_ctx": 256,
+        }
+    }
+    other = llama_server_error(ErrorInfo(ErrorKind.INVALID_REQUEST, "bad", "prompt"))
+    assert other == {"error": {"code": 400, "message": "bad", "type": "invalid_request_error"}}

@@ -290,7 +290,8 @@ def test_prediction_as_text_or_text_parts() -> None:
         (minimal(stream_options={"include_usage": True}), "stream_options"),  # without stream
         (minimal(stream=True, stream_options={"include_usage": "yes"}), "stream_options.include_usage"),
         (minimal(stream=True, stream_options=[]), "stream_options"),
-        (minimal(logit_bias={"<|endoftext|>": -100}), "logit_bias"),  # text, not a token id
+        (minimal(logit_bias={"": -100}), "logit_bias"),  # neither a token id nor a text
+        (minimal(logit_bias={"5": "ban"}), "logit_bias"),
         (minimal(logit_bias={"50256": -101}), "logit_bias"),
         (minimal(modalities=["text", "audio"]), "modalities"),
         (minimal(audio={"voice": "alloy"}), "audio"),
@@ -356,3 +357,11 @@ def test_error_messages_follow_openai_wording() -> None:
     assert caught.value.info.message == (
         "Invalid type for 'temperature': expected a number, but got a string instead."
     )
+
+
+def test_logit_bias_text_keys_are_kept_for_the_engine_to_tokenize() -> None:
+    """llama-server's `{"text": bias}` in Chat Completions too: the engine tokenizes the text
+    (an engine without a tokenizer refuses it: tests/unit/engines/test_scripted.py)."""
+    chat, _ = parse_chat_request(minimal(logit_bias={"50256": -100, " the": False}))
+    assert chat.sampling.logit_bias == {50256: -100.0}
+    assert chat.sampling.logit_bias_text == {" the": float("-inf")}

@@ -429,6 +429,16 @@ def test_n_above_one_is_refused_with_param_n() -> None:
     eng.check(request(n=1))
 
 
+def test_logit_bias_text_needs_a_tokenizer() -> None:
+    """llama-server's text-keyed `logit_bias`: an engine without a tokenizer refuses it (the
+    llamacpp engine tokenizes it: tests/unit/engines/llamacpp/test_llamacpp_sampler_chain.py)."""
+    eng = engine({"replies": [{"content": "x"}]})
+    with pytest.raises(SluicegateError) as caught:
+        eng.check(request(logit_bias_text={"the": -100.0}))
+    assert caught.value.info.param == "logit_bias"
+    eng.check(request(logit_bias={5: -100.0}))
+
+
 async def test_images_are_accepted_and_ignored() -> None:
     eng = engine({"replies": [{"content": "a cat"}]})
     assert eng.info().capabilities.vision is True  # so clients can test image input

@@ -10,6 +10,7 @@ from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderConte
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField, usage_body
 from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
 from sluicegate.dialects.choices import IndexedChoices
+from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
 from sluicegate.dialects.openai_errors import openai_error
 
 # `/chat/`: the same API without `/v1` (a base URL without it; llama-server answers there too).
@@ -44,6 +45,7 @@ class ChatCompletionsDialect(Dialect):
             turn.chat.model,
             include_usage=options.include_usage,
             logprobs=turn.chat.sampling.logprobs,
+            system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
         )
 
@@ -57,6 +59,7 @@ class ChatCompletionsDialect(Dialect):
                 turn.chat.model,
                 include_usage=options.include_usage,
                 logprobs=turn.chat.sampling.logprobs,
+                system_fingerprint=SYSTEM_FINGERPRINT,
                 reasoning_field=self.reasoning_field,
                 index=index,
                 usage_at_finish=False,

@@ -78,6 +78,7 @@ class ChatCompletionsEncoder:
         reasoning_field: ReasoningField = "reasoning_content",
         index: int = 0,
         usage_at_finish: bool = True,
+        system_fingerprint: str | None = None,
     ) -> None:
         """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
         `usage_at_finish`: False for such a choice, whose usage the request sums once."""
@@ -88,9 +89,10 @@ class ChatCompletionsEncoder:
                 "created": created,
                 "model": model,
                 "service_tier": None,
-                "system_fingerprint": None,
+                "system_fingerprint": system_fingerprint,
             }
         )
+        self.system_fingerprint = system_fingerprint
         # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
         # lives, and an encoder lives as long as its stream.
         self._open = envelope[:-1]
@@ -212,6 +214,7 @@ class ChatCompletionsEncoder:
             logprobs=self.logprobs,
             reasoning_field=self.reasoning_field,
             index=self.index,
+            system_fingerprint=self.system_fingerprint,
         )
 
     def usage_chunk(self, usage: Usage) -> Frame:
@@ -231,6 +234,7 @@ def completion_body(
     logprobs: bool,
     reasoning_field: ReasoningField = "reasoning_content",
     index: int = 0,
+    system_fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """The non-streaming `chat.completion` object, from the same accumulator as streams."""
     message: dict[str, Any] = {
@@ -271,5 +275,5 @@ def completion_body(
         ],
         "usage": usage_body(result.usage),
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": system_fingerprint,
     }

@@ -96,7 +96,7 @@ def _sampling(f: Fields) -> SamplingParams:
             "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
         )
     s.stop = f.stop()
-    s.logit_bias = logit_bias(f)
+    s.logit_bias, s.logit_bias_text = logit_bias(f)
     return s
 
 

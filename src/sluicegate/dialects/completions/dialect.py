@@ -19,6 +19,7 @@ from sluicegate.dialects.completions.request import (
     parse_completion_request,
     parse_infill_request,
 )
+from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 
@@ -43,6 +44,7 @@ class CompletionsDialect(Dialect):
             turn.chat.model,
             include_usage=options.include_usage,
             logprobs=turn.chat.sampling.logprobs,
+            system_fingerprint=SYSTEM_FINGERPRINT,
         )
 
     def choices(self, turn: Turn) -> Choices:
@@ -55,6 +57,7 @@ class CompletionsDialect(Dialect):
                 turn.chat.model,
                 include_usage=options.include_usage,
                 logprobs=turn.chat.sampling.logprobs,
+                system_fingerprint=SYSTEM_FINGERPRINT,
                 index=index,
                 usage_at_finish=False,
             )

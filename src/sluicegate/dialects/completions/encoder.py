@@ -75,12 +75,20 @@ class CompletionsEncoder:
         logprobs: bool,
         index: int = 0,
         usage_at_finish: bool = True,
+        system_fingerprint: str | None = None,
     ) -> None:
         """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
         `usage_at_finish`: False for such a choice, whose usage the request sums once."""
-        envelope = orjson.dumps(
-            {"id": completion_id, "object": "text_completion", "created": created, "model": model}
-        )
+        head: dict[str, Any] = {
+            "id": completion_id,
+            "object": "text_completion",
+            "created": created,
+            "model": model,
+        }
+        if system_fingerprint is not None:
+            head["system_fingerprint"] = system_fingerprint
+        envelope = orjson.dumps(head)
+        self.system_fingerprint = system_fingerprint
         self._open = envelope[:-1]  # a slice: the orjson result's buffer is not kept
         self._head = self._open + b',"choices":[{"index":' + b"%d" % index + b',"text":'
         self._usage_null = b',"usage":null' if include_usage else b""
@@ -148,7 +156,7 @@ class CompletionsEncoder:
             "model": self.model,
             "choices": [choice],
             "usage": usage_body(result.usage),
-            "system_fingerprint": None,
+            "system_fingerprint": self.system_fingerprint,
         }
 
     def response_object(self) -> dict[str, Any] | None:

@@ -85,7 +85,7 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
     if logprobs is not None:
         s.logprobs, s.top_logprobs = True, logprobs
     s.stop = f.stop()
-    s.logit_bias = logit_bias(f)
+    s.logit_bias, s.logit_bias_text = logit_bias(f)
     f.string("user")
     prompt = RawPrompt(text, suffix=suffix, echo=echo)
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)

@@ -4,10 +4,14 @@ server-side tools: a raw prompt has no chat template to render tools into."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sluicegate.dialects.base import Dialect, DialectSpec, EncoderContext, Turn
+from sluicegate.core.accumulate import ChatResult
+from sluicegate.core.events import Usage
+from sluicegate.core.frames import Frame
+from sluicegate.core.request import RawPrompt
+from sluicegate.dialects.base import Choices, Dialect, DialectSpec, Encoder, EncoderContext, Turn
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
 from sluicegate.dialects.llamaserver.request import CompletionOptions, parse_completion
@@ -39,6 +43,41 @@ class LlamaServerDialect(Dialect):
 
     def encoder(self, turn: Turn, context: EncoderContext) -> CompletionEncoder:
         options: CompletionOptions = turn.request
-        prompt = turn.chat.prompt
-        text = prompt.text if prompt is not None and isinstance(prompt.text, str) else ""
-        return CompletionEncoder(turn.chat.model, context.accumulator, options, text)
+        return CompletionEncoder(turn.chat.model, context.accumulator, options, _text(options, 0))
+
+    def choices(self, turn: Turn) -> Choices | None:
+        options: CompletionOptions = turn.request
+        return PromptChoices(turn.chat.model, options) if len(options.prompts) > 1 else None
+
+
+def _text(options: CompletionOptions, index: int) -> str:
+    """The prompt as the final object repeats it: a text prompt's text."""
+    prompt = options.prompts[index] if index < len(options.prompts) else ""
+    return prompt if isinstance(prompt, str) else ""
+
+
+class PromptChoices:
+    """Several prompts in one request: a generation each, answered as llama-server does — an
+    array of final objects in the prompts' order, or streamed objects that name their
+    prompt's `index`."""
+
+    def __init__(self, model: str, options: CompletionOptions) -> None:
+        self.model = model
+        self.options = options
+        self._encoders: list[CompletionEncoder] = []
+
+    def encoder(self, index: int, context: EncoderContext) -> Encoder:
+        encoder = CompletionEncoder(
+            self.model, context.accumulator, self.options, _text(self.options, index), index
+        )
+        self._encoders.append(encoder)
+        return encoder
+
+    def prompt(self, index: int) -> RawPrompt | None:
+        return RawPrompt(self.options.prompts[index])
+
+    def ending(self, usage: Usage) -> list[Frame]:
+        return []
+
+    def body(self, results: Sequence[ChatResult], usage: Usage) -> list[dict[str, Any]]:
+        return [encoder.body(result) for encoder, result in zip(self._encoders, results, strict=True)]

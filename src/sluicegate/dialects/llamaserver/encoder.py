@@ -1,14 +1,18 @@
-"""`POST /completion` encoding: llama-server's objects — streamed, one per token with
-`stop: false`, then the final one with `stop: true`, the counts, `stop_type`, `timings` and
-`generation_settings`, no `[DONE]`; not streamed, that final object with the whole `content`.
+"""`POST /completion` encoding: llama-server's objects — streamed, one per delta with
+`stop: false` and its token ids, then the final one with `stop: true`, the counts,
+`stop_type`, `timings` and `generation_settings`, no `[DONE]`; not streamed, that final object
+with the whole `content` (and the output's token ids with `return_tokens`).
 
-`tokens` is empty: the canonical stream carries text, not token ids (say so in
-docs/llama-server.md). A stop string and the end of text are one finish reason in the canonical
-stream, so both are `stop_type: "eos"`.
+The token ids come from the engine (`TokenLogprob.id`, asked for by `SamplingParams.token_ids`);
+an engine without them (an upstream) leaves `tokens` empty. A stop string and the end of text
+are one finish reason in the canonical stream, so both are `stop_type: "eos"`. With
+`post_sampling_probs`, the probabilities are the model's own (before the samplers), in
+llama-server's `prob`/`top_probs` shape (docs/llama-server.md).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import orjson
@@ -33,37 +37,83 @@ _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in
 ID_SLOT = 0  # the slot named when the request pinned none (the canonical stream does not say which)
 
 
-def probabilities(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """llama-server's `completion_probabilities` (no token ids: not every engine has them)."""
+def probabilities(entries: list[TokenLogprob], *, post_sampling: bool = False) -> list[dict[str, Any]]:
+    """llama-server's `completion_probabilities`: `logprob`/`top_logprobs`, or with
+    `post_sampling` `prob`/`top_probs`; `id` where the engine gave one."""
+    if post_sampling:
+        return [
+            {
+                **_id(e.id),
+                "token": e.token,
+                "bytes": e.bytes,
+                "prob": math.exp(e.logprob),
+                "top_probs": [
+                    {**_id(t.id), "token": t.token, "bytes": t.bytes, "prob": math.exp(t.logprob)}
+                    for t in e.top
+                    if t.logprob > -math.inf  # llama-server never lists a 0.0 probability
+                ],
+            }
+            for e in entries
+        ]
     return [
         {
+            **_id(e.id),
             "token": e.token,
             "logprob": e.logprob,
             "bytes": e.bytes,
-            "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top],
+            "top_logprobs": [
+                {**_id(t.id), "token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top
+            ],
         }
         for e in entries
     ]
+
+
+def _id(token: int | None) -> dict[str, int]:
+    return {} if token is None else {"id": token}
+
+
+def token_ids(entries: list[TokenLogprob] | None) -> list[int]:
+    return [e.id for e in entries or () if e.id is not None]
 
 
 def stop_type(reason: FinishReason | None) -> str:
     return "limit" if reason is FinishReason.LENGTH else "eos"
 
 
+def picked(body: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    """llama-server's `response_fields`: each named field (`a/b`: `b` inside `a`) that the body
+    has, under the name as given."""
+    out: dict[str, Any] = {}
+    for name in fields:
+        value: Any = body
+        for key in name.split("/"):
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        else:
+            out[name] = value
+    return out
+
+
 class CompletionEncoder:
     """Canonical events → llama-server `/completion` objects, for one response."""
 
-    def __init__(self, model: str, accumulator: Accumulator, options: CompletionOptions, prompt: str) -> None:
+    def __init__(
+        self, model: str, accumulator: Accumulator, options: CompletionOptions, prompt: str, index: int = 0
+    ) -> None:
+        """`index`: which of the request's prompts this answers (several: llama-server's array)."""
         self.model = model
         self.accumulator = accumulator
         self.options = options
         self.prompt = prompt
+        self.index = index
         self.logprobs = options.settings.get("n_probs", 0) > 0
         self.usage = Usage()
         self.predicted = 0
         self._slot = options.id_slot if options.id_slot >= 0 else ID_SLOT
-        self._head = b'{"index":0,"content":'
-        self._tail_at = b',"tokens":[],"stop":false,"id_slot":%d,"tokens_predicted":' % self._slot
+        self._head = b'{"index":%d,"content":' % index
+        self._tail_at = b',"stop":false,"id_slot":%d,"tokens_predicted":' % self._slot
 
     def opening(self) -> list[Frame]:
         return []
@@ -76,8 +126,12 @@ class CompletionEncoder:
             counts = b"%d" % self.predicted + b',"tokens_evaluated":' + b"%d" % self.usage.prompt_tokens
             extra = b""
             if self.logprobs:
-                extra = b',"completion_probabilities":' + orjson.dumps(probabilities(event.logprobs or []))
-            return [Frame(self._head + orjson.dumps(event.text) + self._tail_at + counts + extra + b"}")]
+                entries = probabilities(event.logprobs or [], post_sampling=self.options.post_sampling_probs)
+                extra = b',"completion_probabilities":' + orjson.dumps(entries)
+            tokens = b',"tokens":' + orjson.dumps(token_ids(event.logprobs))
+            return [
+                Frame(self._head + orjson.dumps(event.text) + tokens + self._tail_at + counts + extra + b"}")
+            ]
         match event:
             case UsageReport():
                 self.usage = event.usage
@@ -93,10 +147,16 @@ class CompletionEncoder:
         predicted_ms = result.generation_seconds * 1000
         prompt_ms = (result.time_to_first_token or 0.0) * 1000
         prompt_n = usage.prompt_tokens - usage.cached_tokens
+        entries = [lp for item in result.of_kind(_MESSAGE) for lp in item.logprobs]
+        n_predict = self.options.n_predict
+        # Stopped by the limit but short of `n_predict`: the context was full.
+        truncated = result.finish_reason is FinishReason.LENGTH and (
+            n_predict < 0 or usage.completion_tokens < n_predict
+        )
         body: dict[str, Any] = {
-            "index": 0,
+            "index": self.index,
             "content": "" if stream else text,
-            "tokens": [],
+            "tokens": token_ids(entries) if self.options.return_tokens and not stream else [],
             "id_slot": self._slot,
             "stop": True,
             "model": self.model,
@@ -105,7 +165,7 @@ class CompletionEncoder:
             "generation_settings": {**self.options.settings, "model": self.model},
             "prompt": self.prompt,
             "has_new_line": "\n" in text,
-            "truncated": False,
+            "truncated": truncated,
             "stop_type": stop_type(result.finish_reason),
             "stopping_word": "",
             "tokens_cached": usage.cached_tokens,
@@ -123,10 +183,16 @@ class CompletionEncoder:
                 "predicted_per_second": result.tokens_per_second,
             },
         }
+        drafted = usage.accepted_prediction_tokens + usage.rejected_prediction_tokens
+        if drafted:  # as llama-server: only when speculative decoding drafted
+            body["timings"]["draft_n"] = drafted
+            body["timings"]["draft_n_accepted"] = usage.accepted_prediction_tokens
         if self.logprobs and not stream:
             body["completion_probabilities"] = probabilities(
-                [lp for item in result.of_kind(_MESSAGE) for lp in item.logprobs]
+                entries, post_sampling=self.options.post_sampling_probs
             )
+        if self.options.response_fields is not None and not stream:
+            return picked(body, self.options.response_fields)
         return body
 
     def cancelled(self, reason: str) -> list[Frame]:

@@ -3,10 +3,10 @@ llama.cpp's sampling names (`n_predict`, `n_probs`, `top_k`, `min_p`, `repeat_pe
 
 What llama-server takes and Sluicegate does not act on is accepted and ignored, as llama-server
 ignores what it does not know: `cache_prompt` (the engine keeps its prompt cache anyway),
-`n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one
-request (llama-server answers an array) and prompts that mix strings with token ids are refused
-with a 400 naming `prompt`: one request, one generation. `id_slot` pins the generation to one
-of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences are not slots ignores it).
+`n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one request
+are one generation each, answered as an array (the dialect's `choices`). `id_slot` pins the
+generation to one of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences
+are not slots ignores it).
 """
 
 from __future__ import annotations
@@ -29,37 +29,62 @@ class CompletionOptions:
     return_tokens: bool
     settings: dict[str, Any] = field(default_factory=dict)  # `generation_settings`, as read
     id_slot: int = -1  # as asked (-1: any slot)
+    prompts: list[PromptValue] = field(default_factory=list)  # every prompt, in order
+    response_fields: list[str] | None = None  # only these (`a/b`: b inside a), flattened
+    post_sampling_probs: bool = False  # `prob`/`top_probs` in place of logprobs
 
 
-def _is_tokens(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
-    )
+PromptValue = str | list[int] | list[int | str]
+MAX_PROMPTS = 16  # prompts in one request: each is a generation of its own
+PROMPT_STRING, MULTIMODAL = "prompt_string", "multimodal_data"  # llama-server's prompt object
 
 
-def _prompt(f: Fields) -> str | list[int]:
-    """A string, token ids, or an array holding one of them."""
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT32_MAX
+
+
+def _one(f: Fields, value: Any) -> PromptValue | None:
+    """One prompt as llama-server reads it: a string, token ids, ids and strings mixed (one
+    sequence), or `{"prompt_string": ...}` holding one of those; None: none of them."""
+    if isinstance(value, dict) and PROMPT_STRING in value:
+        if value.get(MULTIMODAL):
+            f.fail(
+                "prompt",
+                f"'{MULTIMODAL}' in a prompt object is not supported: send images to "
+                "/v1/chat/completions as image_url parts.",
+                "unsupported_parameter",
+            )
+        value = value[PROMPT_STRING]
+        if isinstance(value, dict):
+            return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, str) or _is_id(v) for v in value):
+        if all(_is_id(v) for v in value):
+            return [int(v) for v in value]
+        return list(value)
+    return None
+
+
+def _prompts(f: Fields) -> list[PromptValue]:
+    """llama-server's `prompt`: one prompt, or an array of them (an array holding any token id
+    is one prompt). Several prompts: one generation each, answered as an array."""
     value = f.obj.get("prompt")
     if value is None:
         f.fail("prompt", '"prompt" must be provided', "missing_required_parameter")
-    if isinstance(value, str) or _is_tokens(value):
-        return value if isinstance(value, str) else list(value)
-    if isinstance(value, list) and len(value) == 1 and (isinstance(value[0], str) or _is_tokens(value[0])):
-        return value[0] if isinstance(value[0], str) else list(value[0])
-    if isinstance(value, list) and len(value) > 1 and all(isinstance(v, str) or _is_tokens(v) for v in value):
+    if isinstance(value, list) and value and not any(_is_id(v) for v in value):
+        if len(value) > MAX_PROMPTS:
+            f.fail("prompt", f"At most {MAX_PROMPTS} prompts in one request.")
+        prompts = [_one(f, v) for v in value]
+    else:
+        prompts = [_one(f, value)]
+    if any(p is None for p in prompts):
         f.fail(
             "prompt",
-            f"{len(value)} prompts in one request: Sluicegate generates one completion per "
-            "request, so send each prompt in its own request.",
-            "unsupported_parameter",
+            '"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt '
+            "string, or a list of mixed strings & tokens.",
         )
-    f.fail(
-        "prompt",
-        '"prompt" must be a string, an array of token ids, or an array of one of them '
-        "(strings mixed with token ids are not supported).",
-    )
+    return [p for p in prompts if p is not None]
 
 
 def _constraint(f: Fields) -> dict[str, Any] | None:
@@ -76,12 +101,21 @@ def _constraint(f: Fields) -> dict[str, Any] | None:
     return None
 
 
+def _response_fields(f: Fields) -> list[str] | None:
+    value = f.obj.get("response_fields")
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        f.fail("response_fields", "'response_fields' must be an array of strings.")
+    return list(value)
+
+
 def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest, CompletionOptions]:
     """`default_model`: the model a request without `model` goes to (llama-server serves one;
     its clients name none)."""
     f = Fields(body)
     model = f.string("model") or default_model or ""
-    text = _prompt(f)
+    prompts = _prompts(f)
     s = sampling_fields(f)
     n_predict = f.integer("n_predict", low=-1, high=INT32_MAX)
     if n_predict is None:
@@ -96,7 +130,8 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     if n_probs:
         s.logprobs, s.top_logprobs = True, n_probs
     s.stop = f.stop(most=MAX_STOPS)
-    s.logit_bias = logit_bias(f)
+    s.logit_bias, s.logit_bias_text = logit_bias(f)
+    s.ignore_eos = bool(f.boolean("ignore_eos"))
     stream = bool(f.boolean("stream"))
     settings: dict[str, Any] = {
         "n_predict": n_predict,
@@ -112,7 +147,9 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         "n_probs": n_probs,
         "stream": stream,
     }
-    request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(text))
+    s.n = len(prompts)
+    s.token_ids = stream or bool(f.boolean("return_tokens"))  # streamed chunks always carry them
+    request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(prompts[0]))
     request.response_format = _constraint(f)
     id_slot = f.integer("id_slot", low=-1, high=INT32_MAX)
     if id_slot is not None and id_slot >= 0:
@@ -125,5 +162,8 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         return_tokens=bool(f.boolean("return_tokens")),
         settings={k: v for k, v in settings.items() if v is not None},
         id_slot=-1 if id_slot is None else id_slot,
+        prompts=prompts,
+        response_fields=_response_fields(f),
+        post_sampling_probs=bool(f.boolean("post_sampling_probs")),
     )
     return request, options

@@ -55,9 +55,18 @@ def fim_tokens(vocab: Any) -> tuple[FimTokens | None, str]:
     return (None, "/".join(missing)) if missing else (tokens, "")
 
 
-def _tokens(model: Any, text: str | list[int], *, bos: bool, special: bool) -> list[int]:
+def _tokens(model: Any, text: str | list[int] | list[int | str], *, bos: bool, special: bool) -> list[int]:
+    """Token ids are taken as they are, with no BOS added (as llama-server and vLLM take them:
+    the client's ids say whether there is one); in a mixed list, each text is tokenized where it
+    stands, with BOS only when it comes first (llama-server's `tokenize_mixed`)."""
     if isinstance(text, list):
-        return ([model.token_bos()] if bos and model.add_bos_token() else []) + list(text)
+        out: list[int] = []
+        for index, piece in enumerate(text):
+            if isinstance(piece, str):
+                out += _tokens(model, piece, bos=bos and index == 0, special=special) if piece else []
+            else:
+                out.append(piece)
+        return out
     if not text:
         return [model.token_bos()] if bos and model.add_bos_token() else []
     tokens: list[int] = model.tokenize(
@@ -110,7 +119,9 @@ def refuse_unservable(prompt: RawPrompt, sampling: SamplingParams, model_id: str
             f"Model {model_id!r} cannot give the prompt's logprobs: send 'echo' or 'logprobs', not both.",
             param="logprobs",
         )
-    if isinstance(prompt.text, list) and any(not 0 <= t < vocab_size for t in prompt.text):
+    if isinstance(prompt.text, list) and any(
+        isinstance(t, int) and not 0 <= t < vocab_size for t in prompt.text
+    ):
         raise invalid(f"Invalid 'prompt': token ids must be in [0, {vocab_size}).", param="prompt")
 
 
@@ -141,3 +152,8 @@ def detokenize(vocab: Any, tokens: list[int]) -> str:
         size = llama_cpp.llama_token_to_piece(vocab, token, buffer, len(buffer), 0, False)
         out += buffer.raw[: max(size, 0)]
     return out.decode("utf-8", "replace")
+
+
+def echoed(vocab: Any, prompt: list[int] | list[int | str]) -> str:
+    """A token (or mixed) prompt as text, for `echo`: the ids detokenized, the texts as given."""
+    return "".join(p if isinstance(p, str) else detokenize(vocab, [p]) for p in prompt)

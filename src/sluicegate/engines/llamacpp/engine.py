@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,10 +22,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+import llama_cpp
 import numpy as np
 
 from sluicegate.core.audio import Sound
-from sluicegate.core.embeddings import EmbedRequest, EmbedResult
+from sluicegate.core.embeddings import EmbedInput, EmbedRequest, EmbedResult
 from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.events import (
     ItemKind,
@@ -53,7 +55,7 @@ from sluicegate.engines.llamacpp.call_grammar import forced_grammar
 from sluicegate.engines.llamacpp.channel import Channel
 from sluicegate.engines.llamacpp.completion import (
     FimTokens,
-    detokenize,
+    echoed,
     fim_tokens,
     prompt_tokens,
     refuse_unservable,
@@ -169,6 +171,7 @@ class LlamaCppEngine(Engine):
         self._runtime: LlamaRuntime | None = None
         self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
+        self._eog: list[int] | None = None  # end-of-generation token ids (`ignore_eos`)
         self._executor: ThreadPoolExecutor | None = None
         # What `check` worked out, for `generate`: one per request checked and not yet run (a few
         # at once with batching), the oldest freed beyond `sequences + 1`.
@@ -339,8 +342,29 @@ class LlamaCppEngine(Engine):
         tokens = self._completion_tokens(request)
         n_ctx = self._limit(request)
         if len(tokens) >= n_ctx:
-            raise too_long(len(tokens), n_ctx, self.model_id)
+            raise too_long(len(tokens), n_ctx, self.model_id, param="prompt")
         return tokens
+
+    def _resolve_bias_text(self, request: ChatRequest) -> None:
+        """llama-server's `logit_bias` keyed by text: every token of the text (tokenized as
+        llama-server does, no special tokens) gets the bias. New dicts: `n` choices share one."""
+        sampling = request.sampling
+        if not sampling.logit_bias_text and not sampling.ignore_eos:
+            return
+        resolved = dict(sampling.logit_bias)
+        for text, bias in sampling.logit_bias_text.items():
+            for token in self.tokenize(text, add_special=False, parse_special=False) or ():
+                resolved[token] = bias
+        if sampling.ignore_eos:  # as llama-server does it: every end-of-generation token banned
+            resolved.update(dict.fromkeys(self._end_tokens(), -math.inf))
+        sampling.logit_bias, sampling.logit_bias_text, sampling.ignore_eos = resolved, {}, False
+
+    def _end_tokens(self) -> list[int]:
+        """The vocabulary's end-of-generation tokens (looked up once: every id is asked)."""
+        if self._eog is None:
+            vocab = self._tokenizer().vocab
+            self._eog = [t for t in range(self.gguf.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        return self._eog
 
     def _policy(self, request: ChatRequest) -> Policy:
         value = request.options.context_overflow
@@ -351,6 +375,7 @@ class LlamaCppEngine(Engine):
             self._check(request)
 
     def _check(self, request: ChatRequest) -> None:
+        self._resolve_bias_text(request)
         super().check(request)
         check_ids(list(request.sampling.logit_bias), self.gguf.vocab_size, "logit_bias")
         slot_files.pinned(request.extra, self.sequences if self.batching else 1)  # `id_slot`
@@ -489,6 +514,22 @@ class LlamaCppEngine(Engine):
                         )
                     pictures.append(part.sound)
         return pictures
+
+    def _input_tokens(self, value: EmbedInput) -> list[int]:
+        return self._tokenize(value) if isinstance(value, str) else self._mixed_tokens(value)
+
+    def _mixed_tokens(self, value: list[int] | list[int | str]) -> list[int]:
+        """Token ids as they are; a text among them tokenized where it stands (special tokens
+        only when it comes first), as llama-server's `tokenize_mixed`."""
+        out: list[int] = []
+        for index, piece in enumerate(value):
+            if not isinstance(piece, str):
+                out.append(piece)
+            elif index == 0:
+                out += self._tokenize(piece)
+            else:
+                out += self.tokenize(piece, add_special=False, parse_special=True) or []
+        return out
 
     def _vocab(self) -> Vocabulary:
         if self._vocabulary is None:
@@ -684,7 +725,7 @@ class LlamaCppEngine(Engine):
             and (self.reasoning.opened_by(prompt) or request.continues_reasoning)
         )
         if raw is not None and raw.echo:  # the prompt as it was given, before what follows it
-            text = raw.text if isinstance(raw.text, str) else detokenize(runtime.model.vocab, raw.text)
+            text = raw.text if isinstance(raw.text, str) else echoed(runtime.model.vocab, raw.text)
             if text:
                 yield TextDelta(ItemKind.MESSAGE, text)
         sampling = request.sampling
@@ -811,7 +852,7 @@ class LlamaCppEngine(Engine):
                 param="dimensions",
             )
         inputs = embedding_inputs(
-            request, self._tokenize, self.gguf.vocab_size, self.context_length, self.model_id
+            request, self._input_tokens, self.gguf.vocab_size, self.context_length, self.model_id
         )
         outputs, tokens = await self._pooled(lambda _runtime: inputs)
         return EmbedResult([normalised(v, request.dimensions) for v in outputs], tokens)

@@ -45,11 +45,12 @@ def answer_room(n_ctx: int, max_tokens: int | None) -> int:
 
 def too_long(tokens: int, n_ctx: int, model_id: str, param: str = "messages") -> Exception:
     return invalid(
-        f"The prompt is {tokens} tokens, more than model {model_id!r} can take (its context is "
-        f"{n_ctx} tokens). Shorten the conversation, or set context_overflow to "
+        f"The prompt ({tokens} tokens) exceeds the available context size ({n_ctx} tokens) of "
+        f"model {model_id!r}. Shorten the conversation, or set context_overflow to "
         f"'rolling_window' or 'truncate_middle' to drop old turns.",
         param=param,
         code="context_length_exceeded",
+        details={"n_prompt_tokens": tokens, "n_ctx": n_ctx},
     )
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from sluicegate.core.embeddings import EmbedRequest
+from sluicegate.core.embeddings import EmbedInput, EmbedRequest
 from sluicegate.core.errors import EngineFailure, SluicegateError, invalid
 from sluicegate.core.rerank import RerankRequest
 from sluicegate.engines.llamacpp.rerank import rerank_tokens
@@ -21,19 +21,19 @@ from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 
 def embedding_inputs(
     request: EmbedRequest,
-    tokenize: Callable[[str], list[int]],
+    tokenize: Callable[[EmbedInput], list[int]],
     vocab_size: int,
     context_length: int,
     model_id: str,
 ) -> Iterator[list[int]]:
     """Each input's tokens, checked (on the worker thread: 2,048 texts take a while)."""
     for text in request.inputs:
-        if isinstance(text, list) and any(not 0 <= t < vocab_size for t in text):
+        if isinstance(text, list) and any(isinstance(t, int) and not 0 <= t < vocab_size for t in text):
             raise invalid(f"Invalid 'input': token ids must be in [0, {vocab_size}).", param="input")
-        tokens = tokenize(text) if isinstance(text, str) else text
+        tokens = tokenize(text)  # a text, token ids, or (llama-server's) ids with texts among them
         if len(tokens) > context_length:
             raise invalid(
-                f"An input is {len(tokens)} tokens, more than model {model_id!r} can embed "
+                f"An input is {len(tokens)} tokens, too large for model {model_id!r} to embed "
                 f"(its context is {context_length} tokens).",
                 param="input",
                 code="context_length_exceeded",

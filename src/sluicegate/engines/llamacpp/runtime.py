@@ -452,11 +452,11 @@ class LlamaRuntime:
             for index in sorted(best.tolist(), key=lambda i: -logits[i]):
                 raw = self.piece(index)
                 alternatives.append(
-                    TopLogprob(raw.decode("utf-8", "replace"), float(logits[index]) - total, list(raw))
+                    TopLogprob(raw.decode("utf-8", "replace"), float(logits[index]) - total, list(raw), index)
                 )
         raw = self.piece(token)
         return TokenLogprob(
-            raw.decode("utf-8", "replace"), float(logits[token]) - total, list(raw), alternatives
+            raw.decode("utf-8", "replace"), float(logits[token]) - total, list(raw), alternatives, token
         )
 
     def generate(self, job: Job) -> None:
@@ -481,7 +481,7 @@ class LlamaRuntime:
         sampling, parser, emit, usage = job.sampling, job.parser, job.emit, job.usage
         room = self.n_ctx - len(self.evaluated)
         limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
-        top = (sampling.top_logprobs or 0) if sampling.logprobs else -1
+        top = logprobs_wanted(sampling)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopScanner(sampling.stop)
         counters, key = METRICS.counters, job.tokens_key
@@ -529,6 +529,14 @@ class LlamaRuntime:
             usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
         )
         emit([*events, UsageReport(final), Finished(finish)])
+
+
+def logprobs_wanted(sampling: SamplingParams) -> int:
+    """How many alternatives each output token's `TokenLogprob` lists; -1: none is made. The
+    token ids alone (llama-server's `tokens`) come with their logprob and no alternatives."""
+    if sampling.logprobs:
+        return sampling.top_logprobs or 0
+    return 0 if sampling.token_ids else -1
 
 
 def _penalties(sampling: SamplingParams) -> tuple[float, float, float]:

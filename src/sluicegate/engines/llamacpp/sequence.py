@@ -26,7 +26,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers
+from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers, logprobs_wanted
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.observe.metrics import METRICS
 
@@ -87,7 +87,7 @@ class Sequence:
         self._stops = StopScanner(job.sampling.stop)
         self._pending: list[TokenLogprob] = []
         sampling = job.sampling
-        self._top = (sampling.top_logprobs or 0) if sampling.logprobs else -1
+        self._top = logprobs_wanted(sampling)
         self._limit = 0
         self._reasoning = job.reasoning is not None  # only then may the parser emit reasoning
 

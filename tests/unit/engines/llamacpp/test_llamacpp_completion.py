@@ -160,3 +160,74 @@ def test_requests_checked_together_each_keep_what_their_check_prepared(fim_gguf:
     engine.check(second)
     assert engine._take_prepared(first) is not None and engine._take_prepared(second) is not None
     assert engine._take_prepared(first) is None  # taken once
+
+
+def test_token_and_mixed_prompts_are_laid_out_as_llama_server_does(plain_gguf: Path) -> None:
+    """Ids are taken as they are (no BOS added); in a mixed prompt each text is tokenized where
+    it stands, so [ids of "Once", " upon"] is the prompt "Once upon"."""
+    engine = _engine(plain_gguf)
+    once = engine.tokenize("Once", add_special=False, parse_special=False)
+    upon = engine.tokenize(" upon", add_special=False, parse_special=False)
+    assert once and upon
+    for prompt in (RawPrompt([*once, *upon]), RawPrompt([*once, " upon"])):
+        request = _request(prompt)
+        engine.check(request)
+        prepared = engine._take_prepared(request)
+        assert prepared is not None and prepared.tokens == [*once, *upon]
+
+
+def test_logit_bias_by_text_biases_every_token_of_it(plain_gguf: Path) -> None:
+    engine = _engine(plain_gguf)
+    ids = engine.tokenize(" the end", add_special=False, parse_special=False)
+    assert ids
+    request = _request(RawPrompt("x"), logit_bias={3: 1.0}, logit_bias_text={" the end": -100.0})
+    engine.check(request)
+    assert request.sampling.logit_bias == {3: 1.0, **dict.fromkeys(ids, -100.0)}
+    assert request.sampling.logit_bias_text == {}  # resolved once: a second check keeps it
+
+
+@pytest.mark.parametrize("batching", [False, True])
+async def test_token_ids_come_with_the_output(plain_gguf: Path, batching: bool) -> None:
+    """`token_ids` (llama-server's `tokens`): each delta's tokens carry their ids, and the ids
+    are the output's tokens."""
+    engine = _engine(plain_gguf, batching=batching, parallel=2)
+    await engine.load(lambda _p: None)
+    try:
+        request = _request(RawPrompt("Once upon a time"), max_tokens=6, token_ids=True)
+        engine.check(request)
+        text, ids = "", []
+        async for received in engine.generate(request):
+            for event in received.events if isinstance(received, RawBatch) else [received]:
+                if isinstance(event, TextDelta):
+                    text += event.text
+                    ids += [lp.id for lp in event.logprobs or []]
+        assert len(ids) == 6 and all(isinstance(i, int) for i in ids)
+        assert engine._tokenizer().detokenize(ids).decode() == text
+    finally:
+        await engine.aclose()
+
+
+async def test_ignore_eos_generates_to_the_limit(plain_gguf: Path) -> None:
+    """llama-server's `ignore_eos`: the end-of-generation tokens are banned, so a model that
+    ends its reply writes on to `max_tokens`."""
+    engine = _engine(plain_gguf)
+    await engine.load(lambda _p: None)
+    try:
+        counts = []
+        for ignore in (False, True):
+            request = _request(
+                RawPrompt("Once upon a time"), max_tokens=200, ignore_eos=ignore, temperature=1.0, seed=3
+            )
+            engine.check(request)
+            assert not request.sampling.ignore_eos  # resolved into the bias
+            finish: FinishReason | None = None
+            async for received in engine.generate(request):
+                for event in received.events if isinstance(received, RawBatch) else [received]:
+                    if isinstance(event, UsageReport):
+                        counts.append(event.usage.completion_tokens)
+                    elif isinstance(event, Finished):
+                        finish = event.reason
+            assert finish is (FinishReason.LENGTH if ignore else FinishReason.STOP)
+        assert counts[-1] == 200
+    finally:
+        await engine.aclose()
