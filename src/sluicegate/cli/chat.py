@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import httpx
 import orjson
+
+if TYPE_CHECKING:  # imported where used: `sluicegate serve` parses its arguments here too
+    import httpx
 
 HELP = """Commands:
   /model NAME    talk to another model (the conversation is kept)
@@ -73,6 +75,8 @@ class Session:
 
     def ask(self, text: str) -> None:
         """Stream one answer; Ctrl-C ends it (the stream is closed, so the server cancels)."""
+        import httpx
+
         answer: list[str] = []
         try:
             stopped, stats = self._stream(text, answer)
@@ -241,6 +245,8 @@ def command(session: Session, line: str) -> None:
 
 
 def run(args: argparse.Namespace, url: str, api_key: str | None, history: Path) -> int:
+    import httpx
+
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     timeout = httpx.Timeout(30.0, read=None)  # an answer may take long between tokens (loads)
     color = args.color == "always" or (

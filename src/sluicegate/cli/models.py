@@ -12,14 +12,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from sluicegate.cli.parse import add_command as add_parse_command
 from sluicegate.cli.render import add_render_command
 from sluicegate.config import Settings, models_dir
 from sluicegate.engines.downloads import DownloadError, describe, fetch, is_present, resolve
+
+if TYPE_CHECKING:  # imported where used: `sluicegate serve` builds this parser too
+    import httpx
 
 Json = dict[str, Any]
 LOAD_TIMEOUT = 900.0  # a big model on a slow disk
@@ -125,10 +126,14 @@ def _client(args: argparse.Namespace, settings: Settings) -> httpx.Client:
     host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
     url = args.url or f"http://{host}:{settings.port}"
     headers = {"Authorization": f"Bearer {settings.api_keys[0]}"} if settings.api_keys else {}
+    import httpx
+
     return httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=30.0)
 
 
 def _call(client: httpx.Client, method: str, path: str, **kwargs: Any) -> Json:
+    import httpx
+
     try:
         response = client.request(method, path, **kwargs)
     except httpx.TransportError as exc:
