@@ -52,9 +52,8 @@ if OPEN_WEBUI is None:
     )
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from browser_support import CHROMEDRIVER, CHROMIUM  # noqa: E402  (skips the module without Chromium)
+from browser_support import chromium, fake_microphone  # noqa: E402  (skips the module without Chromium)
 from selenium.common.exceptions import StaleElementReferenceException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.remote.webelement import WebElement  # noqa: E402
@@ -161,31 +160,9 @@ def _tail(path: Path, lines: int = 60) -> str:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory, clip: Path) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-quic",
-        "--no-first-run",
-        "--window-size=1300,1000",
-        "--use-fake-ui-for-media-stream",  # the microphone is allowed without a prompt
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={clip}",  # looped for as long as it records
-        "--autoplay-policy=no-user-gesture-required",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-owui')}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
+    profile = tmp_path_factory.mktemp("chromium-owui")
+    with chromium(profile, *fake_microphone(clip), window="1300,1000") as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 def _shown(browser: WebDriver, by: str, value: str) -> WebElement | Literal[False]:

@@ -17,8 +17,7 @@ pytestmark = pytest.mark.e2e
 WAIT = 120.0  # an upper bound for waits, never a pass condition
 
 webdriver = pytest.importorskip("selenium.webdriver")
-from browser_support import CHROMEDRIVER, CHROMIUM  # noqa: E402  (skips the module without Chromium)
-from selenium.webdriver.chrome.service import Service  # noqa: E402
+from browser_support import chromium, fake_microphone  # noqa: E402  (skips the module without Chromium)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
 from selenium.webdriver.support.select import Select  # noqa: E402
@@ -35,26 +34,8 @@ def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def voice_browser(tmp_path_factory: pytest.TempPathFactory, clip: Path) -> Iterator[WebDriver]:
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--use-fake-ui-for-media-stream",  # the microphone is allowed without a prompt
-        "--use-fake-device-for-media-stream",
-        f"--use-file-for-fake-audio-capture={clip}",
-        "--autoplay-policy=no-user-gesture-required",
-        f"--user-data-dir={tmp_path_factory.mktemp('chromium-voice')}",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium-voice"), *fake_microphone(clip)) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture(scope="module")
