@@ -29,7 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from gateway_targets import Proc, free_port, start, start_sluicegate, wait_ready
+from gateway_targets import Proc, fast_upstream, start_sluicegate
 
 HERE = Path(__file__).resolve().parent
 
@@ -163,18 +163,11 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        up_port = free_port()
-        upstream = start(
-            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
-        )
-        try:
-            wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
+        with fast_upstream(folder) as up_port:
             results = {"this": measure(folder / "this", up_port, None, args)}
             if args.baseline:
                 env = {"PYTHONPATH": args.baseline}
                 results["baseline"] = measure(folder / "baseline", up_port, env, args)
-        finally:
-            upstream.stop()
     for label, result in results.items():
         show(label, result, args.top)
     if args.json:

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -102,6 +103,22 @@ def wait_ready(proc: Proc, url: str, seconds: float = 120) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError(f"{proc.name} not ready after {seconds:.0f}s:\n{proc.log.read_text()[-3000:]}")
         time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def fast_upstream(folder: Path) -> Iterator[int]:
+    """`bench/fast_upstream.py` in its own process, ready; yields its port, stops it after."""
+    port = free_port()
+    proc = start(
+        "upstream",
+        [sys.executable, str(Path(__file__).with_name("fast_upstream.py")), "--port", str(port)],
+        folder,
+    )
+    try:
+        wait_ready(proc, f"http://127.0.0.1:{port}/health")
+        yield port
+    finally:
+        proc.stop()
 
 
 # --- targets -----------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import gateway_targets
 from call_counts import body, load
-from gateway_targets import Proc, free_port, start, start_sluicegate, wait_ready
+from gateway_targets import Proc, fast_upstream, start_sluicegate, wait_ready
 
 # A server under callgrind takes minutes to start on a loaded machine.
 gateway_targets.wait_ready = functools.partial(wait_ready, seconds=1200)
@@ -90,19 +90,12 @@ def main() -> None:
     KEEP = Path(args.keep) if args.keep else None
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        up_port = free_port()
-        upstream = start(
-            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
-        )
-        try:
-            wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
+        with fast_upstream(folder) as up_port:
             results = {"this": measure(folder / "this", up_port, None, args)}
             if args.baseline:
                 results["baseline"] = measure(
                     folder / "baseline", up_port, {"PYTHONPATH": args.baseline}, args
                 )
-        finally:
-            upstream.stop()
     for label, r in results.items():
         print(
             f"{label:9} {r['per_request'] / 1e3:9.1f} k instructions per request start, "

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gateway_targets import free_port, start, start_sluicegate, wait_ready
+from gateway_targets import fast_upstream, start_sluicegate
 
 HERE = Path(__file__).resolve().parent
 
@@ -119,12 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        up_port = free_port()
-        upstream = start(
-            "upstream", [sys.executable, str(HERE / "fast_upstream.py"), "--port", str(up_port)], folder
-        )
-        try:
-            wait_ready(upstream, f"http://127.0.0.1:{up_port}/health")
+        with fast_upstream(folder) as up_port:
             trees = {"this": None} | ({"baseline": {"PYTHONPATH": args.baseline}} if args.baseline else {})
             for label, env in trees.items():
                 rows = measure(folder / label, up_port, env, args.streams, args.delay_ms)
@@ -133,8 +128,6 @@ def main() -> None:
                 for where, size, count in sorted(rows, key=lambda r: -r[1])[: args.top]:
                     short = where.split("/site-packages/")[-1].split("/src/")[-1]
                     print(f"  {size / args.streams:8.0f} B {count / args.streams:6.2f} blocks  {short}")
-        finally:
-            upstream.stop()
 
 
 if __name__ == "__main__":
