@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sluicegate.core.errors import invalid
-from sluicegate.core.events import RawEvent
-from sluicegate.core.request import ChatRequest
 from sluicegate.core.speech import SpeechRequest, Voice, Voiced
-from sluicegate.engines.base import Capabilities, ConfigError, Engine, ModelInfo, ProgressCallback, Task
-from sluicegate.engines.speech_files import check_keys, model_dir, package_dir, string_list
+from sluicegate.engines.base import ConfigError, ProgressCallback, Task
+from sluicegate.engines.speech_engine import SpeechEngine
+from sluicegate.engines.speech_files import check_keys, model_dir, package_dir, weights_source
 
 KEYS = frozenset({"id", "engine", "path", "packages", "voice"})
 SPEECH: frozenset[Task] = frozenset({"speech"})
@@ -36,11 +35,12 @@ def _onnx_file(folder_or_file: Path) -> Path:
     return found[0]
 
 
-class PiperEngine(Engine):
+class PiperEngine(SpeechEngine):
     kind: ClassVar[str] = "piper"
-    needs_load: ClassVar[bool] = True
-    holds_weights: ClassVar[bool] = True
-    default_max_concurrency: ClassVar[int] = 1
+    speech_tasks: ClassVar[frozenset[Task]] = SPEECH
+    description: ClassVar[str] = "a text-to-speech model"
+    route: ClassVar[str] = "POST /v1/audio/speech"
+    details: ClassVar[dict[str, str]] = {"type": "tts", "format": "onnx", "architecture": "piper"}
 
     def __init__(self, model_id: str, *, path: Path | None, packages: list[str], voice: str | None) -> None:
         super().__init__(model_id)
@@ -54,44 +54,11 @@ class PiperEngine(Engine):
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> PiperEngine:
         check_keys(table, KEYS)
-        path: Path | None = None
-        packages: list[str] = []
-        if "path" in table:
-            if not isinstance(table["path"], str):
-                raise ConfigError(f"model {table['id']!r}: `path` must be a string")
-            path = (base_dir / table["path"]).expanduser()
-        else:
-            packages = string_list(table, "packages")
-            for name in packages:
-                package_dir(name)
+        path, packages = weights_source(table, base_dir)
         voice = table.get("voice")
         if voice is not None and not isinstance(voice, str):
             raise ConfigError(f"model {table['id']!r}: `voice` must be a string")
         return cls(table["id"], path=path, packages=packages, voice=voice)
-
-    def tasks(self) -> frozenset[Task]:
-        return SPEECH
-
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            id=self.model_id,
-            engine=self.kind,
-            created=self.created,
-            owned_by="local",
-            capabilities=Capabilities(tool_use=False),
-            details={"type": "tts", "format": "onnx", "architecture": "piper"},
-        )
-
-    def check(self, request: ChatRequest) -> None:
-        raise invalid(
-            f"Model {self.model_id!r} is a text-to-speech model; use POST /v1/audio/speech.",
-            param="model",
-            code="model_not_supported",
-        )
-
-    def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
-        self.check(request)  # always refuses (and `Model.open` calls it first)
-        raise AssertionError("unreachable")
 
     def _file(self) -> Path:
         return _onnx_file(self.path if self.path is not None else model_dir(self.packages))

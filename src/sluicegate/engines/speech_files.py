@@ -89,3 +89,16 @@ def check_keys(table: dict[str, Any], keys: frozenset[str]) -> None:
         raise ConfigError(f"model {table.get('id')!r}: unknown key(s) {', '.join(unknown)}")
     if ("path" in table) == ("packages" in table):
         raise ConfigError(f"model {table.get('id')!r}: give either `path` or `packages`")
+
+
+def weights_source(table: dict[str, Any], base_dir: Path) -> tuple[Path | None, list[str]]:
+    """A speech model's `path` (relative to the config's folder), or else its `packages`, each
+    checked installed now: said at startup, not at the first request."""
+    if "path" in table:
+        if not isinstance(table["path"], str):
+            raise ConfigError(f"model {table['id']!r}: `path` must be a string")
+        return (base_dir / table["path"]).expanduser(), []
+    packages = string_list(table, "packages")
+    for name in packages:
+        package_dir(name)
+    return None, packages

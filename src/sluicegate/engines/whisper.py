@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from sluicegate.core.errors import invalid
-from sluicegate.core.events import RawEvent
-from sluicegate.core.request import ChatRequest
 from sluicegate.core.speech import Segment, Transcribed, TranscriptEvent, TranscriptionRequest, Word
-from sluicegate.engines.base import Capabilities, ConfigError, Engine, ModelInfo, ProgressCallback, Task
-from sluicegate.engines.speech_files import check_keys, model_dir, package_dir, string_list
+from sluicegate.engines.base import ConfigError, ProgressCallback, Task
+from sluicegate.engines.speech_engine import SpeechEngine
+from sluicegate.engines.speech_files import check_keys, model_dir, weights_source
 
 KEYS = frozenset(
     {"id", "engine", "path", "packages", "compute_type", "threads", "beam_size", "language", "vad_filter"}
@@ -29,11 +28,12 @@ TRANSCRIPTION: frozenset[Task] = frozenset({"transcription"})
 _FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # Whisper's temperatures when a window fails its checks
 
 
-class WhisperEngine(Engine):
+class WhisperEngine(SpeechEngine):
     kind: ClassVar[str] = "whisper"
-    needs_load: ClassVar[bool] = True
-    holds_weights: ClassVar[bool] = True
-    default_max_concurrency: ClassVar[int] = 1  # one decoder; more requests queue
+    speech_tasks: ClassVar[frozenset[Task]] = TRANSCRIPTION
+    description: ClassVar[str] = "a speech-to-text model"
+    route: ClassVar[str] = "POST /v1/audio/transcriptions"
+    details: ClassVar[dict[str, str]] = {"type": "stt", "format": "ctranslate2", "architecture": "whisper"}
 
     def __init__(
         self,
@@ -60,16 +60,7 @@ class WhisperEngine(Engine):
     @classmethod
     def from_config(cls, table: dict[str, Any], base_dir: Path) -> WhisperEngine:
         check_keys(table, KEYS)
-        path: Path | None = None
-        packages: list[str] = []
-        if "path" in table:
-            if not isinstance(table["path"], str):
-                raise ConfigError(f"model {table['id']!r}: `path` must be a string")
-            path = (base_dir / table["path"]).expanduser()
-        else:
-            packages = string_list(table, "packages")
-            for name in packages:
-                package_dir(name)  # installed? said at startup, not at the first request
+        path, packages = weights_source(table, base_dir)
         for key, kind in (("threads", int), ("beam_size", int), ("compute_type", str), ("language", str)):
             if key in table and (not isinstance(table[key], kind) or isinstance(table[key], bool)):
                 raise ConfigError(f"model {table['id']!r}: `{key}` must be {kind.__name__}")
@@ -83,30 +74,6 @@ class WhisperEngine(Engine):
             language=table.get("language"),
             vad_filter=bool(table.get("vad_filter", False)),
         )
-
-    def tasks(self) -> frozenset[Task]:
-        return TRANSCRIPTION
-
-    def info(self) -> ModelInfo:
-        return ModelInfo(
-            id=self.model_id,
-            engine=self.kind,
-            created=self.created,
-            owned_by="local",
-            capabilities=Capabilities(tool_use=False),
-            details={"type": "stt", "format": "ctranslate2", "architecture": "whisper"},
-        )
-
-    def check(self, request: ChatRequest) -> None:
-        raise invalid(
-            f"Model {self.model_id!r} is a speech-to-text model; use POST /v1/audio/transcriptions.",
-            param="model",
-            code="model_not_supported",
-        )
-
-    def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
-        self.check(request)  # always refuses (and `Model.open` calls it first)
-        raise AssertionError("unreachable")
 
     async def load(self, on_progress: ProgressCallback) -> None:
         def load() -> Any:
