@@ -7,21 +7,18 @@ in the client's dialect; a client that leaves closes the upstream connection at 
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
+from sluicegate.core.errors import invalid
 from sluicegate.core.speech import Upload
-from sluicegate.engines.upstream.timeouts import Clocks
 
 if TYPE_CHECKING:
     from sluicegate.engines.upstream.base import UpstreamEngine
-    from sluicegate.engines.upstream.http import StreamingResponse
-    from sluicegate.engines.upstream.replicas import Replica
 
 
 def _quoted(value: str) -> str:
@@ -60,49 +57,7 @@ async def relay_bytes(
             payload, content_type = orjson.dumps({**body, "model": model}), b"application/json"
         except orjson.JSONEncodeError as exc:
             raise invalid(f"The request cannot be sent upstream: {exc}.") from exc
-    clocks = Clocks(
-        first_byte=engine.config.first_byte_timeout,
-        idle=engine.config.idle_timeout,
-        total=engine.config.total_timeout,
-    )
-    replica: Replica | None = None
-    response: StreamingResponse | None = None
-    try:
-        try:
-            replica, response, refusal = await engine._send(path, payload, clocks, content_type=content_type)
-        except asyncio.CancelledError:
-            if not clocks.owns(asyncio.current_task()):
-                raise
-            refusal = clocks.expired
-        if refusal is not None:
-            raise SluicegateError(refusal.kind, refusal.message, param=refusal.param, code=refusal.code)
-        assert replica is not None and response is not None
-        chunks = response.chunks()
-        while True:
-            if clocks.expired is not None:
-                info = clocks.expired
-                raise SluicegateError(info.kind, info.message, code=info.code)
-            clocks.waiting()
-            try:
-                chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except asyncio.CancelledError:
-                if not clocks.owns(asyncio.current_task()):
-                    raise
-                continue  # `expired` is set: the loop's top reports it
-            except Exception as exc:  # the connection broke mid-body
-                raise SluicegateError(
-                    ErrorKind.UPSTREAM,
-                    f"The upstream {replica.name} failed: the connection broke ({type(exc).__name__}).",
-                    code="upstream_error",
-                ) from exc
-            clocks.chunk()
-            yield chunk
-        clocks.idle()
-    finally:
-        clocks.stop()
-        if response is not None:
-            await response.aclose()
-        if replica is not None:
-            replica.outstanding -= 1
+    async with contextlib.aclosing(engine.answer(path, payload, content_type=content_type)) as answer:
+        async for _replica, chunk in answer:
+            if chunk:  # not the first, empty one (the head is in): an empty chunk ends a chunked body
+                yield chunk

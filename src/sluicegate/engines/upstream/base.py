@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from abc import abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -283,6 +283,24 @@ class UpstreamEngine(Engine):
         under the same replica failover and clocks as a chat stream. A refusal, a timeout, a
         broken, oversized or non-JSON answer raises a `SluicegateError` (502/504, never a 500);
         a caller cancelled (the client left) closes the upstream connection at once."""
+        data = bytearray()
+        async with contextlib.aclosing(self.answer(path, body)) as answer:
+            async for replica, chunk in answer:
+                data += chunk
+                if len(data) > max_bytes:
+                    raise _bad_answer(replica, f"its answer is larger than {max_bytes} bytes")
+        try:
+            return orjson.loads(data), replica.name
+        except orjson.JSONDecodeError as exc:
+            raise _bad_answer(replica, f"its answer is not JSON ({exc.msg})") from exc
+
+    async def answer(
+        self, path: str, body: bytes, *, content_type: bytes = b"application/json"
+    ) -> AsyncGenerator[tuple[Replica, bytes], None]:
+        """One request's answer, its body's bytes as they arrive, each with the replica giving
+        it (first `(replica, b"")`, as soon as its head is in), under the replica failover and
+        clocks of a chat stream; a refusal, a timeout or a broken body raises a
+        `SluicegateError`; closing the generator (a caller that left) closes the connection."""
         clocks = Clocks(
             first_byte=self.config.first_byte_timeout,
             idle=self.config.idle_timeout,
@@ -290,10 +308,9 @@ class UpstreamEngine(Engine):
         )
         replica: Replica | None = None
         response: StreamingResponse | None = None
-        data = bytearray()
         try:
             try:
-                replica, response, refusal = await self._send(path, body, clocks)
+                replica, response, refusal = await self._send(path, body, clocks, content_type=content_type)
             except asyncio.CancelledError:
                 if not clocks.owns(asyncio.current_task()):
                     raise
@@ -301,6 +318,7 @@ class UpstreamEngine(Engine):
             if refusal is not None:
                 raise SluicegateError(refusal.kind, refusal.message, param=refusal.param, code=refusal.code)
             assert replica is not None and response is not None
+            yield replica, b""
             chunks = response.chunks()
             while True:
                 if clocks.expired is not None:
@@ -318,9 +336,7 @@ class UpstreamEngine(Engine):
                 except Exception as exc:  # the connection broke mid-body
                     raise _bad_answer(replica, f"the connection broke: {exc or type(exc).__name__}") from exc
                 clocks.chunk()
-                data += chunk
-                if len(data) > max_bytes:
-                    raise _bad_answer(replica, f"its answer is larger than {max_bytes} bytes")
+                yield replica, chunk
             clocks.idle()
         finally:
             clocks.stop()
@@ -328,10 +344,6 @@ class UpstreamEngine(Engine):
                 await response.aclose()
             if replica is not None:
                 replica.outstanding -= 1
-        try:
-            return orjson.loads(data), replica.name
-        except orjson.JSONDecodeError as exc:
-            raise _bad_answer(replica, f"its answer is not JSON ({exc.msg})") from exc
 
     async def _send(
         self,
