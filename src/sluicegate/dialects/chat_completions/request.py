@@ -61,14 +61,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.tool_choice = _tool_choice(f, request.tools)
     request.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
     request.reasoning_effort = f.string("reasoning_effort")
-    response_format = f.object("response_format")
-    if response_format is not None:
-        response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
-        request.response_format = response_format.obj
-    if (grammar := f.string("grammar")) is not None:  # llama-server's GBNF grammar
-        if response_format is not None:
-            f.fail("grammar", "Send 'grammar' or 'response_format', not both.")
-        request.response_format = {"type": "grammar", "grammar": grammar}
+    request.response_format = _response_format(f)
     _refuse_unservable(f)
     request.prediction = _prediction(f)
     request.continue_final = _continues(f, messages)
@@ -122,6 +115,31 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
     if last.tool_calls:
         f.fail(key, "Cannot continue an assistant message that contains tool calls.")
     return True
+
+
+def _response_format(f: Fields) -> dict[str, Any] | None:
+    """`response_format`, or llama-server's extensions saying the same: a GBNF `grammar`, a
+    top-level `json_schema`, and a `schema` inside `json_object` (the JSON must match it).
+    Two of them at once is a 400: which one wins would be a guess."""
+    response_format = f.object("response_format")
+    given = ["response_format"] if response_format is not None else []
+    fmt: dict[str, Any] | None = None
+    if response_format is not None:
+        kind = response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
+        fmt = response_format.obj
+        if kind == "json_object" and "schema" in fmt:
+            fmt = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt["schema"]}}
+    if (grammar := f.string("grammar")) is not None:
+        given.append("grammar")
+        fmt = {"type": "grammar", "grammar": grammar}
+    if (schema := f.object("json_schema")) is not None:
+        given.append("json_schema")
+        fmt = {"type": "json_schema", "json_schema": {"name": "response", "schema": schema.obj}}
+    if len(given) > 1:
+        f.fail(
+            given[1], f"Send one of 'response_format', 'grammar' or 'json_schema', not {' and '.join(given)}."
+        )
+    return fmt
 
 
 def _refuse_unservable(f: Fields) -> None:
