@@ -128,6 +128,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "with `allow_image_urls`: the longest one image's fetch may take",
         ),
+        "media_path": (
+            "none",
+            "llama-server's `--media-path`: a folder `file://` image URLs are read from, the URL's "
+            "path taken under it (`file://pics/cat.png`); `..` and links out of it are refused. "
+            "Unset, a `file://` URL is a 400 `image_url_not_allowed`",
+        ),
         "max_audio_bytes": (
             None,
             "one audio clip (Chat `input_audio`, a local model whose projector has an audio encoder "

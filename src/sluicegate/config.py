@@ -32,6 +32,7 @@ max_images_per_request = 16
 max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
+media_path = "~/pictures"       # file:// image URLs are read from under it (llama-server's --media-path); default: none
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
@@ -143,6 +144,7 @@ class Settings:
     max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
+    media_path: Path | None = None  # file:// image URLs are read from under it; None: refused
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
@@ -208,6 +210,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
+    "media_path": str,
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
@@ -348,7 +351,7 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.cors_origins = list(value)
         elif key == "default_model" and not value:
             raise ConfigError(f"{source}: [server].default_model must be a model id")
-        elif key in ("models_dir", "slot_save_path"):
+        elif key in ("models_dir", "slot_save_path", "media_path"):
             path = Path(value).expanduser()
             setattr(settings, key, path if path.is_absolute() else settings.base_dir / path)
         elif key == "limits_on_store_failure" and value not in ("open", "closed"):

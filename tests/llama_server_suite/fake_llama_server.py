@@ -60,6 +60,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cont-batching", action="store_true")
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("--slot-save-path")
+    p.add_argument("--media-path")
     p.add_argument("-n", "--n-predict", type=int)
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
@@ -209,6 +210,8 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["default_model"] = model["id"]
     if "slot_save_path" in known and options.slot_save_path:
         table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
+    if "media_path" in known and options.media_path:  # file:// image URLs are read under it
+        table["media_path"] = str(Path(options.media_path).resolve())
     return table
 
 
