@@ -219,6 +219,35 @@ def test_a_gbnf_grammar_in_chat_completions(server: Server) -> None:
         assert "grammar" in str(caught.value)
 
 
+def test_a_json_schema_constrains_chat_completions(server: Server) -> None:
+    """llama-server's top-level `json_schema`, and its `schema` inside `json_object`."""
+    messages = [{"role": "user", "content": "Pick a colour"}]
+    for extra in (
+        {"json_schema": {"enum": ["red", "green"]}},
+        {"response_format": {"type": "json_object", "schema": {"enum": ["red", "green"]}}},
+    ):
+        for seed in (1, 2):
+            body = {"model": "tiny", "messages": messages, "max_tokens": 20, "seed": seed, **extra}
+            answer = post(server, "/v1/chat/completions", body).json()
+            assert answer["choices"][0]["message"]["content"] in ('"red"', '"green"'), answer
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"])
+def test_chat_input_tokens(server: Server, path: str) -> None:
+    """The prompt's tokens by the model's tokenizer, as llama-server counts them: more words,
+    more tokens; a model without a tokenizer gets an estimate; a bad body is a 400."""
+    short = {"messages": [{"role": "user", "content": "What is the best book"}]}
+    longer = {"messages": [{"role": "system", "content": "Book " * 20}, *short["messages"]]}
+    counted = [post(server, path, {"model": "tiny", **body}) for body in (short, longer)]
+    assert [r.status_code for r in counted] == [200, 200]
+    assert counted[0].json()["object"] == "response.input_tokens"
+    assert 5 < counted[0].json()["input_tokens"] < counted[1].json()["input_tokens"]
+    estimated = post(server, path, {"model": "chat", **short})
+    assert estimated.status_code == 200 and estimated.json()["input_tokens"] > 0
+    bad = post(server, path, {"model": "tiny", "messages": []})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
 def test_a_model_without_adapters_lists_none_and_refuses_scales_in_llama_servers_shape(
     server: Server,
 ) -> None:

@@ -16,4 +16,9 @@ def build(context: DialectContext) -> list[Dialect]:
     return [ChatCompletionsDialect(cast(ReasoningField, context.settings.reasoning_field))]
 
 
-REGISTRATION = Registration(specs=(SPEC,), build=build, compiled=COMPILED)
+REGISTRATION = Registration(
+    specs=(SPEC,),
+    build=build,
+    routes=("sluicegate.routes.input_tokens:CHAT_ROUTES",),  # llama-server's input_tokens
+    compiled=COMPILED,
+)
