@@ -283,3 +283,32 @@ def test_several_prompts_streamed(server: Server) -> None:
         mine = [o for o in objects if o["index"] == index]
         assert [o["stop"] for o in mine] == [False, False, False, True]
         assert mine[-1]["tokens_predicted"] == 3
+
+
+def test_return_progress_in_chat_completions(server: Server) -> None:
+    """llama-server's `prompt_progress` chunks, counted by the engine: the first says what the
+    cache held, `processed` grows to `total`; the same prompt again starts from its cache."""
+    long_prompt = "This is a test. " * 20  # longer than one batch (16 tokens)
+
+    def reports() -> list[dict[str, int]]:
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": long_prompt}],
+            "max_tokens": 2,
+            "stream": True,
+            "return_progress": True,
+        }
+        with httpx.stream(
+            "POST", server.base_url + "/v1/chat/completions", json=body, timeout=60.0
+        ) as response:
+            assert response.status_code == 200
+            frames = [f.data for f in parse_sse(response.read().decode()) if f.data not in (None, "[DONE]")]
+        return [json.loads(d or "")["prompt_progress"] for d in frames if "prompt_progress" in (d or "")]
+
+    first = reports()
+    assert len(first) > 2 and first[0]["processed"] == first[0]["cache"]
+    assert all(r["total"] == first[0]["total"] > 16 and r["cache"] == first[0]["cache"] for r in first)
+    assert [r["processed"] for r in first] == sorted({r["processed"] for r in first})
+    assert first[-1]["processed"] == first[-1]["total"]
+    again = reports()
+    assert again[0]["cache"] > 0 and again[-1]["processed"] == again[-1]["total"]

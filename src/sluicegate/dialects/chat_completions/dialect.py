@@ -47,6 +47,7 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
+            return_progress=options.return_progress,
         )
 
     def choices(self, turn: Turn) -> Choices:
