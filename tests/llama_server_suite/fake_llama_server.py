@@ -210,6 +210,8 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["default_model"] = model["id"]
     if "slot_save_path" in known and options.slot_save_path:
         table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
+    if "allow_image_urls" in known:  # llama-server downloads every http(s) image URL it is sent
+        table["allow_image_urls"] = True
     if "media_path" in known and options.media_path:  # file:// image URLs are read under it
         table["media_path"] = str(Path(options.media_path).resolve())
     return table
