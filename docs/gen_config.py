@@ -204,6 +204,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             '(llama-server, DeepSeek; read by LiteLLM and Open WebUI), `"reasoning"` (OpenRouter, '
             'vLLM, Ollama) or `"both"`',
         ),
+        "prefill_assistant": (
+            None,
+            "`true`: a request whose last message is the assistant's (no tool calls) continues it, "
+            "as llama-server does unless started with `--no-prefill-assistant`; `false` (OpenAI's "
+            "and vLLM's way): the model answers after it, and `continue_final_message` asks for "
+            "the continuation",
+        ),
     },
     "responses": {
         "retention_days": (

@@ -41,6 +41,7 @@ default_model = "my-model"      # serves requests that name no model or an unkno
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
+prefill_assistant = false               # true: a last assistant message is continued (llama-server's default)
 
 [responses]
 retention_days = 30                     # stored responses expire after this
@@ -151,6 +152,7 @@ class Settings:
     cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
     default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
+    prefill_assistant: bool = False  # a last assistant message is the start of the reply
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
@@ -217,7 +219,10 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "cors_origins": list,
     "default_model": str,
 }
-_CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
+_CHAT_KEYS: dict[str, tuple[Any, ...]] = {
+    "reasoning_field": ("reasoning_content", "reasoning", "both"),
+    "prefill_assistant": (True, False),
+}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
 # (docs/gen_config.py) is checked against these, so neither can drift from the other.
 RESPONSES_KEYS = (
@@ -396,7 +401,9 @@ def load_settings(
         if not isinstance(chat, dict):
             raise ConfigError(f"{path}: [chat_completions] must be a table")
         for key, value in chat.items():
-            if key not in _CHAT_KEYS or value not in _CHAT_KEYS[key]:
+            if key not in _CHAT_KEYS or not any(
+                value == v and type(value) is type(v) for v in _CHAT_KEYS[key]
+            ):
                 raise ConfigError(
                     f"{path}: [chat_completions].{key} must be one of {_CHAT_KEYS.get(key, ())}"
                 )

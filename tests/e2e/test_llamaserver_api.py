@@ -312,3 +312,25 @@ def test_return_progress_in_chat_completions(server: Server) -> None:
     assert first[-1]["processed"] == first[-1]["total"]
     again = reports()
     assert again[0]["cache"] > 0 and again[-1]["processed"] == again[-1]["total"]
+
+
+def test_prefill_assistant_setting(
+    start_server: StartServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`[chat_completions] prefill_assistant` (llama-server's default): a last assistant message
+    is continued, so its prompt is shorter than the one that closes it and opens a new turn,
+    which a request still gets by saying `continue_final_message: false`."""
+    from sluicegate.demo.model import make_demo_gguf
+
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+    server = start_server(
+        models=[{"id": "tiny", "engine": "llamacpp", "path": gguf, "context_length": 512}],
+        tables={"chat_completions": {"prefill_assistant": True}},
+    )
+    messages = [{"role": "user", "content": "Name a colour"}, {"role": "assistant", "content": "The colour"}]
+    path = "/v1/chat/completions/input_tokens"
+    prefilled = post(server, path, {"model": "tiny", "messages": messages}).json()["input_tokens"]
+    new_turn = {"model": "tiny", "messages": messages, "continue_final_message": False}
+    assert prefilled < post(server, path, new_turn).json()["input_tokens"]
+    answer = post(server, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 2})
+    assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == prefilled

@@ -48,7 +48,7 @@ async def chat_input_tokens(request: Request) -> Response:
     """llama-server's answer, which is OpenAI's Responses' `input_tokens` object."""
     state = app_state(request)
     body = await read_json(request, state.settings.max_body_bytes)
-    chat, _ = parse_chat_request(body)
+    chat, _ = parse_chat_request(body, prefill_assistant=state.settings.prefill_assistant)
     count = await prompt_tokens(state, chat)
     return JSONResponse({"object": "response.input_tokens", "input_tokens": count})
 

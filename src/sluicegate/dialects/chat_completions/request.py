@@ -36,7 +36,9 @@ class ChatOptions:
     return_progress: bool = False  # llama-server's `prompt_progress` chunks while the prompt is read
 
 
-def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
+def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[ChatRequest, ChatOptions]:
+    """`prefill_assistant`: a last assistant message is continued unless the request says
+    otherwise (`[chat_completions] prefill_assistant`, llama-server's default)."""
     f = Fields(body)
     model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     raw_messages = f.array("messages", required=True, non_empty=True)
@@ -65,7 +67,7 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.response_format = _response_format(f)
     _refuse_unservable(f)
     request.prediction = _prediction(f)
-    request.continue_final = _continues(f, messages)
+    request.continue_final = _continues(f, messages, prefill_assistant)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
     f.boolean("cache_prompt")
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
@@ -95,7 +97,7 @@ def _sampling(f: Fields) -> SamplingParams:
     return s
 
 
-def _continues(f: Fields, messages: list[Message]) -> bool:
+def _continues(f: Fields, messages: list[Message], prefill: bool = False) -> bool:
     """llama-server's and vLLM's `continue_final_message` (vLLM's companion,
     `add_generation_prompt: false`, says the same of a last assistant message): the reply
     continues the last message, an assistant's without tool calls, instead of a new one."""
@@ -106,9 +108,11 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
             "continue_final_message",
             "Cannot set both add_generation_prompt and continue_final_message to true.",
         )
+    last = messages[-1]
+    if cont is None and prompt is None:  # neither said: the server's default
+        return prefill and last.role == "assistant" and not last.tool_calls
     if not cont and prompt is not False:
         return False
-    last = messages[-1]
     key = "continue_final_message" if cont else "add_generation_prompt"
     if last.role != "assistant":
         f.fail(
