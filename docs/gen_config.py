@@ -128,6 +128,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             None,
             "with `allow_image_urls`: the longest one image's fetch may take",
         ),
+        "media_path": (
+            "none",
+            "llama-server's `--media-path`: a folder `file://` image URLs are read from, the URL's "
+            "path taken under it (`file://pics/cat.png`); `..` and links out of it are refused. "
+            "Unset, a `file://` URL is a 400 `image_url_not_allowed`",
+        ),
         "max_audio_bytes": (
             None,
             "one audio clip (Chat `input_audio`, a local model whose projector has an audio encoder "
@@ -197,6 +203,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             'the delta (and message) field that carries reasoning: `"reasoning_content"` '
             '(llama-server, DeepSeek; read by LiteLLM and Open WebUI), `"reasoning"` (OpenRouter, '
             'vLLM, Ollama) or `"both"`',
+        ),
+        "prefill_assistant": (
+            None,
+            "`true`: a request whose last message is the assistant's (no tool calls) continues it, "
+            "as llama-server does unless started with `--no-prefill-assistant`; `false` (OpenAI's "
+            "and vLLM's way): the model answers after it, and `continue_final_message` asks for "
+            "the continuation",
         ),
     },
     "responses": {

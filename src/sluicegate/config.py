@@ -32,6 +32,7 @@ max_images_per_request = 16
 max_request_pixels = 100000000  # all of one request's images, decoded: more is a 400
 allow_image_urls = false        # true: fetch http(s) image URLs (public hosts, or [tools] allowed_hosts)
 image_fetch_timeout_seconds = 10
+media_path = "~/pictures"       # file:// image URLs are read from under it (llama-server's --media-path); default: none
 max_audio_bytes = 16777216      # per audio clip (local models whose projector hears); more: a 400
 max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
@@ -40,6 +41,7 @@ default_model = "my-model"      # serves requests that name no model or an unkno
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
+prefill_assistant = false               # true: a last assistant message is continued (llama-server's default)
 
 [responses]
 retention_days = 30                     # stored responses expire after this
@@ -143,12 +145,14 @@ class Settings:
     max_request_pixels: int = 100_000_000  # all of one request's images: caps the memory they take
     allow_image_urls: bool = False  # fetch http(s) image URLs, through the SSRF guard
     image_fetch_timeout_seconds: float = 10.0
+    media_path: Path | None = None  # file:// image URLs are read from under it; None: refused
     max_audio_bytes: int = 16 * 1024 * 1024  # per audio clip, for engines that hear audio themselves
     max_audio_seconds: float = 300.0  # its spectrogram is computed while the request is checked
     max_audio_per_request: int = 16
     cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
     default_model: str | None = None  # serves requests naming no model or an unknown one
     reasoning_field: str = "reasoning_content"
+    prefill_assistant: bool = False  # a last assistant message is the start of the reply
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
@@ -208,13 +212,17 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_request_pixels": int,
     "allow_image_urls": bool,
     "image_fetch_timeout_seconds": (int, float),
+    "media_path": str,
     "max_audio_bytes": int,
     "max_audio_seconds": (int, float),
     "max_audio_per_request": int,
     "cors_origins": list,
     "default_model": str,
 }
-_CHAT_KEYS = {"reasoning_field": ("reasoning_content", "reasoning", "both")}
+_CHAT_KEYS: dict[str, tuple[Any, ...]] = {
+    "reasoning_field": ("reasoning_content", "reasoning", "both"),
+    "prefill_assistant": (True, False),
+}
 # The keys each table accepts: the loader refuses any other, and the configuration reference
 # (docs/gen_config.py) is checked against these, so neither can drift from the other.
 RESPONSES_KEYS = (
@@ -348,7 +356,7 @@ def _apply_server(settings: Settings, table: dict[str, Any], source: str) -> Non
             settings.cors_origins = list(value)
         elif key == "default_model" and not value:
             raise ConfigError(f"{source}: [server].default_model must be a model id")
-        elif key in ("models_dir", "slot_save_path"):
+        elif key in ("models_dir", "slot_save_path", "media_path"):
             path = Path(value).expanduser()
             setattr(settings, key, path if path.is_absolute() else settings.base_dir / path)
         elif key == "limits_on_store_failure" and value not in ("open", "closed"):
@@ -393,7 +401,9 @@ def load_settings(
         if not isinstance(chat, dict):
             raise ConfigError(f"{path}: [chat_completions] must be a table")
         for key, value in chat.items():
-            if key not in _CHAT_KEYS or value not in _CHAT_KEYS[key]:
+            if key not in _CHAT_KEYS or not any(
+                value == v and type(value) is type(v) for v in _CHAT_KEYS[key]
+            ):
                 raise ConfigError(
                     f"{path}: [chat_completions].{key} must be one of {_CHAT_KEYS.get(key, ())}"
                 )

@@ -219,6 +219,35 @@ def test_a_gbnf_grammar_in_chat_completions(server: Server) -> None:
         assert "grammar" in str(caught.value)
 
 
+def test_a_json_schema_constrains_chat_completions(server: Server) -> None:
+    """llama-server's top-level `json_schema`, and its `schema` inside `json_object`."""
+    messages = [{"role": "user", "content": "Pick a colour"}]
+    for extra in (
+        {"json_schema": {"enum": ["red", "green"]}},
+        {"response_format": {"type": "json_object", "schema": {"enum": ["red", "green"]}}},
+    ):
+        for seed in (1, 2):
+            body = {"model": "tiny", "messages": messages, "max_tokens": 20, "seed": seed, **extra}
+            answer = post(server, "/v1/chat/completions", body).json()
+            assert answer["choices"][0]["message"]["content"] in ('"red"', '"green"'), answer
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions/input_tokens", "/chat/completions/input_tokens"])
+def test_chat_input_tokens(server: Server, path: str) -> None:
+    """The prompt's tokens by the model's tokenizer, as llama-server counts them: more words,
+    more tokens; a model without a tokenizer gets an estimate; a bad body is a 400."""
+    short = {"messages": [{"role": "user", "content": "What is the best book"}]}
+    longer = {"messages": [{"role": "system", "content": "Book " * 20}, *short["messages"]]}
+    counted = [post(server, path, {"model": "tiny", **body}) for body in (short, longer)]
+    assert [r.status_code for r in counted] == [200, 200]
+    assert counted[0].json()["object"] == "response.input_tokens"
+    assert 5 < counted[0].json()["input_tokens"] < counted[1].json()["input_tokens"]
+    estimated = post(server, path, {"model": "chat", **short})
+    assert estimated.status_code == 200 and estimated.json()["input_tokens"] > 0
+    bad = post(server, path, {"model": "tiny", "messages": []})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "messages"
+
+
 def test_a_model_without_adapters_lists_none_and_refuses_scales_in_llama_servers_shape(
     server: Server,
 ) -> None:
@@ -254,3 +283,54 @@ def test_several_prompts_streamed(server: Server) -> None:
         mine = [o for o in objects if o["index"] == index]
         assert [o["stop"] for o in mine] == [False, False, False, True]
         assert mine[-1]["tokens_predicted"] == 3
+
+
+def test_return_progress_in_chat_completions(server: Server) -> None:
+    """llama-server's `prompt_progress` chunks, counted by the engine: the first says what the
+    cache held, `processed` grows to `total`; the same prompt again starts from its cache."""
+    long_prompt = "This is a test. " * 20  # longer than one batch (16 tokens)
+
+    def reports() -> list[dict[str, int]]:
+        body = {
+            "model": "tiny",
+            "messages": [{"role": "user", "content": long_prompt}],
+            "max_tokens": 2,
+            "stream": True,
+            "return_progress": True,
+        }
+        with httpx.stream(
+            "POST", server.base_url + "/v1/chat/completions", json=body, timeout=60.0
+        ) as response:
+            assert response.status_code == 200
+            frames = [f.data for f in parse_sse(response.read().decode()) if f.data not in (None, "[DONE]")]
+        return [json.loads(d or "")["prompt_progress"] for d in frames if "prompt_progress" in (d or "")]
+
+    first = reports()
+    assert len(first) > 2 and first[0]["processed"] == first[0]["cache"]
+    assert all(r["total"] == first[0]["total"] > 16 and r["cache"] == first[0]["cache"] for r in first)
+    assert [r["processed"] for r in first] == sorted({r["processed"] for r in first})
+    assert first[-1]["processed"] == first[-1]["total"]
+    again = reports()
+    assert again[0]["cache"] > 0 and again[-1]["processed"] == again[-1]["total"]
+
+
+def test_prefill_assistant_setting(
+    start_server: StartServer, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`[chat_completions] prefill_assistant` (llama-server's default): a last assistant message
+    is continued, so its prompt is shorter than the one that closes it and opens a new turn,
+    which a request still gets by saying `continue_final_message: false`."""
+    from sluicegate.demo.model import make_demo_gguf
+
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
+    server = start_server(
+        models=[{"id": "tiny", "engine": "llamacpp", "path": gguf, "context_length": 512}],
+        tables={"chat_completions": {"prefill_assistant": True}},
+    )
+    messages = [{"role": "user", "content": "Name a colour"}, {"role": "assistant", "content": "The colour"}]
+    path = "/v1/chat/completions/input_tokens"
+    prefilled = post(server, path, {"model": "tiny", "messages": messages}).json()["input_tokens"]
+    new_turn = {"model": "tiny", "messages": messages, "continue_final_message": False}
+    assert prefilled < post(server, path, new_turn).json()["input_tokens"]
+    answer = post(server, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 2})
+    assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == prefilled

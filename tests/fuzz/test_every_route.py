@@ -62,6 +62,8 @@ MAX_BODY = 256 * 1024
 # The bodies each POST route is attacked with; a route missing here gets every dialect's.
 BODIES = {
     "/v1/chat/completions": chat_bodies(),
+    "/v1/chat/completions/input_tokens": chat_bodies(),
+    "/chat/completions/input_tokens": chat_bodies(),
     "/v1/completions": completions_bodies(),
     "/infill": infill_bodies(),
     "/v1/responses": responses_bodies(),

@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cont-batching", action="store_true")
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("--slot-save-path")
+    p.add_argument("--media-path")
+    p.add_argument("--no-prefill-assistant", action="store_true")
     p.add_argument("-n", "--n-predict", type=int)
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
@@ -209,6 +211,10 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["default_model"] = model["id"]
     if "slot_save_path" in known and options.slot_save_path:
         table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
+    if "allow_image_urls" in known:  # llama-server downloads every http(s) image URL it is sent
+        table["allow_image_urls"] = True
+    if "media_path" in known and options.media_path:  # file:// image URLs are read under it
+        table["media_path"] = str(Path(options.media_path).resolve())
     return table
 
 
@@ -226,8 +232,19 @@ def _toml(value: Any) -> str:
     raise TypeError(f"cannot write {value!r} as TOML")
 
 
-def write_config(folder: Path, server: dict[str, Any], model: dict[str, Any] | None) -> Path:
+def chat_table(options: argparse.Namespace) -> dict[str, Any]:
+    """llama-server continues a last assistant message (a prefill) unless told not to."""
+    if "prefill_assistant" not in _server_fields():
+        return {}
+    return {"prefill_assistant": not options.no_prefill_assistant}
+
+
+def write_config(
+    folder: Path, server: dict[str, Any], model: dict[str, Any] | None, chat: dict[str, Any] | None = None
+) -> Path:
     lines = ["[server]", *(f"{k} = {_toml(v)}" for k, v in server.items())]
+    if chat:
+        lines += ["", "[chat_completions]", *(f"{k} = {_toml(v)}" for k, v in chat.items())]
     if model is not None:
         lines += ["", "[[models]]", *(f"{k} = {_toml(v)}" for k, v in model.items())]
     path = folder / "sluicegate.toml"
@@ -252,7 +269,7 @@ def main(argv: list[str]) -> None:
     work.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="launch-", dir=work))
     model, notes = model_table(options, paths)
-    config = write_config(folder, server_table(options, model, folder / "data"), model)
+    config = write_config(folder, server_table(options, model, folder / "data"), model, chat_table(options))
     if ignored:
         notes.append(f"ignored flags: {' '.join(ignored)}")
     for note in notes:

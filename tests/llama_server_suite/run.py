@@ -79,6 +79,10 @@ def run(
             llama_cpp_tree() / "models" / "templates", scratch / "llama.cpp" / "models" / "templates"
         )
     paths = models.build(text_model)
+    # test_security's `--media-path ../../../tools` reads `file://mtmd/test-1.jpeg`: a picture
+    # where llama.cpp keeps its own (the stand-in's; the sdist copy holds only the tests).
+    (scratch / "llama.cpp" / "tools" / "mtmd").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(paths["image"], scratch / "llama.cpp" / "tools" / "mtmd" / "test-1.jpeg")
     model_map = models.write_map(paths, scratch / "models.json")
     wrapper = scratch / "llama-server"
     wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{HERE / "fake_llama_server.py"}" "$@"\n')

@@ -55,6 +55,7 @@ log_level = "debug"
 
 [chat_completions]
 reasoning_field = "both"
+prefill_assistant = true
 
 [[models]]
 id = "a"
@@ -78,6 +79,7 @@ engine = "scripted"
     assert settings.data_dir == Path("~/sg-data").expanduser()
     assert settings.log_level == "debug"
     assert settings.reasoning_field == "both"
+    assert settings.prefill_assistant is True
     assert settings.models == [
         {"id": "a", "engine": "scripted", "script": "a.yaml"},
         {"id": "b", "engine": "scripted"},
@@ -138,6 +140,10 @@ def test_env_is_not_read_from_the_process_when_given(monkeypatch: pytest.MonkeyP
             "[chat_completions].reasoning_field must be one of",
         ),
         ('[chat_completions]\nfield = "reasoning"\n', "[chat_completions].field must be one of"),
+        (
+            "[chat_completions]\nprefill_assistant = 1\n",
+            "[chat_completions].prefill_assistant must be one of",
+        ),
         ('chat_completions = "x"\n', "[chat_completions] must be a table"),
         ('models = "x"\n', "models must be declared as [[models]] tables"),
         ("models = [1, 2]\n", "models must be declared as [[models]] tables"),

@@ -112,6 +112,11 @@ class PromptStarted:
 @dataclass(slots=True)
 class PromptProgress:
     progress: float  # 0..1
+    # In tokens, where the engine counts them (0: not given): the prompt's, those its cache
+    # held, and those in the cache now (llama-server's `prompt_progress`).
+    total: int = 0
+    cache: int = 0
+    processed: int = 0
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """Before an engine that reads pixels sees a request: each image part's bytes, decoded.
 
 Data URLs always; http(s) URLs only when `[server] allow_image_urls` is on, through the SSRF
-guard (public addresses, or `[tools] allowed_hosts`), with the byte cap and a time cap. The
+guard (public addresses, or `[tools] allowed_hosts`), with the byte cap and a time cap;
+`file://` URLs only from under `[server] media_path` (llama-server's `--media-path`). The
 decoding runs in a worker thread, off the event loop, a few requests' at a time
 (`core/checks.py`); one request's images together stay within `max_request_pixels`. Anything
 wrong is a 400 in the client's dialect.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx2
 
@@ -32,6 +34,7 @@ class ImageSettings:
     allowed_hosts: AllowList = field(default_factory=AllowList)
     fetch_timeout: float = 10.0  # `[server] image_fetch_timeout_seconds`
     audio: AudioLimits = field(default_factory=AudioLimits)  # for Chat's `input_audio` parts
+    media_path: Path | None = None  # `[server] media_path`: where file:// URLs are read from
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ImageSettings:
@@ -47,6 +50,7 @@ class ImageSettings:
             AllowList.parse(settings.tools_allowed_hosts),
             settings.image_fetch_timeout_seconds,
             AudioLimits(settings.max_audio_bytes, settings.max_audio_seconds, settings.max_audio_per_request),
+            settings.media_path,
         )
 
 
@@ -108,9 +112,41 @@ async def _image_bytes(url: str, settings: ImageSettings) -> bytes:
                 code="image_url_not_allowed",
             )
         data = await fetch_image(url, settings)
+    elif url.startswith("file://"):
+        data = await off_loop(lambda: local_media(url, settings))
     else:
         raise invalid("Invalid image: expected a data: URL or an http(s) URL.", code="invalid_image")
     check_size(data, settings.limits)
+    return data
+
+
+def local_media(url: str, settings: ImageSettings) -> bytes:
+    """A `file://` URL's bytes, its path read under `media_path` as llama-server reads it
+    (`file://a/b.png`, `file:////a//b.png`: the same file); never a file outside that folder."""
+    root = settings.media_path
+    if root is None:
+        raise invalid(
+            "file:// image URLs are not read by this server; send the image as a data URL (base64). "
+            "The operator can allow a folder with [server] media_path.",
+            code="image_url_not_allowed",
+        )
+    parts = [part for part in url.removeprefix("file://").split("/") if part]
+    if not parts or any(part in (".", "..") or "\\" in part or "\0" in part for part in parts):
+        raise invalid("The file:// image URL's path is not allowed.", code="image_url_not_allowed")
+    base = root.resolve()
+    path = base.joinpath(*parts).resolve()  # links followed: the file itself must be under it
+    if not path.is_relative_to(base) or not path.is_file():
+        raise invalid(f"No image file {'/'.join(parts)!r} under the media path.", code="invalid_image")
+    cap = settings.limits.max_bytes
+    try:
+        with path.open("rb") as file:
+            data = file.read(cap + 1)
+    except OSError:
+        raise invalid(f"The image file {'/'.join(parts)!r} cannot be read.", code="invalid_image") from None
+    if len(data) > cap:
+        raise invalid(
+            f"The image file is more than this server accepts ({cap} bytes).", code="image_too_large"
+        )
     return data
 
 

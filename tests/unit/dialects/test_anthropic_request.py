@@ -192,6 +192,18 @@ def test_thinking_signed_by_us_is_replayed_and_foreign_dropped() -> None:
     assert turn({"type": "redacted_thinking", "data": "abc"}).content == "a"
 
 
+@pytest.mark.parametrize("block", [{"signature": ""}, {}])
+def test_unsigned_thinking_is_replayed(block: dict[str, Any]) -> None:
+    """llama-server's replies carry `signature: ""`; a client moving from it (or building the
+    history itself) sends them back: its text is the assistant's reasoning, as there."""
+    messages = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "check first", **block}]},
+        {"role": "user", "content": "more"},
+    ]
+    assert parse(base(messages=messages))[0].messages[1].reasoning == "check first"
+
+
 @pytest.mark.parametrize(
     ("thinking", "effort", "omit"),
     [

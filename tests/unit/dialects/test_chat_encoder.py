@@ -28,6 +28,7 @@ from sluicegate.core.events import (
     ItemDelta,
     ItemDone,
     ItemKind,
+    PromptProgress,
     RawEvent,
     TextDelta,
     TokenLogprob,
@@ -793,3 +794,27 @@ def test_usage_reports_the_draft_tokens_as_prediction_tokens() -> None:
 def test_usage_counts_the_prompts_audio_tokens() -> None:
     body = usage_body(Usage(prompt_tokens=60, completion_tokens=2, audio_tokens=50))
     assert body["prompt_tokens_details"] == {"cached_tokens": 0, "audio_tokens": 50}
+
+
+async def test_return_progress_reports_the_prompt_as_llama_server_does() -> None:
+    """`return_progress`: a `prompt_progress` chunk per report (the first saying what the cache
+    held), no choices in it, so the SDK's accumulator reads the stream as it would without."""
+    raw: list[RawEvent] = [
+        PromptProgress(0.5, total=100, cache=20, processed=60),
+        PromptProgress(1.0, total=100, cache=20, processed=100),
+        TextDelta(ItemKind.MESSAGE, "Hi"),
+        Finished(FinishReason.STOP),
+    ]
+    stream = await stream_bytes(raw, return_progress=True)
+    reports = [c["prompt_progress"] for c in chunks(stream) if "prompt_progress" in c]
+    assert [(r["total"], r["cache"], r["processed"]) for r in reports] == [
+        (100, 20, 20),
+        (100, 20, 60),
+        (100, 20, 100),
+    ]
+    assert all(c["choices"] == [] for c in chunks(stream) if "prompt_progress" in c)
+    assert sdk_final(stream).choices[0].message.content == "Hi"
+    # not asked for, or an engine that gives no counts: no reports
+    plain = await stream_bytes(raw)
+    uncounted = await stream_bytes([PromptProgress(0.5), *raw[2:]], return_progress=True)
+    assert not [c for c in chunks(plain) + chunks(uncounted) if "prompt_progress" in c]

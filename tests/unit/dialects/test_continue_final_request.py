@@ -29,6 +29,23 @@ def test_chat_completions_continue_final_message() -> None:
     assert not chat(continue_final_message=False).continue_final
 
 
+def test_prefill_assistant_continues_a_last_assistant_message_unless_told_not_to() -> None:
+    """`[chat_completions] prefill_assistant` (llama-server's default): a last assistant message
+    is a prefill, unless the request asks for a new message; a tool-calling one is not."""
+
+    def prefilled(messages: list[dict[str, Any]], **body: Any) -> bool:
+        request = {"model": "m", "messages": messages, **body}
+        return parse_chat_request(request, prefill_assistant=True)[0].continue_final
+
+    assert prefilled([ASK, STARTED])
+    assert prefilled([ASK, {"role": "assistant", "content": [{"type": "text", "text": "Wh"}]}])
+    assert not prefilled([ASK, STARTED], continue_final_message=False, add_generation_prompt=True)
+    assert not prefilled([ASK, STARTED], add_generation_prompt=True)
+    assert not prefilled([ASK])
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    assert not prefilled([ASK, {"role": "assistant", "content": None, "tool_calls": [call]}])
+
+
 @pytest.mark.parametrize(
     ("body", "says"),
     [

@@ -1,5 +1,6 @@
-"""Image parts decoded before an engine that reads pixels: data URLs, and http(s) URLs only when
-allowed, through the SSRF guard, with a byte and a time cap."""
+"""Image parts decoded before an engine that reads pixels: data URLs, http(s) URLs only when
+allowed, through the SSRF guard, with a byte and a time cap, and file:// URLs only from under
+the media path."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import base64
 import io
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from PIL import Image
@@ -116,3 +118,41 @@ async def test_a_request_s_images_together_stay_within_the_pixel_budget() -> Non
     # Decoded ones count too: a third image added to the same request goes over.
     chat.messages[0].content.append(ContentPart("image", image_url=url))  # type: ignore[union-attr]
     assert await code(chat, ImageSettings(limits=limits)) == "image_too_large"
+
+
+@pytest.fixture
+def media(tmp_path: Path) -> Path:
+    """A media folder holding pics/a.png; a secret beside it, and a link out of it."""
+    (tmp_path / "media" / "pics").mkdir(parents=True)
+    (tmp_path / "media" / "pics" / "a.png").write_bytes(IMAGE)
+    (tmp_path / "secret.png").write_bytes(IMAGE)
+    (tmp_path / "media" / "out.png").symlink_to(tmp_path / "secret.png")
+    return tmp_path / "media"
+
+
+@pytest.mark.parametrize("url", ["file://pics/a.png", "file:////pics//a.png"])
+async def test_file_urls_are_read_under_the_media_path(media: Path, url: str) -> None:
+    chat = request(url)
+    await load_images(chat, ImageSettings(media_path=media))
+    part = chat.messages[0].content[0]
+    assert isinstance(part, ContentPart) and part.picture is not None
+    assert (part.picture.width, part.picture.height) == (20, 10)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("file://../secret.png", "image_url_not_allowed"),  # no way up
+        ("file://pics/../../secret.png", "image_url_not_allowed"),
+        ("file://out.png", "invalid_image"),  # a link out of the folder is not followed out
+        ("file://pics/none.png", "invalid_image"),
+        ("file://pics", "invalid_image"),  # a folder
+        ("file://", "image_url_not_allowed"),
+    ],
+)
+async def test_file_urls_never_leave_the_media_path(media: Path, url: str, expected: str) -> None:
+    assert await code(request(url), ImageSettings(media_path=media)) == expected
+
+
+async def test_file_urls_are_refused_without_a_media_path(media: Path) -> None:
+    assert await code(request("file://pics/a.png"), ImageSettings()) == "image_url_not_allowed"

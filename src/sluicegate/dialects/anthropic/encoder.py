@@ -34,7 +34,6 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import Frame
-from sluicegate.core.request import ChatRequest
 from sluicegate.dialects.anthropic.signature import ThinkingSigner
 
 SERVER_SIDE = frozenset({ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST})
@@ -300,14 +299,3 @@ def message_body(
         "stop_sequence": None,
         "usage": usage_body(result.usage),
     }
-
-
-def count_tokens_body(request: ChatRequest, counted: int | None) -> dict[str, Any]:
-    """`{"input_tokens": N}`: the engine's own count, or (an engine without a tokenizer at hand)
-    an estimate of one token per four bytes of the prompt's text, tools included."""
-    if counted is None:
-        size = sum(len(m.text.encode()) + len(m.reasoning or "") for m in request.messages)
-        size += sum(len(call.arguments) for m in request.messages for call in m.tool_calls)
-        size += sum(len(t.name) + len(t.description) + len(orjson.dumps(t.parameters)) for t in request.tools)
-        counted = size // 4 + 4 * len(request.messages)
-    return {"input_tokens": counted}

@@ -7,9 +7,11 @@ sends. Strict, with the parameter named, where the body is malformed.
 
 Conversions: a role-`system` message (Claude Code sends one) joins the system prompt; a user
 message's `tool_result` blocks become `tool` messages ahead of its other content; thinking
-blocks sent back are kept as the assistant's reasoning only when their signature is ours; the
-per-session `x-anthropic-billing-header` system block is dropped, so the prompt's prefix stays
-the same from one session to the next and a KV cache can be reused.
+blocks sent back are kept as the assistant's reasoning when their signature is ours or when
+they carry none (a client that talked to llama-server, or built the history itself), not when
+it is another server's or no longer matches the text; the per-session
+`x-anthropic-billing-header` system block is dropped, so the prompt's prefix stays the same
+from one session to the next and a KV cache can be reused.
 """
 
 from __future__ import annotations
@@ -201,8 +203,10 @@ def _assistant_message(m: Fields, signatures: SignatureCheck) -> Message:
         elif kind == "thinking":
             thinking = block.string("thinking") or ""
             signature = block.string("signature") or ""
-            verified = signatures.verify(thinking, signature)
-            if verified:  # a foreign (or tampered) signature: the thinking is not replayed
+            # Unsigned (llama-server's own replies carry `signature: ""`): the client's text
+            # as it sends it. A foreign or tampered signature: the thinking is not replayed.
+            verified = signatures.verify(thinking, signature) if signature else thinking
+            if verified:
                 reasoning.append(verified)
         elif kind in ("image", "document", "tool_result"):
             block.fail("type", f"{block.where('type')}: '{kind}' blocks may only appear in user messages")

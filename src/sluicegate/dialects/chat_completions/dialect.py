@@ -22,11 +22,14 @@ class ChatCompletionsDialect(Dialect):
     path = "/v1/chat/completions"
     also = ("/chat/completions",)  # a base URL without `/v1`, as llama-server answers it too
 
-    def __init__(self, reasoning_field: ReasoningField = "reasoning_content") -> None:
+    def __init__(
+        self, reasoning_field: ReasoningField = "reasoning_content", *, prefill_assistant: bool = False
+    ) -> None:
         self.reasoning_field = reasoning_field
+        self.prefill_assistant = prefill_assistant
 
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
-        chat, options = parse_chat_request(body)
+        chat, options = parse_chat_request(body, prefill_assistant=self.prefill_assistant)
         return Turn(
             request=options,
             chat=chat,
@@ -47,6 +50,7 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
+            return_progress=options.return_progress,
         )
 
     def choices(self, turn: Turn) -> Choices:

@@ -9,6 +9,7 @@ delta, a tool call's `id`/`type`/`name` only in its first delta, `index` on ever
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 import orjson
@@ -22,6 +23,7 @@ from sluicegate.core.events import (
     ItemAdded,
     ItemDelta,
     ItemKind,
+    PromptProgress,
     TokenLogprob,
     Usage,
     UsageReport,
@@ -79,9 +81,11 @@ class ChatCompletionsEncoder:
         index: int = 0,
         usage_at_finish: bool = True,
         system_fingerprint: str | None = None,
+        return_progress: bool = False,
     ) -> None:
         """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
-        `usage_at_finish`: False for such a choice, whose usage the request sums once."""
+        `usage_at_finish`: False for such a choice, whose usage the request sums once.
+        `return_progress`: llama-server's `prompt_progress` chunks while the prompt is read."""
         envelope = orjson.dumps(
             {
                 "id": completion_id,
@@ -111,6 +115,8 @@ class ChatCompletionsEncoder:
         self.reasoning_keys = reasoning_keys(reasoning_field)
         self.started = False
         self.usage = Usage()
+        self.return_progress = return_progress
+        self._progress_since: float | None = None  # when the first progress report went out
 
     def _chunk(self, delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> Frame:
         lp = b"null" if logprobs is None else orjson.dumps(logprobs)
@@ -142,11 +148,34 @@ class ChatCompletionsEncoder:
                 return [frame] if frame is not None else []
             case UsageReport():
                 self.usage = event.usage
+            case PromptProgress():
+                return self._progress(event) if self.return_progress and event.total else []
             case Finished():
                 return self._finish(event.reason.value)
             case Failed():
                 return [Frame(orjson.dumps(openai_error(event.error)), "error")]
         return []
+
+    def _progress(self, event: PromptProgress) -> list[Frame]:
+        """llama-server's report: the prompt's tokens, those the cache held, those read so far
+        and the milliseconds since the first report (which says what the cache held)."""
+        frames: list[Frame] = []
+        if self._progress_since is None:
+            self._progress_since = time.monotonic()
+            if event.processed > event.cache:
+                frames.append(self._progress_chunk(event.total, event.cache, event.cache))
+        frames.append(self._progress_chunk(event.total, event.cache, event.processed))
+        return frames
+
+    def _progress_chunk(self, total: int, cache: int, processed: int) -> Frame:
+        since = self._progress_since or time.monotonic()
+        report = {
+            "total": total,
+            "cache": cache,
+            "processed": processed,
+            "time_ms": int((time.monotonic() - since) * 1000),
+        }
+        return Frame(self._open + b',"choices":[],"prompt_progress":' + orjson.dumps(report) + b"}")
 
     def cancelled(self, reason: str) -> list[Frame]:
         return []

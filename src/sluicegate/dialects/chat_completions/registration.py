@@ -13,7 +13,17 @@ COMPILED = ("encoder", "request")  # read by the build without importing this mo
 
 def build(context: DialectContext) -> list[Dialect]:
     # `config.py` accepts only the values `ReasoningField` names.
-    return [ChatCompletionsDialect(cast(ReasoningField, context.settings.reasoning_field))]
+    settings = context.settings
+    return [
+        ChatCompletionsDialect(
+            cast(ReasoningField, settings.reasoning_field), prefill_assistant=settings.prefill_assistant
+        )
+    ]
 
 
-REGISTRATION = Registration(specs=(SPEC,), build=build, compiled=COMPILED)
+REGISTRATION = Registration(
+    specs=(SPEC,),
+    build=build,
+    routes=("sluicegate.routes.input_tokens:CHAT_ROUTES",),  # llama-server's input_tokens
+    compiled=COMPILED,
+)

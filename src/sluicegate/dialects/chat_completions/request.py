@@ -33,9 +33,12 @@ OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 class ChatOptions:
     stream: bool
     include_usage: bool
+    return_progress: bool = False  # llama-server's `prompt_progress` chunks while the prompt is read
 
 
-def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
+def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[ChatRequest, ChatOptions]:
+    """`prefill_assistant`: a last assistant message is continued unless the request says
+    otherwise (`[chat_completions] prefill_assistant`, llama-server's default)."""
     f = Fields(body)
     model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     raw_messages = f.array("messages", required=True, non_empty=True)
@@ -61,17 +64,10 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.tool_choice = _tool_choice(f, request.tools)
     request.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
     request.reasoning_effort = f.string("reasoning_effort")
-    response_format = f.object("response_format")
-    if response_format is not None:
-        response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
-        request.response_format = response_format.obj
-    if (grammar := f.string("grammar")) is not None:  # llama-server's GBNF grammar
-        if response_format is not None:
-            f.fail("grammar", "Send 'grammar' or 'response_format', not both.")
-        request.response_format = {"type": "grammar", "grammar": grammar}
+    request.response_format = _response_format(f)
     _refuse_unservable(f)
     request.prediction = _prediction(f)
-    request.continue_final = _continues(f, messages)
+    request.continue_final = _continues(f, messages, prefill_assistant)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
     f.boolean("cache_prompt")
     request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
@@ -79,7 +75,8 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.options.ttl = f.number("ttl", low=1, high=INT32_MAX)
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
-    return request, ChatOptions(stream=stream, include_usage=include_usage)
+    progress = bool(f.boolean("return_progress"))
+    return request, ChatOptions(stream=stream, include_usage=include_usage, return_progress=progress)
 
 
 def _sampling(f: Fields) -> SamplingParams:
@@ -100,7 +97,7 @@ def _sampling(f: Fields) -> SamplingParams:
     return s
 
 
-def _continues(f: Fields, messages: list[Message]) -> bool:
+def _continues(f: Fields, messages: list[Message], prefill: bool = False) -> bool:
     """llama-server's and vLLM's `continue_final_message` (vLLM's companion,
     `add_generation_prompt: false`, says the same of a last assistant message): the reply
     continues the last message, an assistant's without tool calls, instead of a new one."""
@@ -111,9 +108,11 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
             "continue_final_message",
             "Cannot set both add_generation_prompt and continue_final_message to true.",
         )
+    last = messages[-1]
+    if cont is None and prompt is None:  # neither said: the server's default
+        return prefill and last.role == "assistant" and not last.tool_calls
     if not cont and prompt is not False:
         return False
-    last = messages[-1]
     key = "continue_final_message" if cont else "add_generation_prompt"
     if last.role != "assistant":
         f.fail(
@@ -122,6 +121,31 @@ def _continues(f: Fields, messages: list[Message]) -> bool:
     if last.tool_calls:
         f.fail(key, "Cannot continue an assistant message that contains tool calls.")
     return True
+
+
+def _response_format(f: Fields) -> dict[str, Any] | None:
+    """`response_format`, or llama-server's extensions saying the same: a GBNF `grammar`, a
+    top-level `json_schema`, and a `schema` inside `json_object` (the JSON must match it).
+    Two of them at once is a 400: which one wins would be a guess."""
+    response_format = f.object("response_format")
+    given = ["response_format"] if response_format is not None else []
+    fmt: dict[str, Any] | None = None
+    if response_format is not None:
+        kind = response_format.string("type", required=True, choices=("text", "json_object", "json_schema"))
+        fmt = response_format.obj
+        if kind == "json_object" and "schema" in fmt:
+            fmt = {"type": "json_schema", "json_schema": {"name": "response", "schema": fmt["schema"]}}
+    if (grammar := f.string("grammar")) is not None:
+        given.append("grammar")
+        fmt = {"type": "grammar", "grammar": grammar}
+    if (schema := f.object("json_schema")) is not None:
+        given.append("json_schema")
+        fmt = {"type": "json_schema", "json_schema": {"name": "response", "schema": schema.obj}}
+    if len(given) > 1:
+        f.fail(
+            given[1], f"Send one of 'response_format', 'grammar' or 'json_schema', not {' and '.join(given)}."
+        )
+    return fmt
 
 
 def _refuse_unservable(f: Fields) -> None:

@@ -106,7 +106,10 @@ class Sequence:
 
     def prefilled(self, count: int) -> None:
         self.prompt_done += count
-        self.job.emit([PromptProgress(self.prompt_done / len(self.todo))])
+        done = self.prompt_done
+        self.job.emit(
+            [PromptProgress(done / len(self.todo), self.base + len(self.todo), self.base, self.base + done)]
+        )
 
     def begin_sampling(self, runtime: LlamaRuntime) -> None:
         """The prompt is in: report it, and build the sampler chain (may raise for a grammar)."""

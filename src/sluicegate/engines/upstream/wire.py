@@ -291,8 +291,10 @@ class ChunkDecoder(StreamEnding):
                 out.append(Finished(self.finish))
         progress = chunk.get("prompt_progress")
         if progress:
-            total = progress.get("total") or 0
-            out.append(PromptProgress(min(1.0, progress.get("processed", 0) / total) if total else 0.0))
+            total = _count(progress.get("total"))
+            cache, processed = _count(progress.get("cache")), _count(progress.get("processed"))
+            fraction = min(1.0, processed / total) if total else 0.0
+            out.append(PromptProgress(fraction, total, cache, processed))
         return out
 
     def _choice(self, choice: dict[str, Any], out: list[RawEvent]) -> None:
@@ -367,3 +369,8 @@ class ChunkDecoder(StreamEnding):
     def _fail(self, error: ErrorInfo) -> list[RawEvent]:
         self.failed = True
         return [*self._tail(), Failed(error)]
+
+
+def _count(value: Any) -> int:
+    """A token count from an upstream's `prompt_progress` (anything else: 0, not given)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
