@@ -160,6 +160,16 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "and `count_tokens`: what clients written for llama-server or LM Studio expect. Without "
             "it, a missing model is a 400 and an unknown one a 404",
         ),
+        "metrics": (
+            "`true`",
+            "`false`: `GET /metrics` answers 501 in llama-server's error shape, as llama-server "
+            "started without `--metrics` does",
+        ),
+        "slots": (
+            "`true`",
+            "`false`: `GET /slots` answers 501, as llama-server's `--no-slots` (slot save, restore "
+            "and erase stay, as there)",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",

@@ -254,3 +254,45 @@ def test_several_prompts_streamed(server: Server) -> None:
         mine = [o for o in objects if o["index"] == index]
         assert [o["stop"] for o in mine] == [False, False, False, True]
         assert mine[-1]["tokens_predicted"] == 3
+
+
+def llamacpp_metrics(server: Server) -> tuple[dict[bytes, bytes], dict[str, float]]:
+    response = httpx.get(server.base_url + "/metrics")
+    assert response.status_code == 200
+    values = {}
+    for line in response.text.splitlines():
+        if line.startswith("llamacpp:"):
+            name, value = line.split(" ", 1)
+            values[name] = float(value)
+    return dict(response.headers.raw), values
+
+
+def test_metrics_under_llama_servers_names_count_what_timings_report(server: Server) -> None:
+    _, before = llamacpp_metrics(server)
+    timings = [
+        post(server, "/completion", {"prompt": PROMPT, "n_predict": n, "seed": 1}).json()["timings"]
+        for n in (1, 5)
+    ]
+    head, after = llamacpp_metrics(server)
+    # The header's name as llama-server writes it: clients read it from a plain dict.
+    assert int(head[b"Process-Start-Time-Unix"]) > 0
+
+    def grew(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert grew("llamacpp:prompt_tokens_total") == sum(t["prompt_n"] for t in timings)
+    assert grew("llamacpp:prompt_tokens_cached_total") == sum(t["cache_n"] for t in timings)
+    assert grew("llamacpp:tokens_predicted_total") == sum(t["predicted_n"] for t in timings) == 6
+    assert grew("llamacpp:n_decode_total") > 0 and after["llamacpp:requests_processing"] == 0
+    # The rate is over the decode steps: the first token came with the prompt.
+    one, five = timings
+    assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
+    assert five["predicted_per_token_ms"] == pytest.approx(five["predicted_ms"] / 4)
+
+
+def test_metrics_and_slots_switched_off_are_llama_servers_501(start_server: StartServer) -> None:
+    off = start_server(server={"metrics": False, "slots": False}, models=[scripted("chat", "chat.yaml")])
+    for path in ("/metrics", "/slots"):
+        response = httpx.get(off.base_url + path)
+        assert response.status_code == 501, path
+        assert response.json()["error"]["type"] == "not_supported_error"

@@ -61,6 +61,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-kvu", "--kv-unified", action="store_true")
     p.add_argument("--slot-save-path")
     p.add_argument("-n", "--n-predict", type=int)
+    p.add_argument("--metrics", action="store_true")  # llama-server's /metrics is off without it
+    p.add_argument("--slots", dest="no_slots", action="store_false")
+    p.add_argument("--no-slots", dest="no_slots", action="store_true")
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
@@ -207,6 +210,10 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["cors_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if "default_model" in known and model is not None:
         table["default_model"] = model["id"]
+    if "metrics" in known:
+        table["metrics"] = options.metrics
+    if "slots" in known:
+        table["slots"] = not options.no_slots
     if "slot_save_path" in known and options.slot_save_path:
         table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
     return table

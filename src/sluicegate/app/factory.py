@@ -30,6 +30,7 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import sealer_for
 from sluicegate.dialects.base import DialectContext
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.registry import dialect_for, dialect_table
 from sluicegate.dialects.responses.conversation import to_item as responses_item
@@ -113,7 +114,12 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
-    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
+    if not app_state(request).settings.metrics:  # llama-server's answer without `--metrics`
+        info = ErrorInfo(ErrorKind.NOT_IMPLEMENTED, "This server does not support metrics endpoint.")
+        return JSONResponse(llama_server_error(info, 501), status_code=501)
+    # The process's start, as llama-server sends it (a scraper tells a restart from it).
+    headers = {"Process-Start-Time-Unix": str(METRICS.started)}
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type, headers=headers)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

@@ -177,8 +177,9 @@ class CompletionEncoder:
                 "prompt_per_second": prompt_n / prompt_ms * 1000 if prompt_ms else 0.0,
                 "predicted_n": usage.completion_tokens,
                 "predicted_ms": predicted_ms,
-                "predicted_per_token_ms": predicted_ms / usage.completion_tokens
-                if usage.completion_tokens
+                # Over the decode steps, as llama-server: the first token came with the prompt.
+                "predicted_per_token_ms": predicted_ms / (usage.completion_tokens - 1)
+                if usage.completion_tokens > 1
                 else 0.0,
                 "predicted_per_second": result.tokens_per_second,
             },
