@@ -308,7 +308,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "none",
             'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
             '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
-            "order the file declares them. A served id always means itself",
+            "order the file declares them. A served id always means itself. `GET /v1/models` lists "
+            "a model's id and exact aliases under `aliases`, as llama-server lists its `--alias` names",
+        ),
+        "tags": (
+            "none",
+            'labels shown with the model in `GET /v1/models` (`["chat", "small"]`), as '
+            "llama-server's `--tags`; informational, never used for routing",
         ),
         "sampling": (
             "none",

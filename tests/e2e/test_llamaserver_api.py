@@ -26,7 +26,15 @@ def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) 
     return start_server(
         models=[
             # The first model that completes text serves requests that name none.
-            {"id": "tiny", "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024},
+            {
+                "id": "tiny",
+                "engine": "llamacpp",
+                "path": gguf,
+                "batch_size": 16,
+                "context_length": 1024,
+                "aliases": ["little", "gpt-*"],
+                "tags": ["chat", "small"],
+            },
             scripted("chat", "chat.yaml"),  # no tokenizer of its own
         ]
     )
@@ -296,3 +304,22 @@ def test_metrics_and_slots_switched_off_are_llama_servers_501(start_server: Star
         response = httpx.get(off.base_url + path)
         assert response.status_code == 501, path
         assert response.json()["error"]["type"] == "not_supported_error"
+
+
+def test_models_list_llama_servers_aliases_tags_and_models(server: Server) -> None:
+    for path in ("/v1/models", "/models"):
+        body = httpx.get(server.base_url + path, headers={"Accept": "application/json"}).json()
+        tiny = next(m for m in body["data"] if m["id"] == "tiny")
+        assert tiny["aliases"] == ["tiny", "little"]  # names, not patterns
+        assert tiny["tags"] == ["chat", "small"]
+        chat = next(m for m in body["data"] if m["id"] == "chat")
+        assert chat["aliases"] == ["chat"] and chat["tags"] == []
+        # llama-server's second list, in Ollama's shape, which its web UI reads
+        listed = {m["model"]: m for m in body["models"]}
+        assert listed["tiny"]["capabilities"] == ["completion"] and listed["tiny"]["tags"] == [
+            "chat",
+            "small",
+        ]
+        assert listed["tiny"]["details"]["format"] == "gguf"
+    one = httpx.get(server.base_url + "/v1/models/tiny").json()
+    assert one["aliases"] == ["tiny", "little"] and one["tags"] == ["chat", "small"]

@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-hfr", "--hf-repo")
     p.add_argument("-hff", "--hf-file")
     p.add_argument("--alias", "-a")
+    p.add_argument("--tags")
     p.add_argument("-c", "--ctx-size", type=int)
     p.add_argument("-np", "--parallel", type=int)
     p.add_argument("-b", "--batch-size", type=int)
@@ -68,9 +69,14 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _aliases(options: argparse.Namespace) -> list[str]:
+    """llama-server's `--alias a,b`: every name; its id is the first in sorted order (a set)."""
+    return sorted({a.strip() for a in str(options.alias or "").split(",") if a.strip()})
+
+
 def _model_id(options: argparse.Namespace) -> str:
-    if options.alias:
-        return str(options.alias)
+    if aliases := _aliases(options):
+        return aliases[0]
     named = options.hf_file or options.hf_repo or options.model or "model"
     return Path(str(named).split(":", 1)[0]).name.removesuffix(".gguf")
 
@@ -93,6 +99,10 @@ def model_table(
     else:
         return None, notes
     table: dict[str, Any] = {"id": _model_id(options), "engine": "llamacpp", "path": path}
+    if len(aliases := _aliases(options)) > 1:
+        table["aliases"] = aliases[1:]
+    if options.tags:
+        table["tags"] = [t.strip() for t in options.tags.split(",") if t.strip()]
     if options.ctx_size:
         # llama-server's -c is the whole KV cache, split among the -np slots unless unified;
         # Sluicegate's context_length is each sequence's.
