@@ -323,3 +323,14 @@ def test_models_list_llama_servers_aliases_tags_and_models(server: Server) -> No
         assert listed["tiny"]["details"]["format"] == "gguf"
     one = httpx.get(server.base_url + "/v1/models/tiny").json()
     assert one["aliases"] == ["tiny", "little"] and one["tags"] == ["chat", "small"]
+
+
+def test_generation_settings_show_the_logit_bias_applied(server: Server) -> None:
+    plain = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2}).json()
+    assert plain["generation_settings"]["logit_bias"] == []
+    banned = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "ignore_eos": True}).json()
+    entries = banned["generation_settings"]["logit_bias"]
+    # every end-of-generation token, banned (-inf is null in llama-server's JSON)
+    assert entries and all(e["bias"] is None and isinstance(e["token"], int) for e in entries)
+    two = post(server, "/completion", {"prompt": [PROMPT, "Far"], "n_predict": 2, "logit_bias": [[5, -2.5]]})
+    assert all(a["generation_settings"]["logit_bias"] == [{"bias": -2.5, "token": 5}] for a in two.json())

@@ -30,6 +30,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import Frame
+from sluicegate.core.request import SamplingParams
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.request import CompletionOptions
 
@@ -77,6 +78,12 @@ def token_ids(entries: list[TokenLogprob] | None) -> list[int]:
     return [e.id for e in entries or () if e.id is not None]
 
 
+def bias_entries(bias: dict[int, float]) -> list[dict[str, Any]]:
+    """llama-server's `generation_settings.logit_bias`: `{"bias", "token"}` each, a ban (-inf)
+    as null, as its JSON writes an infinity."""
+    return [{"bias": None if math.isinf(v) else v, "token": t} for t, v in bias.items()]
+
+
 def stop_type(reason: FinishReason | None) -> str:
     return "limit" if reason is FinishReason.LENGTH else "eos"
 
@@ -100,10 +107,19 @@ class CompletionEncoder:
     """Canonical events → llama-server `/completion` objects, for one response."""
 
     def __init__(
-        self, model: str, accumulator: Accumulator, options: CompletionOptions, prompt: str, index: int = 0
+        self,
+        model: str,
+        accumulator: Accumulator,
+        options: CompletionOptions,
+        prompt: str,
+        index: int = 0,
+        sampling: SamplingParams | None = None,
     ) -> None:
-        """`index`: which of the request's prompts this answers (several: llama-server's array)."""
+        """`index`: which of the request's prompts this answers (several: llama-server's array);
+        `sampling`: the request's, whose `logit_bias` the engine resolved (text keys to token
+        ids, `ignore_eos` to its end tokens) by the time the answer ends."""
         self.model = model
+        self.sampling = sampling
         self.accumulator = accumulator
         self.options = options
         self.prompt = prompt
@@ -162,7 +178,11 @@ class CompletionEncoder:
             "model": self.model,
             "tokens_predicted": usage.completion_tokens,
             "tokens_evaluated": usage.prompt_tokens,
-            "generation_settings": {**self.options.settings, "model": self.model},
+            "generation_settings": {
+                **self.options.settings,
+                "logit_bias": bias_entries(self.sampling.logit_bias if self.sampling else {}),
+                "model": self.model,
+            },
             "prompt": self.prompt,
             "has_new_line": "\n" in text,
             "truncated": truncated,
