@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from sluicegate.app.keyring import KeyRing
 from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
+from sluicegate.app.vertex import vertex_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.frames import Frame
@@ -329,6 +331,7 @@ def create_app(settings: Settings) -> Starlette:
         *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
+    routes += vertex_routes(os.environ, routes)  # when Vertex AI started the server (app/vertex.py)
     observe = Middleware(
         ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
     )  # metrics, access log
