@@ -334,3 +334,16 @@ def test_generation_settings_show_the_logit_bias_applied(server: Server) -> None
     assert entries and all(e["bias"] is None and isinstance(e["token"], int) for e in entries)
     two = post(server, "/completion", {"prompt": [PROMPT, "Far"], "n_predict": 2, "logit_bias": [[5, -2.5]]})
     assert all(a["generation_settings"]["logit_bias"] == [{"bias": -2.5, "token": 5}] for a in two.json())
+
+
+def test_verbose_chat_completion_shows_the_rendered_prompt(server: Server) -> None:
+    ask = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "system", "content": "Book"}]}
+    ask["messages"].append({"role": "user", "content": "What is the best book"})
+    for path in ("/v1/chat/completions", "/chat/completions"):
+        verbose = post(server, path, {**ask, "verbose": True}).json()
+        shown = verbose["__verbose"]
+        assert "Book" in shown["prompt"] and "What is the best book" in shown["prompt"]
+        assert shown["content"] == verbose["choices"][0]["message"]["content"]
+        assert shown["tokens_predicted"] == verbose["usage"]["completion_tokens"]
+        assert "__verbose" not in post(server, path, {**ask, "verbose": False}).json()
+        assert "__verbose" not in post(server, path, ask).json()

@@ -47,6 +47,7 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
+            prompt_text=context.prompt_text if options.verbose else None,
         )
 
     def choices(self, turn: Turn) -> Choices:

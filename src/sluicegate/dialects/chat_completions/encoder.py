@@ -9,6 +9,7 @@ delta, a tool call's `id`/`type`/`name` only in its first delta, `index` on ever
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -18,6 +19,7 @@ from sluicegate.core.events import (
     Event,
     Failed,
     Finished,
+    FinishReason,
     Item,
     ItemAdded,
     ItemDelta,
@@ -79,6 +81,7 @@ class ChatCompletionsEncoder:
         index: int = 0,
         usage_at_finish: bool = True,
         system_fingerprint: str | None = None,
+        prompt_text: Callable[[], str | None] | None = None,
     ) -> None:
         """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
         `usage_at_finish`: False for such a choice, whose usage the request sums once."""
@@ -93,6 +96,7 @@ class ChatCompletionsEncoder:
             }
         )
         self.system_fingerprint = system_fingerprint
+        self.prompt_text = prompt_text  # llama-server's `verbose`: `__verbose` in the body
         # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
         # lives, and an encoder lives as long as its stream.
         self._open = envelope[:-1]
@@ -206,7 +210,7 @@ class ChatCompletionsEncoder:
         return [*head, Frame(self._open + choice + usage + b"}")]
 
     def body(self, result: ChatResult) -> dict[str, Any]:
-        return completion_body(
+        body = completion_body(
             result,
             completion_id=self.completion_id,
             created=self.created,
@@ -216,6 +220,9 @@ class ChatCompletionsEncoder:
             index=self.index,
             system_fingerprint=self.system_fingerprint,
         )
+        if self.prompt_text is not None:
+            body["__verbose"] = verbose_body(result, self.model, self.prompt_text())
+        return body
 
     def usage_chunk(self, usage: Usage) -> Frame:
         """The chunk with no choices that carries a request's summed usage (`n` > 1)."""
@@ -223,6 +230,24 @@ class ChatCompletionsEncoder:
 
     def response_object(self) -> dict[str, Any] | None:
         return None
+
+
+def verbose_body(result: ChatResult, model: str, prompt: str | None) -> dict[str, Any]:
+    """llama-server's `__verbose`: the answer as its own `/completion` would give it, with the
+    prompt the chat template rendered (empty for an engine that renders none)."""
+    text = result.text_of(ItemKind.MESSAGE) or ""
+    usage = result.usage
+    return {
+        "content": text,
+        "model": model,
+        "prompt": prompt or "",
+        "stop": True,
+        "stop_type": "limit" if result.finish_reason is FinishReason.LENGTH else "eos",
+        "tokens_predicted": usage.completion_tokens,
+        "tokens_evaluated": usage.prompt_tokens,
+        "tokens_cached": usage.cached_tokens,
+        "has_new_line": "\n" in text,
+    }
 
 
 def completion_body(

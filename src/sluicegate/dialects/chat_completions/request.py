@@ -33,6 +33,7 @@ OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 class ChatOptions:
     stream: bool
     include_usage: bool
+    verbose: bool = False  # llama-server's: `__verbose` (the rendered prompt) in the answer
 
 
 def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
@@ -79,7 +80,8 @@ def parse_chat_request(body: Any) -> tuple[ChatRequest, ChatOptions]:
     request.options.ttl = f.number("ttl", low=1, high=INT32_MAX)
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
-    return request, ChatOptions(stream=stream, include_usage=include_usage)
+    verbose = bool(f.boolean("verbose"))
+    return request, ChatOptions(stream=stream, include_usage=include_usage, verbose=verbose)
 
 
 def _sampling(f: Fields) -> SamplingParams:
