@@ -347,3 +347,29 @@ def test_verbose_chat_completion_shows_the_rendered_prompt(server: Server) -> No
         assert shown["tokens_predicted"] == verbose["usage"]["completion_tokens"]
         assert "__verbose" not in post(server, path, {**ask, "verbose": False}).json()
         assert "__verbose" not in post(server, path, ask).json()
+
+
+def test_prompt_progress_streamed_with_its_timings(server: Server) -> None:
+    body = {
+        "prompt": PROMPT * 6,
+        "n_predict": 2,
+        "stream": True,
+        "return_progress": True,
+        "cache_prompt": False,
+    }
+    with httpx.stream("POST", server.base_url + "/completion", json=body, timeout=60.0) as response:
+        objects = [json.loads(f.data or "") for f in parse_sse(response.read().decode()) if f.data]
+    progress = [o for o in objects if "prompt_progress" in o]
+    assert len(progress) > 1  # the prompt took several steps (batch_size 16)
+    first = progress[0]
+    assert first["timings"]["prompt_n"] == 0 and first["timings"]["prompt_ms"] == 0.0
+    assert first["prompt_progress"]["processed"] == first["prompt_progress"]["cache"]
+    last = progress[-1]["prompt_progress"]
+    assert last["processed"] == last["total"] == objects[-1]["tokens_evaluated"]
+    times = [o["timings"]["prompt_ms"] for o in progress]
+    assert times == sorted(times) and times[-1] > 0
+    assert all(o["stop"] is False and o["content"] == "" for o in progress)
+    # without it, none
+    plain = {**body, "return_progress": False}
+    with httpx.stream("POST", server.base_url + "/completion", json=plain, timeout=60.0) as response:
+        assert "prompt_progress" not in response.read().decode()

@@ -13,6 +13,7 @@ llama-server's `prob`/`top_probs` shape (docs/llama-server.md).
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import orjson
@@ -25,6 +26,8 @@ from sluicegate.core.events import (
     FinishReason,
     ItemDelta,
     ItemKind,
+    PromptProgress,
+    PromptStarted,
     TokenLogprob,
     Usage,
     UsageReport,
@@ -130,6 +133,7 @@ class CompletionEncoder:
         self._slot = options.id_slot if options.id_slot >= 0 else ID_SLOT
         self._head = b'{"index":%d,"content":' % index
         self._tail_at = b',"stop":false,"id_slot":%d,"tokens_predicted":' % self._slot
+        self._prompt_at = 0.0  # perf_counter() when the prompt started (`return_progress`)
 
     def opening(self) -> list[Frame]:
         return []
@@ -149,6 +153,12 @@ class CompletionEncoder:
                 Frame(self._head + orjson.dumps(event.text) + tokens + self._tail_at + counts + extra + b"}")
             ]
         match event:
+            case PromptStarted() if self.options.return_progress:
+                # llama-server's first update, before any prompt token is decoded
+                self._prompt_at = time.perf_counter()
+                return [self._progress(event.cached, event.total, event.cached)]
+            case PromptProgress() if self.options.return_progress and event.total:
+                return [self._progress(event.processed, event.total, event.cached)]
             case UsageReport():
                 self.usage = event.usage
             case Finished():
@@ -156,6 +166,33 @@ class CompletionEncoder:
             case Failed():
                 return [Frame(orjson.dumps(llama_server_error(event.error)))]
         return []
+
+    def _progress(self, processed: int, total: int, cached: int) -> Frame:
+        """llama-server's `prompt_progress` object, with the prompt's timings so far."""
+        elapsed = (time.perf_counter() - self._prompt_at) * 1000 if processed > cached else 0.0
+        decoded = processed - cached
+        body = {
+            "index": self.index,
+            "content": "",
+            "tokens": [],
+            "stop": False,
+            "id_slot": self._slot,
+            "tokens_predicted": 0,
+            "tokens_evaluated": total,
+            "timings": {
+                "cache_n": cached,
+                "prompt_n": decoded,
+                "prompt_ms": elapsed,
+                "prompt_per_token_ms": elapsed / decoded if decoded else 0.0,
+                "prompt_per_second": decoded / elapsed * 1000 if elapsed else 0.0,
+                "predicted_n": 0,
+                "predicted_ms": 0.0,
+                "predicted_per_token_ms": 0.0,
+                "predicted_per_second": 0.0,
+            },
+            "prompt_progress": {"total": total, "cache": cached, "processed": processed, "time_ms": elapsed},
+        }
+        return Frame(orjson.dumps(body))
 
     def final(self, result: ChatResult, *, stream: bool) -> dict[str, Any]:
         usage = result.usage

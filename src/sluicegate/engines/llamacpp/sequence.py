@@ -108,11 +108,13 @@ class Sequence:
         self.prompt_done = 0
         self._started_at = time.perf_counter()
         self.job.usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        self.job.emit([PromptStarted()])
+        self.job.emit([PromptStarted(len(tokens), cached)])
 
     def prefilled(self, count: int) -> None:
         self.prompt_done += count
-        self.job.emit([PromptProgress(self.prompt_done / len(self.todo))])
+        total = self.base + len(self.todo)
+        done = self.base + self.prompt_done
+        self.job.emit([PromptProgress(self.prompt_done / len(self.todo), done, total, self.base)])
 
     def begin_sampling(self, runtime: LlamaRuntime) -> None:
         """The prompt is in: report it, and build the sampler chain (may raise for a grammar)."""
