@@ -166,6 +166,16 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "and `count_tokens`: what clients written for llama-server or LM Studio expect. Without "
             "it, a missing model is a 400 and an unknown one a 404",
         ),
+        "metrics": (
+            "`true`",
+            "`false`: `GET /metrics` answers 501 in llama-server's error shape, as llama-server "
+            "started without `--metrics` does",
+        ),
+        "slots": (
+            "`true`",
+            "`false`: `GET /slots` answers 501, as llama-server's `--no-slots` (slot save, restore "
+            "and erase stay, as there)",
+        ),
         "data_dir": (
             "`$XDG_DATA_HOME/sluicegate` or `~/.local/share/sluicegate`",
             "holds the SQLite store, the sealing key and, by default, the models folder",
@@ -311,7 +321,13 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "none",
             'other names requests may use for this model, glob patterns allowed (`["gpt-*", '
             '"text-embedding-3-small"]`): exact names are tried before patterns, patterns in the '
-            "order the file declares them. A served id always means itself",
+            "order the file declares them. A served id always means itself. `GET /v1/models` lists "
+            "a model's id and exact aliases under `aliases`, as llama-server lists its `--alias` names",
+        ),
+        "tags": (
+            "none",
+            'labels shown with the model in `GET /v1/models` (`["chat", "small"]`), as '
+            "llama-server's `--tags`; informational, never used for routing",
         ),
         "sampling": (
             "none",

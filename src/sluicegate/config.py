@@ -38,6 +38,8 @@ max_audio_seconds = 300         # per audio clip, by its header
 max_audio_per_request = 16
 cors_origins = ["http://localhost:5173"]  # browser apps allowed to call the server; "*": any
 default_model = "my-model"      # serves requests that name no model or an unknown one
+metrics = true                  # false: GET /metrics answers 501 (llama-server without --metrics)
+slots = true                    # false: GET /slots answers 501 (llama-server's --no-slots)
 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
@@ -151,6 +153,8 @@ class Settings:
     max_audio_per_request: int = 16
     cors_origins: list[str] = field(default_factory=list)  # browser origins allowed; "*": any
     default_model: str | None = None  # serves requests naming no model or an unknown one
+    metrics: bool = True  # GET /metrics served; false: a 501, as llama-server without --metrics
+    slots: bool = True  # GET /slots served; false: a 501, as llama-server's --no-slots
     reasoning_field: str = "reasoning_content"
     prefill_assistant: bool = False  # a last assistant message is the start of the reply
     responses_retention_days: float = 30.0
@@ -218,6 +222,8 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_audio_per_request": int,
     "cors_origins": list,
     "default_model": str,
+    "metrics": bool,
+    "slots": bool,
 }
 _CHAT_KEYS: dict[str, tuple[Any, ...]] = {
     "reasoning_field": ("reasoning_content", "reasoning", "both"),

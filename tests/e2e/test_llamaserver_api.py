@@ -26,7 +26,15 @@ def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) 
     return start_server(
         models=[
             # The first model that completes text serves requests that name none.
-            {"id": "tiny", "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024},
+            {
+                "id": "tiny",
+                "engine": "llamacpp",
+                "path": gguf,
+                "batch_size": 16,
+                "context_length": 1024,
+                "aliases": ["little", "gpt-*"],
+                "tags": ["chat", "small"],
+            },
             scripted("chat", "chat.yaml"),  # no tokenizer of its own
         ]
     )
@@ -334,3 +342,114 @@ def test_prefill_assistant_setting(
     assert prefilled < post(server, path, new_turn).json()["input_tokens"]
     answer = post(server, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 2})
     assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == prefilled
+
+
+def llamacpp_metrics(server: Server) -> tuple[dict[bytes, bytes], dict[str, float]]:
+    response = httpx.get(server.base_url + "/metrics")
+    assert response.status_code == 200
+    values = {}
+    for line in response.text.splitlines():
+        if line.startswith("llamacpp:"):
+            name, value = line.split(" ", 1)
+            values[name] = float(value)
+    return dict(response.headers.raw), values
+
+
+def test_metrics_under_llama_servers_names_count_what_timings_report(server: Server) -> None:
+    _, before = llamacpp_metrics(server)
+    timings = [
+        post(server, "/completion", {"prompt": PROMPT, "n_predict": n, "seed": 1}).json()["timings"]
+        for n in (1, 5)
+    ]
+    head, after = llamacpp_metrics(server)
+    # The header's name as llama-server writes it: clients read it from a plain dict.
+    assert int(head[b"Process-Start-Time-Unix"]) > 0
+
+    def grew(name: str) -> float:
+        return after[name] - before.get(name, 0.0)
+
+    assert grew("llamacpp:prompt_tokens_total") == sum(t["prompt_n"] for t in timings)
+    assert grew("llamacpp:prompt_tokens_cached_total") == sum(t["cache_n"] for t in timings)
+    assert grew("llamacpp:tokens_predicted_total") == sum(t["predicted_n"] for t in timings) == 6
+    assert grew("llamacpp:n_decode_total") > 0 and after["llamacpp:requests_processing"] == 0
+    # The rate is over the decode steps: the first token came with the prompt.
+    one, five = timings
+    assert one["predicted_per_second"] == 0.0 and one["predicted_per_token_ms"] == 0.0
+    assert five["predicted_per_token_ms"] == pytest.approx(five["predicted_ms"] / 4)
+
+
+def test_metrics_and_slots_switched_off_are_llama_servers_501(start_server: StartServer) -> None:
+    off = start_server(server={"metrics": False, "slots": False}, models=[scripted("chat", "chat.yaml")])
+    for path in ("/metrics", "/slots"):
+        response = httpx.get(off.base_url + path)
+        assert response.status_code == 501, path
+        assert response.json()["error"]["type"] == "not_supported_error"
+
+
+def test_models_list_llama_servers_aliases_tags_and_models(server: Server) -> None:
+    for path in ("/v1/models", "/models"):
+        body = httpx.get(server.base_url + path, headers={"Accept": "application/json"}).json()
+        tiny = next(m for m in body["data"] if m["id"] == "tiny")
+        assert tiny["aliases"] == ["tiny", "little"]  # names, not patterns
+        assert tiny["tags"] == ["chat", "small"]
+        chat = next(m for m in body["data"] if m["id"] == "chat")
+        assert chat["aliases"] == ["chat"] and chat["tags"] == []
+        # llama-server's second list, in Ollama's shape, which its web UI reads
+        listed = {m["model"]: m for m in body["models"]}
+        assert listed["tiny"]["capabilities"] == ["completion"] and listed["tiny"]["tags"] == [
+            "chat",
+            "small",
+        ]
+        assert listed["tiny"]["details"]["format"] == "gguf"
+    one = httpx.get(server.base_url + "/v1/models/tiny").json()
+    assert one["aliases"] == ["tiny", "little"] and one["tags"] == ["chat", "small"]
+
+
+def test_generation_settings_show_the_logit_bias_applied(server: Server) -> None:
+    plain = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2}).json()
+    assert plain["generation_settings"]["logit_bias"] == []
+    banned = post(server, "/completion", {"prompt": PROMPT, "n_predict": 2, "ignore_eos": True}).json()
+    entries = banned["generation_settings"]["logit_bias"]
+    # every end-of-generation token, banned (-inf is null in llama-server's JSON)
+    assert entries and all(e["bias"] is None and isinstance(e["token"], int) for e in entries)
+    two = post(server, "/completion", {"prompt": [PROMPT, "Far"], "n_predict": 2, "logit_bias": [[5, -2.5]]})
+    assert all(a["generation_settings"]["logit_bias"] == [{"bias": -2.5, "token": 5}] for a in two.json())
+
+
+def test_verbose_chat_completion_shows_the_rendered_prompt(server: Server) -> None:
+    ask = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "system", "content": "Book"}]}
+    ask["messages"].append({"role": "user", "content": "What is the best book"})
+    for path in ("/v1/chat/completions", "/chat/completions"):
+        verbose = post(server, path, {**ask, "verbose": True}).json()
+        shown = verbose["__verbose"]
+        assert "Book" in shown["prompt"] and "What is the best book" in shown["prompt"]
+        assert shown["content"] == verbose["choices"][0]["message"]["content"]
+        assert shown["tokens_predicted"] == verbose["usage"]["completion_tokens"]
+        assert "__verbose" not in post(server, path, {**ask, "verbose": False}).json()
+        assert "__verbose" not in post(server, path, ask).json()
+
+
+def test_prompt_progress_streamed_with_its_timings(server: Server) -> None:
+    body = {
+        "prompt": PROMPT * 6,
+        "n_predict": 2,
+        "stream": True,
+        "return_progress": True,
+        "cache_prompt": False,
+    }
+    with httpx.stream("POST", server.base_url + "/completion", json=body, timeout=60.0) as response:
+        objects = [json.loads(f.data or "") for f in parse_sse(response.read().decode()) if f.data]
+    progress = [o for o in objects if "prompt_progress" in o]
+    assert len(progress) > 1  # the prompt took several steps (batch_size 16)
+    first = progress[0]
+    assert first["timings"]["prompt_n"] == 0 and first["timings"]["prompt_ms"] == 0.0
+    assert first["prompt_progress"]["processed"] == first["prompt_progress"]["cache"]
+    last = progress[-1]["prompt_progress"]
+    assert last["processed"] == last["total"] == objects[-1]["tokens_evaluated"]
+    times = [o["timings"]["prompt_ms"] for o in progress]
+    assert times == sorted(times) and times[-1] > 0
+    assert all(o["stop"] is False and o["content"] == "" for o in progress)
+    # without it, none
+    plain = {**body, "return_progress": False}
+    with httpx.stream("POST", server.base_url + "/completion", json=plain, timeout=60.0) as response:
+        assert "prompt_progress" not in response.read().decode()

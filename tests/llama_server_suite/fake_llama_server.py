@@ -36,6 +36,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-hfr", "--hf-repo")
     p.add_argument("-hff", "--hf-file")
     p.add_argument("--alias", "-a")
+    p.add_argument("--tags")
     p.add_argument("-c", "--ctx-size", type=int)
     p.add_argument("-np", "--parallel", type=int)
     p.add_argument("-b", "--batch-size", type=int)
@@ -63,13 +64,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--media-path")
     p.add_argument("--no-prefill-assistant", action="store_true")
     p.add_argument("-n", "--n-predict", type=int)
+    p.add_argument("--metrics", action="store_true")  # llama-server's /metrics is off without it
+    p.add_argument("--slots", dest="no_slots", action="store_false")
+    p.add_argument("--no-slots", dest="no_slots", action="store_true")
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
 
+def _aliases(options: argparse.Namespace) -> list[str]:
+    """llama-server's `--alias a,b`: every name; its id is the first in sorted order (a set)."""
+    return sorted({a.strip() for a in str(options.alias or "").split(",") if a.strip()})
+
+
 def _model_id(options: argparse.Namespace) -> str:
-    if options.alias:
-        return str(options.alias)
+    if aliases := _aliases(options):
+        return aliases[0]
     named = options.hf_file or options.hf_repo or options.model or "model"
     return Path(str(named).split(":", 1)[0]).name.removesuffix(".gguf")
 
@@ -92,6 +101,10 @@ def model_table(
     else:
         return None, notes
     table: dict[str, Any] = {"id": _model_id(options), "engine": "llamacpp", "path": path}
+    if len(aliases := _aliases(options)) > 1:
+        table["aliases"] = aliases[1:]
+    if options.tags:
+        table["tags"] = [t.strip() for t in options.tags.split(",") if t.strip()]
     if options.ctx_size:
         # llama-server's -c is the whole KV cache, split among the -np slots unless unified;
         # Sluicegate's context_length is each sequence's.
@@ -209,6 +222,10 @@ def server_table(options: argparse.Namespace, model: dict[str, Any] | None, data
         table["cors_origins"] = [o.strip() for o in origins.split(",") if o.strip()]
     if "default_model" in known and model is not None:
         table["default_model"] = model["id"]
+    if "metrics" in known:
+        table["metrics"] = options.metrics
+    if "slots" in known:
+        table["slots"] = not options.no_slots
     if "slot_save_path" in known and options.slot_save_path:
         table["slot_save_path"] = str(Path(options.slot_save_path).resolve())
     if "allow_image_urls" in known:  # llama-server downloads every http(s) image URL it is sent

@@ -13,7 +13,11 @@ from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-ALLOWED_METHODS = b"GET, POST, PUT, PATCH, DELETE, OPTIONS"
+# The methods a preflight is told, llama-server's list; a preflight asking for one of ours not in
+# it (PATCH: the admin API's key update) has it added, so the answer stays llama-server's for
+# the requests its clients make.
+ALLOWED_METHODS = b"GET, POST, DELETE, OPTIONS"
+MORE_METHODS = frozenset({b"PUT", b"PATCH"})
 PREFLIGHT_MAX_AGE = b"600"  # seconds a browser may reuse a preflight's answer
 # Headers a page's script may read besides the CORS-safelisted ones: all of ours are harmless.
 EXPOSED = b"*"
@@ -44,19 +48,23 @@ class CORSMiddleware:
         if scope["type"] != "http" or not (self.any or self.local or self.origins):
             return self.app(scope, receive, send)
         origin = request_header(scope, b"origin")
-        preflight = scope["method"] == "OPTIONS" and request_header(scope, b"access-control-request-method")
+        preflight = (
+            request_header(scope, b"access-control-request-method") if scope["method"] == "OPTIONS" else None
+        )
         if origin is None or not self.allowed(origin):
             if preflight and origin is not None:  # answered alike on every path, as llama-server does
                 return _refused_preflight(send)
             return self.app(scope, receive, send)  # no CORS headers: the browser refuses it
         if preflight:
-            return self._preflight(scope, send, origin)
+            return self._preflight(scope, send, origin, preflight)
         return self.app(scope, receive, _adding(send, origin))
 
-    async def _preflight(self, scope: Scope, send: Send, origin: bytes) -> None:
+    async def _preflight(self, scope: Scope, send: Send, origin: bytes, method: bytes) -> None:
+        method = method.strip().upper()
+        methods = ALLOWED_METHODS + b", " + method if method in MORE_METHODS else ALLOWED_METHODS
         headers = [
             *_allow(origin),
-            (b"access-control-allow-methods", ALLOWED_METHODS),
+            (b"access-control-allow-methods", methods),
             (b"access-control-max-age", PREFLIGHT_MAX_AGE),
             (b"vary", b"Origin, Access-Control-Request-Method, Access-Control-Request-Headers"),
             (b"content-length", b"0"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Mapping
 from pathlib import Path
 
@@ -24,12 +25,14 @@ from sluicegate.app.keyring import KeyRing
 from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
+from sluicegate.app.vertex import vertex_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
 from sluicegate.core.frames import Frame
 from sluicegate.core.pipeline import StreamLimits
 from sluicegate.core.sealing import sealer_for
 from sluicegate.dialects.base import DialectContext
+from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 from sluicegate.dialects.registry import dialect_for, dialect_table
 from sluicegate.dialects.responses.conversation import to_item as responses_item
@@ -113,7 +116,12 @@ async def health(request: Request) -> Response:
 
 @dialect_endpoint("metrics", openai_error)
 async def metrics(request: Request) -> Response:
-    return Response(METRICS.render_bytes(), media_type=METRICS.content_type)
+    if not app_state(request).settings.metrics:  # llama-server's answer without `--metrics`
+        info = ErrorInfo(ErrorKind.NOT_IMPLEMENTED, "This server does not support metrics endpoint.")
+        return JSONResponse(llama_server_error(info, 501), status_code=501)
+    # The process's start, as llama-server sends it (a scraper tells a restart from it).
+    headers = {"Process-Start-Time-Unix": str(METRICS.started)}
+    return Response(METRICS.render_bytes(), media_type=METRICS.content_type, headers=headers)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -323,6 +331,7 @@ def create_app(settings: Settings) -> Starlette:
         *admin_keys.ROUTES,
         *playground_routes(),  # `/` and `/playground/*`: open, no API key (the page holds no data)
     ]
+    routes += vertex_routes(os.environ, routes)  # when Vertex AI started the server (app/vertex.py)
     observe = Middleware(
         ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
     )  # metrics, access log

@@ -18,8 +18,14 @@ that made them, framed as uvicorn's `send` frames them, without an ASGI message 
 sender task per chunk; and a disconnect reported by a call from `connection_lost`, without a
 task per stream waiting in `receive` for it.
 
+And it writes response header names in their canonical case (`Content-Type`,
+`Access-Control-Allow-Origin`), as llama-server, nginx and most HTTP servers send them: uvicorn
+lowercases every name it writes, and clients that read headers into a plain (case-sensitive)
+dict — llama.cpp's own test client does, `dict(response.headers)` — missed them. Names are
+case-insensitive in HTTP, so nothing that read them before reads them differently now.
+
 This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks and
-`flow`, `RequestResponseCycle`'s state); tests/unit/app/test_uvicorn_surface.py fails when a
+`flow`, `RequestResponseCycle`'s state and `transport`); tests/unit/app/test_uvicorn_surface.py fails when a
 uvicorn release changes what it relies on, and pyproject.toml pins the versions tested.
 """
 
@@ -48,9 +54,9 @@ def bad_request(path: str) -> bytes:
     body = orjson.dumps(error_body(path, info))
     head = (
         b"HTTP/1.1 400 Bad Request\r\n"
-        b"content-type: application/json\r\n"
-        b"content-length: " + str(len(body)).encode() + b"\r\n"
-        b"connection: close\r\n\r\n"
+        b"Content-Type: application/json\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n"
+        b"Connection: close\r\n\r\n"
     )
     return head + body
 
@@ -62,6 +68,39 @@ def path_of(url: bytes, head: bytes) -> str:
         words = head.split(b"\r\n", 1)[0].split(b" ")
         url = words[1] if len(words) > 2 else b""
     return url.split(b"?", 1)[0].decode("latin-1")
+
+
+def canonical_head(head: bytes) -> bytes:
+    """A response head with each header name in canonical case (`access-control-allow-origin`
+    -> `Access-Control-Allow-Origin`); the status line and the values as they were."""
+    status, _, rest = head.partition(b"\r\n")
+    lines = [status]
+    for line in rest.split(b"\r\n"):
+        name, colon, value = line.partition(b":")
+        lines.append(name.title() + colon + value if colon else line)
+    return b"\r\n".join(lines)
+
+
+class HeadCasing:
+    """Stands in for the connection's transport in one `RequestResponseCycle` until the
+    response head has gone through it: the head is written with canonical names, and the
+    cycle gets the real transport back, so no body write passes through here."""
+
+    __slots__ = ("_cycle", "_transport")
+
+    def __init__(self, cycle: RequestResponseCycle, transport: asyncio.Transport) -> None:
+        self._cycle = cycle
+        self._transport = transport
+
+    def write(self, data: bytes) -> None:
+        if data.startswith(b"HTTP/1.1 1"):  # `100 Continue`, before the head: no names in it
+            self._transport.write(data)
+            return
+        self._cycle.transport = self._transport
+        self._transport.write(canonical_head(data))
+
+    def __getattr__(self, name: str) -> Any:  # is_closing, close, get_extra_info ...
+        return getattr(self._transport, name)
 
 
 class CycleWriter:
@@ -156,6 +195,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
             self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]
+            cycle.transport = HeadCasing(cycle, self.transport)  # type: ignore[assignment]
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_deadline()

@@ -106,17 +106,19 @@ class LoadFinished:
 
 @dataclass(slots=True)
 class PromptStarted:
-    pass
+    # The prompt's tokens and how many of them the cache holds, where the engine counts them.
+    total: int = 0
+    cached: int = 0
 
 
 @dataclass(slots=True)
 class PromptProgress:
     progress: float  # 0..1
-    # In tokens, where the engine counts them (0: not given): the prompt's, those its cache
-    # held, and those in the cache now (llama-server's `prompt_progress`).
-    total: int = 0
-    cache: int = 0
+    # In tokens, where the engine counts them (llama-server's `prompt_progress`): decoded so
+    # far of `total`, `cached` of which came from the cache; 0 where it does not.
     processed: int = 0
+    total: int = 0
+    cached: int = 0
 
 
 @dataclass(slots=True)

@@ -104,6 +104,9 @@ class EncoderContext:
     provider_info: Callable[[str], Json | None]  # LM Studio `provider_info` of a server tool
     stored: bool  # the turn will be persisted under `turn_id`
     scope: str = ""  # whose turn it is (a hash of the API key): what sealed content is bound to
+    # The prompt the model's chat template rendered for the turn, asked for at the end (None:
+    # the engine renders none); llama-server's `__verbose` shows it.
+    prompt_text: Callable[[], str | None] = lambda: None
 
 
 class Encoder(Protocol):

@@ -15,7 +15,7 @@ from sluicegate.engines.registry import Registry
 
 ENGINE_GROUP = "sluicegate.engines"
 # Keys of every `[[models]]` table that the server reads itself; the rest go to the engine.
-MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases", "sampling")  # aliases: model_names.py
+MODEL_KEYS = ("max_concurrency", "max_queue", "ttl", "aliases", "sampling", "tags")  # aliases: model_names.py
 # Built-in engines newer than an installed copy's entry points (an editable install made before
 # they were added): found by name until the next `pip install` writes their entry points.
 BUILT_IN = {
@@ -70,6 +70,9 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
     ttl = table.get("ttl")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float) or ttl < 0):
         raise ConfigError(f"model {table['id']!r}: `ttl` must be a non-negative number of seconds")
+    tags = table.get("tags", [])
+    if not isinstance(tags, list) or not all(isinstance(t, str) and t for t in tags):
+        raise ConfigError(f"model {table['id']!r}: `tags` must be a list of non-empty strings")
     return Model(
         engine,
         max_concurrency=max_concurrency,
@@ -77,4 +80,5 @@ def build_model(table: dict[str, Any], base_dir: Path) -> Model:
         factory=lambda: cls.from_config(own, base_dir),
         ttl=None if ttl is None else float(ttl),
         sampling=model_defaults.parse(table["id"], table.get("sampling")),
+        tags=tuple(tags),
     )

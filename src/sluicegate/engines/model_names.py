@@ -42,6 +42,14 @@ class ModelNames:
         globs = [pair for pair in aliases if _GLOB & set(pair[0])]
         return cls(default, tuple(exact + globs))
 
+    def names_of(self, model_id: str) -> list[str]:
+        """The names a request may give for a model: its id, then its exact aliases (patterns
+        are not names), as llama-server lists its `--alias` names."""
+        return [
+            model_id,
+            *(name for name, target in self.aliases if target == model_id and not _GLOB & set(name)),
+        ]
+
     def alias(self, name: str) -> str | None:
         """The model `name` is an alias of (the first match), or None."""
         for pattern, model_id in self.aliases:

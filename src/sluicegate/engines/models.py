@@ -48,8 +48,10 @@ class Model:
         factory: Callable[[], Engine] | None = None,
         ttl: float | None = None,
         sampling: SamplingParams | None = None,
+        tags: tuple[str, ...] = (),
     ) -> None:
         self.id = engine.model_id
+        self.tags = tags  # labels for the listing (`tags`), never for routing
         self.sampling = sampling  # defaults for what a request leaves unset (model_defaults.py)
         self.max_concurrency = max_concurrency
         self.max_queue = max_queue

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
@@ -154,6 +155,9 @@ class Metrics:
                 lambda name, labels: Gauge(name, name, labels, registry=reg, multiprocess_mode="livesum")
             )
         self._live: list[Collector] = []  # state read at scrape time (replica health)
+        # Exposition text written by its owner, appended as is (llama-server's `llamacpp:*`).
+        self._texts: list[Callable[[], bytes]] = []
+        self.started = int(time.time())  # llama-server's `Process-Start-Time-Unix` header
 
         by_request = ["dialect", "model", "status"]
         self.requests = Histogram(
@@ -239,6 +243,10 @@ class Metrics:
         if collector in self._live:
             self._live.remove(collector)
 
+    def add_text(self, source: Callable[[], bytes]) -> None:
+        """Families in the text format, made at scrape time by `source` (this process's)."""
+        self._texts.append(source)
+
     def render(self) -> str:
         return self.render_bytes().decode()
 
@@ -246,12 +254,12 @@ class Metrics:
         path = multiprocess_dir()
         if path is None:
             registry = _Joined(self.registry, self._live)
-            return generate_latest(registry)
+            return generate_latest(registry) + b"".join(text() for text in self._texts)
         from prometheus_client import multiprocess
 
         fresh = CollectorRegistry()
         multiprocess.MultiProcessCollector(fresh, path=path)  # type: ignore[no-untyped-call]
-        return generate_latest(_Joined(fresh, self._live))
+        return generate_latest(_Joined(fresh, self._live)) + b"".join(text() for text in self._texts)
 
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 

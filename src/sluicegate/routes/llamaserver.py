@@ -140,6 +140,8 @@ async def props(request: Request) -> Response:
 @dialect_endpoint(DIALECT, llama_server_error)
 async def slots(request: Request) -> Response:
     """The served model's slots, read-only (no save, restore or erase: docs/llama-server.md)."""
+    if not app_state(request).settings.slots:  # llama-server's `--no-slots`
+        raise SluicegateError(ErrorKind.NOT_IMPLEMENTED, "This server does not support slots endpoint.")
     model = _model(request, request.query_params.get("model"))
     total = sum(instance.engine.default_concurrency() for instance in model.instances)
     running = min(sum(instance.pending for instance in model.instances), total)

@@ -38,6 +38,7 @@ from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import stream_deadline, unless_disconnected
+from sluicegate.core.request import ChatRequest
 from sluicegate.core.scope import IssuedKey, issued_key
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.instances import deltas_key
@@ -381,6 +382,7 @@ class TurnEndpoint:
             provider_info=_provider_info(toolset),
             stored=turn.store,
             scope=scope,
+            prompt_text=lambda: rendered_prompt(model, chat),
         )
         encoder = dialect.encoder(turn, context)
         remember = source.remember
@@ -480,6 +482,18 @@ def _wants_tools(turn: Turn, state: AppState) -> bool:
         return False
     named = bool(selection.plugins or selection.servers)
     return named or (selection.all_configured and bool(state.tools.providers))
+
+
+def rendered_prompt(model: Model, chat: ChatRequest) -> str | None:
+    """The prompt the model's chat template renders for `chat` (llama-server's `__verbose`),
+    by a loaded instance's engine (its template is at hand); None when it renders none."""
+    loaded = model.loaded_instances()
+    engine = loaded[0].engine if loaded else model.engine
+    try:
+        return engine.apply_template(chat)
+    except Exception:  # a debugging aid: never the reason an answer fails
+        log.debug("rendering the prompt for __verbose failed", exc_info=True)
+        return None
 
 
 def _provider_info(toolset: ToolSet | None) -> Any:

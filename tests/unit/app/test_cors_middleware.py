@@ -124,3 +124,13 @@ def test_localhost_allows_any_port_on_this_machine(origin: str, allowed: bool) -
     response = client(["localhost"]).options("/v1/chat/completions", headers=PREFLIGHT | {"Origin": origin})
     assert response.status_code == 200
     assert response.headers.get("access-control-allow-origin") == (origin if allowed else None)
+
+
+def test_preflight_methods_are_llama_servers_plus_one_asked_for() -> None:
+    answer = client([PAGE]).options("/v1/chat/completions", headers=PREFLIGHT)
+    assert answer.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS"
+    assert "access-control-allow-credentials" not in answer.headers  # keys go in a header, never cookies
+    patch = client([PAGE]).options(
+        "/v1/models", headers={**PREFLIGHT, "Access-Control-Request-Method": "PATCH"}
+    )
+    assert patch.headers["access-control-allow-methods"] == "GET, POST, DELETE, OPTIONS, PATCH"

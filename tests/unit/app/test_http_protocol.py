@@ -54,3 +54,37 @@ async def test_a_refused_request_line_still_names_its_api(
     error = orjson.loads(written.partition(b"\r\n\r\n")[2])["error"]
     assert error["message"] == "Invalid HTTP request received."
     assert "param" not in error  # LM Studio's shape, from the path
+
+
+async def test_response_header_names_go_out_in_canonical_case() -> None:
+    # uvicorn lowercases every name; clients reading headers into a plain dict (llama.cpp's
+    # test client) look them up as `Access-Control-Allow-Origin`.
+    done = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        headers = [(b"access-control-allow-origin", b"http://a.test"), (b"x-request-id", b"r:1")]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b"content-type: x\r\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+        done.set()
+
+    config = uvicorn.Config(app, log_level="error")
+    config.load()
+    proto = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    transport = mock.Mock()
+    transport.get_extra_info.return_value = None
+    transport.is_closing.return_value = False
+    proto.connection_made(transport)
+    proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(10):
+        await done.wait()
+    written = b"".join(call.args[0] for call in transport.write.call_args_list)
+    head, _, body = written.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"HTTP/1.1 200 OK"
+    assert b"Access-Control-Allow-Origin: http://a.test" in lines
+    assert b"X-Request-Id: r:1" in lines  # the value's own colon kept
+    assert b"Transfer-Encoding: chunked" in lines
+    assert b"content-type: x" in body  # a body is never touched
+    assert proto.cycle is None or proto.cycle.transport is transport  # the real one back
+    proto.connection_lost(None)

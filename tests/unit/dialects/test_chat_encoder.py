@@ -800,8 +800,8 @@ async def test_return_progress_reports_the_prompt_as_llama_server_does() -> None
     """`return_progress`: a `prompt_progress` chunk per report (the first saying what the cache
     held), no choices in it, so the SDK's accumulator reads the stream as it would without."""
     raw: list[RawEvent] = [
-        PromptProgress(0.5, total=100, cache=20, processed=60),
-        PromptProgress(1.0, total=100, cache=20, processed=100),
+        PromptProgress(0.5, total=100, cached=20, processed=60),
+        PromptProgress(1.0, total=100, cached=20, processed=100),
         TextDelta(ItemKind.MESSAGE, "Hi"),
         Finished(FinishReason.STOP),
     ]

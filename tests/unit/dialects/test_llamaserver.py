@@ -68,6 +68,7 @@ async def test_stream_then_body() -> None:
         "stop": [],
         "n_probs": 0,
         "stream": True,
+        "logit_bias": [],
         "model": "tiny",
     }
     body = encoder.body(accumulator.result)

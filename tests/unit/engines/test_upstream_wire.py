@@ -295,7 +295,7 @@ def test_llama_server_prompt_progress_and_comments() -> None:
         DONE,
     ]
     events = decode(frames)
-    assert events[0] == PromptProgress(0.25, total=200, cache=0, processed=50)  # relayed as counted
+    assert events[0] == PromptProgress(0.25, total=200, cached=0, processed=50)  # relayed as counted
 
 
 def test_nothing_after_done_is_decoded() -> None:

@@ -51,6 +51,7 @@ class ChatCompletionsDialect(Dialect):
             system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
             return_progress=options.return_progress,
+            prompt_text=context.prompt_text if options.verbose else None,
         )
 
     def choices(self, turn: Turn) -> Choices:

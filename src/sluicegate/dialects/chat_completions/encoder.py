@@ -10,6 +10,7 @@ delta, a tool call's `id`/`type`/`name` only in its first delta, `index` on ever
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any, Literal
 
 import orjson
@@ -19,6 +20,7 @@ from sluicegate.core.events import (
     Event,
     Failed,
     Finished,
+    FinishReason,
     Item,
     ItemAdded,
     ItemDelta,
@@ -82,6 +84,7 @@ class ChatCompletionsEncoder:
         usage_at_finish: bool = True,
         system_fingerprint: str | None = None,
         return_progress: bool = False,
+        prompt_text: Callable[[], str | None] | None = None,
     ) -> None:
         """`index`: the choice this encoder's chunks belong to (`n` > 1, `dialects/choices.py`);
         `usage_at_finish`: False for such a choice, whose usage the request sums once.
@@ -97,6 +100,7 @@ class ChatCompletionsEncoder:
             }
         )
         self.system_fingerprint = system_fingerprint
+        self.prompt_text = prompt_text  # llama-server's `verbose`: `__verbose` in the body
         # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
         # lives, and an encoder lives as long as its stream.
         self._open = envelope[:-1]
@@ -162,9 +166,9 @@ class ChatCompletionsEncoder:
         frames: list[Frame] = []
         if self._progress_since is None:
             self._progress_since = time.monotonic()
-            if event.processed > event.cache:
-                frames.append(self._progress_chunk(event.total, event.cache, event.cache))
-        frames.append(self._progress_chunk(event.total, event.cache, event.processed))
+            if event.processed > event.cached:
+                frames.append(self._progress_chunk(event.total, event.cached, event.cached))
+        frames.append(self._progress_chunk(event.total, event.cached, event.processed))
         return frames
 
     def _progress_chunk(self, total: int, cache: int, processed: int) -> Frame:
@@ -235,7 +239,7 @@ class ChatCompletionsEncoder:
         return [*head, Frame(self._open + choice + usage + b"}")]
 
     def body(self, result: ChatResult) -> dict[str, Any]:
-        return completion_body(
+        body = completion_body(
             result,
             completion_id=self.completion_id,
             created=self.created,
@@ -245,6 +249,9 @@ class ChatCompletionsEncoder:
             index=self.index,
             system_fingerprint=self.system_fingerprint,
         )
+        if self.prompt_text is not None:
+            body["__verbose"] = verbose_body(result, self.model, self.prompt_text())
+        return body
 
     def usage_chunk(self, usage: Usage) -> Frame:
         """The chunk with no choices that carries a request's summed usage (`n` > 1)."""
@@ -252,6 +259,24 @@ class ChatCompletionsEncoder:
 
     def response_object(self) -> dict[str, Any] | None:
         return None
+
+
+def verbose_body(result: ChatResult, model: str, prompt: str | None) -> dict[str, Any]:
+    """llama-server's `__verbose`: the answer as its own `/completion` would give it, with the
+    prompt the chat template rendered (empty for an engine that renders none)."""
+    text = result.text_of(ItemKind.MESSAGE) or ""
+    usage = result.usage
+    return {
+        "content": text,
+        "model": model,
+        "prompt": prompt or "",
+        "stop": True,
+        "stop_type": "limit" if result.finish_reason is FinishReason.LENGTH else "eos",
+        "tokens_predicted": usage.completion_tokens,
+        "tokens_evaluated": usage.prompt_tokens,
+        "tokens_cached": usage.cached_tokens,
+        "has_new_line": "\n" in text,
+    }
 
 
 def completion_body(

@@ -34,6 +34,7 @@ class ChatOptions:
     stream: bool
     include_usage: bool
     return_progress: bool = False  # llama-server's `prompt_progress` chunks while the prompt is read
+    verbose: bool = False  # llama-server's: `__verbose` (the rendered prompt) in the answer
 
 
 def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[ChatRequest, ChatOptions]:
@@ -76,7 +77,8 @@ def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[C
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
     progress = bool(f.boolean("return_progress"))
-    return request, ChatOptions(stream=stream, include_usage=include_usage, return_progress=progress)
+    verbose = bool(f.boolean("verbose"))
+    return request, ChatOptions(stream, include_usage, return_progress=progress, verbose=verbose)
 
 
 def _sampling(f: Fields) -> SamplingParams:

@@ -10,7 +10,7 @@ from typing import Any
 from sluicegate.core.accumulate import ChatResult
 from sluicegate.core.events import Usage
 from sluicegate.core.frames import Frame
-from sluicegate.core.request import RawPrompt
+from sluicegate.core.request import RawPrompt, SamplingParams
 from sluicegate.dialects.base import Choices, Dialect, DialectSpec, Encoder, EncoderContext, Turn
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
@@ -43,11 +43,15 @@ class LlamaServerDialect(Dialect):
 
     def encoder(self, turn: Turn, context: EncoderContext) -> CompletionEncoder:
         options: CompletionOptions = turn.request
-        return CompletionEncoder(turn.chat.model, context.accumulator, options, _text(options, 0))
+        return CompletionEncoder(
+            turn.chat.model, context.accumulator, options, _text(options, 0), sampling=turn.chat.sampling
+        )
 
     def choices(self, turn: Turn) -> Choices | None:
         options: CompletionOptions = turn.request
-        return PromptChoices(turn.chat.model, options) if len(options.prompts) > 1 else None
+        return (
+            PromptChoices(turn.chat.model, options, turn.chat.sampling) if len(options.prompts) > 1 else None
+        )
 
 
 def _text(options: CompletionOptions, index: int) -> str:
@@ -61,14 +65,15 @@ class PromptChoices:
     array of final objects in the prompts' order, or streamed objects that name their
     prompt's `index`."""
 
-    def __init__(self, model: str, options: CompletionOptions) -> None:
+    def __init__(self, model: str, options: CompletionOptions, sampling: SamplingParams) -> None:
         self.model = model
         self.options = options
+        self.sampling = sampling
         self._encoders: list[CompletionEncoder] = []
 
     def encoder(self, index: int, context: EncoderContext) -> Encoder:
         encoder = CompletionEncoder(
-            self.model, context.accumulator, self.options, _text(self.options, index), index
+            self.model, context.accumulator, self.options, _text(self.options, index), index, self.sampling
         )
         self._encoders.append(encoder)
         return encoder

@@ -13,6 +13,7 @@ llama-server's `prob`/`top_probs` shape (docs/llama-server.md).
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import orjson
@@ -25,11 +26,14 @@ from sluicegate.core.events import (
     FinishReason,
     ItemDelta,
     ItemKind,
+    PromptProgress,
+    PromptStarted,
     TokenLogprob,
     Usage,
     UsageReport,
 )
 from sluicegate.core.frames import Frame
+from sluicegate.core.request import SamplingParams
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.request import CompletionOptions
 
@@ -77,6 +81,12 @@ def token_ids(entries: list[TokenLogprob] | None) -> list[int]:
     return [e.id for e in entries or () if e.id is not None]
 
 
+def bias_entries(bias: dict[int, float]) -> list[dict[str, Any]]:
+    """llama-server's `generation_settings.logit_bias`: `{"bias", "token"}` each, a ban (-inf)
+    as null, as its JSON writes an infinity."""
+    return [{"bias": None if math.isinf(v) else v, "token": t} for t, v in bias.items()]
+
+
 def stop_type(reason: FinishReason | None) -> str:
     return "limit" if reason is FinishReason.LENGTH else "eos"
 
@@ -100,10 +110,19 @@ class CompletionEncoder:
     """Canonical events → llama-server `/completion` objects, for one response."""
 
     def __init__(
-        self, model: str, accumulator: Accumulator, options: CompletionOptions, prompt: str, index: int = 0
+        self,
+        model: str,
+        accumulator: Accumulator,
+        options: CompletionOptions,
+        prompt: str,
+        index: int = 0,
+        sampling: SamplingParams | None = None,
     ) -> None:
-        """`index`: which of the request's prompts this answers (several: llama-server's array)."""
+        """`index`: which of the request's prompts this answers (several: llama-server's array);
+        `sampling`: the request's, whose `logit_bias` the engine resolved (text keys to token
+        ids, `ignore_eos` to its end tokens) by the time the answer ends."""
         self.model = model
+        self.sampling = sampling
         self.accumulator = accumulator
         self.options = options
         self.prompt = prompt
@@ -114,6 +133,7 @@ class CompletionEncoder:
         self._slot = options.id_slot if options.id_slot >= 0 else ID_SLOT
         self._head = b'{"index":%d,"content":' % index
         self._tail_at = b',"stop":false,"id_slot":%d,"tokens_predicted":' % self._slot
+        self._prompt_at = 0.0  # perf_counter() when the prompt started (`return_progress`)
 
     def opening(self) -> list[Frame]:
         return []
@@ -133,6 +153,12 @@ class CompletionEncoder:
                 Frame(self._head + orjson.dumps(event.text) + tokens + self._tail_at + counts + extra + b"}")
             ]
         match event:
+            case PromptStarted() if self.options.return_progress:
+                # llama-server's first update, before any prompt token is decoded
+                self._prompt_at = time.perf_counter()
+                return [self._progress(event.cached, event.total, event.cached)]
+            case PromptProgress() if self.options.return_progress and event.total:
+                return [self._progress(event.processed, event.total, event.cached)]
             case UsageReport():
                 self.usage = event.usage
             case Finished():
@@ -140,6 +166,33 @@ class CompletionEncoder:
             case Failed():
                 return [Frame(orjson.dumps(llama_server_error(event.error)))]
         return []
+
+    def _progress(self, processed: int, total: int, cached: int) -> Frame:
+        """llama-server's `prompt_progress` object, with the prompt's timings so far."""
+        elapsed = (time.perf_counter() - self._prompt_at) * 1000 if processed > cached else 0.0
+        decoded = processed - cached
+        body = {
+            "index": self.index,
+            "content": "",
+            "tokens": [],
+            "stop": False,
+            "id_slot": self._slot,
+            "tokens_predicted": 0,
+            "tokens_evaluated": total,
+            "timings": {
+                "cache_n": cached,
+                "prompt_n": decoded,
+                "prompt_ms": elapsed,
+                "prompt_per_token_ms": elapsed / decoded if decoded else 0.0,
+                "prompt_per_second": decoded / elapsed * 1000 if elapsed else 0.0,
+                "predicted_n": 0,
+                "predicted_ms": 0.0,
+                "predicted_per_token_ms": 0.0,
+                "predicted_per_second": 0.0,
+            },
+            "prompt_progress": {"total": total, "cache": cached, "processed": processed, "time_ms": elapsed},
+        }
+        return Frame(orjson.dumps(body))
 
     def final(self, result: ChatResult, *, stream: bool) -> dict[str, Any]:
         usage = result.usage
@@ -162,7 +215,11 @@ class CompletionEncoder:
             "model": self.model,
             "tokens_predicted": usage.completion_tokens,
             "tokens_evaluated": usage.prompt_tokens,
-            "generation_settings": {**self.options.settings, "model": self.model},
+            "generation_settings": {
+                **self.options.settings,
+                "logit_bias": bias_entries(self.sampling.logit_bias if self.sampling else {}),
+                "model": self.model,
+            },
             "prompt": self.prompt,
             "has_new_line": "\n" in text,
             "truncated": truncated,
@@ -177,8 +234,9 @@ class CompletionEncoder:
                 "prompt_per_second": prompt_n / prompt_ms * 1000 if prompt_ms else 0.0,
                 "predicted_n": usage.completion_tokens,
                 "predicted_ms": predicted_ms,
-                "predicted_per_token_ms": predicted_ms / usage.completion_tokens
-                if usage.completion_tokens
+                # Over the decode steps, as llama-server: the first token came with the prompt.
+                "predicted_per_token_ms": predicted_ms / (usage.completion_tokens - 1)
+                if usage.completion_tokens > 1
                 else 0.0,
                 "predicted_per_second": result.tokens_per_second,
             },

@@ -32,6 +32,7 @@ class CompletionOptions:
     prompts: list[PromptValue] = field(default_factory=list)  # every prompt, in order
     response_fields: list[str] | None = None  # only these (`a/b`: b inside a), flattened
     post_sampling_probs: bool = False  # `prob`/`top_probs` in place of logprobs
+    return_progress: bool = False  # streamed: `prompt_progress` objects while the prompt decodes
 
 
 PromptValue = str | list[int] | list[int | str]
@@ -165,5 +166,6 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         prompts=prompts,
         response_fields=_response_fields(f),
         post_sampling_probs=bool(f.boolean("post_sampling_probs")),
+        return_progress=stream and bool(f.boolean("return_progress")),
     )
     return request, options

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any
@@ -17,6 +18,7 @@ from sluicegate.core.errors import EngineFailure, SluicegateError, invalid
 from sluicegate.core.rerank import RerankRequest
 from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
+from sluicegate.engines.llamacpp.server_stats import STATS
 
 
 def embedding_inputs(
@@ -72,11 +74,14 @@ async def run_pooled(
                 raise _Cancelled
             sequences.append(tokens)
         outputs = []
+        started = time.perf_counter()
         for tokens in sequences:
             if cancelled.is_set():
                 raise _Cancelled
             outputs.append(runtime.embed(tokens))
-        return outputs, sum(map(len, sequences))
+        total = sum(map(len, sequences))
+        STATS.pooled(total, len(sequences), time.perf_counter() - started)
+        return outputs, total
 
     try:
         return await asyncio.get_running_loop().run_in_executor(executor, work)

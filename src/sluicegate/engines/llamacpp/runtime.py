@@ -386,7 +386,13 @@ class LlamaRuntime:
                 image = media.next_image(position) if media is not None else None
                 self._decode(prompt[position : end if image is None else min(end, image)])
                 position = end if image is None else min(end, image)
-            job.emit([PromptProgress((position - cached) / todo, len(prompt), cached, position)])
+            job.emit(
+                [
+                    PromptProgress(
+                        (position - cached) / todo, processed=position, total=len(prompt), cached=cached
+                    )
+                ]
+            )
         job.usage = Usage(prompt_tokens=len(prompt), cached_tokens=cached)
         job.emit([PromptFinished(), UsageReport(Usage(len(prompt), 0, cached))])
         return True

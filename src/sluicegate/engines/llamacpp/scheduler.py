@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import replace
 from typing import Any
@@ -42,6 +43,7 @@ from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.lora import Adapters, Scales
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.sequence import Sequence
+from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
 from sluicegate.engines.llamacpp.speculative import Speculator, Want
 from sluicegate.engines.slots import SlotResult
@@ -117,6 +119,12 @@ class BatchScheduler:
         self._flushed = 0.0  # time.monotonic() of the last wake-up
         self._urgent = False  # a sequence started or ended: its events go with the next step
         self._image_ready = False  # an image's encoder finished since the loop last waited
+        # llama-server's `requests_processing` and `requests_deferred` (server_stats.py)
+        STATS.attach(id(self), weakref.WeakMethod(self.queues))
+
+    def queues(self) -> tuple[int, int]:
+        """Sequences decoding, and waiting for a slot (read by a scrape, on another thread)."""
+        return len(self._live), len(self._waiting) + len(self._incoming)
 
     # --- any thread --------------------------------------------------------------------------
 
@@ -211,6 +219,7 @@ class BatchScheduler:
         for slot in self.slots:
             slot.sequence = None
         self._live = []
+        STATS.detach(id(self))
         for sequence in left:
             sequence.free()
             self._end(sequence, EngineFailure("the model was unloaded", code="model_not_loaded"))
@@ -539,6 +548,7 @@ class BatchScheduler:
             self._flush()
         status = llama_cpp.llama_decode(runtime.context.ctx, batch)
         self.steps += 1
+        STATS.decoded(len(plan))
         if status != 0:
             error = EngineFailure(f"llama_decode failed ({status})", code="decode_failed")
             for slot, *_ in plan:
@@ -630,6 +640,7 @@ class BatchScheduler:
             return
         finally:
             speculator.record(slot.id, len(draft), taken)
+            STATS.drafted(len(draft), taken)
             usage = sequence.job.usage  # the request's own counts (OpenAI's prediction tokens)
             usage.accepted_prediction_tokens += taken
             usage.rejected_prediction_tokens += len(draft) - taken

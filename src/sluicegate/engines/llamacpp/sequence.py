@@ -9,6 +9,7 @@ sampler chain (grammar first), stop strings, logprobs, limit and finish reasons.
 from __future__ import annotations
 
 import codecs
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers, logprobs_wanted
+from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.observe.metrics import METRICS
 
@@ -39,6 +41,8 @@ class Sequence:
         "_limit",
         "_pending",
         "_reasoning",
+        "_sampling_at",
+        "_started_at",
         "_stops",
         "_top",
         "base",
@@ -89,6 +93,7 @@ class Sequence:
         sampling = job.sampling
         self._top = logprobs_wanted(sampling)
         self._limit = 0
+        self._started_at = self._sampling_at = 0.0  # perf_counter(): admitted, prompt decoded
         self._reasoning = job.reasoning is not None  # only then may the parser emit reasoning
 
     @property
@@ -101,19 +106,22 @@ class Sequence:
         self.todo = tokens[cached:]
         self.base = cached
         self.prompt_done = 0
+        self._started_at = time.perf_counter()
         self.job.usage = Usage(prompt_tokens=len(tokens), cached_tokens=cached)
-        self.job.emit([PromptStarted()])
+        self.job.emit([PromptStarted(len(tokens), cached)])
 
     def prefilled(self, count: int) -> None:
         self.prompt_done += count
-        done = self.prompt_done
+        total = self.base + len(self.todo)
+        done = self.base + self.prompt_done
         self.job.emit(
-            [PromptProgress(done / len(self.todo), self.base + len(self.todo), self.base, self.base + done)]
+            [PromptProgress(self.prompt_done / len(self.todo), processed=done, total=total, cached=self.base)]
         )
 
     def begin_sampling(self, runtime: LlamaRuntime) -> None:
         """The prompt is in: report it, and build the sampler chain (may raise for a grammar)."""
         usage = self.job.usage
+        self._sampling_at = time.perf_counter()
         self.job.emit([PromptFinished(), UsageReport(Usage(usage.prompt_tokens, 0, usage.cached_tokens))])
         room = runtime.n_ctx - usage.prompt_tokens
         asked = self.job.sampling.max_tokens
@@ -179,6 +187,13 @@ class Sequence:
         if finish is FinishReason.STOP and parser.saw_tool_calls:
             finish = FinishReason.TOOL_CALLS
         usage = job.usage
+        STATS.finished(
+            usage.prompt_tokens,
+            usage.cached_tokens,
+            usage.completion_tokens,
+            self._sampling_at - self._started_at,
+            time.perf_counter() - self._sampling_at,
+        )
         final = Usage(
             usage.prompt_tokens,
             usage.completion_tokens,

@@ -294,7 +294,7 @@ class ChunkDecoder(StreamEnding):
             total = _count(progress.get("total"))
             cache, processed = _count(progress.get("cache")), _count(progress.get("processed"))
             fraction = min(1.0, processed / total) if total else 0.0
-            out.append(PromptProgress(fraction, total, cache, processed))
+            out.append(PromptProgress(fraction, processed=processed, total=total, cached=cache))
         return out
 
     def _choice(self, choice: dict[str, Any], out: list[RawEvent]) -> None:
