@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import secrets
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.ids import new_id
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts, observe_one
@@ -358,7 +358,7 @@ class ObserveMiddleware:
             self.dialect_of(path),
             scope["method"],
             path,
-            "req_" + secrets.token_hex(8),
+            new_id("req_", 16),
             log_text=self.log_prompts,
         )
         status = 500
