@@ -39,7 +39,7 @@ from sluicegate.core.events import (
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
-from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts, observe_one
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
@@ -102,7 +102,7 @@ class RequestObserver:
         self.first_token_at = self.last_token_at = now
         self.tokens += 1
         if self.dialect:
-            observe_one(child(METRICS.ttft, self.dialect, self.model), now - self.started)
+            METRICS.ttft.labels(self.dialect, self.model).observe(now - self.started)
 
     def token(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -118,9 +118,7 @@ class RequestObserver:
 
     def _flush_gaps(self) -> None:
         if self.dialect and any(self.gap_counts):
-            observe_counts(
-                child(METRICS.inter_token, self.dialect, self.model), self.gap_counts, self.gap_sum
-            )
+            METRICS.inter_token.labels(self.dialect, self.model).observe_counts(self.gap_counts, self.gap_sum)
         self.gap_counts[:] = [0] * len(self.gap_counts)  # in place: a running tap holds the list
         self.gap_sum = 0.0
 
@@ -132,7 +130,7 @@ class RequestObserver:
 
     def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
         name = "request" if provider is None or provider.type != "plugin" else provider.id
-        child(METRICS.tool_calls, name, "error" if error else "ok").inc()
+        METRICS.tool_calls.labels(name, "error" if error else "ok").inc()
 
     def stream_status(self, status: int) -> None:
         """How a stream that already answered 200 really ended (an error's status, or 499)."""
@@ -153,9 +151,9 @@ class RequestObserver:
 
     def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
         if tokens_in:
-            child(METRICS.prompt_tokens, self.dialect, self.model).inc(tokens_in)
+            METRICS.prompt_tokens.labels(self.dialect, self.model).inc(tokens_in)
         if tokens_out:
-            child(METRICS.completion_tokens, self.dialect, self.model).inc(tokens_out)
+            METRICS.completion_tokens.labels(self.dialect, self.model).inc(tokens_out)
 
     # --- the end of the HTTP exchange -------------------------------------------------------
 
@@ -171,7 +169,7 @@ class RequestObserver:
         tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
         self._flush_gaps()
         if self.dialect:
-            observe_one(child(METRICS.requests, self.dialect, self.model, str(status)), total)
+            METRICS.requests.labels(self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
         if self.span is not None and not self.generating:  # else ended when the generation ends
