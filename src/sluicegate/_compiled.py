@@ -68,6 +68,7 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.parsing.markup",
     "sluicegate.transport.sse",
     "sluicegate.turn.stream_core",  # the per-read steps, composed once: both drivers call it
+    "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     *declared_by_dialects(),
 )
 

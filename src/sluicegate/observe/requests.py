@@ -30,6 +30,7 @@ from sluicegate.core.events import (
     Event,
     Failed,
     Finished,
+    FinishReason,
     ItemDelta,
     ItemDone,
     ItemKind,
@@ -93,7 +94,7 @@ class RequestObserver:
     # round while one runs), and how the generation finished.
     span: Any = None
     parent_span: Any = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None  # its `.value` (two interpreted calls) only for a span
 
     # --- generation -----------------------------------------------------------------------
 
@@ -230,7 +231,7 @@ class RequestObserver:
             attributes["gen_ai.usage.input_tokens"] = self.prompt_tokens or 0
             attributes["gen_ai.usage.output_tokens"] = tokens_out
         if self.finish_reason is not None:
-            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason]
+            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason.value]
         error = None
         if status >= 500:
             error = str(status)
@@ -327,7 +328,7 @@ class EventTap:
             observer.stream_status(event.error.status)
         elif isinstance(event, Finished):
             self.terminal = True
-            observer.finish_reason = event.reason.value
+            observer.finish_reason = event.reason
 
     def end(self) -> None:
         if not self.terminal:
