@@ -21,6 +21,10 @@ _at = 0
 
 def random_hex(hex_chars: int) -> str:
     """`hex_chars` (even) hex digits of the kernel's randomness, none ever handed out twice."""
+    return new_id("", hex_chars)
+
+
+def new_id(prefix: str, hex_chars: int = 48) -> str:
     global _pool, _at
     size = hex_chars // 2
     with _lock:
@@ -29,11 +33,7 @@ def random_hex(hex_chars: int) -> str:
             _pool = os.urandom(max(POOL_BYTES, size))
             at = 0
         _at = at + size
-        return _pool[at : at + size].hex()
-
-
-def new_id(prefix: str, hex_chars: int = 48) -> str:
-    return prefix + random_hex(hex_chars)
+        return prefix + _pool[at : at + size].hex()
 
 
 def _forget_pool() -> None:
