@@ -52,6 +52,15 @@ CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went a
 QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
 MAX_LOGGED_TEXT = 4096  # --log-prompts: characters of the request body and of the answer kept
 
+# A bug's answer, as Starlette's `PlainTextResponse("Internal Server Error", 500)` sends it
+# (the server logs the exception; the client never sees it).
+_CRASH_HEAD: Message = {
+    "type": "http.response.start",
+    "status": 500,
+    "headers": [(b"content-length", b"21"), (b"content-type", b"text/plain; charset=utf-8")],
+}
+_CRASH_BODY: Message = {"type": "http.response.body", "body": b"Internal Server Error"}
+
 _current: contextvars.ContextVar[RequestObserver | None] = contextvars.ContextVar(
     "sluicegate_request_observer", default=None
 )
@@ -394,6 +403,9 @@ class ObserveMiddleware:
         except BaseException as exc:
             if started_response:  # the status line went out already; say how it really ended
                 observer.stream_status(500 if isinstance(exc, Exception) else CLIENT_GONE)
+            elif isinstance(exc, Exception):  # Starlette's error middleware's answer, which it
+                await send(_CRASH_HEAD)  # no longer runs (app/factory.py): a plain 500
+                await send(_CRASH_BODY)
             raise
         finally:
             _current.reset(token)
