@@ -68,6 +68,9 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.parsing.markup",
     "sluicegate.transport.sse",
     "sluicegate.turn.stream_core",  # the per-read steps, composed once: both drivers call it
+    "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
+    "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
+    "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
     *declared_by_dialects(),
 )
 

@@ -13,6 +13,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -153,6 +154,15 @@ class SluicegateApp(Starlette):
         # (bench/workarounds.py, docs/architecture.md).
         scope[SERVER_SEND] = send
         await super().__call__(scope, receive, send)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        # Without Starlette's error middleware, outermost: a layer (and a frame each stream
+        # holds) per request whose one job, a plain 500 for an exception that escapes before
+        # the response starts, `ObserveMiddleware` does (it sees the start already).
+        stack = super().build_middleware_stack()
+        if isinstance(stack, ServerErrorMiddleware) and stack.handler is None and not stack.debug:
+            return stack.app
+        return stack
 
 
 class TurnRoutes:

@@ -56,7 +56,7 @@ class Deadline:
 
     def arm(self) -> None:
         loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
+        self._task = asyncio.current_task(loop)  # given the loop: no second running-loop lookup (a getpid)
         assert self._task is not None
         self.clock = loop.time
         self.last = now = loop.time()

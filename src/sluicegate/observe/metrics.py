@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import time
-from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Generic, TypeVar
@@ -28,6 +27,17 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.registry import Collector
+
+from sluicegate.observe.series import (
+    CounterSeries,
+    Family,
+    HistogramSeries,
+    PlainCounter,
+    PlainGauge,
+    PlainHistogram,
+    SharedFamily,
+    SharedHistogram,
+)
 
 Labels = tuple[tuple[str, str], ...]
 Key = tuple[str, Labels]
@@ -159,64 +169,77 @@ class Metrics:
         self._texts: list[Callable[[], bytes]] = []
         self.started = int(time.time())  # llama-server's `Process-Start-Time-Unix` header
 
-        by_request = ["dialect", "model", "status"]
-        self.requests = Histogram(
+        # The declared families: plain series read at scrape time in one process (a request
+        # updates them with attribute arithmetic: observe/series.py), prometheus-client's
+        # shared cells with several. Registered in this order: /metrics lists them so.
+        shared = multiprocess_dir() is not None
+
+        def histogram(
+            name: str, doc: str, labels: list[str], buckets: tuple[float, ...]
+        ) -> Family[HistogramSeries]:
+            if shared:
+                return SharedHistogram(Histogram(name, doc, labels, buckets=buckets, registry=reg))
+            family = PlainHistogram(name, doc, labels, buckets)
+            reg.register(family)
+            return family
+
+        def counter(name: str, doc: str, labels: list[str]) -> Family[CounterSeries]:
+            if shared:
+                return SharedFamily(Counter(name, doc, labels, registry=reg))
+            family = PlainCounter(name, doc, labels)
+            reg.register(family)
+            return family
+
+        def gauge(name: str, doc: str, labels: list[str]) -> Family[CounterSeries]:
+            if shared:
+                return SharedFamily(Gauge(name, doc, labels, registry=reg, multiprocess_mode="livesum"))
+            family = PlainGauge(name, doc, labels)
+            reg.register(family)
+            return family
+
+        self.requests = histogram(
             "sluicegate_request_duration_seconds",
             "End-to-end request time, from the request to the last byte of the response; its _count "
             "is the request count. status: the HTTP status, or for a stream the error's status, 499 "
             "when the client went away.",
-            by_request,
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
+            ["dialect", "model", "status"],
+            LATENCY_BUCKETS,
         )
-        self.ttft = Histogram(
+        self.ttft = histogram(
             "sluicegate_time_to_first_token_seconds",
             "From the request to the first generated token (reasoning or text or tool call).",
             ["dialect", "model"],
-            buckets=LATENCY_BUCKETS,
-            registry=reg,
+            LATENCY_BUCKETS,
         )
-        self.inter_token = Histogram(
+        self.inter_token = histogram(
             "sluicegate_inter_token_seconds",
             "Time between consecutive generated tokens of one response.",
             ["dialect", "model"],
-            buckets=TOKEN_GAP_BUCKETS,
-            registry=reg,
+            TOKEN_GAP_BUCKETS,
         )
-        self.prompt_tokens = Counter(
-            "sluicegate_prompt_tokens_total", "Prompt (input) tokens.", ["dialect", "model"], registry=reg
+        self.prompt_tokens = counter(
+            "sluicegate_prompt_tokens_total", "Prompt (input) tokens.", ["dialect", "model"]
         )
-        self.completion_tokens = Counter(
+        self.completion_tokens = counter(
             "sluicegate_completion_tokens_total",
             "Generated (output) tokens, reasoning included.",
             ["dialect", "model"],
-            registry=reg,
         )
-        self.queue_depth = Gauge(
+        self.queue_depth = gauge(
             "sluicegate_queue_depth",
             "Requests admitted to a model and waiting for a free slot (or for its load).",
             ["model"],
-            registry=reg,
-            multiprocess_mode="livesum",
         )
-        self.loads = Counter(
-            "sluicegate_model_loads_total",
-            "Model loads, by outcome (ok, error).",
-            ["model", "outcome"],
-            registry=reg,
+        self.loads = counter(
+            "sluicegate_model_loads_total", "Model loads, by outcome (ok, error).", ["model", "outcome"]
         )
-        self.load_seconds = Histogram(
-            "sluicegate_model_load_seconds",
-            "Time a model took to load.",
-            ["model"],
-            buckets=LOAD_BUCKETS,
-            registry=reg,
+        self.load_seconds = histogram(
+            "sluicegate_model_load_seconds", "Time a model took to load.", ["model"], LOAD_BUCKETS
         )
-        self.tool_calls = Counter(
+        self.tool_calls = counter(
             "sluicegate_tool_calls_total",
             "Server-side tool calls, by provider (mcp server or plugin) and outcome (ok, error).",
             ["provider", "outcome"],
-            registry=reg,
         )
 
     @staticmethod
@@ -264,40 +287,12 @@ class Metrics:
     content_type = CONTENT_TYPE_PLAIN_0_0_4
 
 
-_CHILDREN: dict[tuple[Any, tuple[str, ...]], Any] = {}
+S = TypeVar("S")
 
 
-def child(family: Any, *values: str) -> Any:
-    """`family.labels(*values)`, remembered. prometheus-client checks the values and takes a
-    lock on every `labels` call; a request makes five of them. The children it returns live as
-    long as their family anyway, so this holds nothing it does not."""
-    key = (family, values)
-    found = _CHILDREN.get(key)
-    if found is None:
-        found = _CHILDREN[key] = family.labels(*values)
-    return found
-
-
-def observe_one(histogram: Any, value: float) -> None:
-    """`histogram.observe(value)` for a child without exemplars: the bucket found by bisection
-    (the first bound >= value, as `observe` finds it walking every bound) and no check that the
-    child is observable (a `child()` is). A request observes two histograms."""
-    histogram._buckets[bisect_left(histogram._upper_bounds, value)].inc(1)
-    histogram._sum.inc(value)
-
-
-def observe_counts(histogram: Any, counts: list[int], total: float) -> None:
-    """Add observations already counted per bucket (`counts[i]`: values <= bucket i's bound and
-    above the one before; the last is +Inf) and their `total` to a histogram child at once —
-    what `observe` does per value, without its per-value cost. Uses the child's value cells,
-    which are the same objects in multiprocess mode."""
-    buckets = histogram._buckets
-    if len(buckets) != len(counts):
-        raise ValueError(f"{len(counts)} counts for {len(buckets)} buckets")
-    for cell, count in zip(buckets, counts, strict=True):
-        if count:
-            cell.inc(count)
-    histogram._sum.inc(total)
+def child(family: Family[S], *values: str) -> S:
+    """`family.labels(*values)`: every family of `Metrics` remembers its series (a dict lookup)."""
+    return family.labels(*values)
 
 
 class _Joined:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-import secrets
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -31,15 +30,17 @@ from sluicegate.core.events import (
     Event,
     Failed,
     Finished,
+    FinishReason,
     ItemDelta,
     ItemDone,
     ItemKind,
     Usage,
     UsageReport,
 )
+from sluicegate.core.ids import new_id
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
-from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key, child, observe_counts, observe_one
+from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
@@ -50,6 +51,15 @@ _IN_FLIGHT_KEYS: dict[tuple[str, str], Key] = {}
 CLIENT_GONE = 499  # nginx's "client closed request": a stream the client went away from
 QUIET_PATHS = frozenset({"/health", "/metrics"})  # probes and scrapes: access lines at debug only
 MAX_LOGGED_TEXT = 4096  # --log-prompts: characters of the request body and of the answer kept
+
+# A bug's answer, as Starlette's `PlainTextResponse("Internal Server Error", 500)` sends it
+# (the server logs the exception; the client never sees it).
+_CRASH_HEAD: Message = {
+    "type": "http.response.start",
+    "status": 500,
+    "headers": [(b"content-length", b"21"), (b"content-type", b"text/plain; charset=utf-8")],
+}
+_CRASH_BODY: Message = {"type": "http.response.body", "body": b"Internal Server Error"}
 
 _current: contextvars.ContextVar[RequestObserver | None] = contextvars.ContextVar(
     "sluicegate_request_observer", default=None
@@ -93,7 +103,7 @@ class RequestObserver:
     # round while one runs), and how the generation finished.
     span: Any = None
     parent_span: Any = None
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None  # its `.value` (two interpreted calls) only for a span
 
     # --- generation -----------------------------------------------------------------------
 
@@ -102,7 +112,7 @@ class RequestObserver:
         self.first_token_at = self.last_token_at = now
         self.tokens += 1
         if self.dialect:
-            observe_one(child(METRICS.ttft, self.dialect, self.model), now - self.started)
+            METRICS.ttft.labels(self.dialect, self.model).observe(now - self.started)
 
     def token(self, now: float | None = None) -> None:
         now = time.perf_counter() if now is None else now
@@ -118,9 +128,7 @@ class RequestObserver:
 
     def _flush_gaps(self) -> None:
         if self.dialect and any(self.gap_counts):
-            observe_counts(
-                child(METRICS.inter_token, self.dialect, self.model), self.gap_counts, self.gap_sum
-            )
+            METRICS.inter_token.labels(self.dialect, self.model).observe_counts(self.gap_counts, self.gap_sum)
         self.gap_counts[:] = [0] * len(self.gap_counts)  # in place: a running tap holds the list
         self.gap_sum = 0.0
 
@@ -132,7 +140,7 @@ class RequestObserver:
 
     def tool_result(self, provider: ProviderInfo | None, error: str | None) -> None:
         name = "request" if provider is None or provider.type != "plugin" else provider.id
-        child(METRICS.tool_calls, name, "error" if error else "ok").inc()
+        METRICS.tool_calls.labels(name, "error" if error else "ok").inc()
 
     def stream_status(self, status: int) -> None:
         """How a stream that already answered 200 really ended (an error's status, or 499)."""
@@ -153,9 +161,9 @@ class RequestObserver:
 
     def _count_tokens(self, tokens_in: int, tokens_out: int) -> None:
         if tokens_in:
-            child(METRICS.prompt_tokens, self.dialect, self.model).inc(tokens_in)
+            METRICS.prompt_tokens.labels(self.dialect, self.model).inc(tokens_in)
         if tokens_out:
-            child(METRICS.completion_tokens, self.dialect, self.model).inc(tokens_out)
+            METRICS.completion_tokens.labels(self.dialect, self.model).inc(tokens_out)
 
     # --- the end of the HTTP exchange -------------------------------------------------------
 
@@ -171,7 +179,7 @@ class RequestObserver:
         tokens_out = self.completion_tokens if self.completion_tokens is not None else self.tokens
         self._flush_gaps()
         if self.dialect:
-            observe_one(child(METRICS.requests, self.dialect, self.model, str(status)), total)
+            METRICS.requests.labels(self.dialect, self.model, str(status)).observe(total)
             if not self.generating:  # else counted when the generation ends
                 self._count_tokens(tokens_in, tokens_out)
         if self.span is not None and not self.generating:  # else ended when the generation ends
@@ -232,7 +240,7 @@ class RequestObserver:
             attributes["gen_ai.usage.input_tokens"] = self.prompt_tokens or 0
             attributes["gen_ai.usage.output_tokens"] = tokens_out
         if self.finish_reason is not None:
-            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason]
+            attributes["gen_ai.response.finish_reasons"] = [self.finish_reason.value]
         error = None
         if status >= 500:
             error = str(status)
@@ -329,7 +337,7 @@ class EventTap:
             observer.stream_status(event.error.status)
         elif isinstance(event, Finished):
             self.terminal = True
-            observer.finish_reason = event.reason.value
+            observer.finish_reason = event.reason
 
     def end(self) -> None:
         if not self.terminal:
@@ -358,7 +366,7 @@ class ObserveMiddleware:
             self.dialect_of(path),
             scope["method"],
             path,
-            "req_" + secrets.token_hex(8),
+            new_id("req_", 16),
             log_text=self.log_prompts,
         )
         status = 500
@@ -395,6 +403,9 @@ class ObserveMiddleware:
         except BaseException as exc:
             if started_response:  # the status line went out already; say how it really ended
                 observer.stream_status(500 if isinstance(exc, Exception) else CLIENT_GONE)
+            elif isinstance(exc, Exception):  # Starlette's error middleware's answer, which it
+                await send(_CRASH_HEAD)  # no longer runs (app/factory.py): a plain 500
+                await send(_CRASH_BODY)
             raise
         finally:
             _current.reset(token)

@@ -153,7 +153,8 @@ class TurnPipeline:
     async def frames(self) -> AsyncGenerator[list[Frame], None]:
         """The stream: opening frames, one list per read that renders, the ending."""
         encoder, core = self.encoder, self.core
-        self._task = asyncio.current_task()
+        loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task(loop)
         tap = self.tap
         tapping = False
         events = reads(self.events, self.deadline)
@@ -162,7 +163,7 @@ class TurnPipeline:
                 raise asyncio.CancelledError
             yield self._take_opening()
             # A background run yields its opening in the request's task and goes on in its own.
-            self._task = asyncio.current_task()
+            self._task = asyncio.current_task(loop)  # (the loop held: no getpid, as every lookup costs)
             if self.cancel_reason is not None:
                 raise asyncio.CancelledError
             if tap is not None:

@@ -166,13 +166,23 @@ class TurnEndpoint:
     async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
         async with Owned() as owned:
             try:
-                source = await self._source(state, request)
-                answer = await self.hooks.answer_without_turn(self.dialect, state, source)
-                if answer is not None:
-                    return await self._send_json(answer, send, {})
-                after = self.hooks.after_turn(self.dialect, state, source)
-                if after is not None:  # released last: after everything the turn takes
-                    owned.push_async_callback(_if_answered, send, after)
+                source = TurnSource(  # (built here, not in a coroutine of its own: once a request)
+                    await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
+                    request.query_params if request.scope["query_string"] else NO_QUERY,
+                    request.headers,
+                    request_scope(request, state.settings.api_keys),
+                    lambda: wait_for_disconnect(request),
+                    key=issued_key(request.scope),
+                    sink=body_writer(request.scope),
+                )
+                hooks = self.hooks
+                if hooks is not NO_HOOKS:  # a route with steps of its own (Ollama's); else two calls saved
+                    answer = await hooks.answer_without_turn(self.dialect, state, source)
+                    if answer is not None:
+                        return await self._send_json(answer, send, {})
+                    after = hooks.after_turn(self.dialect, state, source)
+                    if after is not None:  # released last: after everything the turn takes
+                        owned.push_async_callback(_if_answered, send, after)
                 prepared = await self.prepare(state, source, owned)
                 source.body = None  # parsed: not kept for the stream's life by this frame
             except SluicegateError as exc:
@@ -193,17 +203,6 @@ class TurnEndpoint:
                     return 200
                 info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
                 return await self._send_error(info, send)
-
-    async def _source(self, state: AppState, request: Request) -> TurnSource:
-        return TurnSource(
-            await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
-            request.query_params if request.scope["query_string"] else NO_QUERY,
-            request.headers,
-            request_scope(request, state.settings.api_keys),
-            lambda: wait_for_disconnect(request),
-            key=issued_key(request.scope),
-            sink=body_writer(request.scope),
-        )
 
     async def _run(
         self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned

@@ -23,6 +23,9 @@ if TYPE_CHECKING:
     from sluicegate.turn.live import LiveTurn
 
 
+IN_FLIGHT = METRICS.key("sluicegate_requests_in_flight")
+
+
 class Admission:
     """A server-wide cap on requests in flight; above it, 429 instead of a pile-up."""
 
@@ -39,7 +42,7 @@ class Admission:
                 code="rate_limit_exceeded",
             )
         self.in_flight += 1
-        METRICS.add_gauge("sluicegate_requests_in_flight", 1)
+        METRICS.gauges[IN_FLIGHT] += 1  # the key made once: `add_gauge` builds it per call
         released = False
 
         def release() -> None:
@@ -47,7 +50,7 @@ class Admission:
             if not released:
                 released = True
                 self.in_flight -= 1
-                METRICS.add_gauge("sluicegate_requests_in_flight", -1)
+                METRICS.gauges[IN_FLIGHT] -= 1
 
         return release
 

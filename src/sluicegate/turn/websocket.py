@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from typing import Any
 
 import orjson
@@ -41,6 +40,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sluicegate.conversation.local import ConnectionResponses
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError, invalid
+from sluicegate.core.ids import new_id
 from sluicegate.core.owned import Owned
 from sluicegate.core.scope import issued_key
 from sluicegate.dialects.base import Turn
@@ -188,7 +188,7 @@ class _Connection:
     async def _turn(self, text: str | bytes) -> None:
         status = 500
         path = self.websocket.scope["path"]
-        observer = RequestObserver(self.dialect.name, "WS", path, "req_" + secrets.token_hex(8))
+        observer = RequestObserver(self.dialect.name, "WS", path, new_id("req_", 16))
         if tracing.enabled():
             observer.start_span([])
         try:

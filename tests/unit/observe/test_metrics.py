@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from prometheus_client import multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluicegate.core.accumulate import Accumulator
@@ -33,10 +33,9 @@ from sluicegate.observe.metrics import (
     TOKEN_GAP_BUCKETS,
     Metrics,
     forget_dead_processes,
-    observe_counts,
-    observe_one,
 )
 from sluicegate.observe.requests import CLIENT_GONE, RequestObserver
+from sluicegate.observe.series import PlainCounter, PlainGauge, PlainHistogram, SharedHistogram
 from sluicegate.turn.pipeline import TurnPipeline
 
 
@@ -165,31 +164,78 @@ def test_the_live_gauges_of_a_process_gone_without_a_word_are_forgotten(tmp_path
     assert 'sluicegate_requests_total{dialect="chat_completions",status="200"} 2.0' in rendered
 
 
-def test_counts_added_at_once_equal_observing_each_value() -> None:
-    values = [0.0005, 0.001, 0.003, 0.02, 0.02, 0.5, 2.56, 7.0]
-    metrics = Metrics()
-    one_by_one = metrics.inter_token.labels("a", "m")
-    for value in values:
-        one_by_one.observe(value)
-    observer = RequestObserver("b", model="m")
-    observer.gap_counts = [0] * len(observer.gap_counts)
-    for value in values:
-        observer.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
-    observe_counts(metrics.inter_token.labels("b", "m"), observer.gap_counts, sum(values))
-    assert_same_series(metrics)
+def the_library_twin(metrics: Metrics) -> CollectorRegistry:
+    """prometheus-client's own families, declared as `metrics` declares its plain ones."""
+    registry = CollectorRegistry(auto_describe=True)
+    for family in metrics.registry._collector_to_names:  # in their registration order
+        if isinstance(family, PlainHistogram):
+            Histogram(
+                family.name, family.documentation, family.labelnames, buckets=family.bounds, registry=registry
+            )
+        elif isinstance(family, PlainGauge):
+            Gauge(family.name, family.documentation, family.labelnames, registry=registry)
+        elif isinstance(family, PlainCounter):
+            Counter(family.name, family.documentation, family.labelnames, registry=registry)
+    return registry
 
 
-def test_observing_one_value_equals_the_library_observe() -> None:
-    """`observe_one` (bisection, no per-call checks) fills the bucket `Histogram.observe` would,
-    values exactly on a bound included: that bucket is the bound's own (`le` is inclusive)."""
-    metrics = Metrics()
-    bounds = metrics.requests.labels("a", "m", "200")._upper_bounds
-    values = [0.0, *bounds[:-1], *(b * 1.001 for b in bounds[:-1]), 1e9]
-    library, ours = metrics.requests.labels("a", "m", "200"), metrics.requests.labels("b", "m", "200")
+def test_the_plain_series_render_byte_for_byte_as_the_library_s() -> None:
+    """/metrics is what prometheus-client's own families would print after the same updates:
+    names, help, types, label order, series order, bucket bounds (values on a bound count in
+    that bound's bucket), sums, and families with no series yet."""
+    values = [0.0, *TOKEN_GAP_BUCKETS, *(b * 1.001 for b in TOKEN_GAP_BUCKETS), 1e9, 0.3]
+    gaps = [0] * (len(TOKEN_GAP_BUCKETS) + 1)
     for value in values:
-        library.observe(value)
-        observe_one(ours, value)
-    assert_same_series(metrics)
+        gaps[bisect_left(TOKEN_GAP_BUCKETS, value)] += 1
+    metrics = Metrics()
+    library = the_library_twin(metrics)
+    twins = {name: collector for collector, names in library._collector_to_names.items() for name in names}
+    assert len(twins) > 20  # every declared family has its twin
+    for family, labels in (
+        (metrics.requests, ("chat", "m", "200")),
+        (metrics.requests, ("chat", "m", "499")),
+    ):
+        for value in values:
+            family.labels(*labels).observe(value)
+            twins[family.name].labels(*labels).observe(value)
+    metrics.inter_token.labels("chat", "m").observe_counts(gaps, sum(values))
+    for value in values:
+        twins[metrics.inter_token.name].labels("chat", "m").observe(value)
+    for family, labels, amount in (
+        (metrics.prompt_tokens, ("chat", "m"), 7),
+        (metrics.completion_tokens, ("chat", "m"), 3),
+        (metrics.completion_tokens, ("anthropic", "m"), 1),
+        (metrics.queue_depth, ("m",), 2),
+    ):
+        family.labels(*labels).inc(amount)
+        twins[family.name].labels(*labels).inc(amount)
+    metrics.queue_depth.labels("m").dec()
+    twins["sluicegate_queue_depth"].labels("m").dec()
+    metrics.record_load("m", 1.5, ok=True)
+    twins["sluicegate_model_loads_total"].labels("m", "ok").inc()
+    twins["sluicegate_model_load_seconds"].labels("m").observe(1.5)
+    ours = metrics.render_bytes()
+    assert ours == generate_latest(library)
+    assert b'sluicegate_inter_token_seconds_bucket{dialect="chat",le="0.01",model="m"} 8.0' in ours
+    assert b'sluicegate_inter_token_seconds_count{dialect="chat",model="m"} 27.0' in ours
+
+
+def test_the_shared_series_fill_the_buckets_the_library_s_observe_would() -> None:
+    """With several processes the series are prometheus-client's cells, updated two cells an
+    observation (bisection, no per-call checks) or a count per bucket at once."""
+    bounds = (0.005, 0.01, 0.5, 2.0)
+    values = [0.0, *bounds, *(b * 1.001 for b in bounds), 1e9]
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    mine = SharedHistogram(Histogram("h", "h", ["a"], buckets=bounds, registry=ours))
+    library = Histogram("h", "h", ["a"], buckets=bounds, registry=theirs)
+    counts = [0] * (len(bounds) + 1)
+    for value in values:
+        mine.labels("one").observe(value)
+        library.labels("one").observe(value)
+        library.labels("all").observe(value)
+        counts[bisect_left(bounds, value)] += 1
+    mine.labels("all").observe_counts(counts, sum(values))
+    assert generate_latest(ours) == generate_latest(theirs)
 
 
 async def test_the_stream_tap_reports_to_the_current_observer(monkeypatch: pytest.MonkeyPatch) -> None:
