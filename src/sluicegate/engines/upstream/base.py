@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -76,7 +76,7 @@ class StreamDecoder(Protocol):
         """The stream is ending with `error` (a timeout, a broken connection)."""
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
+async def _drain(read: Callable[[], Awaitable[bytes | None]]) -> None:
     """Read the body's end after its last event (it is normally there already), so the
     connection goes back to the pool instead of being closed; an upstream that keeps it open is
     cut off."""
@@ -84,7 +84,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a task of its own.
     with contextlib.suppress(Exception):
         async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in chunks:
+            while await read() is not None:
                 pass
 
 
@@ -182,7 +182,9 @@ class UpstreamEngine(Engine):
             yield PromptStarted()
             yield PromptProgress(0.0)
             try:
-                keys = self.replicas.prefix_keys(request)  # [] unless routing = "prefix_affinity"
+                replicas = self.replicas
+                # [] unless routing = "prefix_affinity" (and more than one replica)
+                keys = replicas.prefix_keys(request) if replicas.affinity is not None else []
                 if keys:
                     await self.replicas.recall(keys)
                 replica, response, refusal = await self._send(
@@ -204,7 +206,7 @@ class UpstreamEngine(Engine):
             # The relay, inlined here rather than `async for` over a generator of its own: a
             # generator layer less for every token.
             reader = SSEReader()
-            chunks = response.chunks()
+            read = response.read
             prompting = True  # until the first generated event (llama-server reports progress first)
             feed, frame = reader.feed, decoder.frame
             through: _ReadThrough | None = None
@@ -220,9 +222,7 @@ class UpstreamEngine(Engine):
                     response.read_through(through)
                 clocks.waiting()
                 try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+                    chunk = await read()
                 except asyncio.CancelledError:
                     if not clocks.owns(asyncio.current_task()):
                         raise
@@ -238,6 +238,8 @@ class UpstreamEngine(Engine):
                     for event in decoder.cut(error):
                         yield event
                     return
+                if chunk is None:  # the body's end
+                    break
                 clocks.chunk()
                 # Everything this read decoded goes down as one: a RawBatch when it is more than
                 # one event, so the layers above take one step per read, not one per token.
@@ -259,7 +261,7 @@ class UpstreamEngine(Engine):
                 if decoder.over:
                     # The body's end normally came with the last event: no timer to wait for it.
                     if decoder.done and not response.received:
-                        await _drain(chunks)
+                        await _drain(read)
                     return
             clocks.idle()
             if through is not None and through.stash:  # the body ended right after them
@@ -319,22 +321,22 @@ class UpstreamEngine(Engine):
                 raise SluicegateError(refusal.kind, refusal.message, param=refusal.param, code=refusal.code)
             assert replica is not None and response is not None
             yield replica, b""
-            chunks = response.chunks()
+            read = response.read
             while True:
                 if clocks.expired is not None:
                     info = clocks.expired
                     raise SluicegateError(info.kind, info.message, code=info.code)
                 clocks.waiting()
                 try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+                    chunk = await read()
                 except asyncio.CancelledError:
                     if not clocks.owns(asyncio.current_task()):
                         raise
                     continue  # `expired` is set: the loop's top reports it
                 except Exception as exc:  # the connection broke mid-body
                     raise _bad_answer(replica, f"the connection broke: {exc or type(exc).__name__}") from exc
+                if chunk is None:
+                    break
                 clocks.chunk()
                 yield replica, chunk
             clocks.idle()
@@ -367,7 +369,7 @@ class UpstreamEngine(Engine):
             tried.add(replica)
             replica.outstanding += 1
             response: StreamingResponse | None = None
-            slot = self.replicas.pin(replica, keys) if pinned is not None else None
+            slot = self.replicas.pin(replica, keys) if pinned is not None and keys else None
             if slot is not None and b'"id_slot"' in body:  # the client named its own slot
                 self.replicas.unpin(replica, slot)
                 slot = None
@@ -377,8 +379,10 @@ class UpstreamEngine(Engine):
                 response = await replica.pool.post_stream(path, sent, trace_headers, content_type)
                 clocks.idle()
                 if 200 <= response.status < 300:
-                    self.replicas.answered(replica)
-                    self.replicas.served(replica, keys)
+                    if not replica.healthy:
+                        self.replicas.answered(replica)
+                    if keys:
+                        self.replicas.served(replica, keys)
                     if slot is not None and pinned is not None:
                         pinned.append(slot)
                     return replica, response, None

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
@@ -196,12 +197,15 @@ class _Connection(asyncio.Protocol):
 
 
 class StreamingResponse:
-    __slots__ = ("_conn", "_pool", "status")
+    __slots__ = ("_conn", "_pool", "read", "status")
 
     def __init__(self, pool: HttpPool, conn: _Connection, status: int) -> None:
         self._pool = pool
         self._conn = conn
         self.status = status
+        # The body's next piece, None at its end: the connection's own read, one frame per
+        # read (`chunks()` is the same as an async iterator, a frame more).
+        self.read = conn.read
 
     def chunks(self) -> AsyncIterator[bytes]:
         return _Chunks(self._conn)
@@ -307,35 +311,38 @@ class HttpPool:
             raise ConnectFailed(_describe(exc)) from exc
         return conn
 
-    async def _exchange(self, request: bytes) -> tuple[_Connection, int]:
+    async def _exchange(self, request: bytes) -> StreamingResponse:
         """Send on a kept-alive connection, or a new one; a kept-alive connection the upstream
-        closed meanwhile (nothing was answered) is retried once on a new connection."""
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.lost:
-                continue
+        closed meanwhile (nothing was answered) is retried once on a new connection. One
+        coroutine: a request's wait for its answer is one frame here."""
+        idle = self._idle
+        while True:
+            kept = bool(idle)
+            if kept:
+                conn = idle.pop()
+                if conn.lost:
+                    continue
+            else:
+                conn = await self._connect()
             try:
-                return conn, await self._answer(conn, request)
+                status = await conn.start(request)
             except ConnectFailed:
-                continue
-        conn = await self._connect()
-        return conn, await self._answer(conn, request)
+                self._discard(conn)
+                if kept:
+                    continue
+                raise
+            except BaseException:
+                self._discard(conn)
+                raise
+            return StreamingResponse(self, conn, status)
 
-    async def _answer(self, conn: _Connection, request: bytes) -> int:
-        try:
-            return await conn.start(request)
-        except BaseException:
-            self._discard(conn)
-            raise
-
-    async def post_stream(
+    def post_stream(
         self, path: str, body: bytes, extra_headers: bytes = b"", content_type: bytes = b"application/json"
-    ) -> StreamingResponse:
+    ) -> Coroutine[Any, Any, StreamingResponse]:
         """POST `body` (JSON unless `content_type` says: an audio upload's multipart form);
-        returns when the status line and headers arrived. `extra_headers`: header lines of this
-        request only (`name: value\\r\\n` each; the trace context)."""
-        conn, status = await self._exchange(self._request("POST", path, body, extra_headers, content_type))
-        return StreamingResponse(self, conn, status)
+        the coroutine returns when the status line and headers arrived. `extra_headers`: header
+        lines of this request only (`name: value\\r\\n` each; the trace context)."""
+        return self._exchange(self._request("POST", path, body, extra_headers, content_type))
 
     async def get(self, path: str, *, timeout: float, max_bytes: int | None = None) -> tuple[int, bytes]:
         """A small GET (health checks, model lists, load reports); transport failures, and an
@@ -343,7 +350,8 @@ class HttpPool:
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout):
-                conn, status = await self._exchange(self._request("GET", path, None))
+                response = await self._exchange(self._request("GET", path, None))
+                conn, status = response._conn, response.status
                 body = b""
                 while (data := await conn.read()) is not None:
                     body += data
