@@ -46,3 +46,15 @@ class ReadsThrough(Protocol):
     def generate_through(self, request: ChatRequest, lane: Lane) -> AsyncIterator[RawEvent]:
         """`generate(request)`, offering each read that arrives while the task waits to `lane`."""
         ...
+
+
+class Starts:
+    """How many requests have a start step ready to run and not yet run: a request that just
+    arrived (its task created, its first step queued), or one whose upstream just answered or
+    sent its first read (its task woken, not yet resumed). While any has, the lane declines
+    reads: they go to their streams' tasks, queued behind that step, instead of running ahead
+    of it in the connection's callbacks — at 64 streams the lane's work in the callbacks
+    delayed the starts (bench/README.md, "Round eleven"). Counted by the upstream connection
+    (engines/upstream/http.py) and the server's protocol (app/http_protocol.py)."""
+
+    waiting = 0

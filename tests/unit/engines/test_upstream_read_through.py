@@ -16,7 +16,7 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.engines.instances import Instance, deltas_key
-from sluicegate.engines.lane import Lane
+from sluicegate.engines.lane import Lane, Starts
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
@@ -136,6 +136,22 @@ async def test_reads_carried_in_the_callback_write_what_the_task_writes() -> Non
     assert METRICS.counters[key] - deltas == len(WORDS)  # counted by the stream's core, once
     assert by_lane == by_task
     assert all(word.encode() in by_task for word in WORDS)
+    assert Starts.waiting == 0  # every start step a connection woke has run: none left counted
+
+
+async def test_while_a_start_waits_to_run_the_lane_leaves_reads_to_the_task() -> None:
+    """A request whose next start step is ready to run (`Starts`) goes before the streams:
+    their reads wake their tasks, queued behind it, instead of running in the callbacks."""
+    reads = METRICS.counters[LANE_READS]
+    by_task = await stream(lane_on=False)
+    Starts.waiting += 1  # another request's start step, queued
+    try:
+        by_lane = await stream(lane_on=True)
+    finally:
+        Starts.waiting -= 1
+    assert METRICS.counters[LANE_READS] == reads  # nothing carried ahead of it
+    assert by_lane == by_task
+    assert Starts.waiting == 0
 
 
 async def test_an_engine_that_relays_no_reads_refuses_the_lane() -> None:

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httptools
 
 from sluicegate import __version__
+from sluicegate.engines.lane import Starts
 from sluicegate.engines.upstream.errors import MAX_ERROR_BODY
 
 MAX_IDLE = 256  # idle keep-alive connections kept per replica
@@ -68,6 +69,9 @@ class _Connection(asyncio.Protocol):
         # While the engine waits for a read, a read may be handed here instead (engines/lane.py):
         # True, it was carried on and the wait goes on; False, the engine must look (it is woken).
         self.read_through: Callable[[bytes], bool] | None = None
+        # A request's start step this connection woke (its answer, a read before its lane is
+        # open), counted in `Starts` until the woken task resumes.
+        self._rousing = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -90,6 +94,7 @@ class _Connection(asyncio.Protocol):
             and wake is not None
             and not wake.done()
             and not self.complete
+            and not Starts.waiting  # a start is ready to run: this read queues behind it
         ):
             data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
             self._body.clear()
@@ -121,6 +126,7 @@ class _Connection(asyncio.Protocol):
         self._until_eof = self._chunked is False and self._length is None
         if not self._head.done():
             self._head.set_result(status)
+            self._rouse()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
@@ -163,6 +169,8 @@ class _Connection(asyncio.Protocol):
                 await self._wake
             finally:
                 self._wake = None
+                if self._rousing:
+                    self._settle()
             if not self._body:  # (what did arrive goes first; an error or the end after it)
                 if self._error is not None:
                     raise self._error
@@ -181,6 +189,8 @@ class _Connection(asyncio.Protocol):
         self._parser = None
         self._head = None
         self.read_through = None
+        if self._rousing:
+            self._settle()
 
     def close(self) -> None:
         self.reusable = False
@@ -192,8 +202,21 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     def _wakeup(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+            if self.read_through is None:  # no lane open yet: a start's read (or no lane at all)
+                self._rouse()
+
+    def _rouse(self) -> None:
+        if not self._rousing:
+            self._rousing = True
+            Starts.waiting += 1
+
+    def _settle(self) -> None:
+        """The task this connection woke has resumed (or the exchange is over)."""
+        self._rousing = False
+        Starts.waiting -= 1
 
 
 class StreamingResponse:
@@ -334,6 +357,8 @@ class HttpPool:
             except BaseException:
                 self._discard(conn)
                 raise
+            if conn._rousing:  # resumed: the start step its answer woke runs now
+                conn._settle()
             return StreamingResponse(self, conn, status)
 
     def post_stream(
