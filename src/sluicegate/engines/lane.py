@@ -39,12 +39,26 @@ class Lane:
         self.deliver: Deliver | None = None
 
 
+class Held(Protocol):
+    """An instance's part of a generation that the engine's relay ends itself, so the two are
+    one coroutine, not an instance loop passing on every event of the engine's
+    (`engines/instances.py`): the slot was taken before the relay started."""
+
+    def end(self, cancelled: bool) -> None:
+        """The relay is over (`cancelled`: by a cancel or a close before its end): give the
+        instance's slot back. Called once, last, on every path out of the relay."""
+        ...
+
+
 @runtime_checkable
 class ReadsThrough(Protocol):
     """An engine that can hand reads to a lane while the stream's task waits for them."""
 
-    def generate_through(self, request: ChatRequest, lane: Lane) -> AsyncIterator[RawEvent]:
-        """`generate(request)`, offering each read that arrives while the task waits to `lane`."""
+    def generate_through(
+        self, request: ChatRequest, lane: Lane, held: Held | None = None
+    ) -> AsyncIterator[RawEvent]:
+        """`generate(request)`, offering each read that arrives while the task waits to `lane`;
+        `held.end()` when it is over, on every path."""
         ...
 
 

@@ -205,7 +205,7 @@ class _Resumed:
     """The stream after the wait: what came before the answer (one read), the rest of a step
     still in flight, then the engine's own stream, iterated by whoever consumes it next."""
 
-    __slots__ = ("_pending", "_raw", "_ready")
+    __slots__ = ("_next", "_pending", "_raw", "_ready")
 
     def __init__(
         self,
@@ -223,7 +223,10 @@ class _Resumed:
                 ready.append(future)
         self._ready = ready
         self._pending = pending  # (the step, what it waits on)
-        self._raw = raw
+        self._raw = raw  # closed by `aclose`
+        # Iterated: what `raw` only passes on, when it says so (an instance's admitted stream).
+        unwrapped = getattr(raw, "unwrapped", None)
+        self._next: AsyncIterator[RawEvent] = unwrapped() if unwrapped is not None else raw
 
     def __aiter__(self) -> _Resumed:
         return self
@@ -237,7 +240,7 @@ class _Resumed:
             self._pending = None
             return _rest(*pending)
         # Caught up: the inner iterator's own awaitable, no frame of ours per event.
-        return self._raw.__anext__()
+        return self._next.__anext__()
 
     async def aclose(self) -> None:
         pending, self._pending = self._pending, None

@@ -11,7 +11,7 @@ import asyncio
 import orjson
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.events import FinishReason
+from sluicegate.core.events import FinishReason, PromptStarted
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
@@ -166,3 +166,31 @@ async def test_an_engine_that_relays_no_reads_refuses_the_lane() -> None:
 
 def test_the_lane_is_not_part_of_the_request() -> None:
     assert "lane" not in ChatRequest.__dataclass_fields__
+
+
+async def test_with_a_lane_the_engines_relay_is_the_whole_stream_and_gives_the_slot_back() -> None:
+    """No instance loop passing on each event: the generation's stream is the engine's relay
+    (one coroutine), which gives the instance's slot back on every path — here a close in the
+    middle, and a close before the first event."""
+    engine = OpenAIUpstreamEngine(parse_config({"id": "m", "base_url": "http://127.0.0.1:9/v1"}, env={}))
+    instance = Instance(engine, "m", max_concurrency=0, max_queue=0)
+    active = METRICS.key("sluicegate_generations_active", model="m")
+    cancelled = METRICS.key("sluicegate_generations_cancelled_total", model="m")
+    before = METRICS.counters[cancelled]
+    try:
+        generation = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert generation.read_through(Lane())
+        events = generation.events
+        assert await anext(events) == PromptStarted()
+        relay = events.unwrapped()  # type: ignore[attr-defined]
+        assert relay.ag_code.co_name == "_generate"  # the engine's relay itself, no loop around it
+        assert instance.pending == 1 and METRICS.gauges[active] == 1
+        await generation.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+        assert METRICS.counters[cancelled] == before + 1
+        unstarted = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert unstarted.read_through(Lane()) and instance.pending == 1
+        await unstarted.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+    finally:
+        await engine.aclose()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -268,3 +269,34 @@ async def test_a_semaphore_the_engine_waits_on_is_left_whole_when_the_client_lea
     assert slots.locked()  # still the one holder: the queued engine took nothing
     slots.release()
     assert not slots.locked()
+
+
+async def test_a_stream_that_only_passes_steps_on_is_iterated_beneath_and_closed_itself() -> None:
+    """An instance's admitted stream, once started, only passes its generator's steps on
+    (`unwrapped`): after the wait that is read directly, and the wrapper is still closed."""
+    inner = Engine(PromptStarted(), Answered({"X-Replica": "a"}), TEXT).run()
+
+    class Wrapper:
+        closed = False
+        steps = 0
+
+        def __aiter__(self) -> Wrapper:
+            return self
+
+        def __anext__(self) -> Any:
+            self.steps += 1
+            return inner.__anext__()
+
+        def unwrapped(self) -> AsyncIterator[RawEvent]:
+            return inner
+
+        async def aclose(self) -> None:
+            self.closed = True
+            await inner.aclose()
+
+    wrapper = Wrapper()
+    opened = await await_answer(wrapper, bound=1.0, disconnected=never)
+    assert await drain(opened.events) == [PromptStarted(), TEXT]
+    assert wrapper.steps == 2  # the wait's two steps; the rest read beneath it
+    await opened.events.aclose()  # type: ignore[attr-defined]
+    assert wrapper.closed
