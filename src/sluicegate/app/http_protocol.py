@@ -160,8 +160,9 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self._disarm_head_deadline()
         super().on_headers_complete()  # the request's task: its first step is queued
         # Until that step has run, the upstreams' fast lanes queue their reads behind it.
-        Starts.waiting += 1
-        self.loop.call_soon(_started)
+        if Starts.enabled:
+            Starts.waiting += 1
+            self.loop.call_soon(_started)
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
             self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]

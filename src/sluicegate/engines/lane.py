@@ -20,6 +20,7 @@ its waiting task, in order.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -72,3 +73,6 @@ class Starts:
     (engines/upstream/http.py) and the server's protocol (app/http_protocol.py)."""
 
     waiting = 0
+    # Off with SLUICEGATE_LANE_YIELDS=0: nothing is counted, the lane never yields (so a bench
+    # can compare the two in one run: `bench/gateway.py`'s sg-chat-noyield).
+    enabled = os.environ.get("SLUICEGATE_LANE_YIELDS", "1") != "0"

@@ -77,3 +77,14 @@ async def test_a_request_counts_as_a_start_until_its_first_step_has_run(
     assert ran == [before + 1]
     await asyncio.sleep(0)
     assert Starts.waiting == before  # the step has run: no longer ahead of the lanes
+
+
+async def test_with_the_yield_off_nothing_is_counted(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SLUICEGATE_LANE_YIELDS=0 (`Starts.enabled`): a bench compares the lane with and without it."""
+    proto, _ = protocol
+    monkeypatch.setattr(Starts, "enabled", False)
+    before = Starts.waiting
+    proto.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert Starts.waiting == before

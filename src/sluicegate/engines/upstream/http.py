@@ -209,7 +209,7 @@ class _Connection(asyncio.Protocol):
                 self._rouse()
 
     def _rouse(self) -> None:
-        if not self._rousing:
+        if not self._rousing and Starts.enabled:
             self._rousing = True
             Starts.waiting += 1
 
