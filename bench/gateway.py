@@ -12,6 +12,8 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (b) sg-chat       Sluicegate Chat Completions, `engine = "openai"` → the upstream
   (b1) sg-chat-nolane  Sluicegate Chat Completions without the fast lane
                     (SLUICEGATE_FAST_LANE=0): every read through the generators
+  (b2) sg-chat-noyield  Sluicegate Chat Completions with a lane that never yields to a
+                    request start (SLUICEGATE_LANE_YIELDS=0): the yield's worth in TTFT
   (b0) sg-chat-pure Sluicegate Chat Completions uncompiled (SLUICEGATE_PURE_PYTHON=1), a
                     second server beside (b): the compiled hot path against its Python source
   (c) sg-responses  Sluicegate Responses (translated to upstream Chat Completions)
@@ -73,6 +75,7 @@ TITLES = {
     "sg-chat": "(b) Sluicegate chat",
     "sg-chat-pure": "(b0) Sluicegate chat, pure",
     "sg-chat-nolane": "(b1) Sluicegate chat, no lane",
+    "sg-chat-noyield": "(b2) Sluicegate, no yield",
     "sg-responses": "(c) Sluicegate responses",
     "sg-lmstudio": "(c2) Sluicegate LM Studio",
     "sg-completions": "(c3) Sluicegate text",
@@ -419,6 +422,14 @@ def make_target(
             )
             procs.append(servers["sluicegate-nolane"][0])
         proc, port = servers["sluicegate-nolane"]
+        return Target(key, port, proc=proc)
+    if key == "sg-chat-noyield":
+        if "sluicegate-noyield" not in servers:
+            servers["sluicegate-noyield"] = start_sluicegate(
+                folder, upstream, models, variant="noyield", env={"SLUICEGATE_LANE_YIELDS": "0"}
+            )
+            procs.append(servers["sluicegate-noyield"][0])
+        proc, port = servers["sluicegate-noyield"]
         return Target(key, port, proc=proc)
     if key == "sg-chat-pure":
         if "sluicegate-pure" not in servers:

@@ -40,6 +40,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 
 from sluicegate.app.auth import error_body
 from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.engines.lane import Starts
 from sluicegate.transport.stream import BODY_WRITER
 
 MESSAGE = "Invalid HTTP request received."
@@ -168,6 +169,11 @@ class CycleWriter:
             lost()
 
 
+def _started() -> None:
+    """A request's first step has run (queued after it: `JSONHttpToolsProtocol`)."""
+    Starts.waiting -= 1
+
+
 class JSONHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400 and a
     deadline on request heads."""
@@ -191,7 +197,11 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm_head_deadline()
-        super().on_headers_complete()
+        super().on_headers_complete()  # the request's task: its first step is queued
+        # Until that step has run, the upstreams' fast lanes queue their reads behind it.
+        if Starts.enabled:
+            Starts.waiting += 1
+            self.loop.call_soon(_started)
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
             self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]

@@ -99,12 +99,14 @@ class _Admitted:
     Its owner must either iterate it or `aclose()` it: a stream dropped unstarted keeps its
     queue place (nothing here depends on garbage collection to give it back)."""
 
-    __slots__ = ("_gen", "_instance", "_started", "lane")
+    __slots__ = ("_gen", "_held", "_instance", "_request", "_started", "lane")
 
     def __init__(self, instance: Instance, request: ChatRequest) -> None:
         self._instance = instance
-        self._gen = instance._run(request, self)
+        self._request = request
+        self._gen: AsyncIterator[RawEvent] | None = None  # made by the first `__anext__`
         self._started = False
+        self._held = False  # the engine's relay ends the instance's part (`end`)
         self.lane: Lane | None = None  # given before the first event (`Generation.read_through`)
 
     def __aiter__(self) -> _Admitted:
@@ -112,16 +114,49 @@ class _Admitted:
 
     def __anext__(self) -> Awaitable[RawEvent]:
         # The generator's own awaitable, not a coroutine around it: one frame less per event.
-        self._started = True  # from here on `_run` owns the waiting count
-        return self._gen.__anext__()
+        gen = self._gen
+        if gen is None:
+            self._started = True  # from here on the generation owns the waiting count
+            instance, lane = self._instance, self.lane
+            if lane is not None and instance._slots is None and instance.loaded:
+                # Nothing to wait for, nothing to load: the slot is taken now and the engine's
+                # relay is the whole stream, giving it back at its end (`end`): one coroutine,
+                # not this instance's loop passing on each of its events.
+                instance._take()
+                if (ttl := self._request.options.ttl) is not None:
+                    instance.ttl = float(ttl)  # as `_run` does
+                self._held = True
+                engine = cast(ReadsThrough, instance.engine)
+                gen = self._gen = engine.generate_through(self._request, lane, self)
+            else:
+                gen = self._gen = instance._run(self._request, self)
+        return gen.__anext__()
+
+    def end(self, cancelled: bool) -> None:
+        """`Held.end`: the engine's relay is over."""
+        if self._held:
+            self._held = False
+            self._instance._give_back(cancelled, None)
 
     async def aclose(self) -> None:
-        if not self._started:  # `_run` never took its waiting count over: give the place back here
+        if not self._started:  # the generation never took its waiting count over: give the place back here
             self._started = True
             self._instance._waiting -= 1
             child(METRICS.queue_depth, self._instance.id).dec()
             self._instance._settle()
-        await self._gen.aclose()
+        gen = self._gen
+        if gen is not None:
+            aclose = getattr(gen, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if self._held:  # a relay closed before it ever ran ends nothing itself
+            self.end(True)
+
+    def unwrapped(self) -> AsyncIterator[RawEvent]:
+        """Once started, this stream only passes its generator's steps on: a consumer may
+        iterate that directly (the answer wait's, `transport/answer_first.py`), and still
+        `aclose()` this one."""
+        return self._gen if self._gen is not None else self
 
 
 class Instance:
@@ -211,6 +246,24 @@ class Instance:
         if not self.busy:
             self.hooks.went_idle(self)
 
+    def _take(self) -> None:
+        """A generation leaves the queue for a slot (`_run`, or `_Admitted` for a relay that
+        ends the generation itself)."""
+        self._waiting -= 1
+        child(METRICS.queue_depth, self.id).dec()
+        self._active += 1
+        METRICS.gauges[self._active_key] += 1
+
+    def _give_back(self, cancelled: bool, slots: asyncio.Semaphore | None) -> None:
+        """A generation that had a slot is over, on every path."""
+        if cancelled:
+            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+        self._active -= 1
+        METRICS.gauges[self._active_key] -= 1
+        if slots is not None:
+            slots.release()
+        self._settle()
+
     async def _run(self, request: ChatRequest, admitted: _Admitted) -> AsyncGenerator[RawEvent, None]:
         slots = self._slots
         try:
@@ -221,11 +274,9 @@ class Instance:
             child(METRICS.queue_depth, self.id).dec()
             self._settle()
             raise
-        self._waiting -= 1
-        child(METRICS.queue_depth, self.id).dec()
-        self._active += 1
-        METRICS.gauges[self._active_key] += 1
+        self._take()
         engine_events: AsyncIterator[RawEvent] | None = None
+        cancelled = False
         try:
             if not self.loaded:
                 if self._loading is None and request.options.context_length is not None:
@@ -251,18 +302,14 @@ class Instance:
                             counters[key] += 1
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
-            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+            cancelled = True
             raise
         finally:
             if engine_events is not None:
                 aclose = getattr(engine_events, "aclose", None)
                 if aclose is not None:
                     await aclose()
-            self._active -= 1
-            METRICS.gauges[self._active_key] -= 1
-            if slots is not None:
-                slots.release()
-            self._settle()
+            self._give_back(cancelled, slots)
 
     async def run(self, work: Callable[[Engine], Awaitable[T]]) -> T:
         """A task besides chat (`Engine.embed`, `Engine.rerank`) in a slot like a generation's:

@@ -20,6 +20,7 @@ its waiting task, in order.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable
 from typing import Protocol, TypeAlias, runtime_checkable
 
@@ -39,10 +40,39 @@ class Lane:
         self.deliver: Deliver | None = None
 
 
+class Held(Protocol):
+    """An instance's part of a generation that the engine's relay ends itself, so the two are
+    one coroutine, not an instance loop passing on every event of the engine's
+    (`engines/instances.py`): the slot was taken before the relay started."""
+
+    def end(self, cancelled: bool) -> None:
+        """The relay is over (`cancelled`: by a cancel or a close before its end): give the
+        instance's slot back. Called once, last, on every path out of the relay."""
+        ...
+
+
 @runtime_checkable
 class ReadsThrough(Protocol):
     """An engine that can hand reads to a lane while the stream's task waits for them."""
 
-    def generate_through(self, request: ChatRequest, lane: Lane) -> AsyncIterator[RawEvent]:
-        """`generate(request)`, offering each read that arrives while the task waits to `lane`."""
+    def generate_through(
+        self, request: ChatRequest, lane: Lane, held: Held | None = None
+    ) -> AsyncIterator[RawEvent]:
+        """`generate(request)`, offering each read that arrives while the task waits to `lane`;
+        `held.end()` when it is over, on every path."""
         ...
+
+
+class Starts:
+    """How many requests have a start step ready to run and not yet run: a request that just
+    arrived (its task created, its first step queued), or one whose upstream just answered or
+    sent its first read (its task woken, not yet resumed). While any has, the lane declines
+    reads: they go to their streams' tasks, queued behind that step, instead of running ahead
+    of it in the connection's callbacks — at 64 streams the lane's work in the callbacks
+    delayed the starts (bench/README.md, "Round eleven"). Counted by the upstream connection
+    (engines/upstream/http.py) and the server's protocol (app/http_protocol.py)."""
+
+    waiting = 0
+    # Off with SLUICEGATE_LANE_YIELDS=0: nothing is counted, the lane never yields (so a bench
+    # can compare the two in one run: `bench/gateway.py`'s sg-chat-noyield).
+    enabled = os.environ.get("SLUICEGATE_LANE_YIELDS", "1") != "0"

@@ -6,94 +6,34 @@ the request. That way an upstream's refusal before its first byte becomes an HTT
 client's dialect, and the headers can name the replica that serves the request. The client
 leaving while we wait cancels the upstream request at once. If the bound passes first, the
 response starts as usual (heartbeats flow) and the stream carries on from where it is.
+
+The request's own task steps the engine's stream, as a task would (`step.send`), and waits for
+what the step waits on, the client leaving or the bound, whichever comes first: no task of its
+own per request (a task and its registration were a measurable part of a request's start).
+When the bound passes, the suspended step goes on in whoever reads the stream next; the
+progress that came before the answer goes down as one `RawBatch`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
-from sluicegate.core.events import Answered, Failed, ProgressEvent, RawEvent, ToolsListed
+from sluicegate.core.events import Answered, Failed, ProgressEvent, RawBatch, RawEvent, ToolsListed
 from sluicegate.transport.stream import Sink
 
 # What may come before the upstream's answer without being it: progress, the tool loop's listings.
 _PROGRESS = (*get_args(ProgressEvent), ToolsListed)
 
-
-async def _next(raw: AsyncIterator[RawEvent]) -> RawEvent | None:
-    try:
-        return await raw.__anext__()
-    except StopAsyncIteration:
-        return None
-
-
-class _Puller:
-    """Pulls progress into `buffered` until the first other event (or the end), which it
-    returns; once `handed_over`, it returns the next event whatever it is. One task for the
-    whole wait, not one per event: an upstream request yields two progress events before its
-    answer, and a task and an `asyncio.wait` each were a measurable part of a request's cost."""
-
-    __slots__ = ("buffered", "handed_over", "raw")
-
-    def __init__(self, raw: AsyncIterator[RawEvent], buffered: list[RawEvent]) -> None:
-        self.raw = raw
-        self.buffered = buffered
-        self.handed_over = False
-
-    async def pull(self) -> RawEvent | None:
-        while True:
-            event = await _next(self.raw)
-            if self.handed_over or event is None or not isinstance(event, _PROGRESS):
-                return event
-            self.buffered.append(event)
-
-
-class _Resumed:
-    """The stream after the wait: the events pulled meanwhile, then the one in flight, then
-    the rest, iterated by whoever consumes it next."""
-
-    __slots__ = ("_buffered", "_pending", "_raw")
-
-    def __init__(
-        self,
-        buffered: list[RawEvent],
-        pending: asyncio.Future[RawEvent | None] | None,
-        raw: AsyncIterator[RawEvent],
-    ) -> None:
-        self._buffered = buffered
-        self._pending = pending
-        self._raw = raw
-
-    def __aiter__(self) -> _Resumed:
-        return self
-
-    def __anext__(self) -> Awaitable[RawEvent]:
-        # Once caught up, the inner iterator's own awaitable: no frame of ours per event.
-        if self._buffered or self._pending is not None:
-            return self._catch_up()
-        return self._raw.__anext__()
-
-    async def _catch_up(self) -> RawEvent:
-        if self._buffered:
-            return self._buffered.pop(0)
-        assert self._pending is not None
-        pending, self._pending = self._pending, None
-        event = await pending  # cancelling the consumer cancels this too
-        if event is None:
-            raise StopAsyncIteration
-        return event
-
-    async def aclose(self) -> None:
-        if self._pending is not None:
-            self._pending.cancel()
-            await asyncio.gather(self._pending, return_exceptions=True)
-            self._pending = None
-        aclose = getattr(self._raw, "aclose", None)
-        if aclose is not None:
-            await aclose()
+# A step of an async iterator, driven by hand: `send(None)` runs it to its next suspension and
+# returns what it waits on (a future, or None for a bare yield), or raises StopIteration with the
+# event (StopAsyncIteration at the stream's end).
+Step = Generator[Any, None, RawEvent]
 
 
 @dataclass(slots=True)
@@ -114,83 +54,201 @@ async def await_answer(
     was sent yet) and CANCELLED when the client left while waiting. The client's leaving is
     told by the server's `sink` (a call from the connection, `Sink.watch`) when there is one,
     else by `disconnected()` in a task of its own."""
-    buffered: list[RawEvent] = []  # a few progress events at most: a list, not a deque (760 B)
-    puller = _Puller(raw, buffered)
-    if sink is not None:  # no task per request waiting in `receive`
-        watcher: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        if not sink.watch(_Gone(watcher)):
-            watcher.set_result(None)
-    else:
-        watcher = asyncio.ensure_future(disconnected())
-    pending = asyncio.ensure_future(puller.pull())
+    buffered: list[RawEvent] = []  # a few progress events at most
+    wait: _Wait | None = None  # made at the first step that waits: none for what is ready at once
     try:
-        try:
-            await _first_done(pending, watcher, bound)
-        except asyncio.CancelledError:  # the server is shutting down
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-            await _close(raw)
-            raise
-        if pending.done():
-            event = pending.result()
+        while True:
+            step: Step = raw.__anext__().__await__()
+            try:
+                try:
+                    waited = step.send(None)
+                    while True:  # the step waits on `waited`
+                        if wait is None:
+                            wait = _Wait(bound, sink, disconnected)
+                        try:
+                            await wait.until(waited)
+                        except asyncio.CancelledError as exc:
+                            # As a task's cancel would: the awaited future cancelled, the
+                            # step told. The upstream's clocks cancel the waiting task (this
+                            # one) and the engine turns that into a `Failed`; any other cancel
+                            # comes back out of the step.
+                            _cancel(waited)
+                            waited = step.throw(exc)
+                            continue
+                        if waited is None or waited.done():
+                            waited = step.send(None)
+                        elif wait.gone:
+                            _cancel(waited)
+                            await _finish(step, waited)
+                            await _close(raw)
+                            raise SluicegateError(
+                                ErrorKind.CANCELLED, "the client disconnected", code="cancelled"
+                            )
+                        else:  # the bound passed: start anyway, from where the stream is
+                            return Opened(_Resumed(buffered, (step, waited), raw))
+                except StopIteration as stop:
+                    event: RawEvent = stop.value
+                except StopAsyncIteration:
+                    return Opened(_Resumed(buffered, None, raw))
+            except asyncio.CancelledError:  # the server is shutting down
+                await _close(raw)
+                raise
+            if isinstance(event, _PROGRESS):
+                buffered.append(event)
+                continue
             if isinstance(event, Answered):
                 return Opened(_Resumed(buffered, None, raw), event.headers)
             if isinstance(event, Failed):
                 await _close(raw)
                 info = event.error
                 raise SluicegateError(info.kind, info.message, param=info.param, code=info.code)
-            if event is not None:  # an engine that never answers: start at its first output
-                buffered.append(event)
-            return Opened(_Resumed(buffered, None, raw))
-        if watcher.done():
-            pending.cancel()
-            await asyncio.gather(pending, return_exceptions=True)
-            await _close(raw)
-            raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
-        puller.handed_over = True  # the bound passed: start anyway, from where the stream is
-        return Opened(_Resumed(buffered, pending, raw))
+            # An engine that never answers: start at its first output.
+            return Opened(_Resumed(buffered, None, raw, event))
     finally:
-        if sink is not None:
-            sink.unwatch()  # the server's sink: the stream watches it again
-        watcher.cancel()
+        if wait is not None:
+            wait.close()
 
 
-class _Gone:
-    """The sink's call when the client leaves while the answer is awaited."""
+class _Wait:
+    """The request task's wait on a step: until what the step waits on is done, the client
+    leaves (`gone`) or the bound passes (`late`). One per request, made at its first wait."""
 
-    __slots__ = ("future",)
+    __slots__ = ("_loop", "_sink", "_timer", "_waiter", "_watcher", "gone", "late")
 
-    def __init__(self, future: asyncio.Future[object]) -> None:
-        self.future = future
+    def __init__(
+        self, bound: float | None, sink: Sink | None, disconnected: Callable[[], Awaitable[object]]
+    ) -> None:
+        self._loop = loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] | None = None
+        self.gone = False
+        self.late = False
+        self._timer = loop.call_later(bound, self._late) if bound is not None else None
+        self._sink = sink
+        self._watcher: asyncio.Future[object] | None = None
+        if sink is not None:  # no task per request waiting in `receive`
+            if not sink.watch(self._gone):
+                self.gone = True
+        else:
+            self._watcher = watcher = asyncio.ensure_future(disconnected())
+            watcher.add_done_callback(self._gone)
 
-    def __call__(self) -> None:
-        if not self.future.done():
-            self.future.set_result(None)
+    async def until(self, waited: Any) -> None:
+        if self.gone or self.late:
+            return
+        if waited is None:  # a bare yield: the step asks for one turn of the loop
+            await asyncio.sleep(0)
+            return
+        if waited.done():
+            return
+        self._waiter = waiter = self._loop.create_future()
+        waited.add_done_callback(self._wake)
+        try:
+            await waiter
+        finally:
+            self._waiter = None
+            waited.remove_done_callback(self._wake)
 
-
-async def _first_done(a: asyncio.Future[Any], b: asyncio.Future[Any], timeout: float | None) -> None:
-    """Return once `a` or `b` is done, or `timeout` seconds passed: `asyncio.wait` with
-    FIRST_COMPLETED for two tasks, without what it does per call besides (a set built and
-    checked for coroutines, every member passed through `ensure_future`). Once per request."""
-    if a.done() or b.done():
-        return
-    loop = asyncio.get_running_loop()
-    waiter: asyncio.Future[None] = loop.create_future()
-
-    def wake(_: object) -> None:
-        if not waiter.done():
+    def _wake(self, _: object = None) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    a.add_done_callback(wake)
-    b.add_done_callback(wake)
-    timer = loop.call_later(timeout, wake, None) if timeout is not None else None
+    def _gone(self, _: object = None) -> None:
+        self.gone = True
+        self._wake()
+
+    def _late(self) -> None:
+        self.late = True
+        self._wake()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sink is not None:
+            self._sink.unwatch()  # the server's sink: the stream watches it again
+        if self._watcher is not None:
+            self._watcher.cancel()
+
+
+def _cancel(waited: Any) -> None:
+    if waited is not None and not waited.done():
+        waited.cancel()
+
+
+@types.coroutine
+def _rest(step: Step, waited: Any) -> Generator[Any, None, RawEvent]:
+    """The rest of a suspended step, in the task that awaits this: first what the step waits
+    on (handed to that task, as the step itself would), then the step, to its event."""
     try:
-        await waiter
-    finally:
-        if timer is not None:
-            timer.cancel()
-        a.remove_done_callback(wake)
-        b.remove_done_callback(wake)
+        while True:
+            try:
+                yield waited
+            except GeneratorExit:
+                step.close()
+                raise
+            except BaseException as exc:  # the awaiting task's cancel: the step is told
+                waited = step.throw(exc)
+            else:
+                waited = step.send(None)
+    except StopIteration as stop:
+        event: RawEvent = stop.value
+        return event
+
+
+async def _finish(step: Step, waited: Any) -> None:
+    """Run a cancelled step to its end (its cleanup may wait)."""
+    with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
+        await _rest(step, waited)
+
+
+class _Resumed:
+    """The stream after the wait: what came before the answer (one read), the rest of a step
+    still in flight, then the engine's own stream, iterated by whoever consumes it next."""
+
+    __slots__ = ("_next", "_pending", "_raw", "_ready")
+
+    def __init__(
+        self,
+        buffered: list[RawEvent],
+        pending: tuple[Step, Any] | None,
+        raw: AsyncIterator[RawEvent],
+        then: RawEvent | None = None,
+    ) -> None:
+        # Done futures: awaiting one runs no frame of ours.
+        ready: list[asyncio.Future[RawEvent]] = []
+        for event in (buffered[0] if len(buffered) == 1 else RawBatch(buffered)) if buffered else None, then:
+            if event is not None:
+                future: asyncio.Future[RawEvent] = asyncio.get_running_loop().create_future()
+                future.set_result(event)
+                ready.append(future)
+        self._ready = ready
+        self._pending = pending  # (the step, what it waits on)
+        self._raw = raw  # closed by `aclose`
+        # Iterated: what `raw` only passes on, when it says so (an instance's admitted stream).
+        unwrapped = getattr(raw, "unwrapped", None)
+        self._next: AsyncIterator[RawEvent] = unwrapped() if unwrapped is not None else raw
+
+    def __aiter__(self) -> _Resumed:
+        return self
+
+    def __anext__(self) -> Awaitable[RawEvent]:
+        ready = self._ready
+        if ready:
+            return ready.pop(0)
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            return _rest(*pending)
+        # Caught up: the inner iterator's own awaitable, no frame of ours per event.
+        return self._next.__anext__()
+
+    async def aclose(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:  # never read: the step in flight is cancelled, run to its end
+            step, waited = pending
+            _cancel(waited)
+            await _finish(step, waited)
+        await _close(self._raw)
 
 
 async def _close(raw: AsyncIterator[RawEvent]) -> None:

@@ -13,6 +13,7 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from sluicegate.app.http_protocol import HEAD_KEPT, JSONHttpToolsProtocol
+from sluicegate.engines.lane import Starts
 
 
 async def _app(scope: Any, receive: Any, send: Any) -> None:
@@ -88,3 +89,36 @@ async def test_response_header_names_go_out_in_canonical_case() -> None:
     assert b"content-type: x" in body  # a body is never touched
     assert proto.cycle is None or proto.cycle.transport is transport  # the real one back
     proto.connection_lost(None)
+
+
+async def test_a_request_counts_as_a_start_until_its_first_step_has_run(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """`Starts`: the fast lanes queue their reads behind a request that just arrived."""
+    proto, _ = protocol
+    ran: list[int] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        ran.append(Starts.waiting)  # its first step: still counted, the lanes behind it
+        await asyncio.sleep(3600)
+
+    proto.app = app
+    before = Starts.waiting
+    proto.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert Starts.waiting == before + 1
+    while not ran:
+        await asyncio.sleep(0)
+    assert ran == [before + 1]
+    await asyncio.sleep(0)
+    assert Starts.waiting == before  # the step has run: no longer ahead of the lanes
+
+
+async def test_with_the_yield_off_nothing_is_counted(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SLUICEGATE_LANE_YIELDS=0 (`Starts.enabled`): a bench compares the lane with and without it."""
+    proto, _ = protocol
+    monkeypatch.setattr(Starts, "enabled", False)
+    before = Starts.waiting
+    proto.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert Starts.waiting == before

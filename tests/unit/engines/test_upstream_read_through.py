@@ -11,12 +11,12 @@ import asyncio
 import orjson
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.events import FinishReason
+from sluicegate.core.events import FinishReason, PromptStarted
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.engines.instances import Instance, deltas_key
-from sluicegate.engines.lane import Lane
+from sluicegate.engines.lane import Lane, Starts
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
@@ -136,6 +136,22 @@ async def test_reads_carried_in_the_callback_write_what_the_task_writes() -> Non
     assert METRICS.counters[key] - deltas == len(WORDS)  # counted by the stream's core, once
     assert by_lane == by_task
     assert all(word.encode() in by_task for word in WORDS)
+    assert Starts.waiting == 0  # every start step a connection woke has run: none left counted
+
+
+async def test_while_a_start_waits_to_run_the_lane_leaves_reads_to_the_task() -> None:
+    """A request whose next start step is ready to run (`Starts`) goes before the streams:
+    their reads wake their tasks, queued behind it, instead of running in the callbacks."""
+    reads = METRICS.counters[LANE_READS]
+    by_task = await stream(lane_on=False)
+    Starts.waiting += 1  # another request's start step, queued
+    try:
+        by_lane = await stream(lane_on=True)
+    finally:
+        Starts.waiting -= 1
+    assert METRICS.counters[LANE_READS] == reads  # nothing carried ahead of it
+    assert by_lane == by_task
+    assert Starts.waiting == 0
 
 
 async def test_an_engine_that_relays_no_reads_refuses_the_lane() -> None:
@@ -150,3 +166,31 @@ async def test_an_engine_that_relays_no_reads_refuses_the_lane() -> None:
 
 def test_the_lane_is_not_part_of_the_request() -> None:
     assert "lane" not in ChatRequest.__dataclass_fields__
+
+
+async def test_with_a_lane_the_engines_relay_is_the_whole_stream_and_gives_the_slot_back() -> None:
+    """No instance loop passing on each event: the generation's stream is the engine's relay
+    (one coroutine), which gives the instance's slot back on every path — here a close in the
+    middle, and a close before the first event."""
+    engine = OpenAIUpstreamEngine(parse_config({"id": "m", "base_url": "http://127.0.0.1:9/v1"}, env={}))
+    instance = Instance(engine, "m", max_concurrency=0, max_queue=0)
+    active = METRICS.key("sluicegate_generations_active", model="m")
+    cancelled = METRICS.key("sluicegate_generations_cancelled_total", model="m")
+    before = METRICS.counters[cancelled]
+    try:
+        generation = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert generation.read_through(Lane())
+        events = generation.events
+        assert await anext(events) == PromptStarted()
+        relay = events.unwrapped()  # type: ignore[attr-defined]
+        assert relay.ag_code.co_name == "_generate"  # the engine's relay itself, no loop around it
+        assert instance.pending == 1 and METRICS.gauges[active] == 1
+        await generation.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+        assert METRICS.counters[cancelled] == before + 1
+        unstarted = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert unstarted.read_through(Lane()) and instance.pending == 1
+        await unstarted.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+    finally:
+        await engine.aclose()

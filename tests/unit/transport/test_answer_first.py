@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -15,6 +16,7 @@ from sluicegate.core.events import (
     ItemKind,
     PromptProgress,
     PromptStarted,
+    RawBatch,
     RawEvent,
     TextDelta,
 )
@@ -96,9 +98,11 @@ class WatchedSink:
     def __init__(self, gone: bool = False) -> None:
         self.lost: Callable[[], None] | None = None
         self.gone = gone
+        self.watched = 0
         self.unwatched = 0
 
     def watch(self, lost: Callable[[], None]) -> bool:
+        self.watched += 1
         if self.gone:
             return False
         self.lost = lost
@@ -134,7 +138,19 @@ async def test_with_the_servers_sink_an_answer_unwatches_it_and_a_client_already
         disconnected=never,
         sink=sink,  # type: ignore[arg-type]
     )
-    assert opened.headers == {"X-Replica": "a"} and sink.unwatched == 1 and sink.lost is None
+    # Ready at once: nothing waited, so the sink was never watched (and is left unwatched).
+    assert opened.headers == {"X-Replica": "a"} and sink.watched == sink.unwatched and sink.lost is None
+    sink = WatchedSink()
+    gate = asyncio.Event()
+    engine = Engine(PromptStarted(), Answered({"X-Replica": "b"}), gate=gate)
+    waiting = asyncio.ensure_future(
+        await_answer(engine.run(), bound=1.0, disconnected=never, sink=sink)  # type: ignore[arg-type]
+    )
+    await settled()
+    assert sink.lost is not None
+    gate.set()
+    assert (await waiting).headers == {"X-Replica": "b"}
+    assert sink.watched == sink.unwatched == 1 and sink.lost is None  # the stream may watch it next
     engine = Engine(PromptStarted(), Answered({}), gate=asyncio.Event())
     with pytest.raises(SluicegateError) as caught:
         await await_answer(engine.run(), bound=None, disconnected=never, sink=WatchedSink(gone=True))  # type: ignore[arg-type]
@@ -165,3 +181,122 @@ async def test_progress_after_the_bound_passed_is_delivered_as_it_comes() -> Non
     assert await asyncio.wait_for(anext(events), 1) == PromptProgress(0.5)  # before `later`
     later.set()
     assert await drain(events) == [Answered({}), TEXT]
+
+
+async def test_the_wait_runs_in_the_callers_task_with_no_task_of_its_own() -> None:
+    """The engine's steps run in the request's own task: no puller task per request."""
+    gate = asyncio.Event()
+    seen: set[asyncio.Task[object] | None] = set()
+
+    async def run() -> AsyncIterator[RawEvent]:
+        seen.add(asyncio.current_task())
+        yield PromptStarted()
+        seen.add(asyncio.current_task())
+        await gate.wait()
+        seen.add(asyncio.current_task())
+        yield Answered({"X-Replica": "a"})
+        yield TEXT
+
+    sink = WatchedSink()
+    waiting = asyncio.ensure_future(
+        await_answer(run(), bound=5.0, disconnected=never, sink=sink)  # type: ignore[arg-type]
+    )
+    await settled()
+    assert len(asyncio.all_tasks()) == 2  # this test's and the waiting request's: no other
+    gate.set()
+    opened = await waiting
+    assert seen == {waiting}
+    assert opened.headers == {"X-Replica": "a"}
+    assert await drain(opened.events) == [PromptStarted(), TEXT]
+
+
+async def test_progress_before_the_answer_comes_as_one_read() -> None:
+    engine = Engine(PromptStarted(), PromptProgress(0.0), Answered({"X-Replica": "a"}), TEXT)
+    opened = await await_answer(engine.run(), bound=1.0, disconnected=never)
+    assert await drain(opened.events) == [RawBatch([PromptStarted(), PromptProgress(0.0)]), TEXT]
+
+
+async def test_a_cancel_of_the_waiting_task_reaches_the_engine_which_may_answer_it() -> None:
+    """The upstream's clocks cancel the task that waits on the upstream (now the request's own)
+    and the engine turns that into a `Failed`: the wait raises it, the task is not left
+    cancelled. Any other cancel comes back out, the engine closed."""
+    timeout = ErrorInfo(ErrorKind.TIMEOUT, "no first byte", code="upstream_first_byte_timeout")
+
+    async def run(owned: bool) -> AsyncIterator[RawEvent]:
+        yield PromptStarted()
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().call_soon(task.cancel)  # the clocks' timer
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            if not owned or task.uncancel() != 0:
+                raise
+            yield Failed(timeout)
+            return
+        yield Answered({})
+
+    with pytest.raises(SluicegateError) as caught:
+        await await_answer(run(owned=True), bound=5.0, disconnected=never)
+    assert caught.value.info.code == "upstream_first_byte_timeout"
+    task = asyncio.current_task()
+    assert task is not None and task.cancelling() == 0
+    cancelled = asyncio.ensure_future(await_answer(run(owned=False), bound=5.0, disconnected=never))
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+
+
+async def test_a_semaphore_the_engine_waits_on_is_left_whole_when_the_client_leaves() -> None:
+    """Cancelling the step cancels what it waits on first, as a task's cancel does: an engine
+    queued on a semaphore gives no slot back that it never had."""
+    slots = asyncio.Semaphore(1)
+    await slots.acquire()  # taken: the engine queues
+
+    async def run() -> AsyncIterator[RawEvent]:
+        yield PromptStarted()
+        async with slots:
+            yield Answered({})
+
+    sink = WatchedSink()
+    waiting = asyncio.ensure_future(
+        await_answer(run(), bound=None, disconnected=never, sink=sink)  # type: ignore[arg-type]
+    )
+    await settled()
+    assert sink.lost is not None
+    sink.lost()
+    with pytest.raises(SluicegateError):
+        await waiting
+    assert slots.locked()  # still the one holder: the queued engine took nothing
+    slots.release()
+    assert not slots.locked()
+
+
+async def test_a_stream_that_only_passes_steps_on_is_iterated_beneath_and_closed_itself() -> None:
+    """An instance's admitted stream, once started, only passes its generator's steps on
+    (`unwrapped`): after the wait that is read directly, and the wrapper is still closed."""
+    inner = Engine(PromptStarted(), Answered({"X-Replica": "a"}), TEXT).run()
+
+    class Wrapper:
+        closed = False
+        steps = 0
+
+        def __aiter__(self) -> Wrapper:
+            return self
+
+        def __anext__(self) -> Any:
+            self.steps += 1
+            return inner.__anext__()
+
+        def unwrapped(self) -> AsyncIterator[RawEvent]:
+            return inner
+
+        async def aclose(self) -> None:
+            self.closed = True
+            await inner.aclose()
+
+    wrapper = Wrapper()
+    opened = await await_answer(wrapper, bound=1.0, disconnected=never)
+    assert await drain(opened.events) == [PromptStarted(), TEXT]
+    assert wrapper.steps == 2  # the wait's two steps; the rest read beneath it
+    await opened.events.aclose()  # type: ignore[attr-defined]
+    assert wrapper.closed

@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -38,7 +38,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
-from sluicegate.engines.lane import Lane
+from sluicegate.engines.lane import Held, Lane
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
 from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
@@ -76,7 +76,7 @@ class StreamDecoder(Protocol):
         """The stream is ending with `error` (a timeout, a broken connection)."""
 
 
-async def _drain(chunks: AsyncIterator[bytes]) -> None:
+async def _drain(read: Callable[[], Awaitable[bytes | None]]) -> None:
     """Read the body's end after its last event (it is normally there already), so the
     connection goes back to the pool instead of being closed; an upstream that keeps it open is
     cut off."""
@@ -84,7 +84,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
     # asyncio.timeout, not wait_for: on Python 3.11 wait_for runs the read in a task of its own.
     with contextlib.suppress(Exception):
         async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in chunks:
+            while await read() is not None:
                 pass
 
 
@@ -143,13 +143,16 @@ class UpstreamEngine(Engine):
     def generate(self, request: ChatRequest) -> AsyncIterator[RawEvent]:
         return self.generate_through(request, None)
 
-    def generate_through(self, request: ChatRequest, lane: Lane | None) -> AsyncIterator[RawEvent]:
+    def generate_through(
+        self, request: ChatRequest, lane: Lane | None, held: Held | None = None
+    ) -> AsyncIterator[RawEvent]:
         """`generate`, offering reads that arrive while the stream's task waits to `lane` (a
-        stream's fast lane, engines/lane.py); a traced call keeps every read on its task."""
+        stream's fast lane, engines/lane.py); a traced call keeps every read on its task.
+        `held`: the instance's part, ended here (one coroutine for both, see `Held`)."""
         observer = current_observer()
         parent = observer.parent_span if observer is not None else None
         if parent is None:  # tracing off (or no request to trace): no layer, no cost
-            return self._generate(request, b"", lane)
+            return self._generate(request, b"", lane, held)
         span = tracing.start_child(
             parent,
             f"chat {self.config.upstream_model}",
@@ -160,123 +163,135 @@ class UpstreamEngine(Engine):
                 "gen_ai.request.model": self.config.upstream_model,
             },
         )
-        return _traced(self._generate(request, tracing.traceparent_header(span)), span)
+        return _traced(self._generate(request, tracing.traceparent_header(span), None, held), span)
 
     async def _generate(
-        self, request: ChatRequest, trace_headers: bytes, lane: Lane | None = None
+        self, request: ChatRequest, trace_headers: bytes, lane: Lane | None = None, held: Held | None = None
     ) -> AsyncIterator[RawEvent]:
-        config = self.config
+        cancelled = False
         try:
-            body = self.request_body(request)
-        except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
-            yield Failed(ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}."))
-            return
-        clocks = Clocks(
-            first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
-        )
-        path, decoder = self.route(request)
-        replica: Replica | None = None
-        response: StreamingResponse | None = None
-        pinned: list[int] = []  # the llama-server slot named (prefix_affinity), until the end
-        try:
-            yield PromptStarted()
-            yield PromptProgress(0.0)
+            config = self.config
             try:
-                keys = self.replicas.prefix_keys(request)  # [] unless routing = "prefix_affinity"
-                if keys:
-                    await self.replicas.recall(keys)
-                replica, response, refusal = await self._send(
-                    path, body, clocks, trace_headers, keys=keys, pinned=pinned
+                body = self.request_body(request)
+            except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
+                yield Failed(
+                    ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}.")
                 )
-                # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
-                del body
-            except asyncio.CancelledError:
-                if not clocks.owns(asyncio.current_task()):
-                    raise
-                assert clocks.expired is not None
-                yield Failed(clocks.expired)
                 return
-            if refusal is not None:
-                yield Failed(refusal)
-                return
-            assert replica is not None and response is not None
-            yield Answered({REPLICA_HEADER: replica.name})
-            # The relay, inlined here rather than `async for` over a generator of its own: a
-            # generator layer less for every token.
-            reader = SSEReader()
-            chunks = response.chunks()
-            prompting = True  # until the first generated event (llama-server reports progress first)
-            feed, frame = reader.feed, decoder.frame
-            through: _ReadThrough | None = None
-            while True:
-                if clocks.expired is not None:
-                    for event in decoder.cut(clocks.expired):
-                        yield event
-                    return
-                # Once the stream's transport has bound the lane (a transport that never does,
-                # the Responses WebSocket's, keeps every read on this loop).
-                if through is None and lane is not None and lane.deliver is not None and not prompting:
-                    through = _ReadThrough(lane, feed, decoder, clocks)
-                    response.read_through(through)
-                clocks.waiting()
+            clocks = Clocks(
+                first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
+            )
+            path, decoder = self.route(request)
+            replica: Replica | None = None
+            response: StreamingResponse | None = None
+            pinned: list[int] = []  # the llama-server slot named (prefix_affinity), until the end
+            try:
+                yield PromptStarted()
+                yield PromptProgress(0.0)
                 try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+                    replicas = self.replicas
+                    # [] unless routing = "prefix_affinity" (and more than one replica)
+                    keys = replicas.prefix_keys(request) if replicas.affinity is not None else []
+                    if keys:
+                        await self.replicas.recall(keys)
+                    replica, response, refusal = await self._send(
+                        path, body, clocks, trace_headers, keys=keys, pinned=pinned
+                    )
+                    # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
+                    del body
                 except asyncio.CancelledError:
                     if not clocks.owns(asyncio.current_task()):
                         raise
-                    if through is not None and through.stash:  # what came before the timeout first
-                        yield RawBatch(through.take())
-                    continue  # `expired` is set: the loop's top reports it
-                except Exception as exc:  # the connection broke mid-body
-                    error = ErrorInfo(
-                        ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
-                    )
-                    if through is not None and through.stash:
-                        yield RawBatch(through.take())
-                    for event in decoder.cut(error):
+                    assert clocks.expired is not None
+                    yield Failed(clocks.expired)
+                    return
+                if refusal is not None:
+                    yield Failed(refusal)
+                    return
+                assert replica is not None and response is not None
+                yield Answered({REPLICA_HEADER: replica.name})
+                # The relay, inlined here rather than `async for` over a generator of its own: a
+                # generator layer less for every token.
+                reader = SSEReader()
+                read = response.read
+                prompting = True  # until the first generated event (llama-server reports progress first)
+                feed, frame = reader.feed, decoder.frame
+                through: _ReadThrough | None = None
+                while True:
+                    if clocks.expired is not None:
+                        for event in decoder.cut(clocks.expired):
+                            yield event
+                        return
+                    # Once the stream's transport has bound the lane (a transport that never does,
+                    # the Responses WebSocket's, keeps every read on this loop).
+                    if through is None and lane is not None and lane.deliver is not None and not prompting:
+                        through = _ReadThrough(lane, feed, decoder, clocks)
+                        response.read_through(through)
+                    clocks.waiting()
+                    try:
+                        chunk = await read()
+                    except asyncio.CancelledError:
+                        if not clocks.owns(asyncio.current_task()):
+                            raise
+                        if through is not None and through.stash:  # what came before the timeout first
+                            yield RawBatch(through.take())
+                        continue  # `expired` is set: the loop's top reports it
+                    except Exception as exc:  # the connection broke mid-body
+                        error = ErrorInfo(
+                            ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
+                        )
+                        if through is not None and through.stash:
+                            yield RawBatch(through.take())
+                        for event in decoder.cut(error):
+                            yield event
+                        return
+                    if chunk is None:  # the body's end
+                        break
+                    clocks.chunk()
+                    # Everything this read decoded goes down as one: a RawBatch when it is more than
+                    # one event, so the layers above take one step per read, not one per token.
+                    batch: list[RawEvent] = []
+                    if through is not None and through.stash:  # decoded by the fast lane, not carried
+                        batch = through.take()
+                    for name, data in feed(chunk):
+                        batch += frame(name, data)
+                    if prompting and batch:
+                        for i, event in enumerate(batch):
+                            if type(event) is not PromptProgress:
+                                prompting = False
+                                batch[i:i] = (PromptProgress(1.0), PromptFinished())
+                                break
+                    if len(batch) == 1:
+                        yield batch[0]
+                    elif batch:
+                        yield RawBatch(batch)
+                    if decoder.over:
+                        # The body's end normally came with the last event: no timer to wait for it.
+                        if decoder.done and not response.received:
+                            await _drain(read)
+                        return
+                clocks.idle()
+                if through is not None and through.stash:  # the body ended right after them
+                    yield RawBatch(through.take())
+                for name, data in reader.close():
+                    for event in frame(name, data):
                         yield event
-                    return
-                clocks.chunk()
-                # Everything this read decoded goes down as one: a RawBatch when it is more than
-                # one event, so the layers above take one step per read, not one per token.
-                batch: list[RawEvent] = []
-                if through is not None and through.stash:  # decoded by the fast lane, not carried
-                    batch = through.take()
-                for name, data in feed(chunk):
-                    batch += frame(name, data)
-                if prompting and batch:
-                    for i, event in enumerate(batch):
-                        if type(event) is not PromptProgress:
-                            prompting = False
-                            batch[i:i] = (PromptProgress(1.0), PromptFinished())
-                            break
-                if len(batch) == 1:
-                    yield batch[0]
-                elif batch:
-                    yield RawBatch(batch)
-                if decoder.over:
-                    # The body's end normally came with the last event: no timer to wait for it.
-                    if decoder.done and not response.received:
-                        await _drain(chunks)
-                    return
-            clocks.idle()
-            if through is not None and through.stash:  # the body ended right after them
-                yield RawBatch(through.take())
-            for name, data in reader.close():
-                for event in frame(name, data):
+                for event in decoder.end():
                     yield event
-            for event in decoder.end():
-                yield event
+            finally:
+                clocks.stop()
+                if response is not None:
+                    await response.aclose()
+                if replica is not None:
+                    replica.outstanding -= 1
+                    for slot in pinned:
+                        self.replicas.unpin(replica, slot)
+        except (asyncio.CancelledError, GeneratorExit):
+            cancelled = True
+            raise
         finally:
-            clocks.stop()
-            if response is not None:
-                await response.aclose()
-            if replica is not None:
-                replica.outstanding -= 1
-                for slot in pinned:
-                    self.replicas.unpin(replica, slot)
+            if held is not None:  # the instance's part, after the upstream's is released
+                held.end(cancelled)
 
     async def exchange(self, path: str, body: bytes, *, max_bytes: int) -> tuple[Any, str]:
         """One non-streamed request (embeddings): (the answer's JSON, the replica that gave it),
@@ -319,22 +334,22 @@ class UpstreamEngine(Engine):
                 raise SluicegateError(refusal.kind, refusal.message, param=refusal.param, code=refusal.code)
             assert replica is not None and response is not None
             yield replica, b""
-            chunks = response.chunks()
+            read = response.read
             while True:
                 if clocks.expired is not None:
                     info = clocks.expired
                     raise SluicegateError(info.kind, info.message, code=info.code)
                 clocks.waiting()
                 try:
-                    chunk = await anext(chunks)
-                except StopAsyncIteration:
-                    break
+                    chunk = await read()
                 except asyncio.CancelledError:
                     if not clocks.owns(asyncio.current_task()):
                         raise
                     continue  # `expired` is set: the loop's top reports it
                 except Exception as exc:  # the connection broke mid-body
                     raise _bad_answer(replica, f"the connection broke: {exc or type(exc).__name__}") from exc
+                if chunk is None:
+                    break
                 clocks.chunk()
                 yield replica, chunk
             clocks.idle()
@@ -367,7 +382,7 @@ class UpstreamEngine(Engine):
             tried.add(replica)
             replica.outstanding += 1
             response: StreamingResponse | None = None
-            slot = self.replicas.pin(replica, keys) if pinned is not None else None
+            slot = self.replicas.pin(replica, keys) if pinned is not None and keys else None
             if slot is not None and b'"id_slot"' in body:  # the client named its own slot
                 self.replicas.unpin(replica, slot)
                 slot = None
@@ -377,8 +392,10 @@ class UpstreamEngine(Engine):
                 response = await replica.pool.post_stream(path, sent, trace_headers, content_type)
                 clocks.idle()
                 if 200 <= response.status < 300:
-                    self.replicas.answered(replica)
-                    self.replicas.served(replica, keys)
+                    if not replica.healthy:
+                        self.replicas.answered(replica)
+                    if keys:
+                        self.replicas.served(replica, keys)
                     if slot is not None and pinned is not None:
                         pinned.append(slot)
                     return replica, response, None

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
 
 from sluicegate import __version__
+from sluicegate.engines.lane import Starts
 from sluicegate.engines.upstream.errors import MAX_ERROR_BODY
 
 MAX_IDLE = 256  # idle keep-alive connections kept per replica
@@ -67,6 +69,9 @@ class _Connection(asyncio.Protocol):
         # While the engine waits for a read, a read may be handed here instead (engines/lane.py):
         # True, it was carried on and the wait goes on; False, the engine must look (it is woken).
         self.read_through: Callable[[bytes], bool] | None = None
+        # A request's start step this connection woke (its answer, a read before its lane is
+        # open), counted in `Starts` until the woken task resumes.
+        self._rousing = False
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -89,6 +94,7 @@ class _Connection(asyncio.Protocol):
             and wake is not None
             and not wake.done()
             and not self.complete
+            and not Starts.waiting  # a start is ready to run: this read queues behind it
         ):
             data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
             self._body.clear()
@@ -120,6 +126,7 @@ class _Connection(asyncio.Protocol):
         self._until_eof = self._chunked is False and self._length is None
         if not self._head.done():
             self._head.set_result(status)
+            self._rouse()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
@@ -162,6 +169,8 @@ class _Connection(asyncio.Protocol):
                 await self._wake
             finally:
                 self._wake = None
+                if self._rousing:
+                    self._settle()
             if not self._body:  # (what did arrive goes first; an error or the end after it)
                 if self._error is not None:
                     raise self._error
@@ -180,6 +189,8 @@ class _Connection(asyncio.Protocol):
         self._parser = None
         self._head = None
         self.read_through = None
+        if self._rousing:
+            self._settle()
 
     def close(self) -> None:
         self.reusable = False
@@ -191,17 +202,33 @@ class _Connection(asyncio.Protocol):
         self.close()
 
     def _wakeup(self) -> None:
-        if self._wake is not None and not self._wake.done():
-            self._wake.set_result(None)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+            if self.read_through is None:  # no lane open yet: a start's read (or no lane at all)
+                self._rouse()
+
+    def _rouse(self) -> None:
+        if not self._rousing and Starts.enabled:
+            self._rousing = True
+            Starts.waiting += 1
+
+    def _settle(self) -> None:
+        """The task this connection woke has resumed (or the exchange is over)."""
+        self._rousing = False
+        Starts.waiting -= 1
 
 
 class StreamingResponse:
-    __slots__ = ("_conn", "_pool", "status")
+    __slots__ = ("_conn", "_pool", "read", "status")
 
     def __init__(self, pool: HttpPool, conn: _Connection, status: int) -> None:
         self._pool = pool
         self._conn = conn
         self.status = status
+        # The body's next piece, None at its end: the connection's own read, one frame per
+        # read (`chunks()` is the same as an async iterator, a frame more).
+        self.read = conn.read
 
     def chunks(self) -> AsyncIterator[bytes]:
         return _Chunks(self._conn)
@@ -307,35 +334,40 @@ class HttpPool:
             raise ConnectFailed(_describe(exc)) from exc
         return conn
 
-    async def _exchange(self, request: bytes) -> tuple[_Connection, int]:
+    async def _exchange(self, request: bytes) -> StreamingResponse:
         """Send on a kept-alive connection, or a new one; a kept-alive connection the upstream
-        closed meanwhile (nothing was answered) is retried once on a new connection."""
-        while self._idle:
-            conn = self._idle.pop()
-            if conn.lost:
-                continue
+        closed meanwhile (nothing was answered) is retried once on a new connection. One
+        coroutine: a request's wait for its answer is one frame here."""
+        idle = self._idle
+        while True:
+            kept = bool(idle)
+            if kept:
+                conn = idle.pop()
+                if conn.lost:
+                    continue
+            else:
+                conn = await self._connect()
             try:
-                return conn, await self._answer(conn, request)
+                status = await conn.start(request)
             except ConnectFailed:
-                continue
-        conn = await self._connect()
-        return conn, await self._answer(conn, request)
+                self._discard(conn)
+                if kept:
+                    continue
+                raise
+            except BaseException:
+                self._discard(conn)
+                raise
+            if conn._rousing:  # resumed: the start step its answer woke runs now
+                conn._settle()
+            return StreamingResponse(self, conn, status)
 
-    async def _answer(self, conn: _Connection, request: bytes) -> int:
-        try:
-            return await conn.start(request)
-        except BaseException:
-            self._discard(conn)
-            raise
-
-    async def post_stream(
+    def post_stream(
         self, path: str, body: bytes, extra_headers: bytes = b"", content_type: bytes = b"application/json"
-    ) -> StreamingResponse:
+    ) -> Coroutine[Any, Any, StreamingResponse]:
         """POST `body` (JSON unless `content_type` says: an audio upload's multipart form);
-        returns when the status line and headers arrived. `extra_headers`: header lines of this
-        request only (`name: value\\r\\n` each; the trace context)."""
-        conn, status = await self._exchange(self._request("POST", path, body, extra_headers, content_type))
-        return StreamingResponse(self, conn, status)
+        the coroutine returns when the status line and headers arrived. `extra_headers`: header
+        lines of this request only (`name: value\\r\\n` each; the trace context)."""
+        return self._exchange(self._request("POST", path, body, extra_headers, content_type))
 
     async def get(self, path: str, *, timeout: float, max_bytes: int | None = None) -> tuple[int, bytes]:
         """A small GET (health checks, model lists, load reports); transport failures, and an
@@ -343,7 +375,8 @@ class HttpPool:
         conn: _Connection | None = None
         try:
             async with asyncio.timeout(timeout):
-                conn, status = await self._exchange(self._request("GET", path, None))
+                response = await self._exchange(self._request("GET", path, None))
+                conn, status = response._conn, response.status
                 body = b""
                 while (data := await conn.read()) is not None:
                     body += data

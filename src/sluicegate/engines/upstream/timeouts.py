@@ -3,9 +3,9 @@
 One timer per request, re-armed lazily like `core/deadlines.py`: a chunk only records the
 time. When a limit passes while the engine waits on the upstream, the waiting task is cancelled
 (the engine turns that into a `Failed` event); when it passes at any other moment, the engine
-sees `expired` at its next wait. The stream may be iterated by more than one task in turn (the
-route waits for the upstream's answer in a task of its own), so the task to cancel is the one
-that is waiting now, not the one that started.
+sees `expired` at its next wait. The stream may be iterated by more than one task in turn (a
+step the answer wait left in flight goes on in whoever reads the stream next), so the task to
+cancel is the one that is waiting now, not the one that started.
 """
 
 from __future__ import annotations
