@@ -227,6 +227,34 @@ async def test_timings_truncation_and_response_fields() -> None:
 
 
 @pytest.mark.parametrize(
+    ("finish", "stop_type", "word"),
+    [
+        (Finished(FinishReason.STOP, stop_word="\n\n"), "word", "\n\n"),
+        (Finished(FinishReason.STOP), "eos", ""),
+        (Finished(FinishReason.LENGTH), "limit", ""),
+    ],
+)
+async def test_stop_type_tells_a_stop_string_from_the_end_of_text(
+    finish: Finished, stop_type: str, word: str
+) -> None:
+    raw: list[RawEvent] = [*RAW[:-1], finish]
+    objects, body = await _run({"prompt": "x", "stream": True}, raw)
+    assert objects[-1]["stop_type"] == stop_type and objects[-1]["stopping_word"] == word
+    _, body = await _run({"prompt": "x"}, raw)
+    assert body["stop_type"] == stop_type and body["stopping_word"] == word
+
+
+async def test_a_context_shift_is_truncated() -> None:
+    raw: list[RawEvent] = [
+        *RAW[:-2],
+        UsageReport(Usage(5, 2, shifted_tokens=100)),
+        Finished(FinishReason.LENGTH),
+    ]
+    _, body = await _run({"prompt": "x", "n_predict": 2}, raw)
+    assert body["truncated"] is True and body["tokens_predicted"] == 2 and body["stop_type"] == "limit"
+
+
+@pytest.mark.parametrize(
     ("bias", "ids", "texts"),
     [
         ({"15": -100, "hello": 5}, {15: -100.0}, {"hello": 5.0}),
