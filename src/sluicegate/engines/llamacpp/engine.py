@@ -37,7 +37,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.core.rerank import RerankRequest, RerankResult
-from sluicegate.core.slots import LORA
+from sluicegate.core.slots import LORA, N_KEEP
 from sluicegate.core.speech import TranscriptEvent, TranscriptionRequest
 from sluicegate.engines.base import (
     CHAT_ONLY,
@@ -107,6 +107,15 @@ EMBEDDINGS_ONLY: frozenset[Task] = frozenset({"embeddings"})
 RERANK_ONLY: frozenset[Task] = frozenset({"rerank"})
 HEARS: frozenset[Task] = frozenset({"chat", "transcription"})  # a projector with an audio encoder
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
+
+
+def _shift_keep(base: int | None, request: ChatRequest) -> int | None:
+    """What a context shift keeps for this request (shift.py): the BOS (`base`), and the
+    request's `n_keep` more (llama-server's; -1: the whole prompt); None: no shift."""
+    n_keep = request.extra.get(N_KEEP)
+    if base is None or not isinstance(n_keep, int) or not n_keep:
+        return base
+    return -1 if n_keep < 0 else base + n_keep
 
 
 def llama_seed(seed: int) -> int:
@@ -774,7 +783,7 @@ class LlamaCppEngine(Engine):
             prediction=prediction_tokens(runtime.model, request.prediction)
             if request.prediction and scheduler is not None
             else None,
-            shift_keep=self._shift_keep,
+            shift_keep=_shift_keep(self._shift_keep, request),
         )
         if any(isinstance(p, Sound) for p in pictures):
             job.emit = _with_audio_tokens(job)

@@ -96,7 +96,7 @@ class Job:
     # (prediction.py; batching only).
     prediction: list[int] | None = None
     # Context shift (shift.py): the tokens kept at the start when the context fills while
-    # generating (the BOS token, if any); None: no shift, the context's end stops the output.
+    # generating (the BOS token, if any, and `n_keep`; -1: the prompt); None: no shift.
     shift_keep: int | None = None
 
     def free(self) -> None:
@@ -522,8 +522,8 @@ class LlamaRuntime:
                 finish = FinishReason.LENGTH
                 break
             if job.shift_keep is not None and shift.due(len(self.evaluated), self.n_ctx):
-                memory = self.context.memory
-                usage.shifted_tokens += shift.shift(memory, 0, self.evaluated, self.n_ctx, job.shift_keep)
+                keep = shift.kept(job.shift_keep, len(job.tokens))
+                usage.shifted_tokens += shift.shift(self.context.memory, 0, self.evaluated, self.n_ctx, keep)
             self._decode([token])
         # Text held back for a possible stop string, or an unfinished UTF-8 sequence, is text.
         tail = "" if stopped else stops.flush() + decoder.decode(b"", final=True)

@@ -480,7 +480,7 @@ class BatchScheduler:
             assert sequence is not None
             if sequence.next_token is not None:
                 if sequence.job.shift_keep is not None and shift.due(len(slot.cached), runtime.n_ctx):
-                    self._shift(slot, sequence, sequence.job.shift_keep)
+                    self._shift(slot, sequence, shift.kept(sequence.job.shift_keep, len(sequence.job.tokens)))
                 parts.append((slot, [sequence.next_token], 0))
                 room -= 1
             elif sequence.prefilling:

@@ -3,7 +3,7 @@ context fills while it generates drops half of its tokens after the first `keep`
 
 As llama-server does it (tools/server/server-context.cpp, `pre_decode`): when the cache holds
 all but one of the context's cells, the cells of the first half of the tokens after `keep`
-(the BOS token, if the model adds one) are removed and the later cells moved back by as many
+(the BOS token, if the model adds one, and a request's `n_keep` more: -1 keeps the prompt) are removed and the later cells moved back by as many
 positions (`llama_memory_seq_rm`, `llama_memory_seq_add`); the model then goes on reading a
 context with a hole in the middle. Only where the request asked for more tokens than fit: a
 request with no limit still ends where the context is full, so none runs forever. Not for a
@@ -16,6 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 import llama_cpp
+
+
+def kept(shift_keep: int, prompt: int) -> int:
+    """The tokens a shift keeps: `Job.shift_keep`, where -1 is the whole prompt (`n_keep: -1`)."""
+    return prompt if shift_keep < 0 else shift_keep
 
 
 def due(cached: int, n_ctx: int) -> bool:

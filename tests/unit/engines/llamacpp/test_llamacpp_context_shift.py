@@ -15,6 +15,7 @@ import pytest
 from engine_events import engine_events
 from sluicegate.core.events import Finished, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest, RawPrompt, SamplingParams
+from sluicegate.core.slots import N_KEEP
 from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import shift
@@ -39,9 +40,14 @@ class Reply:
         self.usage = Usage()
 
 
-def _request(**sampling: Any) -> ChatRequest:
+def _request(n_keep: int | None = None, **sampling: Any) -> ChatRequest:
     sampling.setdefault("temperature", 0.0)
-    return ChatRequest(model="s", messages=[], prompt=RawPrompt(PROMPT), sampling=SamplingParams(**sampling))
+    request = ChatRequest(
+        model="s", messages=[], prompt=RawPrompt(PROMPT), sampling=SamplingParams(**sampling)
+    )
+    if n_keep is not None:
+        request.extra[N_KEEP] = n_keep
+    return request
 
 
 async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
@@ -70,8 +76,8 @@ def loaded(models: tuple[Path, Path]) -> Iterator[Any]:
         engines.append(engine)
         return engine
 
-    def run(engine: LlamaCppEngine, **sampling: Any) -> Reply:
-        return loop.run_until_complete(_run(engine, _request(**sampling)))
+    def run(engine: LlamaCppEngine, n_keep: int | None = None, **sampling: Any) -> Reply:
+        return loop.run_until_complete(_run(engine, _request(n_keep, **sampling)))
 
     make.run = run  # type: ignore[attr-defined]
     make.models = models  # type: ignore[attr-defined]
@@ -112,6 +118,19 @@ def test_with_context_shift_the_output_goes_on_past_the_context(loaded: Any, bat
     assert unbounded.usage.shifted_tokens == 0
     # The shifted cells are not reused by the next request: the same request, the same reply.
     assert loaded.run(engine, max_tokens=600).text == reply.text
+
+
+@pytest.mark.parametrize("batching", [True, False])
+def test_n_keep_is_what_a_shift_keeps(loaded: Any, batching: bool) -> None:
+    """One shift (300 tokens): it drops half of what follows the kept tokens. The demo model
+    adds no BOS, so llama-server's default keeps nothing; `n_keep` more, -1 the whole prompt."""
+    engine = loaded(batching=batching, context_shift=True)
+    for n_keep, keep in ((None, 0), (10, 10), (-1, None)):
+        reply = loaded.run(engine, n_keep, max_tokens=300)
+        keep = reply.usage.prompt_tokens if keep is None else keep
+        assert reply.usage.completion_tokens == 300
+        assert reply.usage.shifted_tokens == (CONTEXT - 1 - keep) // 2, n_keep
+    assert shift.kept(-1, 24) == 24 and shift.kept(3, 24) == 3
 
 
 def test_context_shift_with_a_draft_model(loaded: Any) -> None:
