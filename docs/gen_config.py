@@ -411,7 +411,17 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "draft_max": ("`16`", "tokens drafted per step at most"),
         "draft_min": ("`0`", "a shorter draft is not tried"),
         "draft_p_min": ("`0.75`", "draft model: the draft stops where its top token is less likely"),
+        "draft_adaptive": (
+            "`true`",
+            "draft model: back off where its drafts miss (`false`: draft `draft_max` tokens at every step, "
+            "as llama-server does)",
+        ),
         "ngram_size": ("`12`", "`ngram`: the tokens a match needs"),
+        "context_shift": (
+            "`false`",
+            "llama-server's `--context-shift`: a sequence whose context fills while it writes drops half of "
+            "it and goes on, up to the request's `max_tokens` ([the llamacpp engine](engines-llamacpp.md))",
+        ),
     },
     "openai": {
         "base_url": ("one of the two is required", "the upstream's OpenAI base URL (`http://host:8000/v1`)"),

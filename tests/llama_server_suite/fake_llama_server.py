@@ -55,6 +55,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--spec-type")
     p.add_argument("--spec-draft-n-max", type=int)
     p.add_argument("--spec-draft-n-min", type=int)
+    p.add_argument("--spec-draft-p-min", "--draft-p-min", type=float)
+    p.add_argument("--spec-synth-rates")
+    p.add_argument("--spec-synth-len")
+    p.add_argument("--context-shift", dest="context_shift", action="store_true", default=None)
+    p.add_argument("--no-context-shift", dest="context_shift", action="store_false")
     p.add_argument("--mmproj-url")
     p.add_argument("--no-mmproj", action="store_true")
     p.add_argument("--lora", action="append", default=[])
@@ -139,8 +144,22 @@ def model_table(
             table["draft_max"] = options.spec_draft_n_max
         if options.spec_draft_n_min is not None:
             table["draft_min"] = min(options.spec_draft_n_min, table.get("draft_max", 16))
+        # llama-server keeps every drafted token however unsure the draft model is (its
+        # --spec-draft-p-min defaults to 0); Sluicegate's `draft_p_min` defaults to 0.75.
+        table["draft_p_min"] = options.spec_draft_p_min if options.spec_draft_p_min is not None else 0.0
+        if "draft_adaptive" in _llamacpp_keys():  # llama-server drafts in full at every step
+            table["draft_adaptive"] = False
     elif options.spec_type and "ngram" in options.spec_type:
         table["speculative"] = "ngram"
+    if options.spec_synth_rates is not None or options.spec_synth_len is not None:
+        notes.append(
+            "--spec-synth-rates/--spec-synth-len: synthetic draft acceptance (benchmarking only) is not built"
+        )
+    if options.context_shift is not None:
+        if "context_shift" in _llamacpp_keys():
+            table["context_shift"] = options.context_shift
+        else:
+            notes.append("--context-shift: not in this Sluicegate")
     sampling = _sampling(options)
     if sampling and "sampling" in _model_keys():
         table["sampling"] = sampling

@@ -33,6 +33,7 @@ class ChatResult:
     items: list[Item] = field(default_factory=list)
     usage: Usage = field(default_factory=Usage)
     finish_reason: FinishReason | None = None
+    stop_word: str | None = None  # the stop string that ended it (`Finished.stop_word`)
     error: ErrorInfo | None = None
     load_seconds: float | None = None  # set when this request loaded the model
     time_to_first_token: float | None = None
@@ -91,6 +92,7 @@ class Accumulator:
                 self.result.usage = usage
             case Finished(reason=reason):
                 self.result.finish_reason = reason
+                self.result.stop_word = event.stop_word
                 self._stop_clock()
             case Failed(error=error):
                 self.result.error = error

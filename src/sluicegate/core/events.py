@@ -63,6 +63,9 @@ class Usage:
     # wrote as drafted, and those it did not. Not part of `completion_tokens`.
     accepted_prediction_tokens: int = 0
     rejected_prediction_tokens: int = 0
+    # Tokens a context shift dropped from the context while generating (llama-server's
+    # `--context-shift`; its `truncated`): 0 when the context never filled.
+    shifted_tokens: int = 0
 
     @property
     def total_tokens(self) -> int:
@@ -83,6 +86,7 @@ def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int)
         audio_tokens=usage.audio_tokens if usage else 0,
         accepted_prediction_tokens=usage.accepted_prediction_tokens if usage else 0,
         rejected_prediction_tokens=usage.rejected_prediction_tokens if usage else 0,
+        shifted_tokens=usage.shifted_tokens if usage else 0,
     )
 
 
@@ -197,6 +201,9 @@ class UsageReport:
 @dataclass(slots=True)
 class Finished:
     reason: FinishReason
+    # The stop string that ended the output (a request's `stop`), or None: llama-server's
+    # `stop_type: "word"` and `stopping_word`, vLLM's `stop_reason`.
+    stop_word: str | None = None
 
 
 @dataclass(slots=True)

@@ -75,6 +75,7 @@ class Segmenter:
         self.pending_args: dict[int, list[str]] = {}
         self.usage: UsageReport | None = None
         self.finish: FinishReason | None = None
+        self.stop_word: str | None = None
         self.deltas = 0  # what streamed, for usage when the engine never got to report it
         self.reasoning_deltas = 0
 
@@ -201,6 +202,7 @@ class Segmenter:
                 out.append(event)  # the latest count so far; the final one comes before the end
             case Finished():
                 self.finish = event.reason
+                self.stop_word = event.stop_word
             case Failed():
                 return event
             case Answered():
@@ -239,7 +241,7 @@ class Segmenter:
             reason = FinishReason.TOOL_CALLS
         elif not self.tool_count and reason is FinishReason.TOOL_CALLS:
             reason = FinishReason.STOP
-        out.append(Finished(reason))
+        out.append(Finished(reason, self.stop_word if reason is FinishReason.STOP else None))
 
 
 class Segments:

@@ -331,6 +331,7 @@ def _add(a: Usage, b: Usage) -> Usage:
         a.audio_tokens + b.audio_tokens,
         a.accepted_prediction_tokens + b.accepted_prediction_tokens,
         a.rejected_prediction_tokens + b.rejected_prediction_tokens,
+        a.shifted_tokens + b.shifted_tokens,
     )
 
 

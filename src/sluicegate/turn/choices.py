@@ -65,6 +65,7 @@ def summed(usages: Sequence[Usage]) -> Usage:
         audio_tokens=first.audio_tokens,
         accepted_prediction_tokens=sum(u.accepted_prediction_tokens for u in usages),
         rejected_prediction_tokens=sum(u.rejected_prediction_tokens for u in usages),
+        shifted_tokens=sum(u.shifted_tokens for u in usages),
     )
 
 

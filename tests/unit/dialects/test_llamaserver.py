@@ -25,6 +25,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.segment import segment
+from sluicegate.core.slots import N_KEEP
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.dialect import LlamaServerDialect
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
@@ -225,6 +226,42 @@ async def test_timings_truncation_and_response_fields() -> None:
     fields = ["content", "generation_settings/n_predict", "missing/key"]
     _, body = await _run({"prompt": "x", "n_predict": 2, "response_fields": fields}, ID_RAW)
     assert body == {"content": " ab", "generation_settings/n_predict": 2}
+
+
+@pytest.mark.parametrize(
+    ("finish", "stop_type", "word"),
+    [
+        (Finished(FinishReason.STOP, stop_word="\n\n"), "word", "\n\n"),
+        (Finished(FinishReason.STOP), "eos", ""),
+        (Finished(FinishReason.LENGTH), "limit", ""),
+    ],
+)
+async def test_stop_type_tells_a_stop_string_from_the_end_of_text(
+    finish: Finished, stop_type: str, word: str
+) -> None:
+    raw: list[RawEvent] = [*RAW[:-1], finish]
+    objects, body = await _run({"prompt": "x", "stream": True}, raw)
+    assert objects[-1]["stop_type"] == stop_type and objects[-1]["stopping_word"] == word
+    _, body = await _run({"prompt": "x"}, raw)
+    assert body["stop_type"] == stop_type and body["stopping_word"] == word
+
+
+def test_n_keep_goes_to_the_engine() -> None:
+    assert parse_completion({"prompt": "x", "n_keep": -1}, None)[0].extra[N_KEEP] == -1
+    assert parse_completion({"prompt": "x", "n_keep": 12}, None)[0].extra[N_KEEP] == 12
+    assert N_KEEP not in parse_completion({"prompt": "x", "n_keep": 0}, None)[0].extra
+    with pytest.raises(SluicegateError, match="n_keep"):
+        parse_completion({"prompt": "x", "n_keep": -2}, None)
+
+
+async def test_a_context_shift_is_truncated() -> None:
+    raw: list[RawEvent] = [
+        *RAW[:-2],
+        UsageReport(Usage(5, 2, shifted_tokens=100)),
+        Finished(FinishReason.LENGTH),
+    ]
+    _, body = await _run({"prompt": "x", "n_predict": 2}, raw)
+    assert body["truncated"] is True and body["tokens_predicted"] == 2 and body["stop_type"] == "limit"
 
 
 @pytest.mark.parametrize(

@@ -230,10 +230,14 @@ class InfillEncoder:
             "generation_settings": {"n_predict": self.n_predict},
             "prompt": "",
             "has_new_line": "\n" in (result.text_of(_MESSAGE) or ""),
-            "truncated": False,
-            # A stop string and the end of text are one finish reason here: both say "eos".
-            "stop_type": "limit" if result.finish_reason is FinishReason.LENGTH else "eos",
-            "stopping_word": "",
+            "truncated": bool(usage.shifted_tokens),
+            # A stop string ("word"), the limit, or the model's end of text ("eos").
+            "stop_type": "word"
+            if result.stop_word is not None
+            else "limit"
+            if result.finish_reason is FinishReason.LENGTH
+            else "eos",
+            "stopping_word": result.stop_word or "",
             "tokens_cached": usage.cached_tokens,
             "timings": {
                 "cache_n": usage.cached_tokens,

@@ -5,7 +5,7 @@ with the whole `content` (and the output's token ids with `return_tokens`).
 
 The token ids come from the engine (`TokenLogprob.id`, asked for by `SamplingParams.token_ids`);
 an engine without them (an upstream) leaves `tokens` empty. A stop string and the end of text
-are one finish reason in the canonical stream, so both are `stop_type: "eos"`. With
+are told apart by `Finished.stop_word`: `stop_type` "word" (with `stopping_word`) or "eos". With
 `post_sampling_probs`, the probabilities are the model's own (before the samplers), in
 llama-server's `prob`/`top_probs` shape (docs/llama-server.md).
 """
@@ -87,8 +87,14 @@ def bias_entries(bias: dict[int, float]) -> list[dict[str, Any]]:
     return [{"bias": None if math.isinf(v) else v, "token": t} for t, v in bias.items()]
 
 
-def stop_type(reason: FinishReason | None) -> str:
-    return "limit" if reason is FinishReason.LENGTH else "eos"
+def stop_type(result: ChatResult) -> str:
+    """llama-server's README: "word" (a stop string), "limit" (`n_predict` or the context),
+    "eos" (the model's end of generation), "none" (not stopped: no finish came)."""
+    if result.stop_word is not None:
+        return "word"
+    if result.finish_reason is None:
+        return "none"
+    return "limit" if result.finish_reason is FinishReason.LENGTH else "eos"
 
 
 def picked(body: dict[str, Any], fields: list[str]) -> dict[str, Any]:
@@ -202,9 +208,11 @@ class CompletionEncoder:
         prompt_n = usage.prompt_tokens - usage.cached_tokens
         entries = [lp for item in result.of_kind(_MESSAGE) for lp in item.logprobs]
         n_predict = self.options.n_predict
-        # Stopped by the limit but short of `n_predict`: the context was full.
-        truncated = result.finish_reason is FinishReason.LENGTH and (
-            n_predict < 0 or usage.completion_tokens < n_predict
+        # Stopped by the limit but short of `n_predict` (the context was full), or a context
+        # shift dropped part of the context to go on.
+        truncated = bool(usage.shifted_tokens) or (
+            result.finish_reason is FinishReason.LENGTH
+            and (n_predict < 0 or usage.completion_tokens < n_predict)
         )
         body: dict[str, Any] = {
             "index": self.index,
@@ -223,8 +231,8 @@ class CompletionEncoder:
             "prompt": self.prompt,
             "has_new_line": "\n" in text,
             "truncated": truncated,
-            "stop_type": stop_type(result.finish_reason),
-            "stopping_word": "",
+            "stop_type": stop_type(result),
+            "stopping_word": result.stop_word or "",
             "tokens_cached": usage.cached_tokens,
             "timings": {
                 "cache_n": usage.cached_tokens,

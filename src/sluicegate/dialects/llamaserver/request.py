@@ -3,7 +3,8 @@ llama.cpp's sampling names (`n_predict`, `n_probs`, `top_k`, `min_p`, `repeat_pe
 
 What llama-server takes and Sluicegate does not act on is accepted and ignored, as llama-server
 ignores what it does not know: `cache_prompt` (the engine keeps its prompt cache anyway),
-`n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one request
+`t_max_predict_ms`, `samplers`, `timings_per_token`. `n_keep` is what a context shift keeps
+(`ChatRequest.extra[N_KEEP]`, read by an engine that shifts). Several prompts in one request
 are one generation each, answered as an array (the dialect's `choices`). `id_slot` pins the
 generation to one of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences
 are not slots ignores it).
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, RawPrompt
-from sluicegate.core.slots import LORA, SLOT
+from sluicegate.core.slots import LORA, N_KEEP, SLOT
 from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
 MAX_PROBS = 20  # n_probs: as the other completions dialects allow
@@ -157,6 +158,9 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         request.extra[SLOT] = id_slot
     if f.obj.get("lora") is not None:  # read by the engine, which knows its adapters
         request.extra[LORA] = f.obj["lora"]
+    n_keep = f.integer("n_keep", low=-1, high=INT32_MAX)
+    if n_keep:  # what a context shift keeps (the engine's `context_shift`); 0: its default
+        request.extra[N_KEEP] = n_keep
     options = CompletionOptions(
         stream=stream,
         n_predict=n_predict,

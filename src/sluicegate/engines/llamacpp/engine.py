@@ -37,7 +37,7 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.core.rerank import RerankRequest, RerankResult
-from sluicegate.core.slots import LORA
+from sluicegate.core.slots import LORA, N_KEEP
 from sluicegate.core.speech import TranscriptEvent, TranscriptionRequest
 from sluicegate.engines.base import (
     CHAT_ONLY,
@@ -109,6 +109,15 @@ HEARS: frozenset[Task] = frozenset({"chat", "transcription"})  # a projector wit
 DEFAULT_SEQUENCES = 4  # with batching, when `parallel` is unset and the KV budget allows
 
 
+def _shift_keep(base: int | None, request: ChatRequest) -> int | None:
+    """What a context shift keeps for this request (shift.py): the BOS (`base`), and the
+    request's `n_keep` more (llama-server's; -1: the whole prompt); None: no shift."""
+    n_keep = request.extra.get(N_KEEP)
+    if base is None or not isinstance(n_keep, int) or not n_keep:
+        return base
+    return -1 if n_keep < 0 else base + n_keep
+
+
 def llama_seed(seed: int) -> int:
     """A request's int64 seed as llama.cpp's uint32 one. Every seed maps to a fixed sampler seed
     (the same request, the same reply), never to 0xFFFFFFFF, which llama.cpp reads as "random"."""
@@ -170,6 +179,7 @@ class LlamaCppEngine(Engine):
         self._thinking_switch = self.template is not None and "enable_thinking" in self.template
         self._runtime: LlamaRuntime | None = None
         self._draft: LlamaRuntime | None = None  # the draft model, with `draft_model`
+        self._shift_keep: int | None = None  # with `context_shift`, once loaded (shift.py)
         self._vocabulary: Vocabulary | None = None  # the tokenizer alone, while not loaded
         self._eog: list[int] | None = None  # end-of-generation token ids (`ignore_eos`)
         self._executor: ThreadPoolExecutor | None = None
@@ -584,6 +594,7 @@ class LlamaCppEngine(Engine):
             raise EngineFailure(
                 f"llama.cpp could not load {settings.path}: {exc}", code="model_load_failed"
             ) from exc
+        self._shift_keep = self._context_shift(self._runtime)
         if settings.lora:
             try:
                 self._adapters = await loop.run_in_executor(
@@ -609,6 +620,22 @@ class LlamaCppEngine(Engine):
             )
             self._executor.submit(self._scheduler.run)  # the worker thread is the scheduler's now
         await asyncio.to_thread(self._close_vocabulary())  # the loaded model tokenizes now
+
+    def _context_shift(self, runtime: LlamaRuntime) -> int | None:
+        """The tokens a context shift keeps (the BOS, if the model adds one), or None: the
+        model shifts no context. As llama-server, a projector or a memory that cannot move
+        its cells turns `context_shift` off, with a warning."""
+        if not self.settings.context_shift:
+            return None
+        if runtime.projector is not None:
+            log.warning(
+                "%s: context_shift is off: a model with a projector cannot shift its context", self.model_id
+            )
+            return None
+        if not llama_cpp.llama_memory_can_shift(runtime.context.memory):
+            log.warning("%s: context_shift is off: this model's memory cannot shift", self.model_id)
+            return None
+        return int(bool(runtime.model.add_bos_token()))
 
     def _speculator(self, target: LlamaRuntime, context_length: int) -> Speculator:
         """The drafts' source: n-gram lookup, or the draft model (loaded here, on the worker
@@ -756,6 +783,7 @@ class LlamaCppEngine(Engine):
             prediction=prediction_tokens(runtime.model, request.prediction)
             if request.prediction and scheduler is not None
             else None,
+            shift_keep=_shift_keep(self._shift_keep, request),
         )
         if any(isinstance(p, Sound) for p in pictures):
             job.emit = _with_audio_tokens(job)

@@ -41,7 +41,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import SamplingParams
-from sluicegate.engines.llamacpp import samplers
+from sluicegate.engines.llamacpp import samplers, shift
 from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
 from sluicegate.engines.llamacpp.grammar import Grammar
 from sluicegate.engines.llamacpp.stops import StopScanner
@@ -95,6 +95,9 @@ class Job:
     # The request's predicted output as tokens (`ChatRequest.prediction`): its drafts
     # (prediction.py; batching only).
     prediction: list[int] | None = None
+    # Context shift (shift.py): the tokens kept at the start when the context fills while
+    # generating (the BOS token, if any, and `n_keep`; -1: the prompt); None: no shift.
+    shift_keep: int | None = None
 
     def free(self) -> None:
         if self.media is not None:
@@ -485,8 +488,7 @@ class LlamaRuntime:
 
     def _sample_loop(self, job: Job, samplers: _Samplers) -> None:
         sampling, parser, emit, usage = job.sampling, job.parser, job.emit, job.usage
-        room = self.n_ctx - len(self.evaluated)
-        limit = room if sampling.max_tokens is None else min(sampling.max_tokens, room)
+        limit = output_limit(job, self.n_ctx - len(self.evaluated))
         top = logprobs_wanted(sampling)
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
         stops = StopScanner(sampling.stop)
@@ -525,16 +527,35 @@ class LlamaRuntime:
             if usage.completion_tokens >= limit:
                 finish = FinishReason.LENGTH
                 break
+            if job.shift_keep is not None and shift.due(len(self.evaluated), self.n_ctx):
+                keep = shift.kept(job.shift_keep, len(job.tokens))
+                usage.shifted_tokens += shift.shift(self.context.memory, 0, self.evaluated, self.n_ctx, keep)
             self._decode([token])
         # Text held back for a possible stop string, or an unfinished UTF-8 sequence, is text.
         tail = "" if stopped else stops.flush() + decoder.decode(b"", final=True)
         events = (parser.feed(tail, pending or None) if tail else []) + parser.finish()
         if finish is FinishReason.STOP and parser.saw_tool_calls:
             finish = FinishReason.TOOL_CALLS
+        if usage.shifted_tokens:  # the cells after the hole were computed with what it dropped
+            self.forget()
         final = Usage(
-            usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens
+            usage.prompt_tokens,
+            usage.completion_tokens,
+            usage.cached_tokens,
+            usage.reasoning_tokens,
+            shifted_tokens=usage.shifted_tokens,
         )
-        emit([*events, UsageReport(final), Finished(finish)])
+        word = stops.reached if finish is FinishReason.STOP else None
+        emit([*events, UsageReport(final), Finished(finish, word)])
+
+
+def output_limit(job: Job, room: int) -> int:
+    """The most tokens the job may write, `room` being what its context has left after the
+    prompt: what it asked for, within that room unless the context shifts (shift.py)."""
+    asked = job.sampling.max_tokens
+    if asked is None:
+        return room  # no limit asked: the context's end is one, shift or not
+    return asked if job.shift_keep is not None else min(asked, room)
 
 
 def logprobs_wanted(sampling: SamplingParams) -> int:

@@ -39,6 +39,7 @@ from typing import Any
 import llama_cpp
 
 from sluicegate.core.errors import EngineFailure
+from sluicegate.engines.llamacpp import shift
 from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.lora import Adapters, Scales
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
@@ -251,7 +252,9 @@ class BatchScheduler:
         sequence.free()
         if self.speculator is not None:
             self.speculator.end(slot.id)
-        if not keep:
+        # After a context shift, the cells past its hole were computed with what it dropped: no
+        # later prompt reuses them.
+        if not keep or sequence.job.usage.shifted_tokens:
             self._drop(slot)
         self._end(sequence, error)
 
@@ -386,7 +389,10 @@ class BatchScheduler:
         sources = free + [
             slot
             for slot in self._live
-            if slot.sequence is not None and not slot.sequence.prefilling and slot.sequence.job.media is None
+            if slot.sequence is not None
+            and not slot.sequence.prefilling
+            and slot.sequence.job.media is None
+            and not slot.sequence.job.usage.shifted_tokens
         ]
         shared = {
             slot.id: min(_shared(slot.cached, tokens), limit) if slot.lora == lora else 0 for slot in sources
@@ -482,6 +488,8 @@ class BatchScheduler:
             sequence = slot.sequence
             assert sequence is not None
             if sequence.next_token is not None:
+                if sequence.job.shift_keep is not None and shift.due(len(slot.cached), runtime.n_ctx):
+                    self._shift(slot, sequence, shift.kept(sequence.job.shift_keep, len(sequence.job.tokens)))
                 parts.append((slot, [sequence.next_token], 0))
                 room -= 1
             elif sequence.prefilling:
@@ -579,6 +587,15 @@ class BatchScheduler:
                 self._release(slot, exc, keep=False)
         return True
 
+    def _shift(self, slot: Slot, sequence: Sequence, keep: int) -> None:
+        """Its context is full: drop half of it (shift.py) so that it goes on generating."""
+        dropped = shift.shift(self.runtime.context.memory, slot.id, slot.cached, self.runtime.n_ctx, keep)
+        sequence.job.usage.shifted_tokens += dropped
+        assert sequence.next_token is not None
+        sequence.history = [*slot.cached, sequence.next_token]
+        if self.speculator is not None:
+            self.speculator.shifted(slot.id)
+
     def _lora_group(self) -> list[Slot]:
         """The live slots this step decodes: those of one set of LoRA scales (llama.cpp applies
         adapters to the whole context), set on the context; each set takes its turn."""
@@ -602,7 +619,11 @@ class BatchScheduler:
                 continue
             # What its gauge allows now (adaptive.py), cut to what the sequence may still output
             # (and so to its context) and to the batch. A want of 0 still checks a shadow draft.
-            most = max(0, min(speculator.most(slot.id), sequence.draft_room(), space))
+            # And to the context's cells after its next token's but the last (more than the
+            # output limit leaves when the context shifts): a context shift, due when one cell
+            # is left, then comes where it would without drafts, and so does the output.
+            room = self.runtime.n_ctx - len(slot.cached) - 2
+            most = max(0, min(speculator.most(slot.id), sequence.draft_room(), space, room))
             wants.append((slot.id, sequence.history, most))
             where.append(i)
             space -= most

@@ -27,7 +27,7 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
-from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers, logprobs_wanted
+from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers, logprobs_wanted, output_limit
 from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.observe.metrics import METRICS
@@ -45,6 +45,7 @@ class Sequence:
         "_started_at",
         "_stops",
         "_top",
+        "_word",
         "base",
         "cap",
         "done",
@@ -89,6 +90,7 @@ class Sequence:
         self.history: list[int] = []
         self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
         self._stops = StopScanner(job.sampling.stop)
+        self._word: str | None = None  # the stop string that ended the output
         self._pending: list[TokenLogprob] = []
         sampling = job.sampling
         self._top = logprobs_wanted(sampling)
@@ -123,9 +125,7 @@ class Sequence:
         usage = self.job.usage
         self._sampling_at = time.perf_counter()
         self.job.emit([PromptFinished(), UsageReport(Usage(usage.prompt_tokens, 0, usage.cached_tokens))])
-        room = runtime.n_ctx - usage.prompt_tokens
-        asked = self.job.sampling.max_tokens
-        self._limit = room if asked is None else min(asked, room)
+        self._limit = output_limit(self.job, runtime.n_ctx - usage.prompt_tokens)
         self.samplers = _Samplers(runtime, self.job)
         self.history = list(self.job.tokens)
 
@@ -170,6 +170,7 @@ class Sequence:
                     )
                 job.emit(events)
         if stopped:
+            self._word = self._stops.reached
             self._stops = StopScanner([])  # nothing held back once a stop string was reached
             self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
             return FinishReason.STOP
@@ -201,8 +202,10 @@ class Sequence:
             usage.reasoning_tokens,
             accepted_prediction_tokens=usage.accepted_prediction_tokens,
             rejected_prediction_tokens=usage.rejected_prediction_tokens,
+            shifted_tokens=usage.shifted_tokens,
         )
-        job.emit([*events, UsageReport(final), Finished(finish)])
+        word = self._word if finish is FinishReason.STOP else None
+        job.emit([*events, UsageReport(final), Finished(finish, word)])
 
     def next_image(self) -> tuple[bool, int | None]:
         """Whether the prompt goes on with an image now, and where its next image starts

@@ -43,8 +43,10 @@ KEYS = frozenset(
         "draft_max",
         "draft_min",
         "draft_p_min",
+        "draft_adaptive",
         "ngram_size",
         "lora",
+        "context_shift",
     }
 )
 DEFAULT_BATCH_SIZE = 512
@@ -88,6 +90,9 @@ class LlamaCppSettings:
     speculative: SpeculativeSettings | None = None
     # LoRA adapters loaded beside the model (lora.py), each at its starting scale.
     lora: tuple[LoraFile, ...] = ()
+    # llama-server's `--context-shift` (shift.py): a sequence whose context fills while it
+    # generates drops half of it and goes on, instead of stopping there.
+    context_shift: bool = False
 
 
 THINKING = {"on": True, "off": False, "auto": None}
@@ -122,7 +127,11 @@ def _speculative(model: str, table: dict[str, Any], base_dir: Path) -> Speculati
     kind = table.get("speculative")
     if kind is not None and kind not in ("ngram", "draft", "none"):
         raise ConfigError(f'model {model!r}: `speculative` must be "ngram", "draft" or "none", got {kind!r}')
-    tuning = [key for key in ("draft_max", "draft_min", "draft_p_min", "ngram_size") if key in table]
+    tuning = [
+        key
+        for key in ("draft_max", "draft_min", "draft_p_min", "draft_adaptive", "ngram_size")
+        if key in table
+    ]
     if "draft_model" in table:
         if kind not in (None, "draft"):
             raise ConfigError(f'model {model!r}: `draft_model` goes with `speculative = "draft"` (or none)')
@@ -141,8 +150,9 @@ def _speculative(model: str, table: dict[str, Any], base_dir: Path) -> Speculati
         if not path.is_file():
             raise ConfigError(f"model {model!r}: no draft model GGUF file at {path}")
         values["draft_model"] = path
-    elif "draft_p_min" in table:
-        raise ConfigError(f"model {model!r}: `draft_p_min` is for a draft model, not n-gram drafts")
+    elif "draft_p_min" in table or "draft_adaptive" in table:
+        key = "draft_p_min" if "draft_p_min" in table else "draft_adaptive"
+        raise ConfigError(f"model {model!r}: `{key}` is for a draft model, not n-gram drafts")
     if kind != "ngram" and "ngram_size" in table:
         raise ConfigError(f'model {model!r}: `ngram_size` is for `speculative = "ngram"`')
     for key, low in (("draft_max", 1), ("draft_min", 0), ("ngram_size", 1)):
@@ -153,6 +163,10 @@ def _speculative(model: str, table: dict[str, Any], base_dir: Path) -> Speculati
         if isinstance(p_min, bool) or not isinstance(p_min, int | float) or not 0 <= p_min <= 1:
             raise ConfigError(f"model {model!r}: `draft_p_min` must be a number in [0, 1], got {p_min!r}")
         values["draft_p_min"] = float(p_min)
+    if "draft_adaptive" in table:
+        if not isinstance(table["draft_adaptive"], bool):
+            raise ConfigError(f"model {model!r}: `draft_adaptive` must be true or false")
+        values["draft_adaptive"] = table["draft_adaptive"]
     settings = SpeculativeSettings(**values)
     if settings.draft_min > settings.draft_max:
         raise ConfigError(f"model {model!r}: `draft_min` ({settings.draft_min}) is above `draft_max`")
@@ -190,7 +204,7 @@ def parse_settings(table: dict[str, Any], base_dir: Path) -> LlamaCppSettings:
     ):
         if key in table:
             values[key] = _integer(model, key, table[key], low)
-    for key in ("flash_attention", "repack", "embedding", "batching", "rerank"):
+    for key in ("flash_attention", "repack", "embedding", "batching", "rerank", "context_shift"):
         if key in table:
             if not isinstance(table[key], bool):
                 raise ConfigError(f"model {model!r}: `{key}` must be true or false")

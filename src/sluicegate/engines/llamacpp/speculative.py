@@ -55,6 +55,9 @@ class SpeculativeSettings:
     draft_min: int = 0  # a shorter draft is not tried (the step decodes one token)
     draft_p_min: float = 0.75  # kind "draft": the draft stops where its top token is less likely
     ngram_size: int = 12  # kind "ngram": the tokens a match needs (llama.cpp's default)
+    # Kind "draft": False drafts up to `draft_max` at every step whatever the drafts bring, as
+    # llama-server does; True (the default) backs off where they miss (adaptive.py).
+    draft_adaptive: bool = True
 
 
 # One drafting sequence: (slot id, its tokens so far ending with the one to decode next, the
@@ -301,13 +304,27 @@ class Speculator:
         if self.drafter is not None:
             self.drafter.drop(slot)
 
+    def shifted(self, slot: int) -> None:
+        """The slot's context shifted (shift.py): what the drafter holds of it no longer lines
+        up, so it starts over; a prediction's place in the output is lost, so it ends."""
+        if self.drafter is not None:
+            self.drafter.drop(slot)
+        if self._predictions[slot] is not None:
+            self.end(slot)
+
     def drafting(self, slot: int) -> bool:
         return self._gauges[slot] is not None
 
     def most(self, slot: int) -> int:
         """The longest draft the slot's sequence may propose this step (0: none)."""
         gauge = self._gauges[slot]
-        return 0 if gauge is None else gauge.allowance()
+        if gauge is None:
+            return 0
+        return self.settings.draft_max if self._fixed(slot) else gauge.allowance()
+
+    def _fixed(self, slot: int) -> bool:
+        """The draft model drafts in full at every step (`draft_adaptive = false`)."""
+        return not self.settings.draft_adaptive and self._source(slot) is None
 
     def draft(self, wants: list[Want]) -> list[list[int]]:
         """Each want's draft (one shorter than `draft_min` is dropped). A want that may not
@@ -356,7 +373,7 @@ class Speculator:
         counters[self._keys[0]] += drafted
         counters[self._keys[1]] += accepted
         gauge = self._gauges[slot]
-        if gauge is not None:
+        if gauge is not None and not self._fixed(slot):
             gauge.taken(drafted, accepted)
         if self._predictions[slot] is None:
             self.model_rate.add(drafted, accepted)

@@ -7,14 +7,16 @@ class StopScanner:
     def __init__(self, stops: list[str]) -> None:
         self._stops = [s for s in stops if s]
         self._held = ""
+        self.reached: str | None = None  # the stop string found, once one was
 
     def feed(self, text: str) -> tuple[str, bool]:
         """(text safe to emit now, whether a stop string was reached)."""
         if not self._stops:
             return text, False
         held = self._held + text
-        cut = min((at for s in self._stops if (at := held.find(s)) >= 0), default=-1)
-        if cut >= 0:
+        found = [(at, stop) for stop in self._stops if (at := held.find(stop)) >= 0]
+        if found:
+            cut, self.reached = min(found, key=lambda hit: hit[0])
             self._held = ""
             return held[:cut], True
         keep = 0  # the longest tail that is the start of some stop string
