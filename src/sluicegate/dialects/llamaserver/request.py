@@ -6,7 +6,9 @@ ignores what it does not know: `cache_prompt` (the engine keeps its prompt cache
 `n_keep`, `t_max_predict_ms`, `samplers`, `timings_per_token`. Several prompts in one request
 are one generation each, answered as an array (the dialect's `choices`). `id_slot` pins the
 generation to one of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences
-are not slots ignores it).
+are not slots ignores it). A prompt object's `multimodal_data` (base64 images, one per
+`<__media__>` marker in its `prompt_string`) becomes the prompt's image parts (`RawPrompt.media`),
+decoded by the turn runner and read by the engine's projector as a message's images are.
 """
 
 from __future__ import annotations
