@@ -305,6 +305,13 @@ def main(argv: list[str]) -> None:
     work.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix="launch-", dir=work))
     model, notes = model_table(options, paths)
+    if model is not None and options.no_mmproj:
+        # Sluicegate finds an `mmproj*.gguf` beside the model: a link to the model alone, in a
+        # folder of its own, is the model without its projector.
+        alone = folder / "no-mmproj" / Path(model["path"]).name
+        alone.parent.mkdir()
+        alone.symlink_to(Path(model["path"]).resolve())
+        model["path"] = str(alone)
     config = write_config(folder, server_table(options, model, folder / "data"), model, chat_table(options))
     if ignored:
         notes.append(f"ignored flags: {' '.join(ignored)}")

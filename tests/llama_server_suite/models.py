@@ -24,12 +24,13 @@ HUB: dict[tuple[str, str | None], str] = {
     ("ggml-org/models", "jina-reranker-v1-tiny-en/ggml-model-f16.gguf"): "rerank",
     ("ggml-org/tinygemma3-GGUF", None): "vision",
 }
+VISION_IMAGE_SIZE = 64  # the vision stand-in's image side in pixels: 64 prompt tokens an image
 # download_file(URL): the file name → kind (a draft model must share the target's vocabulary).
 URLS: dict[str, str] = {
     "stories15M-q4_0.gguf": "text",
     "moe_shakespeare15M.gguf": "text",
     "11_truck.png": "image",
-    "91_cat.png": "image",
+    "91_cat.png": "image-cat",  # another picture: the suite's two images must differ
 }
 
 
@@ -50,13 +51,14 @@ def _gemma(folder: Path) -> Path:
     return path
 
 
-def _image(path: Path) -> Path:
-    """A small picture of a red box on grey (the suite's truck photo cannot be fetched)."""
+def _image(path: Path, box: tuple[int, int, int] = (200, 30, 30)) -> Path:
+    """A small picture of a box (red: the truck's stand-in) on grey (the suite's photos cannot
+    be fetched)."""
     from PIL import Image, ImageDraw
 
     if not path.is_file():
         picture = Image.new("RGB", (64, 48), (128, 128, 128))
-        ImageDraw.Draw(picture).rectangle((8, 12, 56, 40), fill=(200, 30, 30))
+        ImageDraw.Draw(picture).rectangle((8, 12, 56, 40), fill=box)
         partial = path.with_suffix(".part.png")
         picture.save(partial)
         partial.replace(path)
@@ -77,11 +79,13 @@ def build(text_model: str = "demo") -> dict[str, str]:
 
         return make_demo_gguf(path, **options)
 
-    vision = folder / "vision" / "vision.gguf"
+    # 64x64 images (64 prompt tokens each, where the demo's own cost 16): test_slot_save counts
+    # more than 32 for a short prompt with an image, as tinygemma3's do.
+    vision = folder / "vision-64" / "vision.gguf"
     if not vision.is_file():
         from sluicegate.demo.vision import make_demo_vision
 
-        make_demo_vision(vision)
+        make_demo_vision(vision, image_size=VISION_IMAGE_SIZE)
     paths = {
         # Without an end of turn: like stories260K, it writes until `n_predict` or the context
         # ends it (the demo's ends after ~60 tokens, which fails every "exactly n tokens" test).
@@ -91,6 +95,7 @@ def build(text_model: str = "demo") -> dict[str, str]:
         "rerank": demo("rerank.gguf", rerank=True),
         "vision": vision,
         "image": _image(folder / "image.png"),
+        "image-cat": _image(folder / "image-cat.png", (30, 30, 200)),
     }
     return {kind: str(path) for kind, path in paths.items()}
 

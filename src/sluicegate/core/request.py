@@ -161,6 +161,9 @@ class RawPrompt:
     # tokens in it are read as such, unlike in prefix and suffix).
     middle: str = ""
     echo: bool = False  # the output starts with the prompt itself (OpenAI's `echo`)
+    # llama-server's `multimodal_data`: image parts, one per media marker in `text` (a string),
+    # in order; decoded by the turn runner like a message's images, for an engine that reads them.
+    media: list[ContentPart] = field(default_factory=list)
 
     @property
     def fill_in_middle(self) -> bool:

@@ -64,13 +64,16 @@ def add_encoder_blocks(
         writer.add_tensor(f"{blk}.ffn_down.bias", np.zeros(n, dtype=np.float32))
 
 
-def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> Path:
-    """Write a projector whose output has `text_embd` dimensions (the text model's)."""
+def make_demo_projector(
+    path: str | Path, *, text_embd: int, seed: int = 0, image_size: int = IMAGE_SIZE
+) -> Path:
+    """Write a projector whose output has `text_embd` dimensions (the text model's); an image
+    costs `(image_size / PATCH_SIZE)²` prompt tokens."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed + 1)
     n, ff = _VISION_EMBD, _VISION_FF
-    n_pos = IMAGE_TOKENS
+    n_pos = (image_size // PATCH_SIZE) ** 2
 
     def dense(rows: int, cols: int) -> np.ndarray:
         weights: np.ndarray = (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
@@ -87,7 +90,7 @@ def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> P
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_bool("clip.has_audio_encoder", False)
     writer.add_bool("clip.use_gelu", True)
-    writer.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    writer.add_uint32("clip.vision.image_size", image_size)
     writer.add_uint32("clip.vision.patch_size", PATCH_SIZE)
     writer.add_uint32("clip.vision.embedding_length", n)
     writer.add_uint32("clip.vision.feed_forward_length", ff)
@@ -114,8 +117,15 @@ def make_demo_projector(path: str | Path, *, text_embd: int, seed: int = 0) -> P
 
 
 def make_demo_vision(
-    path: str | Path, *, size: str = "tiny", seed: int = 0, ends_replies: bool = True
+    path: str | Path,
+    *,
+    size: str = "tiny",
+    seed: int = 0,
+    ends_replies: bool = True,
+    image_size: int = IMAGE_SIZE,
 ) -> Path:
     """Write the demo model to `path` and its projector beside it; return the projector's path."""
     model = make_demo_gguf(path, size=size, seed=seed, ends_replies=ends_replies, mixing=VISION_MIXING)
-    return make_demo_projector(projector_path(model), text_embd=SHAPES[size].n_embd, seed=seed)
+    return make_demo_projector(
+        projector_path(model), text_embd=SHAPES[size].n_embd, seed=seed, image_size=image_size
+    )

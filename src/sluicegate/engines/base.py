@@ -255,6 +255,19 @@ class Engine(ABC):
             )
         if prompt.fill_in_middle and not capabilities.fill_in_middle:
             raise fim_unsupported(self.model_id)
+        if prompt.media and not capabilities.vision:  # llama-server's words for it
+            raise invalid(
+                f"Multimodal data provided, but model {self.model_id!r} does not support multimodal requests.",
+                param="prompt",
+                code="image_input_unsupported",
+            )
+        if prompt.media and not self.reads_pixels:
+            raise invalid(
+                f"The {self.kind} engine of model {self.model_id!r} takes images in chat messages only, "
+                "not with a raw prompt.",
+                param="prompt",
+                code="image_input_unsupported",
+            )
 
     def count_tokens(self, request: ChatRequest) -> int | None:
         """The prompt's token count by this engine's own tokenizer, or None without one."""

@@ -55,13 +55,15 @@ class ImageSettings:
 
 
 def image_parts(chat: ChatRequest, kind: str = "image") -> list[ContentPart]:
+    """The request's parts of `kind`: its messages', and a raw prompt's (`multimodal_data`)."""
+    media = chat.prompt.media if chat.prompt is not None else []
     return [
         part
         for message in chat.messages
         if not isinstance(message.content, str)
         for part in message.content
         if part.type == kind
-    ]
+    ] + [part for part in media if part.type == kind]
 
 
 async def load_audio(chat: ChatRequest, limits: AudioLimits) -> None:

@@ -117,7 +117,9 @@ def test_several_prompts_are_one_generation_each() -> None:
         {"prompt": []},
         {"prompt": [-1]},
         {"prompt": [{"text": "x"}]},
-        {"prompt": {"prompt_string": "x", "multimodal_data": ["aGk="]}},
+        {"prompt": {"prompt_string": "x", "multimodal_data": "aGk="}},
+        {"prompt": {"prompt_string": [1, 2], "multimodal_data": ["aGk="]}},
+        {"prompt": [{"prompt_string": "<__media__>", "multimodal_data": ["aGk="]}, "y"]},
         {"prompt": "x", "n_predict": 0},
     ],
 )
@@ -125,6 +127,21 @@ def test_refused(body: dict[str, Any]) -> None:
     with pytest.raises(SluicegateError) as caught:
         parse_completion(body, "m")
     assert caught.value.info.param in ("prompt", "n_predict")
+
+
+def test_multimodal_data_becomes_the_prompts_image_parts() -> None:
+    chat, _ = parse_completion(
+        {"prompt": {"prompt_string": "a <__media__> b <__media__>", "multimodal_data": ["aGk=", " Ynll\n"]}},
+        "m",
+    )
+    assert chat.prompt is not None and chat.prompt.text == "a <__media__> b <__media__>"
+    assert [(p.type, p.image_url) for p in chat.prompt.media] == [
+        ("image", "data:;base64,aGk="),
+        ("image", "data:;base64,Ynll"),
+    ]
+    # No images: a prompt object is its text, as before.
+    plain, _ = parse_completion({"prompt": {"prompt_string": "x"}}, "m")
+    assert plain.prompt is not None and plain.prompt.media == []
 
 
 def test_sampling_and_limits() -> None:

@@ -7,7 +7,9 @@ ignores what it does not know: `cache_prompt` (the engine keeps its prompt cache
 (`ChatRequest.extra[N_KEEP]`, read by an engine that shifts). Several prompts in one request
 are one generation each, answered as an array (the dialect's `choices`). `id_slot` pins the
 generation to one of the model's slots (`ChatRequest.extra[SLOT]`; an engine whose sequences
-are not slots ignores it).
+are not slots ignores it). A prompt object's `multimodal_data` (base64 images, one per
+`<__media__>` marker in its `prompt_string`) becomes the prompt's image parts (`RawPrompt.media`),
+decoded by the turn runner and read by the engine's projector as a message's images are.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluicegate.core.request import ChatRequest, RawPrompt
+from sluicegate.core.request import ChatRequest, ContentPart, RawPrompt
 from sluicegate.core.slots import LORA, N_KEEP, SLOT
 from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
@@ -45,17 +47,26 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT32_MAX
 
 
-def _one(f: Fields, value: Any) -> PromptValue | None:
+def _media(f: Fields, value: dict[str, Any]) -> list[ContentPart]:
+    """A prompt object's `multimodal_data`: base64 images, one per media marker in its
+    `prompt_string`, as image parts (decoded later, with a message's images' limits)."""
+    if MULTIMODAL not in value:
+        return []
+    data = value[MULTIMODAL]
+    if not isinstance(data, list) or not all(isinstance(d, str) for d in data):
+        f.fail("prompt", f"'{MULTIMODAL}' must be an array of base64 strings.")
+    if not isinstance(value[PROMPT_STRING], str):
+        f.fail("prompt", f"A prompt object with '{MULTIMODAL}' needs '{PROMPT_STRING}' as a string.")
+    # A data URL's type is not read: the bytes say what they are, as llama-server reads them.
+    return [ContentPart(type="image", image_url=f"data:;base64,{d.strip()}") for d in data]
+
+
+def _one(f: Fields, value: Any, media: list[ContentPart]) -> PromptValue | None:
     """One prompt as llama-server reads it: a string, token ids, ids and strings mixed (one
-    sequence), or `{"prompt_string": ...}` holding one of those; None: none of them."""
+    sequence), or `{"prompt_string": ...}` holding one of those (and its `multimodal_data`,
+    added to `media`); None: none of them."""
     if isinstance(value, dict) and PROMPT_STRING in value:
-        if value.get(MULTIMODAL):
-            f.fail(
-                "prompt",
-                f"'{MULTIMODAL}' in a prompt object is not supported: send images to "
-                "/v1/chat/completions as image_url parts.",
-                "unsupported_parameter",
-            )
+        media += _media(f, value)
         value = value[PROMPT_STRING]
         if isinstance(value, dict):
             return None
@@ -68,25 +79,34 @@ def _one(f: Fields, value: Any) -> PromptValue | None:
     return None
 
 
-def _prompts(f: Fields) -> list[PromptValue]:
+def _prompts(f: Fields) -> tuple[list[PromptValue], list[ContentPart]]:
     """llama-server's `prompt`: one prompt, or an array of them (an array holding any token id
-    is one prompt). Several prompts: one generation each, answered as an array."""
+    is one prompt). Several prompts: one generation each, answered as an array. And the one
+    prompt's images (`multimodal_data`)."""
     value = f.obj.get("prompt")
     if value is None:
         f.fail("prompt", '"prompt" must be provided', "missing_required_parameter")
+    media: list[ContentPart] = []
     if isinstance(value, list) and value and not any(_is_id(v) for v in value):
         if len(value) > MAX_PROMPTS:
             f.fail("prompt", f"At most {MAX_PROMPTS} prompts in one request.")
-        prompts = [_one(f, v) for v in value]
+        prompts = [_one(f, v, media) for v in value]
     else:
-        prompts = [_one(f, value)]
+        prompts = [_one(f, value, media)]
     if any(p is None for p in prompts):
         f.fail(
             "prompt",
             '"prompt" elements must be a string, a list of tokens, a JSON object containing a prompt '
             "string, or a list of mixed strings & tokens.",
         )
-    return [p for p in prompts if p is not None]
+    if media and len(prompts) > 1:
+        f.fail(
+            "prompt",
+            f"'{MULTIMODAL}' is supported in a request with one prompt; send each prompt with images "
+            "as a request of its own.",
+            "unsupported_parameter",
+        )
+    return [p for p in prompts if p is not None], media
 
 
 def _constraint(f: Fields) -> dict[str, Any] | None:
@@ -117,7 +137,7 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     its clients name none)."""
     f = Fields(body)
     model = f.string("model") or default_model or ""
-    prompts = _prompts(f)
+    prompts, media = _prompts(f)
     s = sampling_fields(f)
     n_predict = f.integer("n_predict", low=-1, high=INT32_MAX)
     if n_predict is None:
@@ -151,7 +171,7 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     }
     s.n = len(prompts)
     s.token_ids = stream or bool(f.boolean("return_tokens"))  # streamed chunks always carry them
-    request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(prompts[0]))
+    request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(prompts[0], media=media))
     request.response_format = _constraint(f)
     id_slot = f.integer("id_slot", low=-1, high=INT32_MAX)
     if id_slot is not None and id_slot >= 0:

@@ -35,7 +35,7 @@ from sluicegate.core.events import (
     TextDelta,
     UsageReport,
 )
-from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.request import ChatRequest, ContentPart, Message
 from sluicegate.core.rerank import RerankRequest, RerankResult
 from sluicegate.core.slots import LORA, N_KEEP
 from sluicegate.core.speech import TranscriptEvent, TranscriptionRequest
@@ -397,6 +397,9 @@ class LlamaCppEngine(Engine):
                 else f"Model {self.model_id!r} is an embedding model; use POST /v1/embeddings."
             )
             raise invalid(message, param="model", code="model_not_supported")
+        if request.prompt is not None and request.prompt.media:
+            self._check_media_completion(request)
+            return
         if request.prompt is not None:
             laid_out = self._check_completion_length(request)
             grammar = request_grammar(request)  # a raw prompt: no family markup
@@ -445,6 +448,32 @@ class LlamaCppEngine(Engine):
         if pictures and media is None:  # counted before the load, or trimmed: the worker tokenizes
             tokens = None
         self._prepare(_Prepared(request, prompt, tokens, grammar, pictures, media))
+
+    def _check_media_completion(self, request: ChatRequest) -> None:
+        """A raw prompt with images (llama-server's `multimodal_data`): its text and images
+        through the projector as a chat prompt's are (BOS and special tokens as llama-server
+        reads it), counted exactly, so an overflow is a 400 here."""
+        raw = request.prompt
+        assert raw is not None and isinstance(raw.text, str)  # the dialect let only text through
+        pictures = self._media_pictures(raw.media)
+        if raw.text.count(MARKER) != len(pictures):
+            raise invalid(
+                f"The prompt has {raw.text.count(MARKER)} media markers ({MARKER!r}) for {len(pictures)} "
+                "items of 'multimodal_data': one marker stands where each goes.",
+                param="prompt",
+                code="invalid_image",
+            )
+        media, tokens = self._media(raw.text, pictures)
+        n_ctx = self._limit(request)
+        if len(tokens) >= n_ctx:
+            if media is not None:
+                media.free()
+            raise too_long(len(tokens), n_ctx, self.model_id, param="prompt")
+        counted = tokens if media is not None else None  # None: counted before the load, the worker tokenizes
+        self._prepare(_Prepared(request, raw.text, counted, request_grammar(request), pictures, media))
+
+    def _media_pictures(self, parts: list[ContentPart]) -> list[Media]:
+        return self._pictures([Message(role="user", content=parts)])
 
     def _prepare(self, prepared: _Prepared) -> None:
         """Keep what `check` found for `generate` (a request checked and never run leaves its
@@ -720,7 +749,13 @@ class LlamaCppEngine(Engine):
         if runtime is None or executor is None:
             raise EngineFailure(f"model {self.model_id!r} is not loaded", code="model_not_loaded")
         prepared = self._take_prepared(request)
-        if prepared is None and request.prompt is not None:
+        if prepared is None and request.prompt is not None and request.prompt.media:
+            assert isinstance(request.prompt.text, str)
+            pictures = self._media_pictures(request.prompt.media)  # the worker tokenizes them
+            prepared = _Prepared(
+                request, request.prompt.text, grammar=request_grammar(request), pictures=pictures
+            )
+        elif prepared is None and request.prompt is not None:
             laid_out = self._check_completion_length(request)
             prepared = _Prepared(request, "", laid_out, request_grammar(request))
         elif prepared is None:

@@ -315,7 +315,13 @@ class Projector:
                 out.tokens.extend([placeholder(digest.decode(), window)] * n_pos)
                 out.audio_tokens += n_pos if span.audio else 0
             if out.tokens and out.tokens[-1] < 0:  # its last token must give logits
-                raise EngineFailure("The prompt cannot end with an image.", code="invalid_image")
+                # A chat template always ends with text; a raw prompt (`multimodal_data`) may
+                # not: the client's to fix, a 400.
+                raise invalid(
+                    "The prompt cannot end with an image or audio: put text after the last media marker.",
+                    param="prompt",
+                    code="invalid_image",
+                )
         except BaseException:
             out.free()
             raise
