@@ -131,3 +131,25 @@ def test_an_init_of_the_known_shape_is_deferred_any_other_is_imported_as_it_is(
         "heavy after": True,
         "again": False,
     }
+
+
+@pytest.mark.parametrize(
+    ("sampling", "grammar", "wanted"),
+    [
+        ({}, False, False),  # llama.cpp's sampler chain: no logits read in Python
+        ({"temperature": 0.0}, False, True),  # the greedy argmax
+        ({"temperature": 0.0, "repeat_penalty": 1.3}, False, False),  # a chain again
+        ({"logprobs": True}, False, True),
+        ({"token_ids": True}, False, True),  # llama-server's token ids carry their logprob
+        ({}, True, True),  # a grammar's mask
+    ],
+)
+def test_the_requests_that_read_logits_through_numpy(
+    sampling: dict[str, object], grammar: bool, wanted: bool
+) -> None:
+    from sluicegate.core.request import SamplingParams
+    from sluicegate.engines.llamacpp.grammar import Grammar
+    from sluicegate.engines.llamacpp.runtime import needs_numpy
+
+    rule = Grammar("answer: /a/", "json_object") if grammar else None
+    assert needs_numpy(SamplingParams(**sampling), rule) is wanted  # type: ignore[arg-type]
