@@ -13,11 +13,9 @@ from __future__ import annotations
 import base64
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from sluicegate.core.errors import invalid
 from sluicegate.core.scope import scope_of
@@ -33,12 +31,24 @@ COMPACTION = "compaction"
 REASONING = "reasoning"
 Json = dict[str, Any]
 
+if TYPE_CHECKING:  # imported by the first seal or unseal: ~7 MiB a server may never need
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
 
 class Sealer:
     def __init__(self, key: bytes) -> None:
         if len(key) != 32:
             raise ValueError("a sealing key is 32 bytes")
-        self._aead = AESGCM(key)
+        self._key = key
+        self._cipher: AESGCM | None = None
+
+    @property
+    def _aead(self) -> AESGCM:
+        if self._cipher is None:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+            self._cipher = AESGCM(self._key)
+        return self._cipher
 
     @staticmethod
     def _aad(purpose: str, scope: str) -> bytes:
@@ -59,6 +69,8 @@ class Sealer:
         )
         if not blob.startswith(PREFIX):
             raise refused
+        from cryptography.exceptions import InvalidTag
+
         try:
             raw = base64.urlsafe_b64decode(blob[len(PREFIX) :].encode())
             opened = self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], self._aad(purpose, scope))
@@ -77,7 +89,7 @@ def load_key(data_dir: Path) -> bytes:
         key = path.read_bytes()
     except FileNotFoundError:
         data_dir.mkdir(parents=True, exist_ok=True)
-        key = AESGCM.generate_key(bit_length=256)
+        key = os.urandom(32)  # what AESGCM.generate_key(bit_length=256) returns
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:  # another process created it first: use theirs

@@ -11,8 +11,6 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from sluicegate.core.embeddings import EmbedInput, EmbedRequest, EmbedResult, check_inputs
 from sluicegate.core.errors import invalid
 from sluicegate.core.validation import Fields
@@ -89,6 +87,8 @@ def parse_embeddings_request(body: Any) -> EmbeddingsRequest:
 
 def _encode(vector: list[float], encoding_format: str) -> list[float] | str:
     if encoding_format == "base64":
+        import numpy as np  # here: a server that encodes no embeddings never loads it
+
         return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
     return vector
 

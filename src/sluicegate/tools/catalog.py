@@ -14,7 +14,6 @@ import contextlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import orjson
 
 from sluicegate.config import Settings
@@ -100,6 +99,8 @@ def parse_arguments(arguments_json: str, schema: dict[str, Any]) -> tuple[dict[s
     if json_depth_exceeds(arguments, DEFAULT_MAX_JSON_DEPTH):  # jsonschema recurses per level
         return {}, f"they nest more than {DEFAULT_MAX_JSON_DEPTH} levels deep"
     if schema:
+        import jsonschema  # imported by the catalog that may call a tool (ToolCatalog)
+
         validator_class = jsonschema.validators.validator_for(schema)
         try:
             validator_class.check_schema(schema)
@@ -130,6 +131,8 @@ class ToolCatalog:
         self.allow_request_servers = allow_request_servers
         if allow_request_servers:  # import now, not on the loop in the first such request (~0.75 s)
             import sluicegate.tools.mcp  # noqa: F401
+        if self.providers or allow_request_servers:  # arguments are checked with it (~0.15 s)
+            import jsonschema  # noqa: F401 - a server without server tools never needs its ~3 MiB
         self.allowed_hosts = allowed_hosts or AllowList()
 
     @classmethod

@@ -32,3 +32,32 @@ def test_the_server_without_mcp_does_not_import_the_mcp_sdk() -> None:
 def test_a_catalog_that_may_connect_to_request_servers_imports_it_up_front(allow: bool) -> None:
     code = f"from sluicegate.tools.catalog import ToolCatalog\nToolCatalog(allow_request_servers={allow})"
     assert ("mcp" in _mcp_modules(code)) is allow
+
+
+def _loaded(code: str, module: str) -> bool:
+    script = f"import sys\n{code}\nprint({module!r} in sys.modules)\n"
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    return result.stdout.strip() == "True"
+
+
+def test_the_server_imports_neither_jsonschema_nor_cryptography_until_it_may_need_them(
+    tmp_path: object,
+) -> None:
+    """jsonschema checks a server tool's arguments, cryptography seals `encrypted_content`: ~3 and
+    ~7 MiB of every server's memory (bench/README.md, "Memory, round four")."""
+    code = (
+        "import sluicegate.app.serving, sluicegate.app.factory, sluicegate.tools.catalog\n"
+        "from pathlib import Path\n"
+        "from sluicegate.core.sealing import sealer_for\n"
+        f"sealer_for(Path({str(tmp_path)!r}))\n"
+        "sluicegate.tools.catalog.ToolCatalog()"
+    )
+    assert not _loaded(code, "jsonschema")
+    assert not _loaded(code, "cryptography")
+    sealed = code + "\nsealer_for(Path(" + repr(str(tmp_path)) + ")).seal({}, purpose='p', scope='s')"
+    assert _loaded(sealed, "cryptography")
+
+
+def test_a_catalog_that_may_call_a_tool_imports_jsonschema_up_front() -> None:
+    code = "from sluicegate.tools.catalog import ToolCatalog\nToolCatalog(allow_request_servers=True)"
+    assert _loaded(code, "jsonschema")

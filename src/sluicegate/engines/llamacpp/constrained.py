@@ -14,15 +14,15 @@ import ctypes
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
-import numpy as np
 
 from sluicegate.core.errors import EngineFailure
 
-if TYPE_CHECKING:  # imported where first used (grammar.py says why)
+if TYPE_CHECKING:  # imported where first used (grammar.py says why; numpy: bindings.py)
+    import numpy as np
     from llguidance import LLMatcher, LLTokenizer
 
 # llama_token_data: {int32 id; float logit; float p}
-_CELL = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])
+_CELL = [("id", "<i4"), ("logit", "<f4"), ("p", "<f4")]
 _CELL_POINTER = ctypes.POINTER(llama_cpp.llama_token_data)
 _SPECIAL = b"\xff"  # llguidance's mark for a token that is not text
 
@@ -63,6 +63,7 @@ class GrammarSampler:
     """A compiled grammar and the request's sampler chain (which it owns and frees)."""
 
     def __init__(self, tokenizer: LLTokenizer, n_vocab: int, grammar: str, chain: Any) -> None:
+        import numpy as np
         from llguidance import LLMatcher
 
         self.chain = chain
@@ -83,6 +84,8 @@ class GrammarSampler:
 
     def _candidates(self, ctx: Any, index: int = -1) -> Any:
         """Every token with its logit, as llama_sampler_sample starts from."""
+        import numpy as np  # imported by __init__: a dict lookup
+
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self.n_vocab,))
         cells = self._cells
         cells["id"] = self._ids  # samplers sort and cut the array in place
@@ -99,6 +102,8 @@ class GrammarSampler:
 
     def allowed(self) -> np.ndarray:
         """Which tokens the grammar allows next (a bool per token of the vocabulary)."""
+        import numpy as np
+
         mask = self._mask
         self.matcher.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
         bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[: self.n_vocab]
@@ -117,6 +122,8 @@ class GrammarSampler:
         llama_cpp.llama_sampler_apply(self.chain, ctypes.byref(array))
         token = self._selected(array)
         if not self._takes(token):
+            import numpy as np
+
             allowed = self.allowed()
             array = self._candidates(ctx, index)
             np.copyto(self._cells["logit"], -np.inf, where=~allowed)

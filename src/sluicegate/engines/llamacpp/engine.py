@@ -12,6 +12,7 @@ sequences that a scheduler (scheduler.py) decodes together, and the instance adm
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import math
 import random
@@ -20,10 +21,9 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import llama_cpp
-import numpy as np
 
 from sluicegate.core.audio import Sound
 from sluicegate.core.embeddings import EmbedInput, EmbedRequest, EmbedResult
@@ -81,7 +81,7 @@ from sluicegate.engines.llamacpp.overflow import (
 )
 from sluicegate.engines.llamacpp.pooled import embedding_inputs, normalised, rerank_inputs, run_pooled
 from sluicegate.engines.llamacpp.prediction import prediction_tokens
-from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary
+from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, Vocabulary, needs_numpy, numpy_loaded
 from sluicegate.engines.llamacpp.scheduler import BatchScheduler
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.settings import LlamaCppSettings, parse_settings
@@ -99,6 +99,9 @@ from sluicegate.engines.llamacpp.vision import (
 from sluicegate.engines.slots import SlotKind, SlotResult
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import PlainText, detect_reasoning, detect_tool_format, new_parser
+
+if TYPE_CHECKING:  # numpy where first used: a chat server never needs it (bindings.py)
+    import numpy as np
 
 log = logging.getLogger(__name__)
 TOKENS_METRIC = "sluicegate_llamacpp_tokens_generated_total"
@@ -777,6 +780,10 @@ class LlamaCppEngine(Engine):
             # at load: ~95 MiB for a 262k vocabulary), on a thread of its own: not the worker,
             # where every sequence would stall for it; only this request waits.
             await asyncio.to_thread(runtime.guidance)
+        if not numpy_loaded() and needs_numpy(request.sampling, grammar):
+            # Imported by the first request that reads logits through it (~0.1-0.3 s), on a
+            # thread of its own: on the worker every sequence would stall for it.
+            await asyncio.to_thread(importlib.import_module, "numpy")
         scheduler = self._scheduler
         channel: Channel[RawEvent] = Channel(loop, scheduler.wakeups if scheduler else None)
         seed = request.sampling.seed if request.sampling.seed is not None else self.settings.seed

@@ -10,10 +10,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
-
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp.gguf_header import GGUFHeader, read_gguf_header
+from sluicegate.engines.llamacpp.gguf_types import FILE_TYPES, TENSOR_TYPES
 
 # llama.cpp's pooling types that make an embedding model (NONE = 0 and RANK = 4 do not).
 POOLING_MEAN, POOLING_CLS, POOLING_LAST = 1, 2, 3
@@ -120,17 +119,11 @@ class GGUFInfo:
 def _quantization(header: GGUFHeader) -> str | None:
     """The file type's name, or failing that the type most of the weights are stored in."""
     file_type = header.fields.get("general.file_type")
-    if isinstance(file_type, int):
-        try:
-            return gguf.LlamaFileType(file_type).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-        except ValueError:
-            pass
+    if isinstance(file_type, int) and file_type in FILE_TYPES:
+        return FILE_TYPES[file_type].removeprefix("MOSTLY_").removeprefix("ALL_")
     counts: dict[str, int] = {}
     for tensor in header.tensors:
-        try:
-            name = gguf.GGMLQuantizationType(tensor.type).name
-        except ValueError:
-            name = f"type {tensor.type}"
+        name = TENSOR_TYPES.get(tensor.type, f"type {tensor.type}")
         counts[name] = counts.get(name, 0) + tensor.n_elements
     return max(counts, key=lambda name: counts[name]) if counts else None
 

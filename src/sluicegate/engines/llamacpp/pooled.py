@@ -9,9 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from sluicegate.core.embeddings import EmbedInput, EmbedRequest
 from sluicegate.core.errors import EngineFailure, SluicegateError, invalid
@@ -19,6 +17,9 @@ from sluicegate.core.rerank import RerankRequest
 from sluicegate.engines.llamacpp.rerank import rerank_tokens
 from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 from sluicegate.engines.llamacpp.server_stats import STATS
+
+if TYPE_CHECKING:  # numpy where first used: a chat server never needs it (bindings.py)
+    import numpy as np
 
 
 def embedding_inputs(
@@ -100,6 +101,8 @@ class _Cancelled(Exception):
 def normalised(vector: np.ndarray, dimensions: int | None) -> list[float]:
     """L2-normalised, after truncating to `dimensions` (Matryoshka-style, as OpenAI's
     text-embedding-3 models do)."""
+    import numpy as np  # the vector is numpy's already
+
     if dimensions is not None:
         vector = vector[:dimensions]
     norm = float(np.linalg.norm(vector))

@@ -11,7 +11,7 @@ import llama_cpp
 
 
 def rerank_tokens(model: Any, template: str | None, query: str, document: str) -> list[int]:
-    """`model`: a llama-cpp-python `_internals.LlamaModel` (a vocabulary alone will do)."""
+    """`model`: a `handles.Model` (a vocabulary alone will do)."""
     if template is not None:
         text = template.replace("{query}", query).replace("{document}", document)
         filled: list[int] = model.tokenize(text.encode("utf-8"), add_bos=False, special=True)

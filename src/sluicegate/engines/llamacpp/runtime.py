@@ -15,6 +15,7 @@ import codecs
 import ctypes
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import llama_cpp
-import numpy as np
-from llama_cpp import _internals, _logger
+from llama_cpp import _logger
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.core.events import (
@@ -44,12 +44,14 @@ from sluicegate.core.request import SamplingParams
 from sluicegate.engines.llamacpp import samplers, shift
 from sluicegate.engines.llamacpp.constrained import GrammarSampler, vocab_tokenizer
 from sluicegate.engines.llamacpp.grammar import Grammar
+from sluicegate.engines.llamacpp.handles import Batch, Context, Model
 from sluicegate.engines.llamacpp.stops import StopScanner
 from sluicegate.engines.llamacpp.vision import ImageSpan, Media, MediaPrompt, Projector
 from sluicegate.observe.metrics import METRICS
 from sluicegate.parsing import ReasoningStyle, StreamParser
 
 if TYPE_CHECKING:  # imported where first used (grammar.py says why)
+    import numpy as np
     from llguidance import LLTokenizer
 
 _backend_ready = False
@@ -112,7 +114,7 @@ class Vocabulary:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
-        self.model: Any = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+        self.model = Model(path_model=str(path), params=params)
 
     def tokenize(self, text: str) -> list[int]:
         tokens: list[int] = self.model.tokenize(
@@ -154,9 +156,8 @@ class LlamaRuntime:
         # Kept referenced until the load returns: llama.cpp calls it from C.
         callback = llama_cpp.llama_progress_callback(progress)
         params.progress_callback = callback
-        # verbose=True only means "do not redirect fds 1 and 2 while loading" (that would swallow
-        # the server's own logs); llama.cpp's log level is set in `_init_backend`.
-        self.model = _internals.LlamaModel(path_model=str(path), params=params, verbose=True)
+        # llama.cpp's log level is set in `_init_backend` (fds 1 and 2 are never redirected).
+        self.model = Model(path_model=str(path), params=params)
         ctx_params = llama_cpp.llama_context_default_params()
         # N sequences (continuous batching, scheduler.py): one stream of `context_length` cells
         # each (not a unified cache), so a sequence attends over its own cells only.
@@ -172,6 +173,8 @@ class LlamaRuntime:
         # the past (`reusable`).
         ctx_params.swa_full = False
         if pooling is not None:  # an embedding model: one input is one batch (pooling needs it whole)
+            import numpy  # noqa: F401 - its outputs are read with it: imported at load, not mid-request
+
             ctx_params.embeddings = True
             ctx_params.pooling_type = pooling
             batch_size = context_length
@@ -187,8 +190,8 @@ class LlamaRuntime:
         cores = os.cpu_count() or 1
         ctx_params.n_threads = threads or max(cores // 2, 1)
         ctx_params.n_threads_batch = threads or cores
-        self.context = _internals.LlamaContext(model=self.model, params=ctx_params, verbose=True)
-        self.batch = _internals.LlamaBatch(n_tokens=batch_size, embd=0, n_seq_max=1, verbose=True)
+        self.context = Context(model=self.model, params=ctx_params)
+        self.batch = Batch(n_tokens=batch_size, embd=0, n_seq_max=1)
         self.batch_size = batch_size
         # Whether layers run on a GPU (prompt throughput then grows with the batch).
         self.offloaded = n_gpu_layers != 0 and bool(llama_cpp.llama_supports_gpu_offload())
@@ -293,6 +296,8 @@ class LlamaRuntime:
         self, span: ImageSpan, *, done: int, count: int, position: int, seq_id: int
     ) -> None:
         """Decode embeddings `done` to `done + count` of an encoded image into `seq_id`."""
+        import numpy as np  # an encoded image's rows are numpy's already
+
         assert span.embeddings is not None
         rows = span.embeddings[done : done + count]
         n_embd = rows.shape[1]
@@ -339,6 +344,8 @@ class LlamaRuntime:
 
     def embed(self, tokens: list[int]) -> np.ndarray:
         """The pooled embedding of one input (as llama.cpp computes it, not normalised)."""
+        import numpy as np  # where first used: a chat server never needs it (bindings.py)
+
         self.forget()
         self.batch.set_batch(tokens, n_past=0, logits_all=True)
         status = llama_cpp.llama_decode(self.context.ctx, self.batch.batch)
@@ -450,6 +457,8 @@ class LlamaRuntime:
     def _logprob(self, token: int, top: int, index: int = -1) -> TokenLogprob:
         """The token's log-probability under the model (raw logits, before any sampler), from
         the logits of the batch's `index`th token."""
+        import numpy as np  # where first used: a chat server never needs it (bindings.py)
+
         logits = np.ctypeslib.as_array(
             llama_cpp.llama_get_logits_ith(self.context.ctx, index), shape=(self.n_vocab,)
         )
@@ -482,7 +491,9 @@ class LlamaRuntime:
         """The greedy token of batch row `index`: the first of the highest logits, the token
         llama.cpp's greedy sampler picks, without its pass that copies every logit into a
         candidate array first (262,144 of them on Gemma 3: ~0.8 ms a token against ~0.03 ms,
-        bench/README.md)."""
+        bench/README.md). Imports numpy on the first greedy request."""
+        import numpy as np  # cached after the first: a dict lookup per token
+
         logits = llama_cpp.llama_get_logits_ith(self.context.ctx, index)
         return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
 
@@ -564,6 +575,16 @@ def logprobs_wanted(sampling: SamplingParams) -> int:
     if sampling.logprobs:
         return sampling.top_logprobs or 0
     return 0 if sampling.token_ids else -1
+
+
+def needs_numpy(sampling: SamplingParams, grammar: Grammar | None) -> bool:
+    """Whether the job reads logits through numpy (the greedy argmax, logprobs, a grammar's
+    mask); a server that serves none of these never imports it (bindings.py)."""
+    return grammar is not None or _greedy(sampling) or logprobs_wanted(sampling) >= 0
+
+
+def numpy_loaded() -> bool:
+    return "numpy" in sys.modules
 
 
 def _penalties(sampling: SamplingParams) -> tuple[float, float, float]:

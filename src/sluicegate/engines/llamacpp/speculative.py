@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import llama_cpp
-import numpy as np
 
 from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.adaptive import Gauge, ModelRate
@@ -152,6 +151,8 @@ class ModelDrafter:
     """A draft model's context, one KV stream per slot, kept in step with each slot's tokens."""
 
     def __init__(self, settings: SpeculativeSettings, runtime: LlamaRuntime) -> None:
+        import numpy  # noqa: F401 - `_pick` reads logits with it: imported at load, not mid-decode
+
         self.settings = settings
         self.runtime = runtime
         self._cached: list[list[int]] = [[] for _ in range(runtime.sequences)]
@@ -215,6 +216,8 @@ class ModelDrafter:
     def _pick(self, row: int) -> tuple[int, float]:
         """The draft model's top token at `row` of its last decode, and its probability (1.0
         when no `draft_p_min` needs it)."""
+        import numpy as np  # a draft model's server only (bindings.py)
+
         runtime = self.runtime
         logits = np.ctypeslib.as_array(
             llama_cpp.llama_get_logits_ith(runtime.context.ctx, row), shape=(runtime.n_vocab,)

@@ -33,29 +33,31 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import llama_cpp
-import numpy as np
 from llama_cpp import _logger
-from llama_cpp import mtmd_cpp as mtmd
 
 from sluicegate.core.audio import Sound
 from sluicegate.core.errors import EngineFailure, invalid
 from sluicegate.core.images import Picture
 from sluicegate.engines.llamacpp.gguf_header import read_gguf_header
 
+if TYPE_CHECKING:  # libmtmd's bindings and numpy where a projector first needs them (bindings.py)
+    import numpy as np
+
 MARKER = "<__media__>"  # libmtmd's default media marker: where an image goes in the rendered prompt
 _TEXT = 0  # MTMD_INPUT_CHUNK_TYPE_TEXT
 _AUDIO = 2  # MTMD_INPUT_CHUNK_TYPE_AUDIO
 _MIN_AUDIO_SECONDS = 0.01  # less is refused: libmtmd's preprocessor asserts on a clip of 1 sample
 Media = Picture | Sound  # what stands at a marker: an image, or (with an audio encoder) a clip
-_NO_CALLBACK = mtmd.mtmd_helper_post_decode_callback()  # a NULL function pointer
 _logs_routed = False
 
 
 def _route_logs() -> None:
     """libmtmd logs every image it encodes; through llama.cpp's logger, only errors show."""
+    from llama_cpp import mtmd_cpp as mtmd
+
     global _logs_routed
     if not _logs_routed:
         mtmd.mtmd_log_set(_logger.llama_log_callback, ctypes.c_void_p(0))
@@ -141,6 +143,8 @@ class MediaPrompt:
         return keep
 
     def free(self) -> None:
+        from llama_cpp import mtmd_cpp as mtmd
+
         for span in self.images.values():
             span.settle()
             mtmd.mtmd_input_chunk_free(span.chunk)
@@ -207,6 +211,8 @@ class Projector:
     HTTP threads while its loop encodes): it only preprocesses pixels and counts."""
 
     def __init__(self, path: Path, model: Any, *, threads: int, use_gpu: bool, warmup: bool = True) -> None:
+        from llama_cpp import mtmd_cpp as mtmd
+
         _route_logs()
         params = mtmd.mtmd_context_params_default()
         params.use_gpu = use_gpu
@@ -227,12 +233,16 @@ class Projector:
 
     def close(self) -> None:
         self._encoder.drain()  # never free the context under a running encode
+        from llama_cpp import mtmd_cpp as mtmd
+
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
 
     def tokenize(self, prompt: str, pictures: list[Media]) -> MediaPrompt:
         """The prompt (with one `MARKER` per picture or clip, in order) as tokens and media chunks."""
+        from llama_cpp import mtmd_cpp as mtmd
+
         if prompt.count(MARKER) != len(pictures):
             raise invalid(
                 f"The prompt has {prompt.count(MARKER)} image markers ({MARKER!r}) for {len(pictures)} "
@@ -267,6 +277,8 @@ class Projector:
     def _audio_bitmap(self, sound: Sound) -> Any:
         """The clip's samples, decoded and resampled by libmtmd's helper (WAV, MP3), with its
         SHA-256 as the bitmap's id. A clip it cannot decode is the client's error: a 400."""
+        from llama_cpp import mtmd_cpp as mtmd
+
         if not self.audio:
             raise invalid("This model's projector has no audio encoder.", code="audio_input_unsupported")
         data = (ctypes.c_uint8 * len(sound.data)).from_buffer_copy(sound.data)
@@ -286,9 +298,13 @@ class Projector:
     @property
     def sample_rate(self) -> int:
         """The rate libmtmd resamples audio to for this projector's encoder."""
+        from llama_cpp import mtmd_cpp as mtmd
+
         return int(mtmd.mtmd_get_audio_sample_rate(self.ctx))
 
     def _media_prompt(self, chunks: Any) -> MediaPrompt:
+        from llama_cpp import mtmd_cpp as mtmd
+
         out = MediaPrompt([])
         previous, window = b"", 0  # a clip longer than 30 s is several chunks in a row
         try:
@@ -330,6 +346,8 @@ class Projector:
     def splittable(self, span: ImageSpan) -> bool:
         """Whether the image's embeddings may be decoded a few at a time: one position each and
         causal attention (not M-RoPE, not Gemma 3's non-causal images, which go whole)."""
+        from llama_cpp import mtmd_cpp as mtmd
+
         return (
             span.n_pos == span.n_tokens
             and not mtmd.mtmd_decode_use_mrope(self.ctx)
@@ -338,6 +356,9 @@ class Projector:
 
     def encode(self, span: ImageSpan, n_embd: int) -> None:
         """Run the image encoder; its embeddings are kept on the span."""
+        import numpy as np
+        from llama_cpp import mtmd_cpp as mtmd
+
         if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
             raise EngineFailure("the projector could not encode an image", code="decode_failed")
         pointer = mtmd.mtmd_get_output_embd(self.ctx)
@@ -351,6 +372,8 @@ class Projector:
 
     def decode(self, context: Any, span: ImageSpan, *, position: int, seq_id: int, n_batch: int) -> None:
         """Encode the image and decode its embeddings into sequence `seq_id` at `position`."""
+        from llama_cpp import mtmd_cpp as mtmd
+
         if mtmd.mtmd_encode_chunk(self.ctx, span.chunk) != 0:
             raise EngineFailure("the projector could not encode an image", code="decode_failed")
         embeddings = mtmd.mtmd_get_output_embd(self.ctx)
@@ -364,7 +387,7 @@ class Projector:
             seq_id,
             n_batch,
             ctypes.byref(new_position),
-            _NO_CALLBACK,
+            mtmd.mtmd_helper_post_decode_callback(),  # a NULL function pointer: none
             None,
         )
         if status != 0:

@@ -12,8 +12,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import numpy as np
-
 from sluicegate.core.embeddings import EmbedResult
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.rerank import RerankResult
@@ -49,6 +47,8 @@ def embed_result(answer: Json) -> EmbedResult:
     for item in answer["data"]:
         vector = item["embedding"]
         if isinstance(vector, str):
+            import numpy as np  # here: a server that proxies no embeddings never loads it
+
             vector = np.frombuffer(base64.b64decode(vector), dtype="<f4").tolist()
         vectors.append(vector)
     usage = answer.get("usage")
