@@ -57,6 +57,7 @@ from typing import Any
 
 import httpx
 
+import speculation_replay
 from batching import gemma_gguf
 from local_engine import cpu_seconds, free_port, serving
 
@@ -166,6 +167,54 @@ def sluicegate_drafts(url: str) -> dict[str, int]:
     return found
 
 
+def greedy_tokens(url: str, prompt: str, max_tokens: int) -> tuple[list[int], list[int]]:
+    """(the prompt's tokens, the greedy output's) from llama-server's `/tokenize` and
+    `/completion` (`return_tokens`), which both servers answer; the prompt first sent alone, as
+    the timed requests are."""
+    tokenized = httpx.post(url + "/tokenize", json={"content": prompt, "add_special": True}, timeout=60)
+    tokenized.raise_for_status()
+    body = {"prompt": prompt, "temperature": 0, "cache_prompt": True}
+    httpx.post(url + "/completion", json={**body, "n_predict": 1}, timeout=1800).raise_for_status()
+    reply = httpx.post(
+        url + "/completion", json={**body, "n_predict": max_tokens, "return_tokens": True}, timeout=1800
+    )
+    reply.raise_for_status()
+    return [int(t) for t in tokenized.json()["tokens"]], [int(t) for t in reply.json()["tokens"]]
+
+
+def replay(
+    args: argparse.Namespace,
+    targets: dict[str, tuple[Any, str, Any]],
+    workloads: dict[str, int],
+    sent: dict[str, dict[str, Any]],
+) -> None:
+    """Both drafting policies on each server's own greedy text (speculation_replay.py)."""
+    print("\nDrafting policies replayed on each server's greedy output (token ids; no model, no clock)\n")
+    print(
+        "| workload | text written by | policy | drafted | taken | acceptance | decode steps | tokens per step |"
+    )
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for workload, max_tokens in workloads.items():
+        if "prompt" not in sent[workload]:  # text completions only: their prompt is the text
+            continue
+        writers = {name.split()[0]: url for name, (_, url, _) in targets.items()}
+        for writer, url in writers.items():
+            prompt, output = greedy_tokens(url, sent[workload]["prompt"], max_tokens)
+            for policy, counts in (
+                (
+                    "Sluicegate (adaptive)",
+                    speculation_replay.ours(prompt, output, args.ngram, args.draft_max),
+                ),
+                ("ngram-simple", speculation_replay.ngram_simple(prompt, output, args.ngram, args.draft_max)),
+            ):
+                drafted, taken, steps = counts
+                share = f"{taken / drafted:.0%}" if drafted else "-"
+                print(
+                    f"| {workload} | {writer} | {policy} | {drafted} | {taken} | {share} | {steps + 1} "
+                    f"| {len(output) / (steps + 1):.2f} |"
+                )
+
+
 def bodies(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     messages, predicted = predict_messages(args.predict_lines)
     return {
@@ -204,6 +253,11 @@ def main() -> int:
     parser.add_argument("--predict-lines", type=int, default=300, help="predict: lines of the file edited")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="only these (repeatable)")
     parser.add_argument("--only", action="append", help="only these servers, by name (repeatable)")
+    parser.add_argument(
+        "--replay",
+        action="store_true",
+        help="also replay both drafting policies on each server's greedy output (edit, continue)",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill still stops the servers
     gguf = gemma_gguf()
@@ -285,6 +339,7 @@ def main() -> int:
         speeds: dict[tuple[str, str], list[float]] = {}
         tokens: dict[tuple[str, str], int] = {}
         drafts: dict[tuple[str, str], dict[str, int]] = {}
+        last: dict[tuple[str, str], dict[str, int]] = {}  # the last round's request's counts
         load = os.getloadavg()
         for round_ in range(args.rounds):
             for workload, max_tokens in workloads.items():
@@ -307,11 +362,14 @@ def main() -> int:
                         file=sys.stderr,
                     )
                     tokens[(name, workload)] = count
+                    last[(name, workload)] = {"draft_n": 0, "draft_n_accepted": 0, **reported}
                     totals = drafts.setdefault((name, workload), {})
                     for key, value in reported.items():
                         totals[key] = totals.get(key, 0) + value
             print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
         load = tuple(round((a + b) / 2, 2) for a, b in zip(load, os.getloadavg(), strict=True))
+        if args.replay:
+            replay(args, targets, workloads, sent)
 
     median = {key: statistics.median(values) for key, values in speeds.items()}
     print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, ngram {args.ngram}, draft_max {args.draft_max}, "
@@ -327,6 +385,22 @@ def main() -> int:
             per_token = statistics.median(cpu[(name, workload)]) * 1000
             print(
                 f"| {workload} | {name} | {tokens[(name, workload)]} | {median[(name, workload)]:.1f} | {per_token:.0f} | {drafted} |"
+            )
+
+    # Decode steps and draft counts: at temperature 0 they do not depend on the machine's load
+    # (speeds do). Each decode step writes one token and the draft tokens taken in it, so
+    # steps = tokens - taken (the first token's step, the prompt's last, counted as one).
+    print("\nDraft counts and decode steps (the last round's request; greedy, load-independent)\n")
+    print("| workload | server | tokens | drafted | taken | acceptance | decode steps | tokens per step |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for workload in workloads:
+        for name in targets:
+            count, counts = tokens[(name, workload)], last[(name, workload)]
+            drafted, taken = counts["draft_n"], counts["draft_n_accepted"]
+            steps = count - taken
+            share = f"{taken / drafted:.0%}" if drafted else "-"
+            print(
+                f"| {workload} | {name} | {count} | {drafted} | {taken} | {share} | {steps} | {count / steps:.2f} |"
             )
 
     def ratio(a: tuple[str, str], b: tuple[str, str]) -> str:

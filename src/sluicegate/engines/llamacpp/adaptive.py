@@ -5,8 +5,13 @@ output layer, 262k wide for Gemma 3), so a workload whose drafts mostly miss run
 speculation than without. Each drafting sequence has a `Gauge`:
 
 - **Length** follows the runs it gets: a draft taken whole doubles the next one (up to
-  `draft_max`); one taken in part makes the next one a token longer than what was taken; one
-  refused whole halves it.
+  `draft_max`); one refused whole halves it. One taken in part halves it too, but never below a
+  token longer than what was taken, when the source is cheap (n-gram lookup, a prediction): in
+  code and text that repeats, one run ending (a new name, a new number) says little about how
+  long the next one is, and cutting the next draft to the last run's length left the long runs
+  that follow half drafted (issue 48: 1.7x llama-server's decode steps on the continue
+  workload). A draft model's next draft is a token longer than what was taken: each of its
+  tokens costs a decode of the draft model.
 - **Off**: two drafts in a row refused whole, or an acceptance rate (a moving average) below
   `OFF_RATE`, turn drafting off for the sequence. A cheap source (n-gram lookup, a prediction)
   then keeps proposing *shadow* drafts that are never decoded, only compared with what the
@@ -14,8 +19,9 @@ speculation than without. Each drafting sequence has a `Gauge`:
   turn drafting back on. A draft model's guesses cost a decode, so it probes instead: one short
   draft after `wait` tokens, the wait doubling after each failed probe (up to `MAX_PAUSE`).
 - **Match** (n-gram lookup): the tokens an n-gram match must extend over before its draft is
-  proposed; a draft refused whole lengthens it, one taken whole shortens it back towards
-  `ngram_size`.
+  proposed; a draft refused whole lengthens it by `MATCH_STEP`, one taken whole sets it back to
+  `ngram_size` (a run that landed whole says the text is copying again: waiting for a longer
+  match then skips the start of every run).
 
 `ModelRate` keeps the acceptance of all of a model's sequences: a new sequence starts from it
 (a model whose drafts mostly miss starts its sequences cautious, or off).
@@ -27,6 +33,7 @@ from __future__ import annotations
 # 18% acceptance (Gemma 3 270M, CPU) puts a draft row at ~0.38 of a decode's fixed cost: a
 # one-token draft then pays off above ~0.28.
 OFF_RATE = 0.3
+MATCH_STEP = 2  # a draft refused whole: the longer match the next one needs
 MISSES_OFF = 2  # drafts in a row refused whole that stop drafting
 SHADOW_LANDED = 2  # a shadow draft that would have brought this many tokens counts as landed
 SHADOWS_ON = 2  # landed shadows in a row that turn drafting back on
@@ -134,14 +141,14 @@ class Gauge:
         if accepted == drafted:
             self.misses = 0
             self.length = self._clamp(max(self.length, 1) * 2)
-            self.match = max(self.shortest_match, self.match - 1)
+            self.match = self.shortest_match
         elif accepted:
             self.misses = 0
-            self.length = self._clamp(accepted + 1)
+            self.length = self._clamp(max(accepted + 1, self.length // 2) if self.cheap else accepted + 1)
         else:
             self.misses += 1
             self.length = self._clamp(self.length // 2)
-            self.match = min(self._longest, self.match + max(2, self.shortest_match // 2))
+            self.match = min(self._longest, self.match + MATCH_STEP)
         if self.misses >= MISSES_OFF or self.rate < OFF_RATE:
             self._off()
 

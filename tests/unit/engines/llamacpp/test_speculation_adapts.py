@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import random
+
 from sluicegate.engines.llamacpp.adaptive import FIRST_PAUSE, MAX_PAUSE, OFF_RATE, PROBE, Gauge, ModelRate
 from sluicegate.engines.llamacpp.prediction import SYNC, Prediction
-from sluicegate.engines.llamacpp.speculative import NgramIndex
+from sluicegate.engines.llamacpp.speculative import NgramDrafter, NgramIndex, SpeculativeSettings, Speculator
 
 
 def _gauge(**given: object) -> Gauge:
@@ -16,13 +18,46 @@ def _gauge(**given: object) -> Gauge:
 def test_length_follows_the_runs_it_gets() -> None:
     gauge = _gauge()
     assert gauge.allowance() == 16
-    gauge.taken(16, 3)  # taken in part: a token longer than what was taken
+    gauge.taken(16, 3)  # taken in part: halved (a cheap source), not cut to the run it got
+    assert gauge.allowance() == 8
+    gauge.taken(8, 2)
     assert gauge.allowance() == 4
     gauge.taken(4, 4)  # taken whole: doubled
     assert gauge.allowance() == 8
     gauge.taken(8, 8)
     gauge.taken(16, 16)
     assert gauge.allowance() == 16  # never past draft_max
+
+
+def test_a_run_taken_in_part_keeps_the_next_draft_longer_than_it() -> None:
+    gauge = _gauge()
+    gauge.taken(16, 13)  # half of 16 would be shorter than the run it got
+    assert gauge.allowance() == 14
+
+
+def test_a_long_run_after_a_short_one_is_drafted_long() -> None:
+    """Issue 48: after a run that ended early (a new name), the next run is drafted near
+    `draft_max` again within two drafts, not grown back a token at a time."""
+    gauge = _gauge()
+    gauge.taken(16, 2)
+    first = gauge.allowance()
+    gauge.taken(first, first)
+    assert first == 8 and gauge.allowance() == 16
+
+
+def test_a_draft_models_run_taken_in_part_sets_the_next_length() -> None:
+    gauge = _gauge(cheap=False)  # each draft token costs a decode of the draft model
+    gauge.taken(16, 3)
+    assert gauge.allowance() == 4
+
+
+def test_a_draft_taken_whole_sets_the_match_back() -> None:
+    gauge = _gauge()
+    gauge.taken(16, 0)
+    gauge.taken(8, 1)
+    assert gauge.match > 4
+    gauge.taken(4, 4)
+    assert gauge.match == 4  # copying again: every run's start is drafted
 
 
 def test_two_drafts_refused_whole_turn_drafting_off_and_lengthen_the_match() -> None:
@@ -102,7 +137,7 @@ def test_a_probe_with_nothing_to_draft_waits_again() -> None:
 
 
 def test_draft_min_bounds_the_length() -> None:
-    gauge = _gauge(least=3)
+    gauge = _gauge(least=3, cheap=False)
     gauge.taken(16, 1)  # a token longer than what was taken: 2, but a draft needs 3
     assert gauge.allowance() == 3
 
@@ -154,3 +189,70 @@ def test_prediction_joins_at_the_nearest_place_after_the_edit() -> None:
     source = Prediction(predicted, 0)
     output = [*block, 9, 50, 2, 3, 4]  # an edit in the second block
     assert source.draft(output, 2) == [8, 1]  # the second block's tail, not the first's
+
+
+def _replay(prompt: list[int], output: list[int], settings: SpeculativeSettings) -> tuple[int, int, int]:
+    """(drafted, taken, decode steps) of `Speculator` over a known output, one sequence, as the
+    scheduler drives it: each step decodes the next token and its draft, and takes the draft's
+    tokens while they are the output's (what greedy verification does)."""
+    speculator = Speculator(settings, NgramDrafter(settings, 1), "replay", 1)
+    speculator.start(0, None, len(prompt))
+    history, done, steps = [*prompt, output[0]], 1, 0
+    while done < len(output):
+        most = min(speculator.most(0), len(output) - done - 1)
+        draft = speculator.draft([(0, history, most)])[0]
+        taken = 0
+        while taken < len(draft) and draft[taken] == output[done + taken]:
+            taken += 1
+        if draft:
+            speculator.record(0, len(draft), taken)
+        steps += 1
+        history += output[done : done + taken + 1]
+        done += taken + 1
+    return speculator.drafted, speculator.accepted, steps
+
+
+def _always_most(prompt: list[int], output: list[int], n: int, most: int) -> tuple[int, int]:
+    """(drafted, taken) drafting `most` tokens at every n-gram match (llama-server's
+    `ngram-simple`): no gauge."""
+    index, history, done, drafted, taken_all = NgramIndex(n), [*prompt, output[0]], 1, 0, 0
+    while done < len(output):
+        draft = index.draft(history, min(most, len(output) - done - 1))
+        taken = 0
+        while taken < len(draft) and draft[taken] == output[done + taken]:
+            taken += 1
+        drafted, taken_all = drafted + len(draft), taken_all + taken
+        history += output[done : done + taken + 1]
+        done += taken + 1
+    return drafted, taken_all
+
+
+def test_drafts_grow_back_on_a_copy_workload_with_breaks() -> None:
+    """Issue 48: output copying runs of 48 tokens from its prompt, each run ended by a token of
+    its own (a new name). A run ending in a draft must not leave the next run drafted short:
+    nearly every token always drafting `draft_max` takes is taken, at fewer draft rows. (Cutting
+    the next draft to the last run's length took ~92% of them.)"""
+    rng = random.Random(5)
+    library = [rng.randrange(10_000, 60_000) for _ in range(400)]
+    output: list[int] = []
+    for new in range(30):
+        at = rng.randrange(0, 340)
+        output += [*library[at : at + 48], 70_000 + new]
+    settings = SpeculativeSettings(kind="ngram")
+    drafted, taken, steps = _replay(library, output, settings)
+    most_drafted, most_taken = _always_most(library, output, settings.ngram_size, settings.draft_max)
+    assert taken >= 0.95 * most_taken and drafted < most_drafted
+    assert steps == len(output) - 1 - taken
+
+
+def test_drafting_backs_off_on_a_workload_with_no_repeats() -> None:
+    """Output drawn at random from 40 tokens: one-token n-grams match at every step, their
+    drafts all miss. Drafting stops after its first drafts and stays off (shadows never land)."""
+    rng = random.Random(3)
+    tokens = [rng.randrange(50_000, 50_040) for _ in range(1500)]
+    for n in (1, 2):
+        drafted, taken, _ = _replay(
+            tokens[:100], tokens[100:], SpeculativeSettings(kind="ngram", ngram_size=n)
+        )
+        assert taken <= drafted <= 32  # 1,400 tokens: always drafting puts thousands of rows
+        assert _always_most(tokens[:100], tokens[100:], n, 16)[0] > 1_000
