@@ -57,7 +57,9 @@ async def test_a_refused_request_line_still_names_its_api(
     assert "param" not in error  # LM Studio's shape, from the path
 
 
-async def test_response_header_names_go_out_in_canonical_case() -> None:
+async def test_response_header_names_go_out_in_canonical_case(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
     # uvicorn lowercases every name; clients reading headers into a plain dict (llama.cpp's
     # test client) look them up as `Access-Control-Allow-Origin`.
     done = asyncio.Event()
@@ -69,13 +71,8 @@ async def test_response_header_names_go_out_in_canonical_case() -> None:
         await send({"type": "http.response.body", "body": b""})
         done.set()
 
-    config = uvicorn.Config(app, log_level="error")
-    config.load()
-    proto = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
-    transport = mock.Mock()
-    transport.get_extra_info.return_value = None
-    transport.is_closing.return_value = False
-    proto.connection_made(transport)
+    proto, transport = protocol
+    proto.app = app
     proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
     async with asyncio.timeout(10):
         await done.wait()
@@ -88,7 +85,6 @@ async def test_response_header_names_go_out_in_canonical_case() -> None:
     assert b"Transfer-Encoding: chunked" in lines
     assert b"content-type: x" in body  # a body is never touched
     assert proto.cycle is None or proto.cycle.transport is transport  # the real one back
-    proto.connection_lost(None)
 
 
 async def test_a_request_counts_as_a_start_until_its_first_step_has_run(
