@@ -25,16 +25,24 @@ pytestmark = pytest.mark.e2e
 
 RUNNER = Path(__file__).parents[1] / "llama_server_suite" / "run.py"
 DEFAULT_TESTS = 391  # the suite's default selection (-m "not slow") in llama-cpp-python 0.3.36
-# Measured on main at e90cad4 (2026-11-29, samplers, flags as config, the request surface): 190
-# passed, 195 failed, 6 skipped (d0f813a: 130; before llama-server's API, at 9b57f1b: 33). The
-# failures and their reasons: run.py --report. Raise this as more of issue 44 lands.
-WHOLE_SUITE_FLOOR = 185
+# Measured on main at 76e823d (2026-11-29): 238 passed, 147 failed, 6 skipped (e90cad4: 190;
+# d0f813a: 130; before llama-server's API, at 9b57f1b: 33). The failures and their reasons:
+# run.py --report, and tests/llama_server_suite/README.md. Raise this as more of issue 44 lands.
+WHOLE_SUITE_FLOOR = 230
 SLICE = ["unit/test_basic.py", "unit/test_compat_oai_responses.py"]
-# Measured on main at d0f813a: test_server_start_simple and test_server_models pass; the other
-# nine fail on /props' seed, --no-slots, --no-ui, model aliases in /models, a second --host,
-# a split GGUF, and Responses' output on the random-weight text model.
-SLICE_FLOOR = 2
-SLICE_PASSING = ["test_server_start_simple", "test_server_models"]  # kept passing, by name
+# Measured on main at 76e823d: test_basic.py 6 of 8 (a split GGUF from the Hub and llama-server's
+# web UI at `/` fail), test_compat_oai_responses.py 1 of 3 (the stand-in model's empty output and
+# the Responses stream's llama telemetry fail).
+SLICE_FLOOR = 7
+SLICE_PASSING = [  # kept passing, by name
+    "test_server_start_simple",
+    "test_server_models",
+    "test_server_multiple_addresses",
+    "test_server_props",
+    "test_server_slots",
+    "test_server_model_aliases_and_tags",
+    "test_responses_stream_with_openai_library",
+]
 
 
 def _run(tmp_path: Path, pytest_args: list[str], timeout: float) -> dict[str, Any]:
