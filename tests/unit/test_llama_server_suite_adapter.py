@@ -53,8 +53,8 @@ def test_the_text_stand_in_does_not_end_its_replies(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setenv("SLUICEGATE_TEST_CACHE", str(tmp_path))
     monkeypatch.setattr("sluicegate.demo.model.make_demo_gguf", make)
-    monkeypatch.setattr("sluicegate.demo.vision.make_demo_vision", lambda path: path)
-    monkeypatch.setattr(models, "_image", lambda path: path)
+    monkeypatch.setattr("sluicegate.demo.vision.make_demo_vision", lambda path, **_: path)
+    monkeypatch.setattr(models, "_image", lambda path, *_: path)
     paths = models.build()
     text = Path(paths["text"]).name
     assert built[text] == {"ends_replies": False}
