@@ -5,7 +5,9 @@ prediction's tokens are the drafts. `Prediction` follows the output through them
 output goes on as the prediction does, the draft is what comes next in it; where the output
 leaves it (the edit), the draft waits until the last `SYNC` output tokens occur in the
 prediction again (the nearest such place at or after where the output left it, else the
-first), and goes on from there.
+first), and goes on from there. "Where the output left it" is where it last left a run it had
+followed for `SYNC` tokens or more: a join that fails at once (a common 3-gram far off) does
+not move it, else each such failure searched on from the wrong place, further and further.
 """
 
 from __future__ import annotations
@@ -24,13 +26,15 @@ def prediction_tokens(model: Any, text: str) -> list[int]:
 
 
 class Prediction:
-    __slots__ = ("_aligned", "_cursor", "_ends", "_seen", "start", "tokens")
+    __slots__ = ("_aligned", "_cursor", "_ends", "_joined", "_left", "_seen", "start", "tokens")
 
     def __init__(self, tokens: list[int], start: int) -> None:
         self.tokens = tokens
         self.start = start  # where the output starts in the history (the prompt's length)
         self._cursor = 0  # the prediction's next token, while aligned
         self._aligned = True
+        self._left = 0  # where the output last left a run it followed (the joins search from it)
+        self._joined = 0  # where the run followed now was joined
         self._seen = 0  # output tokens followed so far
         # Where each SYNC-gram of the prediction ends, in order.
         self._ends: dict[tuple[int, ...], list[int]] = {}
@@ -45,12 +49,14 @@ class Prediction:
             if self._aligned and self._cursor < len(tokens) and tokens[self._cursor] == token:
                 self._cursor += 1
                 continue
+            if self._aligned and (self._cursor - self._joined >= SYNC or not self._joined):
+                self._left = self._cursor  # a run it really followed (or the first) ended here
             self._aligned = False
             if i + 1 >= SYNC:
                 ends = self._ends.get(tuple(history[start + i + 1 - SYNC : start + i + 1]))
                 if ends:
-                    at = bisect_left(ends, self._cursor)
-                    self._cursor = ends[at] if at < len(ends) else ends[0]
+                    at = bisect_left(ends, self._left)
+                    self._cursor = self._joined = ends[at] if at < len(ends) else ends[0]
                     self._aligned = True
         self._seen = max(self._seen, output)
 

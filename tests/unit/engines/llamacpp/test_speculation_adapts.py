@@ -256,3 +256,33 @@ def test_drafting_backs_off_on_a_workload_with_no_repeats() -> None:
         )
         assert taken <= drafted <= 32  # 1,400 tokens: always drafting puts thousands of rows
         assert _always_most(tokens[:100], tokens[100:], n, 16)[0] > 1_000
+
+
+def test_a_failed_join_does_not_move_where_the_next_join_is_searched() -> None:
+    """A join at a common 3-gram far off that fails at once must not become the place later
+    joins search from: the output inserted text and goes on with the prediction where it left
+    it, so the join is the nearest place after that, not after the failed one."""
+    predicted = [1, 2, 3, 4, 5, 6, 7, 8, 9, 40, 41, 42, 43, 5, 6, 7, 88, 0]
+    source = Prediction(predicted, 0)
+    output = [1, 2, 3, 50, 40, 41, 42]  # left after 3; joins where (40, 41, 42) is
+    assert source.draft(output, 2) == [43, 5]
+    output += [77, 5, 6, 7]  # that join fails at once; the output goes on with the file at 5
+    assert source.draft(output, 2) == [8, 9]  # not [88, 0], after the failed join
+
+
+def test_a_prediction_the_output_left_hands_over_to_the_ngram_lookup() -> None:
+    """Issue 48: Gemma 3 270M asked to edit a 300-line file copied 135 tokens of it, then wrote
+    code of its own and looped on it. The prediction has nothing to draft there; the loop is the
+    sequence's own text, which the n-gram lookup drafts (the model's n-gram index with
+    `speculative = "ngram"`, else one of the prediction's sequence's own)."""
+    prompt, loop = [100, 101], [50, 51, 52, 53]
+    history = [*prompt, 1, 2, 3, *loop, *loop, *loop]
+    settings = SpeculativeSettings(kind="ngram", ngram_size=2)
+    for drafter in (None, NgramDrafter(settings, 1)):
+        speculator = Speculator(settings, drafter, "m", 1)
+        speculator.start(0, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], len(prompt))
+        assert speculator.draft([(0, history, 4)]) == [loop]
+        assert speculator.draft([(0, [*history, *loop[:2]], 4)]) == [[*loop[2:], *loop[:2]]]
+    speculator = Speculator(settings, None, "m", 1)
+    speculator.start(0, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], len(prompt))
+    assert speculator.draft([(0, [*prompt, 1, 2], 4)]) == [[3, 4, 5, 6]]  # the prediction first
