@@ -68,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slot-save-path")
     p.add_argument("--media-path")
     p.add_argument("--no-prefill-assistant", action="store_true")
+    p.add_argument(
+        "--verbose", "-v", "--log-verbose", action="store_true"
+    )  # `__verbose` in every chat answer
     p.add_argument("-n", "--n-predict", type=int)
     p.add_argument("--metrics", action="store_true")  # llama-server's /metrics is off without it
     p.add_argument("--slots", dest="no_slots", action="store_false")
@@ -269,10 +272,15 @@ def _toml(value: Any) -> str:
 
 
 def chat_table(options: argparse.Namespace) -> dict[str, Any]:
-    """llama-server continues a last assistant message (a prefill) unless told not to."""
-    if "prefill_assistant" not in _server_fields():
-        return {}
-    return {"prefill_assistant": not options.no_prefill_assistant}
+    """llama-server continues a last assistant message (a prefill) unless told not to, and
+    `--verbose` adds `__verbose` to every non-streamed chat answer."""
+    fields = _server_fields()
+    table: dict[str, Any] = {}
+    if "prefill_assistant" in fields:
+        table["prefill_assistant"] = not options.no_prefill_assistant
+    if options.verbose and "verbose" in fields:
+        table["verbose"] = True
+    return table
 
 
 def write_config(
