@@ -75,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", action="store_true")  # llama-server's /metrics is off without it
     p.add_argument("--slots", dest="no_slots", action="store_false")
     p.add_argument("--no-slots", dest="no_slots", action="store_true")
+    p.add_argument("--sleep-idle-seconds", type=float)  # -1: never (llama-server's default)
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
@@ -126,6 +127,10 @@ def model_table(
         table["threads"] = options.threads
     if options.seed is not None and options.seed >= 0:
         table["seed"] = options.seed
+    if options.sleep_idle_seconds is not None and options.sleep_idle_seconds > 0:
+        # llama-server's sleep: the model unloaded when idle, reloaded by the next request
+        # (`/props` `is_sleeping`); Sluicegate's idle `ttl` of a just-in-time loaded model.
+        table["ttl"] = options.sleep_idle_seconds
     if options.flash_attn in ("on", "off"):
         table["flash_attention"] = options.flash_attn == "on"
     if options.embedding:
