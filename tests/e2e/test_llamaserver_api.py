@@ -377,6 +377,7 @@ def test_generation_settings_report_the_models_default_seed(llama_server_default
     streamed = post(llama_server_defaults, "/completion", {**ask, "stream": True})
     final = json.loads([f for f in parse_sse(streamed.text) if f.data is not None][-1].data or "")
     assert final["generation_settings"]["seed"] == 42
+    assert final["generation_settings"]["adaptive_target"] == -1.0  # adaptive-p: not built, off
 
 
 def llamacpp_metrics(server: Server) -> tuple[dict[bytes, bytes], dict[str, float]]:
