@@ -221,6 +221,12 @@ MEANINGS: dict[str, dict[str, Entry]] = {
             "and vLLM's way): the model answers after it, and `continue_final_message` asks for "
             "the continuation",
         ),
+        "verbose": (
+            None,
+            "`true`: every non-streamed answer carries llama-server's `__verbose` (the prompt the "
+            "chat template rendered, the content, token counts and `stop_type`), as llama-server "
+            "started with `--verbose` answers; a request's own `verbose` overrides it either way",
+        ),
     },
     "responses": {
         "retention_days": (

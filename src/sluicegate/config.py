@@ -44,6 +44,7 @@ slots = true                    # false: GET /slots answers 501 (llama-server's 
 [chat_completions]
 reasoning_field = "reasoning_content"   # or "reasoning", or "both"
 prefill_assistant = false               # true: a last assistant message is continued (llama-server's default)
+verbose = false                         # true: every non-streamed answer gets `__verbose` (llama-server's --verbose)
 
 [responses]
 retention_days = 30                     # stored responses expire after this
@@ -157,6 +158,7 @@ class Settings:
     slots: bool = True  # GET /slots served; false: a 501, as llama-server's --no-slots
     reasoning_field: str = "reasoning_content"
     prefill_assistant: bool = False  # a last assistant message is the start of the reply
+    verbose: bool = False  # `__verbose` in every answer unless the request says `verbose: false`
     responses_retention_days: float = 30.0
     responses_reasoning_events: Literal["openai", "open_responses"] = "openai"
     responses_hosted_tools: dict[str, str] = field(default_factory=dict)  # hosted type → plugin id
@@ -228,6 +230,7 @@ _SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
 _CHAT_KEYS: dict[str, tuple[Any, ...]] = {
     "reasoning_field": ("reasoning_content", "reasoning", "both"),
     "prefill_assistant": (True, False),
+    "verbose": (True, False),
 }
 # The keys each table accepts: the loader refuses any other, and the configuration reference
 # (docs/gen_config.py) is checked against these, so neither can drift from the other.

@@ -322,19 +322,31 @@ def test_return_progress_in_chat_completions(server: Server) -> None:
     assert again[0]["cache"] > 0 and again[-1]["processed"] == again[-1]["total"]
 
 
-def test_prefill_assistant_setting(
-    start_server: StartServer, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    """`[chat_completions] prefill_assistant` (llama-server's default): a last assistant message
-    is continued, so its prompt is shorter than the one that closes it and opens a new turn,
-    which a request still gets by saying `continue_final_message: false`."""
+@pytest.fixture(scope="module")
+def llama_server_defaults(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """A server with llama-server's defaults: prefill, `--verbose` and `--seed 42`."""
     from sluicegate.demo.model import make_demo_gguf
 
     gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf"))
-    server = start_server(
-        models=[{"id": "tiny", "engine": "llamacpp", "path": gguf, "context_length": 512}],
-        tables={"chat_completions": {"prefill_assistant": True}},
+    return start_server(
+        models=[
+            {
+                "id": "tiny",
+                "engine": "llamacpp",
+                "path": gguf,
+                "context_length": 512,
+                "sampling": {"seed": 42},
+            }
+        ],
+        tables={"chat_completions": {"prefill_assistant": True, "verbose": True}},
     )
+
+
+def test_prefill_assistant_setting(llama_server_defaults: Server) -> None:
+    """`[chat_completions] prefill_assistant` (llama-server's default): a last assistant message
+    is continued, so its prompt is shorter than the one that closes it and opens a new turn,
+    which a request still gets by saying `continue_final_message: false`."""
+    server = llama_server_defaults
     messages = [{"role": "user", "content": "Name a colour"}, {"role": "assistant", "content": "The colour"}]
     path = "/v1/chat/completions/input_tokens"
     prefilled = post(server, path, {"model": "tiny", "messages": messages}).json()["input_tokens"]
@@ -342,6 +354,30 @@ def test_prefill_assistant_setting(
     assert prefilled < post(server, path, new_turn).json()["input_tokens"]
     answer = post(server, "/v1/chat/completions", {"model": "tiny", "messages": messages, "max_tokens": 2})
     assert answer.status_code == 200 and answer.json()["usage"]["prompt_tokens"] == prefilled
+
+
+def test_verbose_setting_shows_the_prompt_unless_a_request_says_no(llama_server_defaults: Server) -> None:
+    """`[chat_completions] verbose` (llama-server's `--verbose`): every non-streamed answer gets
+    `__verbose`; a request's `verbose: false` still turns it off."""
+    ask = {"model": "tiny", "max_tokens": 2, "messages": [{"role": "user", "content": "Name a colour"}]}
+    for path in ("/v1/chat/completions", "/chat/completions"):
+        answer = post(server := llama_server_defaults, path, ask).json()
+        assert "Name a colour" in answer["__verbose"]["prompt"]
+        assert answer["__verbose"]["content"] == answer["choices"][0]["message"]["content"]
+        assert "__verbose" not in post(server, path, {**ask, "verbose": False}).json()
+
+
+def test_generation_settings_report_the_models_default_seed(llama_server_defaults: Server) -> None:
+    """llama-server's `--seed` (the model's `sampling` seed) is the seed `generation_settings`
+    reports for a request that gives none, streamed or not; a request's own seed wins."""
+    ask = {"prompt": PROMPT, "n_predict": 2}
+    assert post(llama_server_defaults, "/completion", ask).json()["generation_settings"]["seed"] == 42
+    own = post(llama_server_defaults, "/completion", {**ask, "seed": 7}).json()
+    assert own["generation_settings"]["seed"] == 7
+    streamed = post(llama_server_defaults, "/completion", {**ask, "stream": True})
+    final = json.loads([f for f in parse_sse(streamed.text) if f.data is not None][-1].data or "")
+    assert final["generation_settings"]["seed"] == 42
+    assert final["generation_settings"]["adaptive_target"] == -1.0  # adaptive-p: not built, off
 
 
 def llamacpp_metrics(server: Server) -> tuple[dict[bytes, bytes], dict[str, float]]:

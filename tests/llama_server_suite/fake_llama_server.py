@@ -68,10 +68,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--slot-save-path")
     p.add_argument("--media-path")
     p.add_argument("--no-prefill-assistant", action="store_true")
+    p.add_argument(
+        "--verbose", "-v", "--log-verbose", action="store_true"
+    )  # `__verbose` in every chat answer
     p.add_argument("-n", "--n-predict", type=int)
     p.add_argument("--metrics", action="store_true")  # llama-server's /metrics is off without it
     p.add_argument("--slots", dest="no_slots", action="store_false")
     p.add_argument("--no-slots", dest="no_slots", action="store_true")
+    p.add_argument("--sleep-idle-seconds", type=float)  # -1: never (llama-server's default)
     p.add_argument("--tools")  # not served; it only changes the CORS default (below)
     return p
 
@@ -123,6 +127,10 @@ def model_table(
         table["threads"] = options.threads
     if options.seed is not None and options.seed >= 0:
         table["seed"] = options.seed
+    if options.sleep_idle_seconds is not None and options.sleep_idle_seconds > 0:
+        # llama-server's sleep: the model unloaded when idle, reloaded by the next request
+        # (`/props` `is_sleeping`); Sluicegate's idle `ttl` of a just-in-time loaded model.
+        table["ttl"] = options.sleep_idle_seconds
     if options.flash_attn in ("on", "off"):
         table["flash_attention"] = options.flash_attn == "on"
     if options.embedding:
@@ -269,10 +277,15 @@ def _toml(value: Any) -> str:
 
 
 def chat_table(options: argparse.Namespace) -> dict[str, Any]:
-    """llama-server continues a last assistant message (a prefill) unless told not to."""
-    if "prefill_assistant" not in _server_fields():
-        return {}
-    return {"prefill_assistant": not options.no_prefill_assistant}
+    """llama-server continues a last assistant message (a prefill) unless told not to, and
+    `--verbose` adds `__verbose` to every non-streamed chat answer."""
+    fields = _server_fields()
+    table: dict[str, Any] = {}
+    if "prefill_assistant" in fields:
+        table["prefill_assistant"] = not options.no_prefill_assistant
+    if options.verbose and "verbose" in fields:
+        table["verbose"] = True
+    return table
 
 
 def write_config(

@@ -56,6 +56,7 @@ log_level = "debug"
 [chat_completions]
 reasoning_field = "both"
 prefill_assistant = true
+verbose = true
 
 [[models]]
 id = "a"
@@ -80,6 +81,7 @@ engine = "scripted"
     assert settings.log_level == "debug"
     assert settings.reasoning_field == "both"
     assert settings.prefill_assistant is True
+    assert settings.verbose is True
     assert settings.models == [
         {"id": "a", "engine": "scripted", "script": "a.yaml"},
         {"id": "b", "engine": "scripted"},

@@ -92,3 +92,14 @@ def test_anthropic_prefill_is_continued() -> None:
 def test_ollama_continues_a_last_assistant_message() -> None:
     assert parse_chat({"model": "m", "messages": [ASK, STARTED]})[0].continue_final
     assert not parse_chat({"model": "m", "messages": [ASK]})[0].continue_final
+
+
+def test_verbose_default_shows_the_prompt_unless_the_request_says_no() -> None:
+    """`[chat_completions] verbose` (llama-server's `--verbose`): `__verbose` by default; a
+    request's own `verbose` wins either way."""
+
+    def shown(default: bool, **body: Any) -> bool:
+        return parse_chat_request({"model": "m", "messages": [ASK], **body}, verbose=default)[1].verbose
+
+    assert shown(True) and shown(True, verbose=True) and shown(False, verbose=True)
+    assert not shown(True, verbose=False) and not shown(False)

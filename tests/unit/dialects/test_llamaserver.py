@@ -69,6 +69,8 @@ async def test_stream_then_body() -> None:
         "stop": [],
         "n_probs": 0,
         "stream": True,
+        "adaptive_target": -1.0,
+        "adaptive_decay": 0.9,
         "logit_bias": [],
         "model": "tiny",
     }

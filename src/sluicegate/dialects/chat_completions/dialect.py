@@ -23,13 +23,20 @@ class ChatCompletionsDialect(Dialect):
     also = ("/chat/completions",)  # a base URL without `/v1`, as llama-server answers it too
 
     def __init__(
-        self, reasoning_field: ReasoningField = "reasoning_content", *, prefill_assistant: bool = False
+        self,
+        reasoning_field: ReasoningField = "reasoning_content",
+        *,
+        prefill_assistant: bool = False,
+        verbose: bool = False,
     ) -> None:
         self.reasoning_field = reasoning_field
         self.prefill_assistant = prefill_assistant
+        self.verbose = verbose  # `[chat_completions] verbose`: `__verbose` unless a request says no
 
     def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
-        chat, options = parse_chat_request(body, prefill_assistant=self.prefill_assistant)
+        chat, options = parse_chat_request(
+            body, prefill_assistant=self.prefill_assistant, verbose=self.verbose
+        )
         return Turn(
             request=options,
             chat=chat,

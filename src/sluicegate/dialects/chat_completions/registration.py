@@ -16,7 +16,9 @@ def build(context: DialectContext) -> list[Dialect]:
     settings = context.settings
     return [
         ChatCompletionsDialect(
-            cast(ReasoningField, settings.reasoning_field), prefill_assistant=settings.prefill_assistant
+            cast(ReasoningField, settings.reasoning_field),
+            prefill_assistant=settings.prefill_assistant,
+            verbose=settings.verbose,
         )
     ]
 

@@ -37,9 +37,12 @@ class ChatOptions:
     verbose: bool = False  # llama-server's: `__verbose` (the rendered prompt) in the answer
 
 
-def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[ChatRequest, ChatOptions]:
+def parse_chat_request(
+    body: Any, *, prefill_assistant: bool = False, verbose: bool = False
+) -> tuple[ChatRequest, ChatOptions]:
     """`prefill_assistant`: a last assistant message is continued unless the request says
-    otherwise (`[chat_completions] prefill_assistant`, llama-server's default)."""
+    otherwise (`[chat_completions] prefill_assistant`, llama-server's default); `verbose`: the
+    answer gets `__verbose` unless the request says `verbose: false` (llama-server's `--verbose`)."""
     f = Fields(body)
     model = f.string("model") or ""  # none: `[server] default_model`, else a 400 (Registry.resolve)
     raw_messages = f.array("messages", required=True, non_empty=True)
@@ -77,8 +80,9 @@ def parse_chat_request(body: Any, *, prefill_assistant: bool = False) -> tuple[C
     # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
     request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
     progress = bool(f.boolean("return_progress"))
-    verbose = bool(f.boolean("verbose"))
-    return request, ChatOptions(stream, include_usage, return_progress=progress, verbose=verbose)
+    asked = f.boolean("verbose")
+    shown = verbose if asked is None else asked
+    return request, ChatOptions(stream, include_usage, return_progress=progress, verbose=shown)
 
 
 def _sampling(f: Fields) -> SamplingParams:

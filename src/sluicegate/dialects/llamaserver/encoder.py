@@ -200,6 +200,14 @@ class CompletionEncoder:
         }
         return Frame(orjson.dumps(body))
 
+    def _defaulted(self) -> dict[str, Any]:
+        """What the model's `sampling` defaults filled in after the request was read (the
+        request's own `sampling`, completed in place when the model admitted it): its `seed`,
+        as llama-server reports its `--seed`."""
+        if self.sampling is None or self.sampling.seed is None:
+            return {}
+        return {"seed": self.sampling.seed}
+
     def final(self, result: ChatResult, *, stream: bool) -> dict[str, Any]:
         usage = result.usage
         text = result.text_of(_MESSAGE) or ""
@@ -225,6 +233,7 @@ class CompletionEncoder:
             "tokens_evaluated": usage.prompt_tokens,
             "generation_settings": {
                 **self.options.settings,
+                **self._defaulted(),
                 "logit_bias": bias_entries(self.sampling.logit_bias if self.sampling else {}),
                 "model": self.model,
             },

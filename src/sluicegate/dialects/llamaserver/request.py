@@ -168,6 +168,9 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         "stop": s.stop,
         "n_probs": n_probs,
         "stream": stream,
+        # llama.cpp's adaptive-p sampler is not built: reported off, as llama-server's default.
+        "adaptive_target": -1.0,
+        "adaptive_decay": 0.9,
     }
     s.n = len(prompts)
     s.token_ids = stream or bool(f.boolean("return_tokens"))  # streamed chunks always carry them

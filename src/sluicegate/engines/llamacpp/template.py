@@ -246,13 +246,22 @@ def render_chat(
     )
 
 
+def continued_text(last: Message) -> str:
+    """The continued message's text: its text parts joined by a blank line, as llama.cpp's
+    `common_chat_msg::render_content` joins them for a continuation."""
+    if isinstance(last.content, str):
+        return last.content
+    return "\n\n".join(part.text for part in last.content if part.type == "text")
+
+
 def continuation(
     prompt: str, generation_prompt: str, last: Message, reasoning: ReasoningStyle | None, *, harmony: bool
 ) -> str:
     """`prompt` (the turns before `last`, with the generation prompt) continued with the
     assistant message `last`, left open: its reasoning, then its text (as llama.cpp's
-    `continue_final_message` writes it). Reasoning alone stays open for the model to go on."""
-    thought, text = last.reasoning or "", last.text
+    `continue_final_message` writes it: text parts joined by a blank line). Reasoning alone
+    stays open for the model to go on."""
+    thought, text = last.reasoning or "", continued_text(last)
     only_thought = bool(thought) and not text
     if harmony:  # the final channel, after an analysis block when there is reasoning
         if thought:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from llama_cpp_support import fold, templates_dir
-from sluicegate.core.request import ChatRequest, Message
+from sluicegate.core.request import ChatRequest, ContentPart, Message
 from sluicegate.demo.model import chat_template
 from sluicegate.engines.llamacpp.template import render_request
 from sluicegate.parsing import THINK, ReasoningStyle, detect_reasoning
@@ -36,6 +36,12 @@ def test_chatml_ends_inside_the_assistant_message() -> None:
     assert continued.endswith(
         "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\nThe colour is"
     )
+
+
+def test_text_parts_continued_are_joined_by_a_blank_line() -> None:
+    # llama.cpp's continuation joins them so (the suite's `Wh` + `ill` prefill is `Wh\n\nill`).
+    parts = [ContentPart("text", "Wh"), ContentPart("text", "ill")]
+    assert prompt(chat_template(), Message("assistant", parts)).endswith("<|im_start|>assistant\nWh\n\nill")
 
 
 def test_its_reasoning_comes_first_and_reasoning_alone_stays_open() -> None:
