@@ -75,7 +75,10 @@ def test_every_response_format_plays(sdk: openai.OpenAI) -> None:
             lengths[fmt] = _decoded_seconds(response.read(), container)
     pcm = sdk.audio.speech.create(model=TTS, voice="alloy", input=SAYING, response_format="pcm").content
     lengths["pcm"] = len(pcm) / 2 / 24000  # 24 kHz 16-bit mono, as OpenAI's pcm
-    assert min(lengths.values()) > 1.5 and max(lengths.values()) - min(lengths.values()) < 0.2, lengths
+    # Each format is a synthesis of its own, and Piper's durations carry its noise (seen: 2.74 to
+    # 3.02 s for one sentence, AAC's priming and padding included): a format that loses its end
+    # or decodes to less is short by more than that spread.
+    assert min(lengths.values()) > 1.5 and max(lengths.values()) - min(lengths.values()) < 0.45, lengths
 
 
 def test_speed_changes_the_length(sdk: openai.OpenAI) -> None:
