@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Mapping
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -146,14 +148,29 @@ def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
     return [frame_bytes(Frame(data, "response.failed"))]
 
 
+def asgi3(function: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """A plain function that returns an awaitable, marked as a coroutine function: what
+    uvicorn and Starlette's test client read (`asyncio.iscoroutinefunction`) to take an app for
+    ASGI 3 rather than wrap it in their ASGI 2 adapter."""
+    if sys.version_info >= (3, 12):
+        return inspect.markcoroutinefunction(function)
+    function._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]  # 3.11's marker
+    return function
+
+
 class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Starlette's own `__call__` after it: inlining it bought nothing measurable
-        # (bench/workarounds.py, docs/architecture.md).
+    @asgi3
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:  # type: ignore[override]
+        # What Starlette's `__call__` does, as a plain call handing on the middleware's
+        # awaitable: no coroutine of this class, nor of Starlette's, that each step of a request
+        # passes through and each open stream holds (bench/README.md, round twelve).
+        scope["app"] = self
         scope[SERVER_SEND] = send
-        await super().__call__(scope, receive, send)
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        return self.middleware_stack(scope, receive, send)
 
     def build_middleware_stack(self) -> ASGIApp:
         # Without Starlette's error middleware, outermost: a layer (and a frame each stream

@@ -46,3 +46,17 @@ def test_websockets_go_to_the_router() -> None:
     scope = {"type": "websocket", "path": "/v1/responses"}
     assert cast(object, routes(scope, _never, _never)) == ("router", "/v1/responses")
     assert turn.calls == []
+
+
+def test_uvicorn_takes_the_app_for_asgi3_with_no_adapter() -> None:
+    """`SluicegateApp.__call__` is a plain call handing on the middleware's awaitable (no
+    coroutine frame a request passes through); marked so that uvicorn does not take it for an
+    ASGI 2 app and wrap it in its adapter (a layer more than before)."""
+    import uvicorn
+
+    from sluicegate.app.factory import SluicegateApp
+
+    app = SluicegateApp()
+    config = uvicorn.Config(app, proxy_headers=False, log_level="error")
+    config.load()
+    assert config.loaded_app is app
