@@ -306,8 +306,17 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
     call each, not ours calling uvicorn's."""
 
     _head = b""
-    _head_deadline: asyncio.TimerHandle | None = None
     _watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
+    # One clock per connection for both of its deadlines, the head's (`header_timeout`) and the
+    # idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer per
+    # response): moving a deadline sets `_due` (0: nothing due), and the timer, when it fires,
+    # closes the connection if what is due has passed, or waits again for it. Two timers made
+    # and cancelled a request were ~5% of the protocol's instructions (bench/request_cycle.py).
+    _clock: asyncio.TimerHandle | None = None
+    _clock_at = 0.0  # when `_clock` fires
+    _due = 0.0
+    _in_head = False  # from a request's first byte (or the connection's start) to its headers' end
+    _idle = False  # after a response, until the next bytes: the keep-alive deadline is due
 
     def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -315,13 +324,15 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_head_deadline()
+        self._in_head = True  # a client that connects and sends nothing: the head's deadline
+        if self.header_timeout is not None:
+            self._due_in(self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
         self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
-        if self.timeout_keep_alive_task is not None:
-            self.timeout_keep_alive_task.cancel()
-            self.timeout_keep_alive_task = None
+        if self._idle:  # the keep-alive deadline ends with the next bytes
+            self._idle = False
+            self._due = 0.0
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError:
@@ -334,8 +345,10 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
 
     def on_message_begin(self) -> None:
-        if self._head_deadline is None:  # a kept-alive connection's next request begins
-            self._arm_head_deadline()
+        if not self._in_head:  # a kept-alive connection's next request begins
+            self._in_head = True
+            if self.header_timeout is not None:
+                self._due_in(self.header_timeout)
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
@@ -352,9 +365,8 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         }
 
     def on_headers_complete(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
+        self._in_head = False
+        self._due = 0.0
         parser, scope = self.parser, self.scope
         http_version = parser.get_http_version()
         scope["method"] = parser.get_method().decode("ascii")
@@ -401,24 +413,49 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, app))
 
+    def on_response_complete(self) -> None:
+        """uvicorn's, with the keep-alive deadline on the connection's clock: start the next
+        pipelined request, else wait for one as long as `timeout_keep_alive`."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif not (self._in_head and self.header_timeout is not None):  # (a head under way has its own)
+            self._idle = True
+            self._due_in(self.timeout_keep_alive)
+
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
+        self._due = 0.0
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
         super().connection_lost(exc)
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.connection_lost()
 
-    def _arm_head_deadline(self) -> None:
-        if self.header_timeout is not None:
-            self._head_deadline = self.loop.call_later(self.header_timeout, self._head_too_slow)
+    def _due_in(self, seconds: float) -> None:
+        due = self._due = self.loop.time() + seconds
+        clock = self._clock
+        if clock is None or self._clock_at > due:  # else the clock waits again when it fires
+            if clock is not None:
+                clock.cancel()
+            self._clock = self.loop.call_at(due, self._tick)
+            self._clock_at = due
 
-    def _disarm_head_deadline(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def _head_too_slow(self) -> None:
-        self._head_deadline = None
+    def _tick(self) -> None:
+        self._clock = None
+        due = self._due
+        if not due:
+            return
+        if due > self.loop.time():
+            self._clock = self.loop.call_at(due, self._tick)
+            self._clock_at = due
+            return
+        self._due = 0.0  # a head too slow, or a kept-alive connection idle too long
         if not self.transport.is_closing():
             self.transport.close()
 

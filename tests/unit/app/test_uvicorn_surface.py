@@ -6,7 +6,8 @@ to move the pin, run this test on the new release.
 Relied on: `HttpToolsProtocol`'s hooks (`connection_made`, `data_received`, `on_message_begin`,
 `on_headers_complete`, `connection_lost`, `send_400_response`), the state and helpers our own
 hooks use in their place (`flow.write_paused`, `transport`, `loop`, `scope`, `cycle`, `url`,
-`_should_upgrade`, `_start_asgi_task`, `timeout_keep_alive_task`, `on_response_complete`, ...);
+`_should_upgrade`, `_start_asgi_task`, `timeout_keep_alive`, `pipeline`, ...; our
+`on_response_complete` replaces uvicorn's, which its cycle calls);
 `RequestResponseCycle`'s constructor, state and `send`, which our `Cycle` replaces: its head,
 its chunk framing and its ends are compared with uvicorn's own, byte for byte (the names in
 canonical case).
@@ -174,7 +175,7 @@ def test_a_request_the_parser_refuses_reaches_send_400_response() -> None:
 PROTOCOL_STATE = (
     "parser", "flow", "transport", "loop", "logger", "server", "client", "scheme", "root_path",
     "asgi_version", "app_state", "app", "limit_concurrency", "connections", "tasks",
-    "server_state", "pipeline", "timeout_keep_alive_task", "expect_100_continue", "headers",
+    "server_state", "pipeline", "timeout_keep_alive", "expect_100_continue", "headers",
     "access_log", "access_logger", "config",
 )  # fmt: skip
 PROTOCOL_HELPERS = (
