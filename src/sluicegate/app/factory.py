@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -360,20 +361,32 @@ def create_app(settings: Settings) -> Starlette:
     ]
     routes += vertex_routes(os.environ, routes)  # when Vertex AI started the server (app/vertex.py)
     observe = Middleware(
-        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
+        ObserveMiddleware,
+        log_prompts=settings.log_prompts,
+        # A path's API, looked up once per path (the registry walks its prefixes); bounded, as
+        # paths are the clients' to choose.
+        dialect_of=functools.lru_cache(maxsize=4096)(dialects.dialect_name),
     )  # metrics, access log
-    auth = Middleware(
-        APIKeyMiddleware,
-        api_keys=settings.api_keys,
-        admin_key=settings.admin_key,
-        keyring=keyring,
-        accounting=accounting,
-    )  # before routing: every path but the open ones
-    # Preflights are answered before the key check: a browser sends no key on one.
-    cors = Middleware(CORSMiddleware, origins=settings.cors_origins)
+    layers = [observe]
+    # Preflights are answered before the key check: a browser sends no key on one. Each layer
+    # only when configured: without origins or keys it passes every request on, a call a
+    # request for nothing.
+    if settings.cors_origins:
+        layers.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
+    if settings.api_keys or settings.admin_key:  # before routing: every path but the open ones
+        layers.append(
+            Middleware(
+                APIKeyMiddleware,
+                api_keys=settings.api_keys,
+                admin_key=settings.admin_key,
+                keyring=keyring,
+                accounting=accounting,
+            )
+        )
+    layers.append(Middleware(TurnRoutes, turns=served.turns))
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, cors, auth, Middleware(TurnRoutes, turns=served.turns)],
+        middleware=layers,
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )

@@ -60,3 +60,27 @@ def test_uvicorn_takes_the_app_for_asgi3_with_no_adapter() -> None:
     config = uvicorn.Config(app, proxy_headers=False, log_level="error")
     config.load()
     assert config.loaded_app is app
+
+
+@pytest.mark.parametrize(
+    ("options", "layers"),
+    [
+        ({}, ["ObserveMiddleware", "TurnRoutes"]),
+        ({"cors_origins": ["*"]}, ["ObserveMiddleware", "CORSMiddleware", "TurnRoutes"]),
+        ({"api_keys": ["k"]}, ["ObserveMiddleware", "APIKeyMiddleware", "TurnRoutes"]),
+        ({"admin_key": "a"}, ["ObserveMiddleware", "APIKeyMiddleware", "TurnRoutes"]),
+    ],
+)
+def test_a_layer_is_in_the_stack_only_when_it_has_something_to_do(
+    tmp_path: Any, options: dict[str, Any], layers: list[str]
+) -> None:
+    from sluicegate.app.factory import create_app
+    from sluicegate.config import Settings
+
+    app = create_app(Settings(data_dir=tmp_path, **options))
+    layer: Any = app.build_middleware_stack()
+    names = []
+    while not isinstance(layer, TurnRoutes):
+        names.append(type(layer).__name__)
+        layer = layer.app
+    assert [*names, "TurnRoutes"] == layers
