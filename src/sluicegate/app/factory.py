@@ -29,6 +29,7 @@ from sluicegate.app.keyring import KeyRing
 from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
+from sluicegate.app.routing import ExactRouter
 from sluicegate.app.vertex import vertex_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
@@ -390,5 +391,6 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
+    app.router = ExactRouter(routes, lifespan=lifespan)  # the same routes, found by path first
     app.state.sluicegate = state
     return app
