@@ -348,3 +348,65 @@ async def test_a_bad_header_is_refused_as_uvicorn_refuses_it() -> None:
         with pytest.raises(RuntimeError, match=message):
             await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
         assert wire.written == b""
+
+
+async def _echo(scope: Any, receive: Any, send: Any) -> None:
+    """Answers with what the scope and the body were: the two protocols must agree on them."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    seen = [scope["method"], scope["path"], scope["raw_path"].decode(), scope["query_string"].decode(),
+            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate"))]  # fmt: skip
+    text = repr(seen).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    for _ in range(3):  # a pipelined request's answer must wait for this one's end
+        await asyncio.sleep(0)
+    await send({"type": "http.response.body", "body": text, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+WIRE_CASES = {
+    "two pipelined requests": b"GET /a?x=1 HTTP/1.1\r\nHost: x\r\n\r\nGET /b%20c HTTP/1.1\r\nHost: x\r\n\r\n",
+    "100-continue": b"POST /p HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+    "HEAD": b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n",
+    "HTTP/1.0": b"GET /old HTTP/1.0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", WIRE_CASES.values(), ids=list(WIRE_CASES))
+async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes) -> None:
+    """The same bytes into uvicorn's protocol and ours, the same app: the same bytes out (names
+    cased), the same scope, the connection closed or kept alike."""
+    out: dict[str, tuple[bytes, bool]] = {}
+    for label, cls in (("uvicorn", httptools_impl.HttpToolsProtocol), ("ours", JSONHttpToolsProtocol)):
+        config = uvicorn.Config(_echo, log_level="error", proxy_headers=False)
+        config.load()
+        server = ServerState()
+        server.default_headers = [(b"server", b"uvicorn")]
+        proto = cls(config=config, server_state=server, app_state={})
+        wire = Socket()
+        proto.connection_made(wire)
+        proto.data_received(request_bytes)
+        async with asyncio.timeout(LIMIT):
+            while server.total_requests < request_bytes.count(b" HTTP/1."):
+                await asyncio.sleep(0)
+        out[label] = (bytes(wire.written), wire.closing)
+        proto.connection_lost(None)
+    expected = b"".join(
+        _cased(head) + b"\r\n\r\n" + rest if head.startswith(b"HTTP/1.1 2") else head + b"\r\n\r\n" + rest
+        for head, rest in _responses(out["uvicorn"][0])
+    )
+    assert out["ours"] == (expected, out["uvicorn"][1])
+
+
+def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
+    """Each head and what follows it up to the next head (a 100 Continue is a head of its own)."""
+    parts = written.split(b"HTTP/1.1 ")
+    found = []
+    for part in parts[1:]:
+        head, _, rest = (b"HTTP/1.1 " + part).partition(b"\r\n\r\n")
+        found.append((head, rest))
+    return found
