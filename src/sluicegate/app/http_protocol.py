@@ -86,6 +86,43 @@ def path_of(url: bytes, head: bytes) -> str:
     return url.split(b"?", 1)[0].decode("latin-1")
 
 
+class Signal:
+    """What uvicorn's cycle uses an `asyncio.Event` for (the body came, the response ended, the
+    client left), with the Event's `set`, `clear`, `is_set` and `wait`, line for line, but made
+    without a constructor: an Event per request was two interpreted calls (its `__init__` and
+    its loop mixin's) and a deque, for a wait that rarely happens (the body is usually in the
+    head's read). No `__init__`: the class's attributes are the defaults."""
+
+    _value = False
+    _waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        if not self._value:
+            self._value = True
+            for waiter in self._waiters or ():
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+            return True
+        finally:
+            self._waiters.remove(waiter)
+
+
 def _nothing() -> None:
     """A finished cycle's `on_response` (uvicorn sets a new lambda per request)."""
 
@@ -214,10 +251,10 @@ class Cycle(RequestResponseCycle):
             flow = self.flow
             if flow.read_paused:
                 flow.resume_reading()
-            event = self.message_event
-            if not event.is_set():  # the body is usually here already: no wait's coroutine
+            event: Signal = self.message_event  # type: ignore[assignment]  # ours (on_headers_complete)
+            if not event._value:  # the body is usually here already: no wait's coroutine
                 await event.wait()
-            event.clear()
+            event._value = False
         if self.disconnected or self.response_complete:
             return {"type": "http.disconnect"}
         message: HTTPRequestEvent = {
@@ -397,7 +434,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             access_logger=self.access_logger,
             access_log=self.access_log,
             default_headers=self.server_state.default_headers,
-            message_event=asyncio.Event(),
+            message_event=Signal(),  # type: ignore[arg-type]
             expect_100_continue=self.expect_100_continue,
             keep_alive=http_version != "1.0" and parser.should_keep_alive(),
             on_response=self.on_response_complete,

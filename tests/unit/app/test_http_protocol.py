@@ -167,3 +167,49 @@ async def test_a_response_then_the_next_request_moves_the_one_deadline(
     assert not proto._idle and proto._in_head
     assert proto._due == pytest.approx(proto.loop.time() + 3.0, abs=1.0)
     assert proto._clock is clock  # the same timer throughout
+
+
+async def test_a_body_that_comes_after_the_head_is_waited_for(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """`Signal`, the cycle's event: the request's task waits in `receive` until the body's bytes
+    come, then gets them; a client that leaves meanwhile is a disconnect."""
+    proto, _ = protocol
+    got: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        got.append(await receive())
+        got.append(await receive())
+
+    proto.app = app
+    proto.data_received(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+    for _ in range(5):
+        await asyncio.sleep(0)  # the task runs and waits: nothing to read yet
+    assert got == []
+    proto.data_received(b"abc")
+    async with asyncio.timeout(10):
+        while not got:
+            await asyncio.sleep(0)
+    assert got == [{"type": "http.request", "body": b"abc", "more_body": True}]
+    proto.connection_lost(None)  # the client leaves while the task waits for the rest
+    async with asyncio.timeout(10):
+        while len(got) < 2:
+            await asyncio.sleep(0)
+    assert got[1] == {"type": "http.disconnect"}
+
+
+async def test_the_signal_wakes_every_waiter_and_survives_a_cancelled_one() -> None:
+    from sluicegate.app.http_protocol import Signal
+
+    signal = Signal()
+    first = asyncio.ensure_future(signal.wait())
+    second = asyncio.ensure_future(signal.wait())
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    signal.set()
+    async with asyncio.timeout(10):
+        assert await second is True
+    assert first.cancelled() and signal.is_set() and signal._waiters == []
+    signal.clear()
+    assert not signal.is_set()
