@@ -200,7 +200,6 @@ class Instance:
         return self._loading is not None
 
     def generation(self, request: ChatRequest) -> Generation:
-        # `_queued`, inlined: a call less per request start
         self._waiting += 1
         child(METRICS.queue_depth, self.id).inc()
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
@@ -211,15 +210,7 @@ class Instance:
         """A task that is not a chat (speech, issue 45) on this instance: counted as waiting from
         the call (enter it at once, as `Model.admit_task` returns), then a slot, loaded just in time,
         and the idle clock restarted when it leaves, on every path."""
-        self._queued()
-        slots = self._slots
-        try:
-            if slots is not None:
-                await slots.acquire()
-        except BaseException:  # gone while queued
-            self._unqueued()
-            raise
-        self._take()
+        slots = await self._queued_slot()
         try:
             if not self.loaded:
                 async for _ in self._ensure_loaded(jit=True):
@@ -228,11 +219,21 @@ class Instance:
         finally:
             self._give_back(False, slots)
 
-    def _queued(self) -> None:
-        """A request arrived: it waits for a slot, and the idle clock restarts."""
+    async def _queued_slot(self) -> asyncio.Semaphore | None:
+        """A task that is not a chat (`slot`, `run`) arrived: it waits for a slot, and the idle
+        clock restarts; gone while queued, it leaves the queue. The slots to give back."""
         self._waiting += 1
         child(METRICS.queue_depth, self.id).inc()
         self.last_used = time.monotonic()
+        slots = self._slots
+        try:
+            if slots is not None:
+                await slots.acquire()
+        except BaseException:  # gone while queued
+            self._unqueued()
+            raise
+        self._take()
+        return slots
 
     def _unqueued(self) -> None:
         """A request left before it had a slot."""
@@ -313,15 +314,7 @@ class Instance:
         """A task besides chat (`Engine.embed`, `Engine.rerank`) in a slot like a generation's:
         queued, loaded just in time (its load events go unseen), counted. Cancelling the caller
         (client gone, deadline) cancels `work` and gives the slot back at once."""
-        self._queued()
-        slots = self._slots
-        try:
-            if slots is not None:
-                await slots.acquire()
-        except BaseException:  # gone while queued
-            self._unqueued()
-            raise
-        self._take()
+        slots = await self._queued_slot()
         cancelled = False
         try:
             if not self.loaded:
