@@ -6,34 +6,15 @@ seed at temperature 1, identical ones at temperature 0, and `n` out of range ref
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
 
 import openai
 import pytest
-from conftest import StartServer
-from e2e_support import Server
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "Tell me a long story about the sea."}]
 TOKENS = 24
-
-
-@pytest.fixture(scope="module")
-def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.demo.model import make_demo_gguf
-
-    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
-    return start_server(
-        models=[{"id": MODEL, "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024}]
-    )
-
-
-@pytest.fixture
-def sdk(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=120.0) as client:
-        yield client
 
 
 def one(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion:
@@ -45,11 +26,11 @@ def one(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion
     )
 
 
-def test_three_choices_not_streamed(sdk: openai.OpenAI) -> None:
-    completion = one(sdk, n=3, temperature=1.0, seed=5)
+def test_three_choices_not_streamed(tiny_sdk: openai.OpenAI) -> None:
+    completion = one(tiny_sdk, n=3, temperature=1.0, seed=5)
     assert [c.index for c in completion.choices] == [0, 1, 2]
     assert all(c.finish_reason == "length" and c.message.content for c in completion.choices)
-    single = one(sdk, temperature=1.0, seed=5)
+    single = one(tiny_sdk, temperature=1.0, seed=5)
     assert single.usage is not None and completion.usage is not None
     # The prompt once, every choice's output.
     assert completion.usage.prompt_tokens == single.usage.prompt_tokens
@@ -61,14 +42,14 @@ def test_three_choices_not_streamed(sdk: openai.OpenAI) -> None:
     assert texts[0] == single.choices[0].message.content
 
 
-def test_temperature_zero_gives_the_same_choice_n_times(sdk: openai.OpenAI) -> None:
-    completion = one(sdk, n=3, temperature=0.0)
+def test_temperature_zero_gives_the_same_choice_n_times(tiny_sdk: openai.OpenAI) -> None:
+    completion = one(tiny_sdk, n=3, temperature=0.0)
     texts = {c.message.content for c in completion.choices}
     assert len(completion.choices) == 3 and len(texts) == 1 and texts != {""}
 
 
-def test_three_choices_streamed(sdk: openai.OpenAI) -> None:
-    stream = sdk.chat.completions.create(
+def test_three_choices_streamed(tiny_sdk: openai.OpenAI) -> None:
+    stream = tiny_sdk.chat.completions.create(
         model=MODEL,
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=TOKENS,
@@ -96,12 +77,12 @@ def test_three_choices_streamed(sdk: openai.OpenAI) -> None:
     assert total.completion_tokens == 3 * TOKENS
     # The same choices as the request not streamed.
     assert [text[i] for i in range(3)] == [
-        c.message.content for c in one(sdk, n=3, temperature=1.0, seed=5).choices
+        c.message.content for c in one(tiny_sdk, n=3, temperature=1.0, seed=5).choices
     ]
 
 
-def test_the_sdk_stream_helper_accumulates_every_choice(sdk: openai.OpenAI) -> None:
-    with sdk.chat.completions.stream(
+def test_the_sdk_stream_helper_accumulates_every_choice(tiny_sdk: openai.OpenAI) -> None:
+    with tiny_sdk.chat.completions.stream(
         model=MODEL,
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=TOKENS,
@@ -116,14 +97,14 @@ def test_the_sdk_stream_helper_accumulates_every_choice(sdk: openai.OpenAI) -> N
     assert final.choices[0].message.content == final.choices[1].message.content
 
 
-def test_completions_two_choices(sdk: openai.OpenAI) -> None:
-    completion = sdk.completions.create(
+def test_completions_two_choices(tiny_sdk: openai.OpenAI) -> None:
+    completion = tiny_sdk.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=TOKENS, n=2, temperature=1.0, seed=3
     )
     assert [c.index for c in completion.choices] == [0, 1]
     assert completion.choices[0].text != completion.choices[1].text
     assert completion.usage is not None and completion.usage.completion_tokens == 2 * TOKENS
-    stream = sdk.completions.create(
+    stream = tiny_sdk.completions.create(
         model=MODEL,
         prompt="Once upon a time",
         max_tokens=TOKENS,
@@ -151,7 +132,7 @@ def test_completions_two_choices(sdk: openai.OpenAI) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 129])
-def test_n_out_of_range_is_a_400(sdk: openai.OpenAI, n: int) -> None:
+def test_n_out_of_range_is_a_400(tiny_sdk: openai.OpenAI, n: int) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        one(sdk, n=n)
+        one(tiny_sdk, n=n)
     assert caught.value.param == "n"  # type: ignore[attr-defined]
