@@ -6,6 +6,8 @@ seed at temperature 1, identical ones at temperature 0, and `n` out of range ref
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import openai
 import pytest
@@ -24,6 +26,26 @@ def one(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion
         max_tokens=TOKENS,
         **extra,  # type: ignore[arg-type]
     )
+
+
+def folded(
+    stream: Iterable[Any], text_of: Callable[[Any], str]
+) -> tuple[dict[int, str], dict[int, str], list[Any]]:
+    """A stream of `n` choices' chunks (Chat Completions' or Completions'): each choice's text
+    and finish reason, and the usage chunks (no choices in them); nothing after a finish."""
+    text: dict[int, str] = defaultdict(str)
+    finish: dict[int, str] = {}
+    usage = []
+    for chunk in stream:
+        if chunk.usage is not None:
+            assert chunk.choices == []
+            usage.append(chunk.usage)
+        for choice in chunk.choices:
+            assert choice.index not in finish  # nothing after a choice's finish
+            text[choice.index] += text_of(choice)
+            if choice.finish_reason is not None:
+                finish[choice.index] = choice.finish_reason
+    return text, finish, usage
 
 
 def test_three_choices_not_streamed(tiny_sdk: openai.OpenAI) -> None:
@@ -59,18 +81,7 @@ def test_three_choices_streamed(tiny_sdk: openai.OpenAI) -> None:
         stream=True,
         stream_options={"include_usage": True},
     )
-    text: dict[int, str] = defaultdict(str)
-    finish: dict[int, str | None] = {}
-    usage = []
-    for chunk in stream:
-        if chunk.usage is not None:
-            assert chunk.choices == []
-            usage.append(chunk.usage)
-        for choice in chunk.choices:
-            assert choice.index not in finish  # nothing after a choice's finish
-            text[choice.index] += choice.delta.content or ""
-            if choice.finish_reason is not None:
-                finish[choice.index] = choice.finish_reason
+    text, finish, usage = folded(stream, lambda choice: choice.delta.content or "")
     assert finish == {0: "length", 1: "length", 2: "length"}
     assert len(set(text.values())) == 3
     [total] = usage  # once, summed
@@ -114,16 +125,7 @@ def test_completions_two_choices(tiny_sdk: openai.OpenAI) -> None:
         stream=True,
         stream_options={"include_usage": True},
     )
-    text: dict[int, str] = defaultdict(str)
-    finish: dict[int, str | None] = {}
-    usage = []
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage.append(chunk.usage)
-        for choice in chunk.choices:
-            text[choice.index] += choice.text
-            if choice.finish_reason is not None:
-                finish[choice.index] = choice.finish_reason
+    text, finish, usage = folded(stream, lambda choice: choice.text)
     assert finish == {0: "length", 1: "length"}
     assert [text[0], text[1]] == [c.text for c in completion.choices]
     [total] = usage
