@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 
@@ -79,15 +80,28 @@ class Clocks:
             self._cancelled = True
             self.waiter.cancel()
 
+    async def read(self, read: Callable[[], Awaitable[bytes | None]]) -> bytes | ErrorInfo | None:
+        """`read()` with the clocks running: what arrived (None at the body's end), or the limit
+        that passed while it waited (`expired`). A cancellation that is not the clocks' (the
+        client left) and a broken connection raise. The relay's one wait per read, so `waiting`
+        and `chunk` are inlined: no call more per read than awaiting `read()` itself."""
+        self.waiter = asyncio.current_task(self._loop)
+        try:
+            chunk = await read()
+        except asyncio.CancelledError:
+            if not self.owns(asyncio.current_task(self._loop)):
+                raise
+            assert self.expired is not None
+            return self.expired
+        if chunk is not None:
+            self.waiter = None
+            self.first_byte_seen = True
+            self._phase_at = self._loop.time() + self._idle
+        return chunk
+
     def waiting(self) -> None:
         """The engine is about to wait on the upstream (call right before the await)."""
         self.waiter = asyncio.current_task(self._loop)  # (given the loop: no getpid per read)
-
-    def chunk(self) -> None:
-        """Something arrived: the upstream is alive."""
-        self.waiter = None
-        self.first_byte_seen = True
-        self._phase_at = self._loop.time() + self._idle
 
     def alive(self) -> None:
         """Something arrived and was relayed while the engine still waits (a read carried by the
