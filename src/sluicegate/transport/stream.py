@@ -301,6 +301,8 @@ class _Stream:
                     continue
                 if not write(data):
                     await self._send(data)
+                # Written: not held while the producer waits for the next (a stream waits long).
+                data = chunk = b""
                 self.last_sent = loop.time()
                 self.ready = True  # written: a lane may write again
             finished = True
