@@ -6,7 +6,7 @@ libuv's timer, a copy of the context — and a flowing stream keeps three of the
 life, re-arming each lazily (bench/README.md, gateway "Round twelve"). Here they are entries
 in one heap, ordered by due time, and the loop's single timer is armed for the earliest. These
 clocks mostly never fire, so a cancelled entry stays where it is, marked, until it comes up or
-until cancelled entries outnumber live ones (then the heap is rebuilt without them).
+until the heap has doubled since it was last rebuilt (then it is rebuilt without them).
 
 An alarm's callback runs in the loop's timer phase, as a `TimerHandle`'s does, in a context of
 the loop's own rather than a copy of the caller's: none of these callbacks reads a ContextVar.
@@ -18,63 +18,54 @@ import asyncio
 import contextvars
 import heapq
 import itertools
-import logging
 from collections.abc import Callable
+from heapq import heappush
 from typing import Final
 
-log = logging.getLogger(__name__)
-
-_COMPACT_AT: Final = 256  # cancelled entries tolerated before the heap may be rebuilt
+_COMPACT_AT: Final = 256  # the heap's least limit (cancelled entries are dropped past it)
 _EARLY: Final = 0.001  # a due time this close is due (the loop's timers have ms resolution)
 
 
 class Alarm:
     """An armed alarm: `cancel()` it (any number of times) to stop its callback."""
 
-    __slots__ = ("_clock", "callback")
+    __slots__ = ("callback",)
 
-    def __init__(self, clock: _Clock, callback: Callable[[], object]) -> None:
-        self._clock = clock
-        self.callback: Callable[[], object] | None = callback
+    callback: Callable[[], object] | None
 
     def cancel(self) -> None:
-        if self.callback is not None:
-            self.callback = None
-            self._clock.cancelled()
+        self.callback = None
+
+
+_new_alarm = object.__new__  # (no `__init__` frame per alarm: one is armed per clock per request)
 
 
 class _Clock:
     """The alarms of one event loop."""
 
-    __slots__ = ("_context", "_dead", "_due", "_handle", "_heap", "_seq", "loop")
+    __slots__ = ("_context", "_due", "_handle", "_limit", "heap", "loop", "seq")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self._heap: list[tuple[float, int, Alarm]] = []
-        self._seq = itertools.count()  # ties in due time never compare the alarms
-        self._dead = 0
+        self.heap: list[tuple[float, int, Alarm]] = []
+        self.seq = itertools.count()  # ties in due time never compare the alarms
+        self._limit = _COMPACT_AT  # entries the heap may hold before cancelled ones are dropped
         self._handle: asyncio.TimerHandle | None = None
         self._due = 0.0
         self._context = contextvars.Context()
 
-    def at(self, when: float, callback: Callable[[], object]) -> Alarm:
-        alarm = Alarm(self, callback)
-        heap = self._heap
-        heapq.heappush(heap, (when, next(self._seq), alarm))
+    def pushed(self, when: float) -> None:
+        """An entry went in (`alarm_at`): the loop's timer for it when it is the earliest, and
+        the cancelled entries dropped when the heap has grown past its limit."""
         if self._handle is None or when < self._due:
             self._arm(when)
-        return alarm
-
-    def cancelled(self) -> None:
-        self._dead += 1
-        dead = self._dead
-        if dead >= _COMPACT_AT and dead * 2 > len(self._heap):
-            self._heap = [entry for entry in self._heap if entry[2].callback is not None]
-            heapq.heapify(self._heap)
-            self._dead = 0
-            if not self._heap and self._handle is not None:
-                self._handle.cancel()
-                self._handle = None
+        if len(self.heap) > self._limit:
+            heap = [entry for entry in self.heap if entry[2].callback is not None]
+            heapq.heapify(heap)
+            self.heap = heap
+            self._limit = max(_COMPACT_AT, 2 * len(heap))
+            if heap:
+                self._arm(heap[0][0])
 
     def _arm(self, when: float) -> None:
         if self._handle is not None:
@@ -84,21 +75,18 @@ class _Clock:
 
     def _fire(self) -> None:
         self._handle = None
-        heap = self._heap
+        heap = self.heap
         due = self.loop.time() + _EARLY
         ring: list[Alarm] = []
         while heap and heap[0][0] <= due:
             alarm = heapq.heappop(heap)[2]
-            if alarm.callback is None:
-                self._dead -= 1
-            else:
+            if alarm.callback is not None:
                 ring.append(alarm)
         # Run once the heap is settled: a callback that re-arms for a time already due waits
         # for the next round, not this one.
         for alarm in ring:
             callback = alarm.callback
-            if callback is None:  # cancelled by a callback before it (and counted as dead)
-                self._dead -= 1
+            if callback is None:  # cancelled by a callback before it
                 continue
             alarm.callback = None  # fired: a `cancel()` after it is a no-op
             try:
@@ -107,8 +95,11 @@ class _Clock:
                 self.loop.call_exception_handler(
                     {"message": "Exception in an alarm callback", "exception": exc, "callback": callback}
                 )
-        if self._heap and self._handle is None:
-            self._arm(self._heap[0][0])
+        heap = self.heap
+        while heap and heap[0][2].callback is None:  # nothing to wake up for
+            heapq.heappop(heap)
+        if heap and self._handle is None:
+            self._arm(heap[0][0])
 
 
 _last: _Clock | None = None
@@ -124,4 +115,10 @@ def alarm_at(loop: asyncio.AbstractEventLoop, when: float, callback: Callable[[]
             clock = _Clock(loop)
             loop._sluicegate_alarms = clock  # type: ignore[attr-defined]  # dies with its loop
         _last = clock
-    return clock.at(when, callback)
+    alarm: Alarm = _new_alarm(Alarm)
+    alarm.callback = callback
+    heap = clock.heap
+    heappush(heap, (when, next(clock.seq), alarm))
+    if clock._handle is None or when < clock._due or len(heap) > clock._limit:
+        clock.pushed(when)
+    return alarm
