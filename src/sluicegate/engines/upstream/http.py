@@ -150,11 +150,13 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_headers_complete(self) -> None:
-        assert self._parser is not None and self._head is not None
+        assert self._parser is not None
         status = self._parser.get_status_code()
         self._until_eof = self._chunked is False and self._length is None
-        if not self._head.done():
-            self._head.set_result(status)
+        head = self._head
+        if head is not None and not head.done():
+            head.set_result(status)
+            self._head = None  # answered: the exchange holds it, not the connection the body's life
             self._rouse()
 
     def on_header(self, name: bytes, value: bytes) -> None:
