@@ -251,6 +251,7 @@ class UpstreamEngine(Engine):
                         batch = through.take()
                     for name, data in feed(chunk):
                         batch += frame(name, data)
+                    name, data = None, b""
                     if prompting and batch:
                         for i, event in enumerate(batch):
                             if type(event) is not PromptProgress:
@@ -261,6 +262,8 @@ class UpstreamEngine(Engine):
                         yield batch[0]
                     elif batch:
                         yield RawBatch(batch)
+                    # Passed on: not held while the next read is awaited (a stream waits long).
+                    chunk, batch = b"", []
                     if decoder.over:
                         # The body's end normally came with the last event: no timer to wait for it.
                         if decoder.done and not response.received:
