@@ -11,7 +11,10 @@ Sluicegate exposes under the same names) read before and after: `llama_decode` c
 generated token, sequences per decode (`busy slots`), and from /proc the CPU time per generated
 token of the whole process, of its busiest thread (a decode thread) and of the rest (Sluicegate:
 the event loop and the rest; llama-server: its HTTP threads and the rest), and the process's
-threads. Counts do not depend on the machine's load; the CPU times less than wall times do.
+threads. Sluicegate's main thread is its event loop (its voluntary context switches: about one per
+wake-up); llama-server's main thread runs `llama_decode`. The prompts are the same for every
+server in a round (Gemma at temperature 0 then writes the same replies on both). Counts do not
+depend on the machine's load; the CPU times less than wall times do.
 """
 
 from __future__ import annotations
@@ -43,9 +46,27 @@ def metrics(url: str) -> dict[str, float]:
     return out
 
 
-def run(url: str, pid: int, concurrency: int, max_tokens: int, tag: str, real: bool) -> dict[str, float]:
+def wakeups(pid: int) -> int:
+    """The main thread's voluntary context switches: Sluicegate's event loop sleeps in epoll
+    between wake-ups, so one per wake-up (and per other wait)."""
+    for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines():
+        if line.startswith("voluntary_ctxt_switches:"):
+            return int(line.split()[1])
+    return 0
+
+
+def idle_waits(pid: int, seconds: float = 3.0) -> float:
+    """The main thread's waits per second while nothing is served (its timers)."""
+    first = wakeups(pid)
+    time.sleep(seconds)
+    return (wakeups(pid) - first) / seconds
+
+
+def run(
+    url: str, pid: int, concurrency: int, max_tokens: int, tag: str, real: bool, idle: float
+) -> dict[str, float]:
     extra = {"temperature": 0} if real else None
-    before, cpu_before = metrics(url), thread_seconds(pid)
+    before, cpu_before, woken = metrics(url), thread_seconds(pid), wakeups(pid)
     started = time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
         replies = list(
@@ -55,18 +76,22 @@ def run(url: str, pid: int, concurrency: int, max_tokens: int, tag: str, real: b
             )
         )
     wall = time.perf_counter() - started
-    after, cpu_after = metrics(url), thread_seconds(pid)
+    after, cpu_after, woken = metrics(url), thread_seconds(pid), wakeups(pid) - woken
     tokens = sum(reply.tokens for reply in replies)
     spent = sorted((cpu_after[t] - cpu_before.get(t, 0.0) for t in cpu_after), reverse=True)
     decodes = after["n_decode_total"] - before["n_decode_total"]
     prompt = after["prompt_tokens_total"] - before["prompt_tokens_total"]
     return {
+        "tokens": float(tokens),
         "tokens/s": tokens / wall,
         "decodes per token": decodes / tokens,
         "prompt tokens per decode": prompt / decodes if decodes else 0.0,
         "process CPU µs/token": sum(spent) / tokens * 1e6,
         "busiest thread µs/token": spent[0] / tokens * 1e6,
         "others but 2 µs/token": sum(spent[2:]) / tokens * 1e6,
+        "main thread µs/token": (cpu_after[pid] - cpu_before.get(pid, 0.0)) / tokens * 1e6,
+        # less what its timers would have woken it anyway
+        "main thread waits/token": max(woken - idle * wall, 0.0) / tokens,
         "threads": float(len(cpu_after)),
     }
 
@@ -120,14 +145,17 @@ def main() -> int:
             targets["before"] = ([*serve, "--port", url.rsplit(":", 1)[1]], url, before_env)
         results: dict[str, dict[int, dict[str, list[float]]]] = {name: {} for name in targets}
         with contextlib.ExitStack() as stack:
-            pids = {}
+            pids, idle = {}, {}
             for name, (command, url, target_env) in targets.items():
                 pids[name] = stack.enter_context(serving(command, url, folder / f"{name}.log", target_env))
                 stream(url, "warm-up", 8)
+                idle[name] = idle_waits(pids[name])
             for round_ in range(args.rounds):
                 for name, (_, url, _) in targets.items():
                     for c in args.concurrency:
-                        row = run(url, pids[name], c, args.max_tokens, f"{name} {round_} c{c}", real)
+                        row = run(
+                            url, pids[name], c, args.max_tokens, f"round {round_} c{c}", real, idle[name]
+                        )
                         for key, value in row.items():
                             results[name].setdefault(c, {}).setdefault(key, []).append(value)
                         print(
