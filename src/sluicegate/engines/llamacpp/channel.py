@@ -44,17 +44,15 @@ class Wakeups:
         with self._lock:
             self._pending.setdefault(loop, []).append(waiter)
 
-    def flush(self) -> bool:
-        """Wake every consumer with something new: one call per loop (producer's thread).
-        False when there was nobody to wake."""
+    def flush(self) -> None:
+        """Wake every consumer with something new: one call per loop (producer's thread)."""
         if not self._pending:
-            return False
+            return
         with self._lock:
             pending, self._pending = self._pending, {}
         for loop, waiters in pending.items():
             with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
                 loop.call_soon_threadsafe(_wake_all, waiters)
-        return True
 
 
 class Channel(Generic[T]):

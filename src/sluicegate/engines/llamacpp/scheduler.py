@@ -127,7 +127,6 @@ class BatchScheduler:
         self._held_steps = 0  # decodes since the last wake-up (their tokens wait for the next)
         self._held_since: float | None = None  # the clock when the first of them ended
         self._step_time = 0.0  # the last decode's duration: what holding one more step costs
-        self.handovers = 0  # wake-ups (tests and the bench read it)
         self._urgent = False  # a sequence started or ended: its events go with the next step
         self._image_ready = False  # an image's encoder finished since the loop last waited
         # llama-server's `requests_processing` and `requests_deferred` (server_stats.py)
@@ -212,8 +211,7 @@ class BatchScheduler:
         self._urgent = False
         self._held_steps = 0
         self._held_since = None
-        if self.wakeups.flush():
-            self.handovers += 1
+        self.wakeups.flush()
 
     def _due(self, now: float, streams: int) -> bool:
         """Whether the events held since the last wake-up go before this step (only tokens of
