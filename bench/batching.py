@@ -141,10 +141,11 @@ def rss_while(pid: int | None) -> Any:
 
 def aggregate(
     base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False, pid: int | None = None
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, int]:
     """(aggregate tokens/s, decode tokens/s of the first stream, the server's largest RSS in MiB
-    while serving them, 0 without `pid`). A real model's reply may end before max_tokens; at
-    temperature 0 both servers write the same one."""
+    while serving them, 0 without `pid`, the completion tokens). A real model's reply may end
+    before max_tokens; at temperature 0 both servers write the same one for the same prompt
+    (so `tag` must not name the server)."""
     extra = {"temperature": 0} if real else None
     with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
@@ -165,7 +166,7 @@ def aggregate(
         raise RuntimeError(f"replies ended with {bad}, not {finishes}")
     first = runs[0]
     span = first.times[-1] - first.times[0] if len(first.times) > 1 else 0.0
-    return tokens / (end - start), (first.tokens - 1) / span if span else 0.0, peak[0]
+    return tokens / (end - start), (first.tokens - 1) / span if span else 0.0, peak[0], tokens
 
 
 def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
@@ -373,16 +374,19 @@ def main() -> int:
                 for name, (_, url, _) in targets.items():
                     out = results[name]
                     for c in args.concurrency:
-                        total, single, rss = aggregate(
-                            url, c, args.max_tokens, f"{name} {round_} c{c}", real, pids[name]
+                        # The same prompts for every server in a round: a real model's replies
+                        # (their lengths, so how many streams run how long) are then the same.
+                        total, single, rss, tokens = aggregate(
+                            url, c, args.max_tokens, f"round {round_} c{c}", real, pids[name]
                         )
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
+                        out.setdefault(f"c={c} completion tokens", []).append(tokens)
                         out.setdefault(f"c={c} RSS while serving MiB", []).append(rss)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
                         alone = f", one stream {single:6.1f} tok/s" if c == 1 else ""
                         print(
-                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}, RSS {rss:.0f} MiB",
+                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}, {tokens} tokens, RSS {rss:.0f} MiB",
                             flush=True,
                         )
                     if args.long_tokens:
