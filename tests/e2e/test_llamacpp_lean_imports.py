@@ -5,7 +5,9 @@ four"): numpy and llama-cpp-python's high-level `Llama` (engines/llamacpp/bindin
 `gguf` package (gguf_types.py), jsonschema (a server tool's arguments) and cryptography (a
 sealed item) wait until something needs them; the HTTP client (httpx2: an MCP server, an image
 URL) too, and uvicorn's command line (click, the reload and workers supervisors with
-multiprocessing and watchfiles) is never imported by one server process (app/uvicorn_package.py). The server runs with Python's import log
+multiprocessing and watchfiles) is never imported by one server process (app/uvicorn_package.py);
+`websockets` comes with the first WebSocket (app/websocket_protocol.py); the upstream engines
+with the first upstream model. The server runs with Python's import log
 (`PYTHONPROFILEIMPORTTIME`), which names every module the moment it is imported.
 """
 
@@ -25,11 +27,12 @@ MODEL = "lean"
 # token than llama.cpp's greedy sampler (runtime.py, `argmax`).
 NOT_NEEDED = (
     *("numpy", "gguf", "jsonschema", "cryptography", "diskcache", "sentencepiece", "yaml"),
-    *("httpx2", "httpx", "click", "watchfiles", "multiprocessing"),
+    *("httpx2", "httpx", "click", "watchfiles", "multiprocessing", "websockets"),
 )
 NOT_NEEDED_MODULES = (
     *("llama_cpp.llama", "llama_cpp._internals", "llama_cpp.mtmd_cpp"),
     *("uvicorn.main", "uvicorn.supervisors"),
+    *("sluicegate.engines.upstream.engine", "sluicegate.engines.upstream.anthropic_engine"),
 )
 _IMPORTED = re.compile(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)\s*$", re.MULTILINE)
 
