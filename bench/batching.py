@@ -17,7 +17,9 @@ spreads over all. Two models (`--model`):
   once into ~/.cache/sluicegate-tests), a real model with a 262k vocabulary and sliding-window
   attention on 15 of its 18 layers; 4 sequences of 4,096 tokens. A reply may end before
   max_tokens (the tokens counted are the ones the server reports), and before the RSS is read
-  every sequence is filled (`--fill`).
+  every sequence is filled (`--fill`). Served greedy (temperature 0: both servers write the
+  same reply), or with llama.cpp's default sampling chain (`--sampling default`, the demo
+  model's).
 
 Measured:
 
@@ -140,12 +142,19 @@ def rss_while(pid: int | None) -> Any:
 
 
 def aggregate(
-    base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False, pid: int | None = None
+    base_url: str,
+    concurrency: int,
+    max_tokens: int,
+    tag: str,
+    real: bool = False,
+    pid: int | None = None,
+    greedy: bool | None = None,
 ) -> tuple[float, float, float]:
     """(aggregate tokens/s, decode tokens/s of the first stream, the server's largest RSS in MiB
     while serving them, 0 without `pid`). A real model's reply may end before max_tokens; at
-    temperature 0 both servers write the same one."""
-    extra = {"temperature": 0} if real else None
+    temperature 0 both servers write the same one. `greedy` (default: a real model is) sends
+    temperature 0; otherwise the server's default sampling draws."""
+    extra = {"temperature": 0} if (real if greedy is None else greedy) else None
     with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
             pool.map(
@@ -275,6 +284,11 @@ def main() -> int:
     )
     parser.add_argument("--before", help="a checkout whose src/ also serves the same config, as 'before'")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument(
+        "--sampling",
+        choices=("greedy", "default"),
+        help="temperature 0, or the servers' default chain (default: greedy for gemma, default for demo)",
+    )
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     parser.add_argument(
@@ -374,7 +388,13 @@ def main() -> int:
                     out = results[name]
                     for c in args.concurrency:
                         total, single, rss = aggregate(
-                            url, c, args.max_tokens, f"{name} {round_} c{c}", real, pids[name]
+                            url,
+                            c,
+                            args.max_tokens,
+                            f"{name} {round_} c{c}",
+                            real,
+                            pids[name],
+                            None if args.sampling is None else args.sampling == "greedy",
                         )
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         out.setdefault(f"c={c} RSS while serving MiB", []).append(rss)
