@@ -151,11 +151,14 @@ def sampler_cost(gguf: Path, threads: int, repeats: int = 400) -> None:
         fast_min, fast_median = timed(lambda: fast.sample(runtime.logits()))
         argmax_min, argmax_median = timed(runtime.argmax)
         llama_cpp.llama_sampler_free(chain)
+        greedy = runtime._sampler(SamplingParams(temperature=0), 1)  # what llama-server runs at 0
+        greedy_min, greedy_median = timed(lambda: llama_cpp.llama_sampler_sample(greedy, ctx, -1))
+        llama_cpp.llama_sampler_free(greedy)
         print(
             f"one draw, thread CPU (min / median of {repeats}), vocabulary {runtime.n_vocab}: "
             f"llama_sampler_sample {llama_min:.0f} / {llama_median:.0f} us, numpy chain "
-            f"{fast_min:.0f} / {fast_median:.0f} us, greedy argmax {argmax_min:.0f} / {argmax_median:.0f} us "
-            f"(numpy {np.__version__})",
+            f"{fast_min:.0f} / {fast_median:.0f} us; greedy: llama.cpp's sampler {greedy_min:.0f} / "
+            f"{greedy_median:.0f} us, argmax {argmax_min:.0f} / {argmax_median:.0f} us (numpy {np.__version__})",
             flush=True,
         )
     finally:
