@@ -8,7 +8,8 @@ Run from the repository root (venv active):
 One engine in this process (no server around it), Gemma 3 270M by default (the GGUF the tests
 assemble), `parallel` = the most users asked for, greedy (`--sampling default`: llama.cpp's
 default chain, temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, seeded; `--llama-chain`: drawn
-by llama.cpp's `llama_sampler_sample` instead of the engine's numpy chain, default_chain.py),
+by llama.cpp's `llama_sampler_sample` over the whole vocabulary instead of the chain on numpy's
+top k, top_k_chain.py),
 every reply run to `--tokens` (its stops ignored is not possible for a chat model, so the
 counts are the usage's). `llama_decode`
 is wrapped: on the worker thread, the CPU time (`time.thread_time`, which a loaded machine's
@@ -20,7 +21,7 @@ ctypes calls into llama.cpp, which do not depend on the load at all.
 
 `--sampler-cost`: one draw of the default chain alone, on the logits after the prompt (a second
 copy of the model, in this thread): thread CPU time of `llama_sampler_sample` and of the engine's
-numpy chain, min and median of many repetitions (the min hardly moves with the load).
+top-k chain, min and median of many repetitions (the min hardly moves with the load).
 """
 
 from __future__ import annotations
@@ -117,11 +118,11 @@ async def run(engine: LlamaCppEngine, users: int, tokens: int, tag: str, kind: s
 
 def sampler_cost(gguf: Path, threads: int, repeats: int = 400) -> None:
     """Thread CPU of one default-chain draw on Gemma's logits after the prompt: llama.cpp's
-    `llama_sampler_sample` (a candidate array of the whole vocabulary) against the numpy chain."""
+    `llama_sampler_sample` (a candidate array of the whole vocabulary) against the top-k chain."""
     import numpy as np
 
-    from sluicegate.engines.llamacpp.default_chain import DefaultChain
-    from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, default_chain_params
+    from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime
+    from sluicegate.engines.llamacpp.top_k_chain import TopKChain
     from sluicegate.parsing import PlainText
 
     runtime_module._init_backend()
@@ -134,9 +135,8 @@ def sampler_cost(gguf: Path, threads: int, repeats: int = 400) -> None:
         job = Job(runtime.tokenize(PROMPT), default, 0, PlainText(), lambda _e: None, ("bench", None))
         assert runtime.prefill(job)
         ctx, chain = runtime.context.ctx, runtime._sampler(default, 1)
-        params = default_chain_params(default)
-        assert params is not None
-        fast = DefaultChain(params, 1, runtime.n_vocab)
+        fast_chain = runtime._sampler(default, 1)
+        fast = TopKChain(fast_chain, 40, runtime.n_vocab)
 
         def timed(draw: Any) -> tuple[float, float]:
             times = []
@@ -151,12 +151,13 @@ def sampler_cost(gguf: Path, threads: int, repeats: int = 400) -> None:
         fast_min, fast_median = timed(lambda: fast.sample(runtime.logits()))
         argmax_min, argmax_median = timed(runtime.argmax)
         llama_cpp.llama_sampler_free(chain)
+        llama_cpp.llama_sampler_free(fast_chain)
         greedy = runtime._sampler(SamplingParams(temperature=0), 1)  # what llama-server runs at 0
         greedy_min, greedy_median = timed(lambda: llama_cpp.llama_sampler_sample(greedy, ctx, -1))
         llama_cpp.llama_sampler_free(greedy)
         print(
             f"one draw, thread CPU (min / median of {repeats}), vocabulary {runtime.n_vocab}: "
-            f"llama_sampler_sample {llama_min:.0f} / {llama_median:.0f} us, numpy chain "
+            f"llama_sampler_sample {llama_min:.0f} / {llama_median:.0f} us, top-k chain "
             f"{fast_min:.0f} / {fast_median:.0f} us; greedy: llama.cpp's sampler {greedy_min:.0f} / "
             f"{greedy_median:.0f} us, argmax {argmax_min:.0f} / {argmax_median:.0f} us (numpy {np.__version__})",
             flush=True,
@@ -172,7 +173,7 @@ async def main() -> None:
     parser.add_argument("--tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sampling", choices=("greedy", "default"), default="greedy")
-    parser.add_argument("--llama-chain", action="store_true", help="llama.cpp draws, not the numpy chain")
+    parser.add_argument("--llama-chain", action="store_true", help="llama.cpp draws, not the top-k chain")
     parser.add_argument("--sampler-cost", action="store_true", help="also time one draw alone")
     args = parser.parse_args()
     if args.llama_chain:

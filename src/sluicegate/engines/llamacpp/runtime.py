@@ -54,7 +54,7 @@ if TYPE_CHECKING:  # imported where first used (grammar.py says why)
     import numpy as np
     from llguidance import LLTokenizer
 
-    from sluicegate.engines.llamacpp.default_chain import DefaultChain
+    from sluicegate.engines.llamacpp.top_k_chain import TopKChain
 
 _backend_ready = False
 
@@ -64,8 +64,8 @@ DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
 PENALTY_LAST_N = 64
-# From this vocabulary size up, the default chain runs in numpy (default_chain.py): llama.cpp's
-# pass over a candidate array of the whole vocabulary costs more than numpy's calls.
+# From this vocabulary size up, a chain that starts with top-k gets its candidates from numpy
+# (top_k_chain.py): llama.cpp's array of the whole vocabulary costs more than numpy's calls.
 FAST_CHAIN_VOCAB = 50_000
 
 
@@ -598,7 +598,7 @@ def needs_numpy(sampling: SamplingParams, grammar: Grammar | None, n_vocab: int 
         grammar is not None
         or _greedy(sampling)
         or logprobs_wanted(sampling) >= 0
-        or (n_vocab >= FAST_CHAIN_VOCAB and default_chain_params(sampling) is not None)
+        or (n_vocab >= FAST_CHAIN_VOCAB and top_k_first(sampling) is not None)
     )
 
 
@@ -626,28 +626,24 @@ def _greedy(sampling: SamplingParams) -> bool:
     )
 
 
-def default_chain_params(sampling: SamplingParams) -> tuple[int, float, float, float] | None:
-    """The chain's numbers when `_sampler` makes llama.cpp's default chain of the request
-    (top-k, top-p, min-p, temperature, dist, nothing else: default_chain.py runs exactly that);
-    None for any other chain."""
+def top_k_first(sampling: SamplingParams) -> int | None:
+    """k when `_sampler`'s chain for the request starts with top-k (nothing before it needs the
+    whole vocabulary: no logit bias, penalties, DRY, top-n-sigma or mirostat); None otherwise."""
     repeat, frequency, presence = _penalties(sampling)
     last_n = PENALTY_LAST_N if sampling.repeat_last_n is None else sampling.repeat_last_n
     temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
     top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
     if (
-        not temperature > 1e-30  # and not NaN; a float32 0 is llama.cpp's greedy temperature
-        or top_k <= 0  # top-p would sort the whole vocabulary
+        not temperature > 0  # greedy: no top-k (and the argmax when nothing else runs)
+        or top_k <= 0
         or sampling.logit_bias
         or sampling.mirostat in (1, 2)
         or ((repeat != 1.0 or frequency or presence) and last_n)
         or samplers.dry_on(sampling)
         or (sampling.top_n_sigma is not None and sampling.top_n_sigma > 0)
-        or (sampling.typical_p is not None and sampling.typical_p < 1.0)
-        or sampling.xtc_probability
     ):
         return None
-    top_p = sampling.top_p if sampling.top_p is not None else DEFAULT_TOP_P
-    return top_k, top_p, sampling.min_p if sampling.min_p is not None else DEFAULT_MIN_P, temperature
+    return top_k
 
 
 class _Samplers:
@@ -669,14 +665,14 @@ class _Samplers:
         # The plain chain is llama.cpp's greedy sampler alone (stateless): `runtime.argmax`
         # picks its token.
         self.greedy = _greedy(job.sampling)
-        # The plain chain is llama.cpp's default one on a large vocabulary: `fast` draws its
-        # token from the logits (numpy was imported before the job came: needs_numpy).
-        self.fast: DefaultChain | None = None
-        params = default_chain_params(job.sampling)
-        if params is not None and runtime.n_vocab >= FAST_CHAIN_VOCAB and numpy_loaded():
-            from sluicegate.engines.llamacpp.default_chain import DefaultChain
+        # A plain chain that starts with top-k, on a large vocabulary: `fast` gives it the top
+        # k of the logits instead of all of them (numpy was imported before the job: needs_numpy).
+        self.fast: TopKChain | None = None
+        k = top_k_first(job.sampling)
+        if k is not None and runtime.n_vocab >= FAST_CHAIN_VOCAB and numpy_loaded():
+            from sluicegate.engines.llamacpp.top_k_chain import TopKChain
 
-            self.fast = DefaultChain(params, job.seed, runtime.n_vocab)
+            self.fast = TopKChain(self.plain, k, runtime.n_vocab)
         self.grammar: GrammarSampler | None = None
         grammar, reasoning = job.grammar, job.reasoning
         if grammar is not None and grammar.holds_reasoning:  # it writes the reasoning: no watch

@@ -1,7 +1,7 @@
-"""llama.cpp's default sampler chain run in numpy (default_chain.py) against llama.cpp's own chain
-as `LlamaRuntime._sampler` builds it: the same candidates with the same probabilities, and the
-same token for the same seed, draw after draw; used only for a request whose chain is exactly
-that one, on a large vocabulary."""
+"""A sampler chain that starts with top-k, fed the top k numpy finds (top_k_chain.py), against the
+same chain given every logit as `llama_sampler_sample` does: the same candidates with the same
+probabilities, and the same token for the same seed, draw after draw; used only for a request
+whose chain starts with top-k, on a large vocabulary."""
 
 from __future__ import annotations
 
@@ -18,19 +18,17 @@ import numpy as np
 import pytest
 
 from sluicegate.core.request import SamplingParams
-from sluicegate.engines.llamacpp.default_chain import DefaultChain, mt19937, top_k
 from sluicegate.engines.llamacpp.runtime import (
     FAST_CHAIN_VOCAB,
     LlamaRuntime,
     _Samplers,
-    default_chain_params,
     needs_numpy,
+    top_k_first,
 )
+from sluicegate.engines.llamacpp.top_k_chain import TOKEN_DATA, TopKChain, top_k
 
 N_VOCAB = 262_144  # Gemma 3's
-TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 RUNTIME = SimpleNamespace(n_vocab=N_VOCAB, n_ctx=512, model=SimpleNamespace(vocab=None))
-DEFAULT_NAMES = ["top-k", "top-p", "min-p", "temp", "dist"]
 
 CHAINS = [
     SamplingParams(),  # llama.cpp's defaults: 40, 0.95, 0.05, 0.8
@@ -39,6 +37,8 @@ CHAINS = [
     SamplingParams(temperature=2.0, top_k=300, top_p=1.0, min_p=0.01),
     SamplingParams(temperature=1.0, top_k=1),
     SamplingParams(temperature=1.0, top_k=5000, top_p=0.5),  # top-k past the first spread
+    SamplingParams(temperature=0.9, typical_p=0.7),  # typical-p and XTC come after top-k
+    SamplingParams(temperature=1.1, xtc_probability=0.9, xtc_threshold=0.05),
 ]
 
 
@@ -56,13 +56,19 @@ def names(chain: Any) -> list[str]:
     ]
 
 
-def fast_chain(sampling: SamplingParams, seed: int, n_vocab: int = N_VOCAB) -> DefaultChain:
-    params = default_chain_params(sampling)
-    assert params is not None
-    return DefaultChain(params, seed, n_vocab)
+def fast_chain(chain: Any, sampling: SamplingParams, n_vocab: int = N_VOCAB) -> TopKChain:
+    k = top_k_first(sampling)
+    assert k is not None
+    return TopKChain(chain, k, n_vocab)
 
 
-def apply(chain: Any, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+def kept(array: Any) -> tuple[list[int], list[float], int]:
+    """What a chain left in a candidate array: the tokens, their probabilities, the token drawn."""
+    entries = [array.data[i] for i in range(array.size)]
+    return [e.id for e in entries], [e.p for e in entries], entries[array.selected].id
+
+
+def apply(chain: Any, logits: np.ndarray) -> tuple[list[int], list[float], int]:
     """llama_sampler_apply on a candidate array of every logit, as llama_sampler_sample makes
     it: the tokens kept (in llama.cpp's order), their probabilities, the token drawn."""
     data = np.zeros(len(logits), TOKEN_DATA)
@@ -72,8 +78,7 @@ def apply(chain: Any, logits: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
         data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)), len(logits), -1, False
     )
     llama_cpp.llama_sampler_apply(chain, ctypes.byref(array))
-    kept = data[: array.size]
-    return kept["id"].copy(), kept["p"].copy(), int(kept["id"][array.selected])
+    return kept(array)
 
 
 def model_like(seed: int, n: int = N_VOCAB) -> np.ndarray:
@@ -94,16 +99,18 @@ def logits(request: pytest.FixtureRequest) -> np.ndarray:
 def test_the_same_candidates_and_probabilities_as_llama_cpps_chain(
     sampling: SamplingParams, logits: np.ndarray
 ) -> None:
-    chain = llama_chain(sampling, 7)
+    theirs, ours = llama_chain(sampling, 7), llama_chain(sampling, 7)
     try:
-        assert names(chain) == DEFAULT_NAMES
-        ids, probs, _ = apply(chain, logits)
+        assert names(theirs)[0] == "top-k"
+        ids, probs, drawn = apply(theirs, logits)
+        fast = fast_chain(ours, sampling)  # its buffer holds the candidates: kept alive
+        our_ids, our_probs, our_drawn = kept(fast.apply(logits))
     finally:
-        llama_cpp.llama_sampler_free(chain)
-    fast = fast_chain(sampling, 7)
-    our_ids, top = fast.candidates(logits)
-    assert our_ids.tolist() == ids.tolist()  # the same tokens, best first
-    np.testing.assert_allclose(fast.probabilities(top), probs, rtol=1e-6, atol=1e-9)
+        llama_cpp.llama_sampler_free(theirs)
+        llama_cpp.llama_sampler_free(ours)
+    assert our_ids == ids  # the same tokens, best first
+    np.testing.assert_allclose(our_probs, probs, rtol=1e-6, atol=1e-9)
+    assert our_drawn == drawn
 
 
 @pytest.mark.parametrize("sampling", CHAINS)
@@ -114,28 +121,31 @@ def test_the_same_token_for_the_same_seed_draw_after_draw(sampling: SamplingPara
     peaked[123] = 40.0
     rows = [model_like(0), model_like(1), peaked]
     for seed in (0, 1, 42, 2**31 + 5, 0xFFFFFFFE):
-        chain = llama_chain(sampling, seed)
-        fast = fast_chain(sampling, seed)
+        chain, ours = llama_chain(sampling, seed), llama_chain(sampling, seed)
         try:
             theirs = [apply(chain, rows[i % 3])[2] for i in range(60)]
+            fast = fast_chain(ours, sampling)
+            assert [fast.sample(rows[i % 3]) for i in range(60)] == theirs
         finally:
             llama_cpp.llama_sampler_free(chain)
-        assert [fast.sample(rows[i % 3]) for i in range(60)] == theirs
+            llama_cpp.llama_sampler_free(ours)
         assert len(set(theirs)) > 1 or sampling.top_k == 1  # the draws do differ
 
 
 def test_a_seed_reproduces_and_another_differs() -> None:
     rows = [model_like(i) for i in range(3)]
-    first = [fast_chain(SamplingParams(temperature=1.5), 11).sample(rows[i % 3]) for i in range(50)]
-    again = [fast_chain(SamplingParams(temperature=1.5), 11).sample(rows[i % 3]) for i in range(50)]
-    other = [fast_chain(SamplingParams(temperature=1.5), 12).sample(rows[i % 3]) for i in range(50)]
-    assert first == again
-    assert first != other
 
+    def draws(seed: int) -> list[int]:
+        sampling = SamplingParams(temperature=1.5)
+        chain = llama_chain(sampling, seed)
+        try:
+            fast = fast_chain(chain, sampling)
+            return [fast.sample(rows[i % 3]) for i in range(50)]
+        finally:
+            llama_cpp.llama_sampler_free(chain)
 
-def test_the_random_stream_is_std_mt19937() -> None:
-    # The C++ standard's check value: the 10,000th output of a default-constructed std::mt19937.
-    assert int(mt19937(5489).random_raw(10_000)[-1]) == 4_123_659_995
+    assert draws(11) == draws(11)
+    assert draws(11) != draws(12)
 
 
 def test_ties_at_the_kth_logit_keep_the_lowest_token_ids() -> None:
@@ -155,35 +165,35 @@ CHAIN_CASES = [
     SamplingParams(temperature=1.7, top_k=7),
     SamplingParams(repeat_penalty=1.3, repeat_last_n=0),  # no look-back: no penalties sampler
     SamplingParams(repeat_penalty=1.0, presence_penalty=0.0, typical_p=1.0, xtc_probability=0.0),
+    SamplingParams(typical_p=0.5),
+    SamplingParams(xtc_probability=0.5),
     SamplingParams(temperature=0),
     SamplingParams(repeat_penalty=1.1),
     SamplingParams(frequency_penalty=0.5),
     SamplingParams(presence_penalty=0.5),
     SamplingParams(logit_bias={5: -100.0}),
     SamplingParams(top_k=0),
-    SamplingParams(typical_p=0.5),
     SamplingParams(top_n_sigma=1.5),
-    SamplingParams(xtc_probability=0.5),
     SamplingParams(mirostat=2),
 ]
 
 
 @pytest.mark.parametrize("sampling", CHAIN_CASES)
-def test_only_llama_cpps_default_chain_is_replaced(sampling: SamplingParams) -> None:
+def test_only_a_chain_that_starts_with_top_k_gets_the_top_k(sampling: SamplingParams) -> None:
     chain = llama_chain(sampling, 1)
     try:
-        default = names(chain) == DEFAULT_NAMES
+        first = names(chain)[0] == "top-k"
     finally:
         llama_cpp.llama_sampler_free(chain)
-    assert (default_chain_params(sampling) is not None) is default
+    assert (top_k_first(sampling) is not None) is first
     # numpy is imported for it on a large vocabulary only
-    assert needs_numpy(sampling, None, N_VOCAB) is (default or sampling.temperature == 0)
+    assert needs_numpy(sampling, None, N_VOCAB) is (first or sampling.temperature == 0)
     assert not needs_numpy(SamplingParams(), None, FAST_CHAIN_VOCAB - 1)
 
 
 def test_dry_keeps_llama_cpps_chain() -> None:  # (its sampler needs a real vocabulary to build)
-    assert default_chain_params(SamplingParams(dry_multiplier=0.8)) is None
-    assert default_chain_params(SamplingParams(dry_multiplier=0.8, dry_penalty_last_n=0)) is not None
+    assert top_k_first(SamplingParams(dry_multiplier=0.8)) is None
+    assert top_k_first(SamplingParams(dry_multiplier=0.8, dry_penalty_last_n=0)) == 40
 
 
 def test_the_samplers_use_it_on_a_large_vocabulary_only() -> None:
@@ -232,16 +242,18 @@ def test_gemma_writes_the_same_tokens_as_with_llama_cpps_sampler(gemma: LlamaRun
     prompt = [rng.randrange(1000, 200_000) for _ in range(16)]
     job = Job(prompt, sampling, 0, PlainText(), lambda _events: None, ("test", None))
     assert gemma.prefill(job)
-    chain, fast = gemma._sampler(sampling, 99), fast_chain(sampling, 99, gemma.n_vocab)
+    chain, ours = gemma._sampler(sampling, 99), gemma._sampler(sampling, 99)
+    fast = fast_chain(ours, sampling, gemma.n_vocab)
     try:
         walked = []
-        for _ in range(32):
+        for _ in range(24):
             token = llama_cpp.llama_sampler_sample(chain, gemma.context.ctx, -1)
             assert fast.sample(gemma.logits()) == token
             walked.append(token)
             gemma._decode([token])
     finally:
         llama_cpp.llama_sampler_free(chain)
+        llama_cpp.llama_sampler_free(ours)
     assert len(set(walked)) > 1
 
 
@@ -249,8 +261,8 @@ def test_gemma_writes_the_same_tokens_as_with_llama_cpps_sampler(gemma: LlamaRun
 def test_a_seeded_chat_on_gemma_writes_what_llama_cpps_chain_writes(
     batching: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Through the engine (the scheduler's `Sequence.accept`, the one-sequence loop): the numpy
-    chain draws every token, and the seeded reply is the one llama.cpp's chain writes. A fresh
+    """Through the engine (the scheduler's `Sequence.accept`, the one-sequence loop): the chain
+    draws every token from the top k, and the seeded reply is the one llama.cpp's chain writes. A fresh
     engine each time: a prompt decoded the same way gives the same logits."""
     from engine_events import checked_reply
     from gemma_model import gemma_gguf_path
@@ -280,7 +292,7 @@ def test_a_seeded_chat_on_gemma_writes_what_llama_cpps_chain_writes(
             await engine.unload()
 
     fast = asyncio.run(reply())
-    assert calls == []  # every token drawn by the numpy chain
+    assert calls == []  # every token drawn from the top k
     monkeypatch.setattr(runtime_module, "FAST_CHAIN_VOCAB", 1 << 62)  # llama.cpp's chain
     theirs = asyncio.run(reply())
     assert calls  # llama.cpp's chain drew them
