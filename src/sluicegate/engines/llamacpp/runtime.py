@@ -591,9 +591,9 @@ def logprobs_wanted(sampling: SamplingParams) -> int:
 
 
 def needs_numpy(sampling: SamplingParams, grammar: Grammar | None, n_vocab: int = 0) -> bool:
-    """Whether the job reads logits through numpy (the greedy argmax, the default chain on a
-    large vocabulary, logprobs, a grammar's mask); a server that serves none of these never
-    imports it (bindings.py)."""
+    """Whether the job reads logits through numpy (the greedy argmax, the top k for a chain
+    that starts with top-k on a large vocabulary, logprobs, a grammar's mask); a server that
+    serves none of these never imports it (bindings.py)."""
     return (
         grammar is not None
         or _greedy(sampling)
