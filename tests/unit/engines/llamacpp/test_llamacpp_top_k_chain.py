@@ -159,6 +159,17 @@ def test_ties_at_the_kth_logit_keep_the_lowest_token_ids() -> None:
     assert top_k(flat, 3)[0].tolist() == [0, 1, 2]
 
 
+def test_a_peaked_row_finds_the_rest_of_its_top_k_below_the_spread() -> None:
+    peaked = model_like(3)
+    peaked[77] = 60.0  # alone within SPREAD of the top: the threshold comes from a sample
+    ids, values = top_k(peaked, 40)
+    assert ids.tolist() == np.argsort(-peaked, kind="stable")[:40].tolist()
+    assert values.tolist() == np.sort(peaked)[::-1][:40].tolist()
+    small = np.zeros(100, np.float32)
+    small[[9, 50]] = [90.0, 1.0]
+    assert top_k(small, 3)[0].tolist() == [9, 50, 0]  # fewer logits than a sample needs
+
+
 CHAIN_CASES = [
     SamplingParams(),
     SamplingParams(top_p=1.0, min_p=0.0),
