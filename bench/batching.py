@@ -17,7 +17,9 @@ spreads over all. Two models (`--model`):
   once into ~/.cache/sluicegate-tests), a real model with a 262k vocabulary and sliding-window
   attention on 15 of its 18 layers; 4 sequences of 4,096 tokens. A reply may end before
   max_tokens (the tokens counted are the ones the server reports), and before the RSS is read
-  every sequence is filled (`--fill`).
+  every sequence is filled (`--fill`). Served greedy (temperature 0: both servers write the
+  same reply), or with llama.cpp's default sampling chain (`--sampling default`, the demo
+  model's).
 
 Measured:
 
@@ -142,13 +144,20 @@ def rss_while(pid: int | None) -> Any:
 
 
 def aggregate(
-    base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False, pid: int | None = None
+    base_url: str,
+    concurrency: int,
+    max_tokens: int,
+    tag: str,
+    real: bool = False,
+    pid: int | None = None,
+    greedy: bool | None = None,
 ) -> tuple[float, float, float, int]:
     """(aggregate tokens/s, decode tokens/s of the first stream, the server's largest RSS in MiB
     while serving them, 0 without `pid`, the completion tokens). A real model's reply may end
     before max_tokens; at temperature 0 both servers write the same one for the same prompt
-    (so `tag` must not name the server)."""
-    extra = {"temperature": 0} if real else None
+    (so `tag` must not name the server). `greedy` (default: a real model is) sends temperature
+    0; otherwise the server's default sampling draws."""
+    extra = {"temperature": 0} if (real if greedy is None else greedy) else None
     with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
             pool.map(
@@ -307,6 +316,11 @@ def main() -> int:
     )
     parser.add_argument("--before", help="a checkout whose src/ also serves the same config, as 'before'")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument(
+        "--sampling",
+        choices=("greedy", "default"),
+        help="temperature 0, or the servers' default chain (default: greedy for gemma, default for demo)",
+    )
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
     parser.add_argument(
@@ -411,7 +425,13 @@ def main() -> int:
                         # The same prompts for every server in a round: a real model's replies
                         # (their lengths, so how many streams run how long) are then the same.
                         total, single, rss, tokens = aggregate(
-                            url, c, args.max_tokens, f"round {round_} c{c}", real, pids[name]
+                            url,
+                            c,
+                            args.max_tokens,
+                            f"round {round_} c{c}",
+                            real,
+                            pids[name],
+                            None if args.sampling is None else args.sampling == "greedy",
                         )
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
                         out.setdefault(f"c={c} completion tokens", []).append(tokens)
