@@ -780,7 +780,7 @@ class LlamaCppEngine(Engine):
             # at load: ~95 MiB for a 262k vocabulary), on a thread of its own: not the worker,
             # where every sequence would stall for it; only this request waits.
             await asyncio.to_thread(runtime.guidance)
-        if not numpy_loaded() and needs_numpy(request.sampling, grammar):
+        if not numpy_loaded() and needs_numpy(request.sampling, grammar, runtime.n_vocab):
             # Imported by the first request that reads logits through it (~0.1-0.3 s), on a
             # thread of its own: on the worker every sequence would stall for it.
             await asyncio.to_thread(importlib.import_module, "numpy")

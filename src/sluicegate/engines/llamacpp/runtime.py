@@ -54,6 +54,8 @@ if TYPE_CHECKING:  # imported where first used (grammar.py says why)
     import numpy as np
     from llguidance import LLTokenizer
 
+    from sluicegate.engines.llamacpp.top_k_chain import TopKChain
+
 _backend_ready = False
 
 # llama.cpp's own defaults (and llama-cpp-python's), for what a request leaves unset.
@@ -62,6 +64,9 @@ DEFAULT_TOP_K = 40
 DEFAULT_TOP_P = 0.95
 DEFAULT_MIN_P = 0.05
 PENALTY_LAST_N = 64
+# From this vocabulary size up, a chain that starts with top-k gets its candidates from numpy
+# (top_k_chain.py): llama.cpp's array of the whole vocabulary costs more than numpy's calls.
+FAST_CHAIN_VOCAB = 50_000
 
 
 def _init_backend() -> None:
@@ -492,10 +497,14 @@ class LlamaRuntime:
         llama.cpp's greedy sampler picks, without its pass that copies every logit into a
         candidate array first (262,144 of them on Gemma 3: ~0.8 ms a token against ~0.03 ms,
         bench/README.md). Imports numpy on the first greedy request."""
+        return int(self.logits(index).argmax())
+
+    def logits(self, index: int = -1) -> np.ndarray:
+        """Batch row `index`'s logits: a view of llama.cpp's buffer, valid until the next decode."""
         import numpy as np  # cached after the first: a dict lookup per token
 
         logits = llama_cpp.llama_get_logits_ith(self.context.ctx, index)
-        return int(np.ctypeslib.as_array(logits, shape=(self.n_vocab,)).argmax())
+        return np.ctypeslib.as_array(logits, shape=(self.n_vocab,))
 
     def _sample_loop(self, job: Job, samplers: _Samplers) -> None:
         sampling, parser, emit, usage = job.sampling, job.parser, job.emit, job.usage
@@ -513,8 +522,12 @@ class LlamaRuntime:
                 return
             if constrained is not None:
                 token = constrained.sample(ctx)
+            elif samplers.greedy:
+                token = self.argmax()
+            elif samplers.fast is not None:
+                token = samplers.fast.sample(self.logits())
             else:
-                token = self.argmax() if samplers.greedy else sample(smpl, ctx, -1)
+                token = sample(smpl, ctx, -1)
             if samplers.watching:
                 token = samplers.watch(token, ctx)
                 constrained = samplers.grammar
@@ -577,10 +590,16 @@ def logprobs_wanted(sampling: SamplingParams) -> int:
     return 0 if sampling.token_ids else -1
 
 
-def needs_numpy(sampling: SamplingParams, grammar: Grammar | None) -> bool:
-    """Whether the job reads logits through numpy (the greedy argmax, logprobs, a grammar's
-    mask); a server that serves none of these never imports it (bindings.py)."""
-    return grammar is not None or _greedy(sampling) or logprobs_wanted(sampling) >= 0
+def needs_numpy(sampling: SamplingParams, grammar: Grammar | None, n_vocab: int = 0) -> bool:
+    """Whether the job reads logits through numpy (the greedy argmax, the top k for a chain
+    that starts with top-k on a large vocabulary, logprobs, a grammar's mask); a server that
+    serves none of these never imports it (bindings.py)."""
+    return (
+        grammar is not None
+        or _greedy(sampling)
+        or logprobs_wanted(sampling) >= 0
+        or (n_vocab >= FAST_CHAIN_VOCAB and top_k_first(sampling) is not None)
+    )
 
 
 def numpy_loaded() -> bool:
@@ -607,6 +626,26 @@ def _greedy(sampling: SamplingParams) -> bool:
     )
 
 
+def top_k_first(sampling: SamplingParams) -> int | None:
+    """k when `_sampler`'s chain for the request starts with top-k (nothing before it needs the
+    whole vocabulary: no logit bias, penalties, DRY, top-n-sigma or mirostat); None otherwise."""
+    repeat, frequency, presence = _penalties(sampling)
+    last_n = PENALTY_LAST_N if sampling.repeat_last_n is None else sampling.repeat_last_n
+    temperature = sampling.temperature if sampling.temperature is not None else DEFAULT_TEMPERATURE
+    top_k = sampling.top_k if sampling.top_k is not None else DEFAULT_TOP_K
+    if (
+        not temperature > 0  # greedy: no top-k (and the argmax when nothing else runs)
+        or top_k <= 0
+        or sampling.logit_bias
+        or sampling.mirostat in (1, 2)
+        or ((repeat != 1.0 or frequency or presence) and last_n)
+        or samplers.dry_on(sampling)
+        or (sampling.top_n_sigma is not None and sampling.top_n_sigma > 0)
+    ):
+        return None
+    return top_k
+
+
 class _Samplers:
     """The sampler chain of a job, and the switch to sampling under its grammar.
 
@@ -618,7 +657,7 @@ class _Samplers:
     open tag.
     """
 
-    __slots__ = ("_first", "_job", "_runtime", "_tail", "grammar", "greedy", "plain", "watching")
+    __slots__ = ("_first", "_job", "_runtime", "_tail", "fast", "grammar", "greedy", "plain", "watching")
 
     def __init__(self, runtime: LlamaRuntime, job: Job) -> None:
         self._runtime, self._job = runtime, job
@@ -626,6 +665,14 @@ class _Samplers:
         # The plain chain is llama.cpp's greedy sampler alone (stateless): `runtime.argmax`
         # picks its token.
         self.greedy = _greedy(job.sampling)
+        # A plain chain that starts with top-k, on a large vocabulary: `fast` gives it the top
+        # k of the logits instead of all of them (numpy was imported before the job: needs_numpy).
+        self.fast: TopKChain | None = None
+        k = top_k_first(job.sampling)
+        if k is not None and runtime.n_vocab >= FAST_CHAIN_VOCAB and numpy_loaded():
+            from sluicegate.engines.llamacpp.top_k_chain import TopKChain
+
+            self.fast = TopKChain(self.plain, k, runtime.n_vocab)
         self.grammar: GrammarSampler | None = None
         grammar, reasoning = job.grammar, job.reasoning
         if grammar is not None and grammar.holds_reasoning:  # it writes the reasoning: no watch

@@ -145,6 +145,8 @@ class Sequence:
         if constrained is None:
             if samplers.greedy:
                 token = runtime.argmax(index)
+            elif samplers.fast is not None:  # the chain on the top k of the logits
+                token = samplers.fast.sample(runtime.logits(index))
             else:
                 token = int(llama_cpp.llama_sampler_sample(samplers.plain, ctx, index))
         else:
