@@ -7,9 +7,9 @@ round, with an A/A pair (the shipped app measured twice) that shows the noise.
 
 The workarounds, each measured against the library way it replaces:
 
-1. `app/factory.py` `SluicegateApp.__call__`: Starlette's `__call__` inlined. Measured below
-   the noise, so the app went back to `await super().__call__(...)`; the variant shows the
-   inlined copy (ratio < 1 would be its gain).
+1. `app/factory.py` `SluicegateApp.__call__`: since round twelve a plain call handing on the
+   middleware's awaitable (round eleven's inlined coroutine, measured below the noise, had been
+   undone); the variant is that inlined coroutine (ratio < 1 would be its gain).
 2. `app/factory.py` `TurnRoutes`: the chat routes dispatched before Starlette's exception
    middleware and router (the library way: the router finds them like any route).
 3. `transport/sse.py` `server_send`: a stream's body frames written with the server's own `send`,
@@ -79,7 +79,7 @@ replies:
 
 
 class InlinedCall(Starlette):
-    """The removed workaround: Starlette's `__call__` inlined (one coroutine frame less a request)."""
+    """Round eleven's removed workaround: Starlette's `__call__` inlined, still a coroutine."""
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         scope["app"] = self

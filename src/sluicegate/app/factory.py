@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Mapping
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 
 import orjson
@@ -26,6 +29,7 @@ from sluicegate.app.keyring import KeyRing
 from sluicegate.app.limits import KeyAccounting
 from sluicegate.app.model_metrics import RegistryCollector
 from sluicegate.app.playground import playground_routes
+from sluicegate.app.routing import ExactRouter
 from sluicegate.app.vertex import vertex_routes
 from sluicegate.config import Settings, models_dir, store_path
 from sluicegate.core.errors import ConfigError, ErrorInfo, ErrorKind
@@ -146,14 +150,29 @@ def lost_run_frames(failed: dict[str, object], seq: int) -> list[bytes]:
     return [frame_bytes(Frame(data, "response.failed"))]
 
 
+def asgi3(function: Callable[..., Awaitable[None]]) -> Callable[..., Awaitable[None]]:
+    """A plain function that returns an awaitable, marked as a coroutine function: what
+    uvicorn and Starlette's test client read (`asyncio.iscoroutinefunction`) to take an app for
+    ASGI 3 rather than wrap it in their ASGI 2 adapter."""
+    if sys.version_info >= (3, 12):
+        return inspect.markcoroutinefunction(function)
+    function._is_coroutine = asyncio.coroutines._is_coroutine  # type: ignore[attr-defined]  # 3.11's marker
+    return function
+
+
 class SluicegateApp(Starlette):
     """Starlette, keeping the server's own `send` in the scope for stream bodies (`server_send`)."""
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        # Starlette's own `__call__` after it: inlining it bought nothing measurable
-        # (bench/workarounds.py, docs/architecture.md).
+    @asgi3
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:  # type: ignore[override]
+        # What Starlette's `__call__` does, as a plain call handing on the middleware's
+        # awaitable: no coroutine of this class, nor of Starlette's, that each step of a request
+        # passes through and each open stream holds (bench/README.md, round twelve).
+        scope["app"] = self
         scope[SERVER_SEND] = send
-        await super().__call__(scope, receive, send)
+        if self.middleware_stack is None:
+            self.middleware_stack = self.build_middleware_stack()
+        return self.middleware_stack(scope, receive, send)
 
     def build_middleware_stack(self) -> ASGIApp:
         # Without Starlette's error middleware, outermost: a layer (and a frame each stream
@@ -343,22 +362,35 @@ def create_app(settings: Settings) -> Starlette:
     ]
     routes += vertex_routes(os.environ, routes)  # when Vertex AI started the server (app/vertex.py)
     observe = Middleware(
-        ObserveMiddleware, log_prompts=settings.log_prompts, dialect_of=dialects.dialect_name
+        ObserveMiddleware,
+        log_prompts=settings.log_prompts,
+        # A path's API, looked up once per path (the registry walks its prefixes); bounded, as
+        # paths are the clients' to choose.
+        dialect_of=functools.lru_cache(maxsize=4096)(dialects.dialect_name),
     )  # metrics, access log
-    auth = Middleware(
-        APIKeyMiddleware,
-        api_keys=settings.api_keys,
-        admin_key=settings.admin_key,
-        keyring=keyring,
-        accounting=accounting,
-    )  # before routing: every path but the open ones
-    # Preflights are answered before the key check: a browser sends no key on one.
-    cors = Middleware(CORSMiddleware, origins=settings.cors_origins)
+    layers = [observe]
+    # Preflights are answered before the key check: a browser sends no key on one. Each layer
+    # only when configured: without origins or keys it passes every request on, a call a
+    # request for nothing.
+    if settings.cors_origins:
+        layers.append(Middleware(CORSMiddleware, origins=settings.cors_origins))
+    if settings.api_keys or settings.admin_key:  # before routing: every path but the open ones
+        layers.append(
+            Middleware(
+                APIKeyMiddleware,
+                api_keys=settings.api_keys,
+                admin_key=settings.admin_key,
+                keyring=keyring,
+                accounting=accounting,
+            )
+        )
+    layers.append(Middleware(TurnRoutes, turns=served.turns))
     app = SluicegateApp(
         routes=routes,
-        middleware=[observe, cors, auth, Middleware(TurnRoutes, turns=served.turns)],
+        middleware=layers,
         lifespan=lifespan,
         exception_handlers={HTTPException: http_error},
     )
+    app.router = ExactRouter(routes, lifespan=lifespan)  # the same routes, found by path first
     app.state.sluicegate = state
     return app

@@ -18,14 +18,17 @@ that made them, framed as uvicorn's `send` frames them, without an ASGI message 
 sender task per chunk; and a disconnect reported by a call from `connection_lost`, without a
 task per stream waiting in `receive` for it.
 
-And it writes response header names in their canonical case (`Content-Type`,
-`Access-Control-Allow-Origin`), as llama-server, nginx and most HTTP servers send them: uvicorn
-lowercases every name it writes, and clients that read headers into a plain (case-sensitive)
-dict — llama.cpp's own test client does, `dict(response.headers)` — missed them. Names are
-case-insensitive in HTTP, so nothing that read them before reads them differently now.
+And it runs each request in a cycle of its own (`Cycle`, uvicorn's `RequestResponseCycle` with
+our `send`, `receive` and `run_asgi`), whose response head is written with each header name in
+canonical case (`Content-Type`, `Access-Control-Allow-Origin`), as llama-server, nginx and most
+HTTP servers send them: uvicorn lowercases every name it writes, and clients that read headers
+into a plain (case-sensitive) dict — llama.cpp's own test client does, `dict(response.headers)`
+— missed them. Names are case-insensitive in HTTP, so nothing that read them before reads them
+differently now. The head's lines are checked as uvicorn checks them, once per process
+(app/response_head.py), not once per response.
 
-This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks and
-`flow`, `RequestResponseCycle`'s state and `transport`); tests/unit/app/test_uvicorn_surface.py fails when a
+This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks, state and
+helpers, `RequestResponseCycle`'s state, `flow` and `transport`); tests/unit/app/test_uvicorn_surface.py fails when a
 uvicorn release changes what it relies on, and pyproject.toml pins the versions tested.
 """
 
@@ -34,11 +37,23 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
+import httptools
 import orjson
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn._types import (
+    ASGI3Application,
+    ASGIReceiveEvent,
+    ASGISendEvent,
+    HTTPRequestEvent,
+    HTTPResponseStartEvent,
+)
+from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
 
 from sluicegate.app.auth import error_body
+from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
 from sluicegate.transport.stream import BODY_WRITER
@@ -71,37 +86,184 @@ def path_of(url: bytes, head: bytes) -> str:
     return url.split(b"?", 1)[0].decode("latin-1")
 
 
-def canonical_head(head: bytes) -> bytes:
-    """A response head with each header name in canonical case (`access-control-allow-origin`
-    -> `Access-Control-Allow-Origin`); the status line and the values as they were."""
-    status, _, rest = head.partition(b"\r\n")
-    lines = [status]
-    for line in rest.split(b"\r\n"):
-        name, colon, value = line.partition(b":")
-        lines.append(name.title() + colon + value if colon else line)
-    return b"\r\n".join(lines)
+class Signal:
+    """What uvicorn's cycle uses an `asyncio.Event` for (the body came, the response ended, the
+    client left), with the Event's `set`, `clear`, `is_set` and `wait`, line for line, but made
+    without a constructor: an Event per request was two interpreted calls (its `__init__` and
+    its loop mixin's) and a deque, for a wait that rarely happens (the body is usually in the
+    head's read). No `__init__`: the class's attributes are the defaults."""
+
+    _value = False
+    _waiters: list[asyncio.Future[None]] | None = None
+
+    def is_set(self) -> bool:
+        return self._value
+
+    def set(self) -> None:
+        if not self._value:
+            self._value = True
+            for waiter in self._waiters or ():
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def clear(self) -> None:
+        self._value = False
+
+    async def wait(self) -> bool:
+        if self._value:
+            return True
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._waiters is None:
+            self._waiters = []
+        self._waiters.append(waiter)
+        try:
+            await waiter
+            return True
+        finally:
+            self._waiters.remove(waiter)
 
 
-class HeadCasing:
-    """Stands in for the connection's transport in one `RequestResponseCycle` until the
-    response head has gone through it: the head is written with canonical names, and the
-    cycle gets the real transport back, so no body write passes through here."""
+def _nothing() -> None:
+    """A finished cycle's `on_response` (uvicorn sets a new lambda per request)."""
 
-    __slots__ = ("_cycle", "_transport")
 
-    def __init__(self, cycle: RequestResponseCycle, transport: asyncio.Transport) -> None:
-        self._cycle = cycle
-        self._transport = transport
+class Cycle(RequestResponseCycle):
+    """uvicorn's request cycle, with our own `run_asgi`, `send` and `receive`: uvicorn's steps,
+    minus what a request here never needs per call. The head's lines come from
+    app/response_head.py, checked as uvicorn checks them and in canonical case, encoded once
+    per process; `receive` waits only when the body has not come yet (a coroutine less per
+    request). Everything else (flow control, 100 Continue, HEAD, keep-alive, the access log,
+    the errors for a broken ASGI conversation) is uvicorn's, line for line."""
 
-    def write(self, data: bytes) -> None:
-        if data.startswith(b"HTTP/1.1 1"):  # `100 Continue`, before the head: no names in it
-            self._transport.write(data)
+    async def run_asgi(self, app: ASGI3Application) -> None:
+        try:
+            result = await app(self.scope, self.receive, self.send)  # type: ignore[func-returns-value]
+        except BaseException as exc:
+            self.logger.error("Exception in ASGI application\n", exc_info=exc)
+            if not self.response_started:
+                await self.send_500_response()
+            else:
+                self.transport.close()
+        else:
+            if result is not None:
+                self.logger.error("ASGI callable should return None, but returned '%s'.", result)
+                self.transport.close()
+            elif not self.response_started and not self.disconnected:
+                self.logger.error("ASGI callable returned without starting response.")
+                await self.send_500_response()
+            elif not self.response_complete and not self.disconnected:
+                self.logger.error("ASGI callable returned without completing response.")
+                self.transport.close()
+        finally:
+            self.on_response = _nothing
+
+    async def send(self, message: ASGISendEvent) -> None:
+        if self.flow.write_paused and not self.disconnected:
+            await self.flow.drain()
+        if self.disconnected:
             return
-        self._cycle.transport = self._transport
-        self._transport.write(canonical_head(data))
+        if not self.response_started:
+            if message["type"] != "http.response.start":
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.start', but got '{message['type']}'."
+                )
+            self._send_head(message)
+        elif not self.response_complete:
+            if message["type"] != "http.response.body":
+                raise RuntimeError(
+                    f"Expected ASGI message 'http.response.body', but got '{message['type']}'."
+                )
+            self._send_body(message.get("body", b""), message.get("more_body", False))
+        else:
+            raise RuntimeError(
+                f"Unexpected ASGI message '{message['type']}' sent, after response already completed."
+            )
 
-    def __getattr__(self, name: str) -> Any:  # is_closing, close, get_extra_info ...
-        return getattr(self._transport, name)
+    def _send_head(self, message: HTTPResponseStartEvent) -> None:
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status = message["status"]
+        if self.access_log:
+            self.access_logger.info(
+                '%s - "%s %s HTTP/%s" %d',
+                get_client_addr(self.scope),
+                self.scope["method"],
+                get_path_with_query_string(self.scope),
+                self.scope["http_version"],
+                status,
+            )
+        content = [STATUS_LINE[status]]
+        close = False
+        for headers in (self.default_headers, message.get("headers", ())):
+            for name, value in headers:
+                line, kind, length = head_line(name, value)
+                if kind:
+                    if kind == LENGTH:
+                        if self.chunked_encoding is None:
+                            self.expected_content_length = length
+                            self.chunked_encoding = False
+                    elif kind == CHUNKED:
+                        self.expected_content_length = 0
+                        self.chunked_encoding = True
+                    else:  # CLOSE
+                        self.keep_alive = False
+                        close = True
+                content.append(line)
+        if not self.keep_alive and not close:
+            content.append(b"Connection: close\r\n")
+        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status not in (204, 304):
+            self.chunked_encoding = True  # neither a length nor a transfer encoding given
+            content.append(b"Transfer-Encoding: chunked\r\n")
+        content.append(b"\r\n")
+        self.transport.write(b"".join(content))
+
+    def _send_body(self, body: bytes, more_body: bool) -> None:
+        if self.scope["method"] == "HEAD":
+            self.expected_content_length = 0
+        elif self.chunked_encoding:
+            if body:
+                self.transport.write(
+                    b"%x\r\n%b\r\n0\r\n\r\n" % (len(body), body)
+                    if not more_body
+                    else b"%x\r\n%b\r\n" % (len(body), body)
+                )
+            elif not more_body:
+                self.transport.write(b"0\r\n\r\n")
+        else:
+            if len(body) > self.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.expected_content_length -= len(body)
+            self.transport.write(body)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+    async def receive(self) -> ASGIReceiveEvent:
+        if self.waiting_for_100_continue and not self.transport.is_closing():
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            self.waiting_for_100_continue = False
+        if not self.disconnected and not self.response_complete:
+            flow = self.flow
+            if flow.read_paused:
+                flow.resume_reading()
+            event: Signal = self.message_event  # type: ignore[assignment]  # ours (on_headers_complete)
+            if not event._value:  # the body is usually here already: no wait's coroutine
+                await event.wait()
+            event._value = False
+        if self.disconnected or self.response_complete:
+            return {"type": "http.disconnect"}
+        message: HTTPRequestEvent = {
+            "type": "http.request",
+            "body": bytes(self.body),
+            "more_body": self.more_body,
+        }
+        self.body = bytearray()
+        return message
 
 
 class CycleWriter:
@@ -175,12 +337,23 @@ def _started() -> None:
 
 
 class JSONHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400 and a
-    deadline on request heads."""
+    """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400, a deadline
+    on request heads, our `Cycle` and `Sink`. The hooks a request passes through
+    (`data_received`, `on_message_begin`, `on_headers_complete`) are uvicorn's and ours in one
+    call each, not ours calling uvicorn's."""
 
     _head = b""
-    _head_deadline: asyncio.TimerHandle | None = None
     _watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
+    # One clock per connection for both of its deadlines, the head's (`header_timeout`) and the
+    # idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer per
+    # response): moving a deadline sets `_due` (0: nothing due), and the timer, when it fires,
+    # closes the connection if what is due has passed, or waits again for it. Two timers made
+    # and cancelled a request were ~5% of the protocol's instructions (bench/request_cycle.py).
+    _clock: asyncio.TimerHandle | None = None
+    _clock_at = 0.0  # when `_clock` fires
+    _due = 0.0
+    _in_head = False  # from a request's first byte (or the connection's start) to its headers' end
+    _idle = False  # after a response, until the next bytes: the keep-alive deadline is due
 
     def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -188,49 +361,140 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._arm_head_deadline()
+        self._in_head = True  # a client that connects and sends nothing: the head's deadline
+        if self.header_timeout is not None:
+            self._due_in(self.header_timeout)
+
+    def data_received(self, data: bytes) -> None:
+        self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
+        if self._idle:  # the keep-alive deadline ends with the next bytes
+            self._idle = False
+            self._due = 0.0
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            self.logger.warning(MESSAGE)
+            self.send_400_response(MESSAGE)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
-        if self._head_deadline is None:  # a kept-alive connection's next request begins
-            self._arm_head_deadline()
+        if not self._in_head:  # a kept-alive connection's next request begins
+            self._in_head = True
+            if self.header_timeout is not None:
+                self._due_in(self.header_timeout)
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self.scope = {  # type: ignore[typeddict-item]
+            "type": "http",
+            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "http_version": "1.1",
+            "server": self.server,
+            "client": self.client,
+            "scheme": self.scheme,  # type: ignore[typeddict-item]
+            "root_path": self.root_path,
+            "headers": self.headers,
+            "state": self.app_state.copy(),
+        }
 
     def on_headers_complete(self) -> None:
-        self._disarm_head_deadline()
-        super().on_headers_complete()  # the request's task: its first step is queued
-        # Until that step has run, the upstreams' fast lanes queue their reads behind it.
-        if Starts.enabled:
-            Starts.waiting += 1
-            self.loop.call_soon(_started)
-        cycle = self.cycle
-        if cycle is not None and cycle.scope is self.scope:  # not a websocket upgrade
-            self.scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]
-            cycle.transport = HeadCasing(cycle, self.transport)  # type: ignore[assignment]
+        self._in_head = False
+        self._due = 0.0
+        parser, scope = self.parser, self.scope
+        http_version = parser.get_http_version()
+        scope["method"] = parser.get_method().decode("ascii")
+        if http_version != "1.1":
+            scope["http_version"] = http_version
+        if parser.should_upgrade() and self._should_upgrade():
+            return  # a WebSocket: `data_received` hands the connection over
+        url = httptools.parse_url(self.url)
+        raw_path = url.path
+        path = raw_path.decode("ascii")
+        if "%" in path:
+            path = unquote(path)
+        root = self.root_path
+        scope["path"] = root + path
+        scope["raw_path"] = root.encode("ascii") + raw_path if root else raw_path
+        scope["query_string"] = url.query or b""
+        app = self.app
+        limit = self.limit_concurrency
+        if limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit):
+            app = service_unavailable
+            self.logger.warning("Exceeded concurrency limit.")
+        existing = self.cycle
+        self.cycle = cycle = Cycle(
+            scope=scope,
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=Signal(),  # type: ignore[arg-type]
+            expect_100_continue=self.expect_100_continue,
+            keep_alive=http_version != "1.0" and parser.should_keep_alive(),
+            on_response=self.on_response_complete,
+        )
+        scope[BODY_WRITER] = CycleWriter(self, cycle)  # type: ignore[typeddict-unknown-key]
+        if existing is None or existing.response_complete:
+            self._start_asgi_task(cycle, app)  # the request's task: its first step is queued
+            # Until that step has run, the upstreams' fast lanes queue their reads behind it.
+            if Starts.enabled:
+                Starts.waiting += 1
+                self.loop.call_soon(_started)
+        else:  # pipelined: started when the one before it has completed
+            self.flow.pause_reading()
+            self.pipeline.appendleft((cycle, app))
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, with the keep-alive deadline on the connection's clock: start the next
+        pipelined request, else wait for one as long as `timeout_keep_alive`."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+        elif not (self._in_head and self.header_timeout is not None):  # (a head under way has its own)
+            self._idle = True
+            self._due_in(self.timeout_keep_alive)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm_head_deadline()
+        self._due = 0.0
+        if self._clock is not None:
+            self._clock.cancel()
+            self._clock = None
         super().connection_lost(exc)
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
             watcher.connection_lost()
 
-    def _arm_head_deadline(self) -> None:
-        if self.header_timeout is not None:
-            self._head_deadline = self.loop.call_later(self.header_timeout, self._head_too_slow)
+    def _due_in(self, seconds: float) -> None:
+        due = self._due = self.loop.time() + seconds
+        clock = self._clock
+        if clock is None or self._clock_at > due:  # else the clock waits again when it fires
+            if clock is not None:
+                clock.cancel()
+            self._clock = self.loop.call_at(due, self._tick)
+            self._clock_at = due
 
-    def _disarm_head_deadline(self) -> None:
-        if self._head_deadline is not None:
-            self._head_deadline.cancel()
-            self._head_deadline = None
-
-    def _head_too_slow(self) -> None:
-        self._head_deadline = None
+    def _tick(self) -> None:
+        self._clock = None
+        due = self._due
+        if not due:
+            return
+        if due > self.loop.time():
+            self._clock = self.loop.call_at(due, self._tick)
+            self._clock_at = due
+            return
+        self._due = 0.0  # a head too slow, or a kept-alive connection idle too long
         if not self.transport.is_closing():
             self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
-        super().data_received(data)
 
     def send_400_response(self, msg: str) -> None:
         self.transport.write(bad_request(path_of(bytes(getattr(self, "url", b"")), self._head)))

@@ -118,3 +118,98 @@ async def test_with_the_yield_off_nothing_is_counted(
     before = Starts.waiting
     proto.data_received(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
     assert Starts.waiting == before
+
+
+async def test_the_connections_clock_closes_only_when_what_is_due_has_passed(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """One timer for the head's and the keep-alive's deadlines: moving a deadline later sets
+    `_due` only, and the timer, firing before it, waits again instead of closing."""
+    proto, transport = protocol
+    proto._due = proto.loop.time() + 100  # moved later since the timer was set
+    proto._tick()
+    transport.close.assert_not_called()
+    assert proto._clock is not None and proto._clock_at == proto._due
+    proto._due = 0.0  # nothing due (a request is being served)
+    proto._tick()
+    transport.close.assert_not_called()
+    assert proto._clock is None
+    proto._due = proto.loop.time() - 1  # passed: a head too slow, an idle connection
+    proto._tick()
+    transport.close.assert_called_once()
+
+
+async def test_a_response_then_the_next_request_moves_the_one_deadline(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """Keep-alive after a response, the head's deadline from the next request's first byte,
+    nothing while a request is served: all on the one clock, no timer per request."""
+    proto, transport = protocol
+    done = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+        done.set()
+
+    proto.app = app
+    proto.header_timeout = 3.0  # before uvicorn's keep-alive (5 s): the clock never moves earlier
+    proto.connection_made(transport)  # the connection's start, with a head deadline this time
+    clock = proto._clock
+    assert clock is not None and proto._in_head
+    proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n")
+    proto.data_received(b"\r\n")
+    assert proto._due == 0.0  # served: nothing due
+    async with asyncio.timeout(10):
+        await done.wait()
+    assert proto._idle and proto._due > proto.loop.time()  # keep-alive due
+    proto.data_received(b"GET /x HTTP/1.1\r\n")  # the next head begins
+    assert not proto._idle and proto._in_head
+    assert proto._due == pytest.approx(proto.loop.time() + 3.0, abs=1.0)
+    assert proto._clock is clock  # the same timer throughout
+
+
+async def test_a_body_that_comes_after_the_head_is_waited_for(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """`Signal`, the cycle's event: the request's task waits in `receive` until the body's bytes
+    come, then gets them; a client that leaves meanwhile is a disconnect."""
+    proto, _ = protocol
+    got: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        got.append(await receive())
+        got.append(await receive())
+
+    proto.app = app
+    proto.data_received(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 6\r\n\r\n")
+    for _ in range(5):
+        await asyncio.sleep(0)  # the task runs and waits: nothing to read yet
+    assert got == []
+    proto.data_received(b"abc")
+    async with asyncio.timeout(10):
+        while not got:
+            await asyncio.sleep(0)
+    assert got == [{"type": "http.request", "body": b"abc", "more_body": True}]
+    proto.connection_lost(None)  # the client leaves while the task waits for the rest
+    async with asyncio.timeout(10):
+        while len(got) < 2:
+            await asyncio.sleep(0)
+    assert got[1] == {"type": "http.disconnect"}
+
+
+async def test_the_signal_wakes_every_waiter_and_survives_a_cancelled_one() -> None:
+    from sluicegate.app.http_protocol import Signal
+
+    signal = Signal()
+    first = asyncio.ensure_future(signal.wait())
+    second = asyncio.ensure_future(signal.wait())
+    await asyncio.sleep(0)
+    first.cancel()
+    await asyncio.sleep(0)
+    signal.set()
+    async with asyncio.timeout(10):
+        assert await second is True
+    assert first.cancelled() and signal.is_set() and signal._waiters == []
+    signal.clear()
+    assert not signal.is_set()

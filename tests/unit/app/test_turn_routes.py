@@ -46,3 +46,41 @@ def test_websockets_go_to_the_router() -> None:
     scope = {"type": "websocket", "path": "/v1/responses"}
     assert cast(object, routes(scope, _never, _never)) == ("router", "/v1/responses")
     assert turn.calls == []
+
+
+def test_uvicorn_takes_the_app_for_asgi3_with_no_adapter() -> None:
+    """`SluicegateApp.__call__` is a plain call handing on the middleware's awaitable (no
+    coroutine frame a request passes through); marked so that uvicorn does not take it for an
+    ASGI 2 app and wrap it in its adapter (a layer more than before)."""
+    import uvicorn
+
+    from sluicegate.app.factory import SluicegateApp
+
+    app = SluicegateApp()
+    config = uvicorn.Config(app, proxy_headers=False, log_level="error")
+    config.load()
+    assert config.loaded_app is app
+
+
+@pytest.mark.parametrize(
+    ("options", "layers"),
+    [
+        ({}, ["ObserveMiddleware", "TurnRoutes"]),
+        ({"cors_origins": ["*"]}, ["ObserveMiddleware", "CORSMiddleware", "TurnRoutes"]),
+        ({"api_keys": ["k"]}, ["ObserveMiddleware", "APIKeyMiddleware", "TurnRoutes"]),
+        ({"admin_key": "a"}, ["ObserveMiddleware", "APIKeyMiddleware", "TurnRoutes"]),
+    ],
+)
+def test_a_layer_is_in_the_stack_only_when_it_has_something_to_do(
+    tmp_path: Any, options: dict[str, Any], layers: list[str]
+) -> None:
+    from sluicegate.app.factory import create_app
+    from sluicegate.config import Settings
+
+    app = create_app(Settings(data_dir=tmp_path, **options))
+    layer: Any = app.build_middleware_stack()
+    names = []
+    while not isinstance(layer, TurnRoutes):
+        names.append(type(layer).__name__)
+        layer = layer.app
+    assert [*names, "TurnRoutes"] == layers

@@ -4,23 +4,30 @@ a stream goes wrong in production. pyproject.toml pins uvicorn to the versions t
 to move the pin, run this test on the new release.
 
 Relied on: `HttpToolsProtocol`'s hooks (`connection_made`, `data_received`, `on_message_begin`,
-`on_headers_complete`, `connection_lost`, `send_400_response`) and its `flow.write_paused`,
-`transport`, `loop`, `scope`, `cycle`, `url`; `RequestResponseCycle`'s `chunked_encoding`,
-`response_complete`, `disconnected`, `scope` and `send`, and the chunk framing of its `send`.
+`on_headers_complete`, `connection_lost`, `send_400_response`), the state and helpers our own
+hooks use in their place (`flow.write_paused`, `transport`, `loop`, `scope`, `cycle`, `url`,
+`_should_upgrade`, `_start_asgi_task`, `timeout_keep_alive`, `pipeline`, ...; our
+`on_response_complete` replaces uvicorn's, which its cycle calls);
+`RequestResponseCycle`'s constructor, state and `send`, which our `Cycle` replaces: its head,
+its chunk framing and its ends are compared with uvicorn's own, byte for byte (the names in
+canonical case).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 from typing import Any
 
+import pytest
 import uvicorn
 from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
-from sluicegate.app.http_protocol import CycleWriter, JSONHttpToolsProtocol
+from sluicegate.app import response_head
+from sluicegate.app.http_protocol import Cycle, CycleWriter, JSONHttpToolsProtocol
 from sluicegate.transport.stream import BODY_WRITER
 
 LIMIT = 10  # seconds: a safety net so a hang fails the test instead of blocking the suite
@@ -163,3 +170,243 @@ def test_a_request_the_parser_refuses_reaches_send_400_response() -> None:
     source = inspect.getsource(httptools_impl.HttpToolsProtocol.data_received)
     assert "send_400_response" in source
     assert "self.url" in inspect.getsource(httptools_impl.HttpToolsProtocol.on_url)
+
+
+PROTOCOL_STATE = (
+    "parser", "flow", "transport", "loop", "logger", "server", "client", "scheme", "root_path",
+    "asgi_version", "app_state", "app", "limit_concurrency", "connections", "tasks",
+    "server_state", "pipeline", "timeout_keep_alive", "expect_100_continue", "headers",
+    "access_log", "access_logger", "config",
+)  # fmt: skip
+PROTOCOL_HELPERS = (
+    "_should_upgrade",
+    "handle_websocket_upgrade",
+    "_unsupported_upgrade_warning",
+    "_start_asgi_task",
+    "on_response_complete",
+)
+
+
+async def test_the_protocol_state_and_helpers_our_hooks_use_exist() -> None:
+    config = uvicorn.Config(lambda *a: None, log_level="error")
+    config.load()
+    proto = httptools_impl.HttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    proto.connection_made(Socket())
+    for name in PROTOCOL_STATE:
+        assert hasattr(proto, name), f"uvicorn's HttpToolsProtocol has no {name}"
+    for name in PROTOCOL_HELPERS:
+        assert callable(getattr(proto, name, None)), f"uvicorn's HttpToolsProtocol has no {name}()"
+    assert list(inspect.signature(proto._start_asgi_task).parameters) == ["cycle", "app"]
+    # The scope our `on_message_begin` builds is uvicorn's, key for key.
+    ours = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    ours.connection_made(Socket())
+    proto.on_message_begin()
+    ours.on_message_begin()
+    assert ours.scope == proto.scope
+    proto.connection_lost(None)
+    ours.connection_lost(None)
+
+
+def test_the_cycle_is_built_as_uvicorn_builds_it() -> None:
+    """`Cycle` keeps uvicorn's constructor: the same keywords, the same state after it."""
+    params = list(inspect.signature(httptools_impl.RequestResponseCycle.__init__).parameters)
+    assert params == [
+        "self", "scope", "transport", "flow", "logger", "access_logger", "access_log",
+        "default_headers", "message_event", "expect_100_continue", "keep_alive", "on_response",
+    ]  # fmt: skip
+    assert Cycle.__init__ is httptools_impl.RequestResponseCycle.__init__
+    assert response_head.HEADER_RE.pattern == httptools_impl.HEADER_RE.pattern
+    assert response_head.HEADER_VALUE_RE.pattern == httptools_impl.HEADER_VALUE_RE.pattern
+
+
+def _cased(head: bytes) -> bytes:
+    """uvicorn's head with each name in canonical case: what ours must write."""
+    status, _, rest = head.partition(b"\r\n")
+    lines = [status]
+    for line in rest.split(b"\r\n"):
+        name, colon, value = line.partition(b":")
+        lines.append(name.title() + colon + value if colon else line)
+    return b"\r\n".join(lines)
+
+
+CONVERSATIONS: list[tuple[str, bool, list[dict[str, Any]]]] = [
+    (  # a stream: no length, chunked by the server
+        "POST",
+        True,
+        [
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                    (b"connection", b"keep-alive"),
+                    (b"x-accel-buffering", b"no"),
+                    (b"x-request-id", b"r:1"),
+                ],
+            },
+            {"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True},
+            {"type": "http.response.body", "body": b"", "more_body": True},
+            {"type": "http.response.body", "body": b"data: [DONE]\n\n"},
+        ],
+    ),
+    (  # a JSON answer with its length
+        "GET",
+        True,
+        [
+            {
+                "type": "http.response.start",
+                "status": 404,
+                "headers": [
+                    (b"Content-Type", b"application/json"),
+                    (b"content-length", b"2"),
+                    (b"Access-Control-Allow-Origin", b"http://a.test"),
+                ],
+            },
+            {"type": "http.response.body", "body": b"{}"},
+        ],
+    ),
+    (  # the app closes the connection; a transfer encoding of its own; a last chunk with data
+        "POST",
+        True,
+        [
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"connection", b"Keep-Alive, Close"),
+                    (b"transfer-encoding", b"chunked"),
+                ],
+            },
+            {"type": "http.response.body", "body": b"abc", "more_body": False},
+        ],
+    ),
+    ("HEAD", True, [{"type": "http.response.start", "status": 200}, {"type": "http.response.body"}]),
+    ("GET", True, [{"type": "http.response.start", "status": 204}, {"type": "http.response.body"}]),
+    (  # HTTP/1.0 or a client's `Connection: close`: the server adds it
+        "GET",
+        False,
+        [
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"1")]},
+            {"type": "http.response.body", "body": b"x"},
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "keep_alive", "messages"), CONVERSATIONS)
+async def test_our_cycle_writes_what_uvicorns_writes(
+    method: str, keep_alive: bool, messages: list[dict[str, Any]]
+) -> None:
+    written: dict[str, tuple[bytes, bool, bool, bool]] = {}
+    for label, cls in (("uvicorn", httptools_impl.RequestResponseCycle), ("ours", Cycle)):
+        wire = Socket()
+        ended: list[bool] = []
+        server = ServerState()
+        server.default_headers = [(b"date", b"Sun, 29 Nov 2026 12:00:00 GMT"), (b"server", b"uvicorn")]
+        cycle = cls(
+            scope={"type": "http", "method": method, "path": "/", "http_version": "1.1"},  # type: ignore[typeddict-item]
+            transport=wire,
+            flow=FlowControl(wire),
+            logger=httptools_impl.logging.getLogger("t"),
+            access_logger=httptools_impl.logging.getLogger("t"),
+            access_log=False,
+            default_headers=server.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=keep_alive,
+            on_response=functools.partial(ended.append, True),
+        )
+        for message in messages:
+            await cycle.send(message)  # type: ignore[arg-type]
+        written[label] = (bytes(wire.written), cycle.response_complete, wire.closing, bool(ended))
+    head, _, body = written["uvicorn"][0].partition(b"\r\n\r\n")
+    assert written["ours"] == (_cased(head) + b"\r\n\r\n" + body, *written["uvicorn"][1:])
+    with pytest.raises(RuntimeError):  # after the end, as uvicorn's
+        await cycle.send({"type": "http.response.body", "body": b""})
+
+
+async def test_a_bad_header_is_refused_as_uvicorn_refuses_it() -> None:
+    for headers, message in (
+        ([(b"bad name", b"x")], "Invalid HTTP header name."),
+        ([(b"x-ok", b"a\nb")], "Invalid HTTP header value."),
+    ):
+        wire = Socket()
+        cycle = Cycle(
+            scope={"type": "http", "method": "GET", "path": "/", "http_version": "1.1"},  # type: ignore[typeddict-item]
+            transport=wire,
+            flow=FlowControl(wire),
+            logger=httptools_impl.logging.getLogger("t"),
+            access_logger=httptools_impl.logging.getLogger("t"),
+            access_log=False,
+            default_headers=[],
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=True,
+            on_response=lambda: None,
+        )
+        with pytest.raises(RuntimeError, match=message):
+            await cycle.send({"type": "http.response.start", "status": 200, "headers": headers})
+        assert wire.written == b""
+
+
+async def _echo(scope: Any, receive: Any, send: Any) -> None:
+    """Answers with what the scope and the body were: the two protocols must agree on them."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    seen = [scope["method"], scope["path"], scope["raw_path"].decode(), scope["query_string"].decode(),
+            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate"))]  # fmt: skip
+    text = repr(seen).encode()
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    for _ in range(3):  # a pipelined request's answer must wait for this one's end
+        await asyncio.sleep(0)
+    await send({"type": "http.response.body", "body": text, "more_body": True})
+    await send({"type": "http.response.body", "body": b""})
+
+
+WIRE_CASES = {
+    "two pipelined requests": b"GET /a?x=1 HTTP/1.1\r\nHost: x\r\n\r\nGET /b%20c HTTP/1.1\r\nHost: x\r\n\r\n",
+    "100-continue": b"POST /p HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabc",
+    "HEAD": b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n",
+    "HTTP/1.0": b"GET /old HTTP/1.0\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("request_bytes", WIRE_CASES.values(), ids=list(WIRE_CASES))
+async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes) -> None:
+    """The same bytes into uvicorn's protocol and ours, the same app: the same bytes out (names
+    cased), the same scope, the connection closed or kept alike."""
+    out: dict[str, tuple[bytes, bool]] = {}
+    for label, cls in (("uvicorn", httptools_impl.HttpToolsProtocol), ("ours", JSONHttpToolsProtocol)):
+        config = uvicorn.Config(_echo, log_level="error", proxy_headers=False)
+        config.load()
+        server = ServerState()
+        server.default_headers = [(b"server", b"uvicorn")]
+        proto = cls(config=config, server_state=server, app_state={})
+        wire = Socket()
+        proto.connection_made(wire)
+        proto.data_received(request_bytes)
+        async with asyncio.timeout(LIMIT):
+            while server.total_requests < request_bytes.count(b" HTTP/1."):
+                await asyncio.sleep(0)
+        out[label] = (bytes(wire.written), wire.closing)
+        proto.connection_lost(None)
+    expected = b"".join(
+        _cased(head) + b"\r\n\r\n" + rest if head.startswith(b"HTTP/1.1 2") else head + b"\r\n\r\n" + rest
+        for head, rest in _responses(out["uvicorn"][0])
+    )
+    assert out["ours"] == (expected, out["uvicorn"][1])
+
+
+def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
+    """Each head and what follows it up to the next head (a 100 Continue is a head of its own)."""
+    parts = written.split(b"HTTP/1.1 ")
+    found = []
+    for part in parts[1:]:
+        head, _, rest = (b"HTTP/1.1 " + part).partition(b"\r\n\r\n")
+        found.append((head, rest))
+    return found

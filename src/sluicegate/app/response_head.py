@@ -1,0 +1,68 @@
+"""A response head's header lines, encoded once per process instead of once per response.
+
+uvicorn's `RequestResponseCycle.send` checks each header's name and value against two regular
+expressions, lowercases the name and joins the line, for every header of every response (a
+streamed chat answer: 18 `re.Pattern.search` and 9 `bytes.lower`), and our protocol then split
+the written head again to put each name in canonical case (`Content-Type`; clients that read
+headers into a case-sensitive dict, as llama.cpp's test client does, look them up that way).
+Here a line is checked, cased and encoded the first time its (name, value) is seen and found in
+a table after: a stream's fixed headers (`Content-Type: text/event-stream`, `Cache-Control`,
+the server's `Server`) cost a lookup each. The table is bounded, emptied when full, so values
+that change per response (an id, a length, the date) are encoded each time, as before.
+
+What a line means to the framing (a `Content-Length`, `Transfer-Encoding: chunked`,
+`Connection: close`) is kept beside it, as uvicorn reads it. The checks are uvicorn's own
+patterns (tests/unit/app/test_uvicorn_surface.py compares them).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+HEADER_RE: Final = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
+HEADER_VALUE_RE: Final = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
+
+# What a line tells the framing (`HeadLine.kind`).
+PLAIN: Final = 0
+LENGTH: Final = 1  # Content-Length: `HeadLine.length`
+CHUNKED: Final = 2  # Transfer-Encoding: chunked
+CLOSE: Final = 3  # Connection: ..., close
+
+MAX_LINES: Final = 1024
+
+HeadLine = tuple[bytes, int, int]  # the encoded line (CRLF included), its kind, a Content-Length
+
+_lines: dict[tuple[bytes, bytes], HeadLine] = {}
+
+
+def head_line(name: bytes, value: bytes) -> HeadLine:
+    """`Name: value\\r\\n` in canonical case, with what it means to the framing; RuntimeError
+    for a name or value uvicorn would refuse (ValueError for a Content-Length not a number)."""
+    key = (name, value)
+    try:
+        line = _lines.get(key)
+    except TypeError:  # a bytearray: not a key, encoded every time
+        return encode_line(bytes(name), bytes(value))
+    if line is None:
+        line = encode_line(name, value)
+        if len(_lines) >= MAX_LINES:
+            _lines.clear()
+        _lines[key] = line
+    return line
+
+
+def encode_line(name: bytes, value: bytes) -> HeadLine:
+    if HEADER_RE.search(name):
+        raise RuntimeError("Invalid HTTP header name.")
+    if HEADER_VALUE_RE.search(value):
+        raise RuntimeError("Invalid HTTP header value.")
+    lower = name.lower()
+    kind, length = PLAIN, 0
+    if lower == b"content-length":
+        kind, length = LENGTH, int(value.decode())
+    elif lower == b"transfer-encoding" and value.lower() == b"chunked":
+        kind = CHUNKED
+    elif lower == b"connection" and b"close" in [token.lower().strip() for token in value.split(b",")]:
+        kind = CLOSE
+    return lower.title() + b": " + value + b"\r\n", kind, length
