@@ -161,7 +161,7 @@ class _Connection(asyncio.Protocol):
 
     def on_header(self, name: bytes, value: bytes) -> None:
         lower = name.lower()
-        if lower == b"transfer-encoding" and b"chunked" in value.lower():
+        if lower == b"transfer-encoding" and value.lower().find(b"chunked") >= 0:
             self._chunked = True
         elif lower == b"content-length":
             self._length = value
