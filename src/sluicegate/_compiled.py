@@ -71,6 +71,12 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
     "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
+    "sluicegate.turn.runner",
+    "sluicegate.engines.upstream.http",
+    "sluicegate.engines.upstream.timeouts",
+    "sluicegate.engines.upstream.engine",
+    "sluicegate.transport.answer_first",
+    "sluicegate.transport.stream",
     *declared_by_dialects(),
 )
 
