@@ -11,8 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sluicegate.dialects.base import Dialect
-from sluicegate.turn.hooks import TurnHooks
-from sluicegate.turn.runner import TurnSource
+from sluicegate.turn.runner import TurnHooks, TurnSource
 from sluicegate.turn.state import AppState
 
 NOTES: list[str] = []  # the notes of the turns that answered, in this process

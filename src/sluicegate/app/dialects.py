@@ -14,8 +14,7 @@ from starlette.types import ASGIApp
 from sluicegate.core.errors import ConfigError
 from sluicegate.dialects.base import DialectContext, Registration
 from sluicegate.dialects.registry import DialectTable, resolve
-from sluicegate.turn.hooks import NO_HOOKS, TurnHooks
-from sluicegate.turn.runner import TurnEndpoint
+from sluicegate.turn.runner import NO_HOOKS, TurnEndpoint, TurnHooks
 
 
 @dataclass(slots=True)

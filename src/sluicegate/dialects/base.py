@@ -228,7 +228,7 @@ class Registration:
     build: Callable[[DialectContext], Sequence[Dialect]]
     # Lists of its non-turn routes (Starlette routes), e.g. "sluicegate.routes.ollama_routes:ROUTES".
     routes: tuple[str, ...] = ()
-    # A `TurnHooks` its chat routes run with (`turn/hooks.py`): what they answer besides turns.
+    # A `TurnHooks` its chat routes run with (`turn/runner.py`): what they answer besides turns.
     hooks: str | None = None
     # A WebSocket app its chat routes also answer on: `(TurnEndpoint) -> ASGI app`.
     websocket: str | None = None

@@ -15,8 +15,7 @@ from sluicegate.dialects.base import Dialect
 from sluicegate.dialects.ollama.dialect import resolve_model
 from sluicegate.dialects.ollama.encoder import now_iso
 from sluicegate.dialects.ollama.request import FOREVER, keep_alive_seconds
-from sluicegate.turn.hooks import TurnHooks
-from sluicegate.turn.runner import TurnSource
+from sluicegate.turn.runner import TurnHooks, TurnSource
 from sluicegate.turn.state import AppState
 
 log = logging.getLogger(__name__)

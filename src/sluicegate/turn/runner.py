@@ -61,7 +61,6 @@ from sluicegate.transport.stream import (
     stream_chunks,
 )
 from sluicegate.turn.choices import ChoicesRun, open_choices
-from sluicegate.turn.hooks import NO_HOOKS, TurnHooks
 from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
@@ -119,6 +118,26 @@ class Prepared:
     resolved: Resolved | None
     lane: TurnPipeline | None = None  # a plain stream given a fast lane: the pipeline drives it
     choices: ChoicesRun | None = None  # `n` > 1: every choice's pipeline (`pipeline` is the first)
+
+
+class TurnHooks:
+    """A chat route's own steps around its turns, for a dialect whose chat route also answers
+    what is no turn (Ollama's load and unload). A dialect's registration names them; both do
+    nothing by default."""
+
+    async def answer_without_turn(self, dialect: Dialect, state: AppState, source: TurnSource) -> Json | None:
+        """The answer to a request on the chat route that is no turn, or None to run the turn."""
+        return None
+
+    def after_turn(
+        self, dialect: Dialect, state: AppState, source: TurnSource
+    ) -> Callable[[], Awaitable[None]] | None:
+        """What to do once this request's turn has answered with 200 and released all it held,
+        decided before the turn runs (the request's body is not kept for a stream's life)."""
+        return None
+
+
+NO_HOOKS = TurnHooks()
 
 
 class TurnEndpoint:
