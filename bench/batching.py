@@ -35,7 +35,9 @@ Measured:
   peak); with `--fill`, the end comes after `parallel` requests at once whose prompts fill
   their sequence's context;
 - RSS while serving at each concurrency: the largest VmRSS read (every 50 ms) while the c
-  requests run, what users see a server hold while it serves them (median over rounds).
+  requests run, what users see a server hold while it serves them (median over rounds);
+- with `--by-source`, the RSS at the end by where its pages come from (`rss_by_source`): the
+  GGUF's mmap, shared libraries, llama.cpp's large buffers, the heap and small mappings.
 """
 
 from __future__ import annotations
@@ -141,10 +143,11 @@ def rss_while(pid: int | None) -> Any:
 
 def aggregate(
     base_url: str, concurrency: int, max_tokens: int, tag: str, real: bool = False, pid: int | None = None
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, int]:
     """(aggregate tokens/s, decode tokens/s of the first stream, the server's largest RSS in MiB
-    while serving them, 0 without `pid`). A real model's reply may end before max_tokens; at
-    temperature 0 both servers write the same one."""
+    while serving them, 0 without `pid`, the completion tokens). A real model's reply may end
+    before max_tokens; at temperature 0 both servers write the same one for the same prompt
+    (so `tag` must not name the server)."""
     extra = {"temperature": 0} if real else None
     with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
@@ -165,7 +168,7 @@ def aggregate(
         raise RuntimeError(f"replies ended with {bad}, not {finishes}")
     first = runs[0]
     span = first.times[-1] - first.times[0] if len(first.times) > 1 else 0.0
-    return tokens / (end - start), (first.tokens - 1) / span if span else 0.0, peak[0]
+    return tokens / (end - start), (first.tokens - 1) / span if span else 0.0, peak[0], tokens
 
 
 def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parallel: int) -> str:
@@ -248,6 +251,35 @@ def rss_mib(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+LARGE_MAPPING_KIB = 16 * 1024  # an anonymous mapping this big is a llama.cpp buffer, not the heap
+
+
+def rss_by_source(pid: int) -> dict[str, float]:
+    """The process's RSS (MiB) by where its pages come from, read from /proc/PID/smaps: the GGUF
+    (file pages of its mmap), other files (shared libraries, locale), anonymous mappings of
+    16 MiB or more (llama.cpp's KV cache and compute buffers: glibc and ggml mmap those alone),
+    and the rest of the anonymous memory (the heap, Python's 1 MiB object arenas, glibc's
+    per-thread arenas, thread stacks)."""
+    totals = dict.fromkeys(("GGUF", "libraries", "llama.cpp buffers", "heap and small anonymous"), 0.0)
+    kind = ""
+    size = 0
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        fields = line.split()
+        if fields and "-" in fields[0] and not fields[0].endswith(":"):  # a mapping's header
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            size = (end - start) // 1024
+            path = fields[5] if len(fields) > 5 else ""
+            if path.endswith(".gguf"):
+                kind = "GGUF"
+            elif path.startswith("/"):
+                kind = "libraries"
+            else:
+                kind = "llama.cpp buffers" if size >= LARGE_MAPPING_KIB else "heap and small anonymous"
+        elif fields and fields[0] == "Rss:":
+            totals[kind] += int(fields[1]) / 1024
+    return totals
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -277,6 +309,9 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--only", action="append", help="run only this target (repeatable)")
     parser.add_argument("--unbatched", action="store_true", help="also Sluicegate with batching = false")
+    parser.add_argument(
+        "--by-source", action="store_true", help="also each server's RSS at the end by source (smaps)"
+    )
     parser.add_argument(
         "--stream-interval",
         type=int,
@@ -373,16 +408,19 @@ def main() -> int:
                 for name, (_, url, _) in targets.items():
                     out = results[name]
                     for c in args.concurrency:
-                        total, single, rss = aggregate(
-                            url, c, args.max_tokens, f"{name} {round_} c{c}", real, pids[name]
+                        # The same prompts for every server in a round: a real model's replies
+                        # (their lengths, so how many streams run how long) are then the same.
+                        total, single, rss, tokens = aggregate(
+                            url, c, args.max_tokens, f"round {round_} c{c}", real, pids[name]
                         )
                         out.setdefault(f"c={c} aggregate tok/s", []).append(total)
+                        out.setdefault(f"c={c} completion tokens", []).append(tokens)
                         out.setdefault(f"c={c} RSS while serving MiB", []).append(rss)
                         if c == 1:
                             out.setdefault("c=1 one stream decode tok/s", []).append(single)
                         alone = f", one stream {single:6.1f} tok/s" if c == 1 else ""
                         print(
-                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}, RSS {rss:.0f} MiB",
+                            f"{name:13} round {round_} c={c}: {total:7.1f} tok/s aggregate{alone}, {tokens} tokens, RSS {rss:.0f} MiB",
                             flush=True,
                         )
                     if args.long_tokens:
@@ -402,6 +440,9 @@ def main() -> int:
                 rss, peak = rss_mib(pid)
                 results[name]["RSS MiB"] = [rss]
                 results[name]["peak RSS MiB"] = [peak]
+                if args.by_source:
+                    for source, mib in rss_by_source(pid).items():
+                        results[name][f"RSS: {source} MiB"] = [mib]
 
     print(
         f"\nGGUF {gguf.name}{', filled' if args.fill else ''}, threads {args.threads}, parallel {args.parallel}, context {args.context} per "
@@ -414,7 +455,7 @@ def main() -> int:
         line = f"{key:36}{ours:12.1f}"
         for name in others:
             ref = statistics.median(results[name][key])
-            line += f"{ref:18.1f}{ours / ref:7.2f}"
+            line += f"{ref:18.1f}{ours / ref if ref else float('nan'):7.2f}"
         print(line)
     return 0
 

@@ -390,7 +390,7 @@ MEANINGS: dict[str, dict[str, Entry]] = {
         "batching": ("`true`", "continuous batching: `parallel` sequences decoded in one step"),
         "stream_interval_ms": (
             "`30`",
-            "with `batching`: a stream's tokens reach its client at most this often; `0`: every token",
+            "with `batching`: a stream's tokens reach its client at most this often (with several streams and steps longer than this, every second step); `0`: every token",
         ),
         "seed": ("random", "the seed when a request gives none"),
         "mmproj": (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from sluicegate.core.events import RawBatch, RawEvent, TextDelta, Usage, UsageReport
+from sluicegate.core.events import Finished, RawBatch, RawEvent, TextDelta, Usage, UsageReport
 from sluicegate.core.request import ChatRequest
 from sluicegate.engines.base import Engine
 
@@ -31,3 +31,27 @@ async def checked_reply(engine: Engine, request: ChatRequest) -> tuple[str, Usag
         elif isinstance(event, UsageReport):
             usage = event.usage
     return text, usage
+
+
+class Reply:
+    """What a run came to: its text, finish reason (and stop word) and last usage report."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.finish: str | None = None  # the finish reason's value
+        self.stop_word: str | None = None
+        self.usage = Usage()
+
+
+async def run_reply(engine: Engine, request: ChatRequest) -> Reply:
+    """The request checked, then run to its end."""
+    engine.check(request)
+    reply = Reply()
+    async for event in engine_events(engine, request):
+        if isinstance(event, TextDelta):
+            reply.text += event.text
+        elif isinstance(event, Finished):
+            reply.finish, reply.stop_word = event.reason.value, event.stop_word
+        elif isinstance(event, UsageReport):
+            reply.usage = event.usage
+    return reply

@@ -62,6 +62,24 @@ def client(server: Server) -> Iterator[openai.OpenAI]:
 
 
 @pytest.fixture(scope="session")
+def tiny_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
+    """One llama.cpp model alone on its server, `tiny`: the demo GGUF, whose replies run to
+    `max_tokens` (end of turn never sampled), for the tests of what sampling makes of it."""
+    from sluicegate.demo.model import make_demo_gguf
+
+    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
+    return start_server(
+        models=[{"id": "tiny", "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024}]
+    )
+
+
+@pytest.fixture
+def tiny_sdk(tiny_server: Server) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=tiny_server.api_url, api_key="unused", max_retries=0, timeout=120.0) as sdk:
+        yield sdk
+
+
+@pytest.fixture(scope="session")
 def llama_server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
     """One server with llama.cpp models, all from ONE tiny random-weight GGUF built here.
 

@@ -6,34 +6,17 @@ seed at temperature 1, identical ones at temperature 0, and `n` out of range ref
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import openai
 import pytest
-from conftest import StartServer
-from e2e_support import Server
 
 pytestmark = pytest.mark.e2e
 
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "Tell me a long story about the sea."}]
 TOKENS = 24
-
-
-@pytest.fixture(scope="module")
-def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.demo.model import make_demo_gguf
-
-    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
-    return start_server(
-        models=[{"id": MODEL, "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024}]
-    )
-
-
-@pytest.fixture
-def sdk(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=120.0) as client:
-        yield client
 
 
 def one(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion:
@@ -45,11 +28,31 @@ def one(sdk: openai.OpenAI, **extra: object) -> openai.types.chat.ChatCompletion
     )
 
 
-def test_three_choices_not_streamed(sdk: openai.OpenAI) -> None:
-    completion = one(sdk, n=3, temperature=1.0, seed=5)
+def folded(
+    stream: Iterable[Any], text_of: Callable[[Any], str]
+) -> tuple[dict[int, str], dict[int, str], list[Any]]:
+    """A stream of `n` choices' chunks (Chat Completions' or Completions'): each choice's text
+    and finish reason, and the usage chunks (no choices in them); nothing after a finish."""
+    text: dict[int, str] = defaultdict(str)
+    finish: dict[int, str] = {}
+    usage = []
+    for chunk in stream:
+        if chunk.usage is not None:
+            assert chunk.choices == []
+            usage.append(chunk.usage)
+        for choice in chunk.choices:
+            assert choice.index not in finish  # nothing after a choice's finish
+            text[choice.index] += text_of(choice)
+            if choice.finish_reason is not None:
+                finish[choice.index] = choice.finish_reason
+    return text, finish, usage
+
+
+def test_three_choices_not_streamed(tiny_sdk: openai.OpenAI) -> None:
+    completion = one(tiny_sdk, n=3, temperature=1.0, seed=5)
     assert [c.index for c in completion.choices] == [0, 1, 2]
     assert all(c.finish_reason == "length" and c.message.content for c in completion.choices)
-    single = one(sdk, temperature=1.0, seed=5)
+    single = one(tiny_sdk, temperature=1.0, seed=5)
     assert single.usage is not None and completion.usage is not None
     # The prompt once, every choice's output.
     assert completion.usage.prompt_tokens == single.usage.prompt_tokens
@@ -61,14 +64,14 @@ def test_three_choices_not_streamed(sdk: openai.OpenAI) -> None:
     assert texts[0] == single.choices[0].message.content
 
 
-def test_temperature_zero_gives_the_same_choice_n_times(sdk: openai.OpenAI) -> None:
-    completion = one(sdk, n=3, temperature=0.0)
+def test_temperature_zero_gives_the_same_choice_n_times(tiny_sdk: openai.OpenAI) -> None:
+    completion = one(tiny_sdk, n=3, temperature=0.0)
     texts = {c.message.content for c in completion.choices}
     assert len(completion.choices) == 3 and len(texts) == 1 and texts != {""}
 
 
-def test_three_choices_streamed(sdk: openai.OpenAI) -> None:
-    stream = sdk.chat.completions.create(
+def test_three_choices_streamed(tiny_sdk: openai.OpenAI) -> None:
+    stream = tiny_sdk.chat.completions.create(
         model=MODEL,
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=TOKENS,
@@ -78,30 +81,19 @@ def test_three_choices_streamed(sdk: openai.OpenAI) -> None:
         stream=True,
         stream_options={"include_usage": True},
     )
-    text: dict[int, str] = defaultdict(str)
-    finish: dict[int, str | None] = {}
-    usage = []
-    for chunk in stream:
-        if chunk.usage is not None:
-            assert chunk.choices == []
-            usage.append(chunk.usage)
-        for choice in chunk.choices:
-            assert choice.index not in finish  # nothing after a choice's finish
-            text[choice.index] += choice.delta.content or ""
-            if choice.finish_reason is not None:
-                finish[choice.index] = choice.finish_reason
+    text, finish, usage = folded(stream, lambda choice: choice.delta.content or "")
     assert finish == {0: "length", 1: "length", 2: "length"}
     assert len(set(text.values())) == 3
     [total] = usage  # once, summed
     assert total.completion_tokens == 3 * TOKENS
     # The same choices as the request not streamed.
     assert [text[i] for i in range(3)] == [
-        c.message.content for c in one(sdk, n=3, temperature=1.0, seed=5).choices
+        c.message.content for c in one(tiny_sdk, n=3, temperature=1.0, seed=5).choices
     ]
 
 
-def test_the_sdk_stream_helper_accumulates_every_choice(sdk: openai.OpenAI) -> None:
-    with sdk.chat.completions.stream(
+def test_the_sdk_stream_helper_accumulates_every_choice(tiny_sdk: openai.OpenAI) -> None:
+    with tiny_sdk.chat.completions.stream(
         model=MODEL,
         messages=MESSAGES,  # type: ignore[arg-type]
         max_tokens=TOKENS,
@@ -116,14 +108,14 @@ def test_the_sdk_stream_helper_accumulates_every_choice(sdk: openai.OpenAI) -> N
     assert final.choices[0].message.content == final.choices[1].message.content
 
 
-def test_completions_two_choices(sdk: openai.OpenAI) -> None:
-    completion = sdk.completions.create(
+def test_completions_two_choices(tiny_sdk: openai.OpenAI) -> None:
+    completion = tiny_sdk.completions.create(
         model=MODEL, prompt="Once upon a time", max_tokens=TOKENS, n=2, temperature=1.0, seed=3
     )
     assert [c.index for c in completion.choices] == [0, 1]
     assert completion.choices[0].text != completion.choices[1].text
     assert completion.usage is not None and completion.usage.completion_tokens == 2 * TOKENS
-    stream = sdk.completions.create(
+    stream = tiny_sdk.completions.create(
         model=MODEL,
         prompt="Once upon a time",
         max_tokens=TOKENS,
@@ -133,16 +125,7 @@ def test_completions_two_choices(sdk: openai.OpenAI) -> None:
         stream=True,
         stream_options={"include_usage": True},
     )
-    text: dict[int, str] = defaultdict(str)
-    finish: dict[int, str | None] = {}
-    usage = []
-    for chunk in stream:
-        if chunk.usage is not None:
-            usage.append(chunk.usage)
-        for choice in chunk.choices:
-            text[choice.index] += choice.text
-            if choice.finish_reason is not None:
-                finish[choice.index] = choice.finish_reason
+    text, finish, usage = folded(stream, lambda choice: choice.text)
     assert finish == {0: "length", 1: "length"}
     assert [text[0], text[1]] == [c.text for c in completion.choices]
     [total] = usage
@@ -151,7 +134,7 @@ def test_completions_two_choices(sdk: openai.OpenAI) -> None:
 
 
 @pytest.mark.parametrize("n", [0, 129])
-def test_n_out_of_range_is_a_400(sdk: openai.OpenAI, n: int) -> None:
+def test_n_out_of_range_is_a_400(tiny_sdk: openai.OpenAI, n: int) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        one(sdk, n=n)
+        one(tiny_sdk, n=n)
     assert caught.value.param == "n"  # type: ignore[attr-defined]

@@ -5,12 +5,10 @@ bias samples it; llama-server's `[[id, false]]` bans it the same way; a bias rai
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
-from conftest import StartServer
 from e2e_support import Server
 
 pytestmark = pytest.mark.e2e
@@ -18,22 +16,6 @@ pytestmark = pytest.mark.e2e
 MODEL = "tiny"
 MESSAGES = [{"role": "user", "content": "Tell me a long story about the sea."}]
 TOKENS = 200
-
-
-@pytest.fixture(scope="module")
-def server(start_server: StartServer, tmp_path_factory: pytest.TempPathFactory) -> Server:
-    from sluicegate.demo.model import make_demo_gguf
-
-    gguf = str(make_demo_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf", ends_replies=False))
-    return start_server(
-        models=[{"id": MODEL, "engine": "llamacpp", "path": gguf, "batch_size": 16, "context_length": 1024}]
-    )
-
-
-@pytest.fixture
-def sdk(server: Server) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=server.api_url, api_key="unused", max_retries=0, timeout=120.0) as client:
-        yield client
 
 
 def sampled(sdk: openai.OpenAI, **extra: object) -> list[str]:
@@ -59,24 +41,26 @@ def token_id(server: Server, piece: str) -> int:
     return int(token["id"])
 
 
-def test_a_banned_token_never_comes_out(server: Server, sdk: openai.OpenAI) -> None:
-    free = sampled(sdk)
+def test_a_banned_token_never_comes_out(tiny_server: Server, tiny_sdk: openai.OpenAI) -> None:
+    free = sampled(tiny_sdk)
     piece, count = Counter(p for p in free if p.strip()).most_common(1)[0]
     assert count >= 3  # sampled often without the bias: the test can fail
-    banned = sampled(sdk, logit_bias={str(token_id(server, piece)): -100})
+    banned = sampled(tiny_sdk, logit_bias={str(token_id(tiny_server, piece)): -100})
     assert piece not in banned
 
 
-def test_a_bias_keyed_by_text_bans_the_texts_token(sdk: openai.OpenAI) -> None:
+def test_a_bias_keyed_by_text_bans_the_texts_token(tiny_sdk: openai.OpenAI) -> None:
     """llama-server's text keys, read in Chat Completions too: the text's tokens get the bias."""
-    free = sampled(sdk)
+    free = sampled(tiny_sdk)
     piece, count = Counter(p for p in free if p.strip()).most_common(1)[0]
     assert count >= 3
-    assert piece not in sampled(sdk, logit_bias={piece: -100})
+    assert piece not in sampled(tiny_sdk, logit_bias={piece: -100})
 
 
-def test_llama_servers_false_bans_it_and_a_bias_raises_one(server: Server, sdk: openai.OpenAI) -> None:
-    free = sampled(sdk)
+def test_llama_servers_false_bans_it_and_a_bias_raises_one(
+    tiny_server: Server, tiny_sdk: openai.OpenAI
+) -> None:
+    free = sampled(tiny_sdk)
     piece = Counter(p for p in free if p.strip()).most_common(1)[0][0]
     body = {
         "prompt": "Tell me a long story about the sea.",
@@ -84,19 +68,19 @@ def test_llama_servers_false_bans_it_and_a_bias_raises_one(server: Server, sdk: 
         "seed": 11,
         "temperature": 1.0,
         "n_probs": 1,
-        "logit_bias": [[token_id(server, piece), False]],
+        "logit_bias": [[token_id(tiny_server, piece), False]],
     }
-    answer = httpx.post(server.base_url + "/completion", json=body, timeout=120.0).json()
+    answer = httpx.post(tiny_server.base_url + "/completion", json=body, timeout=120.0).json()
     pieces = [p["token"] for p in answer["completion_probabilities"]]
     assert len(pieces) == TOKENS and piece not in pieces
     # A rare piece, pushed up by +10, becomes common.
     rare = min(Counter(p for p in free if p.strip()).items(), key=lambda kv: kv[1])[0]
-    raised = sampled(sdk, logit_bias={str(token_id(server, rare)): 10})
+    raised = sampled(tiny_sdk, logit_bias={str(token_id(tiny_server, rare)): 10})
     assert raised.count(rare) > free.count(rare) + 20
 
 
 @pytest.mark.parametrize("bias", [{"5": 101}, {"99999999": -100}, [[1, "a"]]], ids=["range", "id", "shape"])
-def test_bad_biases_are_400s(sdk: openai.OpenAI, bias: object) -> None:
+def test_bad_biases_are_400s(tiny_sdk: openai.OpenAI, bias: object) -> None:
     with pytest.raises(openai.BadRequestError) as caught:
-        sdk.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, logit_bias=bias)  # type: ignore[arg-type]
+        tiny_sdk.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, logit_bias=bias)  # type: ignore[arg-type]
     assert "logit_bias" in str(caught.value)

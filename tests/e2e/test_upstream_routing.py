@@ -12,7 +12,7 @@ import openai
 import pytest
 from conftest import StartServer
 from e2e_support import Server
-from fake_upstream import FakeUpstream
+from fake_upstream import FakeUpstream, running
 from upstream_support import REPLICA_HEADER, upstream_model
 
 from redis_support import RedisServer, redis_server
@@ -24,10 +24,8 @@ SYSTEM = "You answer questions about the routing end-to-end test, briefly and ki
 
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[list[FakeUpstream]]:
-    upstreams = [FakeUpstream(name=name).start() for name in ("r1", "r2", "r3")]
-    yield upstreams
-    for upstream in upstreams:
-        upstream.stop()
+    with running("r1", "r2", "r3") as upstreams:
+        yield upstreams
 
 
 @pytest.fixture(scope="module")

@@ -571,3 +571,16 @@ class FakeUpstream:
 def fake_upstream(name: str = "fake") -> Iterator[FakeUpstream]:
     with FakeUpstream(name=name) as fake:
         yield fake
+
+
+@contextlib.contextmanager
+def running(*names: str) -> Iterator[list[FakeUpstream]]:
+    """Fake upstreams by these names, started; stopped however the block ends."""
+    upstreams: list[FakeUpstream] = []
+    try:
+        for name in names:
+            upstreams.append(FakeUpstream(name=name).start())
+        yield upstreams
+    finally:
+        for upstream in upstreams:
+            upstream.stop()

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from starlette.applications import Starlette
 
+from sluicegate.app import uvicorn_package
 from sluicegate.app.factory import create_app
 from sluicegate.config import Settings
 from sluicegate.core.errors import ConfigError
@@ -71,6 +72,7 @@ def check_workers(settings: Settings, registry: Registry) -> None:
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    uvicorn_package.install()  # before any of uvicorn's modules: not its command line
     from sluicegate.app.http_protocol import JSONHttpToolsProtocol
     from sluicegate.app.websocket_protocol import websocket_protocol
 
@@ -106,16 +108,24 @@ def address_list(settings: Settings) -> str:
 
 
 def serve_one(app: Starlette, settings: Settings) -> None:
-    import uvicorn
+    """One process: uvicorn's `Server` itself, as `uvicorn.run` runs it without reload or
+    workers (not `uvicorn.run`, whose module is the `uvicorn` command: uvicorn_package.py)."""
+    uvicorn_package.install()
+    from uvicorn.config import STARTUP_FAILURE, Config
+    from uvicorn.server import Server
 
     settle_garbage_collector()
     options, addresses = uvicorn_options(settings), hosts(settings)
     if len(addresses) == 1:
-        uvicorn.run(app, **{**options, "host": addresses[0]})
+        server = Server(Config(app, **{**options, "host": addresses[0]}))
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:
+            raise SystemExit(STARTUP_FAILURE)
         return
     # One server on a socket per address (uvicorn binds one host itself).
-    sockets = [uvicorn.Config(app, **{**options, "host": host}).bind_socket() for host in addresses]
-    uvicorn.Server(uvicorn.Config(app, **options)).run(sockets=sockets)
+    sockets = [Config(app, **{**options, "host": host}).bind_socket() for host in addresses]
+    Server(Config(app, **options)).run(sockets=sockets)
 
 
 def serve_workers(settings: Settings) -> None:

@@ -5,7 +5,9 @@ Out of the box uvicorn's three implementations disagreed: websockets-sansio (its
 `websockets` is installed) logged a traceback for each such message, which a hostile client can
 fill the log with; wsproto closed the TCP connection without a close frame; the legacy
 `websockets` one closed with 1007 and said nothing. Each is subclassed here at the one place it
-meets the bad text; `websocket_protocol()` makes uvicorn's own choice among them.
+meets the bad text; `websocket_protocol()` makes uvicorn's own choice among them. uvicorn's
+default (websockets-sansio) is imported with the first WebSocket a client opens: `websockets`
+is ~1.4 MiB of every server's RSS, and most servers never see a WebSocket.
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import asyncio
 import functools
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
-
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
 log = logging.getLogger(__name__)
 INVALID_DATA = 1007
@@ -27,19 +28,32 @@ def _refused(client: tuple[str, int] | None) -> None:
     log.warning("closed the WebSocket of %s with %d: a text message that is not UTF-8", peer, INVALID_DATA)
 
 
-class SansIOProtocol(WebSocketsSansIOProtocol):
-    def send_receive_event_to_app(self) -> None:
-        # uvicorn decodes the text itself, and logs its UnicodeDecodeError with a traceback.
-        if self.curr_msg_data_type == "text" and not self.close_sent:
-            try:
-                b"".join(self.frames).decode()
-            except UnicodeDecodeError:
-                self.frames = []
-                _refused(self.client)
-                self.conn.send_close(INVALID_DATA, "invalid UTF-8")
-                self.handle_parser_exception()  # tells the app, sends the close, ends the connection
-                return
-        super().send_receive_event_to_app()
+@functools.cache
+def _sansio() -> type[asyncio.Protocol]:
+    from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+    class SansIOProtocol(WebSocketsSansIOProtocol):
+        def send_receive_event_to_app(self) -> None:
+            # uvicorn decodes the text itself, and logs its UnicodeDecodeError with a traceback.
+            if self.curr_msg_data_type == "text" and not self.close_sent:
+                try:
+                    b"".join(self.frames).decode()
+                except UnicodeDecodeError:
+                    self.frames = []
+                    _refused(self.client)
+                    self.conn.send_close(INVALID_DATA, "invalid UTF-8")
+                    self.handle_parser_exception()  # tells the app, sends the close, ends the connection
+                    return
+            super().send_receive_event_to_app()
+
+    return SansIOProtocol
+
+
+def sansio_protocol(*args: Any, **kwargs: Any) -> asyncio.Protocol:
+    """uvicorn's `ws_protocol_class` for websockets-sansio: uvicorn calls it for each WebSocket
+    upgrade, and only then is the implementation imported (a module-level function, so that
+    worker processes can unpickle uvicorn's settings)."""
+    return _sansio()(*args, **kwargs)
 
 
 @functools.cache
@@ -84,12 +98,12 @@ def _wsproto() -> type[asyncio.Protocol] | None:
     return WSProtoProtocol
 
 
-def websocket_protocol(implementation: str = "auto") -> type[asyncio.Protocol]:
-    """The protocol class of uvicorn's implementation of that name (its `ws` setting), refusing
-    invalid UTF-8 as above. "auto" is uvicorn's own choice, websockets-sansio (`websockets` is a
-    dependency of ours), a module-level class: worker processes unpickle uvicorn's settings."""
+def websocket_protocol(implementation: str = "auto") -> Callable[..., asyncio.Protocol]:
+    """What makes the protocol of uvicorn's implementation of that name (its `ws` setting),
+    refusing invalid UTF-8 as above. "auto" is uvicorn's own choice, websockets-sansio
+    (`websockets` is a dependency of ours), made by `sansio_protocol`."""
     if implementation in ("auto", "websockets-sansio"):
-        return SansIOProtocol
+        return sansio_protocol
     found = (
         _legacy() if implementation == "websockets" else _wsproto() if implementation == "wsproto" else None
     )

@@ -5,9 +5,10 @@ and the stream ends with a `Failed` event, which every dialect renders as its ow
 error frames. Heartbeats are not events, so they never reset the idle clock; any engine event
 does (prompt-processing progress included: a model busy with a long prompt is not stuck).
 
-One timer per stream, not one per event: an event only records the time, and the timer, when
-it fires early, re-arms itself for the real due time. That keeps the per-token cost to a clock
-read (a per-event `asyncio.timeout` measured as most of the pipeline's cost).
+One alarm per stream (on the loop's shared timer, `core/alarms.py`), not one per event: an
+event only records the time, and the alarm, when it fires early, re-arms itself for the real
+due time. That keeps the per-token cost to a clock read (a per-event `asyncio.timeout`
+measured as most of the pipeline's cost).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import math
 import time
 
+from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import Failed
 
@@ -43,7 +45,7 @@ class Deadline:
         self.deadline_seconds = deadline_seconds
         self.idle_seconds = idle_seconds
         self.expired: ErrorKind | None = None
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Alarm | None = None  # (the loop's shared timer: `core/alarms.py`)
         self._task: asyncio.Task[object] | None = None
         self.hard_at = math.inf
         self.idle = idle_seconds or math.inf
@@ -62,13 +64,13 @@ class Deadline:
         self.last = now = loop.time()
         if self.deadline_seconds:
             self.hard_at = now + self.deadline_seconds
-        self._handle = loop.call_at(min(self.hard_at, self.last + self.idle), self._check)
+        self._handle = alarm_at(loop, min(self.hard_at, self.last + self.idle), self._check)
 
     def _check(self) -> None:
         now = self.clock()
         due = min(self.hard_at, self.last + self.idle)
         if now < due:
-            self._handle = asyncio.get_running_loop().call_at(due, self._check)
+            self._handle = alarm_at(asyncio.get_running_loop(), due, self._check)
             return
         self.expired = ErrorKind.TIMEOUT if self.hard_at <= self.last + self.idle else ErrorKind.IDLE_TIMEOUT
         assert self._task is not None

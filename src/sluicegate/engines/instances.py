@@ -141,9 +141,7 @@ class _Admitted:
     async def aclose(self) -> None:
         if not self._started:  # the generation never took its waiting count over: give the place back here
             self._started = True
-            self._instance._waiting -= 1
-            child(METRICS.queue_depth, self._instance.id).dec()
-            self._instance._settle()
+            self._instance._unqueued()
         gen = self._gen
         if gen is not None:
             aclose = getattr(gen, "aclose", None)
@@ -212,6 +210,18 @@ class Instance:
         """A task that is not a chat (speech, issue 45) on this instance: counted as waiting from
         the call (enter it at once, as `Model.admit_task` returns), then a slot, loaded just in time,
         and the idle clock restarted when it leaves, on every path."""
+        slots = await self._queued_slot()
+        try:
+            if not self.loaded:
+                async for _ in self._ensure_loaded(jit=True):
+                    pass
+            yield
+        finally:
+            self._give_back(False, slots)
+
+    async def _queued_slot(self) -> asyncio.Semaphore | None:
+        """A task that is not a chat (`slot`, `run`) arrived: it waits for a slot, and the idle
+        clock restarts; gone while queued, it leaves the queue. The slots to give back."""
         self._waiting += 1
         child(METRICS.queue_depth, self.id).inc()
         self.last_used = time.monotonic()
@@ -220,25 +230,16 @@ class Instance:
             if slots is not None:
                 await slots.acquire()
         except BaseException:  # gone while queued
-            self._waiting -= 1
-            child(METRICS.queue_depth, self.id).dec()
-            self._settle()
+            self._unqueued()
             raise
+        self._take()
+        return slots
+
+    def _unqueued(self) -> None:
+        """A request left before it had a slot."""
         self._waiting -= 1
         child(METRICS.queue_depth, self.id).dec()
-        self._active += 1
-        METRICS.gauges[self._active_key] += 1
-        try:
-            if not self.loaded:
-                async for _ in self._ensure_loaded(jit=True):
-                    pass
-            yield
-        finally:
-            self._active -= 1
-            METRICS.gauges[self._active_key] -= 1
-            if slots is not None:
-                slots.release()
-            self._settle()
+        self._settle()
 
     def _settle(self) -> None:
         """A request left: restart the idle clock, and say so when nothing else is here."""
@@ -265,14 +266,14 @@ class Instance:
         self._settle()
 
     async def _run(self, request: ChatRequest, admitted: _Admitted) -> AsyncGenerator[RawEvent, None]:
+        # `_queued_slot`'s wait, inlined (the queue place was taken at admission): a coroutine
+        # less per chat's start.
         slots = self._slots
         try:
             if slots is not None:
                 await slots.acquire()
         except BaseException:  # gone while queued
-            self._waiting -= 1
-            child(METRICS.queue_depth, self.id).dec()
-            self._settle()
+            self._unqueued()
             raise
         self._take()
         engine_events: AsyncIterator[RawEvent] | None = None
@@ -315,35 +316,18 @@ class Instance:
         """A task besides chat (`Engine.embed`, `Engine.rerank`) in a slot like a generation's:
         queued, loaded just in time (its load events go unseen), counted. Cancelling the caller
         (client gone, deadline) cancels `work` and gives the slot back at once."""
-        self._waiting += 1
-        child(METRICS.queue_depth, self.id).inc()
-        self.last_used = time.monotonic()
-        slots, acquired = self._slots, False
-        try:
-            if slots is not None:
-                await slots.acquire()
-            acquired = True
-        finally:
-            self._waiting -= 1
-            child(METRICS.queue_depth, self.id).dec()
-            if not acquired:  # gone while queued
-                self._settle()
-        self._active += 1
-        METRICS.gauges[self._active_key] += 1
+        slots = await self._queued_slot()
+        cancelled = False
         try:
             if not self.loaded:
                 async for _ in self._ensure_loaded(jit=True):
                     pass
             return await work(self.engine)
         except asyncio.CancelledError:
-            METRICS.inc("sluicegate_generations_cancelled_total", model=self.id)
+            cancelled = True
             raise
         finally:
-            self._active -= 1
-            METRICS.gauges[self._active_key] -= 1
-            if slots is not None:
-                slots.release()
-            self._settle()
+            self._give_back(cancelled, slots)
 
     async def _ensure_loaded(self, *, jit: bool) -> AsyncIterator[RawEvent]:
         """Load the model; only the request that starts the load sees its events."""

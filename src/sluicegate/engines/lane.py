@@ -66,10 +66,11 @@ class ReadsThrough(Protocol):
 class Starts:
     """How many requests have a start step ready to run and not yet run: a request that just
     arrived (its task created, its first step queued), or one whose upstream just answered or
-    sent its first read (its task woken, not yet resumed). While any has, the lane declines
-    reads: they go to their streams' tasks, queued behind that step, instead of running ahead
-    of it in the connection's callbacks — at 64 streams the lane's work in the callbacks
-    delayed the starts (bench/README.md, "Round eleven"). Counted by the upstream connection
+    sent its first read (its task woken, not yet resumed). While any has, a read is carried in
+    a callback queued behind that step instead of running ahead of it in the connection's
+    callback — at 64 streams the lane's work in the callbacks delayed the starts
+    (bench/README.md, "Round eleven"); until round twelve the read woke its stream's task
+    instead, at several times the lane's cost. Counted by the upstream connection
     (engines/upstream/http.py) and the server's protocol (app/http_protocol.py)."""
 
     waiting: ClassVar[int] = 0  # (ClassVar: compiled modules assign it)

@@ -44,7 +44,8 @@ from sluicegate.tools.mcp_session import (
     TransportFactory,
     describe,
 )
-from sluicegate.tools.ssrf import PinnedTransport, Target
+from sluicegate.tools.pinned import PinnedTransport
+from sluicegate.tools.ssrf import Target
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx2").setLevel(logging.WARNING)  # the SDK's HTTP client logs every request at INFO

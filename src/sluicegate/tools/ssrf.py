@@ -7,7 +7,8 @@ must be public (not loopback, link-local, private, shared, multicast, unspecifie
 IPv4-mapped, 6to4 and NAT64 IPv6 judged as the IPv4 they embed) unless `[tools] allowed_hosts` lists the host name,
 the address or its network; and the connection is pinned to the address that was checked (the
 URL's host still goes in the Host header and TLS SNI), so a DNS answer that changes between the
-check and the connection (DNS rebinding) cannot redirect it.
+check and the connection (DNS rebinding) cannot redirect it (`PinnedTransport`, in pinned.py
+with the HTTP client it needs).
 """
 
 from __future__ import annotations
@@ -17,8 +18,6 @@ import ipaddress
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
-
-import httpx2
 
 from sluicegate.core.allowlist import AllowList, IPAddress
 
@@ -95,22 +94,3 @@ async def _resolve(host: str, port: int) -> list[IPAddress]:
     if not addresses:
         raise UrlRefused(f"the server URL's host {host!r} has no addresses")
     return addresses
-
-
-class PinnedTransport(httpx2.AsyncHTTPTransport):
-    """Connects to the checked address whatever DNS says later; refuses any other host (a
-    redirect to another origin never gets this far, the SDK does not follow those)."""
-
-    def __init__(self, target: Target) -> None:
-        super().__init__()
-        self.target = target
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        if request.url.host.lower() != self.target.host.lower() or (request.url.port or 0) not in (
-            0,
-            self.target.port,
-        ):
-            raise httpx2.ConnectError(f"refused: {request.url.host} is not the checked host", request=request)
-        request.url = request.url.copy_with(host=str(self.target.address))
-        request.extensions = {**request.extensions, "sni_hostname": self.target.host}
-        return await super().handle_async_request(request)

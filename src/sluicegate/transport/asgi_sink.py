@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import Callable
 
 from starlette.types import Receive, Send
@@ -22,6 +23,7 @@ from starlette.types import Receive, Send
 class AsgiSink:
     __slots__ = (
         "_closing",
+        "_context",
         "_items",
         "_lost",
         "_receive",
@@ -46,6 +48,7 @@ class AsgiSink:
         self._lost: Callable[[], None] | None = None
         self._closing = False
         self.gone = False
+        self._context = contextvars.copy_context()  # the request's (the sink is made in its task)
 
     def write(self, body: bytes, *, force: bool = False) -> bool:
         if self.gone or self._closing or (self._items and not force):
@@ -110,7 +113,9 @@ class AsgiSink:
         self._items.append(body)
         self._size += len(body)
         if self._sender is None:
-            self._sender = asyncio.get_running_loop().create_task(self._drain())
+            # In the request's context whoever writes first: the stream's task, a fast lane's
+            # connection callback, or the heartbeat (core/alarms.py runs it in a context of its own).
+            self._sender = asyncio.get_running_loop().create_task(self._drain(), context=self._context)
         else:
             self._wake()
 

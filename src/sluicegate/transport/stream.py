@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, cast
 
 from starlette.types import Receive, Send
 
+from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.frames import Frame
 from sluicegate.transport.asgi_sink import AsgiSink
 
@@ -53,6 +54,7 @@ BODY_WRITER: Final = "sluicegate.body_writer"
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
 RawHeaders = list[tuple[bytes, bytes]]
+_SENT: Final[tuple[int, RawHeaders, None]] = (0, [], None)  # what `_Stream.run` keeps of its head once sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +161,7 @@ class LaneBinding(Protocol):
     def bind(self, emitter: Emitter | None) -> None: ...
 
 
-async def stream_chunks(
+def stream_chunks(
     chunks: AsyncIterator[Chunk],
     send: Send,
     receive: Receive,
@@ -172,20 +174,18 @@ async def stream_chunks(
     body_send: Send | None = None,  # for the body, once the head went through `send`
     writer: Sink | None = None,  # the server's own sink for the body (`body_writer`)
     lane: LaneBinding | None = None,  # a turn's fast lane (engines/lane.py)
-) -> StreamOutcome:
+) -> Coroutine[object, object, StreamOutcome]:
     """Send the response head, then every chunk framed, with heartbeats and backpressure.
 
     Returns once the stream ended or the client left; either way the producer has been run
-    to completion or closed, so whatever it holds is released by then.
+    to completion or closed, so whatever it holds is released by then. (The stream's own
+    coroutine, `_Stream.run`, not one of this function's around it: a frame less held for the
+    stream's life.)
     """
-    # (built in the call, not a local: this frame lives as long as the stream)
-    await send({"type": "http.response.start", "status": status, "headers": _head(framing.headers, headers)})
     sink = writer if writer is not None else AsgiSink(body_send or send, receive)
-    task = asyncio.current_task()
-    assert task is not None
     interval = heartbeat_seconds if framing.heartbeat is not None else 0.0
-    stream = _Stream(task, sink, interval, framing.heartbeat or b"", max(buffer_bytes, 1))
-    return await stream.run(chunks, framing.frames, lane)
+    stream = _Stream(sink, interval, framing.heartbeat or b"", max(buffer_bytes, 1))
+    return stream.run(chunks, framing.frames, lane, send, (status, framing.headers, headers))
 
 
 class _Stream:
@@ -210,21 +210,20 @@ class _Stream:
         "timer",
     )
 
-    def __init__(
-        self, task: asyncio.Task[object], sink: Sink, interval: float, beat_bytes: bytes, limit: int
-    ) -> None:
-        self.task = task
-        self.producer = task  # (the `Emitter`'s: plain attributes, read per fast-lane read)
+    task: asyncio.Task[object]  # the request's: set when `run` starts in it
+    producer: asyncio.Task[object]  # (the `Emitter`'s: plain attributes, read per fast-lane read)
+    loop: asyncio.AbstractEventLoop
+    last_sent: float
+
+    def __init__(self, sink: Sink, interval: float, beat_bytes: bytes, limit: int) -> None:
         self.sink = sink
         self.limit = limit  # `buffer_bytes`: what a slow client may leave waiting before the chain waits
-        self.loop = task.get_loop()
         self.interval = interval
         self.beat_bytes = beat_bytes
-        self.last_sent = self.loop.time()
         self.sending = False  # a chunk is in `send`, waiting for the client: nothing may overtake it
         self.gone = False  # the client left
         self.cancelled = False  # ...and the task was cancelled for it (once)
-        self.timer: asyncio.TimerHandle | None = None
+        self.timer: Alarm | None = None
         # False once a lane's write left `limit` waiting: the chain takes the next read. (Never
         # checked while a chunk waits in `send`: the task is not waiting for a read then.)
         self.ready = True
@@ -255,16 +254,26 @@ class _Stream:
         if quiet >= interval * 0.999:
             if not self.sending and self.sink.write(self.beat_bytes):
                 self.last_sent = loop.time()
-            self.timer = loop.call_later(interval, self.beat)
+            self.timer = alarm_at(loop, loop.time() + interval, self.beat)
         else:
-            self.timer = loop.call_later(interval - quiet, self.beat)
+            self.timer = alarm_at(loop, self.last_sent + interval, self.beat)
 
     async def run(
         self,
         chunks: AsyncIterator[Chunk],
         frames: Callable[[list[Frame]], bytes],
-        lane: LaneBinding | None = None,
+        lane: LaneBinding | None,
+        send: Send,
+        head: tuple[int, RawHeaders, Mapping[str, str] | None],
     ) -> StreamOutcome:
+        # The head, built in the call (not a local: this frame lives as long as the stream).
+        await send({"type": "http.response.start", "status": head[0], "headers": _head(head[1], head[2])})
+        head = _SENT  # not held for the stream's life (mypyc compiles no `del` in a coroutine)
+        task = asyncio.current_task()
+        assert task is not None
+        self.task = self.producer = task
+        self.loop = task.get_loop()
+        self.last_sent = self.loop.time()
         sink = self.sink
         if not sink.watch(self.lost):
             await _close(chunks)
@@ -272,7 +281,7 @@ class _Stream:
             return StreamOutcome(finished=False, client_gone=True)
         loop, write = self.loop, sink.write
         if self.interval > 0:
-            self.timer = loop.call_later(self.interval, self.beat)
+            self.timer = alarm_at(loop, self.last_sent + self.interval, self.beat)
         # A lane only where every chunk can be written this way (for our server's sink: chunked,
         # not a HEAD).
         if lane is not None and sink.write(b"", force=True):
@@ -293,6 +302,8 @@ class _Stream:
                     continue
                 if not write(data):
                     await self._send(data)
+                # Written: not held while the producer waits for the next (a stream waits long).
+                data = chunk = b""
                 self.last_sent = loop.time()
                 self.ready = True  # written: a lane may write again
             finished = True

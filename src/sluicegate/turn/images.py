@@ -15,8 +15,6 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx2
-
 from sluicegate.config import Settings
 from sluicegate.core.allowlist import AllowList
 from sluicegate.core.audio import AudioLimits, decode_audio
@@ -24,7 +22,7 @@ from sluicegate.core.checks import off_loop
 from sluicegate.core.errors import invalid
 from sluicegate.core.images import ImageLimits, check_size, data_url_bytes, decode_images
 from sluicegate.core.request import ChatRequest, ContentPart
-from sluicegate.tools.ssrf import PinnedTransport, UrlRefused, check_url
+from sluicegate.tools.ssrf import UrlRefused, check_url
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +153,10 @@ def local_media(url: str, settings: ImageSettings) -> bytes:
 async def fetch_image(url: str, settings: ImageSettings) -> bytes:
     """GET the URL, pinned to the address the SSRF guard checked; at most `max_bytes`, within
     `fetch_timeout` seconds all told."""
+    import httpx2  # here: only a server that fetches image URLs holds the HTTP client
+
+    from sluicegate.tools.pinned import PinnedTransport
+
     try:
         target = await check_url(url, settings.allowed_hosts)
     except UrlRefused as exc:

@@ -174,6 +174,7 @@ class TurnPipeline:
                 frames = push(event)
                 if frames:
                     yield frames
+                    frames = []  # sent: not held while the next read is awaited
                 if core.failure is not None:
                     break
             await events.aclose()  # the engine closed and the deadline disarmed before the end

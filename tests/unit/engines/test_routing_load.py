@@ -9,29 +9,21 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from fake_upstream import FakeUpstream, llama_metrics, llama_slots, vllm_metrics
-from test_routing_policies import Conversation, ask, make_engine, turns
+from fake_upstream import FakeUpstream, llama_metrics, llama_slots, running, vllm_metrics
+from test_routing_policies import Conversation, ask, make_engine, no_sharing, turns
 
-from sluicegate.engines.upstream import routing
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.load import LoadProbe, LoadReport, parse_metrics, parse_slots, root_url
 from sluicegate.engines.upstream.routing import SlotMap
 
+__all__ = ["no_sharing"]  # a fixture (autouse): no Redis copy of the prefix table
 FAST = 0.05  # health-check (and load poll) interval for the tests
 
 
 @pytest.fixture
 def fakes() -> Iterator[list[FakeUpstream]]:
-    upstreams = [FakeUpstream(name=name).start() for name in ("a", "b", "c")]
-    yield upstreams
-    for upstream in upstreams:
-        upstream.stop()
-
-
-@pytest.fixture(autouse=True)
-def no_sharing() -> Iterator[None]:
-    routing.share_through_redis(None)
-    yield
+    with running("a", "b", "c") as upstreams:
+        yield upstreams
 
 
 @pytest.fixture

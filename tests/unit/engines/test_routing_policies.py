@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fake_upstream import FakeUpstream
+from fake_upstream import FakeUpstream, running
 
 from redis_support import RedisServer, free_port, redis_server
 from sluicegate.core.events import Answered, Failed, RawBatch, RawEvent, TextDelta
@@ -28,10 +28,8 @@ SYSTEM = "You are a careful assistant for the routing tests. " * 8  # past MIN_P
 
 @pytest.fixture(scope="module")
 def fakes() -> Iterator[list[FakeUpstream]]:
-    upstreams = [FakeUpstream(name=name).start() for name in ("a", "b", "c")]
-    yield upstreams
-    for upstream in upstreams:
-        upstream.stop()
+    with running("a", "b", "c") as upstreams:
+        yield upstreams
 
 
 @pytest.fixture(autouse=True)

@@ -262,6 +262,7 @@ class _Transport:
     def __init__(self) -> None:
         self.written = b""
         self.closed = False
+        self.paused = False
 
     def write(self, data: bytes) -> None:
         self.written += data
@@ -270,10 +271,31 @@ class _Transport:
         self.closed = True
 
     def pause_reading(self) -> None:
-        pass
+        self.paused = True
 
     def resume_reading(self) -> None:
-        pass
+        self.paused = False
+
+
+async def test_a_body_nobody_reads_stops_the_socket_being_read_past_the_high_water_mark() -> None:
+    """The slow reader's bound on the upstream side: body bytes that wait unread past
+    `HIGH_WATER` pause the socket (TCP flow control reaches the upstream); a read resumes it."""
+    conn = http._Connection()
+    transport = _Transport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    head = conn.start(b"POST / HTTP/1.1\r\n\r\n")
+    conn.data_received(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert await head == 200
+    piece = b"x" * 4096
+    sent = 0
+    while not transport.paused:
+        assert sent <= http.HIGH_WATER + len(piece)
+        conn.data_received(b"%x\r\n%b\r\n" % (len(piece), piece))
+        sent += len(piece)
+    assert sent > http.HIGH_WATER - len(piece)
+    assert len(await conn.read() or b"") == sent
+    assert not transport.paused
+    conn.done()  # (the exchange is over: the start its answer woke is settled)
 
 
 async def test_what_arrived_before_a_broken_connection_is_read_first() -> None:

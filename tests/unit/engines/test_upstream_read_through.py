@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 
 import orjson
+import pytest
 
 from sluicegate.core.accumulate import Accumulator
 from sluicegate.core.events import FinishReason, PromptStarted
@@ -20,6 +21,7 @@ from sluicegate.engines.lane import Lane, Starts
 from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
+from sluicegate.engines.upstream.http import _Connection
 from sluicegate.observe.metrics import METRICS
 from sluicegate.turn.pipeline import LANE_READS, TurnPipeline
 
@@ -139,17 +141,30 @@ async def test_reads_carried_in_the_callback_write_what_the_task_writes() -> Non
     assert Starts.waiting == 0  # every start step a connection woke has run: none left counted
 
 
-async def test_while_a_start_waits_to_run_the_lane_leaves_reads_to_the_task() -> None:
-    """A request whose next start step is ready to run (`Starts`) goes before the streams:
-    their reads wake their tasks, queued behind it, instead of running in the callbacks."""
-    reads = METRICS.counters[LANE_READS]
+async def test_while_a_start_waits_to_run_the_lane_carries_reads_after_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request whose next start step is ready to run (`Starts`) goes before the streams: a
+    read that arrives then is not carried in the connection's callback, ahead of that step, but
+    in a callback queued behind it — still by the lane, without waking the stream's task."""
+    carried_at_once: list[float] = []
+    data_received = _Connection.data_received
+
+    def watched(self: _Connection, data: bytes) -> None:
+        before = METRICS.counters[LANE_READS]
+        data_received(self, data)
+        carried_at_once.append(METRICS.counters[LANE_READS] - before)
+
+    monkeypatch.setattr(_Connection, "data_received", watched)
     by_task = await stream(lane_on=False)
+    reads = METRICS.counters[LANE_READS]
     Starts.waiting += 1  # another request's start step, queued
     try:
         by_lane = await stream(lane_on=True)
     finally:
         Starts.waiting -= 1
-    assert METRICS.counters[LANE_READS] == reads  # nothing carried ahead of it
+    assert carried_at_once and not any(carried_at_once)  # nothing carried ahead of the start
+    assert METRICS.counters[LANE_READS] - reads == len(WORDS) - 1  # every read carried after it
     assert by_lane == by_task
     assert Starts.waiting == 0
 

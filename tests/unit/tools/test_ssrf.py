@@ -8,7 +8,8 @@ import httpx2
 import pytest
 
 from mcp_fixtures import HttpMcpServer, mcp_http_server
-from sluicegate.tools.ssrf import AllowList, PinnedTransport, Target, UrlRefused, check_url
+from sluicegate.tools.pinned import PinnedTransport
+from sluicegate.tools.ssrf import AllowList, Target, UrlRefused, check_url
 
 __all__ = ["mcp_http_server"]
 

@@ -61,3 +61,12 @@ def test_the_server_imports_neither_jsonschema_nor_cryptography_until_it_may_nee
 def test_a_catalog_that_may_call_a_tool_imports_jsonschema_up_front() -> None:
     code = "from sluicegate.tools.catalog import ToolCatalog\nToolCatalog(allow_request_servers=True)"
     assert _loaded(code, "jsonschema")
+
+
+def test_the_server_imports_the_http_client_only_to_fetch() -> None:
+    """httpx2 (~3 MiB of RSS) comes with the transport pinned to a checked address
+    (tools/pinned.py): an MCP server or an image URL imports it, a server that may check a URL
+    does not."""
+    code = "import sluicegate.app.serving, sluicegate.app.factory, sluicegate.tools.catalog, sluicegate.turn.images"
+    assert not _loaded(code, "httpx2")
+    assert _loaded(code + "\nimport sluicegate.tools.pinned", "httpx2")

@@ -5,6 +5,7 @@ task's chunks, and the sink's tasks gone when the stream is."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -113,3 +114,36 @@ async def test_a_cancel_from_outside_leaves_no_sink_task_behind() -> None:
         while len(asyncio.all_tasks() - before) > 0:  # the sink's tasks end on their own
             await asyncio.sleep(0)
     assert client.body == b"data: 1\n\n"
+
+
+REQUEST = contextvars.ContextVar("REQUEST", default="none")
+
+
+async def test_the_sender_runs_in_the_requests_context_when_a_heartbeat_writes_first() -> None:
+    """The heartbeat runs on the loop's shared alarm timer (core/alarms.py), in a context of its
+    own; when it is the stream's first write, the sink's sender task still runs in the
+    request's context, as it does when the stream's task writes first."""
+    seen: list[str] = []
+    client = Client()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            seen.append(REQUEST.get())
+        await client.send(message)
+
+    beat = asyncio.Event()
+
+    async def chunks() -> AsyncIterator[bytes]:
+        async with asyncio.timeout(LIMIT):
+            while b": heartbeat" not in client.body and not seen:
+                await asyncio.sleep(0.005)
+        beat.set()
+        yield b"data: 1\n\n"
+
+    async def request() -> StreamOutcome:
+        REQUEST.set("the request")
+        return await stream_chunks(chunks(), send, client.receive, framing=SSE, heartbeat_seconds=0.01)
+
+    outcome = await asyncio.create_task(request())
+    assert beat.is_set() and outcome.finished
+    assert seen and set(seen) == {"the request"}

@@ -48,7 +48,23 @@ class ChatCompletionsDialect(Dialect):
         )
 
     def encoder(self, turn: Turn, context: EncoderContext) -> ChatCompletionsEncoder:
+        return self._encoder(turn, context)
+
+    def choices(self, turn: Turn) -> Choices:
         options: ChatOptions = turn.request
+        return IndexedChoices(
+            lambda index, context: self._encoder(turn, context, index),
+            usage_body,
+            include_usage=options.include_usage,
+        )
+
+    def _encoder(
+        self, turn: Turn, context: EncoderContext, choice: int | None = None
+    ) -> ChatCompletionsEncoder:
+        """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
+        usage at its finish (the request's is summed once), no prompt progress or `__verbose`."""
+        options: ChatOptions = turn.request
+        alone = choice is None
         return ChatCompletionsEncoder(
             context.turn_id,
             context.created,
@@ -57,24 +73,8 @@ class ChatCompletionsDialect(Dialect):
             logprobs=turn.chat.sampling.logprobs,
             system_fingerprint=SYSTEM_FINGERPRINT,
             reasoning_field=self.reasoning_field,
-            return_progress=options.return_progress,
-            prompt_text=context.prompt_text if options.verbose else None,
+            index=choice or 0,
+            usage_at_finish=alone,
+            return_progress=alone and options.return_progress,
+            prompt_text=context.prompt_text if alone and options.verbose else None,
         )
-
-    def choices(self, turn: Turn) -> Choices:
-        options: ChatOptions = turn.request
-
-        def make(index: int, context: EncoderContext) -> ChatCompletionsEncoder:
-            return ChatCompletionsEncoder(
-                context.turn_id,
-                context.created,
-                turn.chat.model,
-                include_usage=options.include_usage,
-                logprobs=turn.chat.sampling.logprobs,
-                system_fingerprint=SYSTEM_FINGERPRINT,
-                reasoning_field=self.reasoning_field,
-                index=index,
-                usage_at_finish=False,
-            )
-
-        return IndexedChoices(make, usage_body, include_usage=options.include_usage)

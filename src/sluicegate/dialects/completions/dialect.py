@@ -37,6 +37,19 @@ class CompletionsDialect(Dialect):
         return Turn(request=options, chat=chat, stream=options.stream, id_prefix="cmpl-", id_length=32)
 
     def encoder(self, turn: Turn, context: EncoderContext) -> CompletionsEncoder:
+        return self._encoder(turn, context)
+
+    def choices(self, turn: Turn) -> Choices:
+        options: CompletionOptions = turn.request
+        return IndexedChoices(
+            lambda index, context: self._encoder(turn, context, index),
+            usage_body,
+            include_usage=options.include_usage,
+        )
+
+    def _encoder(self, turn: Turn, context: EncoderContext, choice: int | None = None) -> CompletionsEncoder:
+        """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
+        usage at its finish (the request's is summed once)."""
         options: CompletionOptions = turn.request
         return CompletionsEncoder(
             context.turn_id,
@@ -45,24 +58,9 @@ class CompletionsDialect(Dialect):
             include_usage=options.include_usage,
             logprobs=turn.chat.sampling.logprobs,
             system_fingerprint=SYSTEM_FINGERPRINT,
+            index=choice or 0,
+            usage_at_finish=choice is None,
         )
-
-    def choices(self, turn: Turn) -> Choices:
-        options: CompletionOptions = turn.request
-
-        def make(index: int, context: EncoderContext) -> CompletionsEncoder:
-            return CompletionsEncoder(
-                context.turn_id,
-                context.created,
-                turn.chat.model,
-                include_usage=options.include_usage,
-                logprobs=turn.chat.sampling.logprobs,
-                system_fingerprint=SYSTEM_FINGERPRINT,
-                index=index,
-                usage_at_finish=False,
-            )
-
-        return IndexedChoices(make, usage_body, include_usage=options.include_usage)
 
 
 class InfillDialect(Dialect):

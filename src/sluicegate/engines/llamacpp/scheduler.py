@@ -59,6 +59,12 @@ COPY_MIN_TOKENS = 32
 # 6.0-7.0 s in chunks of 64, 128, 256 or 512 alike), so a step stays short. On a GPU the
 # prompt goes in chunks of `batch_size`, where it is much faster.
 CPU_PREFILL_CHUNK = 128
+# The hand-over to the event loop with several streams (`_due`): a wake-up costs the loop a
+# pipeline step and a socket write per stream (~0.2 ms each on the CPU), taken from a decode
+# thread, so when a step takes longer than `stream_interval` a wake-up waits for a second step
+# (two tokens a stream) as long as the first of them then waits at most this many intervals.
+HOLD_STEPS = 2
+HOLD_LIMIT = 3
 
 
 class Slot:
@@ -118,6 +124,9 @@ class BatchScheduler:
         self.wakeups = Wakeups()
         self.stream_interval = stream_interval
         self._flushed = 0.0  # time.monotonic() of the last wake-up
+        self._held_steps = 0  # decodes since the last wake-up (their tokens wait for the next)
+        self._held_since: float | None = None  # the clock when the first of them ended
+        self._step_time = 0.0  # the last decode's duration: what holding one more step costs
         self._urgent = False  # a sequence started or ended: its events go with the next step
         self._image_ready = False  # an image's encoder finished since the loop last waited
         # llama-server's `requests_processing` and `requests_deferred` (server_stats.py)
@@ -200,7 +209,22 @@ class BatchScheduler:
     def _flush(self) -> None:
         self._flushed = time.monotonic()
         self._urgent = False
+        self._held_steps = 0
+        self._held_since = None
         self.wakeups.flush()
+
+    def _due(self, now: float, streams: int) -> bool:
+        """Whether the events held since the last wake-up go before this step (only tokens of
+        `streams` generating sequences: nothing started, ended or failed). Not before
+        `stream_interval` has passed; one stream's at once then. With several, whose wake-up
+        costs the loop a step and a write per stream, a step longer than the interval would
+        make every wake-up carry one token a stream: the first step's tokens wait for a
+        second's, unless holding them one more step puts them past `HOLD_LIMIT` intervals."""
+        if now - self._flushed < self.stream_interval:
+            return False
+        if streams < 2 or self._held_steps >= HOLD_STEPS or self._held_since is None:
+            return True
+        return now + self._step_time - self._held_since > HOLD_LIMIT * self.stream_interval
 
     def _relist(self) -> None:
         """After a slot gained or lost its sequence."""
@@ -552,9 +576,15 @@ class BatchScheduler:
             return image_ran
         batch.n_tokens = n
         # The last steps' events go now, to be consumed while this step decodes.
-        if prefilling or self._urgent or time.monotonic() - self._flushed >= self.stream_interval:
+        started = time.monotonic()
+        if prefilling or self._urgent or self._due(started, len(plan)):
             self._flush()
         status = llama_cpp.llama_decode(runtime.context.ctx, batch)
+        ended = time.monotonic()
+        self._step_time = ended - started
+        self._held_steps += 1
+        if self._held_since is None:
+            self._held_since = ended
         self.steps += 1
         STATS.decoded(len(plan))
         if status != 0:

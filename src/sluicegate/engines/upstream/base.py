@@ -227,15 +227,8 @@ class UpstreamEngine(Engine):
                     if through is None and lane is not None and lane.deliver is not None and not prompting:
                         through = _ReadThrough(lane, feed, decoder, clocks)
                         response.read_through(through)
-                    clocks.waiting()
                     try:
-                        chunk = await read()
-                    except asyncio.CancelledError:
-                        if not clocks.owns(asyncio.current_task()):
-                            raise
-                        if through is not None and through.stash:  # what came before the timeout first
-                            yield RawBatch(through.take())
-                        continue  # `expired` is set: the loop's top reports it
+                        chunk = await clocks.read(read)
                     except Exception as exc:  # the connection broke mid-body
                         error = ErrorInfo(
                             ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
@@ -245,9 +238,12 @@ class UpstreamEngine(Engine):
                         for event in decoder.cut(error):
                             yield event
                         return
-                    if chunk is None:  # the body's end
-                        break
-                    clocks.chunk()
+                    if type(chunk) is not bytes:
+                        if chunk is None:  # the body's end
+                            break
+                        if through is not None and through.stash:  # what came before the timeout first
+                            yield RawBatch(through.take())
+                        continue  # a limit passed (`expired`): the loop's top reports it
                     # Everything this read decoded goes down as one: a RawBatch when it is more than
                     # one event, so the layers above take one step per read, not one per token.
                     batch: list[RawEvent] = []
@@ -255,6 +251,7 @@ class UpstreamEngine(Engine):
                         batch = through.take()
                     for name, data in feed(chunk):
                         batch += frame(name, data)
+                    name, data = None, b""
                     if prompting and batch:
                         for i, event in enumerate(batch):
                             if type(event) is not PromptProgress:
@@ -265,6 +262,8 @@ class UpstreamEngine(Engine):
                         yield batch[0]
                     elif batch:
                         yield RawBatch(batch)
+                    # Passed on: not held while the next read is awaited (a stream waits long).
+                    chunk, batch = b"", []
                     if decoder.over:
                         # The body's end normally came with the last event: no timer to wait for it.
                         if decoder.done and not response.received:
@@ -339,18 +338,14 @@ class UpstreamEngine(Engine):
                 if clocks.expired is not None:
                     info = clocks.expired
                     raise SluicegateError(info.kind, info.message, code=info.code)
-                clocks.waiting()
                 try:
-                    chunk = await read()
-                except asyncio.CancelledError:
-                    if not clocks.owns(asyncio.current_task()):
-                        raise
-                    continue  # `expired` is set: the loop's top reports it
+                    chunk = await clocks.read(read)
                 except Exception as exc:  # the connection broke mid-body
                     raise _bad_answer(replica, f"the connection broke: {exc or type(exc).__name__}") from exc
-                if chunk is None:
-                    break
-                clocks.chunk()
+                if type(chunk) is not bytes:
+                    if chunk is None:
+                        break
+                    continue  # a limit passed (`expired`): the loop's top reports it
                 yield replica, chunk
             clocks.idle()
         finally:

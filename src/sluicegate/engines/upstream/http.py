@@ -72,40 +72,69 @@ class _Connection(asyncio.Protocol):
         # A request's start step this connection woke (its answer, a read before its lane is
         # open), counted in `Starts` until the woken task resumes.
         self._rousing = False
+        self._held = 0  # reads held back behind a start, to be carried in order (`_carry`)
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  # uvloop's is no asyncio.Transport subclass
 
     def data_received(self, data: bytes) -> None:
-        if self._parser is None:  # nothing asked: an idle connection does not talk
+        parser = self._parser
+        if parser is None:  # nothing asked: an idle connection does not talk
             self.close()
             return
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(BodyBroken("the upstream switched protocols"))
         except httptools.HttpParserError as exc:
             self._fail(BodyBroken(f"the upstream sent malformed HTTP ({exc})"))
+        body = self._body
         wake = self._wake  # pending: the engine waits, and everything before this read is taken
         if (
-            self._body
+            body
             and self.read_through is not None
             and wake is not None
             and not wake.done()
             and not self.complete
-            and not Starts.waiting  # a start is ready to run: this read queues behind it
         ):
-            data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-            self._body.clear()
-            self._buffered = 0
+            data = body[0] if len(body) == 1 else b"".join(body)
+            body.clear()
+            if Starts.waiting or self._held:
+                # A start is ready to run: this read is carried after it (behind any read held
+                # before it), in a callback queued behind that start's step — not by waking
+                # the stream's task, whose steps through the coroutine chain cost several times
+                # the lane's (bench/README.md, gateway "Round twelve").
+                self._held += 1
+                self._loop.call_soon(self._carry, data)
+            elif not self.read_through(data):
+                self._wakeup()
+            return
+        if body or self.complete:
+            self._buffered += len(data)  # (an upper bound of the body bytes this read added)
+            self._wakeup()
+            if self._reading and self._buffered > HIGH_WATER and self.transport is not None:
+                self._reading = False
+                self.transport.pause_reading()
+
+    def _carry(self, data: bytes) -> None:
+        """A read held back behind a start (`data_received`): carried now if the engine still
+        waits for it, else put back first in line, for the engine's next read."""
+        self._held -= 1
+        wake = self._wake
+        if (
+            self.read_through is not None
+            and wake is not None
+            and not wake.done()
+            and not self._body
+            and not self.complete
+        ):
             if not self.read_through(data):
                 self._wakeup()
-        elif self._body or self.complete:
-            self._wakeup()
-        if self._reading and self._buffered > HIGH_WATER and self.transport is not None:
-            self._reading = False
-            self.transport.pause_reading()
+            return
+        self._body.insert(0, data)
+        self._buffered += len(data)
+        self._wakeup()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
@@ -121,11 +150,13 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_headers_complete(self) -> None:
-        assert self._parser is not None and self._head is not None
+        assert self._parser is not None
         status = self._parser.get_status_code()
         self._until_eof = self._chunked is False and self._length is None
-        if not self._head.done():
-            self._head.set_result(status)
+        head = self._head
+        if head is not None and not head.done():
+            head.set_result(status)
+            self._head = None  # answered: the exchange holds it, not the connection the body's life
             self._rouse()
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -137,7 +168,6 @@ class _Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
-        self._buffered += len(body)
 
     def on_message_complete(self) -> None:
         assert self._parser is not None

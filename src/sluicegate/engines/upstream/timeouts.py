@@ -1,7 +1,7 @@
 """The upstream request's clocks: first byte, idle between chunks, and total.
 
-One timer per request, re-armed lazily like `core/deadlines.py`: a chunk only records the
-time. When a limit passes while the engine waits on the upstream, the waiting task is cancelled
+One alarm per request (on the loop's shared timer, `core/alarms.py`), re-armed lazily like
+`core/deadlines.py`: a chunk only records the time. When a limit passes while the engine waits on the upstream, the waiting task is cancelled
 (the engine turns that into a `Failed` event); when it passes at any other moment, the engine
 sees `expired` at its next wait. The stream may be iterated by more than one task in turn (a
 step the answer wait left in flight goes on in whoever reads the stream next), so the task to
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Awaitable, Callable
 
+from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 
 
@@ -41,7 +43,7 @@ class Clocks:
         self._phase_at = now + first_byte if first_byte else math.inf
         self.waiter: asyncio.Task[object] | None = None  # the task waiting on the upstream now
         self._cancelled = False
-        self._handle: asyncio.TimerHandle | None = None
+        self._handle: Alarm | None = None  # (the loop's shared timer: `core/alarms.py`)
         self.expired: ErrorInfo | None = None
         self.first_byte_seen = False
         self._arm()
@@ -49,7 +51,7 @@ class Clocks:
     def _arm(self) -> None:
         due = min(self._total_at, self._phase_at)
         if due != math.inf:
-            self._handle = self._loop.call_at(due, self._check)
+            self._handle = alarm_at(self._loop, due, self._check)
 
     def _check(self) -> None:
         now = self._loop.time()
@@ -79,15 +81,28 @@ class Clocks:
             self._cancelled = True
             self.waiter.cancel()
 
+    async def read(self, read: Callable[[], Awaitable[bytes | None]]) -> bytes | ErrorInfo | None:
+        """`read()` with the clocks running: what arrived (None at the body's end), or the limit
+        that passed while it waited (`expired`). A cancellation that is not the clocks' (the
+        client left) and a broken connection raise. The relay's one wait per read, so `waiting`
+        and `chunk` are inlined: no call more per read than awaiting `read()` itself."""
+        self.waiter = asyncio.current_task(self._loop)
+        try:
+            chunk = await read()
+        except asyncio.CancelledError:
+            if not self.owns(asyncio.current_task(self._loop)):
+                raise
+            assert self.expired is not None
+            return self.expired
+        if chunk is not None:
+            self.waiter = None
+            self.first_byte_seen = True
+            self._phase_at = self._loop.time() + self._idle
+        return chunk
+
     def waiting(self) -> None:
         """The engine is about to wait on the upstream (call right before the await)."""
         self.waiter = asyncio.current_task(self._loop)  # (given the loop: no getpid per read)
-
-    def chunk(self) -> None:
-        """Something arrived: the upstream is alive."""
-        self.waiter = None
-        self.first_byte_seen = True
-        self._phase_at = self._loop.time() + self._idle
 
     def alive(self) -> None:
         """Something arrived and was relayed while the engine still waits (a read carried by the

@@ -63,8 +63,14 @@ class SSEReader:
         if not self._tail and not self._data and chunk[-2:] == b"\n\n" and b"\r" not in chunk:
             # What upstreams send per read: whole `data: ` frames of one line each. Anything
             # else (comments, `event:` lines, frames split across reads) takes the general path.
-            parts = chunk[:-2].split(b"\n\n")
-            if chunk.count(b"\n") == 2 * len(parts):  # no line break inside any frame
+            end = len(chunk) - 2
+            if chunk.find(b"\n") == end:  # one frame of one line, a paced token's read: a memchr
+                if chunk[:6] == b"data: ":  # (where a count and a split cost ~1.7 k instructions)
+                    return [(None, chunk[6:end])]
+                parts: list[bytes] = []
+            else:
+                parts = chunk[:-2].split(b"\n\n")
+            if parts and chunk.count(b"\n") == 2 * len(parts):  # no line break inside any frame
                 whole: list[tuple[str | None, bytes]] = []
                 for part in parts:
                     if part[:6] != b"data: ":

@@ -199,6 +199,62 @@ def test_stream_interval_hands_tokens_over_together(loaded: Any) -> None:
     assert first_while_running and end_while_running
 
 
+@pytest.mark.parametrize(
+    ("streams", "step_ms", "wakes_per_step"),
+    [
+        (2, 40, 0.5),  # steps longer than the 30 ms interval: two steps' tokens per wake-up
+        (2, 100, 1.0),  # but never holding a token past 3 intervals: every step
+        (1, 40, 1.0),  # one stream's wake-up is cheap: at once, as before
+    ],
+)
+def test_several_streams_hand_over_two_steps_at_once(
+    loaded: Any, monkeypatch: pytest.MonkeyPatch, streams: int, step_ms: int, wakes_per_step: float
+) -> None:
+    """With several streams, a wake-up costs the event loop a step and a write per stream: when
+    a step takes longer than `stream_interval_ms`, a wake-up carries two steps' tokens, unless
+    the first of them would then wait more than 3 intervals. A clock that only moves in
+    `llama_decode` (by `step_ms`) makes the decisions the same on any machine."""
+    from sluicegate.engines.llamacpp import scheduler as module
+
+    engine = loaded(batching=True, parallel=2, stream_interval_ms=30)
+    scheduler = engine._scheduler
+    assert scheduler is not None
+    now = [1000.0]
+    flushes = [0]
+    decode, flush = module.llama_cpp.llama_decode, scheduler.wakeups.flush
+    # Per generation-only step (every live sequence past its prompt): whether the loop was
+    # woken since the step before.
+    woken: list[bool] = []
+    seen = [0]
+
+    def counted_flush() -> None:
+        flushes[0] += 1
+        flush()
+
+    def timed_decode(ctx: Any, batch: Any) -> int:
+        live = [slot.sequence for slot in scheduler._live if slot.sequence is not None]
+        if len(live) == streams and not any(s.prefilling for s in live) and batch.n_tokens == streams:
+            woken.append(flushes[0] > seen[0])
+        seen[0] = flushes[0]
+        status = int(decode(ctx, batch))
+        now[0] += step_ms / 1000
+        return status
+
+    monkeypatch.setattr(module, "time", type("Clock", (), {"monotonic": staticmethod(lambda: now[0])}))
+    monkeypatch.setattr(scheduler.wakeups, "flush", counted_flush)
+    monkeypatch.setattr(module.llama_cpp, "llama_decode", timed_decode)
+
+    async def together() -> list[Reply]:
+        # The same prompt length: both generate from the same step on.
+        requests = [_request(f"{i} {PROMPTS[2]}", max_tokens=40) for i in range(streams)]
+        return list(await asyncio.gather(*(_run(engine, r) for r in requests)))
+
+    replies = loaded.loop.run_until_complete(together())
+    assert [r.usage.completion_tokens for r in replies] == [40] * streams
+    assert len(woken) >= 30
+    assert sum(woken[1:-1]) / len(woken[1:-1]) == pytest.approx(wakes_per_step, abs=0.05)
+
+
 def test_shared_prefix_reports_cached_tokens(loaded: Any) -> None:
     engine = loaded(batching=True, parallel=2)
     loop = loaded.loop

@@ -5,18 +5,14 @@ so every reply runs to its limit)."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from engine_events import engine_events
-from sluicegate.core.events import Finished, TextDelta, Usage, UsageReport
+from engine_events import Reply
 from sluicegate.core.request import ChatRequest, RawPrompt, SamplingParams
 from sluicegate.core.slots import N_KEEP
-from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.llamacpp import shift
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
@@ -25,19 +21,9 @@ PROMPT = "Once upon a time, in a land far away,"
 CONTEXT = 256  # llama.cpp rounds a stream up to 256 cells: the least there is
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("shift")
-    target = make_demo_gguf(folder / "tiny.gguf", ends_replies=False)
-    other = make_demo_gguf(folder / "other.gguf", ends_replies=False, seed=1)  # same vocabulary
-    return target, other
-
-
-class Reply:
-    def __init__(self) -> None:
-        self.text = ""
-        self.finish: Finished | None = None
-        self.usage = Usage()
+@pytest.fixture
+def engine_defaults() -> dict[str, Any]:
+    return {"batch_size": 32, "context_length": CONTEXT}
 
 
 def _request(n_keep: int | None = None, **sampling: Any) -> ChatRequest:
@@ -50,41 +36,9 @@ def _request(n_keep: int | None = None, **sampling: Any) -> ChatRequest:
     return request
 
 
-async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
-    engine.check(request)
-    reply = Reply()
-    async for event in engine_events(engine, request):
-        if isinstance(event, TextDelta):
-            reply.text += event.text
-        elif isinstance(event, Finished):
-            reply.finish = event
-        elif isinstance(event, UsageReport):
-            reply.usage = event.usage
+def _reply(loaded: Any, engine: LlamaCppEngine, n_keep: int | None = None, **sampling: Any) -> Reply:
+    reply: Reply = loaded.run(engine, _request(n_keep, **sampling))
     return reply
-
-
-@pytest.fixture
-def loaded(models: tuple[Path, Path]) -> Iterator[Any]:
-    """(**config) -> a loaded engine of the target, closed at the end."""
-    loop = asyncio.new_event_loop()
-    engines: list[LlamaCppEngine] = []
-
-    def make(**extra: Any) -> LlamaCppEngine:
-        table = {"id": "s", "engine": "llamacpp", "path": str(models[0]), "batch_size": 32}
-        engine = LlamaCppEngine.from_config({**table, "context_length": CONTEXT, **extra}, Path("."))
-        loop.run_until_complete(engine.load(lambda _: None))
-        engines.append(engine)
-        return engine
-
-    def run(engine: LlamaCppEngine, n_keep: int | None = None, **sampling: Any) -> Reply:
-        return loop.run_until_complete(_run(engine, _request(n_keep, **sampling)))
-
-    make.run = run  # type: ignore[attr-defined]
-    make.models = models  # type: ignore[attr-defined]
-    yield make
-    for engine in engines:
-        loop.run_until_complete(engine.aclose())
-    loop.close()
 
 
 def test_the_span_is_half_of_what_follows_the_kept_tokens() -> None:
@@ -97,27 +51,27 @@ def test_the_span_is_half_of_what_follows_the_kept_tokens() -> None:
 
 @pytest.mark.parametrize("batching", [True, False])
 def test_without_context_shift_the_context_ends_the_output(loaded: Any, batching: bool) -> None:
-    reply = loaded.run(loaded(batching=batching), max_tokens=600)
-    assert reply.finish.reason.value == "length" and reply.usage.shifted_tokens == 0
+    reply = _reply(loaded, loaded(batching=batching), max_tokens=600)
+    assert reply.finish == "length" and reply.usage.shifted_tokens == 0
     assert reply.usage.prompt_tokens + reply.usage.completion_tokens == CONTEXT
 
 
 @pytest.mark.parametrize("batching", [True, False])
 def test_with_context_shift_the_output_goes_on_past_the_context(loaded: Any, batching: bool) -> None:
     engine = loaded(batching=batching, context_shift=True)
-    reply = loaded.run(engine, max_tokens=600)
-    assert reply.finish.reason.value == "length"
+    reply = _reply(loaded, engine, max_tokens=600)
+    assert reply.finish == "length"
     assert reply.usage.completion_tokens == 600  # more than twice what the context holds
     assert reply.usage.shifted_tokens > 0
     # Until the context filled, the output is the one without a shift.
-    plain = loaded.run(loaded(batching=batching), max_tokens=600)
+    plain = _reply(loaded, loaded(batching=batching), max_tokens=600)
     assert reply.text.startswith(plain.text[: len(plain.text) * 3 // 4])
     # No limit asked: the context's end is the limit, shift or not (no request runs forever).
-    unbounded = loaded.run(engine)
+    unbounded = _reply(loaded, engine)
     assert unbounded.usage.prompt_tokens + unbounded.usage.completion_tokens == CONTEXT
     assert unbounded.usage.shifted_tokens == 0
     # The shifted cells are not reused by the next request: the same request, the same reply.
-    assert loaded.run(engine, max_tokens=600).text == reply.text
+    assert _reply(loaded, engine, max_tokens=600).text == reply.text
 
 
 @pytest.mark.parametrize("batching", [True, False])
@@ -126,7 +80,7 @@ def test_n_keep_is_what_a_shift_keeps(loaded: Any, batching: bool) -> None:
     adds no BOS, so llama-server's default keeps nothing; `n_keep` more, -1 the whole prompt."""
     engine = loaded(batching=batching, context_shift=True)
     for n_keep, keep in ((None, 0), (10, 10), (-1, None)):
-        reply = loaded.run(engine, n_keep, max_tokens=300)
+        reply = _reply(loaded, engine, n_keep, max_tokens=300)
         keep = reply.usage.prompt_tokens if keep is None else keep
         assert reply.usage.completion_tokens == 300
         assert reply.usage.shifted_tokens == (CONTEXT - 1 - keep) // 2, n_keep
@@ -135,36 +89,37 @@ def test_n_keep_is_what_a_shift_keeps(loaded: Any, batching: bool) -> None:
 
 def test_context_shift_with_a_draft_model(loaded: Any) -> None:
     engine = loaded(context_shift=True, draft_model=str(loaded.models[0]), draft_p_min=0.0)
-    reply = loaded.run(engine, max_tokens=400)
+    reply = _reply(loaded, engine, max_tokens=400)
     assert reply.usage.completion_tokens == 400 and reply.usage.shifted_tokens > 0
     assert reply.usage.accepted_prediction_tokens > 0  # it went on drafting after the shifts
-    plain = loaded.run(loaded(context_shift=True), max_tokens=400)
+    plain = _reply(loaded, loaded(context_shift=True), max_tokens=400)
     assert reply.text == plain.text  # drafts never change the output
 
 
 @pytest.mark.parametrize("batching", [True, False])
 def test_the_stop_string_that_ended_the_output_is_named(loaded: Any, batching: bool) -> None:
     engine = loaded(batching=batching)
-    whole = loaded.run(engine, max_tokens=30)
+    whole = _reply(loaded, engine, max_tokens=30)
     word = whole.text[20:24]
-    reply = loaded.run(engine, max_tokens=30, stop=["zzzzqqq", word])
-    assert reply.finish.reason.value == "stop" and reply.finish.stop_word == word
+    reply = _reply(loaded, engine, max_tokens=30, stop=["zzzzqqq", word])
+    assert reply.finish == "stop" and reply.stop_word == word
     assert whole.text.startswith(reply.text) and word not in reply.text
-    assert whole.finish.stop_word is None  # the limit ended it
+    assert whole.stop_word is None  # the limit ended it
 
 
 def test_a_draft_model_drafts_in_full_at_every_step_when_not_adaptive(loaded: Any) -> None:
     # A draft model of other weights guesses wrong: the adaptive gauge soon stops drafting,
     # `draft_adaptive = false` drafts `draft_max` tokens at every step, as llama-server does.
     other = str(loaded.models[1])
-    fixed = loaded.run(
+    fixed = _reply(
+        loaded,
         loaded(draft_model=other, draft_p_min=0.0, draft_max=4, draft_adaptive=False),
         max_tokens=40,
     )
     drafted = fixed.usage.accepted_prediction_tokens + fixed.usage.rejected_prediction_tokens
     tokens = 40 - fixed.usage.accepted_prediction_tokens  # steps: each writes one token and what it took
     assert drafted >= 4 * (tokens - 4)
-    adaptive = loaded.run(loaded(draft_model=other, draft_p_min=0.0, draft_max=4), max_tokens=40)
+    adaptive = _reply(loaded, loaded(draft_model=other, draft_p_min=0.0, draft_max=4), max_tokens=40)
     assert adaptive.usage.accepted_prediction_tokens + adaptive.usage.rejected_prediction_tokens < drafted
     assert adaptive.text == fixed.text
 

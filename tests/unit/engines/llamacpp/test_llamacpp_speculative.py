@@ -9,15 +9,14 @@ another seed has the same vocabulary and guesses wrong.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import llama_cpp
 import pytest
 
-from engine_events import engine_events
-from sluicegate.core.events import Finished, TextDelta, Usage, UsageReport
+from engine_events import Reply, engine_events, run_reply
+from sluicegate.core.events import TextDelta
 from sluicegate.core.request import ChatRequest, Message, SamplingParams
 from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.base import ConfigError
@@ -35,59 +34,10 @@ PROMPTS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    folder = tmp_path_factory.mktemp("speculative")
-    target = make_demo_gguf(folder / "tiny.gguf", ends_replies=False)
-    other = make_demo_gguf(folder / "other.gguf", ends_replies=False, seed=1)  # same vocabulary
-    return target, other
-
-
-class Reply:
-    def __init__(self) -> None:
-        self.text = ""
-        self.finish: Any = None
-        self.usage = Usage()
-
-
 def _request(prompt: str, **sampling: Any) -> ChatRequest:
     sampling.setdefault("max_tokens", 40)
     sampling.setdefault("temperature", 0.0)
     return ChatRequest(model="s", messages=[Message("user", prompt)], sampling=SamplingParams(**sampling))
-
-
-async def _run(engine: LlamaCppEngine, request: ChatRequest) -> Reply:
-    engine.check(request)
-    reply = Reply()
-    async for event in engine_events(engine, request):
-        if isinstance(event, TextDelta):
-            reply.text += event.text
-        elif isinstance(event, Finished):
-            reply.finish = event.reason.value
-        elif isinstance(event, UsageReport):
-            reply.usage = event.usage
-    return reply
-
-
-@pytest.fixture
-def loaded(models: tuple[Path, Path]) -> Iterator[Any]:
-    """(**config) -> a loaded engine of the target, closed at the end."""
-    loop = asyncio.new_event_loop()
-    engines: list[LlamaCppEngine] = []
-
-    def make(**extra: Any) -> LlamaCppEngine:
-        table = {"id": "s", "engine": "llamacpp", "path": str(models[0]), "batch_size": 64}
-        engine = LlamaCppEngine.from_config({**table, "context_length": 512, **extra}, Path("."))
-        loop.run_until_complete(engine.load(lambda _: None))
-        engines.append(engine)
-        return engine
-
-    make.loop = loop  # type: ignore[attr-defined]
-    make.models = models  # type: ignore[attr-defined]
-    yield make
-    for engine in engines:
-        loop.run_until_complete(engine.aclose())
-    loop.close()
 
 
 def _counts(engine: LlamaCppEngine) -> tuple[int, int]:
@@ -99,7 +49,7 @@ def _counts(engine: LlamaCppEngine) -> tuple[int, int]:
 def _replies(loaded: Any, engine: LlamaCppEngine, **sampling: Any) -> list[str]:
     async def run() -> list[Reply]:
         runs = [
-            _run(engine, _request(p, max_tokens=20 + 17 * (i % 4), seed=i, **sampling))
+            run_reply(engine, _request(p, max_tokens=20 + 17 * (i % 4), seed=i, **sampling))
             for i, p in enumerate(PROMPTS)
         ]
         return list(await asyncio.gather(*runs))
@@ -166,7 +116,7 @@ def test_draft_longer_than_max_tokens_stops_at_the_limit(loaded: Any) -> None:
     ngram = loaded(parallel=2, speculative="ngram", ngram_size=2, draft_max=16)
     for engine in (plain, drafted, ngram):
         engine.expected = [  # type: ignore[attr-defined]
-            loaded.loop.run_until_complete(_run(engine, _request(PROMPTS[0], max_tokens=n)))
+            loaded.loop.run_until_complete(run_reply(engine, _request(PROMPTS[0], max_tokens=n)))
             for n in (3, 7, 30)
         ]
     for engine in (drafted, ngram):
@@ -183,7 +133,7 @@ def test_draft_longer_than_the_context_stops_at_its_end(loaded: Any) -> None:
     drafted = loaded(parallel=2, context_length=256, draft_model=str(target), draft_p_min=0.0, draft_max=48)
     ngram = loaded(parallel=2, context_length=256, speculative="ngram", ngram_size=2, draft_max=48)
     replies = [
-        loaded.loop.run_until_complete(_run(e, _request(PROMPTS[2], max_tokens=None)))
+        loaded.loop.run_until_complete(run_reply(e, _request(PROMPTS[2], max_tokens=None)))
         for e in (plain, drafted, ngram)
     ]
     assert replies[0].usage.prompt_tokens + replies[0].usage.completion_tokens == 256
@@ -198,12 +148,12 @@ def test_draft_longer_than_the_context_stops_at_its_end(loaded: Any) -> None:
 def test_stop_string_inside_an_accepted_draft_ends_there(loaded: Any) -> None:
     plain = loaded(parallel=2)
     ngram = loaded(parallel=2, speculative="ngram", ngram_size=2, draft_max=32)
-    full = loaded.loop.run_until_complete(_run(plain, _request(PROMPTS[0], max_tokens=60))).text
+    full = loaded.loop.run_until_complete(run_reply(plain, _request(PROMPTS[0], max_tokens=60))).text
     # A stop string first met deep in the repetitive part, where drafts run long: 20 characters
     # of the output's cyclic tail, which first occur several cycles after the cycle started.
     stop = full[-25:-5]
     stopped = [
-        loaded.loop.run_until_complete(_run(e, _request(PROMPTS[0], max_tokens=60, stop=[stop])))
+        loaded.loop.run_until_complete(run_reply(e, _request(PROMPTS[0], max_tokens=60, stop=[stop])))
         for e in (plain, ngram)
     ]
     assert stopped[0].finish == "stop" and stopped[0].text == full[: full.index(stop)]
@@ -217,7 +167,7 @@ def test_grammar_constrained_output_identical(loaded: Any) -> None:
     ngram = loaded(parallel=2, speculative="ngram", ngram_size=2)
     request = _request(PROMPTS[0], max_tokens=40)
     request.response_format = {"type": "json_object"}
-    replies = [loaded.loop.run_until_complete(_run(e, request)) for e in (plain, ngram)]
+    replies = [loaded.loop.run_until_complete(run_reply(e, request)) for e in (plain, ngram)]
     assert replies[1].text == replies[0].text and replies[0].text.startswith("{")
     assert _counts(ngram)[0] > 0
 
@@ -239,7 +189,7 @@ def test_cancel_mid_draft_frees_the_sequence(loaded: Any) -> None:
             texts += isinstance(event, TextDelta)
             if texts >= 5:
                 break
-        others = asyncio.gather(*(_run(engine, _request(p, max_tokens=30)) for p in PROMPTS[1:3]))
+        others = asyncio.gather(*(run_reply(engine, _request(p, max_tokens=30)) for p in PROMPTS[1:3]))
         # Every slot busy before the cancel, so no other request takes the cancelled one's.
         while not all(slot.sequence is not None for slot in scheduler.slots):
             await asyncio.sleep(0.001)
@@ -294,7 +244,7 @@ def test_draft_model_with_another_vocabulary_is_refused(loaded: Any, tmp_path: P
 
 
 def _alone(loaded: Any, engine: LlamaCppEngine, request: ChatRequest) -> Reply:
-    return loaded.loop.run_until_complete(_run(engine, request))
+    return loaded.loop.run_until_complete(run_reply(engine, request))
 
 
 def test_drafts_that_miss_back_off(loaded: Any) -> None:
