@@ -59,10 +59,24 @@ def fix_bytes_concat_leak() -> None:
             op.steals = False
 
 
+def fix_stop_async_iteration() -> None:
+    """mypyc before mypy PR 21406 loads the name `StopAsyncIteration` (a `raise`, an `except`)
+    as the address of CPython's `PyExc_StopAsyncIteration` variable, not the exception class it
+    points to: a compiled `raise StopAsyncIteration` crashes the process. Without its entry in
+    the table of builtins loaded by address, mypyc loads the name as any other builtin (`async
+    for` reads the variable itself, correctly). A no-op on a mypyc that has the fix."""
+    import mypyc.primitives.misc_ops  # noqa: F401 - registers the entry
+    from mypyc.primitives.registry import builtin_names
+
+    if builtin_names.get("builtins.StopAsyncIteration", (None, ""))[1] == "PyExc_StopAsyncIteration":
+        del builtin_names["builtins.StopAsyncIteration"]
+
+
 def mypyc_extensions() -> list[Any]:
     from mypyc.build import mypycify
 
     fix_bytes_concat_leak()
+    fix_stop_async_iteration()
 
     sources = [str(compiled.source_path(m, Path("src/sluicegate"))) for m in compiled.COMPILED]
     # The build environment pip makes has only the build requirements (mypy, and orjson and

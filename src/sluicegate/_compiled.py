@@ -71,6 +71,19 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
     "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
+    # The request path after the runner (bench/README.md, "Round twelve"), each measured in
+    # callgrind's instructions per request start: the upstream client (its connection's
+    # callbacks run per read), its clocks and the engine's request body and decoder; the answer
+    # wait and the stream transport (its lane's `emit` per read). Not the runner: compiled, a
+    # start cost 5% more instructions — its coroutines sit between interpreted ones, and a
+    # compiled coroutine awaited by and awaiting interpreted code costs more than an
+    # interpreted one. Not the instance, the engine's relay or the turn's pipeline: async
+    # generators, which mypyc does not compile.
+    "sluicegate.engines.upstream.http",
+    "sluicegate.engines.upstream.timeouts",
+    "sluicegate.engines.upstream.engine",
+    "sluicegate.transport.answer_first",
+    "sluicegate.transport.stream",
     *declared_by_dialects(),
 )
 

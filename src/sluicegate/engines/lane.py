@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol, TypeAlias, runtime_checkable
+from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
 
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
@@ -73,7 +73,7 @@ class Starts:
     instead, at several times the lane's cost. Counted by the upstream connection
     (engines/upstream/http.py) and the server's protocol (app/http_protocol.py)."""
 
-    waiting = 0
+    waiting: ClassVar[int] = 0  # (ClassVar: compiled modules assign it)
     # Off with SLUICEGATE_LANE_YIELDS=0: nothing is counted, the lane never yields (so a bench
     # can compare the two in one run: `bench/gateway.py`'s sg-chat-noyield).
-    enabled = os.environ.get("SLUICEGATE_LANE_YIELDS", "1") != "0"
+    enabled: ClassVar[bool] = os.environ.get("SLUICEGATE_LANE_YIELDS", "1") != "0"

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import types
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Answered, Failed, ProgressEvent, RawBatch, RawEvent, ToolsListed
@@ -175,30 +174,46 @@ def _cancel(waited: Any) -> None:
         waited.cancel()
 
 
-@types.coroutine
-def _rest(step: Step, waited: Any) -> Generator[Any, None, RawEvent]:
+class _Rest:
     """The rest of a suspended step, in the task that awaits this: first what the step waits
-    on (handed to that task, as the step itself would), then the step, to its event."""
-    try:
-        while True:
-            try:
-                yield waited
-            except GeneratorExit:
-                step.close()
-                raise
-            except BaseException as exc:  # the awaiting task's cancel: the step is told
-                waited = step.throw(exc)
-            else:
-                waited = step.send(None)
-    except StopIteration as stop:
-        event: RawEvent = stop.value
-        return event
+    on (handed to that task, as the step itself would), then the step, to its event. An
+    awaitable object, not a generator: compiled (mypyc), a generator is no awaitable."""
+
+    __slots__ = ("_handed", "_step", "_waited")
+
+    def __init__(self, step: Step, waited: Any) -> None:
+        self._step = step
+        self._waited = waited
+        self._handed = False
+
+    def __await__(self) -> Generator[Any, None, RawEvent]:
+        return cast("Generator[Any, None, RawEvent]", self)
+
+    def __iter__(self) -> _Rest:
+        return self
+
+    def __next__(self) -> Any:
+        return self.send(None)
+
+    def send(self, _: object) -> Any:
+        """What the step waits on next; StopIteration with its event once it has one."""
+        if not self._handed:
+            self._handed = True
+            return self._waited
+        return self._step.send(None)
+
+    def throw(self, kind: Any, value: Any = None, _traceback: Any = None) -> Any:
+        """The awaiting task's cancel (or any exception thrown in): the step is told."""
+        return self._step.throw(value if value is not None else kind)
+
+    def close(self) -> None:
+        self._step.close()
 
 
 async def _finish(step: Step, waited: Any) -> None:
     """Run a cancelled step to its end (its cleanup may wait)."""
     with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration, Exception):
-        await _rest(step, waited)
+        await _Rest(step, waited)
 
 
 class _Resumed:
@@ -238,7 +253,8 @@ class _Resumed:
         pending = self._pending
         if pending is not None:
             self._pending = None
-            return _rest(*pending)
+            step, waited = pending
+            return _Rest(step, waited)
         # Caught up: the inner iterator's own awaitable, no frame of ours per event.
         return self._next.__anext__()
 

@@ -54,6 +54,7 @@ BODY_WRITER: Final = "sluicegate.body_writer"
 # What a frame producer yields: frames to write, or bytes already framed (a stored replay).
 Chunk = list[Frame] | bytes
 RawHeaders = list[tuple[bytes, bytes]]
+_SENT: Final[tuple[int, RawHeaders, None]] = (0, [], None)  # what `_Stream.run` keeps of its head once sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +268,7 @@ class _Stream:
     ) -> StreamOutcome:
         # The head, built in the call (not a local: this frame lives as long as the stream).
         await send({"type": "http.response.start", "status": head[0], "headers": _head(head[1], head[2])})
-        del head
+        head = _SENT  # not held for the stream's life (mypyc compiles no `del` in a coroutine)
         task = asyncio.current_task()
         assert task is not None
         self.task = self.producer = task

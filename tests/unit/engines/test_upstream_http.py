@@ -233,7 +233,7 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
 
 
 async def test_an_https_upstream_is_verified_and_streamed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     cert, key = self_signed(tmp_path)
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -246,8 +246,7 @@ async def test_an_https_upstream_is_verified_and_streamed(
         with pytest.raises(ConnectFailed, match="CERTIFICATE_VERIFY_FAILED"):
             await HttpPool(url, {}, connect_timeout=5).post_stream("/chat/completions", b"{}")
         trusting = ssl.create_default_context(cafile=str(cert))
-        monkeypatch.setattr(http, "tls_context", lambda: trusting)
-        pool = HttpPool(url, {}, connect_timeout=5)
+        pool = HttpPool(url, {}, connect_timeout=5, tls=trusting)
         response = await pool.post_stream("/chat/completions", b"{}")
         assert await body(response.chunks()) == b"data: 1\n\n"
         await response.aclose()

@@ -190,9 +190,7 @@ class _Connection(asyncio.Protocol):
         """All the body that arrived since the last read; None at its end. Empty only when a
         `read_through` handler took the read and woke the engine to look for itself."""
         if not self._body:
-            if self._error is not None:
-                raise self._error
-            if self.complete:
+            if self._over():
                 return None
             self._wake = self._loop.create_future()
             try:
@@ -201,11 +199,9 @@ class _Connection(asyncio.Protocol):
                 self._wake = None
                 if self._rousing:
                     self._settle()
-            if not self._body:  # (what did arrive goes first; an error or the end after it)
-                if self._error is not None:
-                    raise self._error
-                if self.complete:
-                    return None
+            # (what did arrive goes first; an error or the end after it)
+            if not self._body and self._over():
+                return None
         data = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body.clear()
         self._buffered = 0
@@ -213,6 +209,14 @@ class _Connection(asyncio.Protocol):
             self._reading = True
             self.transport.resume_reading()
         return data
+
+    def _over(self) -> bool:
+        """With nothing left to read: the body's end (True), or its error raised. A method, not
+        the checks inline, so that a check before the wait does not narrow `_error` to None
+        after it (mypyc compiles the narrowed type: reading the error then raised TypeError)."""
+        if self._error is not None:
+            raise self._error
+        return self.complete
 
     def done(self) -> None:
         """The exchange is over: the next request may use this connection if it is reusable."""
@@ -316,14 +320,22 @@ def _describe(exc: BaseException) -> str:
 
 
 class HttpPool:
-    def __init__(self, base_url: str, headers: dict[str, str], *, connect_timeout: float | None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str],
+        *,
+        connect_timeout: float | None,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: the context an https upstream is verified with (default `tls_context()`)."""
         self.base_url = base_url.rstrip("/")
         url = urlsplit(self.base_url)
         if url.scheme not in ("http", "https") or not url.hostname:
             raise ValueError(f"not an http(s) URL: {base_url!r}")
         self._host = url.hostname
         self._port = url.port or (443 if url.scheme == "https" else 80)
-        self._ssl = tls_context() if url.scheme == "https" else None
+        self._ssl = (tls or tls_context()) if url.scheme == "https" else None
         self._prefix = url.path
         host = url.netloc.rsplit("@", 1)[-1]
         fixed = {"Host": host, "User-Agent": f"sluicegate/{__version__}", **headers}
