@@ -231,7 +231,9 @@ MAX_DRY_BREAKERS = 64  # llama.cpp's DRY sampler looks each one up in the vocabu
 
 def _llama_samplers(f: Fields, s: SamplingParams) -> None:
     """llama.cpp's further samplers, by llama-server's names (Ollama's options share the
-    mirostat ones): DRY, XTC, top-n-sigma and mirostat."""
+    mirostat ones): DRY, XTC, top-n-sigma and mirostat; and `ignore_eos`, which llama-server
+    takes on every generating endpoint, its Chat Completions among them."""
+    s.ignore_eos = bool(f.boolean("ignore_eos"))
     s.dry_multiplier = f.number("dry_multiplier", low=0, high=MAX_REPEAT_PENALTY)
     s.dry_base = f.number("dry_base", low=0, high=MAX_REPEAT_PENALTY)
     s.dry_allowed_length = f.integer("dry_allowed_length", low=0, high=INT32_MAX)

@@ -49,3 +49,20 @@ def test_out_of_range_is_a_400_naming_the_parameter(body: dict[str, object]) -> 
     with pytest.raises(SluicegateError) as raised:
         sampling_fields(Fields(body))
     assert raised.value.info.param == next(iter(body))
+
+
+def test_ignore_eos_is_read_by_chat_completions_and_sent_upstream() -> None:
+    """llama-server takes `ignore_eos` on its Chat Completions as on `/completion`: a client
+    (or a bench) that sends it there gets replies to the limit, and an upstream hears it."""
+    from sluicegate.dialects.chat_completions.request import parse_chat_request
+    from sluicegate.engines.upstream.request_body import add_sampling
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "ignore_eos": True}
+    request, _ = parse_chat_request(body)
+    assert request.sampling.ignore_eos
+    sent: dict[str, object] = {}
+    add_sampling(sent, request.sampling)
+    assert sent["ignore_eos"] is True
+    plain: dict[str, object] = {}
+    add_sampling(plain, sampling_fields(Fields({})))
+    assert "ignore_eos" not in plain

@@ -153,7 +153,6 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         s.logprobs, s.top_logprobs = True, n_probs
     s.stop = f.stop(most=MAX_STOPS)
     s.logit_bias, s.logit_bias_text = logit_bias(f)
-    s.ignore_eos = bool(f.boolean("ignore_eos"))
     stream = bool(f.boolean("stream"))
     settings: dict[str, Any] = {
         "n_predict": n_predict,

@@ -118,6 +118,7 @@ def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
         ("mirostat", s.mirostat or None),
         ("mirostat_tau", s.mirostat_tau),
         ("mirostat_eta", s.mirostat_eta),
+        ("ignore_eos", s.ignore_eos or None),
     ):
         if value is not None:
             body[key] = value
