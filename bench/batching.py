@@ -156,8 +156,15 @@ def aggregate(
     while serving them, 0 without `pid`, the completion tokens). A real model's reply may end
     before max_tokens; at temperature 0 both servers write the same one for the same prompt
     (so `tag` must not name the server). `greedy` (default: a real model is) sends temperature
-    0; otherwise the server's default sampling draws."""
-    extra = {"temperature": 0} if (real if greedy is None else greedy) else None
+    0; otherwise the server's default sampling draws, with `ignore_eos` on a real model: the two
+    servers render its chat differently (llama-server falls back to ChatML for Gemma 3 270M's
+    template-less GGUF, Sluicegate to Gemma's turns), so a drawn end of turn would end their
+    replies at different lengths and the tokens/s would compare different work."""
+    extra: dict[str, Any] | None
+    if real if greedy is None else greedy:
+        extra = {"temperature": 0}
+    else:
+        extra = {"ignore_eos": True} if real else None
     with ThreadPoolExecutor(concurrency) as pool, rss_while(pid) as peak:
         runs = list(
             pool.map(
