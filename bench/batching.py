@@ -159,7 +159,9 @@ def aggregate(
     0; otherwise the server's default sampling draws, with `ignore_eos` on a real model: the two
     servers render its chat differently (llama-server falls back to ChatML for Gemma 3 270M's
     template-less GGUF, Sluicegate to Gemma's turns), so a drawn end of turn would end their
-    replies at different lengths and the tokens/s would compare different work."""
+    replies at different lengths. It does not make them equal: a drawn `<start_of_turn>` still
+    ends Sluicegate's (its template's stop string), so compare the one-stream decode rate and
+    the completion tokens each run reports, not the aggregates."""
     extra: dict[str, Any] | None
     if real if greedy is None else greedy:
         extra = {"temperature": 0}
