@@ -158,10 +158,11 @@ def aggregate(
     (so `tag` must not name the server). `greedy` (default: a real model is) sends temperature
     0; otherwise the server's default sampling draws, with `ignore_eos` on a real model: the two
     servers render its chat differently (llama-server falls back to ChatML for Gemma 3 270M's
-    template-less GGUF, Sluicegate to Gemma's turns), so a drawn end of turn would end their
-    replies at different lengths. It does not make them equal: a drawn `<start_of_turn>` still
-    ends Sluicegate's (its template's stop string), so compare the one-stream decode rate and
-    the completion tokens each run reports, not the aggregates."""
+    template-less GGUF, Sluicegate to a Question/Answer transcript for a base model), so a
+    drawn end of turn would end their replies at different lengths. It does not make them
+    equal: a drawn "\nQuestion:" still ends Sluicegate's (the transcript's stop strings), so
+    compare the one-stream decode rate and the completion tokens each run reports, not the
+    aggregates."""
     extra: dict[str, Any] | None
     if real if greedy is None else greedy:
         extra = {"temperature": 0}
