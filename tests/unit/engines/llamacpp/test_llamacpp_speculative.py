@@ -46,13 +46,17 @@ def _counts(engine: LlamaCppEngine) -> tuple[int, int]:
     return speculator.drafted, speculator.accepted
 
 
-def _replies(loaded: Any, engine: LlamaCppEngine, **sampling: Any) -> list[str]:
+def _replies(loaded: Any, engine: LlamaCppEngine, *, together: bool = True, **sampling: Any) -> list[str]:
+    """The prompts' replies, run at once (`together`: batched as they arrive) or one by one."""
+
     async def run() -> list[Reply]:
         runs = [
             run_reply(engine, _request(p, max_tokens=20 + 17 * (i % 4), seed=i, **sampling))
             for i, p in enumerate(PROMPTS)
         ]
-        return list(await asyncio.gather(*runs))
+        if together:
+            return list(await asyncio.gather(*runs))
+        return [await reply for reply in runs]
 
     replies = loaded.loop.run_until_complete(run())
     assert all(
@@ -87,11 +91,14 @@ def test_ngram_greedy_output_identical_under_batching(loaded: Any) -> None:
 
 
 def test_ngram_sampled_output_identical(loaded: Any) -> None:
-    """With a seed, the same draws: each token is still the target's draw from its own row."""
+    """With a seed, the same draws: each token is still the target's draw from its own row.
+    One reply at a time: which sequences share a batch depends on when each arrives against the
+    worker's steps, and a row's logits may differ in their last bits with its batch, which a
+    sampled draw near a boundary shows (it failed about once in three runs on a loaded machine)."""
     plain = loaded(parallel=3)
     ngram = loaded(parallel=3, speculative="ngram", ngram_size=2)
-    expected = _replies(loaded, plain, temperature=1.0, top_k=3)
-    assert _replies(loaded, ngram, temperature=1.0, top_k=3) == expected
+    expected = _replies(loaded, plain, together=False, temperature=1.0, top_k=3)
+    assert _replies(loaded, ngram, together=False, temperature=1.0, top_k=3) == expected
     assert _counts(ngram)[1] > 0
 
 
