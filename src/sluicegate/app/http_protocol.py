@@ -35,6 +35,7 @@ uvicorn release changes what it relies on, and pyproject.toml pins the versions 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -48,9 +49,16 @@ from uvicorn._types import (
     HTTPRequestEvent,
     HTTPResponseStartEvent,
 )
-from uvicorn.protocols.http.flow_control import service_unavailable
+from uvicorn.logging import TRACE_LOG_LEVEL
+from uvicorn.protocols.http.flow_control import FlowControl, service_unavailable
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
-from uvicorn.protocols.utils import get_client_addr, get_path_with_query_string
+from uvicorn.protocols.utils import (
+    get_client_addr,
+    get_local_addr,
+    get_path_with_query_string,
+    get_remote_addr,
+    is_ssl,
+)
 
 from sluicegate.app.auth import error_body
 from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
@@ -59,8 +67,7 @@ from sluicegate.engines.lane import Starts
 from sluicegate.transport.stream import BODY_WRITER
 
 MESSAGE = "Invalid HTTP request received."
-# How much of the latest read is kept to find the path in: a request line, not a request body
-# (the whole read stayed referenced for the connection's life, ~its body size per stream).
+# How much of a refused read is looked in for the path: a request line, not a request body.
 HEAD_KEPT = 2048
 
 
@@ -121,6 +128,23 @@ class Signal:
             return True
         finally:
             self._waiters.remove(waiter)
+
+
+class Flow(FlowControl):
+    """uvicorn's flow control, its writable event a `Signal` (set: writable), not an
+    `asyncio.Event`: the Event and the deque it makes were ~0.9 KiB of every connection."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.read_paused = False
+        self.write_paused = False
+        writable = Signal()
+        writable._value = True
+        self._is_writable_event = writable  # type: ignore[assignment]  # its set, clear and wait
+
+
+# A connection's pipeline until a request is pipelined on it (never appended to).
+_NO_PIPELINE: deque[tuple[RequestResponseCycle, ASGI3Application]] = deque()
 
 
 def _nothing() -> None:
@@ -342,31 +366,61 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
     (`data_received`, `on_message_begin`, `on_headers_complete`) are uvicorn's and ours in one
     call each, not ours calling uvicorn's."""
 
-    _head = b""
-    _watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
-    # One clock per connection for both of its deadlines, the head's (`header_timeout`) and the
-    # idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer per
-    # response): moving a deadline sets `_due` (0: nothing due), and the timer, when it fires,
-    # closes the connection if what is due has passed, or waits again for it. Two timers made
-    # and cancelled a request were ~5% of the protocol's instructions (bench/request_cycle.py).
-    _clock: asyncio.TimerHandle | None = None
-    _clock_at = 0.0  # when `_clock` fires
-    _due = 0.0
-    _in_head = False  # from a request's first byte (or the connection's start) to its headers' end
-    _idle = False  # after a response, until the next bytes: the keep-alive deadline is due
+    # Our state in slots, not in the instance's dict: uvicorn's own attributes are 27, and a dict
+    # of more than 30 keys no longer shares its keys with the class's other instances (CPython's
+    # limit), so each connection's became a table of its own, 1.6 KiB instead of ~0.3.
+    __slots__ = (
+        "_clock",
+        "_clock_at",
+        "_due",
+        "_head",
+        "_idle",
+        "_in_head",
+        "_watcher",
+        "header_timeout",
+        "url",
+    )
 
     def __init__(self, *args: Any, header_timeout: float | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout or None  # 0: no deadline
+        self.url = b""
+        # The read being parsed, for a request line the parser refuses (b"" between reads:
+        # a held stream kept its request's bytes, head and body, for the connection's life).
+        self._head = b""
+        self._watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
+        # One clock per connection for both of its deadlines, the head's (`header_timeout`) and
+        # the idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer
+        # per response): moving a deadline sets `_due` (0: nothing due), and the timer, when it
+        # fires, closes the connection if what is due has passed, or waits again for it. Two
+        # timers made and cancelled a request were ~5% of the protocol's instructions
+        # (bench/request_cycle.py).
+        self._clock: asyncio.TimerHandle | None = None
+        self._clock_at = 0.0  # when `_clock` fires
+        self._due = 0.0
+        self._in_head = False  # from a request's first byte (or the connection's start) to its headers' end
+        self._idle = False  # after a response, until the next bytes: the keep-alive deadline is due
+        # uvicorn's pipeline deque (760 B a connection) made when a request is pipelined
+        self.pipeline = _NO_PIPELINE
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+        """uvicorn's, with a flow control whose writable signal is a `Signal` (an
+        `asyncio.Event` and its deque were ~0.9 KiB a connection)."""
+        self.connections.add(self)
+        self.transport = transport
+        self.flow = Flow(transport)
+        self.server = get_local_addr(transport)
+        self.client = get_remote_addr(transport)
+        self.scheme = "https" if is_ssl(transport) else "http"
+        if self.logger.level <= TRACE_LOG_LEVEL:
+            prefix = f"{self.client[0]}:{self.client[1]} - " if self.client else ""
+            self.logger.log(TRACE_LOG_LEVEL, "%sHTTP connection made", prefix)
         self._in_head = True  # a client that connects and sends nothing: the head's deadline
         if self.header_timeout is not None:
             self._due_in(self.header_timeout)
 
     def data_received(self, data: bytes) -> None:
-        self._head = data[:HEAD_KEPT]  # the latest bytes: for a request line the parser refuses
+        self._head = data  # for a request line the parser refuses (`send_400_response`)
         if self._idle:  # the keep-alive deadline ends with the next bytes
             self._idle = False
             self._due = 0.0
@@ -380,6 +434,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+        self._head = b""
 
     def on_message_begin(self) -> None:
         if not self._in_head:  # a kept-alive connection's next request begins
@@ -448,6 +503,8 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
                 self.loop.call_soon(_started)
         else:  # pipelined: started when the one before it has completed
             self.flow.pause_reading()
+            if self.pipeline is _NO_PIPELINE:
+                self.pipeline = deque()
             self.pipeline.appendleft((cycle, app))
 
     def on_response_complete(self) -> None:
@@ -497,5 +554,5 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             self.transport.close()
 
     def send_400_response(self, msg: str) -> None:
-        self.transport.write(bad_request(path_of(bytes(getattr(self, "url", b"")), self._head)))
+        self.transport.write(bad_request(path_of(bytes(self.url), self._head[:HEAD_KEPT])))
         self.transport.close()

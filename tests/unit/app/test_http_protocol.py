@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 from unittest import mock
@@ -42,7 +43,65 @@ async def test_a_large_request_is_not_kept_for_the_connections_life(
     body = b'{"model": "m", "messages": [' + b" " * 200_000 + b"]}"
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
     proto.data_received(head + body)
-    assert len(proto._head) <= HEAD_KEPT
+    assert proto._head == b""
+
+
+async def test_a_held_stream_keeps_no_read_of_its_request(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """The read a stream's request came in (its head and body, under `HEAD_KEPT` too) is let
+    go once parsed: it stayed referenced by the protocol for the connection's life."""
+    proto, _ = protocol
+    body = b'{"model": "m", "messages": []}'
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    read = head + body
+    held = sys.getrefcount(read)  # (bytes take no weakref)
+    proto.data_received(read)
+    assert proto.cycle is not None and len(read) < HEAD_KEPT  # parsed, and short
+    assert sys.getrefcount(read) == held
+
+
+async def test_a_connections_own_state_stays_out_of_its_dict(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """Our attributes are slots: with uvicorn's 27, a dict of more than 30 keys stops sharing
+    its keys with the class's other instances (CPython's limit), 1.6 KiB a connection."""
+    proto, _ = protocol
+    proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert len(vars(proto)) <= 30
+
+
+async def test_a_connection_makes_its_pipeline_only_when_a_request_is_pipelined(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    proto, _ = protocol
+    config = uvicorn.Config(_app, log_level="error")
+    config.load()
+    other = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    assert proto.pipeline is other.pipeline and not proto.pipeline  # one shared, empty
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert len(proto.pipeline) == 1 and proto.pipeline is not other.pipeline
+    assert not other.pipeline  # the shared one never holds a request
+
+
+async def test_the_flow_control_waits_for_the_drain_without_an_event(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """`Flow`: uvicorn's, its writable event a `Signal` (an `asyncio.Event` and its deque were
+    ~0.9 KiB a connection); `drain` waits while writing is paused, as uvicorn's does."""
+    proto, _ = protocol
+    flow = proto.flow
+    assert not isinstance(flow._is_writable_event, asyncio.Event)
+    await flow.drain()  # writable: no wait
+    proto.pause_writing()
+    drained = asyncio.ensure_future(flow.drain())
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not drained.done()
+    proto.resume_writing()
+    async with asyncio.timeout(10):
+        await drained
+    assert not flow.write_paused
 
 
 async def test_a_refused_request_line_still_names_its_api(
