@@ -1,5 +1,6 @@
 """What the tests that run two tiny demo GGUFs under real llama.cpp share (speculative decoding,
-context shift): the models, and engines loaded per test and closed at its end."""
+context shift): the models, and engines loaded per test and closed at its end; and Gemma 3
+270M's runtime, loaded once a module, for the tests that compare a sampler with llama.cpp's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from engine_events import Reply, run_reply
 from sluicegate.core.request import ChatRequest
 from sluicegate.demo.model import make_demo_gguf
 from sluicegate.engines.llamacpp.engine import LlamaCppEngine
+from sluicegate.engines.llamacpp.runtime import LlamaRuntime
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +58,23 @@ def loaded(models: tuple[Path, Path], engine_defaults: dict[str, Any]) -> Iterat
     for engine in engines:
         loop.run_until_complete(engine.aclose())
     loop.close()
+
+
+@pytest.fixture(scope="module")
+def gemma_runtime() -> Iterator[LlamaRuntime]:
+    """Gemma 3 270M (its 262,144-token vocabulary) in one small context, closed at the module's end."""
+    from gemma_model import gemma_gguf_path
+    from sluicegate.engines.llamacpp import runtime as runtime_module
+
+    runtime_module._init_backend()
+    loaded = LlamaRuntime(
+        gemma_gguf_path(),
+        context_length=512,
+        n_gpu_layers=0,
+        threads=2,
+        batch_size=64,
+        flash_attention=None,
+        on_progress=lambda _: None,
+    )
+    yield loaded
+    loaded.close()

@@ -5,35 +5,17 @@ the request's chain is that sampler alone."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 
 import llama_cpp
 import pytest
 
-from gemma_model import gemma_gguf_path
 from sluicegate.core.request import SamplingParams
-from sluicegate.engines.llamacpp import runtime as runtime_module
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _greedy
 from sluicegate.parsing import PlainText
 
 
-@pytest.fixture(scope="module")
-def runtime() -> Iterator[LlamaRuntime]:
-    runtime_module._init_backend()
-    loaded = LlamaRuntime(
-        gemma_gguf_path(),
-        context_length=512,
-        n_gpu_layers=0,
-        threads=2,
-        batch_size=64,
-        flash_attention=None,
-        on_progress=lambda _: None,
-    )
-    yield loaded
-    loaded.close()
-
-
-def test_argmax_picks_the_greedy_samplers_token_at_every_step(runtime: LlamaRuntime) -> None:
+def test_argmax_picks_the_greedy_samplers_token_at_every_step(gemma_runtime: LlamaRuntime) -> None:
+    runtime = gemma_runtime
     rng = random.Random(7)
     prompt = [rng.randrange(1000, 200_000) for _ in range(24)]
     job = Job(prompt, SamplingParams(temperature=0), 0, PlainText(), lambda _events: None, ("test", None))

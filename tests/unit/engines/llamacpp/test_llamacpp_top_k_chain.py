@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -224,27 +223,9 @@ def test_the_samplers_use_it_on_a_large_vocabulary_only() -> None:
             built.free()
 
 
-@pytest.fixture(scope="module")
-def gemma() -> Iterator[LlamaRuntime]:
-    from gemma_model import gemma_gguf_path
-    from sluicegate.engines.llamacpp import runtime as runtime_module
-
-    runtime_module._init_backend()
-    loaded = LlamaRuntime(
-        gemma_gguf_path(),
-        context_length=512,
-        n_gpu_layers=0,
-        threads=2,
-        batch_size=64,
-        flash_attention=None,
-        on_progress=lambda _: None,
-    )
-    yield loaded
-    loaded.close()
-
-
-def test_gemma_writes_the_same_tokens_as_with_llama_cpps_sampler(gemma: LlamaRuntime) -> None:
+def test_gemma_writes_the_same_tokens_as_with_llama_cpps_sampler(gemma_runtime: LlamaRuntime) -> None:
     """A walk through the real model: each step's token drawn by both, the same every time."""
+    gemma = gemma_runtime
     from sluicegate.engines.llamacpp.runtime import Job
     from sluicegate.parsing import PlainText
 
