@@ -44,6 +44,10 @@ class BuildWithRecord(build_ext):
         # sources; for a wheel, in the build directory that becomes the wheel.
         root = HERE / "src" if self.inplace else Path(self.build_lib)
         compiled.write_manifest(root / "sluicegate", sources=HERE / "src/sluicegate")
+        if self.inplace:  # a module taken off the list: its old binary would shadow its source
+            for module, path in compiled.orphans(root / "sluicegate").items():
+                self.announce(f"removing {path}: {module} is no longer compiled", level=3)
+                path.unlink()
 
 
 def fix_bytes_concat_leak() -> None:
