@@ -32,12 +32,7 @@ class CompletionsDialect(Dialect):
         return self._encoder(turn, context)
 
     def choices(self, turn: Turn) -> Choices:
-        options: CompletionOptions = turn.request
-        return IndexedChoices(
-            lambda index, context: self._encoder(turn, context, index),
-            usage_body,
-            include_usage=options.include_usage,
-        )
+        return IndexedChoices(turn, self._encoder, usage_body)
 
     def _encoder(self, turn: Turn, context: EncoderContext, choice: int | None = None) -> CompletionsEncoder:
         """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.core.request import ChatRequest, RawPrompt
-from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields, stream_fields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a completion
 MAX_LOGPROBS = 20  # OpenAI allows 5; llama.cpp and vLLM give more
@@ -61,15 +61,7 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
     text = _prompt(f)
     suffix = f.string("suffix")
     echo = bool(f.boolean("echo"))
-    stream = bool(f.boolean("stream"))
-    include_usage = False
-    options = f.object("stream_options")
-    if options is not None:
-        if not stream:
-            f.fail(
-                "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
-            )
-        include_usage = bool(options.boolean("include_usage"))
+    stream, include_usage = stream_fields(f)
     s = sampling_fields(f)
     max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)
     s.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
