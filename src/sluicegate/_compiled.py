@@ -133,10 +133,19 @@ def orphans(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
     return found
 
 
-def write_manifest(package_dir: Path, sources: Path | None = None) -> None:
+def source_hashes(sources: Path) -> dict[str, str]:
+    """Each module of `COMPILED` by the SHA-256 of its source in `sources` (a package dir)."""
+    return {m: source_hash(source_path(m, sources)) for m in COMPILED}
+
+
+def write_manifest(
+    package_dir: Path, sources: Path | None = None, record: dict[str, str] | None = None
+) -> None:
     """Record in `package_dir` the sources (in `sources`, by default the same dir) its binaries
-    were compiled from (`setup.py`)."""
-    record = {m: source_hash(source_path(m, sources or package_dir)) for m in COMPILED}
+    were compiled from (`setup.py`): `record`, their hashes when mypyc read them, so that a
+    source edited while the build ran shows as changed; else their hashes now."""
+    if record is None:
+        record = source_hashes(sources or package_dir)
     (package_dir / MANIFEST).write_text(json.dumps({"modules": record}, indent=1) + "\n")
 
 

@@ -117,6 +117,19 @@ def test_a_source_edited_after_the_build_makes_it_stale(tmp_path: Path) -> None:
     )
 
 
+def test_a_source_edited_while_the_build_ran_makes_it_stale(tmp_path: Path) -> None:
+    """setup.py records the sources as mypyc read them, not as they are when the build ends."""
+    package = tmp_path / "sluicegate"
+    _fake_build(package)
+    read = _compiled.source_hashes(package)  # when mypyc read them
+    edited = _compiled.source_path("sluicegate.core.frames", package)
+    edited.write_text(edited.read_text() + "# edited while the C compiled\n")
+    _compiled.write_manifest(package, record=read)
+    assert "frames.py (sluicegate.core.frames) changed since it was compiled" in (
+        _compiled.stale(package) or ""
+    )
+
+
 def test_a_missing_binary_or_record_makes_it_stale(tmp_path: Path) -> None:
     package = tmp_path / "sluicegate"
     _fake_build(package)
