@@ -31,8 +31,11 @@ HOT_PATH = Extension("sluicegate._hot_path", sources=[])
 class BuildWithRecord(build_ext):
     """build_ext of mypyc's extensions, then the record of which sources they were compiled from."""
 
+    compiled_from: dict[str, str] | None = None  # the sources' hashes as mypyc read them
+
     def finalize_options(self) -> None:
         if self.distribution.ext_modules == [HOT_PATH]:
+            self.compiled_from = compiled.source_hashes(HERE / "src/sluicegate")
             self.distribution.ext_modules = mypyc_extensions()
         super().finalize_options()
 
@@ -43,7 +46,11 @@ class BuildWithRecord(build_ext):
         # In place (editable installs, `build_ext --inplace`) the binaries sit beside the
         # sources; for a wheel, in the build directory that becomes the wheel.
         root = HERE / "src" if self.inplace else Path(self.build_lib)
-        compiled.write_manifest(root / "sluicegate", sources=HERE / "src/sluicegate")
+        compiled.write_manifest(root / "sluicegate", HERE / "src/sluicegate", self.compiled_from)
+        if self.inplace:  # a module taken off the list: its old binary would shadow its source
+            for module, path in compiled.orphans(root / "sluicegate").items():
+                self.warn(f"removing {path}: {module} is no longer compiled")
+                path.unlink()
 
 
 def fix_bytes_concat_leak() -> None:

@@ -11,6 +11,10 @@ any of these modules loads) compares that record with the sources as they are no
 It is all or nothing: mypyc compiles the modules as one group whose code calls across modules
 natively, so a compiled module beside a pure copy of a group member would still run the old one.
 
+A binary of a module `COMPILED` no longer lists (left in a developer's tree by an older build)
+would shadow its `.py` in either mode: `choose()` warns naming it, and the import hook loads its
+`.py` instead (`orphans()`); `setup.py`'s in-place build deletes such binaries.
+
 Standard library only: `setup.py` loads this file before the project's dependencies exist. So a
 dialect package's modules are not listed here: each built-in dialect declares its own in the
 `COMPILED` constant of its `registration.py`, read from the source (`ast`), never imported.
@@ -110,10 +114,38 @@ def binary_path(module: str, package_dir: Path = PACKAGE_DIR) -> Path | None:
     return None
 
 
-def write_manifest(package_dir: Path, sources: Path | None = None) -> None:
+def orphans(package_dir: Path = PACKAGE_DIR) -> dict[str, Path]:
+    """The extension modules in `package_dir` that `COMPILED` does not list, by module name:
+    Python's import system tries them before the `.py` beside them, so each would run the code
+    of the build that left it (one walk of the package: well under a millisecond)."""
+    listed = set(COMPILED)
+    found: dict[str, Path] = {}
+    for root, dirs, files in os.walk(package_dir):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            suffix = next((s for s in importlib.machinery.EXTENSION_SUFFIXES if name.endswith(s)), None)
+            if suffix is None:
+                continue
+            parts = Path(root, name[: -len(suffix)]).relative_to(package_dir).parts
+            module = ".".join((package_dir.name, *parts))
+            if module not in listed:
+                found[module] = Path(root, name)
+    return found
+
+
+def source_hashes(sources: Path) -> dict[str, str]:
+    """Each module of `COMPILED` by the SHA-256 of its source in `sources` (a package dir)."""
+    return {m: source_hash(source_path(m, sources)) for m in COMPILED}
+
+
+def write_manifest(
+    package_dir: Path, sources: Path | None = None, record: dict[str, str] | None = None
+) -> None:
     """Record in `package_dir` the sources (in `sources`, by default the same dir) its binaries
-    were compiled from (`setup.py`)."""
-    record = {m: source_hash(source_path(m, sources or package_dir)) for m in COMPILED}
+    were compiled from (`setup.py`): `record`, their hashes when mypyc read them, so that a
+    source edited while the build ran shows as changed; else their hashes now."""
+    if record is None:
+        record = source_hashes(sources or package_dir)
     (package_dir / MANIFEST).write_text(json.dumps({"modules": record}, indent=1) + "\n")
 
 
@@ -136,26 +168,49 @@ def stale(package_dir: Path = PACKAGE_DIR) -> str | None:
     return None
 
 
+_pure: set[str] = set()  # the modules the import hook loads from their `.py`
+
+
 class _PureFinder:
-    """Finds the modules of `COMPILED` as their `.py` source, ahead of the extension modules."""
+    """Finds the modules in `_pure` as their `.py` source, ahead of the extension modules."""
 
     @staticmethod
     def find_spec(
         name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if name not in COMPILED:
+        if name not in _pure:
             return None
-        return importlib.util.spec_from_file_location(name, source_path(name))
+        source = source_path(name)
+        return importlib.util.spec_from_file_location(name, source) if source.is_file() else None
 
 
-def use_pure() -> None:
+def use_pure(modules: Sequence[str] = COMPILED) -> None:
+    _pure.update(modules)
     if not any(isinstance(f, _PureFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _PureFinder())
+
+
+def _shadow_guard() -> None:
+    """Binaries of modules `COMPILED` does not list: loaded from their `.py`, with one warning
+    naming them (one without a `.py` would run old code: it is named to be deleted)."""
+    left = orphans()
+    if not left:
+        return
+    use_pure(list(left))
+    named = ", ".join(f"{m} ({p})" for m, p in sorted(left.items()))
+    warnings.warn(
+        f"Sluicegate found compiled binaries of modules it does not compile: {named}. An older "
+        "build left them; their .py is loaded instead. Delete them (or rebuild with "
+        "`python setup.py build_ext --inplace`, which removes them).",
+        RuntimeWarning,
+        stacklevel=3,
+    )
 
 
 def choose() -> str:
     """Pick compiled or pure for this process, once, before any module of `COMPILED` loads."""
     global mode
+    _shadow_guard()
     if os.environ.get(PURE_SWITCH, "") not in ("", "0"):
         use_pure()
         mode = f"pure ({PURE_SWITCH} is set)"

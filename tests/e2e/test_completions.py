@@ -244,6 +244,40 @@ def test_infill_streaming_shape(server: Server) -> None:
     assert [o["stop"] for o in objects] == [False] * 4 + [True]
     assert [o["tokens_predicted"] for o in objects[:-1]] == [1, 2, 3, 4]
     assert objects[-1]["tokens_predicted"] == 4 and objects[-1]["stop_type"] == "limit"
+    assert all(len(o["tokens"]) == 1 for o in objects[:-1])  # each object's token id, as /completion's
+
+
+def test_infill_objects_are_completions_objects(server: Server) -> None:
+    """llama-server hands `/infill` to its `/completion` handler: the same fields, each object."""
+    options = {"model": "fim", "n_predict": 3, "n_probs": 2, "temperature": 0}
+    for stream in (False, True):
+        infill = httpx.post(
+            f"{server.base_url}/infill",
+            json={"input_prefix": PREFIX, "input_suffix": SUFFIX, **options, "stream": stream},
+            timeout=60,
+        )
+        completion = httpx.post(
+            f"{server.base_url}/completion", json={"prompt": PREFIX, **options, "stream": stream}, timeout=60
+        )
+        assert infill.status_code == completion.status_code == 200, infill.text
+        if stream:
+            pairs = zip(_objects(infill.text), _objects(completion.text), strict=True)
+        else:
+            pairs = zip([infill.json()], [completion.json()], strict=True)
+        for ours, theirs in pairs:
+            assert set(ours) == set(theirs)
+            for key in ("timings", "generation_settings"):
+                assert set(ours.get(key, {})) == set(theirs.get(key, {}))
+            probabilities = zip(
+                ours.get("completion_probabilities", []),
+                theirs.get("completion_probabilities", []),
+                strict=True,
+            )
+            assert all(set(a) == set(b) and "id" in a for a, b in probabilities)
+
+
+def _objects(text: str) -> list[dict[str, Any]]:
+    return [orjson.loads(f.data) for f in parse_sse(text) if not f.is_heartbeat]
 
 
 @pytest.mark.parametrize(
@@ -252,7 +286,9 @@ def test_infill_streaming_shape(server: Server) -> None:
         ({"model": "fim", "input_prefix": "x"}, 400),
         ({"model": "fim", "input_prefix": "x", "input_suffix": "y", "input_extra": [{"filename": "a"}]}, 400),
         ({"model": "fim", "input_prefix": "x", "input_suffix": "y", "n_predict": "5"}, 400),
-        ({"model": "plain", "input_prefix": "x", "input_suffix": "y"}, 400),
+        ({"model": "fim", "input_prefix": "x", "input_suffix": "y", "input_extra": [{"text": 1}]}, 400),
+        ({"model": "fim", "input_prefix": "x", "input_suffix": "y", "n_predict": 0}, 400),
+        ({"model": "plain", "input_prefix": "x", "input_suffix": "y"}, 501),  # llama-server's not_supported
         ({"model": "nope", "input_prefix": "x", "input_suffix": "y"}, 404),
     ],
 )

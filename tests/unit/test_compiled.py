@@ -117,6 +117,19 @@ def test_a_source_edited_after_the_build_makes_it_stale(tmp_path: Path) -> None:
     )
 
 
+def test_a_source_edited_while_the_build_ran_makes_it_stale(tmp_path: Path) -> None:
+    """setup.py records the sources as mypyc read them, not as they are when the build ends."""
+    package = tmp_path / "sluicegate"
+    _fake_build(package)
+    read = _compiled.source_hashes(package)  # when mypyc read them
+    edited = _compiled.source_path("sluicegate.core.frames", package)
+    edited.write_text(edited.read_text() + "# edited while the C compiled\n")
+    _compiled.write_manifest(package, record=read)
+    assert "frames.py (sluicegate.core.frames) changed since it was compiled" in (
+        _compiled.stale(package) or ""
+    )
+
+
 def test_a_missing_binary_or_record_makes_it_stale(tmp_path: Path) -> None:
     package = tmp_path / "sluicegate"
     _fake_build(package)
@@ -161,3 +174,43 @@ def test_a_stale_build_runs_pure_with_one_warning(tmp_path: Path) -> None:
     switched = _run(["-c", PROBE], pure=True, pythonpath=copy)
     assert json.loads(switched.stdout)["loaded"] == dict.fromkeys(_compiled.COMPILED, False)
     assert b"RuntimeWarning" not in switched.stderr  # asked for: no warning
+
+
+def test_a_binary_of_a_module_no_longer_compiled_is_found(tmp_path: Path) -> None:
+    """A build from before a module left `COMPILED` leaves its binary beside its `.py`."""
+    package = tmp_path / "sluicegate"
+    _fake_build(package)
+    assert _compiled.orphans(package) == {}  # the listed binaries are not orphans
+    left = package / "parsing" / f"parser{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+    left.write_bytes(b"")
+    (package / "parsing" / "parser.py").write_text("# the source now\n")
+    assert _compiled.orphans(package) == {"sluicegate.parsing.parser": left}
+    assert _compiled.stale(package) is None  # the build itself is fine: only the orphan is wrong
+
+
+ORPHAN_PROBE = (
+    "import json, sluicegate._compiled as c, sluicegate.dialects.llamaserver.tokens as t\n"
+    "print(json.dumps({'file': t.__file__, 'pure': sorted(c._pure)}))\n"
+)
+
+
+@pytest.mark.parametrize("pure", [False, True], ids=["compiled", "pure"])
+def test_a_left_behind_binary_warns_and_its_source_is_loaded(tmp_path: Path, pure: bool) -> None:
+    """In a copy of the package, a (broken) binary for a module `COMPILED` does not list: the
+    import warns naming it and loads the `.py` (unguarded, Python loads the binary and fails)."""
+    copy = tmp_path / "src"
+    shutil.copytree(
+        SRC / "sluicegate", copy / "sluicegate", ignore=shutil.ignore_patterns("__pycache__", "*.so")
+    )
+    (copy / "sluicegate" / _compiled.MANIFEST).unlink(missing_ok=True)  # a pure tree: no build
+    tokens = copy / "sluicegate" / "dialects" / "llamaserver" / "tokens.py"
+    binary = tokens.with_suffix(importlib.machinery.EXTENSION_SUFFIXES[0])
+    binary.write_bytes(b"not an extension module: an older build's, say")
+    run = _run(["-c", ORPHAN_PROBE], pure=pure, pythonpath=copy)
+    assert run.returncode == 0, run.stderr.decode()[-3000:]
+    report = json.loads(run.stdout)
+    assert report["file"] == str(tokens)
+    assert "sluicegate.dialects.llamaserver.tokens" in report["pure"]
+    stderr = run.stderr.decode()
+    assert stderr.count("RuntimeWarning") == 1 and "sluicegate.dialects.llamaserver.tokens" in stderr
+    assert str(binary) in stderr

@@ -208,6 +208,20 @@ def query_int(text: str, param: str, *, low: int, high: int) -> int:
     return int(text)
 
 
+def stream_fields(f: Fields) -> tuple[bool, bool]:
+    """OpenAI's `stream`, and `stream_options` (only with `stream`): whether to stream, and
+    whether the stream ends with a usage chunk (`include_usage`). `include_obfuscation` is read
+    as a boolean and not acted on."""
+    stream = bool(f.boolean("stream"))
+    options = f.object("stream_options")
+    if options is None:
+        return stream, False
+    if not stream:
+        f.fail("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
+    options.boolean("include_obfuscation")
+    return stream, bool(options.boolean("include_usage"))
+
+
 def sampling_fields(f: Fields) -> SamplingParams:
     """The sampling parameters dialects name alike (OpenAI's, and the local servers' extensions
     `top_k`, `min_p`, `repeat_penalty`), within the ranges every engine accepts."""

@@ -14,7 +14,7 @@ from sluicegate.core.accumulate import ChatResult
 from sluicegate.core.events import Usage
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import RawPrompt
-from sluicegate.dialects.base import Encoder, EncoderContext
+from sluicegate.dialects.base import Encoder, EncoderContext, Turn
 
 Json = dict[str, Any]
 
@@ -24,22 +24,24 @@ class ChoiceEncoder(Encoder, Protocol):
 
 
 class IndexedChoices:
-    """`make(index, context)`: choice `index`'s encoder; `usage_body`: the dialect's usage."""
+    """A dialect's `choices()` for `turn`: `make(turn, context, index)` is its encoder of choice
+    `index`; `usage_body` its usage. The turn's options say whether a stream ends with the usage
+    chunk (`include_usage`, as both dialects' options name it)."""
 
     def __init__(
         self,
-        make: Callable[[int, EncoderContext], ChoiceEncoder],
+        turn: Turn,
+        make: Callable[[Turn, EncoderContext, int], ChoiceEncoder],
         usage_body: Callable[[Usage], Json],
-        *,
-        include_usage: bool,
     ) -> None:
+        self._turn = turn
         self._make = make
         self._usage_body = usage_body
-        self._include_usage = include_usage
+        self._include_usage: bool = turn.request.include_usage
         self._encoders: list[ChoiceEncoder] = []
 
     def encoder(self, index: int, context: EncoderContext) -> Encoder:
-        encoder = self._make(index, context)
+        encoder = self._make(self._turn, context, index)
         self._encoders.append(encoder)
         return encoder
 

@@ -1,6 +1,6 @@
 """llama-server's error shape: `{"error": {"code": <HTTP status>, "message", "type"}}` with its
 type names (`tools/server/server-common.cpp`). Shared, like `openai_errors.py`: llama-server's own
-API (`dialects/llamaserver`) and `/infill` (`dialects/completions`) both answer in it."""
+API (`dialects/llamaserver`, `/infill` included) and the app's answers outside a dialect (`app/`)."""
 
 from __future__ import annotations
 

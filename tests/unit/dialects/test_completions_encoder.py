@@ -1,5 +1,5 @@
-"""Text completion encoders: canonical events → OpenAI `text_completion` chunks and
-llama-server `/infill` objects; the non-streaming bodies; and the request parsers' refusals."""
+"""The text completion encoder: canonical events → OpenAI `text_completion` chunks; the
+non-streaming body; and the request parser's refusals. (`/infill`: test_llamaserver_infill.py.)"""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ from sluicegate.core.events import (
 )
 from sluicegate.core.frames import DONE
 from sluicegate.core.segment import segment
-from sluicegate.dialects.completions.encoder import CompletionsEncoder, InfillEncoder
-from sluicegate.dialects.completions.request import parse_completion_request, parse_infill_request
+from sluicegate.dialects.completions.encoder import CompletionsEncoder
+from sluicegate.dialects.completions.request import parse_completion_request
 
 
 async def _raw(events: list[RawEvent]) -> AsyncIterator[RawEvent]:
@@ -69,23 +69,6 @@ async def test_stream_frames_and_body_agree_and_the_sdk_reads_them() -> None:
     assert body.choices[0].logprobs.tokens == [" a", "\n"] and body.choices[0].logprobs.text_offset == [0, 2]
 
 
-async def test_infill_objects() -> None:
-    accumulator = Accumulator()
-    encoder = InfillEncoder("m", accumulator, n_predict=2, logprobs=False)
-    objects = []
-    for event in await _canonical(RAW):
-        accumulator.feed(event)
-        objects += [orjson.loads(f.data) for f in encoder.encode(event)]
-    assert encoder.closing() == []  # no [DONE] on /infill
-    assert [(o["content"], o["stop"], o["tokens_predicted"]) for o in objects[:-1]] == [
-        (" a", False, 1),
-        ("\n", False, 2),
-    ]
-    final = objects[-1]
-    assert final["stop"] is True and final["stop_type"] == "limit" and final["tokens_evaluated"] == 5
-    assert encoder.body(accumulator.result)["content"] == " a\n"
-
-
 @pytest.mark.parametrize(
     ("body", "param"),
     [
@@ -105,11 +88,3 @@ def test_completion_defaults() -> None:
     request, options = parse_completion_request({"model": "m", "prompt": [[1, 2]]})
     assert request.prompt is not None and request.prompt.text == [1, 2] and not request.messages
     assert request.sampling.max_tokens == 16 and not options.stream
-
-
-def test_infill_model_defaults_and_is_required_without_one() -> None:
-    request, options = parse_infill_request({"input_prefix": "a", "input_suffix": "b"}, "fim")
-    assert request.model == "fim" and request.sampling.max_tokens is None and options.n_predict == -1
-    with pytest.raises(SluicegateError) as caught:
-        parse_infill_request({"input_prefix": "a", "input_suffix": "b"}, None)
-    assert caught.value.info.param == "model"

@@ -51,12 +51,7 @@ class ChatCompletionsDialect(Dialect):
         return self._encoder(turn, context)
 
     def choices(self, turn: Turn) -> Choices:
-        options: ChatOptions = turn.request
-        return IndexedChoices(
-            lambda index, context: self._encoder(turn, context, index),
-            usage_body,
-            include_usage=options.include_usage,
-        )
+        return IndexedChoices(turn, self._encoder, usage_body)
 
     def _encoder(
         self, turn: Turn, context: EncoderContext, choice: int | None = None

@@ -144,9 +144,6 @@ class ChatCompletionsEncoder:
             frame = self._delta(event)
             return [frame] if frame is not None else []
         match event:
-            case ItemDelta():
-                frame = self._delta(event)
-                return [frame] if frame is not None else []
             case ItemAdded():
                 frame = self._added(event.item)
                 return [frame] if frame is not None else []

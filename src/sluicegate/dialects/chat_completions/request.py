@@ -20,7 +20,7 @@ from sluicegate.core.request import (
     ToolCall,
     ToolSpec,
 )
-from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields, stream_fields
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # Accepted and passed through in `ChatRequest.extra` to an upstream that understands them.
@@ -49,17 +49,7 @@ def parse_chat_request(
     assert raw_messages is not None
     messages = [_message(m) for m in f.items("messages", raw_messages)]
 
-    stream = bool(f.boolean("stream"))
-    include_usage = False
-    options = f.object("stream_options")
-    if options is not None:
-        if not stream:
-            f.fail(
-                "stream_options",
-                "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-            )
-        include_usage = bool(options.boolean("include_usage"))
-        options.boolean("include_obfuscation")
+    stream, include_usage = stream_fields(f)
 
     request = ChatRequest(model=model, messages=messages)
     request.sampling = _sampling(f)

@@ -1,7 +1,7 @@
-"""Text completion encoding: canonical events → OpenAI `text_completion` chunks, or llama-server
-`/infill` objects; the non-streaming bodies from the accumulated result.
+"""Text completion encoding: canonical events → OpenAI `text_completion` chunks; the
+non-streaming body from the accumulated result.
 
-A completion's output is one message item of text (engines parse nothing out of it), so each
+A completion's output is one message item of text (engines parse nothing out of it), so the
 encoder only ever looks at message deltas, usage and the ending. The per-token frame is the
 precomputed envelope around one orjson call on the text, as in Chat Completions.
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from sluicegate.core.accumulate import Accumulator, ChatResult
+from sluicegate.core.accumulate import ChatResult
 from sluicegate.core.events import (
     Event,
     Failed,
@@ -25,7 +25,6 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import DONE, Frame
-from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.openai_errors import openai_error
 
 _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
@@ -158,110 +157,6 @@ class CompletionsEncoder:
             "usage": usage_body(result.usage),
             "system_fingerprint": self.system_fingerprint,
         }
-
-    def response_object(self) -> dict[str, Any] | None:
-        return None
-
-
-def probabilities(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
-    """llama-server's `completion_probabilities` (no token ids: not every engine has them)."""
-    return [
-        {
-            "token": e.token,
-            "logprob": e.logprob,
-            "bytes": e.bytes,
-            "top_logprobs": [{"token": t.token, "logprob": t.logprob, "bytes": t.bytes} for t in e.top],
-        }
-        for e in entries
-    ]
-
-
-class InfillEncoder:
-    """`POST /infill`: llama-server's objects — one per token with `stop: false`, then the
-    final one with `stop: true`, the counts, `stop_type` and `timings`; no `[DONE]`."""
-
-    def __init__(self, model: str, accumulator: Accumulator, *, n_predict: int, logprobs: bool) -> None:
-        self.model = model
-        self.accumulator = accumulator
-        self.n_predict = n_predict
-        self.logprobs = logprobs
-        self.usage = Usage()
-        self.predicted = 0
-        self._head = b'{"index":0,"content":'
-        self._tail_at = b',"tokens":[],"stop":false,"id_slot":-1,"tokens_predicted":'
-
-    def opening(self) -> list[Frame]:
-        return []
-
-    def encode(self, event: Event) -> list[Frame]:
-        if type(event) is ItemDelta:  # per token
-            if event.item.kind is not _MESSAGE:
-                return []
-            self.predicted += 1
-            counts = b"%d" % self.predicted + b',"tokens_evaluated":' + b"%d" % self.usage.prompt_tokens
-            extra = b""
-            if self.logprobs:
-                extra = b',"completion_probabilities":' + orjson.dumps(probabilities(event.logprobs or []))
-            return [Frame(self._head + orjson.dumps(event.text) + self._tail_at + counts + extra + b"}")]
-        match event:
-            case UsageReport():
-                self.usage = event.usage
-            case Finished():
-                final = self.final(self.accumulator.result, stream=True)
-                return [Frame(orjson.dumps(final))]
-            case Failed():
-                return [Frame(orjson.dumps(llama_server_error(event.error)))]
-        return []
-
-    def final(self, result: ChatResult, *, stream: bool) -> dict[str, Any]:
-        usage = result.usage
-        content = "" if stream else result.text_of(_MESSAGE) or ""
-        predicted_ms = result.generation_seconds * 1000
-        prompt_ms = (result.time_to_first_token or 0.0) * 1000
-        body: dict[str, Any] = {
-            "index": 0,
-            "content": content,
-            "tokens": [],
-            "id_slot": -1,
-            "stop": True,
-            "model": self.model,
-            "tokens_predicted": usage.completion_tokens,
-            "tokens_evaluated": usage.prompt_tokens,
-            "generation_settings": {"n_predict": self.n_predict},
-            "prompt": "",
-            "has_new_line": "\n" in (result.text_of(_MESSAGE) or ""),
-            "truncated": bool(usage.shifted_tokens),
-            # A stop string ("word"), the limit, or the model's end of text ("eos").
-            "stop_type": "word"
-            if result.stop_word is not None
-            else "limit"
-            if result.finish_reason is FinishReason.LENGTH
-            else "eos",
-            "stopping_word": result.stop_word or "",
-            "tokens_cached": usage.cached_tokens,
-            "timings": {
-                "cache_n": usage.cached_tokens,
-                "prompt_n": usage.prompt_tokens - usage.cached_tokens,
-                "prompt_ms": prompt_ms,
-                "predicted_n": usage.completion_tokens,
-                "predicted_ms": predicted_ms,
-                "predicted_per_second": result.tokens_per_second,
-            },
-        }
-        if self.logprobs and not stream:
-            body["completion_probabilities"] = probabilities(
-                [lp for i in result.of_kind(_MESSAGE) for lp in i.logprobs]
-            )
-        return body
-
-    def cancelled(self, reason: str) -> list[Frame]:
-        return []
-
-    def closing(self) -> list[Frame]:
-        return []
-
-    def body(self, result: ChatResult) -> dict[str, Any]:
-        return self.final(result, stream=False)
 
     def response_object(self) -> dict[str, Any] | None:
         return None

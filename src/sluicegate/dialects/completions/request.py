@@ -1,5 +1,5 @@
-"""Text completion requests: OpenAI's legacy completions and llama-server's infill → a
-`ChatRequest` whose `prompt` is set (no messages, no chat template).
+"""OpenAI's legacy text completion requests → a `ChatRequest` whose `prompt` is set (no
+messages, no chat template; a `suffix` makes it fill-in-the-middle).
 
 A list of several prompts is refused: the turn runner serves one generation per request (one
 choice per generation), so each prompt goes in its own request. `n` choices run as `n`
@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sluicegate.core.request import ChatRequest, FileChunk, RawPrompt
-from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
+from sluicegate.core.request import ChatRequest, RawPrompt
+from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields, stream_fields
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for a completion
 MAX_LOGPROBS = 20  # OpenAI allows 5; llama.cpp and vLLM give more
@@ -61,15 +61,7 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
     text = _prompt(f)
     suffix = f.string("suffix")
     echo = bool(f.boolean("echo"))
-    stream = bool(f.boolean("stream"))
-    include_usage = False
-    options = f.object("stream_options")
-    if options is not None:
-        if not stream:
-            f.fail(
-                "stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled."
-            )
-        include_usage = bool(options.boolean("include_usage"))
+    stream, include_usage = stream_fields(f)
     s = sampling_fields(f)
     max_tokens = f.integer("max_tokens", low=1, high=INT32_MAX)
     s.max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
@@ -90,48 +82,3 @@ def parse_completion_request(body: Any) -> tuple[ChatRequest, CompletionOptions]
     prompt = RawPrompt(text, suffix=suffix, echo=echo)
     request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)
     return request, CompletionOptions(stream=stream, include_usage=include_usage, echo=echo)
-
-
-@dataclass(slots=True)
-class InfillOptions:
-    stream: bool
-    n_predict: int  # as asked (-1: until the model stops), for `generation_settings`
-
-
-def parse_infill_request(body: Any, default_model: str | None) -> tuple[ChatRequest, InfillOptions]:
-    """llama-server's `/infill`: `input_prefix` and `input_suffix` (required), `input_extra`
-    files, `prompt` (the start of the middle), `n_predict` (-1: no limit), llama.cpp sampling.
-    `model` may be left out when one model can serve it (`default_model`)."""
-    f = Fields(body)
-    model = f.string("model") or default_model
-    if model is None:
-        f.fail(
-            "model",
-            "Missing required parameter: 'model' (several models are served).",
-            "missing_required_parameter",
-        )
-    for key in ("input_prefix", "input_suffix"):
-        if not isinstance(f.obj.get(key), str):
-            f.fail(key, f'"{key}" is required and must be a string')
-    extra: list[FileChunk] = []
-    raw_extra = f.array("input_extra")
-    for chunk in f.items("input_extra", raw_extra or []):
-        text = chunk.string("text", required=True)
-        assert text is not None
-        extra.append(FileChunk(chunk.string("filename") or "tmp", text))
-    middle = f.string("prompt") or ""
-    s = sampling_fields(f)
-    n_predict = f.integer("n_predict", low=-1, high=INT32_MAX)
-    if n_predict is None:
-        n_predict = f.integer("max_tokens", low=-1, high=INT32_MAX)
-    n_predict = -1 if n_predict is None else n_predict
-    if n_predict == 0:
-        f.fail("n_predict", "Invalid 'n_predict': expected -1 (no limit) or a positive number of tokens.")
-    s.max_tokens = None if n_predict < 0 else n_predict
-    n_probs = f.integer("n_probs", low=0, high=MAX_LOGPROBS)
-    if n_probs:
-        s.logprobs, s.top_logprobs = True, n_probs
-    s.stop = f.stop(most=64)
-    prompt = RawPrompt(f.obj["input_prefix"], suffix=f.obj["input_suffix"], extra=extra, middle=middle)
-    request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)
-    return request, InfillOptions(stream=bool(f.boolean("stream")), n_predict=n_predict)

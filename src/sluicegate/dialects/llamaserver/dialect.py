@@ -1,6 +1,8 @@
 """llama-server's `POST /completion` as a `Dialect` (and `/completions`, which llama-server
-answers in the same shape: its OpenAI completions are `/v1/completions`). Stateless, no
-server-side tools: a raw prompt has no chat template to render tools into."""
+answers in the same shape: its OpenAI completions are `/v1/completions`), and `POST /infill`,
+which llama-server answers with the same objects and errors around a fill-in-the-middle prompt
+(the engine lays it out with the model's FIM tokens). Stateless, no server-side tools: a raw
+prompt has no chat template to render tools into."""
 
 from __future__ import annotations
 
@@ -8,13 +10,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sluicegate.core.accumulate import ChatResult
+from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import Usage
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import RawPrompt, SamplingParams
 from sluicegate.dialects.base import Choices, Dialect, DialectSpec, Encoder, EncoderContext, Turn
 from sluicegate.dialects.llama_server_errors import llama_server_error
 from sluicegate.dialects.llamaserver.encoder import CompletionEncoder
-from sluicegate.dialects.llamaserver.request import CompletionOptions, parse_completion
+from sluicegate.dialects.llamaserver.request import CompletionOptions, parse_completion, parse_infill
 
 # The shape carries the HTTP status in its body, a router's 405 included. `/completion` owns
 # `/completions` too (the longest prefix wins; `/v1/completions` is OpenAI's).
@@ -25,6 +28,8 @@ SPEC = DialectSpec(
     llama_server_error,
     error_at=llama_server_error,
 )
+# `/infill` is labelled apart (metrics, logs): the same objects around a fill-in-the-middle prompt.
+INFILL_SPEC = DialectSpec("infill", ("/infill",), llama_server_error, error_at=llama_server_error)
 
 
 class LlamaServerDialect(Dialect):
@@ -32,7 +37,8 @@ class LlamaServerDialect(Dialect):
     its clients name none)."""
 
     spec = SPEC
-    path, also = PATHS[0], PATHS[1:]
+    path = PATHS[0]
+    also: tuple[str, ...] = PATHS[1:]
 
     def __init__(self, default_model: Callable[[], str | None] = lambda: None) -> None:
         self.default_model = default_model
@@ -86,3 +92,25 @@ class PromptChoices:
 
     def body(self, results: Sequence[ChatResult], usage: Usage) -> list[dict[str, Any]]:
         return [encoder.body(result) for encoder, result in zip(self._encoders, results, strict=True)]
+
+
+class InfillDialect(LlamaServerDialect):
+    """`/infill`: `/completion`'s options, objects and errors; `default_model` is the first
+    model that can fill in the middle. A model without FIM tokens is refused as llama-server
+    refuses it (501, before any generation)."""
+
+    spec = INFILL_SPEC
+    path, also = "/infill", ()
+
+    def parse(self, body: Any, query: Mapping[str, str], headers: Mapping[str, str]) -> Turn:
+        chat, options = parse_infill(body, self.default_model())
+        return Turn(request=options, chat=chat, stream=options.stream, id_prefix="")
+
+    def check(self, turn: Turn, info: Any) -> None:
+        if not info.capabilities.fill_in_middle:
+            raise SluicegateError(
+                ErrorKind.NOT_IMPLEMENTED,
+                f"Infill is not supported by this model: {turn.chat.model!r} has no fill-in-the-middle tokens.",
+                param="model",
+                code="fill_in_middle_unsupported",
+            )

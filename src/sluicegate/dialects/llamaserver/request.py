@@ -10,6 +10,9 @@ generation to one of the model's slots (`ChatRequest.extra[SLOT]`; an engine who
 are not slots ignores it). A prompt object's `multimodal_data` (base64 images, one per
 `<__media__>` marker in its `prompt_string`) becomes the prompt's image parts (`RawPrompt.media`),
 decoded by the turn runner and read by the engine's projector as a message's images are.
+
+`POST /infill` takes the same options around a fill-in-the-middle prompt (`parse_infill`), as
+llama-server passes its body on to the same completion handler.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sluicegate.core.request import ChatRequest, ContentPart, RawPrompt
+from sluicegate.core.request import ChatRequest, ContentPart, FileChunk, RawPrompt
 from sluicegate.core.slots import LORA, N_KEEP, SLOT
 from sluicegate.core.validation import INT32_MAX, Fields, logit_bias, sampling_fields
 
@@ -138,6 +141,59 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
     f = Fields(body)
     model = f.string("model") or default_model or ""
     prompts, media = _prompts(f)
+    return _completion(f, model, RawPrompt(prompts[0], media=media), prompts)
+
+
+def _extra(f: Fields) -> list[FileChunk]:
+    """`/infill`'s `input_extra`: `{"text", "filename"?}` chunks, refused in llama-server's words."""
+    value = f.obj.get("input_extra")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        f.fail("input_extra", '"input_extra" must be an array of {"filename": string, "text": string}')
+    chunks = []
+    for i, chunk in enumerate(value):
+        text = chunk.get("text") if isinstance(chunk, dict) else None
+        if not isinstance(text, str):
+            f.fail(f"input_extra[{i}]", 'extra_context chunk must contain a "text" field with a string value')
+        filename = chunk.get("filename", "tmp")
+        if not isinstance(filename, str):
+            f.fail(f"input_extra[{i}]", 'extra_context chunk\'s "filename" field must be a string')
+        chunks.append(FileChunk(filename, text))
+    return chunks
+
+
+def parse_infill(body: Any, default_model: str | None) -> tuple[ChatRequest, CompletionOptions]:
+    """llama-server's `/infill`: `input_prefix` and `input_suffix` (required), `input_extra`
+    files, `prompt` (a string: the start of the middle), and every option of `/completion`.
+    `model` may be left out when one model can fill in the middle (`default_model`)."""
+    f = Fields(body)
+    model = f.string("model") or default_model
+    if model is None:
+        f.fail(
+            "model",
+            "Missing required parameter: 'model' (several models are served).",
+            "missing_required_parameter",
+        )
+    middle = f.obj.get("prompt")
+    if middle is None:
+        middle = ""
+    elif not isinstance(middle, str):
+        f.fail("prompt", '"prompt" must be a string')
+    for key in ("input_prefix", "input_suffix"):
+        if key not in f.obj:
+            f.fail(key, f'"{key}" is required', "missing_required_parameter")
+        if not isinstance(f.obj[key], str):
+            f.fail(key, f'"{key}" must be a string')
+    prompt = RawPrompt(f.obj["input_prefix"], suffix=f.obj["input_suffix"], extra=_extra(f), middle=middle)
+    return _completion(f, model, prompt, [])
+
+
+def _completion(
+    f: Fields, model: str, prompt: RawPrompt, prompts: list[PromptValue]
+) -> tuple[ChatRequest, CompletionOptions]:
+    """Every option `/completion` and `/infill` share, around the prompt each lays out
+    (`prompts`: a `/completion`'s, one generation each; none for `/infill`, one generation)."""
     s = sampling_fields(f)
     n_predict = f.integer("n_predict", low=-1, high=INT32_MAX)
     if n_predict is None:
@@ -171,9 +227,9 @@ def parse_completion(body: Any, default_model: str | None) -> tuple[ChatRequest,
         "adaptive_target": -1.0,
         "adaptive_decay": 0.9,
     }
-    s.n = len(prompts)
+    s.n = max(len(prompts), 1)
     s.token_ids = stream or bool(f.boolean("return_tokens"))  # streamed chunks always carry them
-    request = ChatRequest(model=model, messages=[], sampling=s, prompt=RawPrompt(prompts[0], media=media))
+    request = ChatRequest(model=model, messages=[], sampling=s, prompt=prompt)
     request.response_format = _constraint(f)
     id_slot = f.integer("id_slot", low=-1, high=INT32_MAX)
     if id_slot is not None and id_slot >= 0:

@@ -249,9 +249,6 @@ class ResponsesEncoder:
             frame = self._delta(event)
             return [frame] if frame is not None else []
         match event:
-            case ItemDelta():
-                frame = self._delta(event)
-                return [frame] if frame is not None else []
             case ItemAdded():
                 return self._added(event.item)
             case ItemDone():

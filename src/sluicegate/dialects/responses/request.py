@@ -14,7 +14,7 @@ from typing import Any
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
 from sluicegate.core.ids import new_id
 from sluicegate.core.request import SamplingParams, ToolSpec
-from sluicegate.core.validation import INT32_MAX, Fields
+from sluicegate.core.validation import INT32_MAX, Fields, stream_fields
 from sluicegate.dialects.responses.mcp_request import (
     MCP_ITEM_TYPES,
     McpServerParam,
@@ -94,14 +94,12 @@ def parse_responses_request(body: Any) -> ResponsesRequest:
     req = ResponsesRequest(model=model, input_items=_input(f))
     req.instructions = f.string("instructions")
     req.previous_response_id = f.string("previous_response_id")
-    req.stream = bool(f.boolean("stream"))
+    req.stream, _ = stream_fields(f)  # Responses streams no usage chunk: the events carry it
     req.background = bool(f.boolean("background"))
     store = f.boolean("store")
     req.store = True if store is None else store
     if req.background and not req.store:
         f.fail("background", "Background mode requires 'store' to be true.")
-    if f.object("stream_options") is not None and not req.stream:
-        f.fail("stream_options", "The 'stream_options' parameter is only allowed when 'stream' is enabled.")
     req.metadata = _metadata(f)
     raw_tools = f.array("tools") or []
     offer = ToolOffer(echo=req.tools)
