@@ -35,6 +35,7 @@ uvicorn release changes what it relies on, and pyproject.toml pins the versions 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -62,6 +63,7 @@ from uvicorn.protocols.utils import (
 
 from sluicegate.app.auth import error_body
 from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
+from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
 from sluicegate.transport.stream import BODY_WRITER
@@ -360,6 +362,16 @@ def _started() -> None:
     Starts.waiting -= 1
 
 
+def new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A request parser as uvicorn's `HttpToolsProtocol.__init__` makes it."""
+    parser = httptools.HttpRequestParser(protocol)
+    # (uvicorn's: a response to the first request of a pipelined run after a close; the
+    # AttributeError is httptools < 0.6.3's)
+    with contextlib.suppress(AttributeError):
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
+
+
 class JSONHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's default protocol (httptools, a dependency of ours), with a JSON 400, a deadline
     on request heads, our `Cycle` and `Sink`. The hooks a request passes through
@@ -377,6 +389,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         "_idle",
         "_in_head",
         "_watcher",
+        "_whole",
         "header_timeout",
         "url",
     )
@@ -389,13 +402,17 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         # a held stream kept its request's bytes, head and body, for the connection's life).
         self._head = b""
         self._watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
+        self._whole = False  # the parse's last event was a kept-alive request's end (`data_received`)
         # One clock per connection for both of its deadlines, the head's (`header_timeout`) and
         # the idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer
         # per response): moving a deadline sets `_due` (0: nothing due), and the timer, when it
         # fires, closes the connection if what is due has passed, or waits again for it. Two
         # timers made and cancelled a request were ~5% of the protocol's instructions
-        # (bench/request_cycle.py).
-        self._clock: asyncio.TimerHandle | None = None
+        # (bench/request_cycle.py). The clock is an entry in the loop's one alarm heap
+        # (core/alarms.py), not a uvloop timer: the head's deadline is armed for `header_timeout`
+        # from the connection's start, so every stream younger than that held a timer (~0.5 KiB
+        # with libuv's) for a deadline long met.
+        self._clock: Alarm | None = None
         self._clock_at = 0.0  # when `_clock` fires
         self._due = 0.0
         self._in_head = False  # from a request's first byte (or the connection's start) to its headers' end
@@ -424,19 +441,32 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if self._idle:  # the keep-alive deadline ends with the next bytes
             self._idle = False
             self._due = 0.0
+        parser = self.parser
+        if parser is None:  # let go after the last request: the next one's bytes are here
+            parser = self.parser = new_parser(self)
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError:
+            self._whole = False
             self.logger.warning(MESSAGE)
             self.send_400_response(MESSAGE)
         except httptools.HttpParserUpgrade:
+            self._whole = False  # the parser stays, paused at the upgrade, as uvicorn's does
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+        else:
+            if self._whole:
+                # The read ended with a whole request and the connection kept alive: the
+                # parser is where a new one starts, so none is held (912 B with its callbacks)
+                # while the response streams; the next request's bytes make a new one.
+                self._whole = False
+                self.parser = None  # type: ignore[assignment]
         self._head = b""
 
     def on_message_begin(self) -> None:
+        self._whole = False
         if not self._in_head:  # a kept-alive connection's next request begins
             self._in_head = True
             if self.header_timeout is not None:
@@ -507,6 +537,19 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
                 self.pipeline = deque()
             self.pipeline.appendleft((cycle, app))
 
+    def on_message_complete(self) -> None:
+        """uvicorn's, line for line, and a note that the request is whole: `data_received` lets
+        the parser go at the end of the read when nothing after it has begun."""
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle.message_event.set()
+        # A connection not kept alive keeps its parser: llhttp reads what follows such a
+        # message as data after a close (uvicorn makes it lenient about it), where a new parser
+        # would read a request.
+        self._whole = cycle.keep_alive
+
     def on_response_complete(self) -> None:
         """uvicorn's, with the keep-alive deadline on the connection's clock: start the next
         pipelined request, else wait for one as long as `timeout_keep_alive`."""
@@ -537,7 +580,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if clock is None or self._clock_at > due:  # else the clock waits again when it fires
             if clock is not None:
                 clock.cancel()
-            self._clock = self.loop.call_at(due, self._tick)
+            self._clock = alarm_at(self.loop, due, self._tick)
             self._clock_at = due
 
     def _tick(self) -> None:
@@ -546,7 +589,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if not due:
             return
         if due > self.loop.time():
-            self._clock = self.loop.call_at(due, self._tick)
+            self._clock = alarm_at(self.loop, due, self._tick)
             self._clock_at = due
             return
         self._due = 0.0  # a head too slow, or a kept-alive connection idle too long

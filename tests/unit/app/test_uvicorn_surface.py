@@ -26,7 +26,7 @@ from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
-from sluicegate.app import response_head
+from sluicegate.app import http_protocol, response_head
 from sluicegate.app.http_protocol import Cycle, CycleWriter, JSONHttpToolsProtocol
 from sluicegate.transport.stream import BODY_WRITER
 
@@ -39,6 +39,7 @@ HOOKS = (
     "on_headers_complete",
     "connection_lost",
     "send_400_response",
+    "on_message_complete",
 )
 
 
@@ -376,8 +377,37 @@ WIRE_CASES = {
 }
 
 
-@pytest.mark.parametrize("request_bytes", WIRE_CASES.values(), ids=list(WIRE_CASES))
-async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes) -> None:
+# Several reads: our protocol lets its parser go after a kept-alive request's end and makes a
+# new one for the next bytes; uvicorn keeps one parser for the connection's life. (reads, how
+# many responses uvicorn gives)
+READ_CASES = {
+    "the next request in a later read": (
+        [b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"],
+        2,
+    ),
+    "a head split across reads, then the next": (
+        [b"GET /a HTTP/1.1\r\nHo", b"st: x\r\n\r\nGET /b HT", b"TP/1.1\r\nHost: x\r\n\r\n"],
+        2,
+    ),
+    "a body in its own read, then a chunked request": (
+        [
+            b"POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n",
+            b"abc",
+            b"POST /q HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ],
+        2,
+    ),
+    "HTTP/1.0, then more bytes": ([b"GET /old HTTP/1.0\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"], 1),
+    "Connection: close, then more bytes": (
+        [b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"],
+        1,
+    ),
+}
+CASES = {name: ([raw], raw.count(b" HTTP/1.")) for name, raw in WIRE_CASES.items()} | READ_CASES
+
+
+@pytest.mark.parametrize(("reads", "answers"), CASES.values(), ids=list(CASES))
+async def test_our_protocol_answers_on_the_wire_as_uvicorns(reads: list[bytes], answers: int) -> None:
     """The same bytes into uvicorn's protocol and ours, the same app: the same bytes out (names
     cased), the same scope, the connection closed or kept alike."""
     out: dict[str, tuple[bytes, bool]] = {}
@@ -389,10 +419,15 @@ async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes
         proto = cls(config=config, server_state=server, app_state={})
         wire = Socket()
         proto.connection_made(wire)
-        proto.data_received(request_bytes)
-        async with asyncio.timeout(LIMIT):
-            while server.total_requests < request_bytes.count(b" HTTP/1."):
+        for read in reads:
+            proto.data_received(read)
+            for _ in range(20):  # the same turns of the loop for both: a response under way or done
                 await asyncio.sleep(0)
+        async with asyncio.timeout(LIMIT):
+            while server.total_requests < answers:
+                await asyncio.sleep(0)
+        for _ in range(20):  # nothing more comes
+            await asyncio.sleep(0)
         out[label] = (bytes(wire.written), wire.closing)
         proto.connection_lost(None)
     expected = b"".join(
@@ -410,6 +445,27 @@ def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
         head, _, rest = (b"HTTP/1.1 " + part).partition(b"\r\n\r\n")
         found.append((head, rest))
     return found
+
+
+def test_the_parser_is_made_and_a_message_ends_as_uvicorn_does_it() -> None:
+    """Our protocol lets its parser go between kept-alive requests and makes the next one with
+    `new_parser`, which must be what uvicorn's `__init__` makes; our `on_message_complete` is
+    uvicorn's, line for line, plus a flag."""
+    made = inspect.getsource(httptools_impl.HttpToolsProtocol.__init__)
+    assert "self.parser = httptools.HttpRequestParser(self)" in made
+    assert made.count("set_dangerous_leniencies(") == 1
+    assert "self.parser.set_dangerous_leniencies(lenient_data_after_close=True)" in made
+    ours = inspect.getsource(http_protocol.new_parser)
+    assert "httptools.HttpRequestParser(protocol)" in ours
+    assert "parser.set_dangerous_leniencies(lenient_data_after_close=True)" in ours
+    ended = inspect.getsource(httptools_impl.HttpToolsProtocol.on_message_complete).split('"""')[-1]
+    body = [line.strip() for line in ended.splitlines()[1:] if line.strip()]
+    assert body == [
+        "if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:",
+        "return",
+        "self.cycle.more_body = False",
+        "self.cycle.message_event.set()",
+    ]
 
 
 async def test_our_connection_made_and_flow_set_up_what_uvicorns_do() -> None:
