@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -357,6 +358,35 @@ class CycleWriter:
             lost()
 
 
+# Header names as the client sent them -> lowercased, shared by every request that sends them:
+# uvicorn makes a lowercased copy of each name per request (~40 B each, held in the scope for
+# the stream's life; an SDK sends 10-20 headers). Bounded: names up to `_NAME_KEPT` bytes,
+# `_NAMES_KEPT` of them, the first seen (a client's own names past that are lowercased as before).
+_NAMES: dict[bytes, bytes] = {}
+_NAMES_KEPT = 512
+_NAME_KEPT = 64
+
+
+def _lowered(name: bytes) -> bytes:
+    """A name not in `_NAMES` yet: lowercased, and kept while the table has room."""
+    lowered = name.lower()
+    if len(_NAMES) < _NAMES_KEPT - 1 and len(name) <= _NAME_KEPT:
+        lowered = _NAMES[name] = _NAMES.setdefault(lowered, lowered)  # one object for every casing
+    return lowered
+
+
+# uvicorn's done callback for a request's task, `server_state.tasks.discard`, made once per
+# server's set of tasks rather than a bound method per request (held by the task, ~70 B).
+_discard: tuple[set[asyncio.Task[None]], Callable[[asyncio.Task[None]], None]] | None = None
+
+
+def _discard_of(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
+    global _discard
+    if _discard is None or _discard[0] is not tasks:  # (one server a process, but for tests)
+        _discard = (tasks, tasks.discard)
+    return _discard[1]
+
+
 def _started() -> None:
     """A request's first step has run (queued after it: `JSONHttpToolsProtocol`)."""
     Starts.waiting -= 1
@@ -486,6 +516,13 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             "state": self.app_state.copy(),
         }
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """uvicorn's, line for line, the lowercased name shared (`_NAMES`)."""
+        name = _NAMES.get(name) or _lowered(name)
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
+
     def on_headers_complete(self) -> None:
         self._in_head = False
         self._due = 0.0
@@ -549,6 +586,15 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         # message as data after a close (uvicorn makes it lenient about it), where a new parser
         # would read a request.
         self._whole = cycle.keep_alive
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+        """uvicorn's, line for line, its done callback made once per server (`_discard_of`)."""
+        if self.config.reset_contextvars:  # (uvicorn's opt-in; Python 3.11+)
+            task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
+        else:
+            task = self.loop.create_task(cycle.run_asgi(app))
+        task.add_done_callback(_discard_of(self.tasks))
+        self.tasks.add(task)
 
     def on_response_complete(self) -> None:
         """uvicorn's, with the keep-alive deadline on the connection's clock: start the next

@@ -13,6 +13,7 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from sluicegate.app import http_protocol
 from sluicegate.app.http_protocol import HEAD_KEPT, JSONHttpToolsProtocol
 from sluicegate.core.alarms import Alarm
 from sluicegate.engines.lane import Starts
@@ -128,6 +129,66 @@ async def test_the_connections_clock_is_an_alarm_not_a_loop_timer(
     assert isinstance(proto._clock, Alarm)
     proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
     assert isinstance(proto._clock, Alarm) and proto._due == 0.0
+
+
+async def test_header_names_are_lowercased_once_for_every_request(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """uvicorn lowercases each name into bytes of its own, per request, held in the scope for
+    the stream's life; here one object per name (any casing), from a bounded table."""
+    proto, transport = protocol
+    config = uvicorn.Config(_app, log_level="error")
+    config.load()
+    other = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    other.connection_made(transport)
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\nX-Stainless-Lang: python\r\n\r\n")
+    other.data_received(b"GET /b HTTP/1.1\r\nhost: x\r\nX-Stainless-Lang: python\r\n\r\n")
+    assert proto.headers == other.headers == [(b"host", b"x"), (b"x-stainless-lang", b"python")]
+    assert all(a[0] is b[0] for a, b in zip(proto.headers, other.headers, strict=True))
+    other.connection_lost(None)
+
+
+def test_the_table_of_header_names_is_bounded() -> None:
+    with mock.patch.dict(http_protocol._NAMES, clear=True):
+        long = b"X-" + b"a" * http_protocol._NAME_KEPT
+        assert http_protocol._lowered(long) == long.lower() and long not in http_protocol._NAMES
+        for n in range(2 * http_protocol._NAMES_KEPT):
+            assert http_protocol._lowered(b"X-Name-%d" % n) == b"x-name-%d" % n
+        assert len(http_protocol._NAMES) <= http_protocol._NAMES_KEPT
+
+
+async def test_every_request_task_shares_one_done_callback(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """uvicorn's `self.tasks.discard`, a bound method per request held by its task: made once
+    per server's set of tasks here. The task still leaves the set when done."""
+    proto, transport = protocol
+    callbacks: list[object] = []
+
+    class Task(asyncio.Task[Any]):
+        def add_done_callback(self, fn: Any, **kwargs: Any) -> None:
+            callbacks.append(fn)
+            super().add_done_callback(fn, **kwargs)
+
+    loop = asyncio.get_running_loop()
+    loop.set_task_factory(lambda loop, coro, **kw: Task(coro, loop=loop, **kw))
+    try:
+        config = uvicorn.Config(_app, log_level="error")
+        config.load()
+        other = JSONHttpToolsProtocol(config=config, server_state=proto.server_state, app_state={})
+        other.connection_made(transport)
+        proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+        other.data_received(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    finally:
+        loop.set_task_factory(None)
+    assert len(callbacks) == 2 and callbacks[0] is callbacks[1]
+    assert len(proto.tasks) == 2
+    for task in list(proto.tasks):
+        task.cancel()
+    async with asyncio.timeout(10):
+        while proto.tasks:
+            await asyncio.sleep(0)
+    other.connection_lost(None)
 
 
 async def test_the_flow_control_waits_for_the_drain_without_an_event(

@@ -40,6 +40,8 @@ HOOKS = (
     "connection_lost",
     "send_400_response",
     "on_message_complete",
+    "on_header",
+    "_start_asgi_task",
 )
 
 
@@ -360,7 +362,8 @@ async def _echo(scope: Any, receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     seen = [scope["method"], scope["path"], scope["raw_path"].decode(), scope["query_string"].decode(),
-            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate"))]  # fmt: skip
+            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate")),
+            scope["headers"]]  # fmt: skip
     text = repr(seen).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     for _ in range(3):  # a pipelined request's answer must wait for this one's end
@@ -458,6 +461,19 @@ def test_the_parser_is_made_and_a_message_ends_as_uvicorn_does_it() -> None:
     ours = inspect.getsource(http_protocol.new_parser)
     assert "httptools.HttpRequestParser(protocol)" in ours
     assert "parser.set_dangerous_leniencies(lenient_data_after_close=True)" in ours
+    header = inspect.getsource(httptools_impl.HttpToolsProtocol.on_header)
+    assert [line.strip() for line in header.splitlines()[1:]] == [
+        "name = name.lower()",  # ours: the same bytes, from `_NAMES`
+        'if name == b"expect" and value.lower() == b"100-continue":',
+        "self.expect_100_continue = True",
+        "self.headers.append((name, value))",
+    ]
+    start = inspect.getsource(httptools_impl.HttpToolsProtocol._start_asgi_task)
+    assert "self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())" in start
+    assert (
+        "task = self.loop.create_task(cycle.run_asgi(app))\n"
+        "        task.add_done_callback(self.tasks.discard)\n        self.tasks.add(task)\n"
+    ) in start
     ended = inspect.getsource(httptools_impl.HttpToolsProtocol.on_message_complete).split('"""')[-1]
     body = [line.strip() for line in ended.splitlines()[1:] if line.strip()]
     assert body == [
