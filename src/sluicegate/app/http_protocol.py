@@ -38,7 +38,8 @@ import asyncio
 import contextlib
 import contextvars
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from types import CoroutineType
 from typing import Any
 from urllib.parse import unquote
 
@@ -154,21 +155,50 @@ def _nothing() -> None:
     """A finished cycle's `on_response` (uvicorn sets a new lambda per request)."""
 
 
+# uvicorn's `send_500_response`'s head.
+_500_HEAD: HTTPResponseStartEvent = {
+    "type": "http.response.start",
+    "status": 500,
+    "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"21"),
+        (b"connection", b"close"),
+    ],
+}
+
+
+async def _raised(exc: BaseException) -> None:
+    """An app that raised when called, raising in its task as it did in `run_asgi`'s."""
+    raise exc
+
+
+async def _awaited(step: Awaitable[None]) -> None:
+    """An app whose call gave an awaitable that is not a coroutine (a task needs one)."""
+    return await step
+
+
 class Cycle(RequestResponseCycle):
-    """uvicorn's request cycle, with our own `run_asgi`, `send` and `receive`: uvicorn's steps,
+    """uvicorn's request cycle, with our own `send` and `receive` and its `run_asgi` as a done
+    callback (`ended`): uvicorn's steps,
     minus what a request here never needs per call. The head's lines come from
     app/response_head.py, checked as uvicorn checks them and in canonical case, encoded once
     per process; `receive` waits only when the body has not come yet (a coroutine less per
     request). Everything else (flow control, 100 Continue, HEAD, keep-alive, the access log,
     the errors for a broken ASGI conversation) is uvicorn's, line for line."""
 
-    async def run_asgi(self, app: ASGI3Application) -> None:
+    tasks: set[asyncio.Task[None]]  # the server's (`_start_asgi_task`), for `ended`
+
+    def ended(self, task: asyncio.Task[None]) -> None:
+        """uvicorn's `run_asgi`, its steps after the app line for line, as the done callback of
+        a task that runs the app's own coroutine (`JSONHttpToolsProtocol._start_asgi_task`),
+        with uvicorn's own done callback, `tasks.discard`."""
+        self.tasks.discard(task)
         try:
-            result = await app(self.scope, self.receive, self.send)  # type: ignore[func-returns-value]
-        except BaseException as exc:
+            result = task.result()
+        except BaseException as exc:  # (a cancel too, as `run_asgi` caught it)
             self.logger.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
-                await self.send_500_response()
+                self._send_500()
             else:
                 self.transport.close()
         else:
@@ -177,12 +207,20 @@ class Cycle(RequestResponseCycle):
                 self.transport.close()
             elif not self.response_started and not self.disconnected:
                 self.logger.error("ASGI callable returned without starting response.")
-                await self.send_500_response()
+                self._send_500()
             elif not self.response_complete and not self.disconnected:
                 self.logger.error("ASGI callable returned without completing response.")
                 self.transport.close()
-        finally:
-            self.on_response = _nothing
+        self.on_response = _nothing
+
+    def _send_500(self) -> None:
+        """uvicorn's `send_500_response` through our `send`, without a coroutine when `send`
+        would not wait (it waits while the client's writes are paused: then a task does it)."""
+        if self.flow.write_paused and not self.disconnected:
+            asyncio.get_running_loop().create_task(self.send_500_response())
+        elif not self.disconnected:
+            self._send_head(_500_HEAD)
+            self._send_body(b"Internal Server Error", False)
 
     async def send(self, message: ASGISendEvent) -> None:
         if self.flow.write_paused and not self.disconnected:
@@ -373,18 +411,6 @@ def _lowered(name: bytes) -> bytes:
     if len(_NAMES) < _NAMES_KEPT - 1 and len(name) <= _NAME_KEPT:
         lowered = _NAMES[name] = _NAMES.setdefault(lowered, lowered)  # one object for every casing
     return lowered
-
-
-# uvicorn's done callback for a request's task, `server_state.tasks.discard`, made once per
-# server's set of tasks rather than a bound method per request (held by the task, ~70 B).
-_discard: tuple[set[asyncio.Task[None]], Callable[[asyncio.Task[None]], None]] | None = None
-
-
-def _discard_of(tasks: set[asyncio.Task[None]]) -> Callable[[asyncio.Task[None]], None]:
-    global _discard
-    if _discard is None or _discard[0] is not tasks:  # (one server a process, but for tests)
-        _discard = (tasks, tasks.discard)
-    return _discard[1]
 
 
 def _started() -> None:
@@ -588,12 +614,24 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self._whole = cycle.keep_alive
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
-        """uvicorn's, line for line, its done callback made once per server (`_discard_of`)."""
+        """uvicorn's, its task running the app's own coroutine rather than `run_asgi`'s around
+        it: a coroutine (~0.25 KiB) that every stream held, and a frame each of its task's
+        steps passed through. What `run_asgi` did after the app is the task's done callback
+        (`Cycle.ended`, with uvicorn's `tasks.discard`). The app is called here, not in the
+        task: ours is a plain call that hands on its middleware's coroutine (app/factory.py)."""
+        assert isinstance(cycle, Cycle)
+        try:
+            step: Any = app(cycle.scope, cycle.receive, cycle.send)
+        except BaseException as exc:  # raised in the task, as `run_asgi`'s call did
+            step = _raised(exc)
+        if not isinstance(step, CoroutineType):
+            step = _awaited(step)
+        cycle.tasks = self.tasks
         if self.config.reset_contextvars:  # (uvicorn's opt-in; Python 3.11+)
-            task = self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())
+            task = self.loop.create_task(step, context=contextvars.Context())
         else:
-            task = self.loop.create_task(cycle.run_asgi(app))
-        task.add_done_callback(_discard_of(self.tasks))
+            task = self.loop.create_task(step)
+        task.add_done_callback(cycle.ended)
         self.tasks.add(task)
 
     def on_response_complete(self) -> None:

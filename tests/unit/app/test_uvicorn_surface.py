@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from typing import Any
 
 import pytest
@@ -438,6 +439,101 @@ async def test_our_protocol_answers_on_the_wire_as_uvicorns(reads: list[bytes], 
         for head, rest in _responses(out["uvicorn"][0])
     )
     assert out["ours"] == (expected, out["uvicorn"][1])
+
+
+async def _raises_first(scope: Any, receive: Any, send: Any) -> None:
+    raise RuntimeError("a bug")
+
+
+async def _raises_later(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"part", "more_body": True})
+    raise RuntimeError("a bug")
+
+
+async def _never_starts(scope: Any, receive: Any, send: Any) -> None:
+    await asyncio.sleep(0)
+
+
+async def _never_completes(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+
+
+async def _returns_something(scope: Any, receive: Any, send: Any) -> Any:
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+    return 42
+
+
+def _raises_when_called(scope: Any, receive: Any, send: Any) -> Any:
+    raise RuntimeError("a bug in a plain call")
+
+
+async def _cancelled(scope: Any, receive: Any, send: Any) -> None:
+    raise asyncio.CancelledError
+
+
+class _Awaitable:
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.send = send
+
+    def __await__(self) -> Any:
+        yield from self.send({"type": "http.response.start", "status": 204, "headers": []}).__await__()
+        yield from self.send({"type": "http.response.body", "body": b""}).__await__()
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+BROKEN_APPS = {
+    "raises before the start": _raises_first,
+    "raises after the start": _raises_later,
+    "never starts": _never_starts,
+    "never completes": _never_completes,
+    "returns a value": _returns_something,
+    "raises when called": _raises_when_called,
+    "cancelled": _cancelled,
+    "an awaitable, not a coroutine": _Awaitable,
+}
+
+
+@pytest.mark.parametrize("app", BROKEN_APPS.values(), ids=list(BROKEN_APPS))
+async def test_an_app_that_breaks_the_asgi_conversation_is_answered_as_uvicorn_answers(app: Any) -> None:
+    """uvicorn's `run_asgi` (the errors after the app, a 500 or a close) is our task's done
+    callback: the same bytes, the same close, the same log lines; the task leaves the set."""
+    out: dict[str, tuple[bytes, bool, list[str]]] = {}
+    for label, cls in (("uvicorn", httptools_impl.HttpToolsProtocol), ("ours", JSONHttpToolsProtocol)):
+        config = uvicorn.Config(app, log_level="error", proxy_headers=False)
+        config.load()
+        server = ServerState()
+        proto = cls(config=config, server_state=server, app_state={})
+        wire = Socket()
+        proto.connection_made(wire)
+        handler = _Kept()
+        logging.getLogger("uvicorn.error").addHandler(handler)
+        try:
+            proto.data_received(REQUEST)
+            async with asyncio.timeout(LIMIT):
+                while server.tasks or not (wire.closing or server.total_requests):
+                    await asyncio.sleep(0)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(handler)
+        out[label] = (bytes(wire.written), wire.closing, handler.lines)
+        proto.connection_lost(None)
+    expected = b"".join(
+        (_cased(head) if b"\r\n" in head else head) + b"\r\n\r\n" + rest
+        for head, rest in _responses(out["uvicorn"][0])
+    )
+    assert out["ours"] == (expected, *out["uvicorn"][1:])
+    assert out["ours"][2] or app is _Awaitable  # (each broken case logs)
 
 
 def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
