@@ -19,13 +19,18 @@ sender task per chunk; and a disconnect reported by a call from `connection_lost
 task per stream waiting in `receive` for it.
 
 And it runs each request in a cycle of its own (`Cycle`, uvicorn's `RequestResponseCycle` with
-our `send`, `receive` and `run_asgi`), whose response head is written with each header name in
+our `send` and `receive`, and `run_asgi`'s ending as its task's done callback), whose response head is written with each header name in
 canonical case (`Content-Type`, `Access-Control-Allow-Origin`), as llama-server, nginx and most
 HTTP servers send them: uvicorn lowercases every name it writes, and clients that read headers
 into a plain (case-sensitive) dict — llama.cpp's own test client does, `dict(response.headers)`
 — missed them. Names are case-insensitive in HTTP, so nothing that read them before reads them
 differently now. The head's lines are checked as uvicorn checks them, once per process
 (app/response_head.py), not once per response.
+
+What a connection holds while its response streams is kept small (bench/README.md, gateway
+rounds twelve and thirteen): no request parser between requests, no uvloop timer for its
+deadlines (an entry in core/alarms.py's heap), header names lowercased once per process, no
+`run_asgi` coroutine around the app's.
 
 This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks, state and
 helpers, `RequestResponseCycle`'s state, `flow` and `transport`); tests/unit/app/test_uvicorn_surface.py fails when a
@@ -613,13 +618,12 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         # would read a request.
         self._whole = cycle.keep_alive
 
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+    def _start_asgi_task(self, cycle: Cycle, app: ASGI3Application) -> None:  # type: ignore[override]
         """uvicorn's, its task running the app's own coroutine rather than `run_asgi`'s around
         it: a coroutine (~0.25 KiB) that every stream held, and a frame each of its task's
         steps passed through. What `run_asgi` did after the app is the task's done callback
         (`Cycle.ended`, with uvicorn's `tasks.discard`). The app is called here, not in the
         task: ours is a plain call that hands on its middleware's coroutine (app/factory.py)."""
-        assert isinstance(cycle, Cycle)
         try:
             step: Any = app(cycle.scope, cycle.receive, cycle.send)
         except BaseException as exc:  # raised in the task, as `run_asgi`'s call did
@@ -643,7 +647,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
+            self._start_asgi_task(cycle, app)  # type: ignore[arg-type]  # ours (on_headers_complete)
         elif not (self._in_head and self.header_timeout is not None):  # (a head under way has its own)
             self._idle = True
             self._due_in(self.timeout_keep_alive)
