@@ -4,13 +4,15 @@ a stream goes wrong in production. pyproject.toml pins uvicorn to the versions t
 to move the pin, run this test on the new release.
 
 Relied on: `HttpToolsProtocol`'s hooks (`connection_made`, `data_received`, `on_message_begin`,
-`on_headers_complete`, `connection_lost`, `send_400_response`), the state and helpers our own
+`on_header`, `on_headers_complete`, `on_message_complete`, `_start_asgi_task`, `connection_lost`,
+`send_400_response`), how its `__init__` makes the parser (ours makes it again per request), the state and helpers our own
 hooks use in their place (`flow.write_paused`, `transport`, `loop`, `scope`, `cycle`, `url`,
 `_should_upgrade`, `_start_asgi_task`, `timeout_keep_alive`, `pipeline`, ...; our
 `on_response_complete` replaces uvicorn's, which its cycle calls);
 `RequestResponseCycle`'s constructor, state and `send`, which our `Cycle` replaces: its head,
 its chunk framing and its ends are compared with uvicorn's own, byte for byte (the names in
-canonical case).
+canonical case), and so is what its `run_asgi` does after an app that breaks the conversation
+(ours is the task's done callback).
 """
 
 from __future__ import annotations
