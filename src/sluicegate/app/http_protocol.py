@@ -418,6 +418,16 @@ def _lowered(name: bytes) -> bytes:
     return lowered
 
 
+# The scope's "asgi" entry, one dict per ASGI version for every request (uvicorn makes one per
+# request: ~0.2 KiB every stream held in its scope; nothing here or in Starlette writes to it).
+_ASGI: dict[str, dict[str, str]] = {}
+
+
+def _asgi(version: str) -> dict[str, str]:
+    found = _ASGI[version] = {"version": version, "spec_version": "2.3"}
+    return found
+
+
 def _started() -> None:
     """A request's first step has run (queued after it: `JSONHttpToolsProtocol`)."""
     Starts.waiting -= 1
@@ -537,7 +547,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self.headers = []
         self.scope = {  # type: ignore[typeddict-item]
             "type": "http",
-            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "asgi": _ASGI.get(self.asgi_version) or _asgi(self.asgi_version),
             "http_version": "1.1",
             "server": self.server,
             "client": self.client,

@@ -148,6 +148,19 @@ async def test_header_names_are_lowercased_once_for_every_request(
     other.connection_lost(None)
 
 
+async def test_every_requests_scope_shares_one_asgi_entry(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """uvicorn's `{"version": ..., "spec_version": "2.3"}`, made per request (~0.2 KiB every
+    stream held in its scope): one per ASGI version here, equal to uvicorn's."""
+    proto, _ = protocol
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = proto.scope
+    proto.data_received(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert proto.scope is not first and proto.scope["asgi"] is first["asgi"]
+    assert first["asgi"] == {"version": "3.0", "spec_version": "2.3"}
+
+
 def test_the_table_of_header_names_is_bounded() -> None:
     with mock.patch.dict(http_protocol._NAMES, clear=True):
         long = b"X-" + b"a" * http_protocol._NAME_KEPT

@@ -366,7 +366,7 @@ async def _echo(scope: Any, receive: Any, send: Any) -> None:
             break
     seen = [scope["method"], scope["path"], scope["raw_path"].decode(), scope["query_string"].decode(),
             scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate")),
-            scope["headers"]]  # fmt: skip
+            scope["headers"], scope["asgi"]]  # fmt: skip
     text = repr(seen).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     for _ in range(3):  # a pipelined request's answer must wait for this one's end
