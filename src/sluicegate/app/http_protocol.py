@@ -45,7 +45,7 @@ import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import CoroutineType
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import httptools
@@ -54,6 +54,7 @@ from uvicorn._types import (
     ASGI3Application,
     ASGIReceiveEvent,
     ASGISendEvent,
+    ASGIVersions,
     HTTPRequestEvent,
     HTTPResponseStartEvent,
 )
@@ -420,10 +421,10 @@ def _lowered(name: bytes) -> bytes:
 
 # The scope's "asgi" entry, one dict per ASGI version for every request (uvicorn makes one per
 # request: ~0.2 KiB every stream held in its scope; nothing here or in Starlette writes to it).
-_ASGI: dict[str, dict[str, str]] = {}
+_ASGI: dict[str, ASGIVersions] = {}
 
 
-def _asgi(version: str) -> dict[str, str]:
+def _asgi(version: Literal["2.0", "3.0"]) -> ASGIVersions:
     found = _ASGI[version] = {"version": version, "spec_version": "2.3"}
     return found
 
