@@ -19,13 +19,18 @@ sender task per chunk; and a disconnect reported by a call from `connection_lost
 task per stream waiting in `receive` for it.
 
 And it runs each request in a cycle of its own (`Cycle`, uvicorn's `RequestResponseCycle` with
-our `send`, `receive` and `run_asgi`), whose response head is written with each header name in
+our `send` and `receive`, and `run_asgi`'s ending as its task's done callback), whose response head is written with each header name in
 canonical case (`Content-Type`, `Access-Control-Allow-Origin`), as llama-server, nginx and most
 HTTP servers send them: uvicorn lowercases every name it writes, and clients that read headers
 into a plain (case-sensitive) dict — llama.cpp's own test client does, `dict(response.headers)`
 — missed them. Names are case-insensitive in HTTP, so nothing that read them before reads them
 differently now. The head's lines are checked as uvicorn checks them, once per process
 (app/response_head.py), not once per response.
+
+What a connection holds while its response streams is kept small (bench/README.md, gateway
+rounds twelve and thirteen): no request parser between requests, no uvloop timer for its
+deadlines (an entry in core/alarms.py's heap), header names lowercased once per process, no
+`run_asgi` coroutine around the app's.
 
 This is the one module that knows uvicorn's internals (`HttpToolsProtocol`'s hooks, state and
 helpers, `RequestResponseCycle`'s state, `flow` and `transport`); tests/unit/app/test_uvicorn_surface.py fails when a
@@ -35,9 +40,12 @@ uvicorn release changes what it relies on, and pyproject.toml pins the versions 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from types import CoroutineType
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import httptools
@@ -46,6 +54,7 @@ from uvicorn._types import (
     ASGI3Application,
     ASGIReceiveEvent,
     ASGISendEvent,
+    ASGIVersions,
     HTTPRequestEvent,
     HTTPResponseStartEvent,
 )
@@ -62,6 +71,7 @@ from uvicorn.protocols.utils import (
 
 from sluicegate.app.auth import error_body
 from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
+from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
 from sluicegate.transport.stream import BODY_WRITER
@@ -151,21 +161,50 @@ def _nothing() -> None:
     """A finished cycle's `on_response` (uvicorn sets a new lambda per request)."""
 
 
+# uvicorn's `send_500_response`'s head.
+_500_HEAD: HTTPResponseStartEvent = {
+    "type": "http.response.start",
+    "status": 500,
+    "headers": [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", b"21"),
+        (b"connection", b"close"),
+    ],
+}
+
+
+async def _raised(exc: BaseException) -> None:
+    """An app that raised when called, raising in its task as it did in `run_asgi`'s."""
+    raise exc
+
+
+async def _awaited(step: Awaitable[None]) -> None:
+    """An app whose call gave an awaitable that is not a coroutine (a task needs one)."""
+    return await step
+
+
 class Cycle(RequestResponseCycle):
-    """uvicorn's request cycle, with our own `run_asgi`, `send` and `receive`: uvicorn's steps,
+    """uvicorn's request cycle, with our own `send` and `receive` and its `run_asgi` as a done
+    callback (`ended`): uvicorn's steps,
     minus what a request here never needs per call. The head's lines come from
     app/response_head.py, checked as uvicorn checks them and in canonical case, encoded once
     per process; `receive` waits only when the body has not come yet (a coroutine less per
     request). Everything else (flow control, 100 Continue, HEAD, keep-alive, the access log,
     the errors for a broken ASGI conversation) is uvicorn's, line for line."""
 
-    async def run_asgi(self, app: ASGI3Application) -> None:
+    tasks: set[asyncio.Task[None]]  # the server's (`_start_asgi_task`), for `ended`
+
+    def ended(self, task: asyncio.Task[None]) -> None:
+        """uvicorn's `run_asgi`, its steps after the app line for line, as the done callback of
+        a task that runs the app's own coroutine (`JSONHttpToolsProtocol._start_asgi_task`),
+        with uvicorn's own done callback, `tasks.discard`."""
+        self.tasks.discard(task)
         try:
-            result = await app(self.scope, self.receive, self.send)  # type: ignore[func-returns-value]
-        except BaseException as exc:
+            result = task.result()
+        except BaseException as exc:  # (a cancel too, as `run_asgi` caught it)
             self.logger.error("Exception in ASGI application\n", exc_info=exc)
             if not self.response_started:
-                await self.send_500_response()
+                self._send_500()
             else:
                 self.transport.close()
         else:
@@ -174,12 +213,20 @@ class Cycle(RequestResponseCycle):
                 self.transport.close()
             elif not self.response_started and not self.disconnected:
                 self.logger.error("ASGI callable returned without starting response.")
-                await self.send_500_response()
+                self._send_500()
             elif not self.response_complete and not self.disconnected:
                 self.logger.error("ASGI callable returned without completing response.")
                 self.transport.close()
-        finally:
-            self.on_response = _nothing
+        self.on_response = _nothing
+
+    def _send_500(self) -> None:
+        """uvicorn's `send_500_response` through our `send`, without a coroutine when `send`
+        would not wait (it waits while the client's writes are paused: then a task does it)."""
+        if self.flow.write_paused and not self.disconnected:
+            asyncio.get_running_loop().create_task(self.send_500_response())
+        elif not self.disconnected:
+            self._send_head(_500_HEAD)
+            self._send_body(b"Internal Server Error", False)
 
     async def send(self, message: ASGISendEvent) -> None:
         if self.flow.write_paused and not self.disconnected:
@@ -355,9 +402,46 @@ class CycleWriter:
             lost()
 
 
+# Header names as the client sent them -> lowercased, shared by every request that sends them:
+# uvicorn makes a lowercased copy of each name per request (~40 B each, held in the scope for
+# the stream's life; an SDK sends 10-20 headers). Bounded: names up to `_NAME_KEPT` bytes,
+# `_NAMES_KEPT` of them, the first seen (a client's own names past that are lowercased as before).
+_NAMES: dict[bytes, bytes] = {}
+_NAMES_KEPT = 512
+_NAME_KEPT = 64
+
+
+def _lowered(name: bytes) -> bytes:
+    """A name not in `_NAMES` yet: lowercased, and kept while the table has room."""
+    lowered = name.lower()
+    if len(_NAMES) < _NAMES_KEPT - 1 and len(name) <= _NAME_KEPT:
+        lowered = _NAMES[name] = _NAMES.setdefault(lowered, lowered)  # one object for every casing
+    return lowered
+
+
+# The scope's "asgi" entry, one dict per ASGI version for every request (uvicorn makes one per
+# request: ~0.2 KiB every stream held in its scope; nothing here or in Starlette writes to it).
+_ASGI: dict[str, ASGIVersions] = {}
+
+
+def _asgi(version: Literal["2.0", "3.0"]) -> ASGIVersions:
+    found = _ASGI[version] = {"version": version, "spec_version": "2.3"}
+    return found
+
+
 def _started() -> None:
     """A request's first step has run (queued after it: `JSONHttpToolsProtocol`)."""
     Starts.waiting -= 1
+
+
+def new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A request parser as uvicorn's `HttpToolsProtocol.__init__` makes it."""
+    parser = httptools.HttpRequestParser(protocol)
+    # (uvicorn's: a response to the first request of a pipelined run after a close; the
+    # AttributeError is httptools < 0.6.3's)
+    with contextlib.suppress(AttributeError):
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
 
 
 class JSONHttpToolsProtocol(HttpToolsProtocol):
@@ -377,6 +461,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         "_idle",
         "_in_head",
         "_watcher",
+        "_whole",
         "header_timeout",
         "url",
     )
@@ -389,13 +474,17 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         # a held stream kept its request's bytes, head and body, for the connection's life).
         self._head = b""
         self._watcher: CycleWriter | None = None  # the streaming response's, told when the client leaves
+        self._whole = False  # the parse's last event was a kept-alive request's end (`data_received`)
         # One clock per connection for both of its deadlines, the head's (`header_timeout`) and
         # the idle keep-alive's (uvicorn's `timeout_keep_alive`, which uvicorn keeps with a timer
         # per response): moving a deadline sets `_due` (0: nothing due), and the timer, when it
         # fires, closes the connection if what is due has passed, or waits again for it. Two
         # timers made and cancelled a request were ~5% of the protocol's instructions
-        # (bench/request_cycle.py).
-        self._clock: asyncio.TimerHandle | None = None
+        # (bench/request_cycle.py). The clock is an entry in the loop's one alarm heap
+        # (core/alarms.py), not a uvloop timer: the head's deadline is armed for `header_timeout`
+        # from the connection's start, so every stream younger than that held a timer (~0.5 KiB
+        # with libuv's) for a deadline long met.
+        self._clock: Alarm | None = None
         self._clock_at = 0.0  # when `_clock` fires
         self._due = 0.0
         self._in_head = False  # from a request's first byte (or the connection's start) to its headers' end
@@ -424,19 +513,32 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if self._idle:  # the keep-alive deadline ends with the next bytes
             self._idle = False
             self._due = 0.0
+        parser = self.parser
+        if parser is None:  # let go after the last request: the next one's bytes are here
+            parser = self.parser = new_parser(self)
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserError:
+            self._whole = False
             self.logger.warning(MESSAGE)
             self.send_400_response(MESSAGE)
         except httptools.HttpParserUpgrade:
+            self._whole = False  # the parser stays, paused at the upgrade, as uvicorn's does
             if self._should_upgrade():
                 self.handle_websocket_upgrade()
             else:
                 self._unsupported_upgrade_warning()
+        else:
+            if self._whole:
+                # The read ended with a whole request and the connection kept alive: the
+                # parser is where a new one starts, so none is held (912 B with its callbacks)
+                # while the response streams; the next request's bytes make a new one.
+                self._whole = False
+                self.parser = None  # type: ignore[assignment]
         self._head = b""
 
     def on_message_begin(self) -> None:
+        self._whole = False
         if not self._in_head:  # a kept-alive connection's next request begins
             self._in_head = True
             if self.header_timeout is not None:
@@ -446,7 +548,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self.headers = []
         self.scope = {  # type: ignore[typeddict-item]
             "type": "http",
-            "asgi": {"version": self.asgi_version, "spec_version": "2.3"},
+            "asgi": _ASGI.get(self.asgi_version) or _asgi(self.asgi_version),
             "http_version": "1.1",
             "server": self.server,
             "client": self.client,
@@ -455,6 +557,13 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             "headers": self.headers,
             "state": self.app_state.copy(),
         }
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """uvicorn's, line for line, the lowercased name shared (`_NAMES`)."""
+        name = _NAMES.get(name) or _lowered(name)
+        if name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+        self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         self._in_head = False
@@ -507,6 +616,39 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
                 self.pipeline = deque()
             self.pipeline.appendleft((cycle, app))
 
+    def on_message_complete(self) -> None:
+        """uvicorn's, line for line, and a note that the request is whole: `data_received` lets
+        the parser go at the end of the read when nothing after it has begun."""
+        cycle = self.cycle
+        if (self.parser.should_upgrade() and self._should_upgrade()) or cycle.response_complete:
+            return
+        cycle.more_body = False
+        cycle.message_event.set()
+        # A connection not kept alive keeps its parser: llhttp reads what follows such a
+        # message as data after a close (uvicorn makes it lenient about it), where a new parser
+        # would read a request.
+        self._whole = cycle.keep_alive
+
+    def _start_asgi_task(self, cycle: Cycle, app: ASGI3Application) -> None:  # type: ignore[override]
+        """uvicorn's, its task running the app's own coroutine rather than `run_asgi`'s around
+        it: a coroutine (~0.25 KiB) that every stream held, and a frame each of its task's
+        steps passed through. What `run_asgi` did after the app is the task's done callback
+        (`Cycle.ended`, with uvicorn's `tasks.discard`). The app is called here, not in the
+        task: ours is a plain call that hands on its middleware's coroutine (app/factory.py)."""
+        try:
+            step: Any = app(cycle.scope, cycle.receive, cycle.send)
+        except BaseException as exc:  # raised in the task, as `run_asgi`'s call did
+            step = _raised(exc)
+        if not isinstance(step, CoroutineType):
+            step = _awaited(step)
+        cycle.tasks = self.tasks
+        if self.config.reset_contextvars:  # (uvicorn's opt-in; Python 3.11+)
+            task = self.loop.create_task(step, context=contextvars.Context())
+        else:
+            task = self.loop.create_task(step)
+        task.add_done_callback(cycle.ended)
+        self.tasks.add(task)
+
     def on_response_complete(self) -> None:
         """uvicorn's, with the keep-alive deadline on the connection's clock: start the next
         pipelined request, else wait for one as long as `timeout_keep_alive`."""
@@ -516,7 +658,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
+            self._start_asgi_task(cycle, app)  # type: ignore[arg-type]  # ours (on_headers_complete)
         elif not (self._in_head and self.header_timeout is not None):  # (a head under way has its own)
             self._idle = True
             self._due_in(self.timeout_keep_alive)
@@ -537,7 +679,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if clock is None or self._clock_at > due:  # else the clock waits again when it fires
             if clock is not None:
                 clock.cancel()
-            self._clock = self.loop.call_at(due, self._tick)
+            self._clock = alarm_at(self.loop, due, self._tick)
             self._clock_at = due
 
     def _tick(self) -> None:
@@ -546,7 +688,7 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         if not due:
             return
         if due > self.loop.time():
-            self._clock = self.loop.call_at(due, self._tick)
+            self._clock = alarm_at(self.loop, due, self._tick)
             self._clock_at = due
             return
         self._due = 0.0  # a head too slow, or a kept-alive connection idle too long

@@ -8,7 +8,10 @@ headers into a case-sensitive dict, as llama.cpp's test client does, look them u
 Here a line is checked, cased and encoded the first time its (name, value) is seen and found in
 a table after: a stream's fixed headers (`Content-Type: text/event-stream`, `Cache-Control`,
 the server's `Server`) cost a lookup each. The table is bounded, emptied when full, so values
-that change per response (an id, a length, the date) are encoded each time, as before.
+that change per response (an id, a length, the date) are encoded each time, as before. A few
+names whose value is new in every response (`X-Request-ID`, `Date`) are never kept: the table
+held every open stream's id line and its key (~0.3 KiB a stream, bench/README.md gateway
+round thirteen) until it was emptied, and pushed out the lines that do repeat.
 
 What a line means to the framing (a `Content-Length`, `Transfer-Encoding: chunked`,
 `Connection: close`) is kept beside it, as uvicorn reads it. The checks are uvicorn's own
@@ -34,6 +37,8 @@ MAX_LINES: Final = 1024
 HeadLine = tuple[bytes, int, int]  # the encoded line (CRLF included), its kind, a Content-Length
 
 _lines: dict[tuple[bytes, bytes], HeadLine] = {}
+# Names (as ASGI gives them, lowercase) whose value differs in every response: not kept.
+PER_RESPONSE: Final = frozenset({b"x-request-id", b"request-id", b"date"})
 
 
 def head_line(name: bytes, value: bytes) -> HeadLine:
@@ -46,9 +51,10 @@ def head_line(name: bytes, value: bytes) -> HeadLine:
         return encode_line(bytes(name), bytes(value))
     if line is None:
         line = encode_line(name, value)
-        if len(_lines) >= MAX_LINES:
-            _lines.clear()
-        _lines[key] = line
+        if name not in PER_RESPONSE:
+            if len(_lines) >= MAX_LINES:
+                _lines.clear()
+            _lines[key] = line
     return line
 
 

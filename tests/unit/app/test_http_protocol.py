@@ -13,7 +13,9 @@ import pytest
 import uvicorn
 from uvicorn.server import ServerState
 
+from sluicegate.app import http_protocol, response_head
 from sluicegate.app.http_protocol import HEAD_KEPT, JSONHttpToolsProtocol
+from sluicegate.core.alarms import Alarm
 from sluicegate.engines.lane import Starts
 
 
@@ -84,6 +86,107 @@ async def test_a_connection_makes_its_pipeline_only_when_a_request_is_pipelined(
     assert not other.pipeline  # the shared one never holds a request
 
 
+async def test_a_streaming_request_holds_no_parser(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """A kept-alive request read whole: the parser (912 B with its callbacks) is let go while its
+    response streams, and the next request's bytes make a new one, as lenient as uvicorn's."""
+    proto, transport = protocol
+    proto.data_received(b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+    first = proto.cycle
+    assert proto.parser is None and not first.more_body
+    proto.data_received(b"GET /b HTTP/1.1\r\nHo")  # the next one, pipelined behind the stream
+    assert proto.parser is not None  # mid-request: kept
+    proto.data_received(b"st: x\r\n\r\n")
+    assert proto.parser is None and proto.cycle is not first and proto.scope["path"] == "/b"
+    assert len(proto.pipeline) == 1
+    transport.write.assert_not_called()
+
+
+@pytest.mark.parametrize(
+    "head",
+    [b"GET /a HTTP/1.0\r\n\r\n", b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"],
+    ids=["HTTP/1.0", "Connection: close"],
+)
+async def test_a_request_not_kept_alive_keeps_its_parser(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock], head: bytes
+) -> None:
+    """After a message that closes the connection llhttp reads what follows as data after a
+    close; a new parser would read it as a request, so the parser stays."""
+    proto, _ = protocol
+    proto.data_received(head)
+    assert proto.parser is not None and proto.cycle is not None
+
+
+async def test_the_connections_clock_is_an_alarm_not_a_loop_timer(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """The head's deadline from the connection's start outlives the head: as a uvloop timer it
+    held ~0.5 KiB (with libuv's) in every stream younger than `header_timeout`."""
+    proto, transport = protocol
+    proto.header_timeout = 10.0
+    proto.connection_made(transport)
+    assert isinstance(proto._clock, Alarm)
+    proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert isinstance(proto._clock, Alarm) and proto._due == 0.0
+
+
+async def test_header_names_are_lowercased_once_for_every_request(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """uvicorn lowercases each name into bytes of its own, per request, held in the scope for
+    the stream's life; here one object per name (any casing), from a bounded table."""
+    proto, transport = protocol
+    config = uvicorn.Config(_app, log_level="error")
+    config.load()
+    other = JSONHttpToolsProtocol(config=config, server_state=ServerState(), app_state={})
+    other.connection_made(transport)
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\nX-Stainless-Lang: python\r\n\r\n")
+    other.data_received(b"GET /b HTTP/1.1\r\nhost: x\r\nX-Stainless-Lang: python\r\n\r\n")
+    assert proto.headers == other.headers == [(b"host", b"x"), (b"x-stainless-lang", b"python")]
+    assert all(a[0] is b[0] for a, b in zip(proto.headers, other.headers, strict=True))
+    other.connection_lost(None)
+
+
+async def test_every_requests_scope_shares_one_asgi_entry(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """uvicorn's `{"version": ..., "spec_version": "2.3"}`, made per request (~0.2 KiB every
+    stream held in its scope): one per ASGI version here, equal to uvicorn's."""
+    proto, _ = protocol
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    first = proto.scope
+    proto.data_received(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert proto.scope is not first and proto.scope["asgi"] is first["asgi"]
+    assert first["asgi"] == {"version": "3.0", "spec_version": "2.3"}
+
+
+def test_the_table_of_header_names_is_bounded() -> None:
+    with mock.patch.dict(http_protocol._NAMES, clear=True):
+        long = b"X-" + b"a" * http_protocol._NAME_KEPT
+        assert http_protocol._lowered(long) == long.lower() and long not in http_protocol._NAMES
+        for n in range(2 * http_protocol._NAMES_KEPT):
+            assert http_protocol._lowered(b"X-Name-%d" % n) == b"x-name-%d" % n
+        assert len(http_protocol._NAMES) <= http_protocol._NAMES_KEPT
+
+
+async def test_a_requests_task_runs_the_apps_own_coroutine(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    """No `run_asgi` coroutine around the app's (~0.25 KiB every stream held, a frame every
+    step of its task passed through): what it did after the app is the task's done callback,
+    and the task still leaves the server's set when done."""
+    proto, _ = protocol
+    proto.app = _app  # (not behind uvicorn's proxy-headers middleware)
+    proto.data_received(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n")
+    (task,) = proto.tasks
+    assert task.get_coro().cr_code is _app.__code__  # type: ignore[union-attr]
+    task.cancel()
+    async with asyncio.timeout(10):
+        while proto.tasks:
+            await asyncio.sleep(0)
+
+
 async def test_the_flow_control_waits_for_the_drain_without_an_event(
     protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
 ) -> None:
@@ -114,6 +217,18 @@ async def test_a_refused_request_line_still_names_its_api(
     error = orjson.loads(written.partition(b"\r\n\r\n")[2])["error"]
     assert error["message"] == "Invalid HTTP request received."
     assert "param" not in error  # LM Studio's shape, from the path
+
+
+def test_a_per_response_header_value_is_not_kept_in_the_table_of_lines() -> None:
+    """Every stream's `X-Request-ID` line (and its key) stayed in the table of encoded lines
+    until it was emptied: ~0.3 KiB per open stream, and the lines that repeat pushed out."""
+    with mock.patch.dict(response_head._lines, clear=True):
+        for n in range(3):
+            line, _, _ = response_head.head_line(b"x-request-id", b"chatcmpl-%d" % n)
+            assert line == b"X-Request-Id: chatcmpl-%d\r\n" % n
+        assert not response_head._lines
+        response_head.head_line(b"content-type", b"text/event-stream")
+        assert list(response_head._lines) == [(b"content-type", b"text/event-stream")]
 
 
 async def test_response_header_names_go_out_in_canonical_case(

@@ -4,13 +4,15 @@ a stream goes wrong in production. pyproject.toml pins uvicorn to the versions t
 to move the pin, run this test on the new release.
 
 Relied on: `HttpToolsProtocol`'s hooks (`connection_made`, `data_received`, `on_message_begin`,
-`on_headers_complete`, `connection_lost`, `send_400_response`), the state and helpers our own
+`on_header`, `on_headers_complete`, `on_message_complete`, `_start_asgi_task`, `connection_lost`,
+`send_400_response`), how its `__init__` makes the parser (ours makes it again per request), the state and helpers our own
 hooks use in their place (`flow.write_paused`, `transport`, `loop`, `scope`, `cycle`, `url`,
 `_should_upgrade`, `_start_asgi_task`, `timeout_keep_alive`, `pipeline`, ...; our
 `on_response_complete` replaces uvicorn's, which its cycle calls);
 `RequestResponseCycle`'s constructor, state and `send`, which our `Cycle` replaces: its head,
 its chunk framing and its ends are compared with uvicorn's own, byte for byte (the names in
-canonical case).
+canonical case), and so is what its `run_asgi` does after an app that breaks the conversation
+(ours is the task's done callback).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import logging
 from typing import Any
 
 import pytest
@@ -26,7 +29,7 @@ from uvicorn.protocols.http import httptools_impl
 from uvicorn.protocols.http.flow_control import FlowControl
 from uvicorn.server import ServerState
 
-from sluicegate.app import response_head
+from sluicegate.app import http_protocol, response_head
 from sluicegate.app.http_protocol import Cycle, CycleWriter, JSONHttpToolsProtocol
 from sluicegate.transport.stream import BODY_WRITER
 
@@ -39,6 +42,9 @@ HOOKS = (
     "on_headers_complete",
     "connection_lost",
     "send_400_response",
+    "on_message_complete",
+    "on_header",
+    "_start_asgi_task",
 )
 
 
@@ -359,7 +365,8 @@ async def _echo(scope: Any, receive: Any, send: Any) -> None:
         if not message.get("more_body"):
             break
     seen = [scope["method"], scope["path"], scope["raw_path"].decode(), scope["query_string"].decode(),
-            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate"))]  # fmt: skip
+            scope["http_version"], len(body), sorted(k for k in scope if not k.startswith("sluicegate")),
+            scope["headers"], scope["asgi"]]  # fmt: skip
     text = repr(seen).encode()
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
     for _ in range(3):  # a pipelined request's answer must wait for this one's end
@@ -376,8 +383,37 @@ WIRE_CASES = {
 }
 
 
-@pytest.mark.parametrize("request_bytes", WIRE_CASES.values(), ids=list(WIRE_CASES))
-async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes) -> None:
+# Several reads: our protocol lets its parser go after a kept-alive request's end and makes a
+# new one for the next bytes; uvicorn keeps one parser for the connection's life. (reads, how
+# many responses uvicorn gives)
+READ_CASES = {
+    "the next request in a later read": (
+        [b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"],
+        2,
+    ),
+    "a head split across reads, then the next": (
+        [b"GET /a HTTP/1.1\r\nHo", b"st: x\r\n\r\nGET /b HT", b"TP/1.1\r\nHost: x\r\n\r\n"],
+        2,
+    ),
+    "a body in its own read, then a chunked request": (
+        [
+            b"POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\n",
+            b"abc",
+            b"POST /q HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        ],
+        2,
+    ),
+    "HTTP/1.0, then more bytes": ([b"GET /old HTTP/1.0\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"], 1),
+    "Connection: close, then more bytes": (
+        [b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n"],
+        1,
+    ),
+}
+CASES = {name: ([raw], raw.count(b" HTTP/1.")) for name, raw in WIRE_CASES.items()} | READ_CASES
+
+
+@pytest.mark.parametrize(("reads", "answers"), CASES.values(), ids=list(CASES))
+async def test_our_protocol_answers_on_the_wire_as_uvicorns(reads: list[bytes], answers: int) -> None:
     """The same bytes into uvicorn's protocol and ours, the same app: the same bytes out (names
     cased), the same scope, the connection closed or kept alike."""
     out: dict[str, tuple[bytes, bool]] = {}
@@ -389,10 +425,15 @@ async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes
         proto = cls(config=config, server_state=server, app_state={})
         wire = Socket()
         proto.connection_made(wire)
-        proto.data_received(request_bytes)
-        async with asyncio.timeout(LIMIT):
-            while server.total_requests < request_bytes.count(b" HTTP/1."):
+        for read in reads:
+            proto.data_received(read)
+            for _ in range(20):  # the same turns of the loop for both: a response under way or done
                 await asyncio.sleep(0)
+        async with asyncio.timeout(LIMIT):
+            while server.total_requests < answers:
+                await asyncio.sleep(0)
+        for _ in range(20):  # nothing more comes
+            await asyncio.sleep(0)
         out[label] = (bytes(wire.written), wire.closing)
         proto.connection_lost(None)
     expected = b"".join(
@@ -400,6 +441,101 @@ async def test_our_protocol_answers_on_the_wire_as_uvicorns(request_bytes: bytes
         for head, rest in _responses(out["uvicorn"][0])
     )
     assert out["ours"] == (expected, out["uvicorn"][1])
+
+
+async def _raises_first(scope: Any, receive: Any, send: Any) -> None:
+    raise RuntimeError("a bug")
+
+
+async def _raises_later(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+    await send({"type": "http.response.body", "body": b"part", "more_body": True})
+    raise RuntimeError("a bug")
+
+
+async def _never_starts(scope: Any, receive: Any, send: Any) -> None:
+    await asyncio.sleep(0)
+
+
+async def _never_completes(scope: Any, receive: Any, send: Any) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"4")]})
+
+
+async def _returns_something(scope: Any, receive: Any, send: Any) -> Any:
+    await send({"type": "http.response.start", "status": 204, "headers": []})
+    await send({"type": "http.response.body", "body": b""})
+    return 42
+
+
+def _raises_when_called(scope: Any, receive: Any, send: Any) -> Any:
+    raise RuntimeError("a bug in a plain call")
+
+
+async def _cancelled(scope: Any, receive: Any, send: Any) -> None:
+    raise asyncio.CancelledError
+
+
+class _Awaitable:
+    def __init__(self, scope: Any, receive: Any, send: Any) -> None:
+        self.send = send
+
+    def __await__(self) -> Any:
+        yield from self.send({"type": "http.response.start", "status": 204, "headers": []}).__await__()
+        yield from self.send({"type": "http.response.body", "body": b""}).__await__()
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+BROKEN_APPS = {
+    "raises before the start": _raises_first,
+    "raises after the start": _raises_later,
+    "never starts": _never_starts,
+    "never completes": _never_completes,
+    "returns a value": _returns_something,
+    "raises when called": _raises_when_called,
+    "cancelled": _cancelled,
+    "an awaitable, not a coroutine": _Awaitable,
+}
+
+
+@pytest.mark.parametrize("app", BROKEN_APPS.values(), ids=list(BROKEN_APPS))
+async def test_an_app_that_breaks_the_asgi_conversation_is_answered_as_uvicorn_answers(app: Any) -> None:
+    """uvicorn's `run_asgi` (the errors after the app, a 500 or a close) is our task's done
+    callback: the same bytes, the same close, the same log lines; the task leaves the set."""
+    out: dict[str, tuple[bytes, bool, list[str]]] = {}
+    for label, cls in (("uvicorn", httptools_impl.HttpToolsProtocol), ("ours", JSONHttpToolsProtocol)):
+        config = uvicorn.Config(app, log_level="error", proxy_headers=False)
+        config.load()
+        server = ServerState()
+        proto = cls(config=config, server_state=server, app_state={})
+        wire = Socket()
+        proto.connection_made(wire)
+        handler = _Kept()
+        logging.getLogger("uvicorn.error").addHandler(handler)
+        try:
+            proto.data_received(REQUEST)
+            async with asyncio.timeout(LIMIT):
+                while server.tasks or not (wire.closing or server.total_requests):
+                    await asyncio.sleep(0)
+            for _ in range(5):
+                await asyncio.sleep(0)
+        finally:
+            logging.getLogger("uvicorn.error").removeHandler(handler)
+        out[label] = (bytes(wire.written), wire.closing, handler.lines)
+        proto.connection_lost(None)
+    expected = b"".join(
+        (_cased(head) if b"\r\n" in head else head) + b"\r\n\r\n" + rest
+        for head, rest in _responses(out["uvicorn"][0])
+    )
+    assert out["ours"] == (expected, *out["uvicorn"][1:])
+    assert out["ours"][2] or app is _Awaitable  # (each broken case logs)
 
 
 def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
@@ -410,6 +546,40 @@ def _responses(written: bytes) -> list[tuple[bytes, bytes]]:
         head, _, rest = (b"HTTP/1.1 " + part).partition(b"\r\n\r\n")
         found.append((head, rest))
     return found
+
+
+def test_the_parser_is_made_and_a_message_ends_as_uvicorn_does_it() -> None:
+    """Our protocol lets its parser go between kept-alive requests and makes the next one with
+    `new_parser`, which must be what uvicorn's `__init__` makes; our `on_message_complete` is
+    uvicorn's, line for line, plus a flag."""
+    made = inspect.getsource(httptools_impl.HttpToolsProtocol.__init__)
+    assert "self.parser = httptools.HttpRequestParser(self)" in made
+    assert made.count("set_dangerous_leniencies(") == 1
+    assert "self.parser.set_dangerous_leniencies(lenient_data_after_close=True)" in made
+    ours = inspect.getsource(http_protocol.new_parser)
+    assert "httptools.HttpRequestParser(protocol)" in ours
+    assert "parser.set_dangerous_leniencies(lenient_data_after_close=True)" in ours
+    header = inspect.getsource(httptools_impl.HttpToolsProtocol.on_header)
+    assert [line.strip() for line in header.splitlines()[1:]] == [
+        "name = name.lower()",  # ours: the same bytes, from `_NAMES`
+        'if name == b"expect" and value.lower() == b"100-continue":',
+        "self.expect_100_continue = True",
+        "self.headers.append((name, value))",
+    ]
+    start = inspect.getsource(httptools_impl.HttpToolsProtocol._start_asgi_task)
+    assert "self.loop.create_task(cycle.run_asgi(app), context=contextvars.Context())" in start
+    assert (
+        "task = self.loop.create_task(cycle.run_asgi(app))\n"
+        "        task.add_done_callback(self.tasks.discard)\n        self.tasks.add(task)\n"
+    ) in start
+    ended = inspect.getsource(httptools_impl.HttpToolsProtocol.on_message_complete).split('"""')[-1]
+    body = [line.strip() for line in ended.splitlines()[1:] if line.strip()]
+    assert body == [
+        "if (self.parser.should_upgrade() and self._should_upgrade()) or self.cycle.response_complete:",
+        "return",
+        "self.cycle.more_body = False",
+        "self.cycle.message_event.set()",
+    ]
 
 
 async def test_our_connection_made_and_flow_set_up_what_uvicorns_do() -> None:
