@@ -77,11 +77,13 @@ COMPILED: tuple[str, ...] = (
     # wait and the stream transport (its lane's `emit` per read). Not the runner: compiled, a
     # start cost 5% more instructions — its coroutines sit between interpreted ones, and a
     # compiled coroutine awaited by and awaiting interpreted code costs more than an
-    # interpreted one. Not the instance, the engine's relay or the turn's pipeline: async
-    # generators, which mypyc does not compile.
+    # interpreted one. The engine's relay (`relay.py`) is an async iterator object, not an
+    # async generator (which mypyc does not compile), so that it is compiled with the client
+    # and clocks it awaits (bench/README.md, "Round thirteen").
     "sluicegate.engines.upstream.http",
     "sluicegate.engines.upstream.timeouts",
     "sluicegate.engines.upstream.engine",
+    "sluicegate.engines.upstream.relay",
     "sluicegate.transport.answer_first",
     "sluicegate.transport.stream",
     *declared_by_dialects(),
