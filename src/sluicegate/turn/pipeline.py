@@ -145,10 +145,10 @@ class TurnPipeline:
         self.accumulator.feed(failed)
         return self.encoder.encode(failed)
 
-    def _owned_cancel(self) -> bool:
-        """True when the current cancellation is ours (`cancel`), not the consumer's."""
-        task = self._task
-        return self.cancel_reason is not None and task is not None and task.uncancel() == 0
+    def _owned_cancel(self) -> str | None:
+        """The reason when the current cancellation is ours (`cancel`), not the consumer's."""
+        task, reason = self._task, self.cancel_reason
+        return reason if reason is not None and task is not None and task.uncancel() == 0 else None
 
     def frames(self) -> Frames:
         """The stream: opening frames, one list per read that renders, the ending (`Frames`)."""
@@ -261,12 +261,38 @@ class Frames:
                 if state == _FINISHING:
                     frames, self._final = self._final, []
                     return await self._finish(pipeline, frames)
-                return await self._read(pipeline, state)
+                # A step of the stream's reads, inlined: a coroutine less per read.
+                if state == _OPENED:
+                    # A background run takes its opening in the request's task and goes on in its own.
+                    pipeline._task = asyncio.current_task(asyncio.get_running_loop())
+                    if pipeline.cancel_reason is not None:
+                        raise asyncio.CancelledError
+                    tap = pipeline.tap
+                    if tap is not None:
+                        tap.start()
+                        self._tapping = True
+                    self._state = _READING
+                core, events = pipeline.core, self._events
+                assert events is not None
+                if not _failed(core):  # (a failure ends the reads, after its read's frames)
+                    push = core.push
+                    async for event in events:
+                        frames = push(event)
+                        if frames:
+                            return frames
+                        if _failed(core):
+                            break
+                await events.aclose()  # the engine closed and the deadline disarmed before the end
+                before, frames = core.finish()
+                if before:
+                    self._state = _FINISHING
+                    self._final = frames
+                    return before
+                return await self._finish(pipeline, frames)
             except asyncio.CancelledError:
-                if not pipeline._owned_cancel():
+                reason = pipeline._owned_cancel()
+                if reason is None:
                     raise
-                reason = pipeline.cancel_reason
-                assert reason is not None
                 frames = await pipeline._end(reason, pipeline.encoder.cancelled(reason))
                 self._state = _ENDING
                 return [*frames, *pipeline.encoder.closing()]
@@ -289,35 +315,6 @@ class Frames:
             raise asyncio.CancelledError
         self._state = _OPENED
         return pipeline._take_opening()
-
-    async def _read(self, pipeline: TurnPipeline, state: int) -> list[Frame]:
-        if state == _OPENED:
-            # A background run takes its opening in the request's task and goes on in its own.
-            pipeline._task = asyncio.current_task(asyncio.get_running_loop())
-            if pipeline.cancel_reason is not None:
-                raise asyncio.CancelledError
-            tap = pipeline.tap
-            if tap is not None:
-                tap.start()
-                self._tapping = True
-            self._state = _READING
-        core, events = pipeline.core, self._events
-        assert events is not None
-        if core.failure is None:  # (a failure ends the reads, after its read's frames)
-            push = core.push
-            async for event in events:
-                frames = push(event)
-                if frames:
-                    return frames
-                if core.failure is not None:
-                    break
-        await events.aclose()  # the engine closed and the deadline disarmed before the end
-        before, frames = core.finish()
-        if before:
-            self._state = _FINISHING
-            self._final = frames
-            return before
-        return await self._finish(pipeline, frames)
 
     async def _finish(self, pipeline: TurnPipeline, frames: list[Frame]) -> list[Frame]:
         frames = await pipeline._end(None, frames)
@@ -342,3 +339,10 @@ class Frames:
         events = self._events
         if events is not None:
             await events.aclose()
+
+
+def _failed(core: StreamCore) -> bool:
+    """The core's failure ended the stream. A call, not `core.failure` tested in place: mypy
+    keeps an attribute narrowed to None across an `await`, and mypyc compiled that as a type
+    check (a read that failed raised `TypeError`)."""
+    return core.failure is not None

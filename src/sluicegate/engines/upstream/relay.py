@@ -146,9 +146,78 @@ class Relay:
             if state == _ENDING:
                 await self._over(False)
             raise StopAsyncIteration
+        event: RawEvent | None
         try:
             if state == _READ:
-                event = await self._read()
+                # One upstream read's events (a `RawBatch` when more than one), or the stream's
+                # last: inlined, a coroutine less per read.
+                clocks, decoder, response = self._clocks, self._decoder, self._response
+                assert clocks is not None and decoder is not None and response is not None
+                read = response.read
+                feed, frame = self._reader.feed, decoder.frame
+                lane = self._lane
+                while True:
+                    if self._read_over:
+                        self._read_over = False
+                        if decoder.over:
+                            # The body's end normally came with the last event: no timer to wait for it.
+                            if decoder.done and not response.received:
+                                await self._drain(read)
+                            event = None
+                            break
+                    if clocks.expired is not None:
+                        event = self._hand(decoder.cut(clocks.expired))
+                        break
+                    # Once the stream's transport has bound the lane (a transport that never does, the
+                    # Responses WebSocket's, keeps every read on this loop).
+                    through = self._through
+                    if (
+                        through is None
+                        and lane is not None
+                        and lane.deliver is not None
+                        and not self._prompting
+                    ):
+                        through = self._through = ReadThrough(lane, feed, decoder, clocks)
+                        response.read_through(through)
+                    try:
+                        chunk = await clocks.read(read)
+                    except Exception as exc:  # the connection broke mid-body
+                        error = ErrorInfo(
+                            ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
+                        )
+                        ending: list[RawEvent] = []
+                        if through is not None and through.stash:
+                            ending.append(RawBatch(through.take()))
+                        event = self._hand([*ending, *decoder.cut(error)])
+                        break
+                    if type(chunk) is not bytes:
+                        if chunk is None:  # the body's end
+                            event = self._end()
+                            break
+                        if through is not None and through.stash:  # what came before the timeout first
+                            event = RawBatch(through.take())
+                            break
+                        continue  # a limit passed (`expired`): the loop's top reports it
+                    # Everything this read decoded goes down as one: a RawBatch when it is more than
+                    # one event, so the layers above take one step per read, not one per token.
+                    batch: list[RawEvent] = []
+                    if through is not None and through.stash:  # decoded by the fast lane, not carried
+                        batch = through.take()
+                    for name, data in feed(chunk):
+                        batch += frame(name, data)
+                    if self._prompting and batch:
+                        for i, seen in enumerate(batch):
+                            if type(seen) is not PromptProgress:
+                                self._prompting = False
+                                batch[i:i] = (PromptProgress(1.0), PromptFinished())
+                                break
+                    self._read_over = True
+                    if len(batch) == 1:
+                        event = batch[0]
+                        break
+                    if batch:
+                        event = RawBatch(batch)
+                        break
             elif state == _SEND:
                 event = await self._send()
             else:
@@ -221,64 +290,6 @@ class Relay:
         assert replica is not None and response is not None
         self._state = _READ
         return Answered({REPLICA_HEADER: replica.name})
-
-    async def _read(self) -> RawEvent | None:
-        """One upstream read's events (a `RawBatch` when more than one), or the stream's last."""
-        clocks, decoder, response = self._clocks, self._decoder, self._response
-        assert clocks is not None and decoder is not None and response is not None
-        read = response.read
-        feed, frame = self._reader.feed, decoder.frame
-        lane = self._lane
-        while True:
-            if self._read_over:
-                self._read_over = False
-                if decoder.over:
-                    # The body's end normally came with the last event: no timer to wait for it.
-                    if decoder.done and not response.received:
-                        await self._drain(read)
-                    return None
-            if clocks.expired is not None:
-                return self._hand(decoder.cut(clocks.expired))
-            # Once the stream's transport has bound the lane (a transport that never does, the
-            # Responses WebSocket's, keeps every read on this loop).
-            through = self._through
-            if through is None and lane is not None and lane.deliver is not None and not self._prompting:
-                through = self._through = ReadThrough(lane, feed, decoder, clocks)
-                response.read_through(through)
-            try:
-                chunk = await clocks.read(read)
-            except Exception as exc:  # the connection broke mid-body
-                error = ErrorInfo(
-                    ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
-                )
-                ending: list[RawEvent] = []
-                if through is not None and through.stash:
-                    ending.append(RawBatch(through.take()))
-                return self._hand([*ending, *decoder.cut(error)])
-            if type(chunk) is not bytes:
-                if chunk is None:  # the body's end
-                    return self._end()
-                if through is not None and through.stash:  # what came before the timeout first
-                    return RawBatch(through.take())
-                continue  # a limit passed (`expired`): the loop's top reports it
-            # Everything this read decoded goes down as one: a RawBatch when it is more than
-            # one event, so the layers above take one step per read, not one per token.
-            batch: list[RawEvent] = []
-            if through is not None and through.stash:  # decoded by the fast lane, not carried
-                batch = through.take()
-            for name, data in feed(chunk):
-                batch += frame(name, data)
-            if self._prompting and batch:
-                for i, event in enumerate(batch):
-                    if type(event) is not PromptProgress:
-                        self._prompting = False
-                        batch[i:i] = (PromptProgress(1.0), PromptFinished())
-                        break
-            self._read_over = True
-            if len(batch) == 1:
-                return batch[0]
-            if batch:
-                return RawBatch(batch)
 
     def _end(self) -> RawEvent | None:
         """The body's end: what the fast lane kept, the reader's last frame, the decoder's end."""
