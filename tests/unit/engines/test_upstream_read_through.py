@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.events import FinishReason, PromptStarted
+from sluicegate.core.events import Failed, FinishReason, PromptStarted
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
@@ -207,6 +207,22 @@ async def test_with_a_lane_the_engines_relay_is_the_whole_stream_and_gives_the_s
         unstarted = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
         assert unstarted.read_through(Lane()) and instance.pending == 1
         await unstarted.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+    finally:
+        await engine.aclose()
+
+
+async def test_a_relay_that_ends_gives_the_instance_its_slot_back_itself() -> None:
+    """The relay's own end (here the upstream cannot be reached: a `Failed`, then the end) gives
+    the slot back, with no close from the generation's owner."""
+    engine = OpenAIUpstreamEngine(parse_config({"id": "m", "base_url": "http://127.0.0.1:9/v1"}, env={}))
+    instance = Instance(engine, "m", max_concurrency=0, max_queue=0)
+    active = METRICS.key("sluicegate_generations_active", model="m")
+    try:
+        generation = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert generation.read_through(Lane())
+        events = [event async for event in generation.events]
+        assert type(events[-1]) is Failed
         assert not instance.busy and METRICS.gauges[active] == 0
     finally:
         await engine.aclose()
