@@ -24,8 +24,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
-from sluicegate.core.segmenter import Reads
-from sluicegate.core.segmenter import Segments
+from sluicegate.core.segmenter import Reads, Segments
 
 LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
 
