@@ -81,11 +81,15 @@ COMPILED: tuple[str, ...] = (
     # wait and the stream transport (its lane's `emit` per read). Not the runner: compiled, a
     # start cost 5% more instructions — its coroutines sit between interpreted ones, and a
     # compiled coroutine awaited by and awaiting interpreted code costs more than an
-    # interpreted one. Not the instance, the engine's relay or the turn's pipeline: async
-    # generators, which mypyc does not compile.
+    # interpreted one. The engine's relay (`relay.py`) and the turn's frames (`pipeline.py`,
+    # and `Reads` in segmenter.py) are async iterator objects, not async generators (which
+    # mypyc does not compile), so that the chain from the stream's transport to the upstream
+    # client is compiled end to end (bench/README.md, "Round thirteen").
     "sluicegate.engines.upstream.http",
     "sluicegate.engines.upstream.timeouts",
     "sluicegate.engines.upstream.engine",
+    "sluicegate.engines.upstream.relay",
+    "sluicegate.turn.pipeline",
     "sluicegate.transport.answer_first",
     "sluicegate.transport.stream",
     *declared_by_dialects(),

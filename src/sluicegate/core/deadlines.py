@@ -24,7 +24,7 @@ from sluicegate.core.events import Failed
 
 class Deadline:
     """One stream's request deadline and idle timeout, for the loop that reads its events
-    (`core/segment.py` `reads`: no generator layer of its own): `arm()` in the reading task,
+    (`core/segmenter.py` `Reads`: no generator layer of its own): `arm()` in the reading task,
     set `last = clock()` on every read (the stream core's step, `Segments.push`, whichever
     driver pushes it), and on a `CancelledError` ask `owns_cancel()` whether it was this
     timer's, then end with `failure()`."""

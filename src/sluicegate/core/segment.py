@@ -10,60 +10,19 @@ Three pieces, each once:
   compiled with it): one read's raw events (a `RawBatch` or a single event) through the
   deadline's clock and the segmenter's state machine, synchronously. The turn's stream core
   (`turn/stream_core.py`) is built on it, and so is `segment` below.
-- `reads`: the one loop that reads an engine's stream in a task: it owns the deadline's timer,
-  turns an engine's exception or the deadline's expiry into a final `Failed`, and closes the
-  engine's stream on every path.
+- `Reads` (in `core/segmenter.py` too, compiled): the one loop that reads an engine's stream
+  in a task: it owns the deadline's timer, turns an engine's exception or the deadline's
+  expiry into a final `Failed`, and closes the engine's stream on every path.
 - `segment`: the canonical stream for a consumer without an encoder (a compaction, a test).
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 
 from sluicegate.core.deadlines import Deadline
-from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
-from sluicegate.core.events import Event, EventBatch, Failed, RawBatch, RawEvent
-from sluicegate.core.segmenter import Segments
-
-log = logging.getLogger(__name__)
-
-
-def failure_from_exception(exc: Exception) -> Failed:
-    if isinstance(exc, EngineFailure):
-        return Failed(ErrorInfo(ErrorKind.ENGINE, str(exc), code=exc.code))
-    log.exception("engine raised unexpectedly", exc_info=exc)
-    return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
-
-
-async def reads(
-    raw: AsyncIterator[RawEvent], deadline: Deadline | None = None
-) -> AsyncGenerator[RawEvent, None]:
-    """The engine's events as the stream's task reads them, under `deadline` (its timer armed
-    while this runs; each event's clock is `Segments.push`'s). An engine's exception, or the
-    deadline's expiry, comes as a final `Failed`; `raw` is closed on every path, and the timer
-    disarmed, by the time this generator is done or closed."""
-    failure: Failed | None = None
-    if deadline is not None:
-        deadline.arm()
-    try:
-        async for event in raw:
-            yield event
-    except asyncio.CancelledError:
-        if deadline is None or not deadline.owns_cancel():
-            raise  # a real cancellation (client gone), not the deadline's timer
-        failure = deadline.failure()
-    except Exception as exc:  # an engine bug must still end the stream properly
-        failure = failure_from_exception(exc)
-    finally:
-        if deadline is not None:
-            deadline.disarm()
-        aclose = getattr(raw, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if failure is not None:
-        yield failure
+from sluicegate.core.events import Event, EventBatch, RawBatch, RawEvent
+from sluicegate.core.segmenter import Reads, Segments
 
 
 async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> AsyncIterator[Event]:
@@ -72,7 +31,7 @@ async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None
     than one."""
     segments = Segments(deadline)
     out: list[Event] = []
-    events = reads(raw, deadline)
+    events = Reads(raw, deadline)
     try:
         async for event in events:
             if not segments.push(event, out):

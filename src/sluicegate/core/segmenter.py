@@ -2,14 +2,18 @@
 
 `core/segment.py` drives it over an engine's stream. It is a module of its own because it is
 compiled (mypyc, `sluicegate/_compiled.py`), and mypyc cannot compile the async generator
-that drives it.
+that drives it there (`segment`); `Reads`, the stream's task's read loop, is here for the same
+reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
+from sluicegate.core.errors import EngineFailure, ErrorInfo, ErrorKind
 from sluicegate.core.events import (
     Answered,
     ApprovalRequested,
@@ -280,3 +284,77 @@ class Segments:
     def end(self, out: list[Event]) -> None:
         """The stream's ending into `out`: closed items, the last usage, the terminal event."""
         self.state.end(out, self.failure)
+
+
+def failure_from_exception(exc: Exception) -> Failed:
+    if isinstance(exc, EngineFailure):
+        return Failed(ErrorInfo(ErrorKind.ENGINE, str(exc), code=exc.code))
+    log.exception("engine raised unexpectedly", exc_info=exc)
+    return Failed(ErrorInfo(ErrorKind.ENGINE, f"the engine failed unexpectedly ({type(exc).__name__})"))
+
+
+_NEW, _READING, _OVER = 0, 1, 2
+
+
+class Reads:
+    """The engine's events as the stream's task reads them, under `deadline` (its timer armed
+    from the first read; each event's clock is `Segments.push`'s). An engine's exception, or the
+    deadline's expiry, comes as a final `Failed`; `raw` is closed on every path, and the timer
+    disarmed, by the time this stream is done or closed (`aclose`).
+
+    An async iterator object, not an async generator, so that it is compiled with what it reads
+    (the engine's relay) and what reads it (the turn's frames): what the generator's `finally`
+    did is `_close`, run once. Closed before its first read, it does nothing (as a generator
+    never started): `raw`'s owner closes that."""
+
+    __slots__ = ("_deadline", "_raw", "_state")
+
+    def __init__(self, raw: AsyncIterator[RawEvent], deadline: Deadline | None = None) -> None:
+        self._raw = raw
+        self._deadline = deadline
+        self._state = _NEW
+
+    def __aiter__(self) -> Reads:
+        return self
+
+    async def __anext__(self) -> RawEvent:
+        state = self._state
+        if state != _READING:
+            if state == _NEW:
+                self._state = _READING
+                if self._deadline is not None:
+                    self._deadline.arm()
+            else:
+                raise StopAsyncIteration
+        failure: Failed | None = None
+        try:
+            return await self._raw.__anext__()
+        except StopAsyncIteration:
+            pass
+        except asyncio.CancelledError:
+            deadline = self._deadline
+            if deadline is None or not deadline.owns_cancel():
+                await self._close()
+                raise  # a real cancellation (client gone), not the deadline's timer
+            failure = deadline.failure()
+        except Exception as exc:  # an engine bug must still end the stream properly
+            failure = failure_from_exception(exc)
+        await self._close()
+        if failure is None:
+            raise StopAsyncIteration
+        return failure
+
+    async def aclose(self) -> None:
+        if self._state == _READING:
+            await self._close()
+        else:
+            self._state = _OVER
+
+    async def _close(self) -> None:
+        self._state = _OVER
+        deadline = self._deadline
+        if deadline is not None:
+            deadline.disarm()
+        aclose = getattr(self._raw, "aclose", None)
+        if aclose is not None:
+            await aclose()

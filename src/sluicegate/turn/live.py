@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
@@ -21,7 +21,7 @@ from sluicegate.dialects.base import Encoder
 from sluicegate.store.base import Store, StoredResponse, StoreUnavailable
 from sluicegate.store.runlog import RunLog
 from sluicegate.transport.sse import frame_bytes
-from sluicegate.turn.pipeline import TurnPipeline
+from sluicegate.turn.pipeline import Frames, TurnPipeline
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -172,7 +172,7 @@ class BackgroundRun(LiveTurn):
             self._status = status
             await self.store.update_run(self.id, response, scope=self.scope)
 
-    async def _run(self, frames: AsyncGenerator[list[Frame], None]) -> None:
+    async def _run(self, frames: Frames) -> None:
         try:
             try:
                 async with self._owned:

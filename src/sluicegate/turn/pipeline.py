@@ -18,14 +18,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import Failed, RawBatch, RawEvent, TextDelta, ToolCallDelta, UsageReport
 from sluicegate.core.frames import Frame
-from sluicegate.core.segment import reads
+from sluicegate.core.segmenter import Reads
 from sluicegate.dialects.base import Encoder
 from sluicegate.engines.lane import Lane
 from sluicegate.observe.metrics import METRICS, Key
@@ -145,59 +145,14 @@ class TurnPipeline:
         self.accumulator.feed(failed)
         return self.encoder.encode(failed)
 
-    def _owned_cancel(self) -> bool:
-        """True when the current cancellation is ours (`cancel`), not the consumer's."""
-        task = self._task
-        return self.cancel_reason is not None and task is not None and task.uncancel() == 0
+    def _owned_cancel(self) -> str | None:
+        """The reason when the current cancellation is ours (`cancel`), not the consumer's."""
+        task, reason = self._task, self.cancel_reason
+        return reason if reason is not None and task is not None and task.uncancel() == 0 else None
 
-    async def frames(self) -> AsyncGenerator[list[Frame], None]:
-        """The stream: opening frames, one list per read that renders, the ending."""
-        encoder, core = self.encoder, self.core
-        loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task(loop)
-        tap = self.tap
-        tapping = False
-        events = reads(self.events, self.deadline)
-        try:
-            if self.cancel_reason is not None:  # cancelled before it started
-                raise asyncio.CancelledError
-            yield self._take_opening()
-            # A background run yields its opening in the request's task and goes on in its own.
-            self._task = asyncio.current_task(loop)  # (the loop held: no getpid, as every lookup costs)
-            if self.cancel_reason is not None:
-                raise asyncio.CancelledError
-            if tap is not None:
-                tap.start()
-                tapping = True
-            push = core.push
-            async for event in events:
-                frames = push(event)
-                if frames:
-                    yield frames
-                    frames = []  # sent: not held while the next read is awaited
-                if core.failure is not None:
-                    break
-            await events.aclose()  # the engine closed and the deadline disarmed before the end
-            before, frames = core.finish()
-            if before:
-                yield before
-            frames = await self._end(None, frames)
-            yield [*frames, *encoder.closing()]
-        except asyncio.CancelledError:
-            if not self._owned_cancel():
-                raise
-            assert self.cancel_reason is not None
-            frames = await self._end(self.cancel_reason, encoder.cancelled(self.cancel_reason))
-            yield [*frames, *encoder.closing()]
-        except Exception:  # an encoder bug: still end the stream in the dialect's own way
-            log.exception("encoding a response failed")
-            if not self.ended:
-                frames = await self._end(None, self._internal_failure())
-                yield [*frames, *encoder.closing()]
-        finally:
-            if tapping:
-                tap.end()  # type: ignore[union-attr]
-            await events.aclose()
+    def frames(self) -> Frames:
+        """The stream: opening frames, one list per read that renders, the ending (`Frames`)."""
+        return Frames(self)
 
     def bind(self, emitter: Emitter | None) -> None:
         """The stream's transport runs (`emitter`), or has stopped (None): the fast lane is
@@ -236,7 +191,7 @@ class TurnPipeline:
         """Run the turn to its end for a non-streaming answer: the stream's own loop (so the two
         can never disagree), its frames unused — the encoder's state is the body of some
         dialects, and the accumulator's is the result."""
-        async for _frames in self.frames():
+        async for _frames in Frames(self):
             pass
         return self.accumulator.result
 
@@ -257,3 +212,137 @@ class TurnPipeline:
         """The consumer is gone before the end: record what was generated, once."""
         if not self.ended:
             await self._end(reason, self.encoder.cancelled(reason))
+
+
+# Where a turn's stream is (`Frames`): each step goes on from here.
+_NEW = 0  # not started
+_OPENED = 1  # the opening frames handed out
+_READING = 2  # one step per read that renders
+_FINISHING = 3  # the frames before the ending handed out: the turn is persisted next
+_ENDING = 4  # the last frames handed out: the next step closes and stops
+_OVER = 5  # closed (`_close` ran)
+
+
+class Frames:
+    """A turn's stream (`TurnPipeline.frames`): the opening frames, one list per read that
+    renders (the stream's task driving the core), the ending — persisted before the frames that
+    say it is done. A turn cancelled from outside (`TurnPipeline.cancel`) ends with the
+    dialect's frames for a cancel; an encoder's bug, with its own failure.
+
+    An async iterator object, not an async generator, so that it is compiled with what reads it
+    (the stream's transport) and what it reads (`Reads`, the engine's relay). What the
+    generator's `finally` did is `_close`, run once on every path: the end, an exception out of a
+    step (the client left), `aclose()` by its owner. Closed before its first step, nothing ran
+    and it does nothing."""
+
+    __slots__ = ("_events", "_final", "_pipeline", "_state", "_tapping")
+
+    def __init__(self, pipeline: TurnPipeline) -> None:
+        self._pipeline = pipeline
+        self._state = _NEW
+        self._events: Reads | None = None
+        self._tapping = False  # the tap started: it ends with the stream
+        self._final: list[Frame] = []  # (while _FINISHING) the ending's frames, to persist
+
+    def __aiter__(self) -> Frames:
+        return self
+
+    async def __anext__(self) -> list[Frame]:
+        state = self._state
+        if state >= _ENDING:
+            if state == _ENDING:
+                await self._close()
+            raise StopAsyncIteration
+        pipeline = self._pipeline
+        try:
+            try:
+                if state == _NEW:
+                    return self._open(pipeline)
+                if state == _FINISHING:
+                    frames, self._final = self._final, []
+                    return await self._finish(pipeline, frames)
+                # A step of the stream's reads, inlined: a coroutine less per read.
+                if state == _OPENED:
+                    # A background run takes its opening in the request's task and goes on in its own.
+                    pipeline._task = asyncio.current_task(asyncio.get_running_loop())
+                    if pipeline.cancel_reason is not None:
+                        raise asyncio.CancelledError
+                    tap = pipeline.tap
+                    if tap is not None:
+                        tap.start()
+                        self._tapping = True
+                    self._state = _READING
+                core, events = pipeline.core, self._events
+                assert events is not None
+                if not _failed(core):  # (a failure ends the reads, after its read's frames)
+                    push = core.push
+                    async for event in events:
+                        frames = push(event)
+                        if frames:
+                            return frames
+                        if _failed(core):
+                            break
+                await events.aclose()  # the engine closed and the deadline disarmed before the end
+                before, frames = core.finish()
+                if before:
+                    self._state = _FINISHING
+                    self._final = frames
+                    return before
+                return await self._finish(pipeline, frames)
+            except asyncio.CancelledError:
+                reason = pipeline._owned_cancel()
+                if reason is None:
+                    raise
+                frames = await pipeline._end(reason, pipeline.encoder.cancelled(reason))
+                self._state = _ENDING
+                return [*frames, *pipeline.encoder.closing()]
+            except Exception:  # an encoder bug: still end the stream in the dialect's own way
+                log.exception("encoding a response failed")
+                if pipeline.ended:
+                    await self._close()
+                    raise StopAsyncIteration from None
+                frames = await pipeline._end(None, pipeline._internal_failure())
+                self._state = _ENDING
+                return [*frames, *pipeline.encoder.closing()]
+        except BaseException:
+            await self._close()
+            raise
+
+    def _open(self, pipeline: TurnPipeline) -> list[Frame]:
+        pipeline._task = asyncio.current_task(asyncio.get_running_loop())
+        self._events = Reads(pipeline.events, pipeline.deadline)
+        if pipeline.cancel_reason is not None:  # cancelled before it started
+            raise asyncio.CancelledError
+        self._state = _OPENED
+        return pipeline._take_opening()
+
+    async def _finish(self, pipeline: TurnPipeline, frames: list[Frame]) -> list[Frame]:
+        frames = await pipeline._end(None, frames)
+        self._state = _ENDING
+        return [*frames, *pipeline.encoder.closing()]
+
+    async def aclose(self) -> None:
+        if self._state == _NEW:
+            self._state = _OVER
+            return
+        await self._close()
+
+    async def _close(self) -> None:
+        if self._state == _OVER:
+            return
+        self._state = _OVER
+        if self._tapping:
+            self._tapping = False
+            tap = self._pipeline.tap
+            assert tap is not None
+            tap.end()
+        events = self._events
+        if events is not None:
+            await events.aclose()
+
+
+def _failed(core: StreamCore) -> bool:
+    """The core's failure ended the stream. A call, not `core.failure` tested in place: mypy
+    keeps an attribute narrowed to None across an `await`, and mypyc compiled that as a type
+    check (a read that failed raised `TypeError`)."""
+    return core.failure is not None

@@ -1,5 +1,5 @@
 """core/deadlines.py: request deadline and idle timeout end the stream and cancel the engine,
-as the stream's read loop (`core/segment.py` `reads`) and its per-read step (`Segments.push`,
+as the stream's read loop (`core/segmenter.py` `Reads`) and its per-read step (`Segments.push`,
 which every driver of the stream core takes) apply them."""
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.pipeline import StreamLimits, canonical_events
-from sluicegate.core.segment import reads
-from sluicegate.core.segmenter import Segments
+from sluicegate.core.segmenter import Reads, Segments
 
 LIMIT = 10  # seconds: a safety net so a broken timeout fails the test instead of hanging it
 
@@ -71,7 +70,7 @@ async def guarded(
     segments = Segments(deadline)
     out: list[RawEvent] = []
     async with asyncio.timeout(LIMIT):
-        async for event in reads(raw, deadline):
+        async for event in Reads(raw, deadline):
             segments.push(event, [])
             out.append(event)
     return out
@@ -160,7 +159,7 @@ async def test_the_earlier_limit_decides_the_kind() -> None:
 
 async def test_closing_early_closes_the_engine() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")])
-    stream = reads(engine.run(), Deadline.of(5, 5))
+    stream = Reads(engine.run(), Deadline.of(5, 5))
     await anext(stream)
     await stream.aclose()
     assert engine.log == ["closed"]

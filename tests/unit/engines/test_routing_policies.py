@@ -18,9 +18,9 @@ from sluicegate.core.events import Answered, Failed, RawBatch, RawEvent, TextDel
 from sluicegate.core.request import ChatRequest, Message, ToolSpec
 from sluicegate.engines.base import ConfigError
 from sluicegate.engines.upstream import routing
-from sluicegate.engines.upstream.base import REPLICA_HEADER
 from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
+from sluicegate.engines.upstream.relay import REPLICA_HEADER
 from sluicegate.engines.upstream.routing import MIN_PREFIX_BYTES, prefix_keys
 
 SYSTEM = "You are a careful assistant for the routing tests. " * 8  # past MIN_PREFIX_BYTES alone

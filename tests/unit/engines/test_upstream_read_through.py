@@ -12,7 +12,7 @@ import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
-from sluicegate.core.events import FinishReason, PromptStarted
+from sluicegate.core.events import Failed, FinishReason, PromptStarted
 from sluicegate.core.frames import Frame
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
@@ -22,6 +22,7 @@ from sluicegate.engines.scripted import ScriptedEngine, parse_script
 from sluicegate.engines.upstream.config import parse_config
 from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.http import _Connection
+from sluicegate.engines.upstream.relay import Relay
 from sluicegate.observe.metrics import METRICS
 from sluicegate.turn.pipeline import LANE_READS, TurnPipeline
 
@@ -198,7 +199,7 @@ async def test_with_a_lane_the_engines_relay_is_the_whole_stream_and_gives_the_s
         events = generation.events
         assert await anext(events) == PromptStarted()
         relay = events.unwrapped()  # type: ignore[attr-defined]
-        assert relay.ag_code.co_name == "_generate"  # the engine's relay itself, no loop around it
+        assert type(relay) is Relay  # the engine's relay itself, no loop around it
         assert instance.pending == 1 and METRICS.gauges[active] == 1
         await generation.aclose()
         assert not instance.busy and METRICS.gauges[active] == 0
@@ -206,6 +207,22 @@ async def test_with_a_lane_the_engines_relay_is_the_whole_stream_and_gives_the_s
         unstarted = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
         assert unstarted.read_through(Lane()) and instance.pending == 1
         await unstarted.aclose()
+        assert not instance.busy and METRICS.gauges[active] == 0
+    finally:
+        await engine.aclose()
+
+
+async def test_a_relay_that_ends_gives_the_instance_its_slot_back_itself() -> None:
+    """The relay's own end (here the upstream cannot be reached: a `Failed`, then the end) gives
+    the slot back, with no close from the generation's owner."""
+    engine = OpenAIUpstreamEngine(parse_config({"id": "m", "base_url": "http://127.0.0.1:9/v1"}, env={}))
+    instance = Instance(engine, "m", max_concurrency=0, max_queue=0)
+    active = METRICS.key("sluicegate_generations_active", model="m")
+    try:
+        generation = instance.generation(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert generation.read_through(Lane())
+        events = [event async for event in generation.events]
+        assert type(events[-1]) is Failed
         assert not instance.busy and METRICS.gauges[active] == 0
     finally:
         await engine.aclose()

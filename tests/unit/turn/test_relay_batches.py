@@ -12,6 +12,7 @@ import orjson
 import pytest
 
 from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import (
     EventBatch,
@@ -176,3 +177,28 @@ async def test_the_opening_frames_are_not_kept_once_sent() -> None:
     opening = await anext(frames)
     assert opening and pipeline._opening is None
     await frames.aclose()
+
+
+async def test_a_stream_closed_midway_disarms_its_deadline_and_closes_the_engine() -> None:
+    """`Frames.aclose` is what the generator's `finally` was: closed after a read (the client
+    left), the deadline's alarm is disarmed and the engine's stream closed, by the stream
+    itself (the turn's owner closes the engine too, but nothing else disarms the deadline)."""
+    closed: list[bool] = []
+
+    async def endless() -> AsyncIterator[RawEvent]:
+        try:
+            while True:
+                yield TextDelta(ItemKind.MESSAGE, "x")
+        finally:
+            closed.append(True)
+
+    encoder = ChatCompletionsEncoder("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
+    deadline = Deadline(30, 30)
+    frames = TurnPipeline(endless(), encoder, Accumulator(), deadline=deadline).frames()
+    await anext(frames)  # the opening
+    await anext(frames)  # a read: the deadline is armed
+    assert deadline._handle is not None
+    await frames.aclose()
+    assert deadline._handle is None and closed == [True]
+    with pytest.raises(StopAsyncIteration):
+        await anext(frames)

@@ -20,7 +20,7 @@ import logging
 from abc import abstractmethod
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import orjson
 
@@ -28,9 +28,6 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Answered,
     Failed,
-    PromptFinished,
-    PromptProgress,
-    PromptStarted,
     RawBatch,
     RawEvent,
     Usage,
@@ -43,37 +40,16 @@ from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_confi
 from sluicegate.engines.upstream.discovery import UpstreamDiscovery
 from sluicegate.engines.upstream.errors import http_error
 from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
+from sluicegate.engines.upstream.relay import REPLICA_HEADER, Relay, StreamDecoder
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
 from sluicegate.engines.upstream.routing import with_slot
 from sluicegate.engines.upstream.timeouts import Clocks
-from sluicegate.engines.upstream.wire import SSEReader
 from sluicegate.observe import tracing
 from sluicegate.observe.requests import current as current_observer
 
 log = logging.getLogger(__name__)
 
-REPLICA_HEADER = "X-Sluicegate-Replica"
 DRAIN_SECONDS = 0.05  # how long the end of a body may take after its last event before we hang up
-
-
-class StreamDecoder(Protocol):
-    """One upstream stream's state: SSE frames in, raw events out (wire.py, anthropic_wire.py)."""
-
-    @property
-    def over(self) -> bool:
-        """The stream ended (its end marker, or an error frame): nothing more is read."""
-
-    @property
-    def done(self) -> bool:
-        """It ended normally: the body's end can be drained so the connection is reused."""
-
-    def frame(self, event: str | None, data: bytes) -> list[RawEvent]: ...
-
-    def end(self) -> list[RawEvent]:
-        """The body ended."""
-
-    def cut(self, error: ErrorInfo) -> list[RawEvent]:
-        """The stream is ending with `error` (a timeout, a broken connection)."""
 
 
 async def _drain(read: Callable[[], Awaitable[bytes | None]]) -> None:
@@ -152,7 +128,7 @@ class UpstreamEngine(Engine):
         observer = current_observer()
         parent = observer.parent_span if observer is not None else None
         if parent is None:  # tracing off (or no request to trace): no layer, no cost
-            return self._generate(request, b"", lane, held)
+            return Relay(self, request, b"", lane, held, _drain)
         span = tracing.start_child(
             parent,
             f"chat {self.config.upstream_model}",
@@ -163,134 +139,7 @@ class UpstreamEngine(Engine):
                 "gen_ai.request.model": self.config.upstream_model,
             },
         )
-        return _traced(self._generate(request, tracing.traceparent_header(span), None, held), span)
-
-    async def _generate(
-        self, request: ChatRequest, trace_headers: bytes, lane: Lane | None = None, held: Held | None = None
-    ) -> AsyncIterator[RawEvent]:
-        cancelled = False
-        try:
-            config = self.config
-            try:
-                body = self.request_body(request)
-            except orjson.JSONEncodeError as exc:  # an int of 2**64 or more, JSON nested 255 deep
-                yield Failed(
-                    ErrorInfo(ErrorKind.INVALID_REQUEST, f"The request cannot be sent upstream: {exc}.")
-                )
-                return
-            clocks = Clocks(
-                first_byte=config.first_byte_timeout, idle=config.idle_timeout, total=config.total_timeout
-            )
-            path, decoder = self.route(request)
-            replica: Replica | None = None
-            response: StreamingResponse | None = None
-            pinned: list[int] = []  # the llama-server slot named (prefix_affinity), until the end
-            try:
-                yield PromptStarted()
-                yield PromptProgress(0.0)
-                try:
-                    replicas = self.replicas
-                    # [] unless routing = "prefix_affinity" (and more than one replica)
-                    keys = replicas.prefix_keys(request) if replicas.affinity is not None else []
-                    if keys:
-                        await self.replicas.recall(keys)
-                    replica, response, refusal = await self._send(
-                        path, body, clocks, trace_headers, keys=keys, pinned=pinned
-                    )
-                    # Sent: an orjson result holds a 4 KiB buffer, not kept for the whole stream.
-                    del body
-                except asyncio.CancelledError:
-                    if not clocks.owns(asyncio.current_task()):
-                        raise
-                    assert clocks.expired is not None
-                    yield Failed(clocks.expired)
-                    return
-                if refusal is not None:
-                    yield Failed(refusal)
-                    return
-                assert replica is not None and response is not None
-                yield Answered({REPLICA_HEADER: replica.name})
-                # The relay, inlined here rather than `async for` over a generator of its own: a
-                # generator layer less for every token.
-                reader = SSEReader()
-                read = response.read
-                prompting = True  # until the first generated event (llama-server reports progress first)
-                feed, frame = reader.feed, decoder.frame
-                through: _ReadThrough | None = None
-                while True:
-                    if clocks.expired is not None:
-                        for event in decoder.cut(clocks.expired):
-                            yield event
-                        return
-                    # Once the stream's transport has bound the lane (a transport that never does,
-                    # the Responses WebSocket's, keeps every read on this loop).
-                    if through is None and lane is not None and lane.deliver is not None and not prompting:
-                        through = _ReadThrough(lane, feed, decoder, clocks)
-                        response.read_through(through)
-                    try:
-                        chunk = await clocks.read(read)
-                    except Exception as exc:  # the connection broke mid-body
-                        error = ErrorInfo(
-                            ErrorKind.UPSTREAM, f"The upstream connection broke: {exc or type(exc).__name__}"
-                        )
-                        if through is not None and through.stash:
-                            yield RawBatch(through.take())
-                        for event in decoder.cut(error):
-                            yield event
-                        return
-                    if type(chunk) is not bytes:
-                        if chunk is None:  # the body's end
-                            break
-                        if through is not None and through.stash:  # what came before the timeout first
-                            yield RawBatch(through.take())
-                        continue  # a limit passed (`expired`): the loop's top reports it
-                    # Everything this read decoded goes down as one: a RawBatch when it is more than
-                    # one event, so the layers above take one step per read, not one per token.
-                    batch: list[RawEvent] = []
-                    if through is not None and through.stash:  # decoded by the fast lane, not carried
-                        batch = through.take()
-                    for name, data in feed(chunk):
-                        batch += frame(name, data)
-                    name, data = None, b""
-                    if prompting and batch:
-                        for i, event in enumerate(batch):
-                            if type(event) is not PromptProgress:
-                                prompting = False
-                                batch[i:i] = (PromptProgress(1.0), PromptFinished())
-                                break
-                    if len(batch) == 1:
-                        yield batch[0]
-                    elif batch:
-                        yield RawBatch(batch)
-                    # Passed on: not held while the next read is awaited (a stream waits long).
-                    chunk, batch = b"", []
-                    if decoder.over:
-                        # The body's end normally came with the last event: no timer to wait for it.
-                        if decoder.done and not response.received:
-                            await _drain(read)
-                        return
-                clocks.idle()
-                if through is not None and through.stash:  # the body ended right after them
-                    yield RawBatch(through.take())
-                for name, data in reader.close():
-                    for event in frame(name, data):
-                        yield event
-                for event in decoder.end():
-                    yield event
-            finally:
-                clocks.stop()
-                if response is not None:
-                    await response.aclose()
-                if replica is not None:
-                    replica.outstanding -= 1
-                    for slot in pinned:
-                        self.replicas.unpin(replica, slot)
-        except (asyncio.CancelledError, GeneratorExit):
-            cancelled = True
-            raise
-        finally:
-            if held is not None:  # the instance's part, after the upstream's is released
-                held.end(cancelled)
+        return _traced(Relay(self, request, tracing.traceparent_header(span), None, held, _drain), span)
 
     async def exchange(self, path: str, body: bytes, *, max_bytes: int) -> tuple[Any, str]:
         """One non-streamed request (embeddings): (the answer's JSON, the replica that gave it),
@@ -416,47 +265,6 @@ class UpstreamEngine(Engine):
             if response is not None:
                 await response.aclose()
         return None, None, error
-
-
-class _ReadThrough:
-    """A read that arrives while the relay waits, decoded in the connection's callback and
-    offered to the turn's fast lane (engines/lane.py); what the lane does not carry, and what ends
-    the stream, is kept in `stash` for the relay, which is woken to take it first."""
-
-    __slots__ = ("clocks", "decoder", "feed", "lane", "stash")
-
-    def __init__(self, lane: Lane, feed: Any, decoder: StreamDecoder, clocks: Clocks) -> None:
-        self.lane = lane
-        self.feed = feed
-        self.decoder = decoder
-        self.clocks = clocks
-        self.stash: list[RawEvent] = []
-
-    def __call__(self, data: bytes) -> bool:
-        batch: list[RawEvent] = []
-        try:
-            for name, payload in self.feed(data):
-                batch += self.decoder.frame(name, payload)
-            self.clocks.alive()
-            if not batch:
-                return True
-            deliver = self.lane.deliver
-            if (
-                deliver is not None
-                and not self.decoder.over
-                and self.clocks.expired is None
-                and deliver(batch, self.clocks.waiter)
-            ):
-                return True
-        except Exception:  # a bug in a callback of the event loop: end the stream, not the process
-            log.exception("relaying an upstream read failed")
-            batch = [Failed(ErrorInfo(ErrorKind.INTERNAL, "The server failed while relaying the upstream."))]
-        self.stash += batch
-        return False
-
-    def take(self) -> list[RawEvent]:
-        stash, self.stash = self.stash, []
-        return stash
 
 
 def _bad_answer(replica: Replica, what: str) -> SluicegateError:

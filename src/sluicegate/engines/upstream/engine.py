@@ -20,7 +20,7 @@ from sluicegate.core.rerank import RerankRequest, RerankResult
 from sluicegate.core.speech import Upload
 from sluicegate.engines.base import Capabilities, ModelInfo, Task
 from sluicegate.engines.upstream.audio import relay_bytes
-from sluicegate.engines.upstream.base import REPLICA_HEADER, StreamDecoder, UpstreamEngine
+from sluicegate.engines.upstream.base import UpstreamEngine
 from sluicegate.engines.upstream.completions import COMPLETIONS_PATH, CompletionChunkDecoder, completion_body
 from sluicegate.engines.upstream.config import UpstreamConfig
 from sluicegate.engines.upstream.embeddings import (
@@ -31,6 +31,7 @@ from sluicegate.engines.upstream.embeddings import (
     embed_result,
     rerank_result,
 )
+from sluicegate.engines.upstream.relay import REPLICA_HEADER, StreamDecoder
 from sluicegate.engines.upstream.request_body import request_body
 from sluicegate.engines.upstream.wire import ChunkDecoder, ContentParser
 from sluicegate.parsing import THINK, OutputParser
