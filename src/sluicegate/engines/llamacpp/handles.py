@@ -15,6 +15,8 @@ from typing import Any
 
 import llama_cpp
 
+from sluicegate.engines.llamacpp.kv_pages import released_after
+
 
 class Model:
     """A GGUF's weights (or with `params.vocab_only` its tokenizer alone) and its vocabulary."""
@@ -89,10 +91,14 @@ class Model:
 
 
 class Context:
-    """A llama.cpp context on a model (its KV cache is `memory`: None for models without one)."""
+    """A llama.cpp context on a model (its KV cache is `memory`: None for models without one).
+    The cache's pages of zeros llama.cpp wrote when it made it are handed back (kv_pages.py):
+    `released` is their bytes."""
 
     def __init__(self, *, model: Model, params: Any) -> None:
-        self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
+        with released_after() as released:
+            self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
+        self.released = sum(released)
         if not self.ctx:
             self.ctx = None
             raise ValueError("Failed to create llama_context")
