@@ -98,12 +98,19 @@ class Context:
     def __init__(self, *, model: Model, params: Any) -> None:
         with released_after() as released:
             self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
-        self.released = sum(released)
+        self._released = released
+        self.released = released.bytes
         if not self.ctx:
             self.ctx = None
             raise ValueError("Failed to create llama_context")
         self.memory: Any = llama_cpp.llama_get_memory(self.ctx)
         model._dependents.append(self.close)
+
+    def clear_memory(self) -> None:
+        """Empty the KV cache and its data (`llama_memory_clear(memory, True)`: zeros over all
+        of it), and hand its pages back again. From the context's own thread."""
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self._released.again()
 
     def close(self) -> None:
         if self.ctx is not None:

@@ -87,11 +87,32 @@ def release_zero_chunks(span: Span, libc: _Libc) -> int:
     return released
 
 
+class Released:
+    """What a context's making released: its new buffers' spans with the bytes of each."""
+
+    def __init__(self) -> None:
+        self.spans: dict[Span, int] = {}
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.spans.values())
+
+    def again(self) -> int:
+        """Release the zero chunks of the spans that held the cache once more: after
+        `llama_memory_clear(memory, True)`, which writes zeros over the whole cache again. Only
+        the context's own thread calls it, so nothing writes into its buffers meanwhile."""
+        spans = [span for span, size in self.spans.items() if size]
+        if not spans:
+            return 0
+        libc = _Libc()
+        return sum(release_zero_chunks(span, libc) for span in spans)
+
+
 @contextmanager
-def released_after() -> Iterator[list[int]]:
-    """Around the making of a context: on the way out, the zero chunks of the new buffers that
-    are resident in full are released; the list gets the bytes released."""
-    released: list[int] = []
+def released_after() -> Iterator[Released]:
+    """Around the making of a context: on the way out, the chunks of the new buffers that are
+    resident in full and read as zeros are released."""
+    released = Released()
     if not sys.platform.startswith("linux"):
         yield released
         return
@@ -101,4 +122,4 @@ def released_after() -> Iterator[list[int]]:
         fresh = anonymous_spans(_read("/proc/self/maps")) - before
         if fresh:
             libc = _Libc()
-            released.extend(release_zero_chunks(span, libc) for span in sorted(fresh))
+            released.spans = {span: release_zero_chunks(span, libc) for span in sorted(fresh)}

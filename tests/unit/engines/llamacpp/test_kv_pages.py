@@ -54,6 +54,18 @@ def test_a_new_context_holds_none_of_its_cleared_kv_cache(model: Model) -> None:
         made.close()
 
 
+def test_clearing_the_cache_hands_its_pages_back_again(model: Model) -> None:
+    made = context(model)
+    try:
+        walk(made, model, list(range(3, 43)), 2)
+        before = rss_bytes()
+        made.clear_memory()  # llama.cpp writes zeros over the whole cache again
+        assert rss_bytes() - before < KV_BYTES / 4
+        assert walk(made, model, list(range(3, 43)), 2)  # and decodes on it
+    finally:
+        made.close()
+
+
 def walk(made: Context, model: Model, prompt: list[int], steps: int) -> list[list[float]]:
     """Each step's logits: the prompt, then the argmax token `steps` times."""
     batch = Batch(n_tokens=64, embd=0, n_seq_max=1)
