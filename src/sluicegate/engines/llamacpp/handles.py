@@ -15,7 +15,7 @@ from typing import Any
 
 import llama_cpp
 
-from sluicegate.engines.llamacpp.kv_pages import released_after
+from sluicegate.engines.llamacpp.kv_pages import exclusive, released_after
 
 
 class Model:
@@ -25,7 +25,8 @@ class Model:
         if not os.path.exists(path_model):
             raise ValueError(f"Model path does not exist: {path_model}")
         self._dependents: list[Callable[[], None]] = []  # contexts: freed before the weights
-        self.model: Any = llama_cpp.llama_model_load_from_file(path_model.encode("utf-8"), params)
+        with exclusive():  # its buffers written while no context's pages are released
+            self.model: Any = llama_cpp.llama_model_load_from_file(path_model.encode("utf-8"), params)
         if not self.model:
             self.model = None
             raise ValueError(f"Failed to load model from file: {path_model}")

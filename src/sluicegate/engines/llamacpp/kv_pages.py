@@ -11,8 +11,9 @@ Where the cache is: the context's buffers are glibc `mmap`s (each far above its 
 threshold; the kernel merges neighbours into one mapping) that appear while
 `llama_init_from_model` runs. Of those new mappings, a chunk is released when every page of it
 is resident (`mincore`: written, as the clear writes the cache; the compute and output buffers
-are reserved, not written) and it reads as zeros. Context creations take one lock, so no other
-context's new buffer is in the window. Linux only; elsewhere nothing is released.
+are reserved, not written) and it reads as zeros. Context creations and model loads take one
+lock (`exclusive`), so no other context's or model's new buffer is being written in the window.
+Linux only; elsewhere nothing is released.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ class Released:
             return 0
         libc = _Libc()
         return sum(release_zero_chunks(span, libc) for span in spans)
+
+
+@contextmanager
+def exclusive() -> Iterator[None]:
+    """Around a model's load: none of its buffers is written while a context's are released."""
+    with _LOCK:
+        yield
 
 
 @contextmanager
