@@ -15,6 +15,8 @@ from typing import Any
 
 import llama_cpp
 
+from sluicegate.engines.llamacpp.kv_pages import exclusive, released_after
+
 
 class Model:
     """A GGUF's weights (or with `params.vocab_only` its tokenizer alone) and its vocabulary."""
@@ -23,7 +25,8 @@ class Model:
         if not os.path.exists(path_model):
             raise ValueError(f"Model path does not exist: {path_model}")
         self._dependents: list[Callable[[], None]] = []  # contexts: freed before the weights
-        self.model: Any = llama_cpp.llama_model_load_from_file(path_model.encode("utf-8"), params)
+        with exclusive():  # its buffers written while no context's pages are released
+            self.model: Any = llama_cpp.llama_model_load_from_file(path_model.encode("utf-8"), params)
         if not self.model:
             self.model = None
             raise ValueError(f"Failed to load model from file: {path_model}")
@@ -89,15 +92,26 @@ class Model:
 
 
 class Context:
-    """A llama.cpp context on a model (its KV cache is `memory`: None for models without one)."""
+    """A llama.cpp context on a model (its KV cache is `memory`: None for models without one).
+    The cache's pages of zeros llama.cpp wrote when it made it are handed back (kv_pages.py):
+    `released` is their bytes."""
 
     def __init__(self, *, model: Model, params: Any) -> None:
-        self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
+        with released_after() as released:
+            self.ctx: Any = llama_cpp.llama_init_from_model(model.model, params)
+        self._released = released
+        self.released = released.bytes
         if not self.ctx:
             self.ctx = None
             raise ValueError("Failed to create llama_context")
         self.memory: Any = llama_cpp.llama_get_memory(self.ctx)
         model._dependents.append(self.close)
+
+    def clear_memory(self) -> None:
+        """Empty the KV cache and its data (`llama_memory_clear(memory, True)`: zeros over all
+        of it), and hand its pages back again. From the context's own thread."""
+        llama_cpp.llama_memory_clear(self.memory, True)
+        self._released.again()
 
     def close(self) -> None:
         if self.ctx is not None:

@@ -258,7 +258,7 @@ class LlamaRuntime:
     def forget(self) -> None:
         """Drop the KV cache (after a failure left it in an unknown state)."""
         if self.context.memory:  # encoder-only embedding models have none
-            llama_cpp.llama_memory_clear(self.context.memory, True)
+            self.context.clear_memory()
         self.evaluated.clear()
 
     def reusable(self, seq: int, keep: int) -> bool:
@@ -376,7 +376,7 @@ class LlamaRuntime:
         if keep < len(self.evaluated):
             if not llama_cpp.llama_memory_seq_rm(self.context.memory, 0, keep, -1):
                 keep = 0
-                llama_cpp.llama_memory_clear(self.context.memory, True)
+                self.context.clear_memory()
             del self.evaluated[keep:]
         if not self.reusable(0, keep):
             keep = 0
