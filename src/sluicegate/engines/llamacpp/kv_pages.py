@@ -9,7 +9,8 @@ llama.cpp sees the same bytes, and a page comes back only when a sequence writes
 
 Where the cache is: the context's buffers are glibc `mmap`s (each far above its mmap
 threshold; the kernel merges neighbours into one mapping) that appear while
-`llama_init_from_model` runs. Of those new mappings, a chunk is released when every page of it
+`llama_init_from_model` runs. Of the address ranges mapped in that call (a mapping the kernel
+merged with an older neighbour is cut to its new part), a chunk is released when every page of it
 is resident (`mincore`: written, as the clear writes the cache; the compute and output buffers
 are reserved, not written) and it reads as zeros. Context creations and model loads take one
 lock (`exclusive`), so no other context's or model's new buffer is being written in the window.
@@ -46,6 +47,34 @@ def anonymous_spans(maps: str) -> set[Span]:
         if end - start >= LARGE:
             spans.add((start, end))
     return spans
+
+
+def mapped(maps: str) -> list[Span]:
+    """Every mapping's span in a /proc/PID/maps text, in address order."""
+    return [
+        (int(start, 16), int(end, 16))
+        for start, end in (line.split(maxsplit=1)[0].split("-") for line in maps.splitlines() if line)
+    ]
+
+
+def new_spans(before: str, after: str) -> list[Span]:
+    """The address ranges of `after`'s large anonymous mappings that nothing mapped in `before`:
+    the kernel merges a new mapping with a neighbour of the same kind, so a mapping that grew
+    (another context's cache, a buffer another thread is writing) is cut down to its new part,
+    and only bytes that did not exist before the context's making are ever released."""
+    old = mapped(before)
+    fresh: list[Span] = []
+    for start, end in sorted(anonymous_spans(after)):
+        at = start
+        for old_start, old_end in old:
+            if old_end <= at or old_start >= end:
+                continue
+            if old_start > at:
+                fresh.append((at, old_start))
+            at = max(at, old_end)
+        if at < end:
+            fresh.append((at, end))
+    return [span for span in fresh if span[1] - span[0] >= LARGE]
 
 
 def _read(path: str) -> str:
@@ -125,9 +154,9 @@ def released_after() -> Iterator[Released]:
         yield released
         return
     with _LOCK:
-        before = anonymous_spans(_read("/proc/self/maps"))
+        before = _read("/proc/self/maps")
         yield released
-        fresh = anonymous_spans(_read("/proc/self/maps")) - before
+        fresh = new_spans(before, _read("/proc/self/maps"))
         if fresh:
             libc = _Libc()
-            released.spans = {span: release_zero_chunks(span, libc) for span in sorted(fresh)}
+            released.spans = {span: release_zero_chunks(span, libc) for span in fresh}

@@ -116,3 +116,17 @@ def test_only_large_writable_anonymous_mappings_are_candidates() -> None:
         )
     )
     assert kv_pages.anonymous_spans(maps) == {(0x7F0000000000, 0x7F0002000000)}
+
+
+def test_a_mapping_merged_with_an_older_one_is_cut_to_its_new_part() -> None:
+    """The kernel merges a new anonymous mapping with its neighbour: the grown mapping's older
+    part (another context's cache, a buffer another thread writes) is never a candidate."""
+    older = "7f0002000000-7f0004000000 rw-p 00000000 00:00 0 \n"  # 32 MiB mapped before
+    grown = "7f0000000000-7f0006000000 rw-p 00000000 00:00 0 \n"  # 32 MiB below it, 32 above
+    assert kv_pages.new_spans(older, grown) == [
+        (0x7F0000000000, 0x7F0002000000),
+        (0x7F0004000000, 0x7F0006000000),
+    ]
+    assert kv_pages.new_spans(grown, grown) == []
+    almost = "7f0000000000-7f0005f00000 rw-p 00000000 00:00 0 \n"  # all but its last 1 MiB
+    assert kv_pages.new_spans(almost, grown) == []  # a new part below LARGE: not a cache
