@@ -15,6 +15,12 @@ threads. Sluicegate's main thread is its event loop (its voluntary context switc
 wake-up); llama-server's main thread runs `llama_decode`. The prompts are the same for every
 server in a round (Gemma at temperature 0 then writes the same replies on both). Counts do not
 depend on the machine's load; the CPU times less than wall times do.
+
+`--sched` (needs `perf` and its sched tracepoints): the scheduler's view of each run, per role of
+the server's threads (`scheduling`): how often the two decode threads were taken off their CPU
+while runnable by the server's own threads or by other processes, how often they slept, and
+the event loop's run time, per generated token. (Instructions per token cannot be counted on
+a machine without hardware counters, and valgrind cannot run an AVX-512 llama.cpp build.)
 """
 
 from __future__ import annotations
