@@ -79,8 +79,8 @@ def scheduling(pid: int, into: dict[str, float], folder: Path) -> Any:
     partner), "loop" (Sluicegate's main thread, its event loop; none in llama-server, whose main
     thread decodes) and "rest". From `perf sched timehist`: run time, time asleep before each
     run (wait) and runnable but not running (delay); from the switches: how often a decode
-    thread was taken off its CPU while runnable (preempted), by whom (this process's own
-    threads, or another process), and how often it went to sleep (a futex: the GIL, a barrier
+    thread was taken off its CPU while runnable (preempted), by whom (the other decode
+    thread, the loop, the rest of this process's threads, or another process), and how often it went to sleep (a futex: the GIL, a barrier
     past its spin, a condition)."""
     data = folder / f"sched-{pid}.data"
     perf = subprocess.Popen(
@@ -108,6 +108,9 @@ def scheduling(pid: int, into: dict[str, float], folder: Path) -> Any:
             rows[tid]["delay ms"] += float(fields[4])
             rows[tid]["run ms"] += float(fields[5])
             run_ms[tid] += float(fields[5])
+    preempted: collections.Counter[tuple[int, int]] = (
+        collections.Counter()
+    )  # (thread, by whom; -1: another process)
     script = ["perf", "script", "-i", str(data)]
     for line in subprocess.run(script, capture_output=True, text=True, check=False).stdout.splitlines():
         if "sched:sched_switch:" not in line:
@@ -118,14 +121,19 @@ def scheduling(pid: int, into: dict[str, float], folder: Path) -> Any:
             if prev not in tids:
                 continue
             if state.startswith("R"):
-                rows[prev]["preempted by own" if after in tids else "preempted by others"] += 1
+                preempted[prev, after if after in tids else -1] += 1
             else:
                 rows[prev]["slept"] += 1
     busiest = [tid for tid, _ in run_ms.most_common(2)]
+
+    def role(tid: int) -> str:
+        return "decode" if tid in busiest else "loop" if tid == pid else "rest" if tid > 0 else "others"
+
+    for (tid, by), count in preempted.items():
+        rows[tid][f"preempted by {role(by)}"] += count
     for tid, row in rows.items():
-        role = "decode" if tid in busiest else "loop" if tid == pid else "rest"
         for key, value in row.items():
-            into[f"{role} {key}"] = into.get(f"{role} {key}", 0.0) + value
+            into[f"{role(tid)} {key}"] = into.get(f"{role(tid)} {key}", 0.0) + value
 
 
 def run(
