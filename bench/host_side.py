@@ -92,6 +92,39 @@ class Meter:
         setattr(llama_cpp, name, counted)
 
 
+class Calls:
+    """Python and C calls per thread while on (sys.setprofile: counts, which no load moves)."""
+
+    def __init__(self) -> None:
+        self.by: collections.Counter[tuple[str, str]] = collections.Counter()
+        self.on = False
+
+    def _profile(self, frame: Any, event: str, arg: Any) -> None:
+        if not self.on or event not in ("call", "c_call"):
+            return
+        where = "loop" if threading.current_thread() is threading.main_thread() else "worker"
+        if event == "call":
+            code = frame.f_code
+            name = f"{Path(code.co_filename).name}:{code.co_qualname}"
+        else:
+            name = f"C {getattr(arg, '__qualname__', getattr(arg, '__name__', '?'))}"
+        self.by[where, name] += 1
+
+    def install(self) -> None:
+        import sys
+
+        sys.setprofile(self._profile)
+        threading.setprofile(self._profile)
+
+    def report(self, tokens: int, top: int = 25) -> None:
+        for where in ("worker", "loop"):
+            rows = [(n, c) for (w, n), c in self.by.items() if w == where]
+            total = sum(c for _, c in rows)
+            print(f"  {where}: {total / tokens:.1f} calls per token; the most:", flush=True)
+            for name, count in sorted(rows, key=lambda r: -r[1])[:top]:
+                print(f"    {count / tokens:7.2f}  {name}")
+
+
 def sampling(kind: str, tokens: int, i: int) -> SamplingParams:
     if kind == "greedy":
         return SamplingParams(max_tokens=tokens, temperature=0)
@@ -175,7 +208,9 @@ async def main() -> None:
     parser.add_argument("--sampling", choices=("greedy", "default"), default="greedy")
     parser.add_argument("--llama-chain", action="store_true", help="llama.cpp draws, not the top-k chain")
     parser.add_argument("--sampler-cost", action="store_true", help="also time one draw alone")
+    parser.add_argument("--calls", action="store_true", help="also Python calls per token, by thread")
     args = parser.parse_args()
+    calls = Calls()
     if args.llama_chain:
         runtime_module.FAST_CHAIN_VOCAB = 1 << 62  # every vocabulary is small: llama.cpp's chain
     meter = Meter()
@@ -188,6 +223,8 @@ async def main() -> None:
         "batching": True, "parallel": max(args.users),
     }  # fmt: skip
     engine = LlamaCppEngine.from_config(config, Path("."))
+    if args.calls:
+        calls.install()  # before the load, which starts the worker's thread
     await engine.load(lambda _p: None)
     try:
         await run(engine, 1, 4, "warm-up")
@@ -195,9 +232,9 @@ async def main() -> None:
             meter.inside = meter.outside = 0.0
             meter.decodes, meter._left = 0, None
             meter.calls.clear()
-            meter.on = True
+            meter.on = calls.on = True
             made = await run(engine, users, args.tokens, f"users {users}", args.sampling)
-            meter.on = False
+            meter.on = calls.on = False
             per = {name: count / made for name, count in sorted(meter.calls.items())}
             print(
                 f"{users} user(s), {args.sampling}: {made} tokens, {meter.decodes} decodes; worker thread CPU per token: "
@@ -206,6 +243,9 @@ async def main() -> None:
                 + ", ".join(f"{k} {v:.2f}" for k, v in per.items()),
                 flush=True,
             )
+            if args.calls:
+                calls.report(made)
+                calls.by.clear()
     finally:
         await engine.unload()
 

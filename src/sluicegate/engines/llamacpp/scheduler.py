@@ -286,7 +286,7 @@ class BatchScheduler:
         """Cancelled sequences leave now, and free their cells."""
         for slot in [s for s in self._live if s.sequence is not None and s.sequence.job.cancelled]:
             self._release(slot, keep=False)
-        if any(s.job.cancelled for s in self._waiting):
+        if self._waiting and any(s.job.cancelled for s in self._waiting):
             for sequence in [s for s in self._waiting if s.job.cancelled]:
                 self._waiting.remove(sequence)
                 self._end(sequence)

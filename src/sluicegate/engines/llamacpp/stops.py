@@ -19,12 +19,7 @@ class StopScanner:
             cut, self.reached = min(found, key=lambda hit: hit[0])
             self._held = ""
             return held[:cut], True
-        keep = 0  # the longest tail that is the start of some stop string
-        for stop in self._stops:
-            for size in range(min(len(stop) - 1, len(held)), keep, -1):
-                if held.endswith(stop[:size]):
-                    keep = size
-                    break
+        keep = held_tail(held, self._stops)
         self._held = held[len(held) - keep :] if keep else ""
         return held[: len(held) - keep], False
 
@@ -32,3 +27,19 @@ class StopScanner:
         """What was held back, at the end of generation (no stop string came)."""
         held, self._held = self._held, ""
         return held
+
+
+def held_tail(text: str, stops: list[str]) -> int:
+    """The length of the longest tail of `text` that is the start of some stop string (and not
+    a whole one). Per token on the worker thread: a tail can only start where a stop string's
+    first character is, so each stop string costs one `find` when that character is not in
+    the last few characters (the usual case), not a test per length."""
+    keep, end = 0, len(text)
+    for stop in stops:
+        at = text.find(stop[0], max(end - len(stop) + 1, 0), end - keep)  # longer tails first
+        while at >= 0:
+            if stop.startswith(text[at:]):
+                keep = end - at
+                break
+            at = text.find(stop[0], at + 1, end - keep)
+    return keep

@@ -119,3 +119,29 @@ def test_stop_scanner(pieces: list[str], emitted: str, stopped: bool) -> None:
     if not hit:
         out += scanner.flush()
     assert (out, hit) == (emitted, stopped)
+
+
+def _held_tail_by_length(text: str, stops: list[str]) -> int:
+    """The definition: the longest size < len(stop) whose prefix the text ends with."""
+    keep = 0
+    for stop in stops:
+        for size in range(min(len(stop) - 1, len(text)), keep, -1):
+            if text.endswith(stop[:size]):
+                keep = size
+                break
+    return keep
+
+
+def test_held_tail_is_the_longest_stop_prefix_the_text_ends_with() -> None:
+    import random
+
+    from sluicegate.engines.llamacpp.stops import held_tail
+
+    rng = random.Random(48)
+    for _ in range(5000):
+        stops = ["".join(rng.choices("ab<", k=rng.randint(1, 6))) for _ in range(rng.randint(1, 3))]
+        text = "".join(rng.choices("ab<c", k=rng.randint(0, 9)))
+        assert held_tail(text, stops) == _held_tail_by_length(text, stops), (text, stops)
+    assert held_tail("x <end_of", ["<end_of_turn>", "<eos>"]) == 7
+    assert held_tail("x <e", ["<end_of_turn>", "<eos>"]) == 2
+    assert held_tail("no marker here", ["<end_of_turn>"]) == 0
