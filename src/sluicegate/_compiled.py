@@ -97,6 +97,7 @@ COMPILED: tuple[str, ...] = (
     # is paid in full. Plain calls on one thread, which mypyc does well.
     "sluicegate.engines.llamacpp.sequence",
     "sluicegate.engines.llamacpp.stops",
+    "sluicegate.engines.llamacpp.utf8",
     "sluicegate.engines.llamacpp.server_stats",
     *declared_by_dialects(),
 )

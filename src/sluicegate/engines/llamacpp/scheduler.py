@@ -170,16 +170,21 @@ class BatchScheduler:
         """The loop: until `stop`, admit, reap, step. Runs on the engine's worker thread."""
         try:
             while True:
-                with self._cond:
-                    while not (
-                        self._closed or self._incoming or self._waiting or self._live or self._actions
-                    ):
-                        self._flush()  # the last events before going idle
-                        self._cond.wait()
-                    if self._closed:
-                        break
-                    self._waiting.extend(self._incoming)
-                    self._incoming.clear()
+                # While sequences decode and nothing came, no lock: a step's Python holds the GIL
+                # beside an idle decode thread. A submit, action or stop seen a step late costs
+                # nothing (the loop goes on while `_live` holds a sequence), and each of them
+                # appends or sets under the lock before this thread reads it.
+                if self._incoming or self._closed or self._actions or not self._live:
+                    with self._cond:
+                        while not (
+                            self._closed or self._incoming or self._waiting or self._live or self._actions
+                        ):
+                            self._flush()  # the last events before going idle
+                            self._cond.wait()
+                        if self._closed:
+                            break
+                        self._waiting.extend(self._incoming)
+                        self._incoming.clear()
                 self._reap()
                 if self._actions:
                     self._act()
@@ -284,8 +289,9 @@ class BatchScheduler:
 
     def _reap(self) -> None:
         """Cancelled sequences leave now, and free their cells."""
-        for slot in [s for s in self._live if s.sequence is not None and s.sequence.job.cancelled]:
-            self._release(slot, keep=False)
+        for slot in self._live:  # `_release` rebinds `_live` (`_relist`): this list stays whole
+            if slot.sequence is not None and slot.sequence.job.cancelled:
+                self._release(slot, keep=False)
         if self._waiting and any(s.job.cancelled for s in self._waiting):
             for sequence in [s for s in self._waiting if s.job.cancelled]:
                 self._waiting.remove(sequence)
