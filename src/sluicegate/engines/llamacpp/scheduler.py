@@ -112,6 +112,17 @@ class BatchScheduler:
         self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run while it is free
         self._closed = False
         self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
+        # The batch's arrays, fetched once: each `batch.token` makes a ctypes pointer object,
+        # five a row per step. Every row holds one sequence id (set here, once).
+        batch = self._batch
+        self._rows: tuple[Any, Any, Any, list[Any]] = (
+            batch.token,
+            batch.pos,
+            batch.logits,
+            [batch.seq_id[i] for i in range(runtime.batch_size)],
+        )
+        for i in range(runtime.batch_size):
+            batch.n_seq_id[i] = 1
         self.steps = 0  # decodes run (tests and the bench read it)
         # The prompt tokens a step may hold, over all prefilling sequences.
         self.prefill_chunk = (
@@ -508,6 +519,7 @@ class BatchScheduler:
     def _step(self) -> bool:
         """One decode; False when there was nothing to do (only images being encoded)."""
         runtime, batch = self.runtime, self._batch
+        token_at, pos_at, logits_at, seq_at = self._rows
         room = runtime.batch_size
         live = self._live if self.adapters is None else self._lora_group()
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
@@ -566,15 +578,14 @@ class BatchScheduler:
             position, seq = len(slot.cached), slot.id
             first = n
             for offset, token in enumerate(tokens):
-                batch.token[n] = token
-                batch.pos[n] = position + offset
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = seq
-                batch.logits[n] = not prompt_tokens  # every row of a decoding sequence (its draft)
+                token_at[n] = token
+                pos_at[n] = position + offset
+                seq_at[n][0] = seq
+                logits_at[n] = not prompt_tokens  # every row of a decoding sequence (its draft)
                 n += 1
             if prompt_tokens:  # logits for a prompt's last token
                 last = sequence.prompt_done + prompt_tokens == len(sequence.todo)
-                batch.logits[n - 1] = last
+                logits_at[n - 1] = last
                 plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
             else:
                 plan.append((slot, first, tokens, 0))
