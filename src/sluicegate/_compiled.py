@@ -92,6 +92,13 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.turn.pipeline",
     "sluicegate.transport.answer_first",
     "sluicegate.transport.stream",
+    # The llamacpp worker's per-token path between two decodes (bench/README.md, batching's
+    # "round fourteen"): on one core beside the decode, with the GIL held, so every call there
+    # is paid in full. Plain calls on one thread, which mypyc does well.
+    "sluicegate.engines.llamacpp.sequence",
+    "sluicegate.engines.llamacpp.stops",
+    "sluicegate.engines.llamacpp.utf8",
+    "sluicegate.engines.llamacpp.server_stats",
     *declared_by_dialects(),
 )
 

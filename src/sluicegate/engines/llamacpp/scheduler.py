@@ -112,6 +112,17 @@ class BatchScheduler:
         self._actions: deque[SlotAction] = deque()  # slot save/restore/erase, run while it is free
         self._closed = False
         self._batch: Any = llama_cpp.llama_batch_init(runtime.batch_size, 0, 1)
+        # The batch's arrays, fetched once: each `batch.token` makes a ctypes pointer object,
+        # five a row per step. Every row holds one sequence id (set here, once).
+        batch = self._batch
+        self._rows: tuple[Any, Any, Any, list[Any]] = (
+            batch.token,
+            batch.pos,
+            batch.logits,
+            [batch.seq_id[i] for i in range(runtime.batch_size)],
+        )
+        for i in range(runtime.batch_size):
+            batch.n_seq_id[i] = 1
         self.steps = 0  # decodes run (tests and the bench read it)
         # The prompt tokens a step may hold, over all prefilling sequences.
         self.prefill_chunk = (
@@ -170,16 +181,21 @@ class BatchScheduler:
         """The loop: until `stop`, admit, reap, step. Runs on the engine's worker thread."""
         try:
             while True:
-                with self._cond:
-                    while not (
-                        self._closed or self._incoming or self._waiting or self._live or self._actions
-                    ):
-                        self._flush()  # the last events before going idle
-                        self._cond.wait()
-                    if self._closed:
-                        break
-                    self._waiting.extend(self._incoming)
-                    self._incoming.clear()
+                # While sequences decode and nothing came, no lock: a step's Python holds the GIL
+                # beside an idle decode thread. A submit, action or stop seen a step late costs
+                # nothing (the loop goes on while `_live` holds a sequence), and each of them
+                # appends or sets under the lock before this thread reads it.
+                if self._incoming or self._closed or self._actions or not self._live:
+                    with self._cond:
+                        while not (
+                            self._closed or self._incoming or self._waiting or self._live or self._actions
+                        ):
+                            self._flush()  # the last events before going idle
+                            self._cond.wait()
+                        if self._closed:
+                            break
+                        self._waiting.extend(self._incoming)
+                        self._incoming.clear()
                 self._reap()
                 if self._actions:
                     self._act()
@@ -284,8 +300,9 @@ class BatchScheduler:
 
     def _reap(self) -> None:
         """Cancelled sequences leave now, and free their cells."""
-        for slot in [s for s in self._live if s.sequence is not None and s.sequence.job.cancelled]:
-            self._release(slot, keep=False)
+        for slot in self._live:  # `_release` rebinds `_live` (`_relist`): this list stays whole
+            if slot.sequence is not None and slot.sequence.job.cancelled:
+                self._release(slot, keep=False)
         if self._waiting and any(s.job.cancelled for s in self._waiting):
             for sequence in [s for s in self._waiting if s.job.cancelled]:
                 self._waiting.remove(sequence)
@@ -502,6 +519,7 @@ class BatchScheduler:
     def _step(self) -> bool:
         """One decode; False when there was nothing to do (only images being encoded)."""
         runtime, batch = self.runtime, self._batch
+        token_at, pos_at, logits_at, seq_at = self._rows
         room = runtime.batch_size
         live = self._live if self.adapters is None else self._lora_group()
         # What each slot puts in the batch: (slot, tokens, prompt tokens among them).
@@ -560,15 +578,14 @@ class BatchScheduler:
             position, seq = len(slot.cached), slot.id
             first = n
             for offset, token in enumerate(tokens):
-                batch.token[n] = token
-                batch.pos[n] = position + offset
-                batch.n_seq_id[n] = 1
-                batch.seq_id[n][0] = seq
-                batch.logits[n] = not prompt_tokens  # every row of a decoding sequence (its draft)
+                token_at[n] = token
+                pos_at[n] = position + offset
+                seq_at[n][0] = seq
+                logits_at[n] = not prompt_tokens  # every row of a decoding sequence (its draft)
                 n += 1
             if prompt_tokens:  # logits for a prompt's last token
                 last = sequence.prompt_done + prompt_tokens == len(sequence.todo)
-                batch.logits[n - 1] = last
+                logits_at[n - 1] = last
                 plan.append((slot, n - 1 if last else -1, tokens, prompt_tokens))
             else:
                 plan.append((slot, first, tokens, 0))

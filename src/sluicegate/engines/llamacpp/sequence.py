@@ -8,7 +8,6 @@ sampler chain (grammar first), stop strings, logprobs, limit and finish reasons.
 
 from __future__ import annotations
 
-import codecs
 import time
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +29,7 @@ from sluicegate.core.events import (
 from sluicegate.engines.llamacpp.runtime import Job, LlamaRuntime, _Samplers, logprobs_wanted, output_limit
 from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.stops import StopScanner
+from sluicegate.engines.llamacpp.utf8 import PieceDecoder
 from sluicegate.observe.metrics import METRICS
 
 
@@ -88,7 +88,7 @@ class Sequence:
         self.next_token: int | None = None  # sampled, to be decoded in the next step
         # Prompt and output so far, ending with `next_token`: what an n-gram draft looks in.
         self.history: list[int] = []
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._decoder = PieceDecoder()
         self._stops = StopScanner(job.sampling.stop)
         self._word: str | None = None  # the stop string that ended the output
         self._pending: list[TokenLogprob] = []
@@ -154,14 +154,22 @@ class Sequence:
         if samplers.watching:
             token = samplers.watch(token, ctx, index)
         self.next_token = None
-        if runtime.is_eog(token):
+        # The runtime's per-token caches read here (a miss asks llama.cpp through its method):
+        # two calls a row fewer on the worker, which holds the GIL between two decodes.
+        eog = runtime._eog.get(token)
+        if eog is None:
+            eog = runtime.is_eog(token)
+        if eog:
             return FinishReason.STOP
         usage = job.usage
         usage.completion_tokens += 1
         METRICS.counters[job.tokens_key] += 1
         if self._top >= 0:
             self._pending.append(runtime._logprob(token, self._top, index))
-        text, stopped = self._stops.feed(self._decoder.decode(runtime.piece(token)))
+        piece = runtime._pieces.get(token)
+        if piece is None:
+            piece = runtime.piece(token)
+        text, stopped = self._stops.feed(self._decoder.decode(piece))
         if text:
             events = job.parser.feed(text, self._pending or None)
             self._pending = []
@@ -174,7 +182,7 @@ class Sequence:
         if stopped:
             self._word = self._stops.reached
             self._stops = StopScanner([])  # nothing held back once a stop string was reached
-            self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+            self._decoder = PieceDecoder()
             return FinishReason.STOP
         if usage.completion_tokens >= self._limit:
             return FinishReason.LENGTH
