@@ -328,7 +328,8 @@ class TurnEndpoint:
             source.adapt(turn)
         models = state.registry.models
         model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
-        allow_model(source.key, model.id, asked=turn.chat.model)
+        if source.key is not None:  # a runtime key (else there is nothing to allow)
+            allow_model(source.key, model.id, asked=turn.chat.model)
         turn.chat.model = model.id
         dialect.check(turn, model.engine.info())
         scope = source.scope
@@ -343,10 +344,11 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
-        if model.engine.reads_pixels and model.engine.info().capabilities.vision:
-            await load_images(chat, state.images)
-        if model.engine.reads_pixels and model.engine.info().capabilities.audio:
-            await load_audio(chat, state.images.audio)
+        if model.engine.reads_pixels:
+            if model.engine.info().capabilities.vision:
+                await load_images(chat, state.images)
+            if model.engine.info().capabilities.audio:
+                await load_audio(chat, state.images.audio)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
         if turn.tools is not None and _wants_tools(turn, state):
@@ -395,7 +397,7 @@ class TurnEndpoint:
             created=int(time.time()),
             instance_id=generation.instance_id,
             accumulator=accumulator,
-            provider_info=_provider_info(toolset),
+            provider_info=_provider_info(toolset) if toolset is not None else _no_provider_info,
             stored=turn.store,
             scope=scope,
             prompt_text=lambda: rendered_prompt(model, chat),
@@ -512,12 +514,17 @@ def rendered_prompt(model: Model, chat: ChatRequest) -> str | None:
         return None
 
 
-def _provider_info(toolset: ToolSet | None) -> Any:
+def _provider_info(toolset: ToolSet) -> Any:
     def provider_info(name: str) -> Json | None:
-        info = toolset.provider(name) if toolset is not None else None
+        info = toolset.provider(name)
         return info.lmstudio() if info is not None else None
 
     return provider_info
+
+
+def _no_provider_info(name: str) -> Json | None:
+    """A turn without server-side tools: no provider to tell of (shared, not made per request)."""
+    return None
 
 
 def _engine_answer(
