@@ -88,6 +88,7 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.engines.upstream.http",
     "sluicegate.engines.upstream.timeouts",
     "sluicegate.engines.upstream.engine",
+    "sluicegate.engines.upstream.request_body",  # the upstream's body, field by field, per start
     "sluicegate.engines.upstream.relay",
     "sluicegate.turn.pipeline",
     "sluicegate.transport.answer_first",

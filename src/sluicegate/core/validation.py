@@ -222,10 +222,25 @@ def stream_fields(f: Fields) -> tuple[bool, bool]:
     return stream, bool(options.boolean("include_usage"))
 
 
+# Every parameter `sampling_fields` (and `_llama_samplers`) reads, each under its field's name:
+# a body with none of them gets the defaults without a lookup each (a test reads the functions'
+# source and fails when one reads a key missing here).
+SAMPLING_KEYS = frozenset(
+    (
+        "temperature", "top_p", "top_k", "min_p", "typical_p", "repeat_penalty", "repeat_last_n",
+        "presence_penalty", "frequency_penalty", "seed", "ignore_eos", "dry_multiplier", "dry_base",
+        "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "xtc_probability",
+        "xtc_threshold", "top_n_sigma", "mirostat", "mirostat_tau", "mirostat_eta",
+    )
+)  # fmt: skip
+
+
 def sampling_fields(f: Fields) -> SamplingParams:
     """The sampling parameters dialects name alike (OpenAI's, and the local servers' extensions
     `top_k`, `min_p`, `repeat_penalty`), within the ranges every engine accepts."""
     s = SamplingParams()
+    if SAMPLING_KEYS.isdisjoint(f.obj):  # most bodies name none: 25 lookups for their defaults
+        return s
     s.temperature = f.number("temperature", low=0, high=2)
     s.top_p = f.number("top_p", low=0, high=1)
     s.top_k = f.integer("top_k", low=-1, high=INT32_MAX)

@@ -150,11 +150,69 @@ class TurnEndpoint:
         self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The whole request in one coroutine, its count too: each step of the request's task
+        # resumes through every coroutine of the chain, so a frame less here is one less on each
+        # of a start's steps. An exception out of it counts as a 500, as it always has.
         request = Request(scope, receive)
         state = app_state(request)
+        answer = _Send(send)
         status = 500
+        owned = Owned()
         try:
-            status = await self._serve(state, request, _Send(send))
+            try:
+                try:
+                    source = TurnSource(  # (built here, not in a coroutine of its own: once a request)
+                        await read_json(
+                            request, state.settings.max_body_bytes, state.settings.max_json_depth
+                        ),
+                        request.query_params if request.scope["query_string"] else NO_QUERY,
+                        request.headers,
+                        request_scope(request, state.settings.api_keys),
+                        lambda: wait_for_disconnect(request),
+                        key=issued_key(request.scope),
+                        sink=body_writer(request.scope),
+                    )
+                    hooks = self.hooks
+                    if (
+                        hooks is not NO_HOOKS
+                    ):  # a route with steps of its own (Ollama's); else two calls saved
+                        body = await hooks.answer_without_turn(self.dialect, state, source)
+                        if body is not None:
+                            status = await self._send_json(body, answer, {})
+                            return
+                        after = hooks.after_turn(self.dialect, state, source)
+                        if after is not None:  # released last: after everything the turn takes
+                            owned.push_async_callback(_if_answered, answer, after)
+                    prepared = await self.prepare(state, source, owned)
+                    source.body = None  # parsed: not kept for the stream's life by this frame
+                except SluicegateError as exc:
+                    status = await self._send_error(exc.info, answer)
+                    return
+                except Exception:
+                    log.exception("unhandled error in %s %s", request.method, request.url.path)
+                    info = ErrorInfo(
+                        ErrorKind.INTERNAL, "The server had an error while processing your request."
+                    )
+                    status = await self._send_error(info, answer)
+                    return
+                try:
+                    status = await self._run(state, request, answer, prepared, owned)
+                except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
+                    status = 200 if answer.started else await self._send_error(exc.info, answer)
+                except Exception:
+                    log.exception("unhandled error in %s %s", request.method, request.url.path)
+                    if answer.started:  # a stream that started has ended itself (`stream_sse`)
+                        status = 200
+                    else:
+                        info = ErrorInfo(
+                            ErrorKind.INTERNAL, "The server had an error while processing your request."
+                        )
+                        status = await self._send_error(info, answer)
+            finally:  # what `async with Owned()` did, without its two coroutines
+                await owned.aclose()
+        except BaseException:
+            status = 500
+            raise
         finally:
             key = self._counted.get(status)
             if key is None:  # statuses are few: each key is built once
@@ -162,47 +220,6 @@ class TurnEndpoint:
                     "sluicegate_requests_total", dialect=self.dialect.name, status=str(status)
                 )
             METRICS.counters[key] += 1
-
-    async def _serve(self, state: AppState, request: Request, send: _Send) -> int:
-        async with Owned() as owned:
-            try:
-                source = TurnSource(  # (built here, not in a coroutine of its own: once a request)
-                    await read_json(request, state.settings.max_body_bytes, state.settings.max_json_depth),
-                    request.query_params if request.scope["query_string"] else NO_QUERY,
-                    request.headers,
-                    request_scope(request, state.settings.api_keys),
-                    lambda: wait_for_disconnect(request),
-                    key=issued_key(request.scope),
-                    sink=body_writer(request.scope),
-                )
-                hooks = self.hooks
-                if hooks is not NO_HOOKS:  # a route with steps of its own (Ollama's); else two calls saved
-                    answer = await hooks.answer_without_turn(self.dialect, state, source)
-                    if answer is not None:
-                        return await self._send_json(answer, send, {})
-                    after = hooks.after_turn(self.dialect, state, source)
-                    if after is not None:  # released last: after everything the turn takes
-                        owned.push_async_callback(_if_answered, send, after)
-                prepared = await self.prepare(state, source, owned)
-                source.body = None  # parsed: not kept for the stream's life by this frame
-            except SluicegateError as exc:
-                return await self._send_error(exc.info, send)
-            except Exception:
-                log.exception("unhandled error in %s %s", request.method, request.url.path)
-                info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
-                return await self._send_error(info, send)
-            try:
-                return await self._run(state, request, send, prepared, owned)
-            except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
-                if send.started:
-                    return 200
-                return await self._send_error(exc.info, send)
-            except Exception:
-                log.exception("unhandled error in %s %s", request.method, request.url.path)
-                if send.started:  # a stream that started has ended itself (`stream_sse`)
-                    return 200
-                info = ErrorInfo(ErrorKind.INTERNAL, "The server had an error while processing your request.")
-                return await self._send_error(info, send)
 
     async def _run(
         self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
@@ -311,9 +328,11 @@ class TurnEndpoint:
             source.adapt(turn)
         models = state.registry.models
         model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
-        allow_model(source.key, model.id, asked=turn.chat.model)
+        if source.key is not None:  # a runtime key (else there is nothing to allow)
+            allow_model(source.key, model.id, asked=turn.chat.model)
         turn.chat.model = model.id
-        dialect.check(turn, model.engine.info())
+        if type(dialect).check is not Dialect.check:  # the default checks nothing: no ModelInfo made for it
+            dialect.check(turn, model.engine.info())
         scope = source.scope
         chat = turn.chat
         resolved: Resolved | None = None
@@ -326,10 +345,11 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
-        if model.engine.reads_pixels and model.engine.info().capabilities.vision:
-            await load_images(chat, state.images)
-        if model.engine.reads_pixels and model.engine.info().capabilities.audio:
-            await load_audio(chat, state.images.audio)
+        if model.engine.reads_pixels:
+            if model.engine.info().capabilities.vision:
+                await load_images(chat, state.images)
+            if model.engine.info().capabilities.audio:
+                await load_audio(chat, state.images.audio)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
         if turn.tools is not None and _wants_tools(turn, state):
@@ -378,7 +398,7 @@ class TurnEndpoint:
             created=int(time.time()),
             instance_id=generation.instance_id,
             accumulator=accumulator,
-            provider_info=_provider_info(toolset),
+            provider_info=_provider_info(toolset) if toolset is not None else _no_provider_info,
             stored=turn.store,
             scope=scope,
             prompt_text=lambda: rendered_prompt(model, chat),
@@ -495,29 +515,39 @@ def rendered_prompt(model: Model, chat: ChatRequest) -> str | None:
         return None
 
 
-def _provider_info(toolset: ToolSet | None) -> Any:
+def _provider_info(toolset: ToolSet) -> Any:
     def provider_info(name: str) -> Json | None:
-        info = toolset.provider(name) if toolset is not None else None
+        info = toolset.provider(name)
         return info.lmstudio() if info is not None else None
 
     return provider_info
 
 
-async def _engine_answer(
+def _no_provider_info(name: str) -> Json | None:
+    """A turn without server-side tools: no provider to tell of (shared, not made per request)."""
+    return None
+
+
+def _engine_answer(
     source: TurnSource,
     model: Model,
     opened: Opened,
     state: AppState,
     *,
     stream: bool,
-) -> Opened:
+) -> Awaitable[Opened]:
     """For engines that reach an upstream, wait for it to accept the request before answering
     (see `transport/answer_first.py`): a stream waits at most one heartbeat interval, a non-streaming
-    request as long as it takes (nothing is sent before the end anyway)."""
+    request as long as it takes (nothing is sent before the end anyway). The wait itself is
+    returned, not a coroutine around it: the start's task resumes through one frame less."""
     if not type(model.engine).answers_first:
-        return opened
+        return _as_is(opened)
     bound = (state.limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
-    return await await_answer(opened.events, bound=bound, disconnected=source.disconnected, sink=source.sink)
+    return await_answer(opened.events, bound=bound, disconnected=source.disconnected, sink=source.sink)
+
+
+async def _as_is(opened: Opened) -> Opened:
+    return opened
 
 
 def _persister(

@@ -8,7 +8,6 @@ llama-server do, so clients sending provider-specific extras keep working.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sluicegate.core.errors import invalid
@@ -16,6 +15,7 @@ from sluicegate.core.request import (
     ChatRequest,
     ContentPart,
     Message,
+    RequestOptions,
     SamplingParams,
     ToolCall,
     ToolSpec,
@@ -29,12 +29,23 @@ EXTENSION_PARAMS = ("chat_template_kwargs", "cache_prompt", "lora", "id_slot")
 OVERFLOW_POLICIES = ("error", "rolling_window", "truncate_middle")
 
 
-@dataclass(slots=True)
 class ChatOptions:
-    stream: bool
-    include_usage: bool
-    return_progress: bool = False  # llama-server's `prompt_progress` chunks while the prompt is read
-    verbose: bool = False  # llama-server's: `__verbose` (the rendered prompt) in the answer
+    """What the encoder needs of the request besides the `ChatRequest`. A plain class, not a
+    dataclass: compiled, a dataclass is made by the interpreted `__init__` that `dataclasses`
+    writes (an args tuple, a kwargs dict, a frame: ~2.5 k instructions a request); this one's
+    is native."""
+
+    __slots__ = ("include_usage", "return_progress", "stream", "verbose")
+
+    def __init__(
+        self, stream: bool, include_usage: bool, return_progress: bool = False, verbose: bool = False
+    ) -> None:
+        self.stream = stream
+        self.include_usage = include_usage
+        self.return_progress = (
+            return_progress  # llama-server's `prompt_progress` chunks while the prompt is read
+        )
+        self.verbose = verbose  # llama-server's: `__verbose` (the rendered prompt) in the answer
 
 
 def parse_chat_request(
@@ -51,24 +62,43 @@ def parse_chat_request(
 
     stream, include_usage = stream_fields(f)
 
-    request = ChatRequest(model=model, messages=messages)
-    request.sampling = _sampling(f)
+    # Each value read in the order the checks have always run (the first error a body has is
+    # the one reported), and the request built once from them: a `ChatRequest()` with its
+    # defaults (a whole `SamplingParams` among them) set again field by field cost as much as
+    # the rest of the parse.
+    sampling = _sampling(f)
     raw_tools = f.array("tools")
-    request.tools = [_tool(t) for t in f.items("tools", raw_tools or [])]
-    request.tool_choice = _tool_choice(f, request.tools)
-    request.parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
-    request.reasoning_effort = f.string("reasoning_effort")
-    request.response_format = _response_format(f)
+    tools = [_tool(t) for t in f.items("tools", raw_tools or [])]
+    tool_choice = _tool_choice(f, tools)
+    parallel_tool_calls = f.boolean("parallel_tool_calls") is not False
+    reasoning_effort = f.string("reasoning_effort")
+    response_format = _response_format(f)
     _refuse_unservable(f)
-    request.prediction = _prediction(f)
-    request.continue_final = _continues(f, messages, prefill_assistant)
+    prediction = _prediction(f)
+    continue_final = _continues(f, messages, prefill_assistant)
     f.object("chat_template_kwargs")  # forwarded as they are, but an object (what templates take)
     f.boolean("cache_prompt")
-    request.extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
-    # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
-    request.options.ttl = f.number("ttl", low=1, high=INT32_MAX)
-    # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
-    request.options.context_overflow = f.string("context_overflow", choices=OVERFLOW_POLICIES)
+    extra = {key: body[key] for key in EXTENSION_PARAMS if key in body}
+    options = RequestOptions(
+        # LM Studio's `ttl`: idle seconds before the model instance this request uses is unloaded.
+        ttl=f.number("ttl", low=1, high=INT32_MAX),
+        # What a model that cannot fit the prompt does (engines with a policy: llamacpp).
+        context_overflow=f.string("context_overflow", choices=OVERFLOW_POLICIES),
+    )
+    request = ChatRequest(
+        model=model,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=parallel_tool_calls,
+        sampling=sampling,
+        reasoning_effort=reasoning_effort,
+        response_format=response_format,
+        continue_final=continue_final,
+        options=options,
+        extra=extra,
+        prediction=prediction,
+    )
     progress = bool(f.boolean("return_progress"))
     asked = f.boolean("verbose")
     shown = verbose if asked is None else asked

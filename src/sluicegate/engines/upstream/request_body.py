@@ -75,13 +75,12 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
     fmt = request.response_format
     if fmt is not None and fmt.get("type") == "grammar":  # GBNF: llama-server's (and vLLM's) `grammar`
         body["grammar"], fmt = fmt.get("grammar"), None
-    for key, value in (
-        ("top_logprobs", s.top_logprobs),
-        ("reasoning_effort", request.reasoning_effort),
-        ("response_format", fmt),
-    ):
-        if value is not None:
-            body[key] = value
+    if s.top_logprobs is not None:
+        body["top_logprobs"] = s.top_logprobs
+    if request.reasoning_effort is not None:
+        body["reasoning_effort"] = request.reasoning_effort
+    if fmt is not None:
+        body["response_format"] = fmt
     if s.logprobs:
         body["logprobs"] = True
     if request.prediction is not None:  # OpenAI's Predicted Outputs, for an upstream that drafts
@@ -93,35 +92,56 @@ def request_body(request: ChatRequest, upstream_model: str) -> dict[str, Any]:
 
 
 def add_sampling(body: dict[str, Any], s: SamplingParams) -> None:
-    """The sampling settings the request set (the upstream's defaults apply to the rest)."""
-    for key, value in (
-        ("temperature", s.temperature),
-        ("top_p", s.top_p),
-        ("top_k", s.top_k),
-        ("min_p", s.min_p),
-        ("typical_p", s.typical_p),
-        ("repeat_last_n", s.repeat_last_n),
-        ("repetition_penalty", s.repeat_penalty),
-        ("presence_penalty", s.presence_penalty),
-        ("frequency_penalty", s.frequency_penalty),
-        ("seed", s.seed),
-        ("max_tokens", s.max_tokens),
-        # llama.cpp's further samplers: an upstream llama-server (or vLLM, for some) reads them
-        ("dry_multiplier", s.dry_multiplier),
-        ("dry_base", s.dry_base),
-        ("dry_allowed_length", s.dry_allowed_length),
-        ("dry_penalty_last_n", s.dry_penalty_last_n),
-        ("dry_sequence_breakers", s.dry_sequence_breakers),
-        ("xtc_probability", s.xtc_probability),
-        ("xtc_threshold", s.xtc_threshold),
-        ("top_n_sigma", s.top_n_sigma),
-        ("mirostat", s.mirostat or None),
-        ("mirostat_tau", s.mirostat_tau),
-        ("mirostat_eta", s.mirostat_eta),
-        ("ignore_eos", s.ignore_eos or None),
-    ):
-        if value is not None:
-            body[key] = value
+    """The sampling settings the request set (the upstream's defaults apply to the rest), one
+    test a field in the order upstreams have always seen them (compiled: no table of pairs built
+    per request)."""
+    if s.temperature is not None:
+        body["temperature"] = s.temperature
+    if s.top_p is not None:
+        body["top_p"] = s.top_p
+    if s.top_k is not None:
+        body["top_k"] = s.top_k
+    if s.min_p is not None:
+        body["min_p"] = s.min_p
+    if s.typical_p is not None:
+        body["typical_p"] = s.typical_p
+    if s.repeat_last_n is not None:
+        body["repeat_last_n"] = s.repeat_last_n
+    if s.repeat_penalty is not None:
+        body["repetition_penalty"] = s.repeat_penalty
+    if s.presence_penalty is not None:
+        body["presence_penalty"] = s.presence_penalty
+    if s.frequency_penalty is not None:
+        body["frequency_penalty"] = s.frequency_penalty
+    if s.seed is not None:
+        body["seed"] = s.seed
+    if s.max_tokens is not None:
+        body["max_tokens"] = s.max_tokens
+    # llama.cpp's further samplers: an upstream llama-server (or vLLM, for some) reads them
+    if s.dry_multiplier is not None:
+        body["dry_multiplier"] = s.dry_multiplier
+    if s.dry_base is not None:
+        body["dry_base"] = s.dry_base
+    if s.dry_allowed_length is not None:
+        body["dry_allowed_length"] = s.dry_allowed_length
+    if s.dry_penalty_last_n is not None:
+        body["dry_penalty_last_n"] = s.dry_penalty_last_n
+    if s.dry_sequence_breakers is not None:
+        body["dry_sequence_breakers"] = s.dry_sequence_breakers
+    if s.xtc_probability is not None:
+        body["xtc_probability"] = s.xtc_probability
+    if s.xtc_threshold is not None:
+        body["xtc_threshold"] = s.xtc_threshold
+    if s.top_n_sigma is not None:
+        body["top_n_sigma"] = s.top_n_sigma
+    if s.mirostat:
+        body["mirostat"] = s.mirostat
+    if s.mirostat_tau is not None:
+        body["mirostat_tau"] = s.mirostat_tau
+    if s.mirostat_eta is not None:
+        body["mirostat_eta"] = s.mirostat_eta
+    if s.ignore_eos:
+        body["ignore_eos"] = s.ignore_eos
     if s.stop:
         body["stop"] = s.stop
     if s.logit_bias:  # OpenAI's shape; a ban (-inf) as its -100
