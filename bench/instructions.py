@@ -10,6 +10,12 @@ warm-up, counting is switched on (`callgrind_control -i on`) for `--requests` on
 requests, then for `--requests` requests of `--tokens` tokens paced 5 ms apart by the fake
 upstream (`fake-d5`, one token per read), each measured alone. Per paced token = (the long
 load's instructions - the short load's) / (`--tokens` - 1) / requests.
+
+Under callgrind the server runs ~50x slower: at the default `--concurrency 16` it falls behind
+the upstream's pace and reads ~6 tokens per upstream read, so per-read costs (the callbacks,
+the two syscalls' wrappers, a write) are shared by several tokens. `--concurrency 2` keeps it
+at about one token per read, what a paced stream is at full speed (bench/README.md, gateway
+"Round fourteen").
 """
 
 from __future__ import annotations

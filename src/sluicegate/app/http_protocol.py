@@ -74,7 +74,7 @@ from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
-from sluicegate.transport.stream import BODY_WRITER
+from sluicegate.transport.stream import BODY_WRITER, Line
 
 MESSAGE = "Invalid HTTP request received."
 # How much of a refused read is looked in for the path: a request line, not a request body.
@@ -343,7 +343,7 @@ class CycleWriter:
     come, for a chunked response, when it would not wait — or returns False, and `send` sends
     it the ASGI way (which waits for the drain)."""
 
-    __slots__ = ("_cycle", "_flow", "_lost", "_protocol", "_transport")
+    __slots__ = ("_cycle", "_flow", "_line", "_lost", "_protocol", "_transport")
 
     def __init__(self, protocol: JSONHttpToolsProtocol, cycle: RequestResponseCycle) -> None:
         self._protocol = protocol
@@ -351,6 +351,7 @@ class CycleWriter:
         self._flow = protocol.flow
         self._transport = protocol.transport
         self._lost: Callable[[], None] | None = None
+        self._line: Line | None = None
 
     def write(self, body: bytes, *, force: bool = False) -> bool:
         cycle = self._cycle
@@ -390,13 +391,36 @@ class CycleWriter:
 
     def unwatch(self) -> None:
         self._lost = None
+        self._close_line()
         if self._protocol._watcher is self:
             self._protocol._watcher = None
 
     def buffered(self) -> int:
         return self._transport.get_write_buffer_size()
 
+    def line(self) -> Line | None:
+        """`write` done natively for a fast lane (transport/stream.py `Line`), while this
+        writer is watched: of `write`'s checks, the ones that cannot change while the response
+        streams are made here (a chunked body, not a HEAD, not complete), the client leaving
+        and the flow pausing are told to the line (`connection_lost`, `flow_paused`), and it
+        asks the transport whether it is closing."""
+        if self._protocol._watcher is not self or not self.write(b"", force=True):
+            return None
+        self._close_line()
+        line = self._line = Line(self._transport, self._flow.write_paused)
+        return line
+
+    def flow_paused(self, paused: bool) -> None:
+        if self._line is not None:
+            self._line.paused = paused
+
+    def _close_line(self) -> None:
+        line, self._line = self._line, None
+        if line is not None:
+            line.open = False
+
     def connection_lost(self) -> None:
+        self._close_line()
         lost, self._lost = self._lost, None
         if lost is not None:
             lost()
@@ -662,6 +686,16 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
         elif not (self._in_head and self.header_timeout is not None):  # (a head under way has its own)
             self._idle = True
             self._due_in(self.timeout_keep_alive)
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._watcher is not None:  # a streaming response's fast lane writes natively
+            self._watcher.flow_paused(True)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._watcher is not None:
+            self._watcher.flow_paused(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._due = 0.0

@@ -97,8 +97,8 @@ class Accumulator:
             case Failed(error=error):
                 self.result.error = error
                 # Items a failure cut off stay open (never done) but are part of the result.
-                self.result.items.extend(sorted(self.open_items.values(), key=lambda item: item.index))
-                self.result.items.sort(key=lambda item: item.index)
+                self.result.items.extend(sorted(self.open_items.values(), key=_by_index))
+                self.result.items.sort(key=_by_index)
                 self.open_items.clear()
                 self._stop_clock()
             case LoadFinished(seconds=seconds):
@@ -113,8 +113,14 @@ class Accumulator:
 
     def snapshot(self) -> list[Item]:
         """Every item so far in output order, finished or not (`Item.done` tells which)."""
-        return sorted([*self.result.items, *self.open_items.values()], key=lambda item: item.index)
+        return sorted([*self.result.items, *self.open_items.values()], key=_by_index)
 
     def _stop_clock(self) -> None:
         if self._first_token_at is not None:
             self.result.generation_seconds = self._clock() - self._first_token_at
+
+
+def _by_index(item: Item) -> int:
+    """(Not a lambda in `feed`: compiled, a lambda there made an environment object per call,
+    that is per token.)"""
+    return item.index

@@ -6,7 +6,11 @@ usage and a finish reason, in whatever order their backend produces them. The se
 (reasoning, message, refusal, tool call, tool result) that are added, take deltas and are done,
 then usage, then exactly one terminal event, `Finished` or `Failed`.
 
-These are plain slotted classes, not pydantic models: they are created once per token.
+These are plain slotted classes, not pydantic models: they are created once per token. Those
+made per token (`TextDelta`, `ToolCallDelta`, `UsageReport`, `ItemDelta`, `RawBatch`) write
+their `__init__` out (`init=False`): mypyc compiles a class's own methods, while the ones the
+`dataclass` decorator generates stay interpreted — an interpreted frame per object, ~1.3 k
+instructions of a paced token's ~42 k each (bench/README.md, gateway "Round fourteen").
 """
 
 from __future__ import annotations
@@ -141,7 +145,7 @@ class Answered:
     headers: dict[str, str]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class TextDelta:
     """Text on one channel: reasoning, message or refusal."""
 
@@ -149,8 +153,13 @@ class TextDelta:
     text: str
     logprobs: list[TokenLogprob] | None = None
 
+    def __init__(self, channel: ItemKind, text: str, logprobs: list[TokenLogprob] | None = None) -> None:
+        self.channel = channel
+        self.text = text
+        self.logprobs = logprobs
 
-@dataclass(slots=True)
+
+@dataclass(slots=True, init=False)
 class ToolCallDelta:
     """A piece of the tool call at `index`; `call_id` and `name` may come once or never."""
 
@@ -159,6 +168,20 @@ class ToolCallDelta:
     call_id: str | None = None
     name: str | None = None
     provider: ProviderInfo | None = None  # set by the tool loop on calls the server runs itself
+
+    def __init__(
+        self,
+        index: int,
+        arguments: str = "",
+        call_id: str | None = None,
+        name: str | None = None,
+        provider: ProviderInfo | None = None,
+    ) -> None:
+        self.index = index
+        self.arguments = arguments
+        self.call_id = call_id
+        self.name = name
+        self.provider = provider
 
 
 # Server-side tools: the tool loop yields these; each becomes one item, added and done at once.
@@ -193,9 +216,12 @@ class ApprovalRequested:
     provider: ProviderInfo
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class UsageReport:
     usage: Usage
+
+    def __init__(self, usage: Usage) -> None:
+        self.usage = usage
 
 
 @dataclass(slots=True)
@@ -247,11 +273,16 @@ class ItemAdded:
     item: Item
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class ItemDelta:
     item: Item
     text: str
     logprobs: list[TokenLogprob] | None = None
+
+    def __init__(self, item: Item, text: str, logprobs: list[TokenLogprob] | None = None) -> None:
+        self.item = item
+        self.text = text
+        self.logprobs = logprobs
 
 
 @dataclass(slots=True)
@@ -262,7 +293,7 @@ class ItemDone:
 # --- batches: what arrived together travels together ------------------------------------------
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RawBatch:
     """Raw events that arrived together (one read from an upstream's socket, or one wake-up from
     the llamacpp engine's worker thread), passed down as one so every layer between the engine
@@ -270,6 +301,9 @@ class RawBatch:
     engines make them (`engines/upstream/base.py`, `engines/llamacpp/engine.py`)."""
 
     events: list[RawEvent]
+
+    def __init__(self, events: list[RawEvent]) -> None:
+        self.events = events
 
 
 @dataclass(slots=True)

@@ -15,11 +15,16 @@ from typing import Final
 
 # Not `frozen`: a frozen dataclass sets its fields through `object.__setattr__`, which made
 # building a frame (one per token) cost several times a plain one. Nothing mutates a frame;
-# `unsafe_hash` keeps it hashable as a value.
-@dataclass(slots=True, unsafe_hash=True)
+# `unsafe_hash` keeps it hashable as a value. Its `__init__` is written out: the one `dataclass`
+# generates is interpreted even in the compiled build (core/events.py says more).
+@dataclass(slots=True, unsafe_hash=True, init=False)
 class Frame:
     data: bytes  # one line of JSON (orjson output is), or b"[DONE]"
     event: str | None = None  # the SSE `event:` name; None for data-only dialects
+
+    def __init__(self, data: bytes, event: str | None = None) -> None:
+        self.data = data
+        self.event = event
 
 
 DONE: Final = Frame(b"[DONE]")  # Chat Completions' and Responses' end-of-stream sentinel

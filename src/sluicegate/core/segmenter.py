@@ -281,6 +281,20 @@ class Segments:
             return False
         return True
 
+    def push_read(self, events: list[RawEvent], out: list[Event]) -> None:
+        """`push(RawBatch(events), out)` for a read the fast lane carries: only text, tool-call
+        deltas and usage (`TurnPipeline.carry` checks), none of which fails a stream — without
+        the batch object."""
+        deadline = self.deadline
+        if deadline is not None:
+            deadline.last = deadline.clock()
+        state = self.state
+        for inner in events:
+            if type(inner) is TextDelta:
+                state.text(inner, out)
+            else:
+                state.step(inner, out)
+
     def end(self, out: list[Event]) -> None:
         """The stream's ending into `out`: closed items, the last usage, the terminal event."""
         self.state.end(out, self.failure)

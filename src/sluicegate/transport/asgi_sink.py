@@ -16,8 +16,12 @@ import asyncio
 import contextlib
 import contextvars
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from starlette.types import Receive, Send
+
+if TYPE_CHECKING:
+    from sluicegate.transport.stream import Line
 
 
 class AsgiSink:
@@ -70,6 +74,9 @@ class AsgiSink:
 
     def buffered(self) -> int:
         return self._size
+
+    def line(self) -> Line | None:
+        return None  # every chunk goes through the queue
 
     def watch(self, lost: Callable[[], None]) -> bool:
         if self.gone:

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
-from sluicegate.core.events import Failed, RawBatch, RawEvent, TextDelta, ToolCallDelta, UsageReport
+from sluicegate.core.events import Failed, RawEvent, TextDelta, ToolCallDelta, UsageReport
 from sluicegate.core.frames import Frame
 from sluicegate.core.segmenter import Reads
 from sluicegate.dialects.base import Encoder
@@ -181,7 +181,7 @@ class TurnPipeline:
             kind = type(event)
             if kind is not TextDelta and kind is not ToolCallDelta and kind is not UsageReport:
                 return False
-        frames = self.core.push(RawBatch(batch))
+        frames = self.core.push_read(batch)
         if frames:
             emitter.emit(frames)
         METRICS.counters[LANE_READS] += 1

@@ -74,6 +74,24 @@ class StreamCore:
         out.clear()
         return frames
 
+    def push_read(self, events: list[RawEvent]) -> list[Frame]:
+        """`push(RawBatch(events))` for the fast lane's read of deltas and usage only (see
+        `Segments.push_read`), without the batch object."""
+        key = self.deltas
+        if key is not None:
+            n = 0
+            for inner in events:
+                if type(inner) is TextDelta or type(inner) is ToolCallDelta:
+                    n += 1
+            METRICS.counters[key] += n
+        out = self._out
+        self.segments.push_read(events, out)
+        if not out:
+            return []
+        frames = self._encode(out)
+        out.clear()
+        return frames
+
     def finish(self) -> tuple[list[Frame], list[Frame]]:
         """The stream's ending: (the frames of what closes it — items, usage — and the frames
         of its terminal event, `Finished` or `Failed`), kept apart because the task stores the

@@ -327,3 +327,28 @@ def test_think_tags_in_content_become_reasoning_when_configured() -> None:
     assert texts(events, ItemKind.REASONING) == "Plan it."
     assert texts(events, ItemKind.MESSAGE) == "Answer <think> stays"
     assert texts(decode(frames), ItemKind.MESSAGE).startswith("<think>Plan it.</think>")  # not configured
+
+
+def test_the_reader_fast_paths_agree_with_its_line_by_line_path() -> None:
+    """A read of whole frames takes a shortcut (one `data:` line per frame); whatever the bytes,
+    it gives what the general path gives them — which a reader holding a partial line takes."""
+    reads = [
+        b'data: {"a":1}\n\n',
+        b'data: {"a":1}\r\n\r\n',
+        b'data: {"a":"x\\ry"}\r\n\n',
+        b"data: a\rdata: b\n\n",
+        b"data:tight\n\n",
+        b"data: one\ndata: two\n\n",
+        b"event: ping\ndata: {}\n\n",
+        b": comment\n\n",
+        b"data: 1\n\ndata: 2\n\n",
+        b"data: 1\n\ndata: 2\r\n\r\n",
+        b"data: 1\n\nevent: e\ndata: 2\n\n",
+        b"id: 7\n\n",
+        b"\n\n",
+    ]
+    for read in reads:
+        shortcut = SSEReader().feed(read)
+        general = SSEReader()
+        assert general.feed(b":") == []  # a partial line held: the next read cannot take a shortcut
+        assert general.feed(b"\n" + read) == shortcut, read

@@ -460,3 +460,88 @@ async def test_a_slow_client_may_leave_buffer_bytes_waiting_before_the_chain_wai
     async with asyncio.timeout(LIMIT):
         while proto.server_state.tasks:
             await asyncio.sleep(0.001)
+
+
+class Binding:
+    """A turn's side of a fast lane (`LaneBinding`): keeps the stream's emitter while bound."""
+
+    def __init__(self) -> None:
+        self.emitter: Any = None
+        self.bound = 0
+
+    def bind(self, emitter: Any) -> None:
+        self.emitter = emitter
+        self.bound += emitter is not None
+
+
+async def test_a_lanes_frames_go_out_through_the_sinks_native_line_in_order() -> None:
+    """The lane's writes (`_Stream.emit`) take the sink's `Line` while it may write, and the
+    sink's own `write` when it may not (the flow paused): the client decodes every frame in
+    order either way, and the line's `paused` follows the transport's."""
+    binding, release = Binding(), asyncio.Event()
+    lane_frames = [[Frame(b'{"t":%d}' % i)] for i in range(120)]
+
+    async def chunks() -> AsyncIterator[Chunk]:
+        yield [Frame(b'{"first":1}')]
+        await release.wait()  # the task waits: the lane writes meanwhile
+        yield [DONE]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await stream_chunks(
+            chunks(),
+            send,
+            receive,
+            framing=SSE,
+            buffer_bytes=1 << 20,
+            writer=body_writer(scope),
+            lane=binding,
+        )
+
+    wire = Wire(high=600)
+    proto = await served(app, wire, until=lambda: binding.emitter is not None)
+    emitter = binding.emitter
+    line = emitter.line
+    assert line is not None and line.open
+    native, paused_seen = 0, False
+    for frames in lane_frames:
+        before = wire.writes
+        taken = line.write(b"") if not line.paused else False  # (what emit will find)
+        emitter.emit(frames)
+        assert wire.writes == before + 1
+        native += taken
+        paused_seen |= line.paused
+        assert line.paused == wire.paused
+        if wire.paused:
+            wire.read(250)  # a slow client: the flow resumes below half the mark
+    assert paused_seen and 0 < native < len(lane_frames)
+    release.set()
+    async with asyncio.timeout(LIMIT):
+        while proto.server_state.tasks:
+            wire.read()
+            await asyncio.sleep(0)
+    wire.read()
+    assert not line.open  # the stream ended: the line is closed with it
+    _, body = decoded(wire)
+    expected = [b'{"first":1}'] + [frames[0].data for frames in lane_frames] + [b"[DONE]"]
+    assert body == b"".join(b"data: " + data + b"\n\n" for data in expected)
+
+
+async def test_a_line_refuses_once_the_client_left() -> None:
+    binding, log = Binding(), []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await stream_chunks(
+            one_frame_then_stall(log)(), send, receive, framing=SSE, writer=body_writer(scope), lane=binding
+        )
+
+    wire = Wire()
+    proto = await served(app, wire, until=lambda: binding.emitter is not None)
+    line = binding.emitter.line
+    assert line is not None and line.write(b"x")
+    before = wire.writes
+    proto.connection_lost(None)
+    assert not line.open and not line.write(b"late") and wire.writes == before
+    async with asyncio.timeout(LIMIT):
+        while proto.server_state.tasks:
+            await asyncio.sleep(0)
+    assert log == ["cancelled"]

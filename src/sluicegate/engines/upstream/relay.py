@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import orjson
 
@@ -177,7 +177,7 @@ class Relay:
                         and lane.deliver is not None
                         and not self._prompting
                     ):
-                        through = self._through = ReadThrough(lane, feed, decoder, clocks)
+                        through = self._through = ReadThrough(lane, self._reader, decoder, clocks)
                         response.read_through(through)
                     try:
                         chunk = await clocks.read(read)
@@ -338,20 +338,25 @@ class ReadThrough:
     offered to the turn's fast lane (engines/lane.py); what the lane does not carry, and what ends
     the stream, is kept in `stash` for the relay, which is woken to take it first."""
 
-    __slots__ = ("clocks", "decoder", "feed", "lane", "stash")
+    __slots__ = ("clocks", "decoder", "lane", "reader", "stash")
 
-    def __init__(self, lane: Lane, feed: Any, decoder: StreamDecoder, clocks: Clocks) -> None:
+    def __init__(self, lane: Lane, reader: SSEReader, decoder: StreamDecoder, clocks: Clocks) -> None:
         self.lane = lane
-        self.feed = feed
+        self.reader = reader  # the relay's own (a native call, not a bound method's)
         self.decoder = decoder
         self.clocks = clocks
         self.stash: list[RawEvent] = []
 
     def __call__(self, data: bytes) -> bool:
-        batch: list[RawEvent] = []
         try:
-            for name, payload in self.feed(data):
-                batch += self.decoder.frame(name, payload)
+            frames = self.reader.feed(data)
+            if len(frames) == 1:  # a paced token's read: the decoder's list as it is
+                name, payload = frames[0]
+                batch = self.decoder.frame(name, payload)
+            else:
+                batch = []
+                for name, payload in frames:
+                    batch += self.decoder.frame(name, payload)
             self.clocks.alive()
             if not batch:
                 return True

@@ -60,18 +60,23 @@ class SSEReader:
         self._data: list[bytes] = []
 
     def feed(self, chunk: bytes) -> list[tuple[str | None, bytes]]:
-        # `find`, not `in`: bytes' `in` first tries its operand as an int, raising and clearing
-        # a TypeError (~2 k instructions a read).
-        if not self._tail and not self._data and chunk[-2:] == b"\n\n" and chunk.find(b"\r") < 0:
+        # `partition` and `find`, not `in`: bytes' `in` first tries its operand as an int,
+        # raising and clearing a TypeError (~2 k instructions a read). `partition` before
+        # `find`: it takes its one argument as is, where `find` parses an argument tuple
+        # (~1.2 k instructions a call, compiled) — and it copies nothing when the separator
+        # is absent.
+        if not self._tail and not self._data and chunk[-2:] == b"\n\n":
             # What upstreams send per read: whole `data: ` frames of one line each. Anything
             # else (comments, `event:` lines, frames split across reads) takes the general path.
-            end = len(chunk) - 2
-            if chunk.find(b"\n") == end:  # one frame of one line, a paced token's read: a memchr
-                if chunk[:6] == b"data: ":  # (where a count and a split cost ~1.7 k instructions)
-                    return [(None, chunk[6:end])]
+            line, _, rest = chunk.partition(b"\n")
+            if len(rest) == 1:  # one frame of one line, a paced token's read
+                if line[:6] == b"data: " and not line.partition(b"\r")[1]:
+                    return [(None, line[6:])]
                 parts: list[bytes] = []
-            else:
+            elif chunk.find(b"\r") < 0:
                 parts = chunk[:-2].split(b"\n\n")
+            else:
+                parts = []
             if parts and chunk.count(b"\n") == 2 * len(parts):  # no line break inside any frame
                 whole: list[tuple[str | None, bytes]] = []
                 for part in parts:
@@ -170,18 +175,23 @@ class _PlainChunks:
     match the real key; the part after it must be one JSON string (orjson checks it) followed by
     exactly a known tail; and the head must say nothing more than a token would."""
 
-    __slots__ = ("_head", "_tail")
+    __slots__ = ("_content_at", "_head", "_tail")
     content_at: ClassVar[bytes] = _CONTENT_AT
     tails: ClassVar[tuple[bytes, ...]] = _PLAIN_TAILS
 
     def __init__(self) -> None:
         self._head = b""
         self._tail = b""
+        self._content_at = self.content_at  # (a slot: the class attribute is a generic lookup)
 
     def text(self, data: bytes) -> str | None:
         """The text of a chunk that carries nothing but one content delta, else None."""
-        head, tail, content_at = self._head, self._tail, self.content_at
-        if not (head and data.startswith(head) and data.startswith(content_at, len(head))):
+        head, tail, content_at = self._head, self._tail, self._content_at
+        # (a slice compared, not `startswith` at an offset: compiled, only the one-argument
+        # form is native; the other parses an argument tuple, ~1 k instructions a token)
+        if not (
+            head and data.startswith(head) and data[len(head) : len(head) + len(content_at)] == content_at
+        ):
             at = data.find(content_at)
             if at <= 0:
                 return None
