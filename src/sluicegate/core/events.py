@@ -7,6 +7,12 @@ usage and a finish reason, in whatever order their backend produces them. The se
 then usage, then exactly one terminal event, `Finished` or `Failed`.
 
 These are plain slotted classes, not pydantic models: they are created once per token.
+
+Those a stream makes once or a few times (its items, usage, its progress and its end) write
+their `__init__` out, the fields' defaults repeated: `@dataclass` keeps a class's own
+`__init__`, and mypyc compiles it, where the one `dataclasses` generates is Python run through
+`tp_init` (~3-7 k instructions a construction against ~1 k: bench/README.md, gateway "Round
+fourteen"). tests/unit/core/test_dataclass_inits.py checks each against its fields.
 """
 
 from __future__ import annotations
@@ -71,6 +77,26 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def __init__(
+        self,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        audio_tokens: int = 0,
+        accepted_prediction_tokens: int = 0,
+        rejected_prediction_tokens: int = 0,
+        shifted_tokens: int = 0,
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
+        self.audio_tokens = audio_tokens
+        self.accepted_prediction_tokens = accepted_prediction_tokens
+        self.rejected_prediction_tokens = rejected_prediction_tokens
+        self.shifted_tokens = shifted_tokens
+
 
 def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int) -> Usage | None:
     """The engine's count, or, when it never got to count output (cut off by a deadline, a
@@ -114,6 +140,10 @@ class PromptStarted:
     total: int = 0
     cached: int = 0
 
+    def __init__(self, total: int = 0, cached: int = 0) -> None:
+        self.total = total
+        self.cached = cached
+
 
 @dataclass(slots=True)
 class PromptProgress:
@@ -123,6 +153,12 @@ class PromptProgress:
     processed: int = 0
     total: int = 0
     cached: int = 0
+
+    def __init__(self, progress: float, processed: int = 0, total: int = 0, cached: int = 0) -> None:
+        self.progress = progress
+        self.processed = processed
+        self.total = total
+        self.cached = cached
 
 
 @dataclass(slots=True)
@@ -139,6 +175,9 @@ class Answered:
     """
 
     headers: dict[str, str]
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
 
 
 @dataclass(slots=True)
@@ -197,6 +236,9 @@ class ApprovalRequested:
 class UsageReport:
     usage: Usage
 
+    def __init__(self, usage: Usage) -> None:
+        self.usage = usage
+
 
 @dataclass(slots=True)
 class Finished:
@@ -204,6 +246,10 @@ class Finished:
     # The stop string that ended the output (a request's `stop`), or None: llama-server's
     # `stop_type: "word"` and `stopping_word`, vLLM's `stop_reason`.
     stop_word: str | None = None
+
+    def __init__(self, reason: FinishReason, stop_word: str | None = None) -> None:
+        self.reason = reason
+        self.stop_word = stop_word
 
 
 @dataclass(slots=True)
@@ -241,10 +287,48 @@ class Item:
     def text_so_far(self) -> str:
         return self.text if self.done else "".join(self.parts)
 
+    def __init__(
+        self,
+        index: int,
+        kind: ItemKind,
+        id: str,
+        call_id: str | None = None,
+        name: str | None = None,
+        tool_index: int | None = None,
+        text: str = "",
+        logprobs: list[TokenLogprob] | None = None,
+        done: bool = False,
+        cut_short: bool = False,
+        provider: ProviderInfo | None = None,
+        error: str | None = None,
+        tools: list[ServerTool] | None = None,
+        parts: list[str] | None = None,
+        runs: int = 0,
+    ) -> None:
+        """(The lists default to new empty ones, as their fields' `default_factory` says.)"""
+        self.index = index
+        self.kind = kind
+        self.id = id
+        self.call_id = call_id
+        self.name = name
+        self.tool_index = tool_index
+        self.text = text
+        self.logprobs = [] if logprobs is None else logprobs
+        self.done = done
+        self.cut_short = cut_short
+        self.provider = provider
+        self.error = error
+        self.tools = [] if tools is None else tools
+        self.parts = [] if parts is None else parts
+        self.runs = runs
+
 
 @dataclass(slots=True)
 class ItemAdded:
     item: Item
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
 
 
 @dataclass(slots=True)
@@ -257,6 +341,9 @@ class ItemDelta:
 @dataclass(slots=True)
 class ItemDone:
     item: Item
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
 
 
 # --- batches: what arrived together travels together ------------------------------------------

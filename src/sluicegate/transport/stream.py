@@ -136,6 +136,11 @@ class StreamOutcome:
     finished: bool  # the producer ran to its end and everything was sent
     client_gone: bool  # the client disconnected (or vanished mid-write) first
 
+    def __init__(self, finished: bool, client_gone: bool) -> None:
+        # Written out: compiled (core/events.py says why).
+        self.finished = finished
+        self.client_gone = client_gone
+
 
 class Emitter(Protocol):
     """How a stream's fast lane (engines/lane.py) hands frames to this transport without the
