@@ -330,7 +330,10 @@ def test_think_tags_in_content_become_reasoning_when_configured() -> None:
 
 
 _HEAD = b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
-_ROLE = _HEAD + b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+_ROLE = (
+    _HEAD
+    + b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+)
 
 
 def test_the_role_chunk_in_vllms_shape_is_read_without_parsing_it(monkeypatch: Any) -> None:
