@@ -39,6 +39,10 @@ HeadLine = tuple[bytes, int, int]  # the encoded line (CRLF included), its kind,
 _lines: dict[tuple[bytes, bytes], HeadLine] = {}
 # Names (as ASGI gives them, lowercase) whose value differs in every response: not kept.
 PER_RESPONSE: Final = frozenset({b"x-request-id", b"request-id", b"date"})
+# Their `Name: ` in canonical case, made once; and the last line made for each (the date's
+# repeats for a second), replaced by the next: one line a name, not a stream's.
+_CASED: Final = {name: name.title() + b": " for name in PER_RESPONSE}
+_last: dict[bytes, tuple[bytes, HeadLine]] = {}
 
 
 def head_line(name: bytes, value: bytes) -> HeadLine:
@@ -50,11 +54,25 @@ def head_line(name: bytes, value: bytes) -> HeadLine:
     except TypeError:  # a bytearray: not a key, encoded every time
         return encode_line(bytes(name), bytes(value))
     if line is None:
+        if name in PER_RESPONSE:
+            return _per_response(name, value)
         line = encode_line(name, value)
-        if name not in PER_RESPONSE:
-            if len(_lines) >= MAX_LINES:
-                _lines.clear()
-            _lines[key] = line
+        if len(_lines) >= MAX_LINES:
+            _lines.clear()
+        _lines[key] = line
+    return line
+
+
+def _per_response(name: bytes, value: bytes) -> HeadLine:
+    """A line whose value is new in (nearly) every response: only the value is checked (the
+    name is one of ours, its line plain), as `encode_line` would check and write it."""
+    last = _last.get(name)
+    if last is not None and last[0] == value:
+        return last[1]
+    if HEADER_VALUE_RE.search(value):
+        raise RuntimeError("Invalid HTTP header value.")
+    line = (_CASED[name] + value + b"\r\n", PLAIN, 0)
+    _last[name] = (value, line)
     return line
 
 

@@ -6,11 +6,15 @@ usage and a finish reason, in whatever order their backend produces them. The se
 (reasoning, message, refusal, tool call, tool result) that are added, take deltas and are done,
 then usage, then exactly one terminal event, `Finished` or `Failed`.
 
-These are plain slotted classes, not pydantic models: they are created once per token. Those
-made per token (`TextDelta`, `ToolCallDelta`, `UsageReport`, `ItemDelta`, `RawBatch`) write
-their `__init__` out (`init=False`): mypyc compiles a class's own methods, while the ones the
-`dataclass` decorator generates stay interpreted — an interpreted frame per object, ~1.3 k
-instructions of a paced token's ~42 k each (bench/README.md, gateway "Round fourteen").
+These are plain slotted classes, not pydantic models: they are created once per token.
+
+Each writes its `__init__` out: mypyc compiles a class's own methods, while the `__init__` that
+`dataclasses` generates stays Python run through `tp_init` (~1.3 k instructions a per-token
+object, ~3-7 k a stream's once-made ones, against ~0.2-1 k compiled: bench/README.md, gateway
+"Round fourteen"). Those made per token (`TextDelta`, `ToolCallDelta`, `UsageReport`,
+`ItemDelta`, `RawBatch`) say `init=False`; the others keep the decorator's default, which leaves
+a class's own `__init__` in place. tests/unit/core/test_dataclass_inits.py and
+test_event_inits.py check them against their fields.
 """
 
 from __future__ import annotations
@@ -75,6 +79,26 @@ class Usage:
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def __init__(
+        self,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
+        audio_tokens: int = 0,
+        accepted_prediction_tokens: int = 0,
+        rejected_prediction_tokens: int = 0,
+        shifted_tokens: int = 0,
+    ) -> None:
+        self.prompt_tokens = prompt_tokens
+        self.completion_tokens = completion_tokens
+        self.cached_tokens = cached_tokens
+        self.reasoning_tokens = reasoning_tokens
+        self.audio_tokens = audio_tokens
+        self.accepted_prediction_tokens = accepted_prediction_tokens
+        self.rejected_prediction_tokens = rejected_prediction_tokens
+        self.shifted_tokens = shifted_tokens
+
 
 def usage_with_fallback(usage: Usage | None, deltas: int, reasoning_deltas: int) -> Usage | None:
     """The engine's count, or, when it never got to count output (cut off by a deadline, a
@@ -118,6 +142,10 @@ class PromptStarted:
     total: int = 0
     cached: int = 0
 
+    def __init__(self, total: int = 0, cached: int = 0) -> None:
+        self.total = total
+        self.cached = cached
+
 
 @dataclass(slots=True)
 class PromptProgress:
@@ -127,6 +155,12 @@ class PromptProgress:
     processed: int = 0
     total: int = 0
     cached: int = 0
+
+    def __init__(self, progress: float, processed: int = 0, total: int = 0, cached: int = 0) -> None:
+        self.progress = progress
+        self.processed = processed
+        self.total = total
+        self.cached = cached
 
 
 @dataclass(slots=True)
@@ -143,6 +177,9 @@ class Answered:
     """
 
     headers: dict[str, str]
+
+    def __init__(self, headers: dict[str, str]) -> None:
+        self.headers = headers
 
 
 @dataclass(slots=True, init=False)
@@ -231,6 +268,10 @@ class Finished:
     # `stop_type: "word"` and `stopping_word`, vLLM's `stop_reason`.
     stop_word: str | None = None
 
+    def __init__(self, reason: FinishReason, stop_word: str | None = None) -> None:
+        self.reason = reason
+        self.stop_word = stop_word
+
 
 @dataclass(slots=True)
 class Failed:
@@ -267,10 +308,48 @@ class Item:
     def text_so_far(self) -> str:
         return self.text if self.done else "".join(self.parts)
 
+    def __init__(
+        self,
+        index: int,
+        kind: ItemKind,
+        id: str,
+        call_id: str | None = None,
+        name: str | None = None,
+        tool_index: int | None = None,
+        text: str = "",
+        logprobs: list[TokenLogprob] | None = None,
+        done: bool = False,
+        cut_short: bool = False,
+        provider: ProviderInfo | None = None,
+        error: str | None = None,
+        tools: list[ServerTool] | None = None,
+        parts: list[str] | None = None,
+        runs: int = 0,
+    ) -> None:
+        """(The lists default to new empty ones, as their fields' `default_factory` says.)"""
+        self.index = index
+        self.kind = kind
+        self.id = id
+        self.call_id = call_id
+        self.name = name
+        self.tool_index = tool_index
+        self.text = text
+        self.logprobs = [] if logprobs is None else logprobs
+        self.done = done
+        self.cut_short = cut_short
+        self.provider = provider
+        self.error = error
+        self.tools = [] if tools is None else tools
+        self.parts = [] if parts is None else parts
+        self.runs = runs
+
 
 @dataclass(slots=True)
 class ItemAdded:
     item: Item
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
 
 
 @dataclass(slots=True, init=False)
@@ -288,6 +367,9 @@ class ItemDelta:
 @dataclass(slots=True)
 class ItemDone:
     item: Item
+
+    def __init__(self, item: Item) -> None:
+        self.item = item
 
 
 # --- batches: what arrived together travels together ------------------------------------------

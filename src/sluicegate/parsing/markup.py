@@ -84,6 +84,33 @@ class Markup:
 
 NO_MARKUP = Markup()  # reasoning tags at most
 
+# What a parser derives from its markup (its openers by marker, the markers it drops, both
+# markers in order), derived once per markup object, not per stream: a family's markup is a
+# module constant. Keyed by identity (a frozen dataclass's hash is Python run per call); the
+# entry holds the markup, so its id is not reused while it is there; bounded all the same.
+_Derived = tuple[Markup, dict[str, ReaderFactory], frozenset[str], tuple[str, ...]]
+_derived: dict[int, _Derived] = {}
+_MAX_DERIVED = 256
+
+
+def _derive(markup: Markup) -> _Derived:
+    entry = _derived.get(id(markup))
+    if entry is not None and entry[0] is markup:
+        return entry
+    openers, drop = dict(markup.calls), frozenset(markup.drop)
+    entry = (markup, openers, drop, (*openers, *drop))
+    if len(_derived) >= _MAX_DERIVED:
+        _derived.clear()
+    _derived[id(markup)] = entry
+    return entry
+
+
+def _triggers(markers: tuple[str, ...]) -> str:
+    """Each marker's first character, once (the per-token check looks for any of them)."""
+    if len(markers) == 1:
+        return markers[0][0]
+    return "".join({m[0] for m in markers})
+
 
 class OutputParser:
     """One generation's text → raw events. Feed chunks as they come; call `finish` once."""
@@ -100,8 +127,7 @@ class OutputParser:
     ) -> None:
         self.saw_tool_calls = False
         self._markup = markup
-        self._openers = dict(markup.calls)
-        self._drop = frozenset(markup.drop)
+        _, self._openers, self._drop, self._marks = _derive(markup)
         self._reasoning = reasoning
         self._tools = tools or {}
         self._out = CallOut(new_call_id)
@@ -162,20 +188,18 @@ class OutputParser:
     # --- state ---------------------------------------------------------------------------
 
     def _refresh(self) -> None:
-        markers: list[str] = []
+        # (the markup's own markers derived once: `_derive`)
+        markers: tuple[str, ...]
         if self._channel is _REASONING:
             assert self._reasoning is not None
-            markers.append(self._reasoning.close_tag)
-            if self._markup.calls_end_reasoning:
-                markers.extend(self._openers)
-                markers.extend(self._drop)
+            close = self._reasoning.close_tag
+            markers = (close, *self._marks) if self._markup.calls_end_reasoning else (close,)
+        elif self._reasoning is not None and self._at_start:
+            markers = (self._reasoning.open_tag, *self._marks)
         else:
-            if self._reasoning is not None and self._at_start:
-                markers.append(self._reasoning.open_tag)
-            markers.extend(self._openers)
-            markers.extend(self._drop)
-        self._markers = tuple(markers)
-        self._triggers = "".join({m[0] for m in markers})
+            markers = self._marks
+        self._markers = markers
+        self._triggers = _triggers(markers) if markers else ""
         self._leading = not self._leading_done and self._at_start and self._channel is _MESSAGE
 
     def _take_logprobs(self) -> list[TokenLogprob] | None:

@@ -40,6 +40,11 @@ class Opened:
     events: AsyncIterator[RawEvent]
     headers: dict[str, str] = field(default_factory=dict)
 
+    def __init__(self, events: AsyncIterator[RawEvent], headers: dict[str, str] | None = None) -> None:
+        # Written out: compiled (core/events.py says why); `headers` a new dict by default.
+        self.events = events
+        self.headers = {} if headers is None else headers
+
 
 async def await_answer(
     raw: AsyncIterator[RawEvent],

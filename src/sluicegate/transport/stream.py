@@ -157,13 +157,29 @@ def raw_headers(base: Mapping[str, str]) -> RawHeaders:
     return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in base.items()]
 
 
+# A response header's name → its ASGI form (lowercase latin-1), made once: a stream's own
+# headers are a few names (the instance, the replica, the request id) with new values each time.
+_names: dict[str, bytes] = {}
+_MAX_NAMES: Final = 256
+
+
+def _name(name: str) -> bytes:
+    raw = _names.get(name)
+    if raw is None:
+        raw = name.lower().encode("latin-1")
+        if len(_names) < _MAX_NAMES:
+            _names[name] = raw
+    return raw
+
+
 def _head(base: RawHeaders, headers: Mapping[str, str] | None) -> RawHeaders:
     """The response head's headers as ASGI wants them: the fixed ones unless overridden."""
     if not headers:
         return list(base)
-    fixed = {k.lower().encode("latin-1") for k in headers}
+    own = [(_name(k), v.encode("latin-1")) for k, v in headers.items()]
+    fixed = {name for name, _ in own}
     raw = [pair for pair in base if pair[0] not in fixed]
-    raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    raw += own
     return raw
 
 
@@ -171,6 +187,11 @@ def _head(base: RawHeaders, headers: Mapping[str, str] | None) -> RawHeaders:
 class StreamOutcome:
     finished: bool  # the producer ran to its end and everything was sent
     client_gone: bool  # the client disconnected (or vanished mid-write) first
+
+    def __init__(self, finished: bool, client_gone: bool) -> None:
+        # Written out: compiled (core/events.py says why).
+        self.finished = finished
+        self.client_gone = client_gone
 
 
 class Emitter(Protocol):

@@ -231,6 +231,18 @@ def test_a_per_response_header_value_is_not_kept_in_the_table_of_lines() -> None
         assert list(response_head._lines) == [(b"content-type", b"text/event-stream")]
 
 
+@pytest.mark.parametrize("name", sorted(response_head.PER_RESPONSE))
+def test_a_per_response_line_is_what_encode_line_makes_and_its_value_is_checked(name: bytes) -> None:
+    """Such a line skips the name's checks and casing (made once), and the date's line is
+    reused while the date is the same: the bytes are `encode_line`'s, a bad value still fails."""
+    with mock.patch.dict(response_head._last, clear=True):
+        for value in (b"Sun, 29 Nov 2026 18:00:00 GMT", b"Sun, 29 Nov 2026 18:00:00 GMT", b"chatcmpl-1"):
+            assert response_head.head_line(name, value) == response_head.encode_line(name, value)
+        with pytest.raises(RuntimeError, match="header value"):
+            response_head.head_line(name, b"a\r\nSet-Cookie: x=1")
+        assert len(response_head._last) == 1  # one line a name, the last
+
+
 async def test_response_header_names_go_out_in_canonical_case(
     protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
 ) -> None:

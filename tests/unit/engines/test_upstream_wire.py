@@ -352,3 +352,54 @@ def test_the_reader_fast_paths_agree_with_its_line_by_line_path() -> None:
         general = SSEReader()
         assert general.feed(b":") == []  # a partial line held: the next read cannot take a shortcut
         assert general.feed(b"\n" + read) == shortcut, read
+
+
+_HEAD = b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+_ROLE = (
+    _HEAD
+    + b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}'
+)
+
+
+def test_the_role_chunk_in_vllms_shape_is_read_without_parsing_it(monkeypatch: Any) -> None:
+    """A stream's opening chunk (role, empty content, nothing more) comes to no event: it is
+    recognised from its bytes, as a token's chunk is, and its head serves the tokens after it."""
+    import sluicegate.engines.upstream.wire as wire
+
+    if not hasattr(wire.ChunkDecoder.frame, "__code__"):
+        return  # compiled: orjson is bound in the binary (the pure run checks the count)
+    parsed: list[bytes] = []
+    real = wire.orjson.loads
+
+    def loads(data: bytes) -> Any:
+        parsed.append(bytes(data))
+        return real(data)
+
+    monkeypatch.setattr(wire.orjson, "loads", loads)
+    decoder = ChunkDecoder()
+    assert decoder.frame(None, _ROLE) == []
+    assert parsed == []
+    token = _HEAD + b'"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}'
+    assert decoder.frame(None, token) == [TextDelta(ItemKind.MESSAGE, "Hi")]
+    assert parsed == [b'"Hi"']  # the string alone: the head learnt from the role chunk
+
+
+def test_role_chunks_that_say_more_are_parsed_whole() -> None:
+    role_at = b'"choices":[{"index":0,"delta":{"role":"assistant","content":'
+    tail = b'},"logprobs":null,"finish_reason":null}]}'
+    cases = {
+        _HEAD + role_at + b'"Hi"' + tail: [TextDelta(ItemKind.MESSAGE, "Hi")],
+        _HEAD + role_at + b'"","refusal":"no"' + tail: [TextDelta(ItemKind.REFUSAL, "no")],
+        _HEAD + role_at + b'"","reasoning_content":"hm"' + tail: [TextDelta(ItemKind.REASONING, "hm")],
+        _HEAD + role_at + b'""},"logprobs":null,"finish_reason":"stop"}]}': [Finished(FinishReason.STOP)],
+        _HEAD[:-1] + b',"prompt_progress":{"total":4,"processed":4,"cache":0},' + role_at + b'""' + tail: [
+            PromptProgress(1.0, processed=4, total=4, cached=0)
+        ],
+    }
+    for data, events in cases.items():
+        assert ChunkDecoder().frame(None, data) == events, data
+    # usage in the head: kept for the end (parsed whole, not dropped)
+    decoder = ChunkDecoder()
+    with_usage = _HEAD[:-1] + b',"usage":{"prompt_tokens":3,"completion_tokens":0},' + role_at + b'""' + tail
+    assert decoder.frame(None, with_usage) == []
+    assert decoder.usage == {"prompt_tokens": 3, "completion_tokens": 0}

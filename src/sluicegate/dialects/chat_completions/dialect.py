@@ -7,10 +7,14 @@ from typing import Any
 
 from sluicegate.core.tool_selection import ToolSelection
 from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderContext, ServerTools, Turn
-from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder, ReasoningField, usage_body
-from sluicegate.dialects.chat_completions.request import ChatOptions, parse_chat_request
+from sluicegate.dialects.chat_completions.encoder import (
+    ChatCompletionsEncoder,
+    ReasoningField,
+    encoder_for,
+    usage_body,
+)
+from sluicegate.dialects.chat_completions.request import parse_chat_request
 from sluicegate.dialects.choices import IndexedChoices
-from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
 from sluicegate.dialects.openai_errors import openai_error
 
 # `/chat/`: the same API without `/v1` (a base URL without it; llama-server answers there too).
@@ -56,20 +60,5 @@ class ChatCompletionsDialect(Dialect):
     def _encoder(
         self, turn: Turn, context: EncoderContext, choice: int | None = None
     ) -> ChatCompletionsEncoder:
-        """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
-        usage at its finish (the request's is summed once), no prompt progress or `__verbose`."""
-        options: ChatOptions = turn.request
-        alone = choice is None
-        return ChatCompletionsEncoder(
-            context.turn_id,
-            context.created,
-            turn.chat.model,
-            include_usage=options.include_usage,
-            logprobs=turn.chat.sampling.logprobs,
-            system_fingerprint=SYSTEM_FINGERPRINT,
-            reasoning_field=self.reasoning_field,
-            index=choice or 0,
-            usage_at_finish=alone,
-            return_progress=alone and options.return_progress,
-            prompt_text=context.prompt_text if alone and options.verbose else None,
-        )
+        """The response's encoder, or (`choice`) that of one of `n` > 1 choices (`encoder_for`)."""
+        return encoder_for(turn, context, self.reasoning_field, choice)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -31,7 +31,11 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import DONE, Frame
+from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
 from sluicegate.dialects.openai_errors import openai_error
+
+if TYPE_CHECKING:
+    from sluicegate.dialects.base import EncoderContext, Turn
 
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 # Items of tools the server runs itself (tool loop): not part of this dialect.
@@ -68,6 +72,30 @@ def logprobs_body(entries: list[TokenLogprob]) -> list[dict[str, Any]]:
 
 def reasoning_keys(field: ReasoningField) -> tuple[str, ...]:
     return ("reasoning_content", "reasoning") if field == "both" else (field,)
+
+
+def encoder_for(
+    turn: Turn, context: EncoderContext, reasoning_field: ReasoningField, choice: int | None
+) -> ChatCompletionsEncoder:
+    """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
+    usage at its finish (the request's is summed once), no prompt progress or `__verbose`.
+    Here, compiled, so that the dialect's call passes four arguments: the encoder's twelve,
+    eight of them keywords, parsed from an interpreted call cost ~6 k instructions a stream."""
+    options: Any = turn.request  # the dialect's `ChatOptions`
+    alone = choice is None
+    return ChatCompletionsEncoder(
+        context.turn_id,
+        context.created,
+        turn.chat.model,
+        include_usage=options.include_usage,
+        logprobs=turn.chat.sampling.logprobs,
+        system_fingerprint=SYSTEM_FINGERPRINT,
+        reasoning_field=reasoning_field,
+        index=choice or 0,
+        usage_at_finish=alone,
+        return_progress=alone and options.return_progress,
+        prompt_text=context.prompt_text if alone and options.verbose else None,
+    )
 
 
 class ChatCompletionsEncoder:

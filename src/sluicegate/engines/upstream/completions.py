@@ -45,6 +45,7 @@ class _PlainTextChunks(_PlainChunks):
 
     __slots__ = ()
     content_at = b'"choices":[{"index":0,"text":"'
+    role_at = b""  # a text completion has no role chunk
     tails = (
         b',"logprobs":null,"finish_reason":null,"stop_reason":null}]}',
         b',"logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}',

@@ -283,6 +283,11 @@ class StreamingResponse:
             body += data
         return body
 
+    def release(self) -> None:
+        """The exchange is over: the connection back to the pool, or closed (`aclose` without
+        a coroutine, for a compiled caller: a coroutine awaited there costs a StopIteration)."""
+        self._pool._release(self._conn)
+
     async def aclose(self) -> None:
         self._pool._release(self._conn)
 

@@ -319,7 +319,7 @@ class Relay:
             response = self._response
             if response is not None:
                 self._response = None
-                await response.aclose()
+                response.release()
             replica = self._replica
             if replica is not None:
                 self._replica = None

@@ -163,8 +163,18 @@ _PLAIN_TAILS = (
     b'},"logprobs":null,"finish_reason":null,"stop_reason":null}]}',
     b'},"finish_reason":null}]}',
 )
+# The chunk that opens a stream as vLLM writes it: the role, an empty content, then a tail.
+_ROLE_AT = b'"choices":[{"index":0,"delta":{"role":"assistant","content":""'
 # In the part before `choices`, any of these means the chunk says more than a token.
 _NOT_PLAIN = (b'"usage":{', b'"error"', b'"prompt_progress"', b'"choices"')
+
+
+def _plain_head(head: bytes) -> bool:
+    """The part before `choices` says nothing more than a token's chunk would."""
+    # `find`, not `in` (see `SSEReader.feed`): four raised and cleared TypeErrors, ~9 k
+    # instructions a stream, when its first token's chunk is recognised. (mypyc makes `all`
+    # over a generator expression a loop.)
+    return all(head.find(mark) < 0 for mark in _NOT_PLAIN)
 
 
 class _PlainChunks:
@@ -178,6 +188,7 @@ class _PlainChunks:
     __slots__ = ("_content_at", "_head", "_tail")
     content_at: ClassVar[bytes] = _CONTENT_AT
     tails: ClassVar[tuple[bytes, ...]] = _PLAIN_TAILS
+    role_at: ClassVar[bytes] = _ROLE_AT  # (b"": a wire with no role chunk)
 
     def __init__(self) -> None:
         self._head = b""
@@ -194,11 +205,10 @@ class _PlainChunks:
         ):
             at = data.find(content_at)
             if at <= 0:
-                return None
+                return self._role(data)
             head = data[:at]
-            for mark in _NOT_PLAIN:
-                if mark in head:
-                    return None
+            if not _plain_head(head):
+                return None
             self._head = head
         if not (tail and data.endswith(tail)):
             for tail in self.tails:
@@ -212,6 +222,20 @@ class _PlainChunks:
         except orjson.JSONDecodeError:
             return None
         return text if type(text) is str else None
+
+    def _role(self, data: bytes) -> str | None:
+        """An empty text for a stream's opening chunk with the role, an empty content and
+        nothing more (what parsing it would come to: no event), its head and tail learnt for
+        the tokens after it; else None. A stream's first chunk, parsed whole, cost ~10 k instructions."""
+        role_at = self.role_at
+        at = data.find(role_at) if role_at else -1
+        if at <= 0:
+            return None
+        head, rest = data[:at], data[at + len(role_at) :]
+        if rest not in self.tails or not _plain_head(head):
+            return None
+        self._head, self._tail = head, rest
+        return ""
 
 
 class StreamEnding:
