@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import re
@@ -271,6 +272,11 @@ def replay_predictions(
         prompt = tokens(url, templated.json()["prompt"], True)
         output = tokens(url, text, False)
         predicted = tokens(url, body["prediction"]["content"], False)
+        if args.keep_replies:  # the token ids, to replay other policies on later
+            folder = Path(args.keep_replies)
+            folder.mkdir(parents=True, exist_ok=True)
+            record = {"prompt": prompt, "output": output, "prediction": predicted, "text": text}
+            (folder / f"{workload}.json").write_text(json.dumps(record))
         for policy, counts in (
             (
                 "prediction, learning the edit",
@@ -340,6 +346,7 @@ def main() -> int:
     parser.add_argument(
         "--rename-shown", type=int, default=8, help="rename: the file's lines begun in the reply"
     )
+    parser.add_argument("--keep-replies", help="--replay: also write the replayed token ids to this folder")
     parser.add_argument("--sample-lines", type=int, default=12, help="rename: lines of each reply printed")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="only these (repeatable)")
     parser.add_argument("--only", action="append", help="only these servers, by name (repeatable)")

@@ -77,7 +77,8 @@ class Prediction:
 
     def _index(self) -> None:
         """Where each SYNC-gram of the prediction ends, in order."""
-        tokens, ends = self.tokens, {}
+        tokens = self.tokens
+        ends: dict[tuple[int, ...], list[int]] = {}
         for end in range(SYNC, len(tokens) + 1):
             ends.setdefault(tuple(tokens[end - SYNC : end]), []).append(end)
         self._ends = ends
