@@ -3,9 +3,11 @@
 The client sends the text it expects most of the answer to be (the file being edited); the
 prediction's tokens are the drafts. `Prediction` follows the output through them: while the
 output goes on as the prediction does, the draft is what comes next in it; where the output
-leaves it (the edit), the draft waits until the last `SYNC` output tokens occur in the
-prediction again (the nearest such place at or after where the output left it, else the
-first), and goes on from there. "Where the output left it" is where it last left a run it had
+leaves it (the edit), the draft waits until the output's last tokens occur in the prediction
+again, and goes on from there: `SYNC` of them at the nearest place after where the output left
+it, within a short edit of it (a rename, an insertion); further off `FAR_SYNC` of them (the
+nearest such place after where it left, else the first) — a 3-gram far off was as often a
+false join, its draft refused whole. "Where the output left it" is where it last left a run it had
 followed for `SYNC` tokens or more: a join that fails at once (a common 3-gram far off) does
 not move it, else each such failure searched on from the wrong place, further and further.
 
@@ -25,6 +27,7 @@ from bisect import bisect_left
 from typing import Any
 
 SYNC = 3  # output tokens that must match the prediction again before it drafts after an edit
+FAR_SYNC = 5  # the same for a join further than a short edit from where the output left it
 MOST_EDIT = 8  # the longest side of a substitution it learns (tokens)
 MOST_SUBSTITUTIONS = 32  # each one learned rewrites the rest of the prediction once
 
@@ -43,6 +46,7 @@ class Prediction:
         "_changed",
         "_cursor",
         "_ends",
+        "_far",
         "_joined",
         "_left",
         "_left_out",
@@ -73,15 +77,19 @@ class Prediction:
         self._joined = 0  # where the run followed now was joined
         self._seen = 0  # output tokens followed so far
         self._ends: dict[tuple[int, ...], list[int]] = {}
+        self._far: dict[tuple[int, ...], list[int]] = {}
         self._index()
 
     def _index(self) -> None:
-        """Where each SYNC-gram of the prediction ends, in order."""
+        """Where each SYNC-gram and FAR_SYNC-gram of the prediction ends, in order."""
         tokens = self.tokens
         ends: dict[tuple[int, ...], list[int]] = {}
+        far: dict[tuple[int, ...], list[int]] = {}
         for end in range(SYNC, len(tokens) + 1):
             ends.setdefault(tuple(tokens[end - SYNC : end]), []).append(end)
-        self._ends = ends
+            if end >= FAR_SYNC:
+                far.setdefault(tuple(tokens[end - FAR_SYNC : end]), []).append(end)
+        self._ends, self._far = ends, far
 
     def _follow(self, history: list[int]) -> None:
         start = self.start
@@ -96,15 +104,33 @@ class Prediction:
                 self._left = self._cursor  # a run it really followed (or the first) ended here
                 self._left_out = i
             self._aligned = False
-            if i + 1 >= SYNC:
-                ends = self._ends.get(tuple(history[start + i + 1 - SYNC : start + i + 1]))
-                if ends:
-                    at = bisect_left(ends, self._left)
-                    self._cursor = self._joined = ends[at] if at < len(ends) else ends[0]
-                    self._aligned = True
-                    if at < len(ends):
-                        self._learn(history[start + self._left_out : start + i + 1 - SYNC])
+            self._join(history, start + i + 1, i)
         self._seen = max(self._seen, output)
+
+    def _join(self, history: list[int], end: int, i: int) -> None:
+        """Join the prediction again after output token `i` (ending `history` at `end`), if its
+        last tokens occur in it: SYNC of them at the nearest place after where the output left
+        the prediction, when that is within a short edit of it (a rename, an insertion: what
+        `_learn` reads); anywhere else FAR_SYNC of them (the nearest after, else the first):
+        a 3-gram far off is as often a false join, whose draft is refused whole."""
+        if i + 1 < SYNC:
+            return
+        left = self._left
+        ends = self._ends.get(tuple(history[end - SYNC : end]))
+        if ends:
+            at = bisect_left(ends, left)
+            if at < len(ends) and ends[at] - left <= MOST_EDIT + SYNC:
+                self._cursor = self._joined = ends[at]
+                self._aligned = True
+                self._learn(history[self.start + self._left_out : end - SYNC])
+                return
+        if i + 1 < FAR_SYNC:
+            return
+        ends = self._far.get(tuple(history[end - FAR_SYNC : end]))
+        if ends:
+            at = bisect_left(ends, left)
+            self._cursor = self._joined = ends[at] if at < len(ends) else ends[0]
+            self._aligned = True
 
     def _learn(self, written: list[int]) -> None:
         """The output left the prediction at `_left` and joined it again at `_cursor`: what it

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 
 from sluicegate.engines.llamacpp.adaptive import FIRST_PAUSE, MAX_PAUSE, OFF_RATE, PROBE, Gauge, ModelRate
-from sluicegate.engines.llamacpp.prediction import SYNC, Prediction
+from sluicegate.engines.llamacpp.prediction import FAR_SYNC, SYNC, Prediction
 from sluicegate.engines.llamacpp.speculative import NgramDrafter, NgramIndex, SpeculativeSettings, Speculator
 
 
@@ -376,3 +376,18 @@ def test_a_prediction_the_output_never_follows_drafts_little_after_its_first_mis
     output = [rng.randrange(50_000, 50_040) for _ in range(1_500)]
     drafted, taken, _ = _replay_prediction([1, 2], predicted, output)
     assert taken <= drafted <= 32  # 1,500 tokens (24; without the back-off 73, at 1 token a join)
+
+
+def test_a_far_join_needs_a_longer_match_than_a_near_one() -> None:
+    """After a miss the prediction is joined again on 3 tokens only within a short edit of
+    where the output left it (a rename, an insertion); further off a 3-gram is as often a false
+    join, whose draft is refused whole, so there it takes FAR_SYNC tokens (issue 48: Gemma's
+    reply that loops over the file's methods, 167 -> 109 decode steps replayed)."""
+    predicted = [*range(1, 21), 30, 31, 32, 40, 41, 42]
+    source = Prediction(predicted, 0)
+    assert FAR_SYNC == 5
+    assert source.draft([1, 2, 3, 99, 30, 31, 32], 2) == []  # (30, 31, 32) ends 20 tokens on
+    source = Prediction(predicted, 0)
+    assert source.draft([1, 2, 3, 99, 19, 20, 30, 31, 32], 2) == [40, 41]  # 5 tokens match there
+    source = Prediction(predicted, 0)
+    assert source.draft([1, 2, 3, 99, 5, 6, 7], 2) == [8, 9]  # near: 3 tokens do
