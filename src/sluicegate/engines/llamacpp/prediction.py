@@ -30,6 +30,9 @@ SYNC = 3  # output tokens that must match the prediction again before it drafts 
 FAR_SYNC = 5  # the same for a join further than a short edit from where the output left it
 MOST_EDIT = 8  # the longest side of a substitution it learns (tokens)
 MOST_SUBSTITUTIONS = 32  # each one learned rewrites the rest of the prediction once
+# Prediction tokens rewritten per request at most (~1.5 us each, on the worker thread between
+# two decodes): a long prediction learns fewer substitutions than a 300-line file's 32.
+MOST_REWRITTEN = 200_000
 
 
 def prediction_tokens(model: Any, text: str) -> list[int]:
@@ -51,6 +54,7 @@ class Prediction:
         "_left",
         "_left_out",
         "_origin",
+        "_rewritten",
         "_seen",
         "_substitutions",
         "learned",
@@ -69,6 +73,7 @@ class Prediction:
         self._substitutions: dict[tuple[int, ...], tuple[int, ...]] = {}
         self._by_first: dict[int, list[tuple[int, ...]]] = {}  # keys by first token, longest first
         self.learned = 0  # substitutions learned (tests, the bench's traces)
+        self._rewritten = 0  # prediction tokens rewritten so far (MOST_REWRITTEN)
         self.start = start  # where the output starts in the history (the prompt's length)
         self._cursor = 0  # the prediction's next token, while aligned
         self._aligned = True
@@ -149,7 +154,9 @@ class Prediction:
                     self._by_first[key[0]].remove(key)
             self._rewrite(self._cursor)
             return
-        if len(self._substitutions) >= MOST_SUBSTITUTIONS:
+        if len(self._substitutions) >= MOST_SUBSTITUTIONS or self._rewritten > MOST_REWRITTEN - len(
+            self.original
+        ):
             return
         key = tuple(self.tokens[skipped_from:skipped_to])
         if key in self._substitutions:
@@ -180,6 +187,7 @@ class Prediction:
         tokens, origins, changed = self.tokens[:at], origin[:at], self._changed[:at]
         original, by_first, substitutions = self.original, self._by_first, self._substitutions
         k, end = origin[at], len(original)
+        self._rewritten += end - k
         while k < end:
             for key in by_first.get(original[k], ()):
                 if tuple(original[k : k + len(key)]) == key:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from sluicegate.engines.llamacpp.adaptive import FIRST_PAUSE, MAX_PAUSE, OFF_RATE, PROBE, Gauge, ModelRate
 from sluicegate.engines.llamacpp.prediction import FAR_SYNC, SYNC, Prediction
 from sluicegate.engines.llamacpp.speculative import NgramDrafter, NgramIndex, SpeculativeSettings, Speculator
@@ -395,3 +397,19 @@ def test_a_far_join_needs_a_longer_match_than_a_near_one() -> None:
     assert source.draft([1, 2, 3, 99, 19, 20, 30, 31, 32], 2) == [40, 41]  # 5 tokens match there
     source = Prediction(predicted, 0)
     assert source.draft([1, 2, 3, 99, 5, 6, 7], 2) == [8, 9]  # near: 3 tokens do
+
+
+def test_learning_stops_at_the_rewrite_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each substitution learned rewrites the rest of the prediction on the worker thread: a
+    request rewrites at most MOST_REWRITTEN tokens, so a long prediction learns fewer."""
+    from sluicegate.engines.llamacpp import prediction
+
+    predicted = [1, 2, 3, 7, 4, 5, 6, 8, 9, 10, 11, 12, 13, 7, 14, 15, 16, 9, 17, 18, 19, 20]
+    output = [1, 2, 3, 70, 4, 5, 6, 8, 90, 10, 11, 12]  # 7 -> 70, then 9 -> 90
+    source = Prediction(predicted, 0)
+    source.draft(output, 1)
+    assert source.learned == 2
+    monkeypatch.setattr(prediction, "MOST_REWRITTEN", len(predicted))  # room for one rewrite
+    source = Prediction(predicted, 0)
+    source.draft(output, 1)
+    assert source.learned == 1
