@@ -7,6 +7,8 @@ output as token ids and replays on it, on the same text:
 
 - `ours`: Sluicegate's `Speculator` (engines/llamacpp/speculative.py, with the `Gauge` of
   adaptive.py), driven as the scheduler drives it;
+- `predicted`: the same with a request's `prediction` (prediction.py) as the draft source, as
+  a server without `speculative` drafts it (`learn=False`: without learning the edit);
 - `ngram_simple`: llama.cpp's `common_ngram_simple_draft` (common/ngram-map.cpp), what
   `llama-server --spec-type ngram-simple` drafts: at every step where the last `n` tokens
   occurred before, the `m` tokens that followed (none when fewer than `n` follow).
@@ -57,6 +59,28 @@ def ours(prompt: list[int], output: list[int], ngram: int, draft_max: int) -> Co
         return speculator.draft([(0, history, max(0, min(speculator.most(0), room)))])[0]
 
     return _drive(output, [*prompt, output[0]], propose, lambda d, t: speculator.record(0, d, t))
+
+
+def predicted(
+    prompt: list[int], output: list[int], prediction: list[int], draft_max: int, *, learn: bool = True
+) -> Counts:
+    """A request's prediction as its drafts (no `speculative` on the model)."""
+    from sluicegate.engines.llamacpp import prediction as module
+
+    kept = module.MOST_SUBSTITUTIONS
+    module.MOST_SUBSTITUTIONS = kept if learn else 0
+    try:
+        speculator = Speculator(SpeculativeSettings(kind="ngram", draft_max=draft_max), None, "replay", 1)
+        speculator.start(0, prediction, len(prompt))
+
+        def propose(history: list[int], room: int) -> list[int]:
+            if not speculator.drafting(0):
+                return []
+            return speculator.draft([(0, history, max(0, min(speculator.most(0), room)))])[0]
+
+        return _drive(output, [*prompt, output[0]], propose, lambda d, t: speculator.record(0, d, t))
+    finally:
+        module.MOST_SUBSTITUTIONS = kept
 
 
 def ngram_simple(prompt: list[int], output: list[int], n: int, m: int) -> Counts:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
 import re
@@ -64,7 +65,7 @@ from local_engine import cpu_seconds, free_port, serving
 MODEL = "bench"
 ROOT = Path(__file__).resolve().parent.parent
 QUESTION = "Explain how the tides work, and why there are two high tides a day."
-WORKLOADS = ("edit", "continue", "chat", "predict", "predict-none")
+WORKLOADS = ("edit", "continue", "chat", "predict", "predict-none", "rename", "rename-none")
 WORDS = [
     "alpha",
     "beta",
@@ -97,6 +98,9 @@ WORDS = [
     "zephyr",
 ]
 PREDICTED = ROOT / "src/sluicegate/engines/llamacpp/engine.py"  # a file of 300 lines and more
+# The rename workload's file: 300 lines of code dense in the name renamed (`slot`: ~100 times).
+RENAMED = ROOT / "src/sluicegate/engines/llamacpp/speculative.py"
+RENAME = ("slot", "lane")
 
 
 def edit_prompt(lines: int) -> str:
@@ -138,8 +142,29 @@ def predict_messages(lines: int) -> tuple[list[dict[str, str]], str]:
     return messages, source[len(head) :]
 
 
-def request(url: str, body: dict[str, Any], max_tokens: int) -> tuple[int, float, dict[str, int]]:
-    """(completion tokens, wall seconds, draft counts: drafted and taken)."""
+def rename_messages(first: int, lines: int, shown: int) -> tuple[list[dict[str, str]], str]:
+    """(the messages of a rename in a `lines`-line file, the prediction: the file as it is).
+
+    Framed as a completion, which Gemma 3 270M (a base model) follows where it does not follow
+    an instruction: a short before/after example of the same rename, the file "before", then
+    "after:" and the file's first `shown` lines renamed, in the reply (`continue_final_message`).
+    The model writes the rest; the prediction is the rest of the file as it was sent (what a
+    client editing it holds), so every occurrence of the name it renames leaves the prediction."""
+    old, new = RENAME
+    source = "\n".join(RENAMED.read_text().splitlines()[first : first + lines]) + "\n"
+    example = f"def load({old}s, {old}_id):\n    {old} = {old}s[{old}_id]\n    {old}.start()\n    return {old}.model\n"
+    shots = f"before:\n```python\n{example}```\nafter:\n```python\n{example.replace(old, new)}```\n\n"
+    ask = f"Rename `{old}` to `{new}` everywhere in the code.\n\n{shots}before:\n```python\n{source}```"
+    head = "".join(source.splitlines(keepends=True)[:shown])
+    messages = [
+        {"role": "user", "content": ask},
+        {"role": "assistant", "content": f"after:\n```python\n{head.replace(old, new)}"},
+    ]
+    return messages, source[len(head) :]
+
+
+def request(url: str, body: dict[str, Any], max_tokens: int) -> tuple[int, float, dict[str, int], str]:
+    """(completion tokens, wall seconds, draft counts: drafted and taken, the reply's text)."""
     path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
     body = {**body, "model": MODEL, "max_tokens": max_tokens, "temperature": 0}
     start = time.perf_counter()
@@ -153,7 +178,9 @@ def request(url: str, body: dict[str, Any], max_tokens: int) -> tuple[int, float
     taken, refused = details.get("accepted_prediction_tokens"), details.get("rejected_prediction_tokens")
     if taken is not None and refused is not None:  # Sluicegate's per-request counts
         drafts = {"draft_n": int(taken) + int(refused), "draft_n_accepted": int(taken)}
-    return int(data["usage"]["completion_tokens"]), wall, drafts
+    choice = data["choices"][0]
+    text = choice.get("text") or (choice.get("message") or {}).get("content") or ""
+    return int(data["usage"]["completion_tokens"]), wall, drafts, text
 
 
 def sluicegate_drafts(url: str) -> dict[str, int]:
@@ -215,8 +242,63 @@ def replay(
                 )
 
 
+def replay_predictions(
+    args: argparse.Namespace,
+    targets: dict[str, tuple[Any, str, Any]],
+    sent: dict[str, dict[str, Any]],
+    texts: dict[tuple[str, str], str],
+) -> None:
+    """A request's `prediction` replayed on Sluicegate's reply to it, learning the edit and not
+    (prediction.py before issue 48's rename round), and the n-gram lookup alone. The reply's
+    text is tokenized again (its own tokens are not in the usage): a replay, close to the live
+    counts, not the same."""
+
+    def tokens(url: str, content: str, special: bool) -> list[int]:
+        reply = httpx.post(url + "/tokenize", json={"content": content, "add_special": special}, timeout=60)
+        reply.raise_for_status()
+        return [int(t) for t in reply.json()["tokens"]]
+
+    print("\n`prediction` replayed on Sluicegate's reply (re-tokenized; no model, no clock)\n")
+    print("| workload | policy | tokens | drafted | taken | acceptance | decode steps | tokens per step |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, workload), text in texts.items():
+        body = sent[workload]
+        if name != "sluicegate" or "prediction" not in body:
+            continue
+        url = targets[name][1]
+        shape = {k: body[k] for k in ("messages", "continue_final_message", "add_generation_prompt")}
+        templated = httpx.post(url + "/apply-template", json=shape, timeout=60)
+        templated.raise_for_status()
+        prompt = tokens(url, templated.json()["prompt"], True)
+        output = tokens(url, text, False)
+        predicted = tokens(url, body["prediction"]["content"], False)
+        if args.keep_replies:  # the token ids, to replay other policies on later
+            folder = Path(args.keep_replies)
+            folder.mkdir(parents=True, exist_ok=True)
+            record = {"prompt": prompt, "output": output, "prediction": predicted, "text": text}
+            (folder / f"{workload}.json").write_text(json.dumps(record))
+        for policy, counts in (
+            (
+                "prediction, learning the edit",
+                speculation_replay.predicted(prompt, output, predicted, args.draft_max),
+            ),
+            (
+                "prediction, not learning",
+                speculation_replay.predicted(prompt, output, predicted, args.draft_max, learn=False),
+            ),
+            ("n-gram lookup alone", speculation_replay.ours(prompt, output, args.ngram, args.draft_max)),
+        ):
+            drafted, taken, steps = counts
+            share = f"{taken / drafted:.0%}" if drafted else "-"
+            print(
+                f"| {workload} | {policy} | {len(output)} | {drafted} | {taken} | {share} | {steps + 1} "
+                f"| {len(output) / (steps + 1):.2f} |"
+            )
+
+
 def bodies(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     messages, predicted = predict_messages(args.predict_lines)
+    renamed, rest = rename_messages(args.rename_first, args.predict_lines, args.rename_shown)
     return {
         "edit": {"prompt": edit_prompt(args.lines)},
         "continue": {"prompt": continued_prompt(args.functions)},
@@ -232,6 +314,13 @@ def bodies(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
             "continue_final_message": True,
             "add_generation_prompt": False,
         },
+        "rename": {
+            "messages": renamed,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+            "prediction": {"type": "content", "content": rest},
+        },
+        "rename-none": {"messages": renamed, "continue_final_message": True, "add_generation_prompt": False},
     }
 
 
@@ -251,12 +340,21 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=32, help="edit: lines of the source file in the prompt")
     parser.add_argument("--functions", type=int, default=24, help="continue: functions in the prompt")
     parser.add_argument("--predict-lines", type=int, default=300, help="predict: lines of the file edited")
+    parser.add_argument(
+        "--rename-first", type=int, default=107, help="rename: the file's first line (0-based) shown"
+    )
+    parser.add_argument(
+        "--rename-shown", type=int, default=8, help="rename: the file's lines begun in the reply"
+    )
+    parser.add_argument("--keep-replies", help="--replay: also write the replayed token ids to this folder")
+    parser.add_argument("--sample-lines", type=int, default=12, help="rename: lines of each reply printed")
     parser.add_argument("--workload", action="append", choices=WORKLOADS, help="only these (repeatable)")
     parser.add_argument("--only", action="append", help="only these servers, by name (repeatable)")
     parser.add_argument(
         "--replay",
         action="store_true",
-        help="also replay both drafting policies on each server's greedy output (edit, continue)",
+        help="also replay both drafting policies on each server's greedy output (edit, continue), "
+        "and a prediction learning the edit and not on Sluicegate's replies (predict, rename)",
     )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a kill still stops the servers
@@ -267,6 +365,8 @@ def main() -> int:
         "chat": args.chat_tokens,
         "predict": args.predict_tokens,
         "predict-none": args.predict_tokens,
+        "rename": args.predict_tokens,
+        "rename-none": args.predict_tokens,
     }
     workloads = {name: n for name, n in workloads.items() if not args.workload or name in args.workload}
     sent = bodies(args)
@@ -340,6 +440,7 @@ def main() -> int:
         tokens: dict[tuple[str, str], int] = {}
         drafts: dict[tuple[str, str], dict[str, int]] = {}
         last: dict[tuple[str, str], dict[str, int]] = {}  # the last round's request's counts
+        texts: dict[tuple[str, str], str] = {}  # the last round's replies
         load = os.getloadavg()
         for round_ in range(args.rounds):
             for workload, max_tokens in workloads.items():
@@ -351,7 +452,7 @@ def main() -> int:
                     ours = name.startswith("sluicegate")
                     before = sluicegate_drafts(url) if ours else {}
                     used = cpu_seconds(pids[name])
-                    count, wall, reported = request(url, body, max_tokens)
+                    count, wall, reported, texts[(name, workload)] = request(url, body, max_tokens)
                     if ours and not reported:
                         after = sluicegate_drafts(url)
                         reported = {key: after[key] - before[key] for key in after}
@@ -370,6 +471,7 @@ def main() -> int:
         load = tuple(round((a + b) / 2, 2) for a, b in zip(load, os.getloadavg(), strict=True))
         if args.replay:
             replay(args, targets, workloads, sent)
+            replay_predictions(args, targets, sent, texts)
 
     median = {key: statistics.median(values) for key, values in speeds.items()}
     print(f"\nGemma 3 270M Q4_K_M, {args.threads} threads, ngram {args.ngram}, draft_max {args.draft_max}, "
@@ -416,6 +518,20 @@ def main() -> int:
             f"| {ratio(('llama-server ngram', w), ('llama-server', w))} "
             f"| {ratio(('sluicegate ngram', w), ('llama-server ngram', w))} "
             f"| {ratio(('sluicegate', w), ('llama-server', w))} |"
+        )
+    for (name, workload), text in texts.items():
+        if workload.startswith("rename"):  # does the model make the edit? (a sample of it)
+            old, new = RENAME
+            print(
+                f"\n{workload}, {name}: {text.count(old)} `{old}` and {text.count(new)} `{new}` in the reply"
+            )
+            print("\n".join(text.splitlines()[: args.sample_lines]))
+    if "rename" in workloads and "rename-none" in workloads:
+        p, none = "rename", "rename-none"
+        print(
+            f"\nrename: prediction / none, Sluicegate without speculative: {ratio(('sluicegate', p), ('sluicegate', none))}; "
+            f"with ngram: {ratio(('sluicegate ngram', p), ('sluicegate ngram', none))}; "
+            f"Sluicegate with prediction / llama-server ngram: {ratio(('sluicegate', p), ('llama-server ngram', none))}"
         )
     if "predict" in workloads and "predict-none" in workloads:
         p, none = "predict", "predict-none"
