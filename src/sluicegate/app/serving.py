@@ -19,9 +19,10 @@ import gc
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.applications import Starlette
 
@@ -32,6 +33,9 @@ from sluicegate.core.errors import ConfigError
 from sluicegate.engines.registry import Registry
 from sluicegate.observe.logs import configure_logging
 from sluicegate.observe.metrics import MULTIPROCESS_DIR_ENV, forget_dead_processes, multiprocess_dir
+
+if TYPE_CHECKING:
+    import uvicorn
 
 WORKER_SETTINGS_ENV: Final = "SLUICEGATE_WORKER_SETTINGS"  # the parent's settings, for its workers
 
@@ -47,6 +51,20 @@ def settle_garbage_collector() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+def settled_server() -> type[uvicorn.Server]:
+    """uvicorn's `Server`, settling the collector once its startup is done: the app's lifespan
+    (the store, the registry's engines and their pools) and the modules uvicorn loads then
+    (its protocols) are built by then, and they live as long as the process too."""
+    from uvicorn.server import Server
+
+    class SettledServer(Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)  # exits the process when the lifespan fails
+            settle_garbage_collector()
+
+    return SettledServer
 
 
 def check_workers(settings: Settings, registry: Registry) -> None:
@@ -112,9 +130,8 @@ def serve_one(app: Starlette, settings: Settings) -> None:
     workers (not `uvicorn.run`, whose module is the `uvicorn` command: uvicorn_package.py)."""
     uvicorn_package.install()
     from uvicorn.config import STARTUP_FAILURE, Config
-    from uvicorn.server import Server
 
-    settle_garbage_collector()
+    Server = settled_server()
     options, addresses = uvicorn_options(settings), hosts(settings)
     if len(addresses) == 1:
         server = Server(Config(app, **{**options, "host": addresses[0]}))
