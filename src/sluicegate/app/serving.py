@@ -19,9 +19,10 @@ import gc
 import os
 import pickle
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.applications import Starlette
 
@@ -33,20 +34,46 @@ from sluicegate.engines.registry import Registry
 from sluicegate.observe.logs import configure_logging
 from sluicegate.observe.metrics import MULTIPROCESS_DIR_ENV, forget_dead_processes, multiprocess_dir
 
+if TYPE_CHECKING:
+    import uvicorn
+
 WORKER_SETTINGS_ENV: Final = "SLUICEGATE_WORKER_SETTINGS"  # the parent's settings, for its workers
 
 
-def settle_garbage_collector() -> None:
-    """Keep full collections from walking what lives as long as the process.
+# Young collections every 2,000 net allocations, not CPython's 700: a request start's objects
+# live until its answer, so at 700 a burst's collections walk the requests still in flight and
+# move them to the middle generation, which is walked again (bench/README, round fourteen).
+YOUNG_THRESHOLD: Final = 2000
 
-    Everything built at startup (the app, its routes, the imported modules) is frozen: the
-    older-generation collections that a stream of requests triggers no longer traverse it, and
-    those pauses were the tail of time to first token under a burst of requests. The young
-    collections keep CPython's threshold: raising it (20,000) did not shorten the tail and, in
-    paired runs, held more RSS per open stream (bench/README, round four).
+
+def settle_garbage_collector() -> None:
+    """Keep collections from walking what lives as long as the process, or a request.
+
+    Everything built at startup (the app, its routes, the imported modules, the lifespan's
+    engines and pools) is frozen: the older-generation collections that a stream of requests
+    triggers no longer traverse it, and those pauses were the tail of time to first token under
+    a burst of requests. Young collections run every `YOUNG_THRESHOLD` allocations: at 2,000,
+    1,000-2,000 one-token starts at 16 concurrent cost ~4-5 µs of collection each instead of
+    ~17-18, and a held stream's traced memory did not grow; 20,000 held more RSS per open
+    stream (bench/README, round four).
     """
     gc.collect()
     gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def settled_server() -> type[uvicorn.Server]:
+    """uvicorn's `Server`, settling the collector once its startup is done: the app's lifespan
+    (the store, the registry's engines and their pools) and the modules uvicorn loads then
+    (its protocols) are built by then, and they live as long as the process too."""
+    from uvicorn.server import Server
+
+    class SettledServer(Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)  # exits the process when the lifespan fails
+            settle_garbage_collector()
+
+    return SettledServer
 
 
 def check_workers(settings: Settings, registry: Registry) -> None:
@@ -112,9 +139,8 @@ def serve_one(app: Starlette, settings: Settings) -> None:
     workers (not `uvicorn.run`, whose module is the `uvicorn` command: uvicorn_package.py)."""
     uvicorn_package.install()
     from uvicorn.config import STARTUP_FAILURE, Config
-    from uvicorn.server import Server
 
-    settle_garbage_collector()
+    Server = settled_server()
     options, addresses = uvicorn_options(settings), hosts(settings)
     if len(addresses) == 1:
         server = Server(Config(app, **{**options, "host": addresses[0]}))

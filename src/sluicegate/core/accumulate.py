@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import (
@@ -28,16 +27,31 @@ from sluicegate.core.events import (
 )
 
 
-@dataclass(slots=True)
 class ChatResult:
-    items: list[Item] = field(default_factory=list)
-    usage: Usage = field(default_factory=Usage)
-    finish_reason: FinishReason | None = None
-    stop_word: str | None = None  # the stop string that ended it (`Finished.stop_word`)
-    error: ErrorInfo | None = None
-    load_seconds: float | None = None  # set when this request loaded the model
-    time_to_first_token: float | None = None
-    generation_seconds: float = 0.0  # first token to end
+    """What a generation produced. A plain class, not a dataclass: compiled, a dataclass is made
+    through the interpreted `__init__` that `dataclasses` writes (~2.5 k instructions, and one
+    more for its `Usage` factory); this one's is native. One is made per stream."""
+
+    __slots__ = (
+        "error",
+        "finish_reason",
+        "generation_seconds",
+        "items",
+        "load_seconds",
+        "stop_word",
+        "time_to_first_token",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.usage = Usage()
+        self.finish_reason: FinishReason | None = None
+        self.stop_word: str | None = None  # the stop string that ended it (`Finished.stop_word`)
+        self.error: ErrorInfo | None = None
+        self.load_seconds: float | None = None  # set when this request loaded the model
+        self.time_to_first_token: float | None = None
+        self.generation_seconds = 0.0  # first token to end
 
     def __init__(
         self,

@@ -18,13 +18,13 @@ import asyncio
 import contextlib
 import logging
 from abc import abstractmethod
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
 
-from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
+from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.events import (
     Answered,
     Failed,
@@ -38,11 +38,10 @@ from sluicegate.engines.base import Discovery, Engine, ModelInfo
 from sluicegate.engines.lane import Held, Lane
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
 from sluicegate.engines.upstream.discovery import UpstreamDiscovery
-from sluicegate.engines.upstream.errors import http_error
-from sluicegate.engines.upstream.http import ConnectFailed, StreamingResponse
+from sluicegate.engines.upstream.http import StreamingResponse
 from sluicegate.engines.upstream.relay import REPLICA_HEADER, Relay, StreamDecoder
 from sluicegate.engines.upstream.replicas import Replica, ReplicaSet
-from sluicegate.engines.upstream.routing import with_slot
+from sluicegate.engines.upstream.sending import send
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.observe import tracing
 from sluicegate.observe.requests import current as current_observer
@@ -173,7 +172,9 @@ class UpstreamEngine(Engine):
         response: StreamingResponse | None = None
         try:
             try:
-                replica, response, refusal = await self._send(path, body, clocks, content_type=content_type)
+                replica, response, refusal = await send(
+                    self.replicas, self.model_id, path, body, clocks, content_type=content_type
+                )
             except asyncio.CancelledError:
                 if not clocks.owns(asyncio.current_task()):
                     raise
@@ -203,68 +204,6 @@ class UpstreamEngine(Engine):
                 await response.aclose()
             if replica is not None:
                 replica.outstanding -= 1
-
-    async def _send(
-        self,
-        path: str,
-        body: bytes,
-        clocks: Clocks,
-        trace_headers: bytes = b"",
-        content_type: bytes = b"application/json",
-        keys: Sequence[bytes] = (),
-        pinned: list[int] | None = None,
-    ) -> tuple[Replica | None, StreamingResponse | None, ErrorInfo | None]:
-        """Send to replicas in turn until one answers; (replica, 2xx response, None) or the
-        error to fail with. The returned replica's `outstanding` count is held. `keys`: the
-        request's prefix hashes, for prefix-affinity routing; `pinned` (if given) receives the
-        llama-server slot the request was sent to, held for the caller to unpin."""
-        tried: set[Replica] = set()
-        error = ErrorInfo(
-            ErrorKind.UPSTREAM, "No upstream replica could be tried.", code="upstream_unavailable"
-        )
-        while (replica := self.replicas.pick(tried, keys)) is not None:
-            tried.add(replica)
-            replica.outstanding += 1
-            response: StreamingResponse | None = None
-            slot = self.replicas.pin(replica, keys) if pinned is not None and keys else None
-            if slot is not None and b'"id_slot"' in body:  # the client named its own slot
-                self.replicas.unpin(replica, slot)
-                slot = None
-            try:
-                clocks.waiting()
-                sent = body if slot is None else with_slot(body, slot)
-                response = await replica.pool.post_stream(path, sent, trace_headers, content_type)
-                clocks.idle()
-                if 200 <= response.status < 300:
-                    if not replica.healthy:
-                        self.replicas.answered(replica)
-                    if keys:
-                        self.replicas.served(replica, keys)
-                    if slot is not None and pinned is not None:
-                        pinned.append(slot)
-                    return replica, response, None
-                clocks.waiting()
-                detail = await response.error_body()
-                clocks.idle()
-                error = http_error(response.status, detail, replica.name, self.model_id)
-                if response.status < 500:
-                    return None, None, error
-            except ConnectFailed as exc:
-                self.replicas.connect_failed(replica, str(exc))
-                kind = ErrorKind.TIMEOUT if exc.timed_out else ErrorKind.UPSTREAM
-                code = "upstream_connect_timeout" if exc.timed_out else "upstream_unavailable"
-                error = ErrorInfo(kind, f"Could not reach the upstream {replica.name}: {exc}", code=code)
-            except BaseException:
-                replica.outstanding -= 1
-                self.replicas.unpin(replica, slot)
-                if response is not None:
-                    await response.aclose()
-                raise
-            replica.outstanding -= 1
-            self.replicas.unpin(replica, slot)
-            if response is not None:
-                await response.aclose()
-        return None, None, error
 
 
 def _bad_answer(replica: Replica, what: str) -> SluicegateError:

@@ -36,6 +36,7 @@ from sluicegate.core.request import ChatRequest
 from sluicegate.engines.lane import Held, Lane
 from sluicegate.engines.upstream.http import StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica
+from sluicegate.engines.upstream.sending import send
 from sluicegate.engines.upstream.timeouts import Clocks
 from sluicegate.engines.upstream.wire import SSEReader
 
@@ -274,8 +275,15 @@ class Relay:
             keys = replicas.prefix_keys(request) if replicas.affinity is not None else []
             if keys:
                 await replicas.recall(keys)
-            replica, response, refusal = await engine._send(
-                self._path, self._body, clocks, self._trace_headers, keys=keys, pinned=self._pinned
+            replica, response, refusal = await send(
+                replicas,
+                engine.model_id,
+                self._path,
+                self._body,
+                clocks,
+                self._trace_headers,
+                keys=keys,
+                pinned=self._pinned,
             )
         except asyncio.CancelledError:
             if not clocks.owns(asyncio.current_task()):
