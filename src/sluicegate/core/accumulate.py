@@ -53,28 +53,6 @@ class ChatResult:
         self.time_to_first_token: float | None = None
         self.generation_seconds = 0.0  # first token to end
 
-    def __init__(
-        self,
-        items: list[Item] | None = None,
-        usage: Usage | None = None,
-        finish_reason: FinishReason | None = None,
-        stop_word: str | None = None,
-        error: ErrorInfo | None = None,
-        load_seconds: float | None = None,
-        time_to_first_token: float | None = None,
-        generation_seconds: float = 0.0,
-    ) -> None:
-        """Written out, compiled (one per stream: see core/events.py); `items` and `usage`
-        default to new empty ones, as their fields' `default_factory` says."""
-        self.items = [] if items is None else items
-        self.usage = Usage() if usage is None else usage
-        self.finish_reason = finish_reason
-        self.stop_word = stop_word
-        self.error = error
-        self.load_seconds = load_seconds
-        self.time_to_first_token = time_to_first_token
-        self.generation_seconds = generation_seconds
-
     def text_of(self, kind: ItemKind) -> str | None:
         """All text of one kind joined, or None when there was none."""
         texts = [item.text_so_far for item in self.items if item.kind is kind]

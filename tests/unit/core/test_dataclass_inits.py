@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from sluicegate.core.accumulate import ChatResult
 from sluicegate.core.events import (
     Answered,
     Finished,
@@ -36,7 +35,6 @@ WRITTEN_OUT: list[type[Any]] = [
     Item,
     ItemAdded,
     ItemDone,
-    ChatResult,
     Opened,
     StreamOutcome,
 ]
