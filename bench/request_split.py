@@ -133,7 +133,9 @@ def main() -> int:
     extra: dict[str, Any] = {"temperature": 0} if real else {}
     with tempfile.TemporaryDirectory(prefix="sluicegate-split-") as tmp:
         folder = Path(tmp)
-        gguf = gemma_gguf() if real else make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        gguf = (
+            gemma_gguf() if real else make_demo_gguf(folder / "bench.gguf", size="bench", ends_replies=False)
+        )
         config = folder / "sluicegate.toml"
         text = sluicegate_config(gguf, args.context, args.threads, args.batch, args.parallel)
         config.write_text(text.replace('log_level = "warning"', 'log_level = "info"') + args.extra_config)
@@ -148,7 +150,9 @@ def main() -> int:
         results: dict[str, dict[str, list[float]]] = {"sluicegate": {}, "llama-server": {}}
         with (
             serving(ours_cmd, ours_url, ours_log, env) as ours_pid,
-            serving(llama_server_command(args, gguf, ref_url, real), ref_url, folder / "ref.log", ref_env) as ref_pid,
+            serving(
+                llama_server_command(args, gguf, ref_url, real), ref_url, folder / "ref.log", ref_env
+            ) as ref_pid,
         ):
             pids = {"sluicegate": ours_pid, "llama-server": ref_pid}
             for url in (ours_url, ref_url):
@@ -184,7 +188,9 @@ def main() -> int:
         cells = []
         for name in results:
             values = results[name].get(key)
-            cells.append(f"{statistics.median(values):10.1f} ({min(values):6.1f})" if values else f"{'-':>20}")
+            cells.append(
+                f"{statistics.median(values):10.1f} ({min(values):6.1f})" if values else f"{'-':>20}"
+            )
         print(f"{key:40}" + "".join(f"{cell:>20}" for cell in cells))
     return 0
 
