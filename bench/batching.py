@@ -199,6 +199,28 @@ def sluicegate_config(gguf: Path, context: int, threads: int, batch: int, parall
     )
 
 
+def llama_server_command(args: argparse.Namespace, gguf: Path, url: str, real: bool) -> list[str]:
+    """llama-server serving `gguf` with the bench's settings (those Sluicegate's config pins)."""
+    return [
+        args.llama_server, "-m", str(gguf), "--alias", MODEL, "--host", "127.0.0.1",
+        "--port", url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
+        "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
+        "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
+        # Its host-memory prompt cache off: Sluicegate has none (each slot's own KV
+        # cache is all that either reuses). On, it costs llama-server ~300 ms per
+        # request and its RSS grows with every prompt it keeps.
+        *([] if args.prompt_cache else ["--cache-ram", "0"]),
+        # No CPU weight repacking, as Sluicegate (`repack = false`); on this machine
+        # the wheel's AMX repack kernels stop on an illegal instruction.
+        "--no-repack",
+        # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format,
+        # llama.cpp's built-in `gemma` one. Not a Jinja template: after --jinja,
+        # "gemma" would be the template's own text (a 3-token prompt), so --no-jinja.
+        *(["--no-jinja", "--chat-template", "gemma"] if real else []),
+        *args.llama_server_arg,
+    ]  # fmt: skip
+
+
 def long_text(gguf: Path, tokens: int) -> str:
     """The story repeated to about `tokens` tokens of the model's tokenizer."""
     from sluicegate.engines.llamacpp.runtime import Vocabulary
@@ -376,24 +398,7 @@ def main() -> int:
                 env,
             ),
             "llama-server": (
-                [
-                    args.llama_server, "-m", str(gguf), "--alias", MODEL, "--host", "127.0.0.1",
-                    "--port", ref_url.rsplit(":", 1)[1], "-c", str(args.context * args.parallel),
-                    "-np", str(args.parallel), "--no-kv-unified", "-t", str(args.threads),
-                    "-tb", str(args.threads), "-b", str(args.batch), "-ub", str(args.batch), "--jinja",
-                    # Its host-memory prompt cache off: Sluicegate has none (each slot's own KV
-                    # cache is all that either reuses). On, it costs llama-server ~300 ms per
-                    # request and its RSS grows with every prompt it keeps.
-                    *([] if args.prompt_cache else ["--cache-ram", "0"]),
-                    # No CPU weight repacking, as Sluicegate (`repack = false`); on this machine
-                    # the wheel's AMX repack kernels stop on an illegal instruction.
-                    "--no-repack",
-                    # Gemma's GGUF has no template: Sluicegate falls back to Gemma's turn format,
-                    # llama.cpp's built-in `gemma` one. Not a Jinja template: after --jinja,
-                    # "gemma" would be the template's own text (a 3-token prompt), so --no-jinja.
-                    *(["--no-jinja", "--chat-template", "gemma"] if real else []),
-                    *args.llama_server_arg,
-                ],
+                llama_server_command(args, gguf, ref_url, real),
                 ref_url,
                 {k: v for k, v in env.items() if k != "PYTHONPATH"},
             ),

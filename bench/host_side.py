@@ -92,6 +92,55 @@ class Meter:
         setattr(llama_cpp, name, counted)
 
 
+class Spans:
+    """The worker thread's CPU (`time.thread_time`) inside a few of the step's parts while on:
+    the step outside `llama_decode`, each row's `Sequence.accept` (sampling, detokenizing, the
+    stop scan, the hand-over) and the draw in it, and `_flush` (a wake-up of the event loop)."""
+
+    def __init__(self) -> None:
+        self.seconds: collections.Counter[str] = collections.Counter()
+        self.count: collections.Counter[str] = collections.Counter()
+        self.on = False
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        function = getattr(owner, name)
+
+        def timed(*args: Any) -> Any:
+            if not self.on:
+                return function(*args)
+            now = time.thread_time()
+            try:
+                return function(*args)
+            finally:
+                self.seconds[label] += time.thread_time() - now
+                self.count[label] += 1
+
+        try:
+            setattr(owner, name, timed)
+        except TypeError:  # a class mypyc compiled: its methods cannot be replaced
+            print(f"  ({label}: compiled, not timed)", flush=True)
+
+    def install(self) -> None:
+        from sluicegate.engines.llamacpp.scheduler import BatchScheduler
+        from sluicegate.engines.llamacpp.sequence import Sequence
+
+        self.wrap(BatchScheduler, "_step", "step, llama_decode included")
+        self.wrap(BatchScheduler, "_flush", "flush (a wake-up)")
+        self.wrap(Sequence, "accept", "accept (a row's token)")
+        self.wrap(llama_cpp, "llama_sampler_sample", "llama_sampler_sample")
+
+    def report(self, tokens: int, inside: float) -> None:
+        seconds = dict(self.seconds)
+        step = seconds.pop("step, llama_decode included", 0.0) - inside
+        steps = self.count["step, llama_decode included"]
+        parts = [f"step outside llama_decode {step / tokens * 1e6:.1f} us ({steps / tokens:.2f} a token)"]
+        for label, total in seconds.items():
+            parts.append(f"{label} {total / tokens * 1e6:.1f} us ({self.count[label] / tokens:.2f} a token)")
+        print("  worker CPU per token: " + "; ".join(parts), flush=True)
+        self.seconds.clear()
+        self.count.clear()
+
+
 class Calls:
     """Python and C calls per thread while on (sys.setprofile: counts, which no load moves)."""
 
@@ -209,11 +258,14 @@ async def main() -> None:
     parser.add_argument("--llama-chain", action="store_true", help="llama.cpp draws, not the top-k chain")
     parser.add_argument("--sampler-cost", action="store_true", help="also time one draw alone")
     parser.add_argument("--calls", action="store_true", help="also Python calls per token, by thread")
+    parser.add_argument("--spans", action="store_true", help="also the worker's CPU in parts of a step")
     args = parser.parse_args()
-    calls = Calls()
+    calls, spans = Calls(), Spans()
     if args.llama_chain:
         runtime_module.FAST_CHAIN_VOCAB = 1 << 62  # every vocabulary is small: llama.cpp's chain
     meter = Meter()
+    if args.spans:  # under the meter's wrapper: the step's time includes the decode's, taken off
+        spans.install()
     meter.wrap()
     gguf = args.gguf or gemma_gguf()
     if args.sampler_cost:
@@ -232,9 +284,9 @@ async def main() -> None:
             meter.inside = meter.outside = 0.0
             meter.decodes, meter._left = 0, None
             meter.calls.clear()
-            meter.on = calls.on = True
+            meter.on = calls.on = spans.on = True
             made = await run(engine, users, args.tokens, f"users {users}", args.sampling)
-            meter.on = calls.on = False
+            meter.on = calls.on = spans.on = False
             per = {name: count / made for name, count in sorted(meter.calls.items())}
             print(
                 f"{users} user(s), {args.sampling}: {made} tokens, {meter.decodes} decodes; worker thread CPU per token: "
@@ -243,6 +295,8 @@ async def main() -> None:
                 + ", ".join(f"{k} {v:.2f}" for k, v in per.items()),
                 flush=True,
             )
+            if args.spans:
+                spans.report(made, meter.inside)
             if args.calls:
                 calls.report(made)
                 calls.by.clear()
