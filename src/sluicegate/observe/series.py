@@ -62,6 +62,29 @@ class Value:
         self.value -= amount
 
 
+class SharedValue(Value):
+    """A legacy counter's bound series with several processes (`Metrics.cell`): this process's
+    own total in `value` (what `Metrics.count` reads), each increment also written to the
+    prometheus-client child, made on the first one (so an untouched series is not exposed)."""
+
+    __slots__ = ("_child", "_make")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        super().__init__()
+        self._make: Callable[[], Any] = make
+        self._child: Any = None
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+        child = self._child
+        if child is None:
+            child = self._child = self._make()
+        child.inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.inc(-amount)
+
+
 class Buckets:
     """A histogram's series: a count per bucket (not cumulative; the last is +Inf) and the sum."""
 
