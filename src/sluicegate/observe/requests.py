@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +39,7 @@ from sluicegate.core.ids import new_id
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key
+from sluicegate.observe.series import bucket
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
@@ -164,7 +164,7 @@ class RequestObserver:
             self.first_token(now)
             return
         gap = now - last
-        self.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, gap)] += 1
+        self.gap_counts[bucket(TOKEN_GAP_BUCKETS, gap)] += 1
         self.gap_sum += gap
         self.last_token_at = now
         self.tokens += 1
@@ -356,7 +356,7 @@ class EventTap:
                 observer.first_token(now)
             else:
                 gap = now - last
-                self._counts[bisect_left(self._bounds, gap)] += 1
+                self._counts[bucket(self._bounds, gap)] += 1
                 observer.gap_sum += gap
                 observer.last_token_at = now
                 observer.tokens += 1

@@ -47,6 +47,21 @@ class Family(Protocol[S]):
     def labels(self, *values: str) -> S: ...
 
 
+def bucket(bounds: tuple[float, ...], value: float) -> int:
+    """`bisect_left(bounds, value)`: the first bound >= value (`le` is inclusive, as
+    prometheus-client's `observe` counts it), len(bounds) for +Inf. Compiled, a native loop
+    over unboxed floats: no generic call, no boxed value, no rich comparisons (a paced token's
+    gap finds its bucket here)."""
+    lo, hi = 0, len(bounds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bounds[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class Value:
     """A counter's or a gauge's series (a counter only ever gets `inc` with amount >= 0: ours)."""
 
@@ -97,7 +112,7 @@ class Buckets:
 
     def observe(self, value: float) -> None:
         # The first bound >= value: `le` is inclusive, as prometheus-client's `observe` counts it.
-        self.counts[bisect_left(self.bounds, value)] += 1
+        self.counts[bucket(self.bounds, value)] += 1
         self.sum += value
 
     def observe_counts(self, counts: list[int], total: float) -> None:
@@ -213,7 +228,7 @@ class _SharedBuckets:
         # The bucket found by bisection (the first bound >= value, as `observe` finds it walking
         # every bound), with no exemplar: two cell increments.
         child = self.child
-        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)
+        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)  # a list: not `bucket`
         child._sum.inc(value)
 
     def observe_counts(self, counts: list[int], total: float) -> None:
