@@ -71,6 +71,9 @@ def no_dialect(path: str) -> str:
 
 
 _GAP_SLOTS = len(TOKEN_GAP_BUCKETS) + 1
+# Declared variable-length: a fixed-length tuple type is stored unboxed when compiled, and
+# boxed anew (a tuple and 12 floats) each time it is passed to `bucket`.
+_GAP_BOUNDS: tuple[float, ...] = TOKEN_GAP_BUCKETS
 
 
 class RequestObserver:
@@ -164,7 +167,7 @@ class RequestObserver:
             self.first_token(now)
             return
         gap = now - last
-        self.gap_counts[bucket(TOKEN_GAP_BUCKETS, gap)] += 1
+        self.gap_counts[bucket(_GAP_BOUNDS, gap)] += 1
         self.gap_sum += gap
         self.last_token_at = now
         self.tokens += 1
@@ -327,7 +330,7 @@ class EventTap:
         self._in_flight: Key = ("", ())
         self._perf = time.perf_counter
         self._counts = observer.gap_counts
-        self._bounds = TOKEN_GAP_BUCKETS
+        self._bounds = _GAP_BOUNDS
         self._log_text = observer.log_text
 
     @staticmethod
