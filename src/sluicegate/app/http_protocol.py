@@ -70,7 +70,7 @@ from uvicorn.protocols.utils import (
 )
 
 from sluicegate.app.auth import error_body
-from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
+from sluicegate.app.response_head import CHUNKED, LENGTH, default_lines, head_line
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
@@ -265,7 +265,13 @@ class Cycle(RequestResponseCycle):
             )
         content = [STATUS_LINE[status]]
         close = False
-        for headers in (self.default_headers, message.get("headers", ())):
+        defaults = default_lines(self.default_headers)
+        if defaults is not None:  # the server's lines, joined once a second
+            content.append(defaults)
+            sources: tuple[Any, ...] = (message.get("headers", ()),)
+        else:
+            sources = (self.default_headers, message.get("headers", ()))
+        for headers in sources:
             for name, value in headers:
                 line, kind, length = head_line(name, value)
                 if kind:

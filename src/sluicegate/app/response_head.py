@@ -63,6 +63,25 @@ def head_line(name: bytes, value: bytes) -> HeadLine:
     return line
 
 
+# The server's default headers (uvicorn's `Date` and `Server`: a new list each second, for the
+# date, never changed in place) as one joined run of lines, and the list they were made from.
+_defaults: list[object] = [None, b""]
+
+
+def default_lines(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The lines of the server's default headers joined, made once per list (every response of
+    that second shares them: no line looked up per header); None when one of them means
+    something to the framing (a configured `Connection: close`): then line by line."""
+    if headers is _defaults[0]:
+        return _defaults[1]  # type: ignore[return-value]  # the bytes put there below
+    lines = [head_line(name, value) for name, value in headers]
+    if any(kind for _, kind, _ in lines):
+        return None
+    joined = b"".join(line for line, _, _ in lines)
+    _defaults[0], _defaults[1] = headers, joined
+    return joined
+
+
 def _per_response(name: bytes, value: bytes) -> HeadLine:
     """A line whose value is new in (nearly) every response: only the value is checked (the
     name is one of ours, its line plain), as `encode_line` would check and write it."""
