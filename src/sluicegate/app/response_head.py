@@ -21,6 +21,7 @@ patterns (tests/unit/app/test_uvicorn_surface.py compares them).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 HEADER_RE: Final = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
@@ -80,6 +81,37 @@ def default_lines(headers: list[tuple[bytes, bytes]]) -> bytes | None:
     joined = b"".join(line for line, _, _ in lines)
     _defaults[0], _defaults[1] = headers, joined
     return joined
+
+
+def head_block(
+    defaults: list[tuple[bytes, bytes]],
+    headers: Iterable[tuple[bytes, bytes]],
+    chunked: bool | None,
+    length: int,
+) -> tuple[bytes, bool | None, int, bool]:
+    """A response head's header lines in one pass (compiled: the protocol's loop over each
+    header, interpreted, was most of a head's cost), with what they tell the framing as
+    uvicorn reads them in order: a Content-Length when no framing is chosen yet (`chunked`
+    None), chunked over it, a `close`. Returns the lines joined, the framing
+    (chunked, the expected length) and whether a line asked to close."""
+    joined = default_lines(defaults)
+    lines: list[bytes] = [joined] if joined is not None else []
+    close = False
+    for pairs in ((), headers) if joined is not None else (defaults, headers):
+        for name, value in pairs:
+            line, kind, size = head_line(name, value)
+            if kind:
+                if kind == LENGTH:
+                    if chunked is None:
+                        length = size
+                        chunked = False
+                elif kind == CHUNKED:
+                    length = 0
+                    chunked = True
+                else:  # CLOSE
+                    close = True
+            lines.append(line)
+    return b"".join(lines), chunked, length, close
 
 
 def _per_response(name: bytes, value: bytes) -> HeadLine:

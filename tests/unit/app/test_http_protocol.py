@@ -446,3 +446,24 @@ async def test_the_head_carries_the_servers_default_lines_then_the_apps(
         b"Server: sluicegate",
         b"Content-Type: text/plain",
     ]
+
+
+@pytest.mark.parametrize(
+    ("headers", "framing"),
+    [
+        ([(b"content-type", b"text/plain"), (b"content-length", b"12")], (False, 12, False)),
+        ([(b"content-length", b"12"), (b"transfer-encoding", b"chunked")], (True, 0, False)),
+        ([(b"transfer-encoding", b"chunked"), (b"content-length", b"12")], (True, 0, False)),
+        ([(b"connection", b"keep-alive, close")], (None, 0, True)),
+        ([], (None, 0, False)),
+    ],
+)
+def test_a_heads_lines_and_framing_in_one_pass(
+    headers: list[tuple[bytes, bytes]], framing: tuple[Any, ...]
+) -> None:
+    """`head_block` (compiled) reads the lines as uvicorn does, in order: a length when no
+    framing is chosen yet, chunked over it, a `close`; its bytes are the lines one by one."""
+    defaults = [(b"date", b"Sun, 29 Nov 2026 18:00:00 GMT"), (b"server", b"sluicegate")]
+    lines, chunked, length, close = response_head.head_block(defaults, headers, None, 0)
+    assert lines == b"".join(response_head.head_line(n, v)[0] for n, v in defaults + headers)
+    assert (chunked, length, close) == framing
