@@ -94,6 +94,8 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.turn.pipeline",
     "sluicegate.transport.answer_first",
     "sluicegate.transport.stream",
+    "sluicegate.transport.answer_send",  # the runner's `send`: a stream's head passes through it
+    "sluicegate.app.response_head",  # a head's lines in one pass (the protocol's `_send_head`)
     # The llamacpp worker's per-token path between two decodes (bench/README.md, batching's
     # "round fourteen"): on one core beside the decode, with the GIL held, so every call there
     # is paid in full. Plain calls on one thread, which mypyc does well.

@@ -70,7 +70,7 @@ from uvicorn.protocols.utils import (
 )
 
 from sluicegate.app.auth import error_body
-from sluicegate.app.response_head import CHUNKED, LENGTH, head_line
+from sluicegate.app.response_head import head_block
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.engines.lane import Starts
@@ -263,23 +263,15 @@ class Cycle(RequestResponseCycle):
                 self.scope["http_version"],
                 status,
             )
-        content = [STATUS_LINE[status]]
-        close = False
-        for headers in (self.default_headers, message.get("headers", ())):
-            for name, value in headers:
-                line, kind, length = head_line(name, value)
-                if kind:
-                    if kind == LENGTH:
-                        if self.chunked_encoding is None:
-                            self.expected_content_length = length
-                            self.chunked_encoding = False
-                    elif kind == CHUNKED:
-                        self.expected_content_length = 0
-                        self.chunked_encoding = True
-                    else:  # CLOSE
-                        self.keep_alive = False
-                        close = True
-                content.append(line)
+        lines, self.chunked_encoding, self.expected_content_length, close = head_block(
+            self.default_headers,
+            message.get("headers", ()),
+            self.chunked_encoding,
+            self.expected_content_length,
+        )
+        if close:
+            self.keep_alive = False
+        content = [STATUS_LINE[status], lines]
         if not self.keep_alive and not close:
             content.append(b"Connection: close\r\n")
         if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status not in (204, 304):

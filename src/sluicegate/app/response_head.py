@@ -21,6 +21,7 @@ patterns (tests/unit/app/test_uvicorn_surface.py compares them).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Final
 
 HEADER_RE: Final = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
@@ -61,6 +62,56 @@ def head_line(name: bytes, value: bytes) -> HeadLine:
             _lines.clear()
         _lines[key] = line
     return line
+
+
+# The server's default headers (uvicorn's `Date` and `Server`: a new list each second, for the
+# date, never changed in place) as one joined run of lines, and the list they were made from.
+_defaults: list[object] = [None, b""]
+
+
+def default_lines(headers: list[tuple[bytes, bytes]]) -> bytes | None:
+    """The lines of the server's default headers joined, made once per list (every response of
+    that second shares them: no line looked up per header); None when one of them means
+    something to the framing (a configured `Connection: close`): then line by line."""
+    if headers is _defaults[0]:
+        return _defaults[1]  # type: ignore[return-value]  # the bytes put there below
+    lines = [head_line(name, value) for name, value in headers]
+    if any(kind for _, kind, _ in lines):
+        return None
+    joined = b"".join(line for line, _, _ in lines)
+    _defaults[0], _defaults[1] = headers, joined
+    return joined
+
+
+def head_block(
+    defaults: list[tuple[bytes, bytes]],
+    headers: Iterable[tuple[bytes, bytes]],
+    chunked: bool | None,
+    length: int,
+) -> tuple[bytes, bool | None, int, bool]:
+    """A response head's header lines in one pass (compiled: the protocol's loop over each
+    header, interpreted, was most of a head's cost), with what they tell the framing as
+    uvicorn reads them in order: a Content-Length when no framing is chosen yet (`chunked`
+    None), chunked over it, a `close`. Returns the lines joined, the framing
+    (chunked, the expected length) and whether a line asked to close."""
+    joined = default_lines(defaults)
+    lines: list[bytes] = [joined] if joined is not None else []
+    close = False
+    for pairs in ((), headers) if joined is not None else (defaults, headers):
+        for name, value in pairs:
+            line, kind, size = head_line(name, value)
+            if kind:
+                if kind == LENGTH:
+                    if chunked is None:
+                        length = size
+                        chunked = False
+                elif kind == CHUNKED:
+                    length = 0
+                    chunked = True
+                else:  # CLOSE
+                    close = True
+            lines.append(line)
+    return b"".join(lines), chunked, length, close
 
 
 def _per_response(name: bytes, value: bytes) -> HeadLine:

@@ -423,8 +423,10 @@ class ObserveMiddleware:
             if message["type"] == "http.response.start":
                 started_response = True
                 status = message["status"]
+                # ASGI's names are lowercase (ours are); another case is still found, but only
+                # a name of the right length is lowercased to check (not every name, a copy each).
                 for name, value in message.get("headers", ()):
-                    if name.lower() == b"x-request-id":
+                    if name == b"x-request-id" or (len(name) == 12 and name.lower() == b"x-request-id"):
                         observer.request_id = value.decode("latin-1")
             await send(message)
 

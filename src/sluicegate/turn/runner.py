@@ -49,6 +49,7 @@ from sluicegate.observe.requests import EventTap
 from sluicegate.store.base import StoredResponse
 from sluicegate.tools.catalog import ToolSet
 from sluicegate.transport.answer_first import Opened, await_answer
+from sluicegate.transport.answer_send import AnswerSend
 from sluicegate.transport.ndjson import NDJSON
 from sluicegate.transport.sse import frame_bytes, sse_framing
 from sluicegate.transport.stream import (
@@ -155,7 +156,7 @@ class TurnEndpoint:
         # of a start's steps. An exception out of it counts as a 500, as it always has.
         request = Request(scope, receive)
         state = app_state(request)
-        answer = _Send(send)
+        answer = AnswerSend(send)
         status = 500
         owned = Owned()
         try:
@@ -459,24 +460,7 @@ class TurnEndpoint:
         return 200
 
 
-class _Send:
-    """The ASGI `send`, remembering whether the response has started, and with which status."""
-
-    __slots__ = ("_send", "started", "status")
-
-    def __init__(self, send: Send) -> None:
-        self._send = send
-        self.started = False
-        self.status = 0
-
-    async def __call__(self, message: Any) -> None:
-        if message["type"] == "http.response.start":
-            self.started = True
-            self.status = message["status"]
-        await self._send(message)
-
-
-async def _if_answered(send: _Send, after: Callable[[], Awaitable[None]]) -> None:
+async def _if_answered(send: AnswerSend, after: Callable[[], Awaitable[None]]) -> None:
     if send.status == 200:
         await after()
 

@@ -399,3 +399,71 @@ async def test_the_signal_wakes_every_waiter_and_survives_a_cancelled_one() -> N
     assert first.cancelled() and signal.is_set() and signal._waiters == []
     signal.clear()
     assert not signal.is_set()
+
+
+def test_the_servers_default_lines_are_joined_once_per_list() -> None:
+    """uvicorn's `Date` and `Server` lines (a new list each second) were looked up line by line
+    in every head: now joined once for the list, the same bytes as line by line."""
+    defaults = [(b"date", b"Sun, 29 Nov 2026 18:00:00 GMT"), (b"server", b"uvicorn")]
+    expected = b"".join(response_head.head_line(n, v)[0] for n, v in defaults)
+    with mock.patch.object(response_head, "_defaults", [None, b""]):
+        assert response_head.default_lines(defaults) == expected
+        with mock.patch.object(response_head, "head_line", side_effect=AssertionError):
+            assert response_head.default_lines(defaults) == expected  # the same list: no line made
+        later = [(b"date", b"Sun, 29 Nov 2026 18:00:01 GMT"), (b"server", b"uvicorn")]
+        assert response_head.default_lines(later) == b"".join(
+            response_head.head_line(n, v)[0] for n, v in later
+        )
+        # A configured line that means something to the framing goes line by line, as before.
+        assert response_head.default_lines([(b"connection", b"close")]) is None
+
+
+async def test_the_head_carries_the_servers_default_lines_then_the_apps(
+    protocol: tuple[JSONHttpToolsProtocol, mock.Mock],
+) -> None:
+    done = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+        )
+        await send({"type": "http.response.body", "body": b"ok"})
+        done.set()
+
+    proto, transport = protocol
+    proto.app = app
+    proto.server_state.default_headers = [
+        (b"date", b"Sun, 29 Nov 2026 18:00:00 GMT"),
+        (b"server", b"sluicegate"),
+    ]
+    proto.data_received(b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+    async with asyncio.timeout(10):
+        await done.wait()
+    written = b"".join(call.args[0] for call in transport.write.call_args_list)
+    head = written.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert head[1:4] == [
+        b"Date: Sun, 29 Nov 2026 18:00:00 GMT",
+        b"Server: sluicegate",
+        b"Content-Type: text/plain",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("headers", "framing"),
+    [
+        ([(b"content-type", b"text/plain"), (b"content-length", b"12")], (False, 12, False)),
+        ([(b"content-length", b"12"), (b"transfer-encoding", b"chunked")], (True, 0, False)),
+        ([(b"transfer-encoding", b"chunked"), (b"content-length", b"12")], (True, 0, False)),
+        ([(b"connection", b"keep-alive, close")], (None, 0, True)),
+        ([], (None, 0, False)),
+    ],
+)
+def test_a_heads_lines_and_framing_in_one_pass(
+    headers: list[tuple[bytes, bytes]], framing: tuple[Any, ...]
+) -> None:
+    """`head_block` (compiled) reads the lines as uvicorn does, in order: a length when no
+    framing is chosen yet, chunked over it, a `close`; its bytes are the lines one by one."""
+    defaults = [(b"date", b"Sun, 29 Nov 2026 18:00:00 GMT"), (b"server", b"sluicegate")]
+    lines, chunked, length, close = response_head.head_block(defaults, headers, None, 0)
+    assert lines == b"".join(response_head.head_line(n, v)[0] for n, v in defaults + headers)
+    assert (chunked, length, close) == framing

@@ -88,3 +88,42 @@ def test_completion_defaults() -> None:
     request, options = parse_completion_request({"model": "m", "prompt": [[1, 2]]})
     assert request.prompt is not None and request.prompt.text == [1, 2] and not request.messages
     assert request.sampling.max_tokens == 16 and not options.stream
+
+
+@pytest.mark.parametrize("choice", [None, 2])
+async def test_the_dialects_encoder_is_made_with_the_requests_options(choice: int | None) -> None:
+    """`encoder_for` (compiled: the dialect passes three arguments, not eight by name) makes the
+    encoder the keyword call made: the same frames for the same events."""
+    from sluicegate.dialects.base import EncoderContext
+    from sluicegate.dialects.completions.dialect import CompletionsDialect
+    from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
+
+    body = {
+        "model": "m",
+        "prompt": "x",
+        "stream": True,
+        "logprobs": 1,
+        "stream_options": {"include_usage": True},
+    }
+    turn = CompletionsDialect().parse(body, {}, {})
+    context = EncoderContext("cmpl-1", 7, "i", Accumulator(), lambda _: None, False)
+    made = CompletionsDialect()._encoder(turn, context, choice)
+    expected = CompletionsEncoder(
+        "cmpl-1",
+        7,
+        "m",
+        include_usage=True,
+        logprobs=True,
+        system_fingerprint=SYSTEM_FINGERPRINT,
+        index=choice or 0,
+        usage_at_finish=choice is None,
+    )
+    assert await _stream_of(made) == await _stream_of(expected)
+
+
+async def _stream_of(encoder: CompletionsEncoder) -> list[bytes]:
+    frames = list(encoder.opening())
+    for event in await _canonical(RAW):
+        frames += encoder.encode(event)
+    frames += encoder.closing()
+    return [f.data for f in frames]

@@ -476,3 +476,28 @@ def test_result_body_stats_from_usage() -> None:
         "tokens_per_second",
         "time_to_first_token_seconds",
     }
+
+
+@pytest.mark.parametrize(("store", "vocabulary"), [(True, "v0"), (False, "current")])
+def test_the_dialects_encoder_is_made_with_the_turns_options(store: bool, vocabulary: str) -> None:
+    """`encoder_for` (compiled: the dialect passes two arguments, not five, three by name)
+    gives the encoder the instance, the accumulator, the stored id, vocabulary and providers."""
+    from sluicegate.dialects.base import EncoderContext
+    from sluicegate.dialects.lmstudio.dialect import LMStudioDialect
+
+    body = {"model": "m", "input": "hi", "stream": True, "store": store}
+    turn = LMStudioDialect().parse(body, {"events": vocabulary}, {})
+
+    def providers(name: str) -> Any:
+        return None
+
+    accumulator = Accumulator()
+    context = EncoderContext(RESPONSE_ID, 7, INSTANCE, accumulator, providers, store)
+    encoder = LMStudioDialect().encoder(turn, context)
+    assert (encoder.instance_id, encoder.accumulator, encoder.vocabulary) == (
+        INSTANCE,
+        accumulator,
+        vocabulary,
+    )
+    assert encoder.response_id == (RESPONSE_ID if store else None)
+    assert encoder.providers is providers

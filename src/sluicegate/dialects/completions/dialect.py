@@ -12,9 +12,8 @@ from typing import Any
 
 from sluicegate.dialects.base import Choices, Dialect, DialectSpec, EncoderContext, Turn
 from sluicegate.dialects.choices import IndexedChoices
-from sluicegate.dialects.completions.encoder import CompletionsEncoder, usage_body
-from sluicegate.dialects.completions.request import CompletionOptions, parse_completion_request
-from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
+from sluicegate.dialects.completions.encoder import CompletionsEncoder, encoder_for, usage_body
+from sluicegate.dialects.completions.request import parse_completion_request
 from sluicegate.dialects.openai_errors import openai_error
 
 SPEC = DialectSpec("completions", ("/v1/completions",), openai_error)
@@ -35,16 +34,5 @@ class CompletionsDialect(Dialect):
         return IndexedChoices(turn, self._encoder, usage_body)
 
     def _encoder(self, turn: Turn, context: EncoderContext, choice: int | None = None) -> CompletionsEncoder:
-        """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
-        usage at its finish (the request's is summed once)."""
-        options: CompletionOptions = turn.request
-        return CompletionsEncoder(
-            context.turn_id,
-            context.created,
-            turn.chat.model,
-            include_usage=options.include_usage,
-            logprobs=turn.chat.sampling.logprobs,
-            system_fingerprint=SYSTEM_FINGERPRINT,
-            index=choice or 0,
-            usage_at_finish=choice is None,
-        )
+        """The response's encoder, or (`choice`) that of one of `n` > 1 choices (`encoder_for`)."""
+        return encoder_for(turn, context, choice)

@@ -8,7 +8,7 @@ precomputed envelope around one orjson call on the text, as in Chat Completions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -25,7 +25,11 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.frames import DONE, Frame
+from sluicegate.dialects.fingerprint import SYSTEM_FINGERPRINT
 from sluicegate.dialects.openai_errors import openai_error
+
+if TYPE_CHECKING:
+    from sluicegate.dialects.base import EncoderContext, Turn
 
 _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
 
@@ -58,6 +62,24 @@ def legacy_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]:
         "top_logprobs": [{t.token: t.logprob for t in e.top} for e in entries],
         "text_offset": offsets,
     }
+
+
+def encoder_for(turn: Turn, context: EncoderContext, choice: int | None) -> CompletionsEncoder:
+    """The response's encoder, or (`choice`) that of one of `n` > 1 choices: its index, no
+    usage at its finish (the request's is summed once). Here, compiled, so that the dialect's
+    call passes three arguments: the encoder's eight, five of them keywords, parsed by name
+    from an interpreted call per stream (as Chat Completions' `encoder_for`)."""
+    options: Any = turn.request  # the dialect's `CompletionOptions`
+    return CompletionsEncoder(
+        context.turn_id,
+        context.created,
+        turn.chat.model,
+        include_usage=options.include_usage,
+        logprobs=turn.chat.sampling.logprobs,
+        system_fingerprint=SYSTEM_FINGERPRINT,
+        index=choice or 0,
+        usage_at_finish=choice is None,
+    )
 
 
 class CompletionsEncoder:

@@ -20,7 +20,7 @@ from sluicegate.dialects.base import (
     ServerTools,
     Turn,
 )
-from sluicegate.dialects.lmstudio.encoder import LMStudioEncoder, Vocabulary, lmstudio_error
+from sluicegate.dialects.lmstudio.encoder import LMStudioEncoder, Vocabulary, encoder_for, lmstudio_error
 from sluicegate.dialects.lmstudio.request import LMStudioChatRequest, parse_lmstudio_chat, tool_selection
 
 Json = dict[str, Any]
@@ -119,10 +119,4 @@ class LMStudioDialect(Dialect):
             )
 
     def encoder(self, turn: Turn, context: EncoderContext) -> LMStudioEncoder:
-        return LMStudioEncoder(
-            context.instance_id,
-            context.accumulator,
-            response_id=context.turn_id if turn.store else None,
-            vocabulary=turn.request.vocabulary,
-            providers=context.provider_info,
-        )
+        return encoder_for(turn, context)  # compiled: no keyword arguments parsed per stream

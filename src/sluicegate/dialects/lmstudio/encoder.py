@@ -10,7 +10,7 @@ Order on the wire: `chat.start` → `model_load.*` (only when this request loade
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
@@ -33,6 +33,9 @@ from sluicegate.core.events import (
     PromptStarted,
 )
 from sluicegate.core.frames import Frame
+
+if TYPE_CHECKING:
+    from sluicegate.dialects.base import EncoderContext, Turn
 
 Json = dict[str, Any]
 Vocabulary = Literal["current", "v0"]
@@ -186,6 +189,19 @@ _REASONING_DELTA = b'{"type":"reasoning.delta","content":'
 def _frame(kind: str, fields: Json | None = None) -> Frame:
     payload = {"type": kind, **fields} if fields else {"type": kind}
     return Frame(orjson.dumps(payload), kind)
+
+
+def encoder_for(turn: Turn, context: EncoderContext) -> LMStudioEncoder:
+    """The response's encoder. Here, compiled, so that the dialect's call passes two arguments:
+    the encoder's five, three of them keywords, parsed by name from an interpreted call per
+    stream (as Chat Completions' `encoder_for`)."""
+    return LMStudioEncoder(
+        context.instance_id,
+        context.accumulator,
+        response_id=context.turn_id if turn.store else None,
+        vocabulary=turn.request.vocabulary,
+        providers=context.provider_info,
+    )
 
 
 class LMStudioEncoder:

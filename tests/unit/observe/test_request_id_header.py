@@ -1,0 +1,44 @@
+"""observe/requests.py: the observer learns the response's request id from its head, in any case
+of the name, without lowercasing every other name to find it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluicegate.observe import requests
+from sluicegate.observe.requests import ObserveMiddleware, RequestObserver
+
+
+async def _request_id_after(headers: list[tuple[bytes, bytes]]) -> str:
+    seen: list[RequestObserver] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        observer = requests.current()
+        assert observer is not None
+        seen.append(observer)
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def send(message: Any) -> None:
+        pass
+
+    async def receive() -> Any:
+        return {"type": "http.disconnect"}
+
+    scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
+    await ObserveMiddleware(app)(scope, receive, send)
+    return seen[0].request_id
+
+
+@pytest.mark.parametrize("name", [b"x-request-id", b"X-Request-ID", b"X-REQUEST-ID"])
+async def test_the_request_id_is_read_from_the_head_in_any_case(name: bytes) -> None:
+    headers = [(b"content-type", b"text/event-stream"), (name, b"chatcmpl-7"), (b"date", b"x")]
+    assert await _request_id_after(headers) == "chatcmpl-7"
+
+
+@pytest.mark.parametrize("name", [b"x-request-ix", b"request-id", b"x-request-id-2"])
+async def test_another_name_leaves_the_observers_own_id(name: bytes) -> None:
+    request_id = await _request_id_after([(name, b"chatcmpl-7")])
+    assert request_id.startswith("req_")
