@@ -94,6 +94,8 @@ def main() -> None:
     args = parser.parse_args()
     global KEEP
     KEEP = Path(args.keep) if args.keep else None
+    if KEEP is not None:
+        KEEP.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         with fast_upstream(folder) as up_port:

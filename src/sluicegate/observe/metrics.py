@@ -7,7 +7,9 @@ Two ways in:
 - the small dict-like API older code uses: `METRICS.inc(name, **labels)`,
   `METRICS.add_gauge(name, delta, **labels)`, and for hot paths a precomputed
   `key = METRICS.key(name, **labels)` with `METRICS.counters[key] += 1`. Those families are
-  created on first use with the label names they were first used with.
+  created on first use with the label names they were first used with. A per-read counter
+  binds its series once instead (`cell = METRICS.cell(key)`, then `cell.inc(n)`: no tuple key
+  hashed per read); `METRICS.count(key)` reads a key's total either way.
 
 With `PROMETHEUS_MULTIPROC_DIR` set (several worker processes), every value lives in that
 directory's memory-mapped files and /metrics sums them over the processes (gauges: live ones).
@@ -37,6 +39,8 @@ from sluicegate.observe.series import (
     PlainHistogram,
     SharedFamily,
     SharedHistogram,
+    SharedValue,
+    Value,
 )
 
 Labels = tuple[tuple[str, str], ...]
@@ -99,7 +103,7 @@ class _Table(MutableMapping[Key, float], Generic[C]):
         self._children: dict[Key, Any] = {}
         self._families: dict[str, tuple[C, tuple[str, ...]]] = {}
 
-    def _child(self, key: Key) -> Any:
+    def child(self, key: Key) -> Any:
         child = self._children.get(key)
         if child is None:
             name, labels = key
@@ -119,7 +123,7 @@ class _Table(MutableMapping[Key, float], Generic[C]):
     def __setitem__(self, key: Key, value: float) -> None:
         delta = value - self._values.get(key, 0.0)
         self._values[key] = value
-        self._child(key).inc(delta)
+        self.child(key).inc(delta)
 
     def __delitem__(self, key: Key) -> None:
         raise TypeError("metric series cannot be removed")
@@ -131,14 +135,26 @@ class _Table(MutableMapping[Key, float], Generic[C]):
         return len(self._values)
 
 
-class _DictCollector:
-    """The legacy counters and gauges of one process, as metric families."""
+def _shared_cell(table: _Table[Counter], key: Key) -> SharedValue:
+    return SharedValue(lambda: table.child(key))
 
-    def __init__(self, counters: Mapping[Key, float], gauges: Mapping[Key, float]) -> None:
-        self.counters, self.gauges = counters, gauges
+
+class _DictCollector:
+    """The legacy counters and gauges of one process, as metric families. A bound counter
+    series (`Metrics.cell`) is added to its key's dict value, and listed once it has counted
+    (as a dict key is once it has been incremented)."""
+
+    def __init__(
+        self, counters: Mapping[Key, float], gauges: Mapping[Key, float], cells: Mapping[Key, Value]
+    ) -> None:
+        self.counters, self.gauges, self.cells = counters, gauges, cells
 
     def collect(self) -> Iterator[Metric]:
-        for table, family_class in ((self.counters, CounterMetricFamily), (self.gauges, GaugeMetricFamily)):
+        counters = dict(self.counters)
+        for key, cell in list(self.cells.items()):
+            if cell.value or key in counters:
+                counters[key] = counters.get(key, 0.0) + cell.value
+        for table, family_class in ((counters, CounterMetricFamily), (self.gauges, GaugeMetricFamily)):
             families: dict[str, Metric] = {}
             for (name, labels), value in sorted(table.items()):
                 family = families.get(name)
@@ -156,9 +172,10 @@ class Metrics:
         # is all a per-token counter costs); prometheus-client cells with several processes.
         self.counters: MutableMapping[Key, float]
         self.gauges: MutableMapping[Key, float]
+        self._cells: dict[Key, Value] = {}  # bound counter series: `cell`
         if multiprocess_dir() is None:
             self.counters, self.gauges = defaultdict(float), defaultdict(float)
-            reg.register(_DictCollector(self.counters, self.gauges))
+            reg.register(_DictCollector(self.counters, self.gauges, self._cells))
         else:
             self.counters = _Table(lambda name, labels: Counter(name, name, labels, registry=reg))
             self.gauges = _Table(
@@ -246,6 +263,20 @@ class Metrics:
     def key(name: str, **labels: str) -> Key:
         """A precomputed counter key, for hot paths that increment `counters[key]` directly."""
         return (name, tuple(sorted(labels.items())))
+
+    def cell(self, key: Key) -> Value:
+        """The series of counter `key`, bound once for a path that counts per read: `inc` adds
+        to a plain attribute (several processes: also to the shared file). One per key."""
+        found = self._cells.get(key)
+        if found is None:
+            table = self.counters
+            found = self._cells[key] = _shared_cell(table, key) if isinstance(table, _Table) else Value()
+        return found
+
+    def count(self, key: Key) -> float:
+        """This process's total of counter `key`: its dict value plus its bound series'."""
+        cell = self._cells.get(key)
+        return self.counters.get(key, 0.0) + (cell.value if cell is not None else 0.0)
 
     def inc(self, name: str, value: float = 1.0, **labels: str) -> None:
         self.counters[(name, tuple(sorted(labels.items())))] += value

@@ -19,7 +19,6 @@ import contextlib
 import contextvars
 import logging
 import time
-from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -40,6 +39,7 @@ from sluicegate.core.ids import new_id
 from sluicegate.core.request import ProviderInfo
 from sluicegate.observe import tracing
 from sluicegate.observe.metrics import METRICS, TOKEN_GAP_BUCKETS, Key
+from sluicegate.observe.series import bucket
 
 access_log = logging.getLogger("sluicegate.access")
 IN_FLIGHT = "sluicegate_generations_in_flight"  # a gauge: {dialect, model}
@@ -71,6 +71,9 @@ def no_dialect(path: str) -> str:
 
 
 _GAP_SLOTS = len(TOKEN_GAP_BUCKETS) + 1
+# Declared variable-length: a fixed-length tuple type is stored unboxed when compiled, and
+# boxed anew (a tuple and 12 floats) each time it is passed to `bucket`.
+_GAP_BOUNDS: tuple[float, ...] = TOKEN_GAP_BUCKETS
 
 
 class RequestObserver:
@@ -164,7 +167,7 @@ class RequestObserver:
             self.first_token(now)
             return
         gap = now - last
-        self.gap_counts[bisect_left(TOKEN_GAP_BUCKETS, gap)] += 1
+        self.gap_counts[bucket(_GAP_BOUNDS, gap)] += 1
         self.gap_sum += gap
         self.last_token_at = now
         self.tokens += 1
@@ -327,7 +330,7 @@ class EventTap:
         self._in_flight: Key = ("", ())
         self._perf = time.perf_counter
         self._counts = observer.gap_counts
-        self._bounds = TOKEN_GAP_BUCKETS
+        self._bounds = _GAP_BOUNDS
         self._log_text = observer.log_text
 
     @staticmethod
@@ -356,7 +359,7 @@ class EventTap:
                 observer.first_token(now)
             else:
                 gap = now - last
-                self._counts[bisect_left(self._bounds, gap)] += 1
+                self._counts[bucket(self._bounds, gap)] += 1
                 observer.gap_sum += gap
                 observer.last_token_at = now
                 observer.tokens += 1

@@ -47,6 +47,21 @@ class Family(Protocol[S]):
     def labels(self, *values: str) -> S: ...
 
 
+def bucket(bounds: tuple[float, ...], value: float) -> int:
+    """`bisect_left(bounds, value)`: the first bound >= value (`le` is inclusive, as
+    prometheus-client's `observe` counts it), len(bounds) for +Inf. Compiled, a native loop
+    over unboxed floats: no generic call, no boxed value, no rich comparisons (a paced token's
+    gap finds its bucket here)."""
+    lo, hi = 0, len(bounds)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bounds[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 class Value:
     """A counter's or a gauge's series (a counter only ever gets `inc` with amount >= 0: ours)."""
 
@@ -62,6 +77,29 @@ class Value:
         self.value -= amount
 
 
+class SharedValue(Value):
+    """A legacy counter's bound series with several processes (`Metrics.cell`): this process's
+    own total in `value` (what `Metrics.count` reads), each increment also written to the
+    prometheus-client child, made on the first one (so an untouched series is not exposed)."""
+
+    __slots__ = ("_child", "_make")
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        super().__init__()
+        self._make: Callable[[], Any] = make
+        self._child: Any = None
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+        child = self._child
+        if child is None:
+            child = self._child = self._make()
+        child.inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.inc(-amount)
+
+
 class Buckets:
     """A histogram's series: a count per bucket (not cumulative; the last is +Inf) and the sum."""
 
@@ -74,7 +112,7 @@ class Buckets:
 
     def observe(self, value: float) -> None:
         # The first bound >= value: `le` is inclusive, as prometheus-client's `observe` counts it.
-        self.counts[bisect_left(self.bounds, value)] += 1
+        self.counts[bucket(self.bounds, value)] += 1
         self.sum += value
 
     def observe_counts(self, counts: list[int], total: float) -> None:
@@ -190,7 +228,7 @@ class _SharedBuckets:
         # The bucket found by bisection (the first bound >= value, as `observe` finds it walking
         # every bound), with no exemplar: two cell increments.
         child = self.child
-        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)
+        child._buckets[bisect_left(child._upper_bounds, value)].inc(1)  # a list: not `bucket`
         child._sum.inc(value)
 
     def observe_counts(self, counts: list[int], total: float) -> None:

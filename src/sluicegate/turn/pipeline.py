@@ -28,8 +28,9 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.segmenter import Reads
 from sluicegate.dialects.base import Encoder
 from sluicegate.engines.lane import Lane
-from sluicegate.observe.metrics import METRICS, Key
+from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import EventTap
+from sluicegate.observe.series import Value
 from sluicegate.transport.stream import Emitter
 from sluicegate.turn.stream_core import StreamCore
 
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 # The fast lane; off with SLUICEGATE_FAST_LANE=0: every read takes the task (the tests compare).
 LANE_ENABLED = os.environ.get("SLUICEGATE_FAST_LANE", "1") != "0"
 LANE_READS = METRICS.key("sluicegate_fast_lane_reads_total")
+_LANE_READS = METRICS.cell(LANE_READS)  # bound once: a carried read adds to an attribute
 
 # Persist the turn: (cancel reason or None, the frames that end it) → durable.
 Persist = Callable[[str | None, list[Frame]], Awaitable[None]]
@@ -69,7 +71,7 @@ class TurnPipeline:
         tap: EventTap | None = None,
         *,
         deadline: Deadline | None = None,
-        deltas: Key | None = None,
+        deltas: Value | None = None,
         lane: Lane | None = None,
     ) -> None:
         """`events`: the engine's raw events; `deadline`: the stream's request and idle limits;
@@ -184,7 +186,7 @@ class TurnPipeline:
         frames = self.core.push_read(batch)
         if frames:
             emitter.emit(frames)
-        METRICS.counters[LANE_READS] += 1
+        _LANE_READS.inc(1.0)
         return True
 
     async def collect(self) -> ChatResult:

@@ -419,7 +419,7 @@ class TurnEndpoint:
             persist,
             EventTap.current(),
             deadline=stream_deadline(state.limits),
-            deltas=deltas_key(model.engine.model_id) if lane is not None else None,
+            deltas=METRICS.cell(deltas_key(model.engine.model_id)) if lane is not None else None,
             lane=lane,
         )
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error

@@ -27,8 +27,8 @@ from sluicegate.core.events import Event, Failed, RawBatch, RawEvent, TextDelta,
 from sluicegate.core.frames import Frame
 from sluicegate.core.segmenter import Segments
 from sluicegate.dialects.base import Encoder
-from sluicegate.observe.metrics import METRICS, Key
 from sluicegate.observe.requests import EventTap
+from sluicegate.observe.series import Value
 
 
 class StreamCore:
@@ -40,13 +40,14 @@ class StreamCore:
         accumulator: Accumulator,
         tap: EventTap | None = None,
         deadline: Deadline | None = None,
-        deltas: Key | None = None,
+        deltas: Value | None = None,
     ) -> None:
         self.encoder = encoder
         self.accumulator = accumulator
         self.tap = tap  # metrics and the access line, per canonical event
         self.segments = Segments(deadline)
-        self.deltas = deltas  # the model's delta counter, when this stream counts (see above)
+        # The model's delta counter's series (`METRICS.cell`), when this stream counts (see above).
+        self.deltas = deltas
         self._out: list[Event] = []
 
     @property
@@ -56,16 +57,16 @@ class StreamCore:
 
     def push(self, event: RawEvent) -> list[Frame]:
         """One read (a `RawBatch`, or a single event) → its frames, never a terminal one."""
-        key = self.deltas
-        if key is not None:
+        cell = self.deltas
+        if cell is not None:
             if type(event) is RawBatch:
                 n = 0
                 for inner in event.events:
                     if type(inner) is TextDelta or type(inner) is ToolCallDelta:
                         n += 1
-                METRICS.counters[key] += n
+                cell.inc(n)
             elif type(event) is TextDelta or type(event) is ToolCallDelta:
-                METRICS.counters[key] += 1
+                cell.inc(1.0)
         out = self._out
         self.segments.push(event, out)
         if not out:
@@ -77,13 +78,13 @@ class StreamCore:
     def push_read(self, events: list[RawEvent]) -> list[Frame]:
         """`push(RawBatch(events))` for the fast lane's read of deltas and usage only (see
         `Segments.push_read`), without the batch object."""
-        key = self.deltas
-        if key is not None:
+        cell = self.deltas
+        if cell is not None:
             n = 0
             for inner in events:
                 if type(inner) is TextDelta or type(inner) is ToolCallDelta:
                     n += 1
-            METRICS.counters[key] += n
+            cell.inc(n)
         out = self._out
         self.segments.push_read(events, out)
         if not out:

@@ -126,7 +126,7 @@ async def collect(events: AsyncIterator[RawEvent]) -> list[RawEvent]:
 
 
 def counter(name: str, model_id: str) -> float:
-    return METRICS.counters.get(METRICS.key(name, model=model_id), 0.0)
+    return METRICS.count(METRICS.key(name, model=model_id))
 
 
 def gauge(name: str, model_id: str) -> float:

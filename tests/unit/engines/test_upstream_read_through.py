@@ -107,7 +107,7 @@ async def stream(*, lane_on: bool) -> bytes:
         generation.events,
         ChatCompletionsEncoder("chatcmpl-1", 0, "m", include_usage=False, logprobs=False),
         accumulator,
-        deltas=deltas_key("m") if lane is not None else None,
+        deltas=METRICS.cell(deltas_key("m")) if lane is not None else None,
         lane=lane,
     )
     pipeline.bind(wire)
@@ -128,15 +128,15 @@ async def stream(*, lane_on: bool) -> bytes:
 
 async def test_reads_carried_in_the_callback_write_what_the_task_writes() -> None:
     key = deltas_key("m")
-    reads, deltas = METRICS.counters[LANE_READS], METRICS.counters[key]
+    reads, deltas = METRICS.count(LANE_READS), METRICS.count(key)
     by_task = await stream(lane_on=False)
-    assert METRICS.counters[LANE_READS] == reads  # no lane: nothing carried
-    assert METRICS.counters[key] - deltas == len(WORDS)  # counted by the instance
-    deltas = METRICS.counters[key]
+    assert METRICS.count(LANE_READS) == reads  # no lane: nothing carried
+    assert METRICS.count(key) - deltas == len(WORDS)  # counted by the instance
+    deltas = METRICS.count(key)
     by_lane = await stream(lane_on=True)
     # Every read after the first (which ends the prompt's progress) came while the task waited.
-    assert METRICS.counters[LANE_READS] - reads == len(WORDS) - 1
-    assert METRICS.counters[key] - deltas == len(WORDS)  # counted by the stream's core, once
+    assert METRICS.count(LANE_READS) - reads == len(WORDS) - 1
+    assert METRICS.count(key) - deltas == len(WORDS)  # counted by the stream's core, once
     assert by_lane == by_task
     assert all(word.encode() in by_task for word in WORDS)
     assert Starts.waiting == 0  # every start step a connection woke has run: none left counted
@@ -152,20 +152,20 @@ async def test_while_a_start_waits_to_run_the_lane_carries_reads_after_it(
     data_received = _Connection.data_received
 
     def watched(self: _Connection, data: bytes) -> None:
-        before = METRICS.counters[LANE_READS]
+        before = METRICS.count(LANE_READS)
         data_received(self, data)
-        carried_at_once.append(METRICS.counters[LANE_READS] - before)
+        carried_at_once.append(METRICS.count(LANE_READS) - before)
 
     monkeypatch.setattr(_Connection, "data_received", watched)
     by_task = await stream(lane_on=False)
-    reads = METRICS.counters[LANE_READS]
+    reads = METRICS.count(LANE_READS)
     Starts.waiting += 1  # another request's start step, queued
     try:
         by_lane = await stream(lane_on=True)
     finally:
         Starts.waiting -= 1
     assert carried_at_once and not any(carried_at_once)  # nothing carried ahead of the start
-    assert METRICS.counters[LANE_READS] - reads == len(WORDS) - 1  # every read carried after it
+    assert METRICS.count(LANE_READS) - reads == len(WORDS) - 1  # every read carried after it
     assert by_lane == by_task
     assert Starts.waiting == 0
 

@@ -83,6 +83,46 @@ def test_the_legacy_api_counts_and_renders() -> None:
     assert "_created" not in text
 
 
+def test_a_bound_series_renders_as_the_dict_increments_did() -> None:
+    """`cell(key).inc(n)` (a per-read counter bound once) and `counters[key] += n` on the same
+    keys: the same /metrics bytes, and `count` reads the total at once; an untouched cell is
+    not listed (a dict key is not until incremented)."""
+    by_dict, by_cell = Metrics(), Metrics()
+    deltas = Metrics.key("sluicegate_engine_deltas_total", model="m")
+    reads = Metrics.key("sluicegate_fast_lane_reads_total")
+    by_cell.cell(Metrics.key("sluicegate_engine_deltas_total", model="untouched"))
+    assert by_dict.render_bytes() == by_cell.render_bytes()
+    for n in (3, 1, 2):
+        by_dict.counters[deltas] += n
+        by_dict.counters[reads] += 1
+        by_cell.cell(deltas).inc(n)
+        by_cell.cell(reads).inc(1.0)
+    by_cell.counters[deltas] += 4  # the instance's own count of a stream without a lane
+    by_dict.counters[deltas] += 4
+    assert by_cell.cell(deltas) is by_cell.cell(deltas)
+    assert by_cell.count(deltas) == by_dict.count(deltas) == 10
+    assert by_cell.count(reads) == 3
+    assert by_dict.render_bytes() == by_cell.render_bytes()
+    assert b'sluicegate_engine_deltas_total{model="m"} 10.0' in by_cell.render_bytes()
+    assert b"untouched" not in by_cell.render_bytes()
+
+
+def test_a_bound_series_of_several_processes_writes_the_shared_family(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    metrics = Metrics()
+    key = Metrics.key("sluicegate_fast_lane_reads_total")
+    metrics.cell(Metrics.key("sluicegate_engine_deltas_total", model="untouched"))
+    assert b"untouched" not in generate_latest(metrics.registry)  # no child before it counts
+    cell = metrics.cell(key)
+    cell.inc(2.0)
+    cell.inc(1.0)
+    metrics.counters[key] += 1
+    assert metrics.count(key) == 4
+    assert b"sluicegate_fast_lane_reads_total 4.0" in generate_latest(metrics.registry)
+
+
 def test_an_observed_request(monkeypatch: pytest.MonkeyPatch) -> None:
     metrics = Metrics()
     monkeypatch.setattr(observe, "METRICS", metrics)

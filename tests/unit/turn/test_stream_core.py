@@ -109,7 +109,7 @@ async def run(
         encoder,
         accumulator,
         deadline=stream_deadline(StreamLimits()),
-        deltas=DELTAS if lane is not None else None,
+        deltas=METRICS.cell(DELTAS) if lane is not None else None,
         lane=lane,
     )
     pipeline.open()
@@ -125,14 +125,14 @@ async def run(
 async def test_both_drivers_make_the_same_frames(make_encoder: object) -> None:
     alone, _, how = await run(make_encoder, carried=set(), lane_on=False)
     assert set(how) == {"task"}
-    reads, deltas = METRICS.counters[LANE_READS], METRICS.counters[DELTAS]
+    reads, deltas = METRICS.count(LANE_READS), METRICS.count(DELTAS)
     every_other, wire, how = await run(make_encoder, carried={0, 2, 4, 5})
     assert how == ["lane", "task", "lane", "task", "lane", "lane", "task"]
     assert wire.emitted >= 3  # the text and tool reads; a usage read may render nothing yet
     assert every_other == alone
     # Each read counted once, whichever driver pushed it.
-    assert METRICS.counters[LANE_READS] - reads == 4
-    assert METRICS.counters[DELTAS] - deltas == N_DELTAS
+    assert METRICS.count(LANE_READS) - reads == 4
+    assert METRICS.count(DELTAS) - deltas == N_DELTAS
     all_lane, _, how = await run(make_encoder, carried=set(range(len(READS))))
     assert how == ["lane"] * (len(READS) - 1) + ["task"]  # the end is the task's
     assert all_lane == alone
