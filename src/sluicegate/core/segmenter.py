@@ -269,31 +269,30 @@ class Segments:
             state.text(event, out)
             return True
         if type(event) is RawBatch:  # one upstream read: one step here
-            for inner in event.events:
-                if type(inner) is TextDelta:
-                    state.text(inner, out)
-                elif (failure := state.step(inner, out)) is not None:
-                    self.failure = failure
-                    return False
-            return True
+            return self._read(event.events, out)
         if (failure := state.step(event, out)) is not None:
             self.failure = failure
             return False
         return True
 
-    def push_read(self, events: list[RawEvent], out: list[Event]) -> None:
-        """`push(RawBatch(events), out)` for a read the fast lane carries: only text, tool-call
-        deltas and usage (`TurnPipeline.carry` checks), none of which fails a stream — without
-        the batch object."""
+    def push_read(self, events: list[RawEvent], out: list[Event]) -> bool:
+        """`push(RawBatch(events), out)` for a read the fast lane carries, without the batch
+        object."""
         deadline = self.deadline
         if deadline is not None:
             deadline.last = deadline.clock()
+        return self._read(events, out)
+
+    def _read(self, events: list[RawEvent], out: list[Event]) -> bool:
+        """One read's events into `out`, as `push` says."""
         state = self.state
         for inner in events:
             if type(inner) is TextDelta:
                 state.text(inner, out)
-            else:
-                state.step(inner, out)
+            elif (failure := state.step(inner, out)) is not None:
+                self.failure = failure
+                return False
+        return True
 
     def end(self, out: list[Event]) -> None:
         """The stream's ending into `out`: closed items, the last usage, the terminal event."""

@@ -60,33 +60,23 @@ class StreamCore:
         cell = self.deltas
         if cell is not None:
             if type(event) is RawBatch:
-                n = 0
-                for inner in event.events:
-                    if type(inner) is TextDelta or type(inner) is ToolCallDelta:
-                        n += 1
-                cell.inc(n)
+                _count_deltas(cell, event.events)
             elif type(event) is TextDelta or type(event) is ToolCallDelta:
                 cell.inc(1.0)
-        out = self._out
-        self.segments.push(event, out)
-        if not out:
-            return []
-        frames = self._encode(out)
-        out.clear()
-        return frames
+        self.segments.push(event, self._out)
+        return self._frames()
 
     def push_read(self, events: list[RawEvent]) -> list[Frame]:
-        """`push(RawBatch(events))` for the fast lane's read of deltas and usage only (see
-        `Segments.push_read`), without the batch object."""
+        """`push(RawBatch(events))` for the fast lane's read, without the batch object."""
         cell = self.deltas
         if cell is not None:
-            n = 0
-            for inner in events:
-                if type(inner) is TextDelta or type(inner) is ToolCallDelta:
-                    n += 1
-            cell.inc(n)
+            _count_deltas(cell, events)
+        self.segments.push_read(events, self._out)
+        return self._frames()
+
+    def _frames(self) -> list[Frame]:
+        """The frames of what the last read put in `_out`, which is emptied."""
         out = self._out
-        self.segments.push_read(events, out)
         if not out:
             return []
         frames = self._encode(out)
@@ -119,3 +109,12 @@ class StreamCore:
             feed(canonical)
             frames += encode(canonical)
         return frames
+
+
+def _count_deltas(cell: Value, events: list[RawEvent]) -> None:
+    """A read's text and tool-call deltas onto the model's delta counter."""
+    n = 0
+    for inner in events:
+        if type(inner) is TextDelta or type(inner) is ToolCallDelta:
+            n += 1
+    cell.inc(n)
