@@ -3,6 +3,7 @@ running Sluicegate: user-space work (Python, the compiled hot path, uvloop, libc
 machine's load does not move. The kernel's share (the socket syscalls) is not counted.
 
     python bench/instructions.py [--baseline /path/to/other/src] [--requests 200] [--tokens 64]
+        [--floor asgi-floor[,asgi-floor-stock]]
 
 `sluicegate serve` runs under `valgrind --tool=callgrind --instr-atstart=no` (slow: its start
 takes a minute or more), optionally a second one with `--baseline`'s code (PYTHONPATH). After a
@@ -16,6 +17,11 @@ the upstream's pace and reads ~6 tokens per upstream read, so per-read costs (th
 the two syscalls' wrappers, a write) are shared by several tokens. `--concurrency 2` keeps it
 at about one token per read, what a paced stream is at full speed (bench/README.md, gateway
 "Round fourteen").
+
+`--floor`: the same two counts for the floor of the stack (`bench/asgi_floor.py`: a raw ASGI
+relay on uvicorn served as `sluicegate serve` is; `asgi-floor-stock` on uvicorn's own protocol),
+each under callgrind the same way: what no ASGI application on uvicorn can spend less than on
+the same request (bench/README.md, gateway "Round fifteen").
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ from pathlib import Path
 
 import gateway_targets
 from call_counts import body, load
-from gateway_targets import Proc, fast_upstream, start_sluicegate, wait_ready
+from gateway_targets import Proc, fast_upstream, start_asgi_floor, start_sluicegate, wait_ready
 
 # A server under callgrind takes minutes to start on a loaded machine.
 gateway_targets.wait_ready = functools.partial(wait_ready, seconds=1200)
@@ -62,14 +68,24 @@ def counted(proc: Proc, folder: Path, run: object) -> int:
 
 
 def measure(
-    folder: Path, upstream: int, env: dict[str, str] | None, args: argparse.Namespace
+    folder: Path,
+    upstream: int,
+    env: dict[str, str] | None,
+    args: argparse.Namespace,
+    floor: str | None = None,
 ) -> dict[str, float]:
+    """The counts of a Sluicegate (`env`: another tree's) or, with `floor`, of that
+    `asgi_floor.py` target, each under callgrind."""
     folder.mkdir()
-    launcher = [
+    valgrind = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder}/cg.%p",
-        sys.executable, "-m", "sluicegate",
+        sys.executable,
     ]  # fmt: skip
-    proc, port = start_sluicegate(folder, upstream, ["fake-d0", "fake-d5"], env=env, launcher=launcher)
+    if floor is not None:
+        proc, port = start_asgi_floor(floor, folder, upstream, launcher=valgrind)
+    else:
+        launcher = [*valgrind, "-m", "sluicegate"]
+        proc, port = start_sluicegate(folder, upstream, ["fake-d0", "fake-d5"], env=env, launcher=launcher)
     try:
         short, long = body(1, "fake-d0"), body(args.tokens, "fake-d5")
         load(port, short, 50, args.concurrency, 1)
@@ -90,6 +106,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--floor",
+        default="",
+        help="also count these asgi_floor.py targets (comma-separated: asgi-floor, asgi-floor-stock)",
+    )
     parser.add_argument("--keep", help="copy each load's callgrind dump here (callgrind_annotate reads them)")
     args = parser.parse_args()
     global KEEP
@@ -104,9 +125,11 @@ def main() -> None:
                 results["baseline"] = measure(
                     folder / "baseline", up_port, {"PYTHONPATH": args.baseline}, args
                 )
+            for key in filter(None, args.floor.split(",")):
+                results[key] = measure(folder / key, up_port, None, args, floor=key)
     for label, r in results.items():
         print(
-            f"{label:9} {r['per_request'] / 1e3:9.1f} k instructions per request start, "
+            f"{label:16} {r['per_request'] / 1e3:9.1f} k instructions per request start, "
             f"{r['per_token'] / 1e3:7.1f} k per paced token"
         )
     print(json.dumps(results))
