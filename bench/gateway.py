@@ -563,7 +563,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             s["e2e_p50_vs_direct"] = e2e_ratio
             # Paced tokens arrive one per upstream read: what a relay costs per read, not per
             # token in bulk (the throughput run's reads carry several tokens each).
-            paced = _gateway_us_per_token(run)
+            paced = _gateway_us_per_token(run) if run.tokens > 1 else None  # one token: a start
             s["gateway_cpu_us_per_token"] = paced
             out["latency"][key][c] = s
             print(
@@ -666,9 +666,7 @@ def against_nginx(out: dict[str, Any], c: int) -> dict[str, dict[str, float | No
             "start_cpu_us": out.get("starts", {}).get(key, {}).get("cpu_us"),
             "ttft_p50_ms": lat.get("ttft_ms", {}).get("p50"),
             "ttft_p99_ms": lat.get("ttft_ms", {}).get("p99"),
-            "paced_cpu_us_per_token": lat.get("gateway_cpu_us_per_token")
-            if lat.get("tokens_per_request", 0) > 1
-            else None,
+            "paced_cpu_us_per_token": lat.get("gateway_cpu_us_per_token"),  # None for one token
             "kib_per_stream": mem.get("kib_per_stream"),
         }
 
@@ -773,6 +771,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         print(
             f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB, marginal {show(marginal, 1)} KiB"
         )
+    if runs[0].get("vs_nginx"):
+        print("\n  against nginx, each run's ratio: median (min-max)")
+        out["vs_nginx"] = {}
+        for key, row in runs[0]["vs_nginx"].items():
+            out["vs_nginx"][key] = {}
+            cells = []
+            for name in [n for n in row if n.endswith("_vs_nginx")]:
+                values = [r["vs_nginx"][key][name] for r in runs if r["vs_nginx"].get(key, {}).get(name)]
+                if values:
+                    out["vs_nginx"][key][name] = spread(values)
+                    cells.append(f"{name.removesuffix('_vs_nginx')} {show(spread(values), 2)}")
+            print(f"  {TITLES[key]:<26} {'; '.join(cells)}")
     for key in runs[0].get("capacity", {}):
         caps = [r["capacity"][key] for r in runs if key in r.get("capacity", {})]
         out.setdefault("capacity", {})[key] = {
