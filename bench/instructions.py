@@ -19,7 +19,8 @@ at about one token per read, what a paced stream is at full speed (bench/README.
 "Round fourteen").
 
 `--floor`: the same two counts for the floor of the stack (`bench/asgi_floor.py`: a raw ASGI
-relay on uvicorn served as `sluicegate serve` is; `asgi-floor-stock` on uvicorn's own protocol),
+relay on uvicorn served as `sluicegate serve` is; `asgi-floor-stock` on uvicorn's own protocol;
+`asgi-static`, uvicorn answering a fixed one-token stream, its start only),
 each under callgrind the same way: what no ASGI application on uvicorn can spend less than on
 the same request (bench/README.md, gateway "Round fifteen").
 """
@@ -86,12 +87,16 @@ def measure(
     else:
         launcher = [*valgrind, "-m", "sluicegate"]
         proc, port = start_sluicegate(folder, upstream, ["fake-d0", "fake-d5"], env=env, launcher=launcher)
+    streams = floor != "asgi-static"  # it answers one token whatever is asked: a start only
     try:
         short, long = body(1, "fake-d0"), body(args.tokens, "fake-d5")
         load(port, short, 50, args.concurrency, 1)
-        load(port, long, 10, args.concurrency, args.tokens)
+        if streams:
+            load(port, long, 10, args.concurrency, args.tokens)
         n = args.requests
         start_ir = counted(proc, folder, lambda: load(port, short, n, args.concurrency, 1))
+        if not streams:
+            return {"per_request": start_ir / n, "per_token": float("nan")}
         long_ir = counted(proc, folder, lambda: load(port, long, n, args.concurrency, args.tokens))
     finally:
         proc.stop()
@@ -109,7 +114,8 @@ def main() -> None:
     parser.add_argument(
         "--floor",
         default="",
-        help="also count these asgi_floor.py targets (comma-separated: asgi-floor, asgi-floor-stock)",
+        help="also count these asgi_floor.py targets (comma-separated: asgi-floor, asgi-floor-stock, "
+        "asgi-static: its start only)",
     )
     parser.add_argument("--keep", help="copy each load's callgrind dump here (callgrind_annotate reads them)")
     args = parser.parse_args()
