@@ -3,6 +3,7 @@ running Sluicegate: user-space work (Python, the compiled hot path, uvloop, libc
 machine's load does not move. The kernel's share (the socket syscalls) is not counted.
 
     python bench/instructions.py [--baseline /path/to/other/src] [--requests 200] [--tokens 64]
+        [--concurrency 16] [--delay-ms 5]
         [--floor asgi-floor[,asgi-floor-stock]]
 
 `sluicegate serve` runs under `valgrind --tool=callgrind --instr-atstart=no` (slow: its start
@@ -16,7 +17,9 @@ Under callgrind the server runs ~50x slower: at the default `--concurrency 16` i
 the upstream's pace and reads ~6 tokens per upstream read, so per-read costs (the callbacks,
 the two syscalls' wrappers, a write) are shared by several tokens. `--concurrency 2` keeps it
 at about one token per read, what a paced stream is at full speed (bench/README.md, gateway
-"Round fourteen").
+"Round fourteen"). To count many streams at one token a read (c = 64 as `gateway.py`'s paced
+figure), slow the pace so that the server under callgrind keeps up: `--concurrency 64
+--delay-ms 200 --tokens 16` (64 streams at 5 reads a second).
 
 `--floor`: the same two counts for the floor of the stack (`bench/asgi_floor.py`: a raw ASGI
 relay on uvicorn served as `sluicegate serve` is; `asgi-floor-stock` on uvicorn's own protocol;
@@ -86,10 +89,11 @@ def measure(
         proc, port = start_asgi_floor(floor, folder, upstream, launcher=valgrind)
     else:
         launcher = [*valgrind, "-m", "sluicegate"]
-        proc, port = start_sluicegate(folder, upstream, ["fake-d0", "fake-d5"], env=env, launcher=launcher)
+        paced = f"fake-d{args.delay_ms:g}"
+        proc, port = start_sluicegate(folder, upstream, ["fake-d0", paced], env=env, launcher=launcher)
     streams = floor != "asgi-static"  # it answers one token whatever is asked: a start only
     try:
-        short, long = body(1, "fake-d0"), body(args.tokens, "fake-d5")
+        short, long = body(1, "fake-d0"), body(args.tokens, f"fake-d{args.delay_ms:g}")
         load(port, short, 50, args.concurrency, 1)
         if streams:
             load(port, long, 10, args.concurrency, args.tokens)
@@ -110,6 +114,9 @@ def main() -> None:
     parser.add_argument("--baseline", help="a second Sluicegate with PYTHONPATH=<this>")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--delay-ms", type=float, default=5.0, help="the paced load's pace (the upstream's `fake-d<ms>`)"
+    )
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument(
         "--floor",
