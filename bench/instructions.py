@@ -50,9 +50,10 @@ HERE = Path(__file__).resolve().parent
 KEEP: Path | None = None  # --keep: where the dumps are copied
 
 
-def counted(proc: Proc, folder: Path, run: object) -> int:
-    """Instructions (Ir) the server ran during `run()`: counters zeroed, counting on, then a
-    dump of what was counted (callgrind's `totals:` line)."""
+def counted(proc: Proc, folder: Path, run: object) -> dict[str, int]:
+    """What the server ran during `run()`, by event (`Ir`: instructions; with `--cache-sim`
+    also the simulated cache's misses): counters zeroed, counting on, then a dump of what was
+    counted (callgrind's `events:` and `totals:` lines)."""
     pid = str(proc.popen.pid)
     subprocess.run(["callgrind_control", "-z", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-i", "on", pid], check=True, capture_output=True)
@@ -65,9 +66,12 @@ def counted(proc: Proc, folder: Path, run: object) -> int:
         raise RuntimeError("callgrind wrote no dump")
     if KEEP is not None:  # for callgrind_annotate
         shutil.copy(dumps[-1], KEEP / f"{folder.name}-{len(list(KEEP.glob(folder.name + '-*')))}.callgrind")
+    events = ["Ir"]
     for line in dumps[-1].read_text(errors="replace").splitlines():
+        if line.startswith("events:"):
+            events = line.split()[1:]
         if line.startswith(("totals:", "summary:")):
-            return int(line.split()[1])
+            return dict(zip(events, map(int, line.split()[1:]), strict=False))
     raise RuntimeError(f"no totals in {dumps[-1]}")
 
 
@@ -83,7 +87,7 @@ def measure(
     folder.mkdir()
     valgrind = [
         "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={folder}/cg.%p",
-        sys.executable,
+        *(["--cache-sim=yes"] if args.cache_sim else []), sys.executable,
     ]  # fmt: skip
     if floor is not None:
         proc, port = start_asgi_floor(floor, folder, upstream, launcher=valgrind)
@@ -100,11 +104,21 @@ def measure(
         n = args.requests
         start_ir = counted(proc, folder, lambda: load(port, short, n, args.concurrency, 1))
         if not streams:
-            return {"per_request": start_ir / n, "per_token": float("nan")}
+            return {"per_request": start_ir["Ir"] / n, "per_token": float("nan")}
         long_ir = counted(proc, folder, lambda: load(port, long, n, args.concurrency, args.tokens))
     finally:
         proc.stop()
-    return {"per_request": start_ir / n, "per_token": (long_ir - start_ir) / n / (args.tokens - 1)}
+    out = {
+        "per_request": start_ir["Ir"] / n,
+        "per_token": (long_ir["Ir"] - start_ir["Ir"]) / n / (args.tokens - 1),
+    }
+    # --cache-sim: data misses of the first level and the last level, per start and per paced token
+    for name, events in (("d1_misses", ("D1mr", "D1mw")), ("ll_misses", ("DLmr", "DLmw"))):
+        if all(e in start_ir for e in events):
+            short, whole = sum(start_ir[e] for e in events), sum(long_ir[e] for e in events)
+            out[f"{name}_per_request"] = short / n
+            out[f"{name}_per_token"] = (whole - short) / n / (args.tokens - 1)
+    return out
 
 
 def main() -> None:
@@ -114,6 +128,11 @@ def main() -> None:
     parser.add_argument("--baseline", help="a second Sluicegate with PYTHONPATH=<this>")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument(
+        "--cache-sim",
+        action="store_true",
+        help="also callgrind's simulated cache: data misses per start and per paced token (slower)",
+    )
     parser.add_argument(
         "--delay-ms", type=float, default=5.0, help="the paced load's pace (the upstream's `fake-d<ms>`)"
     )
@@ -145,6 +164,12 @@ def main() -> None:
             f"{label:16} {r['per_request'] / 1e3:9.1f} k instructions per request start, "
             f"{r['per_token'] / 1e3:7.1f} k per paced token"
         )
+        if "d1_misses_per_token" in r:
+            print(
+                f"{'':16} data misses (simulated): first level {r['d1_misses_per_request']:,.0f} a start, "
+                f"{r['d1_misses_per_token']:,.0f} a paced token; last level {r['ll_misses_per_request']:,.0f}"
+                f" a start, {r['ll_misses_per_token']:,.0f} a paced token"
+            )
     print(json.dumps(results))
 
 
