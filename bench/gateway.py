@@ -639,14 +639,14 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
         )
         for key, run in r.starts.items():
             us = _start_us(run)
-            ratio = us / _start_us(ref) if ref is not None and _start_us(ref) else None
+            start_ratio = us / _start_us(ref) if ref is not None and _start_us(ref) else None
             out["starts"][key] = {
                 "cpu_us": us,
-                "vs_nginx": ratio,
+                "vs_nginx": start_ratio,
                 "requests": run.requests,
                 "errors": run.errors[:5],
             }
-            shown = f"{ratio:8.2f}x nginx" if ratio is not None else ""
+            shown = f"{start_ratio:8.2f}x nginx" if start_ratio is not None else ""
             print(f"  {TITLES[key]:<26}{us:9.1f} µs{shown}{_errors(run)}")
     out["vs_nginx"] = against_nginx(out, max(args.concurrency))
     for key, why in r.skipped.items():

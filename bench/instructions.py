@@ -115,9 +115,9 @@ def measure(
     # --cache-sim: data misses of the first level and the last level, per start and per paced token
     for name, events in (("d1_misses", ("D1mr", "D1mw")), ("ll_misses", ("DLmr", "DLmw"))):
         if all(e in start_ir for e in events):
-            short, whole = sum(start_ir[e] for e in events), sum(long_ir[e] for e in events)
-            out[f"{name}_per_request"] = short / n
-            out[f"{name}_per_token"] = (whole - short) / n / (args.tokens - 1)
+            in_starts, in_all = sum(start_ir[e] for e in events), sum(long_ir[e] for e in events)
+            out[f"{name}_per_request"] = in_starts / n
+            out[f"{name}_per_token"] = (in_all - in_starts) / n / (args.tokens - 1)
     return out
 
 
