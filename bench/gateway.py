@@ -36,8 +36,9 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
                     stream (measured in the start phase and the latency runs with one token only)
 
 Measurements: the request start (`--start-requests` one-token requests, 16 at a time: the
-gateway's CPU per request, as `bench/request_start.py` measures it); then, like vLLM's serving benchmark (TTFT to the first content-bearing chunk, ITL,
-end-to-end), with the upstream pacing tokens (--delay-ms) at concurrency 1, 16 and 64; relay
+gateway's CPU per request, its threads' run time from /proc's schedstat, as
+`bench/request_start.py` loads it); then, like vLLM's serving benchmark (TTFT to the first
+content-bearing chunk, ITL, end-to-end), with the upstream pacing tokens (--delay-ms) at concurrency 1, 16 and 64; relay
 throughput (tokens/s) with no inter-token delay; and the memory of --hold-streams open slow
 streams (RSS delta of the gateway's process tree / streams). CPU time of every process is
 recorded, so a saturated upstream or client shows. nginx and LiteLLM are skipped, with a
