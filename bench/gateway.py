@@ -26,9 +26,19 @@ and the load generator (`bench/load_client.py`, one process per measurement). Ta
   (d1) py-lean      a lean Python relay (`relay_lean.py`): HTTP, SSE and each chunk's JSON read
                     and written again, in the protocol callback of the read, no framework
   (e) litellm       LiteLLM's proxy pointed at the upstream
+  (f) asgi-floor    the floor of Sluicegate's stack (`asgi_floor.py`): a raw ASGI app on
+                    uvicorn (httptools, uvloop), served as `sluicegate serve` is, doing per
+                    request what sg-chat must at the least: the body read, written upstream over
+                    a pooled kept-alive connection, each upstream read relayed as one
+                    `http.response.body`; no parsing, validation, routing or metrics
+  (f1) asgi-floor-stock  the same on uvicorn's own httptools protocol (not Sluicegate's subclass)
+  (f0) asgi-static  uvicorn's own floor: no upstream, every POST answered with a fixed one-token
+                    stream (measured in the start phase and the latency runs with one token only)
 
-Measurements, like vLLM's serving benchmark (TTFT to the first content-bearing chunk, ITL,
-end-to-end), with the upstream pacing tokens (--delay-ms) at concurrency 1, 16 and 64; relay
+Measurements: the request start (`--start-requests` one-token requests, 16 at a time: the
+gateway's CPU per request, its threads' run time from /proc's schedstat, as
+`bench/request_start.py` loads it); then, like vLLM's serving benchmark (TTFT to the first
+content-bearing chunk, ITL, end-to-end), with the upstream pacing tokens (--delay-ms) at concurrency 1, 16 and 64; relay
 throughput (tokens/s) with no inter-token delay; and the memory of --hold-streams open slow
 streams (RSS delta of the gateway's process tree / streams). CPU time of every process is
 recorded, so a saturated upstream or client shows. nginx and LiteLLM are skipped, with a
@@ -59,8 +69,10 @@ from gateway_targets import (
     find_nginx,
     free_port,
     rss_bytes,
+    run_ns,
     sluicegate_missing,
     start,
+    start_asgi_floor,
     start_litellm,
     start_nginx,
     start_python_relay,
@@ -84,6 +96,9 @@ TITLES = {
     "py-floor": "(d0) Python floor (TCP splice)",
     "py-lean": "(d1) lean Python relay",
     "litellm": "(e) LiteLLM",
+    "asgi-floor": "(f) ASGI floor (uvicorn)",
+    "asgi-floor-stock": "(f1) ASGI floor, stock",
+    "asgi-static": "(f0) ASGI static (uvicorn)",
 }
 
 
@@ -119,6 +134,7 @@ class Run:
     received: int
     errors: list[str]
     cpu: dict[str, float]  # process → CPU seconds / wall (1.0 = one core)
+    gateway_seconds: float = 0.0  # the gateway's CPU seconds over the run (the scheduler's count)
 
     @property
     def tps(self) -> float:
@@ -189,12 +205,14 @@ def load(
         assert client.stdin is not None and client.stdout is not None
         ready = client.stdout.readline()
         before = {k: cpu_seconds(v) for k, v in watched.items()}
+        ran = run_ns(watched["gateway"])
         started = time.perf_counter()
         client.stdin.write(b"go\n")
         client.stdin.flush()
         client.stdout.readline()  # DONE
         wall = time.perf_counter() - started
         after = {k: cpu_seconds(v) for k, v in watched.items()}
+        ran = run_ns(watched["gateway"]) - ran
         _, err = client.communicate(timeout=60)
         if client.returncode != 0 or not ready.startswith(b"CONNECTED"):
             raise RuntimeError(f"load client failed on {target.key}:\n{err.decode()[-3000:]}")
@@ -220,6 +238,7 @@ def load(
         received=out["received"],
         errors=errors,
         cpu=cpu,
+        gateway_seconds=ran / 1e9,
     )
 
 
@@ -289,19 +308,32 @@ class Results:
     throughput: dict[str, Run] = field(default_factory=dict)
     memory: dict[str, dict[str, Any]] = field(default_factory=dict)
     capacity: dict[str, dict[str, Any]] = field(default_factory=dict)
+    starts: dict[str, Run] = field(default_factory=dict)  # one-token requests: CPU per request start
     skipped: dict[str, str] = field(default_factory=dict)
 
 
 def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, results: Results) -> None:
     lat_model, thr_model = f"fake-d{args.delay_ms:g}", "fake-d0"
-    load(target, upstream, lat_model, 8, 16, 32)  # warm up: connections, first-call costs
-    load(target, upstream, thr_model, 256, 16, 32)
+    fixed = target.answers  # a target that answers a fixed stream: its token count is asked
+    load(target, upstream, lat_model, fixed or 8, 16, 32)  # warm up: connections, first-call costs
+    if not fixed:
+        load(target, upstream, thr_model, 256, 16, 32)
+    if args.start_requests and target.proc is not None:
+        run = load(target, upstream, thr_model, 1, args.start_concurrency, args.start_requests)
+        results.starts[target.key] = run
+        print(
+            f"  {target.key:<13} start: {_start_us(run):7.1f} µs of CPU per one-token request "
+            f"(c={args.start_concurrency}, {run.requests}){_errors(run)}",
+            flush=True,
+        )
     results.latency[target.key] = {}
     for c in args.concurrency:
         requests = max(args.requests_c1 if c == 1 else 0, c * args.waves)
-        run = load(target, upstream, lat_model, args.tokens, c, requests)
+        run = load(target, upstream, lat_model, fixed or args.tokens, c, requests)
         results.latency[target.key][c] = run
         print(f"  {target.key:<13} c={c:<3} {_latency_line(run)}", flush=True)
+    if fixed:  # no stream to relay: no throughput, nothing to hold
+        return
     run = load(
         target,
         upstream,
@@ -331,6 +363,11 @@ def measure_target(target: Target, upstream: Proc, args: argparse.Namespace, res
             f"errors {cap['errors'] or 'none'}, RSS {cap['rss_open_mib']:.1f} MiB",
             flush=True,
         )
+
+
+def _start_us(run: Run) -> float:
+    """The gateway's CPU per request of a one-token load: the request start."""
+    return run.gateway_seconds * 1e6 / max(run.requests, 1)
 
 
 def _errors(run: Run) -> str:
@@ -471,6 +508,10 @@ def make_target(
         proc, port = start_nginx(binary, folder, upstream, args.nginx_workers)
         procs.append(proc)
         return Target(key, port, proc=proc)
+    if key in ("asgi-floor", "asgi-floor-stock", "asgi-static"):
+        proc, port = start_asgi_floor(key, folder, upstream)
+        procs.append(proc)
+        return Target(key, port, proc=proc, answers=1 if key == "asgi-static" else 0)
     if key in ("py-floor", "py-lean"):
         proc, port = start_python_relay(key, folder, upstream)
         procs.append(proc)
@@ -523,7 +564,7 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
             s["e2e_p50_vs_direct"] = e2e_ratio
             # Paced tokens arrive one per upstream read: what a relay costs per read, not per
             # token in bulk (the throughput run's reads carry several tokens each).
-            paced = _gateway_us_per_token(run)
+            paced = _gateway_us_per_token(run) if run.tokens > 1 else None  # one token: a start
             s["gateway_cpu_us_per_token"] = paced
             out["latency"][key][c] = s
             print(
@@ -590,9 +631,71 @@ def report(r: Results, args: argparse.Namespace) -> dict[str, Any]:
         print(f"\nCapacity: {args.capacity_streams} concurrent streams held")
         for key, cap in r.capacity.items():
             print(f"  {TITLES[key]:<26}{cap['flowing']:>5} flowing  errors: {cap['errors'] or 'none'}")
+    if r.starts:
+        out["starts"] = {}
+        ref = r.starts.get("nginx")
+        print(
+            f"\nRequest start: {args.start_requests} one-token requests, concurrency "
+            f"{args.start_concurrency}; the gateway's CPU (user + system) per request"
+        )
+        for key, run in r.starts.items():
+            us = _start_us(run)
+            start_ratio = us / _start_us(ref) if ref is not None and _start_us(ref) else None
+            out["starts"][key] = {
+                "cpu_us": us,
+                "vs_nginx": start_ratio,
+                "requests": run.requests,
+                "errors": run.errors[:5],
+            }
+            shown = f"{start_ratio:8.2f}x nginx" if start_ratio is not None else ""
+            print(f"  {TITLES[key]:<26}{us:9.1f} µs{shown}{_errors(run)}")
+    out["vs_nginx"] = against_nginx(out, max(args.concurrency))
     for key, why in r.skipped.items():
         print(f"\n  {TITLES[key]} skipped: {why}")
     return out
+
+
+def against_nginx(out: dict[str, Any], c: int) -> dict[str, dict[str, float | None]]:
+    """The issue's figures for every target beside nginx's, as ratios (printed as a table):
+    request-start CPU, TTFT p50 and p99 and paced CPU per token at concurrency `c`, memory
+    per flowing stream."""
+
+    def figures(key: str) -> dict[str, float | None]:
+        lat = out["latency"].get(key, {}).get(c, {})
+        mem = out["memory"].get(key, {})
+        return {
+            "start_cpu_us": out.get("starts", {}).get(key, {}).get("cpu_us"),
+            "ttft_p50_ms": lat.get("ttft_ms", {}).get("p50"),
+            "ttft_p99_ms": lat.get("ttft_ms", {}).get("p99"),
+            "paced_cpu_us_per_token": lat.get("gateway_cpu_us_per_token"),  # None for one token
+            "kib_per_stream": mem.get("kib_per_stream"),
+        }
+
+    keys = [k for k in out["latency"] if k != "direct"]
+    if "nginx" not in keys:
+        return {}
+    ref = figures("nginx")
+    table: dict[str, dict[str, float | None]] = {}
+    names = ("start_cpu_us", "ttft_p50_ms", "ttft_p99_ms", "paced_cpu_us_per_token", "kib_per_stream")
+    print(f"\nAgainst nginx, same run (c = {c} for TTFT and paced CPU): figure (x nginx)")
+    print(
+        f"  {'target':<26}{'start CPU µs':>20}{'TTFT p50 ms':>20}{'TTFT p99 ms':>20}{'paced µs/token':>20}{'KiB/stream':>20}"
+    )
+    for key in keys:
+        mine = figures(key)
+        row: dict[str, float | None] = dict(mine)
+        cells = []
+        for name in names:
+            value, base = mine[name], ref[name]
+            ratio = value / base if value is not None and base else None
+            row[f"{name}_vs_nginx"] = ratio
+            cell = (
+                "-" if value is None else f"{value:.1f}" + (f" ({ratio:.2f}x)" if ratio is not None else "")
+            )
+            cells.append(f"{cell:>20}")
+        table[key] = row
+        print(f"  {TITLES[key]:<26}{''.join(cells)}")
+    return table
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -649,6 +752,19 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
             f"  {TITLES[key]:<26}{show(row['tokens_per_second'], 0):<28}{cells[0]:<22}{cells[1]:<22}"
             f"{show(row['gateway_cpu_us_per_token'], 2)}"
         )
+    for key in runs[0].get("starts", {}):
+        values = [r["starts"][key]["cpu_us"] for r in runs if key in r.get("starts", {})]
+        ratios = [
+            r["starts"][key]["vs_nginx"] for r in runs if r.get("starts", {}).get(key, {}).get("vs_nginx")
+        ]
+        out.setdefault("starts", {})[key] = {
+            "cpu_us": spread(values),
+            **({"vs_nginx": spread(ratios)} if ratios else {}),
+        }
+        print(
+            f"  {TITLES[key]:<26} request start {show(spread(values), 1)} µs of CPU"
+            + (f", {show(spread(ratios), 2)} x nginx" if ratios else "")
+        )
     for key in runs[0]["memory"]:
         row = spread([r["memory"][key]["kib_per_stream"] for r in runs if key in r["memory"]])
         marginal = spread([r["memory"][key]["kib_per_stream_marginal"] for r in runs if key in r["memory"]])
@@ -656,6 +772,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         print(
             f"  {TITLES[key]:<26} memory per open stream {show(row, 1)} KiB, marginal {show(marginal, 1)} KiB"
         )
+    if runs[0].get("vs_nginx"):
+        print("\n  against nginx, each run's ratio: median (min-max)")
+        out["vs_nginx"] = {}
+        for key, row in runs[0]["vs_nginx"].items():
+            out["vs_nginx"][key] = {}
+            cells = []
+            for name in [n for n in row if n.endswith("_vs_nginx")]:
+                values = [r["vs_nginx"][key][name] for r in runs if r["vs_nginx"].get(key, {}).get(name)]
+                if values:
+                    out["vs_nginx"][key][name] = spread(values)
+                    cells.append(f"{name.removesuffix('_vs_nginx')} {show(spread(values), 2)}")
+            print(f"  {TITLES[key]:<26} {'; '.join(cells)}")
     for key in runs[0].get("capacity", {}):
         caps = [r["capacity"][key] for r in runs if key in r.get("capacity", {})]
         out.setdefault("capacity", {})[key] = {
@@ -716,6 +844,13 @@ def main() -> None:
     )
     parser.add_argument("--litellm", help="litellm CLI (default: found on PATH)")
     parser.add_argument("--json", default="gateway-bench.json", help="where to write the results")
+    parser.add_argument(
+        "--start-requests",
+        type=int,
+        default=2000,
+        help="one-token requests per target for the request-start CPU (0: skip)",
+    )
+    parser.add_argument("--start-concurrency", type=int, default=16, help="of the request-start load")
     parser.add_argument("--runs", type=int, default=1, help="whole runs back to back; medians at the end")
     args = parser.parse_args()
     args.targets = [t for t in args.targets.split(",") if t]

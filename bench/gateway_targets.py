@@ -56,6 +56,19 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def run_ns(pids: list[int]) -> int:
+    """Nanoseconds these processes' threads have run on a CPU (/proc/PID/task/TID/schedstat):
+    the scheduler's own count, where /proc's user and system times come in clock ticks (10 ms:
+    the CPU of 2,000 requests at 45 µs each is 9 ticks)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 def rss_bytes(pids: list[int]) -> int:
     total = 0
     for pid in pids:
@@ -131,6 +144,7 @@ class Target:
     path: str = "/v1/chat/completions"
     dialect: str = "chat"
     proc: Proc | None = None  # None: the upstream itself
+    answers: int = 0  # > 0: the target answers this many tokens whatever is asked (asgi-static)
 
     def body(self, model: str, tokens: int) -> str:
         if self.dialect == "responses":
@@ -304,6 +318,26 @@ def start_python_relay(key: str, folder: Path, upstream: int) -> tuple[Proc, int
     port = free_port()
     script = Path(__file__).resolve().parent / {"py-floor": "relay_floor.py", "py-lean": "relay_lean.py"}[key]
     cmd = [sys.executable, str(script), "--listen", str(port), "--upstream", str(upstream)]
+    proc = start(key, cmd, folder)
+    wait_ready(proc, f"http://127.0.0.1:{port}/health")
+    return proc, port
+
+
+def start_asgi_floor(
+    key: str, folder: Path, upstream: int, launcher: list[str] | None = None
+) -> tuple[Proc, int]:
+    """The floor of Sluicegate's stack (`asgi_floor.py`: a raw ASGI app on uvicorn, served as
+    `sluicegate serve` is): `asgi-floor` relays to the upstream, `asgi-floor-stock` the same on
+    uvicorn's own httptools protocol, `asgi-static` answers a fixed one-token stream.
+    `launcher`: what runs the script instead of this Python (valgrind, for `instructions.py`)."""
+    port = free_port()
+    script = str(Path(__file__).resolve().with_name("asgi_floor.py"))
+    flags = {
+        "asgi-floor": ["--upstream", str(upstream)],
+        "asgi-floor-stock": ["--upstream", str(upstream), "--stock"],
+        "asgi-static": ["--static"],
+    }[key]
+    cmd = [*(launcher or [sys.executable]), script, "--port", str(port), *flags]
     proc = start(key, cmd, folder)
     wait_ready(proc, f"http://127.0.0.1:{port}/health")
     return proc, port
