@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -55,11 +54,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-import httpx
-
-from local_engine import free_port, serving
+from local_engine import Streamed, free_port, read_stream, serving
 from sluicegate.demo.model import make_demo_gguf
 
 MODEL = "bench"
@@ -71,20 +68,13 @@ STORY = (
 )
 
 
-class Reply(NamedTuple):
-    sent: float
-    times: list[float]  # of the content deltas
-    finish: str | None
-    tokens: int  # completion tokens, as the server's usage counts them
-
-
 def stream(
     base_url: str,
     content: str,
     max_tokens: int,
     evaluated: list[int] | None = None,
     extra: dict[str, Any] | None = None,
-) -> Reply:
+) -> Streamed:
     """One streaming chat completion; appends to `evaluated` the prompt tokens the server says
     it decoded (not taken from its cache)."""
     body = {
@@ -95,31 +85,14 @@ def stream(
         "stream_options": {"include_usage": True},
         **(extra or {}),
     }
-    times: list[float] = []
-    finish = None
-    usage: dict[str, Any] = {}
-    timings: dict[str, Any] = {}
-    with httpx.Client(timeout=900) as client:
-        sent = time.perf_counter()
-        with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
-            response.raise_for_status()
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                for choice in chunk.get("choices", []):
-                    if (choice.get("delta") or {}).get("content"):
-                        times.append(time.perf_counter())
-                    finish = choice.get("finish_reason") or finish
-                usage = chunk.get("usage") or usage
-                timings = chunk.get("timings") or timings  # llama-server's own count
+    reply = read_stream(base_url, body)
     if evaluated is not None:
-        if "prompt_n" in timings:
-            evaluated.append(int(timings["prompt_n"]))
+        if "prompt_n" in reply.timings:  # llama-server's own count
+            evaluated.append(int(reply.timings["prompt_n"]))
         else:
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
-            evaluated.append(int(usage.get("prompt_tokens", 0)) - int(cached))
-    return Reply(sent, times, finish, int(usage.get("completion_tokens", len(times))))
+            cached = (reply.usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            evaluated.append(int(reply.usage.get("prompt_tokens", 0)) - int(cached))
+    return reply
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import httpx
 
@@ -104,6 +105,49 @@ def voluntary_switches(pid: int) -> int:
     return total
 
 
+class Streamed(NamedTuple):
+    """One streaming chat completion as its client saw it (times from `time.perf_counter`)."""
+
+    sent: float
+    head: float  # the response head arrived
+    times: list[float]  # of the content deltas
+    end: float  # the stream ended
+    finish: str | None
+    usage: dict[str, Any]  # the usage chunk's, if the server sent one
+    timings: dict[str, Any]  # llama-server's own counts (`prompt_n`, `prompt_ms`, ...)
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens, as the server's usage counts them (else the content deltas)."""
+        return int(self.usage.get("completion_tokens", len(self.times)))
+
+
+def read_stream(base_url: str, body: dict[str, Any], timeout: float = 900) -> Streamed:
+    """POST `body` (`"stream": true`) to /v1/chat/completions and read its SSE to the end: the
+    one streamed-request reader of the local-engine benches (batching.py and those built on it)."""
+    times: list[float] = []
+    finish = None
+    usage: dict[str, Any] = {}
+    timings: dict[str, Any] = {}
+    with httpx.Client(timeout=timeout) as client:
+        sent = time.perf_counter()
+        with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
+            head = time.perf_counter()
+            response.raise_for_status()
+            for line in response.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line[6:])
+                for choice in chunk.get("choices", []):
+                    if (choice.get("delta") or {}).get("content"):
+                        times.append(time.perf_counter())
+                    finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or usage
+                timings = chunk.get("timings") or timings
+        end = time.perf_counter()
+    return Streamed(sent, head, times, end, finish, usage, timings)
+
+
 def measure(target: Target, run: int, max_tokens: int) -> tuple[float, float, float]:
     body = {
         "model": MODEL,
@@ -112,25 +156,13 @@ def measure(target: Target, run: int, max_tokens: int) -> tuple[float, float, fl
         "temperature": 0,
         "stream": True,
     }
-    times: list[float] = []
-    finish = None
-    with httpx.Client(timeout=600) as client:
-        cpu = cpu_seconds(target.pid)
-        sent = time.perf_counter()
-        with client.stream("POST", target.base_url + "/v1/chat/completions", json=body) as response:
-            response.raise_for_status()
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                for choice in chunk.get("choices", []):
-                    if choice["delta"].get("content"):
-                        times.append(time.perf_counter())
-                    finish = choice.get("finish_reason") or finish
+    cpu = cpu_seconds(target.pid)
+    reply = read_stream(target.base_url, body, timeout=600)
     cpu = cpu_seconds(target.pid) - cpu
-    if finish != "length":
-        raise RuntimeError(f"{target.name}: the reply ended with {finish!r}, not 'length'")
-    return times[0] - sent, (max_tokens - 1) / (times[-1] - times[0]), cpu / max_tokens
+    if reply.finish != "length":
+        raise RuntimeError(f"{target.name}: the reply ended with {reply.finish!r}, not 'length'")
+    times = reply.times
+    return times[0] - reply.sent, (max_tokens - 1) / (times[-1] - times[0]), cpu / max_tokens
 
 
 def main() -> int:

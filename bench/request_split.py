@@ -30,7 +30,6 @@ of batching.py is completion tokens / (last delta - sent).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -40,10 +39,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from batch_counts import metrics
-from batching import MODEL, SHAPES, STORY, gemma_gguf, llama_server_command, sluicegate_config
+from batching import SHAPES, STORY, gemma_gguf, llama_server_command, sluicegate_config, stream
 from local_engine import free_port, serving
 from sluicegate.demo.model import make_demo_gguf
 
@@ -51,43 +48,19 @@ ACCESS = re.compile(r"ttft=([0-9.]+)s total=([0-9.]+)s")
 
 
 def timed(base_url: str, content: str, max_tokens: int, extra: dict[str, Any]) -> dict[str, float]:
-    """One streaming chat completion's client-side times (s, from sent) and the servers' counts."""
-    body = {
-        "model": MODEL,
-        "messages": [{"role": "user", "content": content}],
-        "max_tokens": max_tokens,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
-    deltas: list[float] = []
-    usage: dict[str, Any] = {}
-    timings: dict[str, Any] = {}
-    with httpx.Client(timeout=900) as client:
-        sent = time.perf_counter()
-        with client.stream("POST", base_url + "/v1/chat/completions", json=body) as response:
-            head = time.perf_counter()
-            response.raise_for_status()
-            for line in response.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line[6:])
-                for choice in chunk.get("choices", []):
-                    if (choice.get("delta") or {}).get("content"):
-                        deltas.append(time.perf_counter())
-                usage = chunk.get("usage") or usage
-                timings = chunk.get("timings") or timings
-        end = time.perf_counter()
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    """One streaming chat completion's client-side times (ms, from sent) and the servers' counts."""
+    evaluated: list[int] = []
+    reply = stream(base_url, content, max_tokens, evaluated, extra)
+    sent, deltas, timings = reply.sent, reply.times, reply.timings
     out = {
-        "head ms": (head - sent) * 1000,
+        "head ms": (reply.head - sent) * 1000,
         "TTFT ms": (deltas[0] - sent) * 1000,
         "decode ms (first to last delta)": (deltas[-1] - deltas[0]) * 1000,
-        "end ms (last delta to stream end)": (end - deltas[-1]) * 1000,
+        "end ms (last delta to stream end)": (reply.end - deltas[-1]) * 1000,
         "wall ms (sent to last delta)": (deltas[-1] - sent) * 1000,
-        "completion tokens": float(usage.get("completion_tokens", len(deltas))),
-        "prompt tokens": float(usage.get("prompt_tokens", 0)),
-        "prompt tokens decoded": float(timings.get("prompt_n", int(usage.get("prompt_tokens", 0)) - cached)),
+        "completion tokens": float(reply.tokens),
+        "prompt tokens": float(reply.usage.get("prompt_tokens", 0)),
+        "prompt tokens decoded": float(evaluated[0]),
     }
     out["aggregate tok/s"] = out["completion tokens"] / (deltas[-1] - sent)
     out["one stream tok/s"] = (out["completion tokens"] - 1) / (deltas[-1] - deltas[0])

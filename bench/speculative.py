@@ -20,7 +20,8 @@ drifting load spreads over all of them:
 Workloads, temperature 0, one user:
 
 - edit: `/v1/completions` continuing a source file that the prompt shows first (a file of this
-  repository, then the marker of a second copy and its first lines): the model writes the file
+  repository as it was, frozen in bench/texts/ like the files of predict and rename, then the
+  marker of a second copy and its first lines): the model writes the file
   out again, which is what an agent rewriting a file it was shown does;
 - continue: `/v1/completions` continuing a source file of many functions alike, each with new
   names and numbers: the n-grams match (the shape repeats) but drafts mostly miss (the names
@@ -63,7 +64,10 @@ from batching import gemma_gguf
 from local_engine import cpu_seconds, free_port, serving
 
 MODEL = "bench"
-ROOT = Path(__file__).resolve().parent.parent
+# The source files the edit, predict and rename workloads show, frozen as they were on main on
+# 2026-11-29 (e03f5b1): read from src/, each change to those files moved the texts and so the
+# figures of every round after it.
+TEXTS = Path(__file__).resolve().parent / "texts"
 QUESTION = "Explain how the tides work, and why there are two high tides a day."
 WORKLOADS = ("edit", "continue", "chat", "predict", "predict-none", "rename", "rename-none")
 WORDS = [
@@ -97,9 +101,10 @@ WORDS = [
     "yarrow",
     "zephyr",
 ]
-PREDICTED = ROOT / "src/sluicegate/engines/llamacpp/engine.py"  # a file of 300 lines and more
+EDITED = TEXTS / "edit_stops.py.txt"  # engines/llamacpp/stops.py
+PREDICTED = TEXTS / "predict_engine.py.txt"  # engines/llamacpp/engine.py: 300 lines and more
 # The rename workload's file: 300 lines of code dense in the name renamed (`slot`: ~100 times).
-RENAMED = ROOT / "src/sluicegate/engines/llamacpp/speculative.py"
+RENAMED = TEXTS / "rename_speculative.py.txt"  # engines/llamacpp/speculative.py
 RENAME = ("slot", "lane")
 
 
@@ -107,7 +112,7 @@ def edit_prompt(lines: int) -> str:
     """A source file shown twice, then the start of its third copy: a repetitive source file
     for a base model to continue (it then copies; shown once, Gemma 3 270M writes a file of
     its own after a few lines)."""
-    source = "\n".join((ROOT / "src/sluicegate/engines/llamacpp/stops.py").read_text().splitlines()[:lines])
+    source = "\n".join(EDITED.read_text().splitlines()[:lines])
     head = "\n".join(source.splitlines()[:3])
     return f"# stops.py\n{source}\n\n# stops.py (copy 2)\n{source}\n\n# stops.py (copy 3)\n{head}\n"
 

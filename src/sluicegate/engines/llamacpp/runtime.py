@@ -365,12 +365,7 @@ class LlamaRuntime:
     def _reuse(self, prompt: list[int], media: MediaPrompt | None = None) -> int:
         """Keep the cached prefix the prompt shares (minus one: its last token must be decoded
         again for fresh logits) and drop the rest from the KV cache."""
-        same = 0
-        for a, b in zip(self.evaluated, prompt, strict=False):
-            if a != b:
-                break
-            same += 1
-        keep = min(same, len(prompt) - 1)
+        keep = min(shared_prefix(self.evaluated, prompt), len(prompt) - 1)
         if media is not None:
             keep = media.snap(keep)
         if keep < len(self.evaluated):
@@ -571,6 +566,17 @@ class LlamaRuntime:
         )
         word = stops.reached if finish is FinishReason.STOP else None
         emit([*events, UsageReport(final), Finished(finish, word)])
+
+
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many tokens `a` and `b` share from their start: what a cache holding `a` keeps for `b`
+    (this runtime's own, the scheduler's slots, the draft model's sequences)."""
+    same = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        same += 1
+    return same
 
 
 def output_limit(job: Job, room: int) -> int:

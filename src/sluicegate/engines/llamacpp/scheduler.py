@@ -42,7 +42,7 @@ from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp import shift
 from sluicegate.engines.llamacpp.channel import Wakeups
 from sluicegate.engines.llamacpp.lora import Adapters, Scales
-from sluicegate.engines.llamacpp.runtime import LlamaRuntime
+from sluicegate.engines.llamacpp.runtime import LlamaRuntime, shared_prefix
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
@@ -75,15 +75,6 @@ class Slot:
         self.cached: list[int] = []  # the tokens whose keys and values are in this stream
         self.sequence: Sequence | None = None
         self.lora: Scales = ()  # the LoRA scales `cached` was computed with
-
-
-def _shared(a: list[int], b: list[int]) -> int:
-    same = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        same += 1
-    return same
 
 
 def _runs(ids: set[int]) -> int:
@@ -360,12 +351,14 @@ class BatchScheduler:
         is in the cache, then `_place` copies it instead of decoding it again."""
         if sequence.job.media is not None:
             return False
-        best = max((_shared(slot.cached, tokens) for slot in free if slot.lora == sequence.lora), default=0)
+        best = max(
+            (shared_prefix(slot.cached, tokens) for slot in free if slot.lora == sequence.lora), default=0
+        )
         return any(
             slot.sequence.prefilling
             and slot.sequence.job.media is None
             and slot.sequence.lora == sequence.lora
-            and _shared(slot.sequence.job.tokens, tokens) >= best + COPY_MIN_TOKENS
+            and shared_prefix(slot.sequence.job.tokens, tokens) >= best + COPY_MIN_TOKENS
             for slot in self._live
             if slot.sequence is not None
         )
@@ -436,7 +429,8 @@ class BatchScheduler:
             and not slot.sequence.job.usage.shifted_tokens
         ]
         shared = {
-            slot.id: min(_shared(slot.cached, tokens), limit) if slot.lora == lora else 0 for slot in sources
+            slot.id: min(shared_prefix(slot.cached, tokens), limit) if slot.lora == lora else 0
+            for slot in sources
         }
         runs = {slot.id: _runs(active | {slot.id}) for slot in free}
         slot = min(free, key=lambda s: (runs[s.id], -shared[s.id]))

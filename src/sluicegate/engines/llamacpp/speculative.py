@@ -38,6 +38,7 @@ import llama_cpp
 from sluicegate.core.errors import EngineFailure
 from sluicegate.engines.llamacpp.adaptive import Gauge, ModelRate
 from sluicegate.engines.llamacpp.prediction import Prediction
+from sluicegate.engines.llamacpp.runtime import shared_prefix
 from sluicegate.observe.metrics import METRICS
 
 if TYPE_CHECKING:
@@ -122,15 +123,6 @@ class NgramDrafter:
         return self._indices[slot]
 
 
-def _shared(a: list[int], b: list[int]) -> int:
-    same = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        same += 1
-    return same
-
-
 def check_vocabularies(target: LlamaRuntime, draft: LlamaRuntime) -> None:
     """A draft model must tokenize as the target does: its guesses are token ids."""
     if target.n_vocab != draft.n_vocab:
@@ -195,7 +187,7 @@ class ModelDrafter:
         pending: list[tuple[int, list[int]]] = []
         for slot, tokens, _ in wants:
             cached = self._cached[slot]
-            keep = min(_shared(cached, tokens), len(tokens) - 1)
+            keep = min(shared_prefix(cached, tokens), len(tokens) - 1)
             if keep < len(cached):
                 if not llama_cpp.llama_memory_seq_rm(memory, slot, keep, -1):
                     keep = 0
