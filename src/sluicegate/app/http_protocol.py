@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import contextvars
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import Any, Literal
 from urllib.parse import unquote
@@ -655,7 +655,10 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             step: Any = app(cycle.scope, cycle.receive, cycle.send)
         except BaseException as exc:  # raised in the task, as `run_asgi`'s call did
             step = _raised(exc)
-        if not isinstance(step, CoroutineType):
+        if not isinstance(step, CoroutineType) and not isinstance(step, Coroutine):
+            # (a compiled app's coroutine is a Coroutine, not a CoroutineType: it runs as the
+            # task's own too, not in a frame of `_awaited` that every step passes through and
+            # every stream holds, ~0.2 KiB)
             step = _awaited(step)
         cycle.tasks = self.tasks
         if self.config.reset_contextvars:  # (uvicorn's opt-in; Python 3.11+)
