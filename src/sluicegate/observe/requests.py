@@ -418,19 +418,9 @@ class ObserveMiddleware:
             log_text=self.log_prompts,
         )
         sent = _ObservedSend(observer, send)
-        receive_observed = receive
-        if self.log_prompts:
-            kept = 0
-
-            async def receive_observed() -> Message:
-                nonlocal kept
-                message = await receive()
-                body = message.get("body", b"")
-                if body and kept < MAX_LOGGED_TEXT and observer.request_text is not None:
-                    observer.request_text.append(body[: MAX_LOGGED_TEXT - kept])
-                    kept += len(body)
-                return message
-
+        # (--log-prompts: the request's body as it is read; objects, not closures, so that the
+        # call's frame has no cells)
+        receive_observed: Receive = _LoggedReceive(observer, receive) if self.log_prompts else receive
         if tracing.enabled():
             observer.start_span(scope["headers"])
         token = _current.set(observer)
@@ -446,6 +436,26 @@ class ObserveMiddleware:
         finally:
             _current.reset(token)
             observer.end(sent.status)
+
+
+class _LoggedReceive:
+    """The app's `receive` with --log-prompts: keeps the start of the request's body."""
+
+    __slots__ = ("kept", "observer", "receive")
+
+    def __init__(self, observer: RequestObserver, receive: Receive) -> None:
+        self.observer = observer
+        self.receive = receive
+        self.kept = 0
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        body = message.get("body", b"")
+        text = self.observer.request_text
+        if body and self.kept < MAX_LOGGED_TEXT and text is not None:
+            text.append(body[: MAX_LOGGED_TEXT - self.kept])
+            self.kept += len(body)
+        return message
 
 
 class _ObservedSend:

@@ -63,6 +63,8 @@ async def test_a_held_stream_keeps_no_closure_and_no_prompt_log_lists() -> None:
     scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
     await ObserveMiddleware(app)(scope, receive, send)
     assert getattr(sends[0], "__closure__", None) is None
+    code = getattr(ObserveMiddleware.__call__, "__code__", None)  # (None compiled: no frame)
+    assert code is None or not code.co_cellvars
     assert not hasattr(sends[0], "__dict__")
     assert RequestObserver("x").request_text is None and RequestObserver("x").answer_text is None
     logged = RequestObserver("x", log_text=True)
