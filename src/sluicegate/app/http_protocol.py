@@ -43,7 +43,7 @@ import asyncio
 import contextlib
 import contextvars
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import Any, Literal
 from urllib.parse import unquote
@@ -176,6 +176,9 @@ _500_HEAD: HTTPResponseStartEvent = {
 async def _raised(exc: BaseException) -> None:
     """An app that raised when called, raising in its task as it did in `run_asgi`'s."""
     raise exc
+
+
+_COROUTINES: set[type] = {CoroutineType}  # what a task runs as it is (`_start_asgi_task`)
 
 
 async def _awaited(step: Awaitable[None]) -> None:
@@ -655,8 +658,16 @@ class JSONHttpToolsProtocol(HttpToolsProtocol):
             step: Any = app(cycle.scope, cycle.receive, cycle.send)
         except BaseException as exc:  # raised in the task, as `run_asgi`'s call did
             step = _raised(exc)
-        if not isinstance(step, CoroutineType):
-            step = _awaited(step)
+        kind = type(step)
+        if kind not in _COROUTINES:
+            # A compiled app's coroutine is a Coroutine, not a CoroutineType: it runs as the
+            # task's own too, not in a frame of `_awaited` that every step passes through and
+            # every stream holds (~0.2 KiB). Its type is remembered: the ABC's check is a call.
+            if isinstance(step, Coroutine):
+                if len(_COROUTINES) < 16:
+                    _COROUTINES.add(kind)
+            else:
+                step = _awaited(step)
         cycle.tasks = self.tasks
         if self.config.reset_contextvars:  # (uvicorn's opt-in; Python 3.11+)
             task = self.loop.create_task(step, context=contextvars.Context())

@@ -74,9 +74,11 @@ class Segmenter:
         self.server_tool_count = 0  # calls the server runs, numbered apart so clients see 0..n
         self.text_item: Item | None = None
         self.tool_item: Item | None = None
-        self.tool_by_index: dict[int, Item] = {}
+        # Made by a stream's first tool call: a stream of text (every held stream, nearly) keeps
+        # no two empty dicts for its life (bench/README.md, gateway "Round fifteen").
+        self.tool_by_index: dict[int, Item] | None = None
         # A tool call whose name has not arrived yet: its arguments wait here.
-        self.pending_args: dict[int, list[str]] = {}
+        self.pending_args: dict[int, list[str]] | None = None
         self.usage: UsageReport | None = None
         self.finish: FinishReason | None = None
         self.stop_word: str | None = None
@@ -119,7 +121,8 @@ class Segmenter:
             item.tool_index = self.server_tool_count
             self.server_tool_count += 1
         out.append(ItemAdded(item))
-        buffered = self.pending_args.pop(id(item), None)
+        pending = self.pending_args
+        buffered = pending.pop(id(item), None) if pending is not None else None
         if buffered:
             text = "".join(buffered)
             item.parts.append(text)
@@ -145,7 +148,10 @@ class Segmenter:
 
     def tool(self, event: ToolCallDelta, out: list[Event]) -> None:
         self.deltas += 1
-        item = self.tool_by_index.get(event.index)
+        tools = self.tool_by_index
+        if tools is None:
+            tools = self.tool_by_index = {}
+        item = tools.get(event.index)
         if item is None:
             self.close_text(out)
             self.close_tool(out)
@@ -153,7 +159,7 @@ class Segmenter:
                 ItemKind.TOOL_CALL, call_id=event.call_id or new_id("call_", 24), name=event.name
             )
             item.provider = event.provider
-            self.tool_by_index[event.index] = item
+            tools[event.index] = item
             self.tool_item = item
             if item.name:
                 self._announce_tool(item, out)
@@ -166,7 +172,10 @@ class Segmenter:
         if not event.arguments:
             return
         if item.tool_index is None:
-            self.pending_args.setdefault(id(item), []).append(event.arguments)
+            pending = self.pending_args
+            if pending is None:
+                pending = self.pending_args = {}
+            pending.setdefault(id(item), []).append(event.arguments)
             return
         item.parts.append(event.arguments)
         if len(item.parts) - item.runs >= COMPACT_PARTS:

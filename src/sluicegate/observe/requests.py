@@ -138,8 +138,9 @@ class RequestObserver:
         self.ended = False
         self.generating = 0  # event streams still running (a background response outlives `end`)
         self.log_text = log_text
-        self.request_text: list[bytes] = []
-        self.answer_text: list[str] = []
+        # --log-prompts only: a stream held open without it keeps no two empty lists.
+        self.request_text: list[bytes] | None = [] if log_text else None
+        self.answer_text: list[str] | None = [] if log_text else None
         self.answer_chars = 0
         # Inter-token gaps, counted per histogram bucket here and added to the histogram when
         # the generation ends: a list increment per token instead of a locked observe.
@@ -247,8 +248,8 @@ class RequestObserver:
             "tokens_out": tokens_out,
         }
         if self.log_text:
-            fields["request_body"] = b"".join(self.request_text).decode("utf-8", "replace")
-            fields["answer"] = "".join(self.answer_text)[:MAX_LOGGED_TEXT]
+            fields["request_body"] = b"".join(self.request_text or ()).decode("utf-8", "replace")
+            fields["answer"] = "".join(self.answer_text or ())[:MAX_LOGGED_TEXT]
         timing = f"ttft={ttft:.3f}s " if ttft is not None else ""
         tokens = f" tokens={tokens_in}/{tokens_out}" if tokens_in or tokens_out else ""
         model = f" model={self.model}" if self.model else ""
@@ -367,6 +368,7 @@ class EventTap:
                 self._log_text
                 and event.item.kind is ItemKind.MESSAGE
                 and observer.answer_chars < MAX_LOGGED_TEXT
+                and observer.answer_text is not None
             ):
                 observer.answer_text.append(event.text)  # bounded: only what the log keeps
                 observer.answer_chars += len(event.text)
@@ -415,41 +417,17 @@ class ObserveMiddleware:
             new_id("req_", 16),
             log_text=self.log_prompts,
         )
-        status = 500
-        started_response = False
-
-        async def send_observed(message: Message) -> None:
-            nonlocal status, started_response
-            if message["type"] == "http.response.start":
-                started_response = True
-                status = message["status"]
-                # ASGI's names are lowercase (ours are); another case is still found, but only
-                # a name of the right length is lowercased to check (not every name, a copy each).
-                for name, value in message.get("headers", ()):
-                    if name == b"x-request-id" or (len(name) == 12 and name.lower() == b"x-request-id"):
-                        observer.request_id = value.decode("latin-1")
-            await send(message)
-
-        receive_observed = receive
-        if self.log_prompts:
-            kept = 0
-
-            async def receive_observed() -> Message:
-                nonlocal kept
-                message = await receive()
-                body = message.get("body", b"")
-                if body and kept < MAX_LOGGED_TEXT:
-                    observer.request_text.append(body[: MAX_LOGGED_TEXT - kept])
-                    kept += len(body)
-                return message
-
+        sent = _ObservedSend(observer, send)
+        # (--log-prompts: the request's body as it is read; objects, not closures, so that the
+        # call's frame has no cells)
+        receive_observed: Receive = _LoggedReceive(observer, receive) if self.log_prompts else receive
         if tracing.enabled():
             observer.start_span(scope["headers"])
         token = _current.set(observer)
         try:
-            await self.app(scope, receive_observed, send_observed)
+            await self.app(scope, receive_observed, sent)
         except BaseException as exc:
-            if started_response:  # the status line went out already; say how it really ended
+            if sent.started:  # the status line went out already; say how it really ended
                 observer.stream_status(500 if isinstance(exc, Exception) else CLIENT_GONE)
             elif isinstance(exc, Exception):  # Starlette's error middleware's answer, which it
                 await send(_CRASH_HEAD)  # no longer runs (app/factory.py): a plain 500
@@ -457,4 +435,49 @@ class ObserveMiddleware:
             raise
         finally:
             _current.reset(token)
-            observer.end(status)
+            observer.end(sent.status)
+
+
+class _LoggedReceive:
+    """The app's `receive` with --log-prompts: keeps the start of the request's body."""
+
+    __slots__ = ("kept", "observer", "receive")
+
+    def __init__(self, observer: RequestObserver, receive: Receive) -> None:
+        self.observer = observer
+        self.receive = receive
+        self.kept = 0
+
+    async def __call__(self) -> Message:
+        message = await self.receive()
+        body = message.get("body", b"")
+        text = self.observer.request_text
+        if body and self.kept < MAX_LOGGED_TEXT and text is not None:
+            text.append(body[: MAX_LOGGED_TEXT - self.kept])
+            self.kept += len(body)
+        return message
+
+
+class _ObservedSend:
+    """The app's `send`: notes the response's status and `X-Request-ID` on the way out. An
+    object, not a closure in the middleware's call: a held stream keeps it, and a closure with
+    its four cells is ~0.3 KiB where this is 64 bytes (bench/README.md, gateway "Round fifteen")."""
+
+    __slots__ = ("observer", "send", "started", "status")
+
+    def __init__(self, observer: RequestObserver, send: Send) -> None:
+        self.observer = observer
+        self.send = send
+        self.started = False
+        self.status = 500
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            self.status = message["status"]
+            # ASGI's names are lowercase (ours are); another case is still found, but only
+            # a name of the right length is lowercased to check (not every name, a copy each).
+            for name, value in message.get("headers", ()):
+                if name == b"x-request-id" or (len(name) == 12 and name.lower() == b"x-request-id"):
+                    self.observer.request_id = value.decode("latin-1")
+        await self.send(message)

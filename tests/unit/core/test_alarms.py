@@ -132,3 +132,17 @@ async def test_each_loop_has_its_own_timer() -> None:
     await asyncio.to_thread(in_other_loop)
     await until(lambda: "this" in fired)
     assert sorted(fired) == ["other", "this"]
+
+
+async def test_alarms_due_at_once_all_fire_and_keep_no_count() -> None:
+    """A held stream keeps two or three entries: each is (due time, alarm), no sequence
+    number (an int of ~32 B each); alarms due at the same time still all fire."""
+    loop = asyncio.get_running_loop()
+    fired: list[int] = []
+    when = loop.time() + 0.01
+    alarms = [alarm_at(loop, when, lambda n=n: fired.append(n)) for n in range(20)]  # type: ignore[misc]
+    alarms[3].cancel()
+    clock = loop._sluicegate_alarms  # type: ignore[attr-defined]
+    assert all(len(entry) == 2 for entry in clock.heap)
+    await until(lambda: len(fired) == 19)
+    assert sorted(fired) == [n for n in range(20) if n != 3]

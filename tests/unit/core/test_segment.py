@@ -716,3 +716,21 @@ async def test_listing_and_approval_become_finished_items() -> None:
         "read",
         '{"path": "a"}',
     )
+
+
+def test_a_stream_of_text_keeps_no_tool_tables() -> None:
+    """A held stream keeps its segmenter for its life: the tool-call tables are made by the
+    first tool call, not by every stream (bench/README.md, gateway "Round fifteen")."""
+    from sluicegate.core.segmenter import Segments
+
+    segments = Segments()
+    out: list[Event] = []
+    for text in ("Once", " upon", " a time"):
+        assert segments.push(TextDelta(ItemKind.MESSAGE, text), out)
+    assert segments.state.tool_by_index is None and segments.state.pending_args is None
+    assert segments.push(ToolCallDelta(0, call_id="call_1", name=None, arguments='{"a"'), out)
+    assert segments.push(ToolCallDelta(0, name="f", arguments=": 1}"), out)
+    assert segments.state.tool_by_index is not None
+    segments.end(out)
+    done = [e.item for e in out if isinstance(e, ItemDone)]
+    assert [i.text for i in done] == ["Once upon a time", '{"a": 1}']

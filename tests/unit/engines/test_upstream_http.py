@@ -314,3 +314,8 @@ async def test_what_arrived_before_a_broken_connection_is_read_first() -> None:
     assert await waiting == b"hello"
     with pytest.raises(http.BodyBroken):
         await conn.read()
+
+
+async def test_a_connection_keeps_fields_not_an_instance_dict() -> None:
+    """One lives as long as its stream (bench/README.md, gateway "Round fifteen")."""
+    assert not hasattr(http._Connection(), "__dict__")

@@ -48,6 +48,29 @@ class BodyBroken(Exception):
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection; one exchange at a time."""
 
+    # A connection lives as long as its stream and one is pooled per idle keep-alive: fields,
+    # not an instance dict (bench/README.md, gateway "Round fifteen").
+    __slots__ = (
+        "_body",
+        "_buffered",
+        "_chunked",
+        "_error",
+        "_head",
+        "_held",
+        "_length",
+        "_loop",
+        "_parser",
+        "_reading",
+        "_rousing",
+        "_until_eof",
+        "_wake",
+        "complete",
+        "lost",
+        "read_through",
+        "reusable",
+        "transport",
+    )
+
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         # The loop, once: `asyncio.get_running_loop()` checks the pid, a getpid syscall per
