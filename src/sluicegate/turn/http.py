@@ -29,10 +29,10 @@ class JSONResponse(Response):
 def safe_headers(headers: dict[str, str]) -> dict[str, str]:
     """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
     been percent-encoded on purpose); any other is percent-encoded."""
-    return {
-        name: value if value.isascii() and value.isprintable() else header_value(value)
-        for name, value in headers.items()
-    }
+    safe: dict[str, str] = {}  # (a loop, not a comprehension: its frame once a request)
+    for name, value in headers.items():
+        safe[name] = value if value.isascii() and value.isprintable() else header_value(value)
+    return safe
 
 
 def app_state(request: HTTPConnection) -> AppState:
