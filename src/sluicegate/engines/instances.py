@@ -244,7 +244,7 @@ class Instance:
     def _settle(self) -> None:
         """A request left: restart the idle clock, and say so when nothing else is here."""
         self.last_used = time.monotonic()
-        if not self.busy:
+        if self._active <= 0 and self._waiting <= 0:  # not `busy` (the property's call, once a request)
             self.hooks.went_idle(self)
 
     def _take(self) -> None:

@@ -254,6 +254,12 @@ class TurnEndpoint:
                 await self._stream(state, scope, receive, send, run.log.follow(-1), prepared.headers)
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
+        if turn.stream and not turn.store:  # nothing to make live (`live`): no `with` around it
+            await self._stream(
+                state, scope, receive, send, pipeline.frames(), prepared.headers, prepared.lane
+            )
+            await pipeline.abandon("client_disconnected")  # a no-op when it ended
+            return 200
         if turn.stream:
             with self.live(state, prepared):
                 await self._stream(
@@ -364,7 +370,7 @@ class TurnEndpoint:
                 await load_audio(chat, state.images.audio)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
-        if turn.tools is not None and turn.tools.selection is not None and _wants_tools(turn, state):
+        if turn.tools is not None and _wants_tools(turn, state):
             toolset = await request_toolset(state.tools, turn.tools)
             owned.push_async_callback(toolset.aclose)
         if chat.sampling.n > 1:
@@ -397,7 +403,9 @@ class TurnEndpoint:
                 history=resolved.history if resolved is not None else [],
                 approved=resolved.approved if resolved is not None else [],
             )
-        owned.push_async_callback(_aclose, generation.events)
+        aclose = getattr(generation.events, "aclose", None)  # (`_aclose`, without its coroutine)
+        if aclose is not None:
+            owned.push_async_callback(aclose)
         # A plain stream (no tool loop between the engine and the pipeline) offers its engine a
         # fast lane; an engine that relays an upstream's reads takes it.
         lane: Lane | None = None
@@ -486,12 +494,6 @@ _NOT_LIVE = nullcontext()  # reusable: it holds no state
 
 async def _no_receive() -> Any:  # a JSON response never reads the request
     raise RuntimeError("not used")
-
-
-async def _aclose(events: Any) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
 
 
 def _wants_tools(turn: Turn, state: AppState) -> bool:
