@@ -79,6 +79,9 @@ COMPILED: tuple[str, ...] = (
     # called from compiled code (the transport, the upstream clocks) and the deadline
     # (bench/README.md, gateway "Round fifteen").
     "sluicegate.core.alarms",
+    # A stream's deadline: made, armed and disarmed once a request, and its clock read on every
+    # read by the compiled segmenter (native attributes, not a Python object's).
+    "sluicegate.core.deadlines",
     # The request path after the runner (bench/README.md, "Round twelve"), each measured in
     # callgrind's instructions per request start: the upstream client (its connection's
     # callbacks run per read), its clocks and the engine's request body and decoder; the answer
