@@ -75,6 +75,13 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
     "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
+    # The loop's one timer heap: a stream's clocks arm and cancel three alarms a request start,
+    # called from compiled code (the transport, the upstream clocks) and the deadline
+    # (bench/README.md, gateway "Round fifteen").
+    "sluicegate.core.alarms",
+    # A stream's deadline: made, armed and disarmed once a request, and its clock read on every
+    # read by the compiled segmenter (native attributes, not a Python object's).
+    "sluicegate.core.deadlines",
     # The request path after the runner (bench/README.md, "Round twelve"), each measured in
     # callgrind's instructions per request start: the upstream client (its connection's
     # callbacks run per read), its clocks and the engine's request body and decoder; the answer

@@ -20,6 +20,7 @@ import time
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
 from sluicegate.core.events import Failed
+from sluicegate.core.tasks import task_of
 
 
 class Deadline:
@@ -58,7 +59,7 @@ class Deadline:
 
     def arm(self) -> None:
         loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task(loop)  # given the loop: no second running-loop lookup (a getpid)
+        self._task = task_of(loop)  # a C call (`core/tasks.py`), given the loop
         assert self._task is not None
         self.clock = loop.time
         self.last = now = loop.time()

@@ -177,26 +177,22 @@ class Engine(ABC):
         above 1 is refused here for every engine rather than silently ignored.
         """
         # The messages first: `info()` builds a new ModelInfo, and most requests carry neither
-        # images nor audio.
-        if (
-            any(
-                not isinstance(m.content, str) and any(p.type == "image" for p in m.content)
-                for m in request.messages
-            )
-            and not self.info().capabilities.vision
-        ):
+        # images nor audio (one plain loop: a text message is one type test, no generator).
+        images = audio = False
+        for m in request.messages:
+            if not isinstance(m.content, str):
+                for p in m.content:
+                    if p.type == "image":
+                        images = True
+                    elif p.type == "audio":
+                        audio = True
+        if images and not self.info().capabilities.vision:
             raise invalid(
                 f"Model {self.model_id!r} does not accept image input.",
                 param=None,
                 code="image_input_unsupported",
             )
-        if (
-            any(
-                not isinstance(m.content, str) and any(p.type == "audio" for p in m.content)
-                for m in request.messages
-            )
-            and not self.info().capabilities.audio
-        ):
+        if audio and not self.info().capabilities.audio:
             raise invalid(
                 f"Model {self.model_id!r} does not accept audio input (a llama.cpp model takes it "
                 "with a projector that has an audio encoder).",

@@ -126,7 +126,7 @@ class _Admitted:
                 if (ttl := self._request.options.ttl) is not None:
                     instance.ttl = float(ttl)  # as `_run` does
                 self._held = True
-                engine = cast(ReadsThrough, instance.engine)
+                engine: ReadsThrough = instance.engine  # type: ignore[assignment]  # (no `cast` call at runtime)
                 gen = self._gen = engine.generate_through(self._request, lane, self)
             else:
                 gen = self._gen = instance._run(self._request, self)
@@ -201,7 +201,7 @@ class Instance:
 
     def generation(self, request: ChatRequest) -> Generation:
         self._waiting += 1
-        child(METRICS.queue_depth, self.id).inc()
+        METRICS.queue_depth.labels(self.id).inc()  # (`child`, without its frame: once a start)
         self.last_used = time.monotonic()  # a request arriving resets the idle clock
         return Generation(self.instance_id, _Admitted(self, request))
 
@@ -244,14 +244,14 @@ class Instance:
     def _settle(self) -> None:
         """A request left: restart the idle clock, and say so when nothing else is here."""
         self.last_used = time.monotonic()
-        if not self.busy:
+        if self._active <= 0 and self._waiting <= 0:  # not `busy` (the property's call, once a request)
             self.hooks.went_idle(self)
 
     def _take(self) -> None:
         """A generation leaves the queue for a slot (`_run`, or `_Admitted` for a relay that
         ends the generation itself)."""
         self._waiting -= 1
-        child(METRICS.queue_depth, self.id).dec()
+        METRICS.queue_depth.labels(self.id).dec()
         self._active += 1
         METRICS.gauges[self._active_key] += 1
 

@@ -11,7 +11,7 @@ from sluicegate.core.errors import ErrorKind, SluicegateError
 from sluicegate.core.request import ChatRequest, SamplingParams
 from sluicegate.engines import model_defaults
 from sluicegate.engines.base import Engine, LoadConfig
-from sluicegate.engines.instances import Generation, Instance, InstanceHooks
+from sluicegate.engines.instances import Generation, Instance, InstanceHooks, deltas_key
 
 T = TypeVar("T")
 
@@ -58,6 +58,7 @@ class Model:
         self.factory = factory
         self.ttl = ttl  # idle TTL of its JIT loads (None: the server's `jit_ttl_seconds`)
         self._hooks = NO_HOOKS
+        self.deltas_key = deltas_key(self.id)  # its engine's deltas counter (`instances.deltas_key`)
         self.instances = [
             Instance(engine, engine.model_id, max_concurrency=max_concurrency, max_queue=max_queue)
         ]
@@ -109,7 +110,8 @@ class Model:
 
     def open(self, request: ChatRequest) -> Generation:
         """Admit a request or refuse it at once; nothing here waits."""
-        model_defaults.apply(self.sampling, request.sampling)
+        if self.sampling is not None:
+            model_defaults.apply(self.sampling, request.sampling)
         instance = self._admit()
         instance.engine.check(request)
         if not instance.loaded and not instance.loading:
@@ -119,7 +121,7 @@ class Model:
     async def admit(self, request: ChatRequest) -> Generation:
         """`open`, with the engine's check off the event loop when it says its checks are heavy
         (`Engine.heavy_checks`: tokenizing a long prompt, images through a projector)."""
-        if not self.engine.heavy_checks:
+        if not self.instances[0].engine.heavy_checks:  # (`engine`, without the property's call)
             return self.open(request)
         model_defaults.apply(self.sampling, request.sampling)
         instance = self._admit()
@@ -142,7 +144,8 @@ class Model:
         return await instance.run(work), instance.instance_id
 
     def _admit(self) -> Instance:
-        instance = self.pick()
+        instances = self.instances
+        instance = instances[0] if len(instances) == 1 else self.pick()
         if instance.full:
             raise SluicegateError(
                 ErrorKind.OVERLOADED,

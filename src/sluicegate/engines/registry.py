@@ -70,6 +70,11 @@ class Registry:
     def resolve(self, requested: str | None, own: Callable[[str], str] | None = None) -> Model:
         """The model a request's model name means (aliases, `default_model`; `own`: the
         dialect's naming): what every route that serves a model asks."""
+        if requested:  # a served id, as most requests name it: `names.resolve` and `get` in one
+            model = self.models.get(requested)
+            if model is not None:
+                note_model(requested)
+                return model
         return self.get(self.names.resolve(requested, self.models, own))
 
     async def start(self) -> None:

@@ -38,6 +38,7 @@ from starlette.types import Receive, Send
 
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.frames import Frame
+from sluicegate.core.tasks import task_of
 from sluicegate.transport.asgi_sink import AsgiSink
 
 log = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ class _Stream:
         # The head, built in the call (not a local: this frame lives as long as the stream).
         await send({"type": "http.response.start", "status": head[0], "headers": _head(head[1], head[2])})
         head = _SENT  # not held for the stream's life (mypyc compiles no `del` in a coroutine)
-        task = asyncio.current_task()
+        task = task_of(asyncio.get_running_loop())
         assert task is not None
         self.task = self.producer = task
         self.loop = task.get_loop()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 import orjson
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope
 
 from sluicegate.core import scope
 from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
@@ -27,10 +29,10 @@ class JSONResponse(Response):
 def safe_headers(headers: dict[str, str]) -> dict[str, str]:
     """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
     been percent-encoded on purpose); any other is percent-encoded."""
-    return {
-        name: value if value.isascii() and value.isprintable() else header_value(value)
-        for name, value in headers.items()
-    }
+    safe: dict[str, str] = {}  # (a loop, not a comprehension: its frame once a request)
+    for name, value in headers.items():
+        safe[name] = value if value.isascii() and value.isprintable() else header_value(value)
+    return safe
 
 
 def app_state(request: HTTPConnection) -> AppState:
@@ -49,14 +51,24 @@ def _too_large(max_bytes: int) -> SluicegateError:
 async def read_json(request: Request, max_bytes: int, max_depth: int | None = None) -> Any:
     """The body as JSON, refusing oversize bodies before reading them whole. `max_depth`:
     `max_json_depth`, when the caller has the settings at hand (else read from the app)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-        raise _too_large(max_bytes)
+    depth = app_state(request).settings.max_json_depth if max_depth is None else max_depth
+    return await read_json_body(request.scope, request.receive, max_bytes, depth)
+
+
+async def read_json_body(scope: Scope, receive: Receive, max_bytes: int, max_depth: int) -> Any:
+    """`read_json` from the ASGI scope and `receive` themselves: a chat route's start makes no
+    `Request` or `Headers` to read one header (`scope["headers"]` is a list once Starlette's
+    `Headers(scope=...)` has seen it; any iterable of pairs is read the same)."""
+    for name, value in scope["headers"]:
+        if name == b"content-length":  # the first one, as `Headers.get` reads it
+            declared = value.decode("latin-1")
+            if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
+                raise _too_large(max_bytes)
+            break
     # The ASGI messages read here, not through `request.stream()`: what it does, without an
     # async generator per request (each one is registered with the loop on its first step).
     chunks: list[bytes] = []
     size = 0
-    receive = request.receive
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":  # gone mid-body: nothing to answer, nothing wrong here
@@ -72,7 +84,7 @@ async def read_json(request: Request, max_bytes: int, max_depth: int | None = No
         if not message.get("more_body", False):
             break
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return parse_json(body, app_state(request).settings.max_json_depth if max_depth is None else max_depth)
+    return parse_json(body, max_depth)
 
 
 HTTP_HINT = "Send valid JSON with Content-Type: application/json."
@@ -98,15 +110,25 @@ def parse_json(
 
 def presented_key(request: HTTPConnection) -> str:
     """The API key a request presents: `Authorization: Bearer` or `x-api-key`."""
-    header = request.headers.get("authorization", "")
-    return header[7:].strip() if header[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
+    return key_in(request.headers)
+
+
+def key_in(headers: Mapping[str, str]) -> str:
+    """`presented_key`, from the request's headers."""
+    header = headers.get("authorization", "")
+    return header[7:].strip() if header[:7].lower() == "bearer " else headers.get("x-api-key", "")
 
 
 def request_scope(request: HTTPConnection, api_keys: list[str]) -> str:
     """Whose data a request may see and seal: a hash of its API key; one scope without keys
     (`core/scope.py`: the same scope for sealed blobs and stored data)."""
-    keyed = bool(api_keys) or scope.KEY_SCOPE in request.scope  # a runtime key: auth is on
-    return scope.scope_of(presented_key(request)) if keyed else ""
+    return scope_for(request.scope, request.headers, api_keys)
+
+
+def scope_for(asgi_scope: Scope, headers: Mapping[str, str], api_keys: list[str]) -> str:
+    """`request_scope`, from the ASGI scope and the request's headers."""
+    keyed = bool(api_keys) or scope.KEY_SCOPE in asgi_scope  # a runtime key: auth is on
+    return scope.scope_of(key_in(headers)) if keyed else ""
 
 
 def allow_model(key: scope.IssuedKey | None, model_id: str | None, asked: str | None = None) -> None:
@@ -123,6 +145,11 @@ def allow_model(key: scope.IssuedKey | None, model_id: str | None, asked: str | 
     )
 
 
-async def wait_for_disconnect(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
+def wait_for_disconnect(request: Request) -> Coroutine[Any, Any, None]:
+    return until_disconnect(request.receive)
+
+
+async def until_disconnect(receive: Receive) -> None:
+    """Returns when the client has gone (the request's body read already)."""
+    while (await receive())["type"] != "http.disconnect":
         pass

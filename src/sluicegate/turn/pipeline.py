@@ -26,6 +26,7 @@ from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.events import Failed, RawEvent, TextDelta, ToolCallDelta, UsageReport
 from sluicegate.core.frames import Frame
 from sluicegate.core.segmenter import Reads
+from sluicegate.core.tasks import task_of
 from sluicegate.dialects.base import Encoder
 from sluicegate.engines.lane import Lane
 from sluicegate.observe.metrics import METRICS
@@ -266,7 +267,7 @@ class Frames:
                 # A step of the stream's reads, inlined: a coroutine less per read.
                 if state == _OPENED:
                     # A background run takes its opening in the request's task and goes on in its own.
-                    pipeline._task = asyncio.current_task(asyncio.get_running_loop())
+                    pipeline._task = task_of(asyncio.get_running_loop())
                     if pipeline.cancel_reason is not None:
                         raise asyncio.CancelledError
                     tap = pipeline.tap
@@ -311,7 +312,7 @@ class Frames:
             raise
 
     def _open(self, pipeline: TurnPipeline) -> list[Frame]:
-        pipeline._task = asyncio.current_task(asyncio.get_running_loop())
+        pipeline._task = task_of(asyncio.get_running_loop())
         self._events = Reads(pipeline.events, pipeline.deadline)
         if pipeline.cancel_reason is not None:  # cancelled before it started
             raise asyncio.CancelledError

@@ -25,8 +25,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
 
-from starlette.datastructures import QueryParams
-from starlette.requests import Request
+from starlette.datastructures import Headers, QueryParams
 from starlette.types import Receive, Scope, Send
 
 from sluicegate.conversation.record import stored_turn
@@ -39,9 +38,9 @@ from sluicegate.core.items import items_to_json
 from sluicegate.core.owned import Owned
 from sluicegate.core.pipeline import stream_deadline, unless_disconnected
 from sluicegate.core.request import ChatRequest
-from sluicegate.core.scope import IssuedKey, issued_key
+from sluicegate.core.scope import KEY_SCOPE, IssuedKey
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
-from sluicegate.engines.instances import deltas_key
+from sluicegate.engines.base import Engine
 from sluicegate.engines.lane import Lane
 from sluicegate.engines.models import Model
 from sluicegate.observe.metrics import METRICS, Key
@@ -66,11 +65,10 @@ from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     allow_model,
-    app_state,
-    read_json,
-    request_scope,
+    read_json_body,
     safe_headers,
-    wait_for_disconnect,
+    scope_for,
+    until_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
 from sluicegate.turn.live import BackgroundRun, LiveTurn
@@ -149,29 +147,38 @@ class TurnEndpoint:
         self.hooks = hooks
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
         self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
+        self._served: tuple[object, AppState] | None = None  # the app last served, and its state
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The whole request in one coroutine, its count too: each step of the request's task
         # resumes through every coroutine of the chain, so a frame less here is one less on each
         # of a start's steps. An exception out of it counts as a 500, as it always has.
-        request = Request(scope, receive)
-        state = app_state(request)
+        # What the turn needs is read from the ASGI scope itself: no Starlette `Request` (its
+        # properties are calls), one `Headers` for the dialect's parse and the API key.
+        app, served = scope["app"], self._served
+        if served is not None and served[0] is app:
+            state = served[1]
+        else:  # the app's state is set once, when it is built (`app/factory.py`)
+            state = app.state.sluicegate
+            self._served = (app, state)
+        settings = state.settings
         answer = AnswerSend(send)
         status = 500
         owned = Owned()
         try:
             try:
                 try:
+                    headers = Headers(scope=scope)
                     source = TurnSource(  # (built here, not in a coroutine of its own: once a request)
-                        await read_json(
-                            request, state.settings.max_body_bytes, state.settings.max_json_depth
+                        await read_json_body(
+                            scope, receive, settings.max_body_bytes, settings.max_json_depth
                         ),
-                        request.query_params if request.scope["query_string"] else NO_QUERY,
-                        request.headers,
-                        request_scope(request, state.settings.api_keys),
-                        lambda: wait_for_disconnect(request),
-                        key=issued_key(request.scope),
-                        sink=body_writer(request.scope),
+                        QueryParams(scope["query_string"]) if scope["query_string"] else NO_QUERY,
+                        headers,
+                        scope_for(scope, headers, settings.api_keys),
+                        lambda: until_disconnect(receive),
+                        key=scope.get(KEY_SCOPE),
+                        sink=body_writer(scope),
                     )
                     hooks = self.hooks
                     if (
@@ -190,18 +197,18 @@ class TurnEndpoint:
                     status = await self._send_error(exc.info, answer)
                     return
                 except Exception:
-                    log.exception("unhandled error in %s %s", request.method, request.url.path)
+                    log.exception("unhandled error in %s %s", scope["method"], scope["path"])
                     info = ErrorInfo(
                         ErrorKind.INTERNAL, "The server had an error while processing your request."
                     )
                     status = await self._send_error(info, answer)
                     return
                 try:
-                    status = await self._run(state, request, answer, prepared, owned)
+                    status = await self._run(state, scope, receive, answer, prepared, owned)
                 except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
                     status = 200 if answer.started else await self._send_error(exc.info, answer)
                 except Exception:
-                    log.exception("unhandled error in %s %s", request.method, request.url.path)
+                    log.exception("unhandled error in %s %s", scope["method"], scope["path"])
                     if answer.started:  # a stream that started has ended itself (`stream_sse`)
                         status = 200
                     else:
@@ -223,11 +230,11 @@ class TurnEndpoint:
             METRICS.counters[key] += 1
 
     async def _run(
-        self, state: AppState, request: Request, send: Send, prepared: Prepared, owned: Owned
+        self, state: AppState, scope: Scope, receive: Receive, send: Send, prepared: Prepared, owned: Owned
     ) -> int:
         turn, pipeline = prepared.turn, prepared.pipeline
         if prepared.choices is not None:
-            return await self._run_choices(state, request, send, prepared, prepared.choices)
+            return await self._run_choices(state, scope, receive, send, prepared, prepared.choices)
         if turn.background:
             retention = state.settings.responses_retention_days * 86400
             resolved = prepared.resolved or Resolved(input_items=[], history=[])
@@ -244,17 +251,25 @@ class TurnEndpoint:
             )
             await run.start()  # stored as queued; from here on the run owns the turn's resources
             if turn.stream:
-                await self._stream(state, request, send, run.log.follow(-1), prepared.headers)
+                await self._stream(state, scope, receive, send, run.log.follow(-1), prepared.headers)
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
+        if turn.stream and not turn.store:  # nothing to make live (`live`): no `with` around it
+            await self._stream(
+                state, scope, receive, send, pipeline.frames(), prepared.headers, prepared.lane
+            )
+            await pipeline.abandon("client_disconnected")  # a no-op when it ended
+            return 200
         if turn.stream:
             with self.live(state, prepared):
-                await self._stream(state, request, send, pipeline.frames(), prepared.headers, prepared.lane)
+                await self._stream(
+                    state, scope, receive, send, pipeline.frames(), prepared.headers, prepared.lane
+                )
                 await pipeline.abandon("client_disconnected")  # a no-op when it ended
             return 200
         with self.live(state, prepared):
             try:
-                result = await unless_disconnected(pipeline.collect(), lambda: wait_for_disconnect(request))
+                result = await unless_disconnected(pipeline.collect(), lambda: until_disconnect(receive))
             except SluicegateError:  # the client left: keep what was generated
                 await pipeline.abandon("client_disconnected")
                 return 499
@@ -265,14 +280,14 @@ class TurnEndpoint:
         return await self._send_json(prepared.encoder.body(result), send, prepared.headers)
 
     async def _run_choices(
-        self, state: AppState, request: Request, send: Send, prepared: Prepared, run: ChoicesRun
+        self, state: AppState, scope: Scope, receive: Receive, send: Send, prepared: Prepared, run: ChoicesRun
     ) -> int:
         if prepared.turn.stream:
-            await self._stream(state, request, send, run.frames(), prepared.headers)
+            await self._stream(state, scope, receive, send, run.frames(), prepared.headers)
             await run.abandon("client_disconnected")  # a no-op for the choices that ended
             return 200
         try:
-            results = await unless_disconnected(run.collect(), lambda: wait_for_disconnect(request))
+            results = await unless_disconnected(run.collect(), lambda: until_disconnect(receive))
         except SluicegateError:  # the client left
             await run.abandon("client_disconnected")
             return 499
@@ -286,7 +301,8 @@ class TurnEndpoint:
     def _stream(
         self,
         state: AppState,
-        request: Request,
+        scope: Scope,
+        receive: Receive,
         send: Send,
         chunks: AsyncIterator[Chunk],
         headers: dict[str, str],
@@ -297,13 +313,13 @@ class TurnEndpoint:
         return stream_chunks(
             chunks,
             send,
-            request.receive,
+            receive,
             framing=self.framing,
             heartbeat_seconds=state.limits.heartbeat_seconds,
             buffer_bytes=state.settings.stream_buffer_bytes,
             headers=headers,
-            body_send=server_send(request.scope, send),
-            writer=body_writer(request.scope),
+            body_send=server_send(scope, send),
+            writer=body_writer(scope),
             lane=lane,
         )
 
@@ -332,8 +348,9 @@ class TurnEndpoint:
         if source.key is not None:  # a runtime key (else there is nothing to allow)
             allow_model(source.key, model.id, asked=turn.chat.model)
         turn.chat.model = model.id
+        engine = model.engine  # (a property: read once)
         if type(dialect).check is not Dialect.check:  # the default checks nothing: no ModelInfo made for it
-            dialect.check(turn, model.engine.info())
+            dialect.check(turn, engine.info())
         scope = source.scope
         chat = turn.chat
         resolved: Resolved | None = None
@@ -346,10 +363,10 @@ class TurnEndpoint:
                 scope=scope,
             )
             chat = replace(chat, messages=resolved.messages)
-        if model.engine.reads_pixels:
-            if model.engine.info().capabilities.vision:
+        if engine.reads_pixels:
+            if engine.info().capabilities.vision:
                 await load_images(chat, state.images)
-            if model.engine.info().capabilities.audio:
+            if engine.info().capabilities.audio:
                 await load_audio(chat, state.images.audio)
         owned.callback(state.admission.take())
         toolset: ToolSet | None = None
@@ -366,22 +383,29 @@ class TurnEndpoint:
                 owned,
                 state.limits,
                 scope,
-                lambda o: _engine_answer(source, model, o, state, stream=turn.stream),
+                lambda o: _engine_answer(source, engine, o, state, stream=turn.stream),
             )
             first = run.pipelines[0]
             return Prepared(
                 turn, run.turn_id, first.encoder, first, run.headers, [], scope, None, choices=run
             )
-        generation = await open_model(
-            chat,
-            model,
-            toolset,
-            turn.tools,
-            max_rounds=state.tools.max_rounds,
-            history=resolved.history if resolved is not None else [],
-            approved=resolved.approved if resolved is not None else [],
-        )
-        owned.push_async_callback(_aclose, generation.events)
+        if (
+            toolset is None and not engine.heavy_checks
+        ):  # `open_model`'s first case, without its two coroutines
+            generation = model.open(chat)
+        else:
+            generation = await open_model(
+                chat,
+                model,
+                toolset,
+                turn.tools,
+                max_rounds=state.tools.max_rounds,
+                history=resolved.history if resolved is not None else [],
+                approved=resolved.approved if resolved is not None else [],
+            )
+        aclose = getattr(generation.events, "aclose", None)  # (`_aclose`, without its coroutine)
+        if aclose is not None:
+            owned.push_async_callback(aclose)
         # A plain stream (no tool loop between the engine and the pipeline) offers its engine a
         # fast lane; an engine that relays an upstream's reads takes it.
         lane: Lane | None = None
@@ -391,7 +415,7 @@ class TurnEndpoint:
                 lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
-            opened = await _engine_answer(source, model, opened, state, stream=turn.stream)
+            opened = await _engine_answer(source, engine, opened, state, stream=turn.stream)
         turn_id = new_id(turn.id_prefix, turn.id_length) if turn.id_prefix else ""
         accumulator = Accumulator()
         context = EncoderContext(
@@ -419,7 +443,7 @@ class TurnEndpoint:
             persist,
             EventTap.current(),
             deadline=stream_deadline(state.limits),
-            deltas=METRICS.cell(deltas_key(model.engine.model_id)) if lane is not None else None,
+            deltas=METRICS.cell(model.deltas_key) if lane is not None else None,
             lane=lane,
         )
         pipeline.open()  # encoded now: a response object that cannot be written is still an HTTP error
@@ -472,12 +496,6 @@ async def _no_receive() -> Any:  # a JSON response never reads the request
     raise RuntimeError("not used")
 
 
-async def _aclose(events: Any) -> None:
-    aclose = getattr(events, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
 def _wants_tools(turn: Turn, state: AppState) -> bool:
     """Configured tools only when some are configured; anything the request names, always."""
     selection = turn.tools.selection if turn.tools is not None else None
@@ -514,7 +532,7 @@ def _no_provider_info(name: str) -> Json | None:
 
 def _engine_answer(
     source: TurnSource,
-    model: Model,
+    engine: Engine,
     opened: Opened,
     state: AppState,
     *,
@@ -524,7 +542,7 @@ def _engine_answer(
     (see `transport/answer_first.py`): a stream waits at most one heartbeat interval, a non-streaming
     request as long as it takes (nothing is sent before the end anyway). The wait itself is
     returned, not a coroutine around it: the start's task resumes through one frame less."""
-    if not type(model.engine).answers_first:
+    if not type(engine).answers_first:
         return _as_is(opened)
     bound = (state.limits.heartbeat_seconds or ANSWER_WAIT_SECONDS) if stream else None
     return await_answer(opened.events, bound=bound, disconnected=source.disconnected, sink=source.sink)

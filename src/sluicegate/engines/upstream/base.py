@@ -34,6 +34,7 @@ from sluicegate.core.events import (
     UsageReport,
 )
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.tasks import task_of
 from sluicegate.engines.base import Discovery, Engine, ModelInfo
 from sluicegate.engines.lane import Held, Lane
 from sluicegate.engines.upstream.config import Auth, UpstreamConfig, parse_config
@@ -176,7 +177,7 @@ class UpstreamEngine(Engine):
                     self.replicas, self.model_id, path, body, clocks, content_type=content_type
                 )
             except asyncio.CancelledError:
-                if not clocks.owns(asyncio.current_task()):
+                if not clocks.owns(task_of(asyncio.get_running_loop())):
                     raise
                 refusal = clocks.expired
             if refusal is not None:

@@ -33,6 +33,7 @@ from sluicegate.core.events import (
     RawEvent,
 )
 from sluicegate.core.request import ChatRequest
+from sluicegate.core.tasks import task_of
 from sluicegate.engines.lane import Held, Lane
 from sluicegate.engines.upstream.http import StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica
@@ -286,7 +287,7 @@ class Relay:
                 pinned=self._pinned,
             )
         except asyncio.CancelledError:
-            if not clocks.owns(asyncio.current_task()):
+            if not clocks.owns(task_of(asyncio.get_running_loop())):
                 raise
             assert clocks.expired is not None
             return self._hand([Failed(clocks.expired)])

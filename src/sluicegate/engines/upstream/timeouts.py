@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from sluicegate.core.alarms import Alarm, alarm_at
 from sluicegate.core.errors import ErrorInfo, ErrorKind
+from sluicegate.core.tasks import task_of
 
 
 class Clocks:
@@ -86,11 +87,11 @@ class Clocks:
         that passed while it waited (`expired`). A cancellation that is not the clocks' (the
         client left) and a broken connection raise. The relay's one wait per read, so `waiting`
         and `chunk` are inlined: no call more per read than awaiting `read()` itself."""
-        self.waiter = asyncio.current_task(self._loop)
+        self.waiter = task_of(self._loop)
         try:
             chunk = await read()
         except asyncio.CancelledError:
-            if not self.owns(asyncio.current_task(self._loop)):
+            if not self.owns(task_of(self._loop)):
                 raise
             assert self.expired is not None
             return self.expired
@@ -102,7 +103,7 @@ class Clocks:
 
     def waiting(self) -> None:
         """The engine is about to wait on the upstream (call right before the await)."""
-        self.waiter = asyncio.current_task(self._loop)  # (given the loop: no getpid per read)
+        self.waiter = task_of(self._loop)  # (given the loop: no getpid per read)
 
     def alive(self) -> None:
         """Something arrived and was relayed while the engine still waits (a read carried by the

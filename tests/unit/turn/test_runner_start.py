@@ -1,0 +1,65 @@
+"""A chat turn's start reads the ASGI scope itself: no Starlette `Request` made for it (its
+properties are Python calls, once a request each) and no Python `asyncio.current_task` call
+(`core/tasks.py`): bench/README.md, gateway "Round fifteen"."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.requests import HTTPConnection
+from starlette.testclient import TestClient
+
+from sluicegate.app.factory import create_app
+from sluicegate.config import load_settings
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    (tmp_path / "reply.yaml").write_text('replies:\n  - content: "ok"\n')
+    config = tmp_path / "sluicegate.toml"
+    config.write_text(
+        '[server]\ndata_dir = "data"\n\n[[models]]\nid = "m"\nengine = "scripted"\nscript = "reply.yaml"\n'
+    )
+    with TestClient(create_app(load_settings(config, env={}))) as test_client:
+        yield test_client
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_chat_start_makes_no_request_object(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, stream: bool
+) -> None:
+    made: list[str] = []
+    init = HTTPConnection.__init__
+
+    def counted(self: HTTPConnection, *args: Any, **kwargs: Any) -> None:
+        made.append(type(self).__name__)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(HTTPConnection, "__init__", counted)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and "ok" in response.text
+    assert made == []
+    assert client.get("/v1/models").status_code == 200  # a route that does make one: the patch works
+    assert made != []
+
+
+def test_a_chat_start_makes_no_python_current_task_call(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[object] = []
+    current = asyncio.current_task
+
+    def counted(loop: Any = None) -> Any:
+        calls.append(loop)
+        return current(loop)
+
+    monkeypatch.setattr(asyncio, "current_task", counted)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and "ok" in response.text
+    assert calls == []
