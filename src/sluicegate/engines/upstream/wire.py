@@ -165,6 +165,12 @@ _PLAIN_TAILS = (
 )
 # The chunk that opens a stream as vLLM writes it: the role, an empty content, then a tail.
 _ROLE_AT = b'"choices":[{"index":0,"delta":{"role":"assistant","content":""'
+# A stream's last chunks as vLLM writes them: the finish (an empty text, then a token's tail
+# with the reason where the token's has `null`), and usage in a chunk of no choices.
+_REASON_AT = b'"finish_reason":"'
+_NO_REASON = b'"finish_reason":null'
+_FINISH_BYTES = {name.encode(): reason for name, reason in FINISH_REASONS.items()}
+_USAGE_AT = b'"choices":[],"usage":{'
 # In the part before `choices`, any of these means the chunk says more than a token.
 _NOT_PLAIN = (b'"usage":{', b'"error"', b'"prompt_progress"', b'"choices"')
 
@@ -237,6 +243,39 @@ class _PlainChunks:
         self._head, self._tail = head, rest
         return ""
 
+    def finish(self, data: bytes) -> FinishReason | None:
+        """The reason of a chunk that says nothing but it: this stream's head, an empty text and
+        a known tail with a known reason where a token's has `null` (what parsing it would come
+        to); else None. Parsed whole, a stream's finish chunk cost ~7 k instructions."""
+        head, content_at = self._head, self._content_at
+        if not (head and data.startswith(head)):
+            return None
+        start = len(head) + len(content_at)
+        if data[len(head) : start] != content_at or data[start : start + 1] != b'"':
+            return None
+        before, mark, after = data[start + 1 :].partition(_REASON_AT)
+        if not mark:
+            return None
+        name, quote, rest = after.partition(b'"')
+        if not quote or before + _NO_REASON + rest not in self.tails:
+            return None
+        return _FINISH_BYTES.get(name)
+
+    def usage(self, data: bytes) -> dict[str, Any] | None:
+        """The usage of a chunk of no choices that says nothing else: this stream's head, then
+        `"choices":[],"usage":{...}}` (the object parsed alone); else None."""
+        head = self._head
+        if not (head and data.startswith(head)) or data[-1:] != b"}":
+            return None
+        start = len(head) + len(_USAGE_AT)
+        if data[len(head) : start] != _USAGE_AT:
+            return None
+        try:
+            usage = orjson.loads(data[start - 1 : -1])
+        except orjson.JSONDecodeError:
+            return None
+        return usage if type(usage) is dict else None
+
 
 class StreamEnding:
     """How an upstream stream ends, in either wire format: its end marker (`done`), an error
@@ -304,6 +343,21 @@ class ChunkDecoder(StreamEnding):
         if data == b"[DONE]":
             self.done = True
             return self._tail()
+        if event is None:  # the stream's last chunks in vLLM's shape, read as its tokens are
+            plain = self._plain
+            finish = plain.finish(data)
+            if finish is not None:
+                self.finish = finish
+                ending: list[RawEvent] = []
+                if self._content is not None:
+                    ending.extend(self._content.finish())
+                ending.append(Finished(finish))
+                return ending
+            usage = plain.usage(data)
+            if usage is not None:
+                if usage:
+                    self.usage = usage
+                return []
         try:
             chunk = orjson.loads(data)
         except orjson.JSONDecodeError:
