@@ -278,9 +278,11 @@ class _PlainChunks:
 
 
 class StreamEnding:
-    """How an upstream stream ends, in either wire format: its end marker (`done`), an error
-    frame (`failed`), or the body closing — fine once a finish reason came, else a failure.
-    A decoder sets those three, and says what a stream ends with (`_tail`, `_fail`)."""
+    """An upstream stream's decoder, in either wire format (the relay's `StreamDecoder`): SSE
+    frames in (`frame`), raw events out, and how the stream ends: its end marker (`done`: the
+    body's end can be drained so the connection is reused), an error frame (`failed`), or the
+    body closing (`end`) — fine once a finish reason came, else a failure. A decoder sets those
+    three, and says what a stream ends with (`_tail`, `_fail`)."""
 
     __slots__ = ("done", "failed", "finish")
     closed_early: ClassVar[str]  # the failure when the body closes before the stream finished
@@ -292,7 +294,12 @@ class StreamEnding:
 
     @property
     def over(self) -> bool:
+        """The stream ended (its end marker, or an error frame): nothing more is read."""
         return self.done or self.failed
+
+    def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
+        """One SSE frame (its event name, its data) → raw events."""
+        raise NotImplementedError
 
     def _tail(self) -> list[RawEvent]:
         raise NotImplementedError
