@@ -33,7 +33,7 @@ async def segment(raw: AsyncIterator[RawEvent], deadline: Deadline | None = None
     out: list[Event] = []
     events = Reads(raw, deadline)
     try:
-        async for event in events:
+        while (event := await events.next()) is not None:
             if not segments.push(event, out):
                 break  # what came before the failure goes out with the ending
             if len(out) > 1 and type(event) is RawBatch:

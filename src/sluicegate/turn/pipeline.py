@@ -279,7 +279,7 @@ class Frames:
                 assert events is not None
                 if not _failed(core):  # (a failure ends the reads, after its read's frames)
                     push = core.push
-                    async for event in events:
+                    while (event := await events.next()) is not None:
                         frames = push(event)
                         if frames:
                             return frames

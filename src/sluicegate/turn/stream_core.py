@@ -95,18 +95,20 @@ class StreamCore:
         return before, self._encode((terminal,))
 
     def _encode(self, events: list[Event] | tuple[Event, ...]) -> list[Frame]:
-        tap, feed, encode = self.tap, self.accumulator.feed, self.encoder.encode
+        # The accumulator called as itself, not through a bound `feed`: compiled, that is a
+        # native call, where the bound method was a generic one (its arguments parsed per event).
+        tap, accumulator, encode = self.tap, self.accumulator, self.encoder.encode
         if len(events) == 1:  # a paced token: its frames as the encoder made them
             canonical = events[0]
             if tap is not None:
                 tap.see(canonical)
-            feed(canonical)
+            accumulator.feed(canonical)
             return encode(canonical)
         frames: list[Frame] = []
         for canonical in events:
             if tap is not None:
                 tap.see(canonical)
-            feed(canonical)
+            accumulator.feed(canonical)
             frames += encode(canonical)
         return frames
 

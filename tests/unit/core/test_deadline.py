@@ -70,7 +70,8 @@ async def guarded(
     segments = Segments(deadline)
     out: list[RawEvent] = []
     async with asyncio.timeout(LIMIT):
-        async for event in Reads(raw, deadline):
+        reads = Reads(raw, deadline)
+        while (event := await reads.next()) is not None:
             segments.push(event, [])
             out.append(event)
     return out
@@ -160,7 +161,7 @@ async def test_the_earlier_limit_decides_the_kind() -> None:
 async def test_closing_early_closes_the_engine() -> None:
     engine = Engine([TextDelta(ItemKind.MESSAGE, "a"), TextDelta(ItemKind.MESSAGE, "b")])
     stream = Reads(engine.run(), Deadline.of(5, 5))
-    await anext(stream)
+    await stream.next()
     await stream.aclose()
     assert engine.log == ["closed"]
 

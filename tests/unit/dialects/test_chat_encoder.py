@@ -818,3 +818,14 @@ async def test_return_progress_reports_the_prompt_as_llama_server_does() -> None
     plain = await stream_bytes(raw)
     uncounted = await stream_bytes([PromptProgress(0.5), *raw[2:]], return_progress=True)
     assert not [c for c in chunks(plain) + chunks(uncounted) if "prompt_progress" in c]
+
+
+def test_the_opening_deltas_written_out_are_orjsons() -> None:
+    """The role chunk's three deltas are byte constants: each is what orjson made of its dict."""
+    import orjson
+
+    from sluicegate.dialects.chat_completions import encoder
+
+    assert orjson.dumps({"role": "assistant", "content": ""}) == encoder._ROLE_MESSAGE
+    assert orjson.dumps({"role": "assistant", "content": None, "refusal": ""}) == encoder._ROLE_REFUSAL
+    assert orjson.dumps({"role": "assistant", "content": None}) == encoder._ROLE_NOTHING

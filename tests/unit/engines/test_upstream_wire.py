@@ -20,6 +20,7 @@ from sluicegate.core.events import (
     RawEvent,
     TextDelta,
     ToolCallDelta,
+    Usage,
     UsageReport,
 )
 from sluicegate.engines.upstream.wire import ChunkDecoder, SSEReader
@@ -403,3 +404,107 @@ def test_role_chunks_that_say_more_are_parsed_whole() -> None:
     with_usage = _HEAD[:-1] + b',"usage":{"prompt_tokens":3,"completion_tokens":0},' + role_at + b'""' + tail
     assert decoder.frame(None, with_usage) == []
     assert decoder.usage == {"prompt_tokens": 3, "completion_tokens": 0}
+
+
+_TOKEN = _HEAD + b'"choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}'
+_FINISH = (
+    _HEAD
+    + b'"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"length","stop_reason":null}]}'
+)
+_USAGE = _HEAD + b'"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":2,"total_tokens":10}}'
+
+
+def test_the_last_chunks_in_vllms_shape_are_read_without_parsing_them_whole(monkeypatch: Any) -> None:
+    """The finish chunk (an empty text, a known reason) and the usage chunk come to what parsing
+    them would: recognised from the stream's head and a token's tail, only usage's object parsed."""
+    import sluicegate.engines.upstream.wire as wire
+
+    if not hasattr(wire.ChunkDecoder.frame, "__code__"):
+        return  # compiled: orjson is bound in the binary (the pure run checks the count)
+    parsed: list[bytes] = []
+    real = wire.orjson.loads
+
+    def loads(data: bytes) -> Any:
+        parsed.append(bytes(data))
+        return real(data)
+
+    monkeypatch.setattr(wire.orjson, "loads", loads)
+    decoder = ChunkDecoder()
+    assert decoder.frame(None, _ROLE) == []
+    assert decoder.frame(None, _TOKEN) == [TextDelta(ItemKind.MESSAGE, "Hi")]
+    assert decoder.frame(None, _FINISH) == [Finished(FinishReason.LENGTH)]
+    assert decoder.frame(None, _USAGE) == []
+    assert parsed == [b'"Hi"', b'{"prompt_tokens":8,"completion_tokens":2,"total_tokens":10}']
+    assert decoder.frame(None, b"[DONE]") == [UsageReport(Usage(prompt_tokens=8, completion_tokens=2))]
+
+
+def test_last_chunks_read_from_their_bytes_decode_as_parsed_whole() -> None:
+    """Every near miss of the two shapes, after a token taught the decoder its head, decodes
+    exactly as a decoder that knows no head (which parses each chunk whole)."""
+    finish_at = _HEAD + b'"choices":[{"index":0,"delta":{"content":'
+    cases = [
+        _FINISH,
+        finish_at + b'""},"logprobs":null,"finish_reason":"stop"}]}',
+        finish_at + b'""},"logprobs":null,"finish_reason":"tool_calls"}],"usage":null}',
+        finish_at + b'""},"finish_reason":"content_filter"}]}',
+        finish_at + b'"."},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}',  # a text too
+        finish_at + b'""},"logprobs":null,"finish_reason":"abort","stop_reason":null}]}',  # unknown reason
+        finish_at + b'""},"logprobs":null,"finish_reason":"stop","stop_reason":"</s>"}]}',
+        finish_at + b'""},"logprobs":null,"finish_reason":"stop\\u0020","stop_reason":null}]}',
+        finish_at + b'""},"logprobs":{"content":[]},"finish_reason":"stop"}]}',
+        finish_at + b'""},"logprobs":null,"finish_reason":"stop"}],"usage":{"prompt_tokens":1}}',
+        finish_at + b'"", "x":1},"logprobs":null,"finish_reason":"stop"}]}',
+        _USAGE,
+        _HEAD + b'"choices":[],"usage":{}}',
+        _HEAD + b'"choices":[],"usage":{"prompt_tokens":8},"x":{}}',
+        _HEAD + b'"choices":[],"usage":{"prompt_tokens":8}},{}}',
+        _HEAD + b'"choices":[],"usage":{"prompt_tokens":8,"prompt_tokens_details":null}}',
+        _HEAD[:-1] + b',"x":2,' + b'"choices":[],"usage":{"prompt_tokens":8}}',  # another head
+    ]
+    for data in cases:
+        learnt = ChunkDecoder()
+        assert learnt.frame(None, _TOKEN) == [TextDelta(ItemKind.MESSAGE, "Hi")]
+        whole = ChunkDecoder()
+        assert learnt.frame(None, data) == whole.frame(None, data), data
+        assert (learnt.finish, learnt.usage, learnt.over) == (whole.finish, whole.usage, whole.over), data
+
+
+def test_the_finish_chunk_read_from_its_bytes_ends_the_content_parser() -> None:
+    """A content parser's held text comes out before the finish, as parsing the chunk whole does."""
+
+    class Held:
+        def feed(self, text: str, logprobs: Any) -> list[RawEvent]:
+            return []
+
+        def finish(self) -> list[RawEvent]:
+            return [TextDelta(ItemKind.MESSAGE, "held")]
+
+    decoder = ChunkDecoder(Held())
+    decoder.frame(None, _TOKEN)
+    assert decoder.frame(None, _FINISH) == [
+        TextDelta(ItemKind.MESSAGE, "held"),
+        Finished(FinishReason.LENGTH),
+    ]
+
+
+def test_a_text_completions_last_chunks_decode_as_parsed_whole() -> None:
+    """The same for `/completions` chunks (vLLM's `text_completion` shape)."""
+    from sluicegate.engines.upstream.completions import CompletionChunkDecoder
+
+    head = b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m",'
+    at = head + b'"choices":[{"index":0,"text":'
+    token = at + b'"Hi","logprobs":null,"finish_reason":null,"stop_reason":null}]}'
+    cases = [
+        at + b'"","logprobs":null,"finish_reason":"length","stop_reason":null}]}',
+        at + b'"!","logprobs":null,"finish_reason":"stop","stop_reason":null}]}',
+        head + b'"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":2,"total_tokens":10}}',
+    ]
+    for data in cases:
+        learnt = CompletionChunkDecoder()
+        assert learnt.frame(None, token) == [TextDelta(ItemKind.MESSAGE, "Hi")]
+        whole = CompletionChunkDecoder()
+        assert learnt.frame(None, data) == whole.frame(None, data), data
+        assert (learnt.finish, learnt.usage) == (whole.finish, whole.usage), data
+    learnt = CompletionChunkDecoder()
+    learnt.frame(None, token)
+    assert learnt.frame(None, cases[0]) == [Finished(FinishReason.LENGTH)]

@@ -154,23 +154,25 @@ class AnthropicEncoder:
         return None  # nothing of this dialect is stored
 
     def encode(self, event: Event) -> list[Frame]:
-        match event:
-            case ItemDelta(item=item, text=text):
-                block = self.index_of.get(item.index)
-                if block is None or not text or (self.omit_thinking and item.kind is ItemKind.REASONING):
-                    return []
-                return [self._delta(block, item, text)]
-            case ItemAdded(item=item):
-                return self._added(item)
-            case ItemDone(item=item):
-                return self._done(item)
-            case UsageReport(usage=usage):
-                self.usage = usage
-            case Finished(reason=reason):
-                return self._finish(reason)
-            case Failed(error=error):
-                self.held.clear()  # what a failure cut off is never reported complete
-                return [_frame("error", anthropic_error(error))]
+        # `isinstance`, not `match`: compiled, a class pattern is a generic `PyObject_IsInstance`
+        # per case tried, `isinstance` of one of our classes a type compare (docs/compiled.md).
+        if isinstance(event, ItemDelta):  # per token: first
+            item, text = event.item, event.text
+            block = self.index_of.get(item.index)
+            if block is None or not text or (self.omit_thinking and item.kind is ItemKind.REASONING):
+                return []
+            return [self._delta(block, item, text)]
+        if isinstance(event, ItemAdded):
+            return self._added(event.item)
+        if isinstance(event, ItemDone):
+            return self._done(event.item)
+        if isinstance(event, UsageReport):
+            self.usage = event.usage
+        elif isinstance(event, Finished):
+            return self._finish(event.reason)
+        elif isinstance(event, Failed):
+            self.held.clear()  # what a failure cut off is never reported complete
+            return [_frame("error", anthropic_error(event.error))]
         return []
 
     def _start(self) -> list[Frame]:

@@ -134,16 +134,17 @@ class CompletionsEncoder:
             logprobs = legacy_logprobs(event.logprobs or [], self._offset)
             self._offset += len(event.text)
             return [self._choice(event.text, logprobs, None)]
-        match event:
-            case UsageReport():
-                self.usage = event.usage
-            case Finished():
-                frames = [self._choice("", None, finish_reason(event.reason))]
-                if self.include_usage and self.usage_at_finish:
-                    frames.append(self.usage_chunk(self.usage))
-                return frames
-            case Failed():
-                return [Frame(orjson.dumps(openai_error(event.error)), "error")]
+        # `isinstance`, not `match`: compiled, a class pattern is a generic `PyObject_IsInstance`
+        # per case tried, `isinstance` of one of our classes a type compare (docs/compiled.md).
+        if isinstance(event, UsageReport):
+            self.usage = event.usage
+        elif isinstance(event, Finished):
+            frames = [self._choice("", None, finish_reason(event.reason))]
+            if self.include_usage and self.usage_at_finish:
+                frames.append(self.usage_chunk(self.usage))
+            return frames
+        elif isinstance(event, Failed):
+            return [Frame(orjson.dumps(openai_error(event.error)), "error")]
         return []
 
     def _choice(self, text: str, logprobs: dict[str, Any] | None, finish: str | None) -> Frame:

@@ -257,35 +257,37 @@ class LMStudioEncoder:
         return frame if isinstance(frame, list) else [frame]
 
     def _encode(self, event: Event) -> Frame | list[Frame] | None:
-        match event:
-            case ItemDelta(item=item, text=text):
-                kind = "reasoning.delta" if item.kind is ItemKind.REASONING else "message.delta"
-                return None if item.kind is ItemKind.TOOL_CALL else _frame(kind, {"content": text})
-            case ItemAdded(item=item):
-                return self._added(item)
-            case ItemDone(item=item):
-                return self._done(item)
-            case PromptStarted():
-                return _frame("prompt_processing.start")
-            case PromptProgress(progress=progress):
-                return _frame("prompt_processing.progress", {"progress": progress})
-            case PromptFinished():
-                return _frame("prompt_processing.end")
-            case LoadStarted():
-                return _frame("model_load.start", {"model_instance_id": self.instance_id})
-            case LoadProgress(progress=progress):
-                return _frame(
-                    "model_load.progress", {"model_instance_id": self.instance_id, "progress": progress}
-                )
-            case LoadFinished(seconds=seconds):
-                fields = {"model_instance_id": self.instance_id, "load_time_seconds": round(seconds, 3)}
-                return _frame("model_load.end", fields)
-            case Finished():
-                return self.end()
-            case Failed(error=error, unstored=unstored):
-                if unstored:  # the store failed: the id would answer 404 for ever
-                    self.response_id = None
-                return [_frame("error", {"error": lmstudio_error_payload(error)}), self.end()]
+        # `isinstance`, not `match`: compiled, a class pattern is a generic `PyObject_IsInstance`
+        # per case tried, `isinstance` of one of our classes a type compare (docs/compiled.md).
+        if isinstance(event, ItemDelta):
+            item = event.item
+            kind = "reasoning.delta" if item.kind is ItemKind.REASONING else "message.delta"
+            return None if item.kind is ItemKind.TOOL_CALL else _frame(kind, {"content": event.text})
+        if isinstance(event, ItemAdded):
+            return self._added(event.item)
+        if isinstance(event, ItemDone):
+            return self._done(event.item)
+        if isinstance(event, PromptStarted):
+            return _frame("prompt_processing.start")
+        if isinstance(event, PromptProgress):
+            return _frame("prompt_processing.progress", {"progress": event.progress})
+        if isinstance(event, PromptFinished):
+            return _frame("prompt_processing.end")
+        if isinstance(event, LoadStarted):
+            return _frame("model_load.start", {"model_instance_id": self.instance_id})
+        if isinstance(event, LoadProgress):
+            return _frame(
+                "model_load.progress", {"model_instance_id": self.instance_id, "progress": event.progress}
+            )
+        if isinstance(event, LoadFinished):
+            fields = {"model_instance_id": self.instance_id, "load_time_seconds": round(event.seconds, 3)}
+            return _frame("model_load.end", fields)
+        if isinstance(event, Finished):
+            return self.end()
+        if isinstance(event, Failed):
+            if event.unstored:  # the store failed: the id would answer 404 for ever
+                self.response_id = None
+            return [_frame("error", {"error": lmstudio_error_payload(event.error)}), self.end()]
         return None
 
     def end(self) -> Frame:

@@ -83,13 +83,16 @@ class OllamaEncoder:
         if type(event) is ItemDelta:  # per token: before the match's class checks
             frame = self._delta(event)
             return [frame] if frame is not None else []
-        match event:
-            case ItemDone(item=item) if item.kind is ItemKind.TOOL_CALL and item.provider is None:
+        # `isinstance`, not `match`: compiled, a class pattern is a generic `PyObject_IsInstance`
+        # per case tried, `isinstance` of one of our classes a type compare (docs/compiled.md).
+        if isinstance(event, ItemDone):
+            item = event.item
+            if item.kind is ItemKind.TOOL_CALL and item.provider is None:
                 return [self._chunk({"tool_calls": [tool_call_body(item)]})]
-            case Finished(reason=reason):
-                return [Frame(orjson.dumps(self._final(reason)))]
-            case Failed(error=error):
-                return [Frame(orjson.dumps(ollama_error(error)))]
+        elif isinstance(event, Finished):
+            return [Frame(orjson.dumps(self._final(event.reason)))]
+        elif isinstance(event, Failed):
+            return [Frame(orjson.dumps(ollama_error(event.error)))]
         return []
 
     def cancelled(self, reason: str) -> list[Frame]:

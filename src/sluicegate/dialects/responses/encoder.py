@@ -248,17 +248,18 @@ class ResponsesEncoder:
         if type(event) is ItemDelta:  # per token: before the match's class checks
             frame = self._delta(event)
             return [frame] if frame is not None else []
-        match event:
-            case ItemAdded():
-                return self._added(event.item)
-            case ItemDone():
-                return self._done(event.item)
-            case UsageReport():
-                self.state.usage = usage_object(event.usage)
-            case Finished():
-                return self._finished(event.reason)
-            case Failed():
-                return self._failed(event.error)
+        # `isinstance`, not `match`: compiled, a class pattern is a generic `PyObject_IsInstance`
+        # per case tried, `isinstance` of one of our classes a type compare (docs/compiled.md).
+        if isinstance(event, ItemAdded):
+            return self._added(event.item)
+        if isinstance(event, ItemDone):
+            return self._done(event.item)
+        if isinstance(event, UsageReport):
+            self.state.usage = usage_object(event.usage)
+        elif isinstance(event, Finished):
+            return self._finished(event.reason)
+        elif isinstance(event, Failed):
+            return self._failed(event.error)
         return []
 
     def _reasoning(self, item: Json) -> Json:

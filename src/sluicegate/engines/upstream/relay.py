@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -39,7 +39,7 @@ from sluicegate.engines.upstream.http import StreamingResponse
 from sluicegate.engines.upstream.replicas import Replica
 from sluicegate.engines.upstream.sending import send
 from sluicegate.engines.upstream.timeouts import Clocks
-from sluicegate.engines.upstream.wire import SSEReader
+from sluicegate.engines.upstream.wire import SSEReader, StreamEnding
 
 if TYPE_CHECKING:
     from sluicegate.engines.upstream.base import UpstreamEngine
@@ -56,24 +56,11 @@ _ENDING = 3  # no event more: the next step releases what is held and stops
 _OVER = 4  # released (`_over` ran)
 
 
-class StreamDecoder(Protocol):
-    """One upstream stream's state: SSE frames in, raw events out (wire.py, anthropic_wire.py)."""
-
-    @property
-    def over(self) -> bool:
-        """The stream ended (its end marker, or an error frame): nothing more is read."""
-
-    @property
-    def done(self) -> bool:
-        """It ended normally: the body's end can be drained so the connection is reused."""
-
-    def frame(self, event: str | None, data: bytes) -> list[RawEvent]: ...
-
-    def end(self) -> list[RawEvent]:
-        """The body ended."""
-
-    def cut(self, error: ErrorInfo) -> list[RawEvent]:
-        """The stream is ending with `error` (a timeout, a broken connection)."""
+# One upstream stream's state: SSE frames in, raw events out (wire.py's `ChunkDecoder`,
+# anthropic_wire.py's `MessagesDecoder`). Their common base class, not a protocol: compiled,
+# a method of a protocol is a generic call (its arguments parsed) per read, of a base class a
+# native one.
+StreamDecoder = StreamEnding
 
 
 Drain = Callable[[Callable[[], Awaitable[bytes | None]]], Awaitable[None]]
