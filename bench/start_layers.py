@@ -3,7 +3,9 @@ Chat Completions streams, c = 16 by default) counted by callgrind in a Sluicegat
 are marked, so that the rows are measured and sum to the whole.
 
     python bench/start_layers.py [--requests 100] [--concurrency 16] [--keep DIR] [--marks-dir DIR]
-    python bench/start_layers.py --report DIR/marked.callgrind     # the table again from a dump
+        [--plain] [--double] [--no-gc]
+    python bench/start_layers.py --report DIR/marked.callgrind [--report-plain DIR/plain.callgrind]
+        [--report-double DIR/double.callgrind]                      # the table again from dumps
 
 callgrind sees no Python function (CPython 3.11 has no perf trampoline; interpreted calls run
 inside one eval loop). So each layer is wrapped, in the server process only, in a *mark*: a
@@ -18,6 +20,9 @@ server's launcher (`--hook`), as monkeypatches of the running code; src/ is not 
 A mark costs instructions itself (a coroutine and a step's forwarding, or a call): each mark's
 own (self) count is printed, and their sum is the figure the marked whole is above the plain one
 (`--plain` also counts an unmarked server: the difference is the marks' cost, the residue).
+`--double` also counts a server with one mark more at each layer: each row's own count grows by
+what one mark costs there, printed with the row less it. `--no-gc`: the servers run without
+collections, so that no collection lands in one row of one run and not the other's.
 
 Compiled functions are C symbols already (mypyc's `CPyDef_`/`CPyPy_`): the rows "of which"
 give the inclusive counts of a few (the largest match of each name, per start), inside the
@@ -29,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
+import os
 import re
 import subprocess
 import sys
@@ -37,6 +44,8 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
+DOUBLE = "START_LAYERS_DOUBLE"  # the server's environment: each mark twice
+NO_GC = "START_LAYERS_NO_GC"  # the server's environment: no collections
 
 # The marks, each as (layer path, the layer it lies inside); the tree the table is printed as.
 TREE: list[tuple[str, str, str]] = [
@@ -121,6 +130,7 @@ COMPILED: list[tuple[str, str, str]] = [
 
 def _install(marks_dir: str) -> None:
     sys.path.insert(0, marks_dir)
+    double = os.environ.get(DOUBLE) == "1"
     import uvicorn.protocols.http.httptools_impl  # noqa: F401  # http_protocol's base, first
 
     import start_layers_marks as m  # built by mypyc in marks_dir (on sys.path first)
@@ -156,6 +166,20 @@ def _install(marks_dir: str) -> None:
 
         setattr(owner, name, marked)
 
+    if double:
+        # `--double`: one marking more at each layer (its wrapper's frame and a mark, another
+        # symbol than the row's: callgrind_annotate counts a recursion twice), inside the
+        # row's own marking; each row then grows by what marking a layer costs there.
+        plain_async, plain_sync = wrap_async, wrap_sync
+
+        def wrap_async(owner: Any, name: str, mark: Any) -> None:
+            plain_async(owner, name, m.mark_nothing_async)
+            plain_async(owner, name, mark)
+
+        def wrap_sync(owner: Any, name: str, mark: Any) -> None:
+            plain_sync(owner, name, m.mark_nothing)
+            plain_sync(owner, name, mark)
+
     wrap_async(factory.SluicegateApp, "__call__", m.mark_app)
     wrap_async(runner.TurnEndpoint, "__call__", m.mark_endpoint)
     wrap_async(runner, "read_json", m.mark_read_json)
@@ -177,7 +201,13 @@ def _install(marks_dir: str) -> None:
 def serve_marked(marks_dir: str, argv: list[str]) -> None:
     import runpy
 
-    _install(marks_dir)
+    if os.environ.get(NO_GC) == "1":
+        # No collections (`--no-gc`): for the runs that size the marks' cost row by row, which a
+        # collection landing in one row (5-15 k) would blur. Nothing in the server enables it
+        # again (serving.py collects and freezes once at startup, and sets a threshold).
+        gc.disable()
+    if marks_dir != "-":
+        _install(marks_dir)
     sys.argv = ["sluicegate", *argv]
     runpy.run_module("sluicegate", run_name="__main__", alter_sys=True)
 
@@ -233,32 +263,50 @@ def mark_count(counts: dict[str, int], mark: str) -> int:
     return max((n for s, n in counts.items() if pattern.search(s)), default=0)
 
 
-def report(dump: Path, requests: int, plain: int | None = None) -> str:
-    inclusive, own = annotate(dump, True), annotate(dump, False)
+def rows(dump: Path) -> tuple[int, dict[str, int], dict[str, int]]:
+    """The dump's whole, each mark's inclusive count and each row's own (`outside`: the whole
+    less the app's mark)."""
+    inclusive = annotate(dump, True)
     whole = total(dump)
-    k = 1e3 * requests
     counts = {mark: mark_count(inclusive, mark) for mark, _, _ in TREE}
     children: dict[str, int] = {}
     for mark, parent, _ in TREE:
         children[parent] = children.get(parent, 0) + counts[mark]
-    marks_own = sum(n for s, n in own.items() if "mark_" in s)
+    own = {mark: counts[mark] - children.get(mark, 0) for mark, _, _ in TREE}
+    own["outside"] = whole - counts["app"]
+    return whole, counts, own
+
+
+def report(dump: Path, requests: int, plain: int | None = None, double: Path | None = None) -> str:
+    """The table: each row's own and inclusive count per start; with `double` (each mark twice)
+    also one mark's cost in each row (double's own - own) and the row less it."""
+    whole, counts, own = rows(dump)
+    twice = rows(double)[2] if double is not None else None
+    inclusive = annotate(dump, True)
+    marks_own = sum(n for s, n in annotate(dump, False).items() if "mark_" in s)
+    k = 1e3 * requests
+    extra = " one mark's cost | own less it |" if twice else ""
     lines = [
-        f"| layer (k instructions per start, c = {args_concurrency}) | own | inclusive |",
-        "|---|---:|---:|",
+        f"| layer (k instructions per start, c = {args_concurrency}) | own | inclusive |{extra}",
+        "|---|---:|---:|" + ("---:|---:|" if twice else ""),
+        f"| **the whole start** (marked) | | **{whole / k:.1f}** |" + (" | |" if twice else ""),
     ]
-    lines.append(f"| **the whole start** (marked) | | **{whole / k:.1f}** |")
-    lines.append(
-        f"| outside the app: uvicorn, the loop, the upstream's read callbacks | {(whole - counts['app']) / k:.1f} | |"
-    )
+    named = [("outside", "outside the app: uvicorn, the loop, the upstream's read callbacks", 0)]
     depth = {"": 0}
     for mark, parent, name in TREE:
         depth[mark] = depth[parent] + 1
-        mine = counts[mark] - children.get(mark, 0)
-        lines.append(f"| {'— ' * (depth[mark] - 1)}{name} | {mine / k:.1f} | {counts[mark] / k:.1f} |")
+        named.append((mark, name, depth[mark] - 1))
+    for mark, name, level in named:
+        line = f"| {'— ' * level}{name} | {own[mark] / k:.1f} | {counts.get(mark, 0) / k:.1f} |"
+        if twice:
+            cost = twice[mark] - own[mark]
+            line += f" {cost / k:.1f} | {(own[mark] - cost) / k:.1f} |"
+        lines.append(line)
     lines.append(f"| the marks' own instructions (in the rows above) | {marks_own / k:.1f} | |")
     if plain is not None:
         lines.append(
-            f"| the whole start unmarked (`--plain`): marked - unmarked | {(whole - plain) / k:.1f} | {plain / k:.1f} |"
+            f"| the whole start unmarked (`--plain`): marked - unmarked | {(whole - plain) / k:.1f} "
+            f"| {plain / k:.1f} |"
         )
     lines.append("")
     lines.append("| of which, compiled (inclusive, the largest matching symbol) | under | k per start |")
@@ -287,11 +335,19 @@ def main() -> None:
     parser.add_argument("--plain", action="store_true", help="also count an unmarked server")
     parser.add_argument("--report", help="print the table of a kept marked dump (with --requests)")
     parser.add_argument("--report-plain", help="with --report: the kept unmarked dump")
+    parser.add_argument("--report-double", help="with --report: the kept dump with each mark twice")
+    parser.add_argument(
+        "--double",
+        action="store_true",
+        help="also count a server with each mark twice: one mark's cost in each row (its own column)",
+    )
+    parser.add_argument("--no-gc", action="store_true", help="the servers without collections")
     args = parser.parse_args()
     args_concurrency = args.concurrency
     if args.report:
         plain = total(Path(args.report_plain)) if args.report_plain else None
-        print(report(Path(args.report), args.requests, plain))
+        double = Path(args.report_double) if args.report_double else None
+        print(report(Path(args.report), args.requests, plain, double))
         return
 
     import gateway_targets
@@ -307,7 +363,8 @@ def main() -> None:
     instructions.KEEP = None
     dumps: dict[str, Path] = {}
     with tempfile.TemporaryDirectory() as tmp, fast_upstream(Path(tmp)) as up_port:
-        for label in ["marked", *(["plain"] if args.plain else [])]:
+        labels = ["marked", *(["plain"] if args.plain else []), *(["double"] if args.double else [])]
+        for label in labels:
             folder = Path(tmp) / label
             folder.mkdir()
             valgrind = [
@@ -316,17 +373,10 @@ def main() -> None:
                 "--instr-atstart=no",
                 f"--callgrind-out-file={folder}/cg.%p",
             ]
-            if label == "marked":
-                launcher = [
-                    *valgrind,
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    "--hook",
-                    str(marks_dir),
-                ]
-            else:
-                launcher = [*valgrind, sys.executable, "-m", "sluicegate"]
-            proc, port = start_sluicegate(folder, up_port, ["fake-d0"], launcher=launcher)
+            hook = str(marks_dir) if label != "plain" else "-"  # "-": the hook without marks
+            launcher = [*valgrind, sys.executable, str(Path(__file__).resolve()), "--hook", hook]
+            env = {DOUBLE: "1" if label == "double" else "0", NO_GC: "1" if args.no_gc else "0"}
+            proc, port = start_sluicegate(folder, up_port, ["fake-d0"], env=env, launcher=launcher)
             try:
                 short = body(1, "fake-d0")
                 load(port, short, 50, args.concurrency, 1)
@@ -343,7 +393,7 @@ def main() -> None:
                 proc.stop()
     plain = total(dumps["plain"]) if "plain" in dumps else None
     print(f"dumps: {keep}")
-    print(report(dumps["marked"], args.requests, plain))
+    print(report(dumps["marked"], args.requests, plain, dumps.get("double")))
 
 
 if __name__ == "__main__":
