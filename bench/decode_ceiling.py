@@ -49,7 +49,7 @@ from pathlib import Path
 import httpx
 
 from batching import MODEL, SHAPES, STORY, aggregate, gemma_gguf, llama_server_command, sluicegate_config
-from local_engine import free_port, serving
+from local_engine import cpu_seconds, free_port, serving
 from sluicegate.demo.model import make_demo_gguf
 
 ROWS = (1, 2, 4, 8, 16, 32)
@@ -125,9 +125,12 @@ def measure(args: argparse.Namespace, model: str, folder: Path) -> None:
     lanes = sorted({min(c, margs.parallel) for c in args.concurrency})
     served: dict[str, dict[str, list[float]]] = {name: {} for name in targets}
     tool_rows: list[dict[int, dict[str, float]]] = []
+    pids: dict[str, int] = {}
     with contextlib.ExitStack() as stack:
         for name, (command, url, target_env) in targets.items():
-            stack.enter_context(serving(command, url, folder / f"{model}-{name}.log", target_env))
+            pids[name] = stack.enter_context(
+                serving(command, url, folder / f"{model}-{name}.log", target_env)
+            )
             aggregate(url, 1, 8, "warm-up", real)
         prompt = prompt_tokens(ref_url, real)
         ours_prompt = prompt_tokens(ours_url, real)
@@ -136,15 +139,23 @@ def measure(args: argparse.Namespace, model: str, folder: Path) -> None:
         )
         for round_ in range(args.rounds):
             # The servers idle (no CPU) while the tool runs, and the tool is gone while they serve.
-            rows = batched_bench(tool, gguf, margs, prompt, lanes)
+            if args.cpu:
+                rows = decode_cpu(gguf, margs, prompt, lanes)
+            else:
+                rows = batched_bench(tool, gguf, margs, prompt, lanes)
             tool_rows.append(rows)
-            print(f"{model} round {round_} llama-batched-bench: " + ", ".join(
+            print(f"{model} round {round_} {'decode in process' if args.cpu else 'llama-batched-bench'}: " + ", ".join(
                 f"{n} seq: decode {r['speed_tg']:.1f} tok/s, prompt {r['t_pp'] * 1000:.0f} ms" for n, r in rows.items()
             ), flush=True)  # fmt: skip
             for name, (_, url, _) in targets.items():
                 for c in args.concurrency:
+                    before = cpu_seconds(pids[name])
                     total, single, _, tokens = aggregate(
                         url, c, args.max_tokens, f"round {round_} c{c}", real
+                    )
+                    # CPU ms a token, of the whole process (HTTP, sampling, Python: all of it)
+                    served[name].setdefault(f"c{c} cpu", []).append(
+                        (cpu_seconds(pids[name]) - before) * 1000 / tokens
                     )
                     served[name].setdefault(f"c{c}", []).append(total)
                     served[name].setdefault(f"c{c} tokens", []).append(tokens)
@@ -182,6 +193,80 @@ def measure(args: argparse.Namespace, model: str, folder: Path) -> None:
             f"one stream (c = 1, first to last delta) against decode {decode:.1f}: llama-server {ref:.1f} ({ref / decode:.1%}), Sluicegate {ours:.1f} ({ours / decode:.1%})"
         )
     print("shares above 95.2% leave no room for 1.05x with the same decode")
+    if args.cpu:  # one thread each: CPU time, which a loaded machine's waiting does not inflate
+        print(
+            f"{'users':>5} {'decode CPU ms/token':>20} {'llama-server':>12} {'share':>6} {'Sluicegate':>10} {'share':>6}"
+        )
+        for c in args.concurrency:
+            ceiling = statistics.median(
+                math.ceil(c / margs.parallel) * (rows[min(c, margs.parallel)]["cpu_pp"] + rows[min(c, margs.parallel)]["cpu_tg"])
+                * 1000 / (c * args.max_tokens)
+                for rows in tool_rows
+            )  # fmt: skip
+            ref = statistics.median(served["llama-server"][f"c{c} cpu"])
+            ours = statistics.median(served["sluicegate"][f"c{c} cpu"])
+            print(
+                f"{c:5} {ceiling:20.2f} {ref:12.2f} {ceiling / ref:6.1%} {ours:10.2f} {ceiling / ours:6.1%}"
+            )
+
+
+def decode_cpu(
+    gguf: Path, args: argparse.Namespace, prompt: int, lanes: list[int]
+) -> dict[int, dict[str, float]]:
+    """`batched_bench`'s rows, measured in process with the engine's `LlamaRuntime` (the same
+    libllama) on one thread: for n sequences, n prompts of `prompt` random tokens in batches of
+    `batch`, then `max_tokens` steps of n rows (logits on each). t_* are wall seconds, cpu_* the
+    thread's CPU seconds (one thread computes in the calling thread)."""
+    import llama_cpp
+
+    from sluicegate.engines.llamacpp.runtime import LlamaRuntime
+
+    runtime = LlamaRuntime(
+        gguf, context_length=args.context, n_gpu_layers=0, threads=1, batch_size=args.batch,
+        flash_attention=None, on_progress=lambda _: None, sequences=args.parallel,
+    )  # fmt: skip
+    batch = llama_cpp.llama_batch_init(args.batch, 0, 1)
+    rows: dict[int, dict[str, float]] = {}
+    try:
+        ctx = runtime.context.ctx
+        memory = llama_cpp.llama_get_memory(ctx)
+
+        def decode(cells: list[tuple[int, int, int, bool]]) -> None:  # (token, position, sequence, logits)
+            for at in range(0, len(cells), args.batch):
+                part = cells[at : at + args.batch]
+                batch.n_tokens = len(part)
+                for i, (token, position, seq, logits) in enumerate(part):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, position, 1
+                    batch.seq_id[i][0], batch.logits[i] = seq, logits
+                if llama_cpp.llama_decode(ctx, batch):
+                    raise RuntimeError("llama_decode failed")
+
+        vocab = runtime.n_vocab
+        for n in lanes:
+            llama_cpp.llama_memory_clear(memory, False)
+            cells = [
+                ((s * 977 + i * 7919 + 13) % vocab, i, s, i == prompt - 1)
+                for s in range(n)
+                for i in range(prompt)
+            ]
+            wall, cpu = time.perf_counter(), time.thread_time()
+            decode(cells)
+            pp = (time.perf_counter() - wall, time.thread_time() - cpu)
+            wall, cpu = time.perf_counter(), time.thread_time()
+            for step in range(args.max_tokens):
+                decode([((s * 31 + step * 17) % vocab, prompt + step, s, True) for s in range(n)])
+            tg = (time.perf_counter() - wall, time.thread_time() - cpu)
+            rows[n] = {
+                "t_pp": pp[0],
+                "t_tg": tg[0],
+                "cpu_pp": pp[1],
+                "cpu_tg": tg[1],
+                "speed_tg": n * args.max_tokens / tg[0],
+            }
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        runtime.close()
+    return rows
 
 
 def verify_cost(args: argparse.Namespace, model: str, folder: Path) -> None:
@@ -314,6 +399,11 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--batch", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="one thread each, and CPU time: the decode in process (not the tool) against each server's CPU a token",
+    )
     parser.add_argument("--verify-cost", action="store_true", help="the verification step's cost instead")
     parser.add_argument("--depth", type=int, default=512, help="--verify-cost: the prompt before the rows")
     parser.add_argument("--repeats", type=int, default=20, help="--verify-cost: decodes a k")
@@ -332,6 +422,8 @@ def main() -> int:
     args = parser.parse_args()
     # batching.llama_server_command's settings that this bench keeps at batching.py's defaults.
     args.prompt_cache, args.llama_server_arg = False, []
+    if args.cpu:
+        args.threads = 1
     if not args.verify_cost:
         if not args.llama_server:
             parser.error("--llama-server is needed (or --verify-cost)")
