@@ -374,7 +374,7 @@ def speed_ups(spec: str, cost: dict[int, float]) -> None:
     taken = int(tokens) - int(steps)
     rate = taken / int(drafted) if int(drafted) else 0.0
     print(
-        f"{name}: {per_step:.2f} tokens a step at {rows:.2f} rows a step: at most "
+        f"{name}: {per_step:.2f} tokens a step at {rows:.2f} rows a step (the curve read at the mean): at most "
         f"{per_step / step_cost(cost, rows):.2f}x; 2x needs {2 * step_cost(cost, rows):.2f} tokens a step "
         f"at these rows; acceptance {rate:.0%}"
     )
