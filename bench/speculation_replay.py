@@ -31,12 +31,16 @@ def _drive(
     history: list[int],
     propose: Callable[[list[int], int], list[int]],
     on_verified: Callable[[int, int], None],
+    rows: list[int] | None = None,
 ) -> Counts:
     """Steps over `output` (its first token written by the prompt's step); `propose(history,
-    room)` is the draft after `history` (ending with the token to decode next)."""
+    room)` is the draft after `history` (ending with the token to decode next). `rows` gets
+    each step's rows (1 + its draft), to weigh the steps by a decode's cost (decode_ceiling.py)."""
     done, drafted, taken_all, steps = 1, 0, 0, 0
     while done < len(output):
         draft = propose(history, len(output) - done - 1)
+        if rows is not None:
+            rows.append(1 + len(draft))
         taken = 0
         while taken < len(draft) and draft[taken] == output[done + taken]:
             taken += 1
@@ -62,7 +66,13 @@ def ours(prompt: list[int], output: list[int], ngram: int, draft_max: int) -> Co
 
 
 def predicted(
-    prompt: list[int], output: list[int], prediction: list[int], draft_max: int, *, learn: bool = True
+    prompt: list[int],
+    output: list[int],
+    prediction: list[int],
+    draft_max: int,
+    *,
+    learn: bool = True,
+    rows: list[int] | None = None,
 ) -> Counts:
     """A request's prediction as its drafts (no `speculative` on the model)."""
     from sluicegate.engines.llamacpp import prediction as module
@@ -78,7 +88,7 @@ def predicted(
                 return []
             return speculator.draft([(0, history, max(0, min(speculator.most(0), room)))])[0]
 
-        return _drive(output, [*prompt, output[0]], propose, lambda d, t: speculator.record(0, d, t))
+        return _drive(output, [*prompt, output[0]], propose, lambda d, t: speculator.record(0, d, t), rows)
     finally:
         module.MOST_SUBSTITUTIONS = kept
 
