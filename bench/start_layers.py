@@ -52,12 +52,12 @@ TREE: list[tuple[str, str, str]] = [
     # (mark, parent, row name)
     ("app", "", "the app: everything below uvicorn's `app(scope, receive, send)` call"),
     ("endpoint", "app", "the turn endpoint (`TurnEndpoint.__call__`)"),
-    ("read_json", "endpoint", "the body read and JSON parse (`read_json`)"),
+    ("read_json", "endpoint", "the body read and JSON parse (`read_json_body`)"),
     ("prepare", "endpoint", "the runner's `prepare`"),
     ("parse", "prepare", "the dialect's parse and validation (`ChatCompletionsDialect.parse`)"),
     ("resolve", "prepare", "model resolve (`Registry.resolve`)"),
     ("admission", "prepare", "admission (`Admission.take`)"),
-    ("open_model", "prepare", "the model's generation opened (`open_model`)"),
+    ("open_model", "prepare", "the model's generation opened (`Model.open`)"),
     ("answer", "prepare", "the upstream engine (P1) and the answer wait (`_engine_answer`)"),
     ("turn_id", "prepare", "the turn's id (`new_id`)"),
     ("encoder", "prepare", "the dialect's encoder made (`dialect.encoder`)"),
@@ -93,8 +93,8 @@ COMPILED: list[tuple[str, str, str]] = [
     ("stream", r"_anext___3_Frames" + HELPER, "the turn's frames (`Frames.__anext__`: reads, core)"),
     (
         "stream",
-        r"_anext___3_Reads" + HELPER,
-        "— the reads (`Reads.__anext__`: the relay's reads, decode, segmenter)",
+        r"CPyDef_segmenter___next_Reads" + HELPER,
+        "— the reads (`Reads.next`: the relay's reads, decode, segmenter)",
     ),
     ("", r"_anext___3_Relay" + HELPER, "`Relay.__anext__`, P1 and P2 (start, send, reads)"),
     ("stream", r"CPyDef_wire___SSEReader___feed$", "— the SSE reader (`SSEReader.feed`)"),
@@ -137,7 +137,7 @@ def _install(marks_dir: str) -> None:
     from sluicegate.app import factory, http_protocol
     from sluicegate.core import owned
     from sluicegate.dialects.chat_completions import dialect
-    from sluicegate.engines import registry
+    from sluicegate.engines import models, registry
     from sluicegate.turn import runner, state
 
     def wrap_async(owner: Any, name: str, mark: Any) -> None:
@@ -182,12 +182,14 @@ def _install(marks_dir: str) -> None:
 
     wrap_async(factory.SluicegateApp, "__call__", m.mark_app)
     wrap_async(runner.TurnEndpoint, "__call__", m.mark_endpoint)
-    wrap_async(runner, "read_json", m.mark_read_json)
+    wrap_async(runner, "read_json_body", m.mark_read_json)
     wrap_async(runner.TurnEndpoint, "prepare", m.mark_prepare)
     wrap_sync(dialect.ChatCompletionsDialect, "parse", m.mark_parse)
     wrap_sync(registry.Registry, "resolve", m.mark_resolve)
     wrap_sync(state.Admission, "take", m.mark_admission)
-    wrap_async(runner, "open_model", m.mark_open_model)
+    # The runner opens a plain turn's generation with `Model.open` (`open_model` only with tools
+    # or heavy checks, and it reaches `Model.open` too, through `Model.admit`).
+    wrap_sync(models.Model, "open", m.mark_open_model)
     wrap_async(runner, "_engine_answer", m.mark_answer)
     wrap_sync(runner, "new_id", m.mark_turn_id)
     wrap_sync(dialect.ChatCompletionsDialect, "encoder", m.mark_encoder)
@@ -216,10 +218,12 @@ def serve_marked(marks_dir: str, argv: list[str]) -> None:
 
 
 def build_marks(folder: Path) -> None:
-    if any(folder.glob("start_layers_marks*.so")):
-        return
+    source = (HERE / "start_layers_marks.py").read_bytes()
+    copy = folder / "start_layers_marks.py"
+    if any(folder.glob("start_layers_marks*.so")) and copy.exists() and copy.read_bytes() == source:
+        return  # built from these marks already (a changed marks file is built again)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "start_layers_marks.py").write_bytes((HERE / "start_layers_marks.py").read_bytes())
+    copy.write_bytes(source)
     subprocess.run([sys.executable, "-m", "mypyc", "start_layers_marks.py"], cwd=folder, check=True)
 
 
@@ -281,7 +285,7 @@ def rows(dump: Path) -> tuple[int, dict[str, int], dict[str, int]]:
 # 1.2-1.6 k a call, bench/README.md gateway round fifteen): the one part of marking a layer that
 # lands elsewhere in `--double` than in the marked run (see `unmarked`).
 SYNC_WRAPPER = 1430
-SYNC_MARKS = {"parse", "resolve", "admission", "turn_id", "encoder", "headers"}
+SYNC_MARKS = {"parse", "resolve", "admission", "open_model", "turn_id", "encoder", "headers"}
 
 
 def unmarked(own: dict[str, int], twice: dict[str, int], requests: int) -> dict[str, float]:
@@ -303,6 +307,8 @@ def report(dump: Path, requests: int, plain: int | None = None, double: Path | N
     """The table: each row's own and inclusive count per start; with `double` (one marking
     more at each layer) also each row less what marking costs in it (`unmarked`)."""
     whole, counts, own = rows(dump)
+    for mark in (mark for mark, n in counts.items() if n == 0):  # a layer the code no longer has
+        print(f"start_layers: mark {mark} counted nothing (see the server's log)", file=sys.stderr)
     twice = unmarked(own, rows(double)[2], requests) if double is not None else None
     inclusive = annotate(dump, True)
     marks_own = sum(n for s, n in annotate(dump, False).items() if "mark_" in s)

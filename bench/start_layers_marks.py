@@ -24,10 +24,6 @@ async def mark_prepare(aw: Any) -> Any:
     return await aw
 
 
-async def mark_open_model(aw: Any) -> Any:
-    return await aw
-
-
 async def mark_answer(aw: Any) -> Any:
     return await aw
 
@@ -57,6 +53,10 @@ def mark_resolve(f: Any, *args: Any) -> Any:
 
 
 def mark_admission(f: Any, *args: Any) -> Any:
+    return f(*args)
+
+
+def mark_open_model(f: Any, *args: Any) -> Any:
     return f(*args)
 
 
