@@ -46,7 +46,7 @@ from sluicegate.engines.llamacpp.runtime import LlamaRuntime, shared_prefix
 from sluicegate.engines.llamacpp.sequence import Sequence
 from sluicegate.engines.llamacpp.server_stats import STATS
 from sluicegate.engines.llamacpp.slot_files import SlotAction, check_tokens, restore, save
-from sluicegate.engines.llamacpp.speculative import Speculator, Want
+from sluicegate.engines.llamacpp.speculative import Speculator, Want, tiled
 from sluicegate.engines.slots import SlotResult
 
 log = logging.getLogger(__name__)
@@ -676,8 +676,12 @@ class BatchScheduler:
             log.exception("drafting failed; this step decodes without drafts")
             return
         for i, draft in zip(where, drafts, strict=True):
+            slot, tokens, _ = parts[i]
+            if draft and speculator.predicting(slot.id):
+                # A prediction's drafts run long: their rows cut to whole tiles (`tiled`), as
+                # a row past a tile costs most of a tile (bench/README.md, round nine).
+                draft = draft[: tiled(len(draft))]
             if draft:
-                slot, tokens, _ = parts[i]
                 parts[i] = (slot, [tokens[0], *draft], 0)
 
     def _verify(self, slot: Slot, row: int, tokens: list[int]) -> None:

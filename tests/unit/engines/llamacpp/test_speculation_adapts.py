@@ -9,7 +9,13 @@ import pytest
 
 from sluicegate.engines.llamacpp.adaptive import FIRST_PAUSE, MAX_PAUSE, OFF_RATE, PROBE, Gauge, ModelRate
 from sluicegate.engines.llamacpp.prediction import FAR_SYNC, SYNC, Prediction
-from sluicegate.engines.llamacpp.speculative import NgramDrafter, NgramIndex, SpeculativeSettings, Speculator
+from sluicegate.engines.llamacpp.speculative import (
+    NgramDrafter,
+    NgramIndex,
+    SpeculativeSettings,
+    Speculator,
+    tiled,
+)
 
 
 def _gauge(**given: object) -> Gauge:
@@ -162,6 +168,10 @@ def test_ngram_draft_needs_the_least_match() -> None:
     tokens = [5, 1, 2, 3, 4, 5, 1, 2]
     assert NgramIndex(2).draft(tokens, 2, least_match=3) == [3, 4]
     assert NgramIndex(2).draft(tokens, 2, least_match=9) == []  # more than there is before it
+
+
+def test_tiled_cuts_a_draft_to_whole_tiles_of_verification_rows() -> None:
+    assert [tiled(n) for n in range(18)] == [0, 1, 2, 3, 3, 3, 3, 7, 7, 7, 7, 11, 11, 11, 11, 15, 15, 15]
 
 
 def test_prediction_drafts_what_comes_next_in_it() -> None:
