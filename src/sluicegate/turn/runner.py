@@ -204,7 +204,10 @@ class TurnEndpoint:
                     status = await self._send_error(info, answer)
                     return
                 try:
-                    status = await self._run(state, scope, receive, answer, prepared, owned)
+                    run = self._run(state, scope, receive, answer, prepared, owned)
+                    # `_run` holds it as long as it needs it: not this frame, for a stream's life.
+                    del prepared
+                    status = await run
                 except SluicegateError as exc:  # e.g. the store is unavailable to accept a background run
                     status = 200 if answer.started else await self._send_error(exc.info, answer)
                 except Exception:
@@ -255,9 +258,14 @@ class TurnEndpoint:
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
         if turn.stream and not turn.store:  # nothing to make live (`live`): no `with` around it
-            await self._stream(
+            stream = self._stream(
                 state, scope, receive, send, pipeline.frames(), prepared.headers, prepared.lane
             )
+            # Nothing after the head reads the parsed turn here (no record, no live turn; a
+            # transport's `remember` holds its own): these frames do not keep it (the dialect's
+            # options, its tool selection, `Prepared`) for the stream's life.
+            del turn, prepared
+            await stream
             await pipeline.abandon("client_disconnected")  # a no-op when it ended
             return 200
         if turn.stream:

@@ -604,6 +604,20 @@ def test_finished_is_finish_chunk_then_done() -> None:
     assert fs[1] == REF_DONE
 
 
+def test_a_text_stream_keeps_no_generic_chunk_head() -> None:
+    """A held stream's memory: a text stream's encoder keeps its per-token frame's ends only;
+    the generic chunk's head is kept once a delta that needs it per token comes (reasoning)."""
+    enc = encoder()
+    message = Item(0, ItemKind.MESSAGE, "msg_1")
+    wire(enc, ItemAdded(message))
+    wire(enc, ItemDelta(message, "Hi"))
+    wire(enc, Finished(FinishReason.STOP))
+    assert enc._head_kept is None
+    reasoning = Item(1, ItemKind.REASONING, "rs_1")
+    wire(enc, ItemDelta(reasoning, "hm"))
+    assert enc._head_kept is not None and enc._content_head.startswith(enc._head_kept)
+
+
 def test_events_without_wire_form_encode_to_nothing() -> None:
     enc = encoder()
     message = Item(0, ItemKind.MESSAGE, "msg_1")

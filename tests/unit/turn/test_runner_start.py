@@ -5,6 +5,7 @@ properties are Python calls, once a request each) and no Python `asyncio.current
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from starlette.testclient import TestClient
 
 from sluicegate.app.factory import create_app
 from sluicegate.config import load_settings
+from sluicegate.dialects.base import Turn
+from sluicegate.turn.runner import Prepared, TurnEndpoint
 
 
 @pytest.fixture
@@ -63,3 +66,28 @@ def test_a_chat_start_makes_no_python_current_task_call(
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200 and "ok" in response.text
     assert calls == []
+
+
+def test_a_plain_stream_does_not_keep_its_parsed_turn(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory per held stream (bench/README.md, gateway "Round fifteen"): once a plain stream is
+    handed to its transport, the runner's frames keep neither `Prepared` nor the parsed `Turn`."""
+    alive: list[int] = []
+    stream = TurnEndpoint._stream
+
+    def checked(self: TurnEndpoint, *args: Any, **kwargs: Any) -> Any:
+        inner = stream(self, *args, **kwargs)
+
+        async def run() -> Any:  # awaited where the runner awaits the stream
+            gc.collect()
+            alive.append(sum(isinstance(o, (Prepared, Turn)) for o in gc.get_objects()))
+            return await inner
+
+        return run()
+
+    monkeypatch.setattr(TurnEndpoint, "_stream", checked)
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    response = client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200 and "ok" in response.text
+    assert alive == [0]

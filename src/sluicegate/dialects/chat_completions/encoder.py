@@ -45,6 +45,9 @@ _MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in
 _ROLE_MESSAGE = b'{"role":"assistant","content":""}'
 _ROLE_REFUSAL = b'{"role":"assistant","content":null,"refusal":""}'
 _ROLE_NOTHING = b'{"role":"assistant","content":null}'
+# Where a chunk's head ends in the per-token head, and a chunk's tail starts in the per-token tail.
+_BEFORE_CONTENT = -len(b'{"content":')
+_AFTER_LOGPROBS = len(b'},"logprobs":null')
 
 
 def usage_body(usage: Usage) -> dict[str, Any]:
@@ -133,15 +136,18 @@ class ChatCompletionsEncoder:
         )
         self.system_fingerprint = system_fingerprint
         self.prompt_text = prompt_text  # llama-server's `verbose`: `__verbose` in the body
-        # Slices, not `envelope` itself: an orjson result holds a 4 KiB buffer for as long as it
-        # lives, and an encoder lives as long as its stream.
-        self._open = envelope[:-1]
-        self._index = b"%d" % index
-        self._head = self._open + b',"choices":[{"index":' + self._index + b',"delta":'
-        self._tail = b',"finish_reason":null}]' + (b',"usage":null' if include_usage else b"") + b"}"
-        # The per-token frame, around the text: no dict, one orjson call on the string.
-        self._content_head = self._head + b'{"content":'
-        self._content_tail = b'},"logprobs":null' + self._tail
+        # A text stream keeps only its per-token frame's two ends (each bytes object is an
+        # allocation a held stream keeps): the envelope (`_open`) and the generic chunk's head and
+        # tail are sliced from them when used, and the head is kept once a non-text delta (reasoning,
+        # a tool call, a refusal, logprobs) needs it per token. Slices, not `envelope` itself: an
+        # orjson result holds a 4 KiB buffer for as long as it lives.
+        open_ = envelope[:-1]
+        self._open_end = len(open_)
+        self._content_head = open_ + b',"choices":[{"index":%d,"delta":{"content":' % index
+        self._content_tail = b'},"logprobs":null,"finish_reason":null}]' + (
+            b',"usage":null}' if include_usage else b"}"
+        )
+        self._head_kept: bytes | None = None
         self.completion_id, self.created, self.model = completion_id, created, model
         self.reasoning_field = reasoning_field
         self.include_usage = include_usage
@@ -154,9 +160,26 @@ class ChatCompletionsEncoder:
         self.return_progress = return_progress
         self._progress_since: float | None = None  # when the first progress report went out
 
+    @property
+    def _open(self) -> bytes:
+        """The envelope's fields, without the closing brace."""
+        return self._content_head[: self._open_end]
+
+    @property
+    def _tail(self) -> bytes:
+        """After a chunk's `logprobs`: `finish_reason`, `usage`, the closing brackets."""
+        return self._content_tail[_AFTER_LOGPROBS:]
+
+    def _head(self) -> bytes:
+        """A chunk's bytes up to its delta: kept once a stream needs it per token."""
+        head = self._head_kept
+        if head is None:
+            head = self._head_kept = self._content_head[:_BEFORE_CONTENT]
+        return head
+
     def _chunk(self, delta: dict[str, Any], logprobs: dict[str, Any] | None = None) -> Frame:
         lp = b"null" if logprobs is None else orjson.dumps(logprobs)
-        return Frame(self._head + orjson.dumps(delta) + b',"logprobs":' + lp + self._tail)
+        return Frame(self._head() + orjson.dumps(delta) + b',"logprobs":' + lp + self._tail)
 
     def _role_chunk(self, first: Item | None) -> Frame:
         self.started = True
@@ -168,7 +191,8 @@ class ChatCompletionsEncoder:
             # No message (yet): reasoning first, or nothing at all. `content: ""` here would make
             # SDK accumulators end with "" where the non-streaming body has null.
             delta = _ROLE_NOTHING
-        return Frame(self._head + delta + b',"logprobs":null' + self._tail)
+        # Once a stream: sliced, not kept.
+        return Frame(self._content_head[:_BEFORE_CONTENT] + delta + b',"logprobs":null' + self._tail)
 
     def opening(self) -> list[Frame]:
         return []
@@ -260,7 +284,7 @@ class ChatCompletionsEncoder:
         head = [] if self.started else [self._role_chunk(None)]
         choice = (
             b',"choices":[{"index":'
-            + self._index
+            + b"%d" % self.index
             + b',"delta":{},"logprobs":null,"finish_reason":"'
             + reason.encode()
             + b'"}]'

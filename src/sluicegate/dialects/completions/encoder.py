@@ -110,8 +110,11 @@ class CompletionsEncoder:
             head["system_fingerprint"] = system_fingerprint
         envelope = orjson.dumps(head)
         self.system_fingerprint = system_fingerprint
-        self._open = envelope[:-1]  # a slice: the orjson result's buffer is not kept
-        self._head = self._open + b',"choices":[{"index":' + b"%d" % index + b',"text":'
+        # A slice: the orjson result's buffer is not kept. The envelope (`_open`, used at the
+        # finish) is sliced from the per-token head, not kept beside it for a stream's life.
+        open_ = envelope[:-1]
+        self._open_end = len(open_)
+        self._head = open_ + b',"choices":[{"index":' + b"%d" % index + b',"text":'
         self._usage_null = b',"usage":null' if include_usage else b""
         self._tail = b',"logprobs":null,"finish_reason":null}]' + self._usage_null + b"}"
         self.completion_id, self.created, self.model = completion_id, created, model
@@ -121,6 +124,11 @@ class CompletionsEncoder:
         self.logprobs = logprobs
         self.usage = Usage()
         self._offset = 0  # characters streamed so far (legacy logprobs' text_offset)
+
+    @property
+    def _open(self) -> bytes:
+        """The envelope's fields, without the closing brace."""
+        return self._head[: self._open_end]
 
     def opening(self) -> list[Frame]:
         return []

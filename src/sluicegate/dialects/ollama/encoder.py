@@ -66,13 +66,20 @@ class OllamaEncoder:
         self.accumulator = accumulator
         self.started_ns = time.perf_counter_ns()
         self.created_at = now_iso()
-        self._open = b'{"model":' + orjson.dumps(model) + b',"created_at":' + orjson.dumps(self.created_at)
+        # The envelope (`_open`, used at the finish) is sliced from the per-token head, not kept
+        # beside it for a stream's life.
+        open_ = b'{"model":' + orjson.dumps(model) + b',"created_at":' + orjson.dumps(self.created_at)
+        self._open_end = len(open_)
         if generate:
-            self._text_head = self._open + b',"response":'
+            self._text_head = open_ + b',"response":'
             self._text_tail = b',"done":false}'
         else:
-            self._text_head = self._open + b',"message":{"role":"assistant","content":'
+            self._text_head = open_ + b',"message":{"role":"assistant","content":'
             self._text_tail = b'},"done":false}'
+
+    @property
+    def _open(self) -> bytes:
+        return self._text_head[: self._open_end]
 
     # --- streaming ---------------------------------------------------------------------------
 
