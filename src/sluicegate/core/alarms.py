@@ -100,8 +100,15 @@ class _Clock:
         heap = self.heap
         while heap and heap[0][1].callback is None:  # nothing to wake up for
             heapq.heappop(heap)
-        if heap and self._handle is None:
+        if heap and self._idle():
             self._arm(heap[0][0])
+
+    def _idle(self) -> bool:
+        """No loop timer is armed. (A method, not `self._handle is None` in `_fire`: after
+        `_fire` set it to None, mypy takes it for None there although a callback may have armed
+        it, and compiled, that read is checked as None: a TypeError in every round a callback
+        armed an alarm.)"""
+        return self._handle is None
 
 
 _last: _Clock | None = None

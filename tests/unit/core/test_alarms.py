@@ -85,6 +85,29 @@ async def test_a_callback_rearming_for_now_runs_in_a_later_round() -> None:
     await until(lambda: calls == 3)
 
 
+async def test_a_callback_arming_a_later_alarm_leaves_the_loop_nothing_to_report() -> None:
+    """A round whose callback arms the next alarm (every deadline and heartbeat does) ends
+    cleanly with that alarm's timer armed. Compiled, the round's last check read the timer it
+    had cleared as None (mypy's narrowing) and raised a TypeError into the loop's handler each
+    time a callback had armed one."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    fired: list[str] = []
+
+    def first() -> None:
+        fired.append("first")
+        alarm_at(loop, loop.time() + 0.01, lambda: fired.append("second"))
+
+    alarm_at(loop, loop.time(), first)
+    alarm_at(loop, loop.time() + 5, lambda: fired.append("last"))  # keeps the heap non-empty
+    try:
+        await until(lambda: "second" in fired)
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []
+
+
 async def test_a_failing_callback_is_reported_and_the_others_still_run() -> None:
     loop = asyncio.get_running_loop()
     reported: list[dict[str, object]] = []
