@@ -13,6 +13,7 @@ import asyncio
 import datetime as dt
 import fnmatch
 import sqlite3
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -126,18 +127,27 @@ class SQLiteUsageStore(UsageStore):
     def __init__(self, path: Path) -> None:
         self.path = path
         self._ready = False
+        # The file's first use sets WAL and the schema once: switching the journal mode fails at
+        # once ("database is locked", no busy wait) while another connection is setting it too,
+        # so concurrent first writes (a burst of requests after start) each failed with a 503.
+        self._setting_up = threading.Lock()
 
     def _call(self, fn: Any, *args: Any) -> Any:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
         try:
             if not self._ready:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-                self._ready = True
+                with self._setting_up:
+                    if not self._ready:
+                        self._set_up(db)
+                        self._ready = True
             return fn(db, *args)
         finally:
             db.close()
+
+    def _set_up(self, db: sqlite3.Connection) -> None:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.executescript(_SCHEMA)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         try:

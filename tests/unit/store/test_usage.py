@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -78,3 +81,50 @@ def test_prices_match_the_model_then_the_first_glob_and_cached_input_is_cheaper(
     assert price_of(prices, "gpt-4.1") == prices["gpt-*"] and price_of(prices, "qwen") is None
     used = Used(input_tokens=1_000_000, cached_tokens=400_000, output_tokens=500_000)
     assert prices["gpt-*"].cost(used) == pytest.approx(0.6 + 0.2 + 1.0)
+
+
+def test_concurrent_first_writes_set_the_file_up_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of first writes: one sets WAL and the schema, the others wait for it. (Each
+    setting the journal mode at once failed with "database is locked" at once, no busy wait:
+    a 503 for every request of a burst after start.) The setup is held until every writer has
+    connected, so without the lock all of them would be inside it together."""
+    store = SQLiteUsageStore(tmp_path / "store.sqlite3")
+    writers = 6
+    connected = threading.Semaphore(0)
+    count = threading.Lock()
+    setups: list[int] = []
+    real_connect, real_set_up = sqlite3.connect, store._set_up
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        db = real_connect(*args, **kwargs)
+        connected.release()
+        return db
+
+    def set_up(db: sqlite3.Connection) -> None:
+        with count:
+            setups.append(1)
+            first = len(setups) == 1
+        if first:  # the others have all connected (and reached the check) before it goes on
+            for _ in range(writers):
+                assert connected.acquire(timeout=30)
+        real_set_up(db)
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    monkeypatch.setattr(store, "_set_up", set_up)
+    failures: list[BaseException] = []
+
+    def write() -> None:
+        try:
+            store._call(lambda db: db.execute("SELECT count(*) FROM key_usage").fetchone())
+        except BaseException as exc:  # reported by the assert below
+            failures.append(exc)
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failures == []
+    assert len(setups) == 1
