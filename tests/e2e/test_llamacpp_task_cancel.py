@@ -91,6 +91,8 @@ def test_a_client_that_leaves_cancels_the_task(
     # ... so the next request is served, while the abandoned job would still be running.
     second = httpx.post(server.base_url + path, json=small(path, model), timeout=120)
     assert second.status_code == 200, second.text
+    # The access line is written as the request ends, which may be after its client has read it.
+    poll(lambda: len(access_status(server, path)) == 3, timeout=30, fail=True)
     assert access_status(server, path)[-2:] == [499, 200]
 
 
@@ -102,6 +104,8 @@ def test_the_request_deadline_cancels_the_task(
     late = httpx.post(server.base_url + path, json=big(path, model), timeout=120)
     assert late.status_code == 504, late.text
     assert late.json()["error"]["message"].startswith("Request timed out after 10s")
+    # The access line is written as the request ends, which may be after its client has read it.
+    poll(lambda: access_status(server, path), timeout=30, fail=True)
     assert access_status(server, path) == [504]
     poll(lambda: metric(server.base_url, ACTIVE, model) == 0, timeout=60, fail=True)
     second = httpx.post(server.base_url + path, json=small(path, model), timeout=120)
