@@ -14,20 +14,14 @@ import pytest
 from starlette.requests import HTTPConnection
 from starlette.testclient import TestClient
 
-from sluicegate.app.factory import create_app
-from sluicegate.config import load_settings
+from scripted_app import scripted_client
 from sluicegate.dialects.base import Turn
 from sluicegate.turn.runner import Prepared, TurnEndpoint
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    (tmp_path / "reply.yaml").write_text('replies:\n  - content: "ok"\n')
-    config = tmp_path / "sluicegate.toml"
-    config.write_text(
-        '[server]\ndata_dir = "data"\n\n[[models]]\nid = "m"\nengine = "scripted"\nscript = "reply.yaml"\n'
-    )
-    with TestClient(create_app(load_settings(config, env={}))) as test_client:
+    with scripted_client(tmp_path) as test_client:
         yield test_client
 
 
