@@ -362,13 +362,13 @@ _ROLE = (
 )
 
 
-def test_the_role_chunk_in_vllms_shape_is_read_without_parsing_it(monkeypatch: Any) -> None:
-    """A stream's opening chunk (role, empty content, nothing more) comes to no event: it is
-    recognised from its bytes, as a token's chunk is, and its head serves the tokens after it."""
+def _parses_recorded(monkeypatch: Any) -> list[bytes] | None:
+    """What the decoder hands `orjson.loads` from here on; None in the compiled build, where
+    orjson is bound in the binary and the patch cannot reach it."""
     import sluicegate.engines.upstream.wire as wire
 
     if not hasattr(wire.ChunkDecoder.frame, "__code__"):
-        return  # compiled: orjson is bound in the binary (the pure run checks the count)
+        return None
     parsed: list[bytes] = []
     real = wire.orjson.loads
 
@@ -377,6 +377,15 @@ def test_the_role_chunk_in_vllms_shape_is_read_without_parsing_it(monkeypatch: A
         return real(data)
 
     monkeypatch.setattr(wire.orjson, "loads", loads)
+    return parsed
+
+
+def test_the_role_chunk_in_vllms_shape_is_read_without_parsing_it(monkeypatch: Any) -> None:
+    """A stream's opening chunk (role, empty content, nothing more) comes to no event: it is
+    recognised from its bytes, as a token's chunk is, and its head serves the tokens after it."""
+    parsed = _parses_recorded(monkeypatch)
+    if parsed is None:
+        return  # compiled: orjson is bound in the binary (the pure run checks the count)
     decoder = ChunkDecoder()
     assert decoder.frame(None, _ROLE) == []
     assert parsed == []
@@ -417,18 +426,9 @@ _USAGE = _HEAD + b'"choices":[],"usage":{"prompt_tokens":8,"completion_tokens":2
 def test_the_last_chunks_in_vllms_shape_are_read_without_parsing_them_whole(monkeypatch: Any) -> None:
     """The finish chunk (an empty text, a known reason) and the usage chunk come to what parsing
     them would: recognised from the stream's head and a token's tail, only usage's object parsed."""
-    import sluicegate.engines.upstream.wire as wire
-
-    if not hasattr(wire.ChunkDecoder.frame, "__code__"):
+    parsed = _parses_recorded(monkeypatch)
+    if parsed is None:
         return  # compiled: orjson is bound in the binary (the pure run checks the count)
-    parsed: list[bytes] = []
-    real = wire.orjson.loads
-
-    def loads(data: bytes) -> Any:
-        parsed.append(bytes(data))
-        return real(data)
-
-    monkeypatch.setattr(wire.orjson, "loads", loads)
     decoder = ChunkDecoder()
     assert decoder.frame(None, _ROLE) == []
     assert decoder.frame(None, _TOKEN) == [TextDelta(ItemKind.MESSAGE, "Hi")]
