@@ -9,8 +9,8 @@ are marked, so that the rows are measured and sum to the whole.
 
 callgrind sees no Python function (CPython 3.11 has no perf trampoline; interpreted calls run
 inside one eval loop). So each layer is wrapped, in the server process only, in a *mark*: a
-function of `bench/start_layers_marks.py`, compiled by mypyc into a scratch folder (`--marks-dir`,
-built once, ~20 s), that awaits the layer's awaitable (or calls its function). Every step of the
+function written by `marks_source()` (one per row of `TREE`, from one template per kind) and
+compiled by mypyc into a scratch folder (`--marks-dir`, built once, ~20 s), that awaits the layer's awaitable (or calls its function). Every step of the
 layer runs inside its mark's C function, and callgrind's inclusive count of that function is the
 layer's whole cost over all its steps. A layer's own row is its mark's count less the marks
 inside it; the outermost row is the whole start less the app's mark (uvicorn, the event loop,
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
+import importlib
 import os
 import re
 import subprocess
@@ -67,6 +68,33 @@ TREE: list[tuple[str, str, str]] = [
     ("cycle_send", "stream", "uvicorn's `send` (Sluicegate's `Cycle.send`: the head, the last body)"),
     ("release", "endpoint", "the request's release (`Owned.aclose`)"),
 ]
+
+# The marks whose layer is a function (called: `mark_x(f, *args)`); the others are awaitables.
+SYNC_MARKS = frozenset({"parse", "resolve", "admission", "open_model", "turn_id", "encoder", "headers"})
+# Each mark must be a function of its own, so that callgrind names it: written out from TREE's
+# names, one template per kind, plus the two calibration marks (`--double`). A measuring aid,
+# compiled in the scratch folder only; not part of the server.
+MARK_ASYNC = """
+
+async def mark_{name}(aw: Any) -> Any:
+    return await aw
+"""
+MARK_SYNC = """
+
+def mark_{name}(f: Any, *args: Any) -> Any:
+    return f(*args)
+"""
+
+
+def marks_source() -> str:
+    """The marks module `build_marks` compiles: `mark_<row>` for each row of TREE, and
+    `mark_nothing` / `mark_nothing_async` (a mark around nothing: its own cost)."""
+    rows = [(name, MARK_SYNC if name in SYNC_MARKS else MARK_ASYNC) for name, _, _ in TREE]
+    rows += [("nothing", MARK_SYNC), ("nothing_async", MARK_ASYNC)]
+    head = '"""Layer marks for bench/start_layers.py (written by its marks_source())."""\n\n'
+    head += "from __future__ import annotations\n\nfrom typing import Any\n"
+    return head + "".join(template.format(name=name) for name, template in rows)
+
 
 # Compiled functions shown as "of which" rows under the mark that calls them (a symbol pattern:
 # mypyc names a coroutine's steps `..._gen_____mypyc_generator_helper__`, a function `CPyDef_...`).
@@ -133,12 +161,13 @@ def _install(marks_dir: str) -> None:
     double = os.environ.get(DOUBLE) == "1"
     import uvicorn.protocols.http.httptools_impl  # noqa: F401  # http_protocol's base, first
 
-    import start_layers_marks as m  # built by mypyc in marks_dir (on sys.path first)
     from sluicegate.app import factory, http_protocol
     from sluicegate.core import owned
     from sluicegate.dialects.chat_completions import dialect
     from sluicegate.engines import models, registry
     from sluicegate.turn import runner, state
+
+    m = importlib.import_module("start_layers_marks")  # `marks_source()`, built by mypyc in marks_dir
 
     def wrap_async(owner: Any, name: str, mark: Any) -> None:
         original = getattr(owner, name, None)
@@ -218,7 +247,7 @@ def serve_marked(marks_dir: str, argv: list[str]) -> None:
 
 
 def build_marks(folder: Path) -> None:
-    source = (HERE / "start_layers_marks.py").read_bytes()
+    source = marks_source().encode()
     copy = folder / "start_layers_marks.py"
     if any(folder.glob("start_layers_marks*.so")) and copy.exists() and copy.read_bytes() == source:
         return  # built from these marks already (a changed marks file is built again)

@@ -14,9 +14,10 @@ from sluicegate.config import load_settings
 
 
 @contextmanager
-def scripted_client(folder: Path) -> Iterator[TestClient]:
-    """The app of a config in `folder` (its data there too), started and stopped around the block."""
-    (folder / "reply.yaml").write_text('replies:\n  - content: "ok"\n')
+def scripted_client(folder: Path, reply: str = 'content: "ok"') -> Iterator[TestClient]:
+    """The app of a config in `folder` (its data there too), started and stopped around the
+    block; `m` answers every turn with `reply` (one entry of the scripted engine's `replies`)."""
+    (folder / "reply.yaml").write_text("replies:\n  - " + reply.replace("\n", "\n    ") + "\n")
     config = folder / "sluicegate.toml"
     config.write_text(
         '[server]\ndata_dir = "data"\n\n[[models]]\nid = "m"\nengine = "scripted"\nscript = "reply.yaml"\n'

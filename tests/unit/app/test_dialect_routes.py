@@ -11,9 +11,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from scripted_app import scripted_client
 from sluicegate.app.dialects import dialect_routes
-from sluicegate.app.factory import create_app
-from sluicegate.config import load_settings
 from sluicegate.core.errors import ConfigError
 from sluicegate.dialects import registry
 from sluicegate.dialects.base import DialectContext, DialectSpec, Registration
@@ -28,12 +27,7 @@ def client(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TestClie
     monkeypatch.syspath_prepend(str(install(tmp_path / "site")))
     monkeypatch.setattr(registry, "_table", None)  # discovered again, with the toy's entry point
     monkeypatch.setattr(toy_routes, "NOTES", [])
-    (tmp_path / "reply.yaml").write_text('replies:\n  - content: "a b c"\n')
-    config = tmp_path / "sluicegate.toml"
-    config.write_text(
-        '[server]\ndata_dir = "data"\n\n[[models]]\nid = "m"\nengine = "scripted"\nscript = "reply.yaml"\n'
-    )
-    with TestClient(create_app(load_settings(config, env={}))) as test_client:
+    with scripted_client(tmp_path, 'content: "a b c"') as test_client:
         yield test_client
 
 

@@ -21,6 +21,13 @@ async def _request_id_after(headers: list[tuple[bytes, bytes]]) -> str:
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
+    await _observed(app)
+    return seen[0].request_id
+
+
+async def _observed(app: Any) -> None:
+    """`app` served through the middleware for one chat request whose client reads nothing."""
+
     async def send(message: Any) -> None:
         pass
 
@@ -29,7 +36,6 @@ async def _request_id_after(headers: list[tuple[bytes, bytes]]) -> str:
 
     scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
     await ObserveMiddleware(app)(scope, receive, send)
-    return seen[0].request_id
 
 
 @pytest.mark.parametrize("name", [b"x-request-id", b"X-Request-ID", b"X-REQUEST-ID"])
@@ -54,14 +60,7 @@ async def test_a_held_stream_keeps_no_closure_and_no_prompt_log_lists() -> None:
         sends.append(send)
         await send({"type": "http.response.start", "status": 201, "headers": []})
 
-    async def send(message: Any) -> None:
-        pass
-
-    async def receive() -> Any:
-        return {"type": "http.disconnect"}
-
-    scope = {"type": "http", "path": "/v1/chat/completions", "method": "POST", "headers": []}
-    await ObserveMiddleware(app)(scope, receive, send)
+    await _observed(app)
     assert getattr(sends[0], "__closure__", None) is None
     code = getattr(ObserveMiddleware.__call__, "__code__", None)  # (None compiled: no frame)
     assert code is None or not code.co_cellvars

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -14,13 +14,20 @@ from sluicegate.core.events import (
     Answered,
     Failed,
     ItemKind,
+    LoadFinished,
+    LoadProgress,
+    LoadStarted,
+    ProgressEvent,
+    PromptFinished,
     PromptProgress,
     PromptStarted,
     RawBatch,
     RawEvent,
     TextDelta,
+    ToolsListed,
 )
-from sluicegate.transport.answer_first import await_answer
+from sluicegate.core.request import ProviderInfo
+from sluicegate.transport.answer_first import _progress, await_answer
 
 
 class Engine:
@@ -300,3 +307,29 @@ async def test_a_stream_that_only_passes_steps_on_is_iterated_beneath_and_closed
     assert wrapper.steps == 2  # the wait's two steps; the rest read beneath it
     await opened.events.aclose()  # type: ignore[attr-defined]
     assert wrapper.closed
+
+
+# What may come before the answer (`_progress`): the classes it writes out (for the compiled
+# build's cheap type compares) are every progress event's and the tool loop's listings. Was an
+# import-time `assert` (gone under `python -O`, paid by every import).
+
+_ONE_OF_EACH: dict[type, RawEvent] = {
+    LoadStarted: LoadStarted("instance"),
+    LoadProgress: LoadProgress(0.5),
+    LoadFinished: LoadFinished(1.0),
+    PromptStarted: PromptStarted(),
+    PromptProgress: PromptProgress(0.5),
+    PromptFinished: PromptFinished(),
+}
+
+
+@pytest.mark.parametrize("cls", get_args(ProgressEvent), ids=lambda c: c.__name__)
+def test_every_progress_event_may_come_before_the_answer(cls: type) -> None:
+    assert cls in _ONE_OF_EACH, f"a new progress event: add one {cls.__name__} here"
+    assert _progress(_ONE_OF_EACH[cls])
+
+
+def test_the_tool_loops_listing_may_come_before_the_answer_and_nothing_else() -> None:
+    assert _progress(ToolsListed(ProviderInfo("ephemeral_mcp", "docs", "docs"), []))
+    for other in (Answered({}), TEXT, RawBatch([TEXT]), Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))):
+        assert not _progress(other), other

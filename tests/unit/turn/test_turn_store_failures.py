@@ -20,19 +20,13 @@ import orjson
 import pytest
 from starlette.testclient import TestClient
 
-from sluicegate.app.factory import create_app
-from sluicegate.config import load_settings
+from scripted_app import scripted_client
 from sluicegate.store.base import StoredResponse, StoreUnavailable
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    (tmp_path / "reply.yaml").write_text('replies:\n  - token_delay_ms: 20\n    content: "a b c d"\n')
-    config = tmp_path / "sluicegate.toml"
-    config.write_text(
-        '[server]\ndata_dir = "data"\n\n[[models]]\nid = "m"\nengine = "scripted"\nscript = "reply.yaml"\n'
-    )
-    with TestClient(create_app(load_settings(config, env={}))) as test_client:
+    with scripted_client(tmp_path, 'token_delay_ms: 20\ncontent: "a b c d"') as test_client:
         yield test_client
 
 
