@@ -14,7 +14,7 @@ Usage is reported once, at the end: the segmenter would pass every intermediate 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import orjson
 
@@ -44,7 +44,10 @@ FINISH_REASONS = {
 }
 LEGACY_CALL_INDEX = 0  # the one call a legacy `function_call` delta describes
 CLOSED_EARLY = "The upstream closed the stream before it finished (no finish_reason, no [DONE])."
-_MESSAGE = ItemKind.MESSAGE  # a module constant: an enum member lookup costs ~100 ns in 3.11
+# Module constants read per token, `Final`: compiled, each a C static, where a module global is
+# a dict lookup (and `orjson.loads` an attribute lookup on the module) per read.
+_MESSAGE: Final = ItemKind.MESSAGE  # (an enum member lookup costs ~100 ns in 3.11)
+_loads: Final = orjson.loads
 
 
 class SSEReader:
@@ -225,7 +228,7 @@ class _PlainChunks:
             else:
                 return None
         try:
-            text = orjson.loads(data[len(head) + len(content_at) - 1 : len(data) - len(tail)])
+            text = _loads(data[len(head) + len(content_at) - 1 : len(data) - len(tail)])
         except orjson.JSONDecodeError:
             return None
         return text if type(text) is str else None
