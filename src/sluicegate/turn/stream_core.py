@@ -97,13 +97,15 @@ class StreamCore:
     def _encode(self, events: list[Event] | tuple[Event, ...]) -> list[Frame]:
         # The accumulator called as itself, not through a bound `feed`: compiled, that is a
         # native call, where the bound method was a generic one (its arguments parsed per event).
-        tap, accumulator, encode = self.tap, self.accumulator, self.encoder.encode
+        tap, accumulator = self.tap, self.accumulator
         if len(events) == 1:  # a paced token: its frames as the encoder made them
             canonical = events[0]
             if tap is not None:
                 tap.see(canonical)
             accumulator.feed(canonical)
-            return encode(canonical)
+            # (called by name: compiled, binding `encode` first makes a bound method per read)
+            return self.encoder.encode(canonical)
+        encode = self.encoder.encode
         frames: list[Frame] = []
         for canonical in events:
             if tap is not None:
