@@ -67,13 +67,14 @@ class SSEReader:
         # raising and clearing a TypeError (~2 k instructions a read). `partition` before
         # `find`: it takes its one argument as is, where `find` parses an argument tuple
         # (~1.2 k instructions a call, compiled) — and it copies nothing when the separator
-        # is absent.
-        if not self._tail and not self._data and chunk[-2:] == b"\n\n":
+        # is absent. `startswith`/`endswith` of one argument, not a slice compared: compiled,
+        # those two are native and make no bytes object.
+        if not self._tail and not self._data and chunk.endswith(b"\n\n"):
             # What upstreams send per read: whole `data: ` frames of one line each. Anything
             # else (comments, `event:` lines, frames split across reads) takes the general path.
             line, _, rest = chunk.partition(b"\n")
             if len(rest) == 1:  # one frame of one line, a paced token's read
-                if line[:6] == b"data: " and not line.partition(b"\r")[1]:
+                if line.startswith(b"data: ") and not line.partition(b"\r")[1]:
                     return [(None, line[6:])]
                 parts: list[bytes] = []
             elif chunk.find(b"\r") < 0:
