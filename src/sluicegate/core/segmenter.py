@@ -289,12 +289,13 @@ class Segments:
             return False
         return True
 
-    def push_read(self, events: list[RawEvent], out: list[Event]) -> bool:
+    def push_read(self, events: list[RawEvent], out: list[Event], now: float) -> bool:
         """`push(RawBatch(events), out)` for a read the fast lane carries, without the batch
-        object."""
+        object; `now`: the loop's time it came in, which is the deadline's clock (armed by the
+        stream's first read, before a lane carries any)."""
         deadline = self.deadline
         if deadline is not None:
-            deadline.last = deadline.clock()
+            deadline.last = now
         return self._read(events, out)
 
     def _read(self, events: list[RawEvent], out: list[Event]) -> bool:

@@ -167,7 +167,7 @@ class TurnPipeline:
         if lane is not None:
             lane.deliver = self.carry if emitter is not None else None
 
-    def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None) -> bool:
+    def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None, now: float) -> bool:
         """The fast lane's driver (`Lane.deliver`): a read pushed through the core in the
         upstream connection's callback, its frames handed to the transport; False, with
         nothing changed, when the task must take it — a read with anything but deltas and
@@ -186,9 +186,9 @@ class TurnPipeline:
             kind = type(event)
             if kind is not TextDelta and kind is not ToolCallDelta and kind is not UsageReport:
                 return False
-        frames = self.core.push_read(batch)
+        frames = self.core.push_read(batch, now)
         if frames:
-            emitter.emit(frames)
+            emitter.emit(frames, now)
         _LANE_READS.inc(1.0)
         return True
 

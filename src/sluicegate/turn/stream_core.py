@@ -66,12 +66,13 @@ class StreamCore:
         self.segments.push(event, self._out)
         return self._frames()
 
-    def push_read(self, events: list[RawEvent]) -> list[Frame]:
-        """`push(RawBatch(events))` for the fast lane's read, without the batch object."""
+    def push_read(self, events: list[RawEvent], now: float) -> list[Frame]:
+        """`push(RawBatch(events))` for the fast lane's read, without the batch object; `now`:
+        the loop's time the read came in (`Lane.deliver`'s)."""
         cell = self.deltas
         if cell is not None:
             _count_deltas(cell, events)
-        self.segments.push_read(events, self._out)
+        self.segments.push_read(events, self._out, now)
         return self._frames()
 
     def _frames(self) -> list[Frame]:
