@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Final
 
 from sluicegate.core.errors import ErrorInfo
 from sluicegate.core.events import (
@@ -68,7 +69,8 @@ class ChatResult:
         return (self.usage.completion_tokens - 1) / self.generation_seconds
 
 
-_REASONING = ItemKind.REASONING  # per token: an enum member lookup costs ~100 ns in Python 3.11
+# Per token: an enum member lookup costs ~100 ns in Python 3.11; `Final`, compiled, a C static.
+_REASONING: Final = ItemKind.REASONING
 
 
 class Accumulator:

@@ -210,7 +210,10 @@ class Emitter(Protocol):
         waits for the client)."""
         ...
 
-    def emit(self, frames: list[Frame]) -> None: ...
+    def emit(self, frames: list[Frame], now: float) -> None:
+        """Write a lane's frames; `now`: the loop's time the read came in (`Lane.deliver`'s),
+        the stream's last write for its heartbeat."""
+        ...
 
 
 class LaneBinding(Protocol):
@@ -289,10 +292,11 @@ class _Stream:
         self.frames: Callable[[list[Frame]], bytes] | None = None
         self.line: Line | None = None  # the sink's native write for the lane, if it has one
 
-    def emit(self, frames: list[Frame]) -> None:
+    def emit(self, frames: list[Frame], now: float) -> None:
         """A lane's frames: written as the loop writes a chunk; once `limit` waits for the
         client, the lane stops until the loop has written again (the chain's `_send` waits for
-        the client): backpressure as on the loop's own path."""
+        the client): backpressure as on the loop's own path. `now`: the loop's time the read
+        came in (read once for the read's clocks)."""
         assert self.frames is not None
         data = self.frames(frames)
         line = self.line
@@ -302,7 +306,7 @@ class _Stream:
                 sink.write(data, force=True)
                 if sink.buffered() >= self.limit:
                     self.ready = False
-        self.last_sent = self.loop.time()
+        self.last_sent = now
 
     def lost(self) -> None:
         """The sink's call when the client disconnects."""

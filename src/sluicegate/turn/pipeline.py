@@ -19,6 +19,7 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Final
 
 from sluicegate.core.accumulate import Accumulator, ChatResult
 from sluicegate.core.deadlines import Deadline
@@ -40,7 +41,8 @@ log = logging.getLogger(__name__)
 # The fast lane; off with SLUICEGATE_FAST_LANE=0: every read takes the task (the tests compare).
 LANE_ENABLED = os.environ.get("SLUICEGATE_FAST_LANE", "1") != "0"
 LANE_READS = METRICS.key("sluicegate_fast_lane_reads_total")
-_LANE_READS = METRICS.cell(LANE_READS)  # bound once: a carried read adds to an attribute
+# Bound once: a carried read adds to an attribute (`Final`, compiled: a C static, no dict lookup).
+_LANE_READS: Final = METRICS.cell(LANE_READS)
 
 # Persist the turn: (cancel reason or None, the frames that end it) → durable.
 Persist = Callable[[str | None, list[Frame]], Awaitable[None]]
@@ -165,7 +167,7 @@ class TurnPipeline:
         if lane is not None:
             lane.deliver = self.carry if emitter is not None else None
 
-    def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None) -> bool:
+    def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None, now: float) -> bool:
         """The fast lane's driver (`Lane.deliver`): a read pushed through the core in the
         upstream connection's callback, its frames handed to the transport; False, with
         nothing changed, when the task must take it — a read with anything but deltas and
@@ -184,9 +186,9 @@ class TurnPipeline:
             kind = type(event)
             if kind is not TextDelta and kind is not ToolCallDelta and kind is not UsageReport:
                 return False
-        frames = self.core.push_read(batch)
+        frames = self.core.push_read(batch, now)
         if frames:
-            emitter.emit(frames)
+            emitter.emit(frames, now)
         _LANE_READS.inc(1.0)
         return True
 

@@ -66,12 +66,13 @@ class StreamCore:
         self.segments.push(event, self._out)
         return self._frames()
 
-    def push_read(self, events: list[RawEvent]) -> list[Frame]:
-        """`push(RawBatch(events))` for the fast lane's read, without the batch object."""
+    def push_read(self, events: list[RawEvent], now: float) -> list[Frame]:
+        """`push(RawBatch(events))` for the fast lane's read, without the batch object; `now`:
+        the loop's time the read came in (`Lane.deliver`'s)."""
         cell = self.deltas
         if cell is not None:
             _count_deltas(cell, events)
-        self.segments.push_read(events, self._out)
+        self.segments.push_read(events, self._out, now)
         return self._frames()
 
     def _frames(self) -> list[Frame]:
@@ -97,13 +98,15 @@ class StreamCore:
     def _encode(self, events: list[Event] | tuple[Event, ...]) -> list[Frame]:
         # The accumulator called as itself, not through a bound `feed`: compiled, that is a
         # native call, where the bound method was a generic one (its arguments parsed per event).
-        tap, accumulator, encode = self.tap, self.accumulator, self.encoder.encode
+        tap, accumulator = self.tap, self.accumulator
         if len(events) == 1:  # a paced token: its frames as the encoder made them
             canonical = events[0]
             if tap is not None:
                 tap.see(canonical)
             accumulator.feed(canonical)
-            return encode(canonical)
+            # (called by name: compiled, binding `encode` first makes a bound method per read)
+            return self.encoder.encode(canonical)
+        encode = self.encoder.encode
         frames: list[Frame] = []
         for canonical in events:
             if tap is not None:

@@ -83,7 +83,7 @@ class Wire:
     def ready(self) -> bool:
         return True
 
-    def emit(self, frames: list[Frame]) -> None:
+    def emit(self, frames: list[Frame], now: float = 0.0) -> None:
         self.frames += frames
         self.progress.set()
 

@@ -55,7 +55,9 @@ async def test_a_lane_writes_through_the_asgi_sink_between_the_tasks_chunks() ->
         yield [Frame(b"1")]
         assert lane.emitter is not None and lane.emitter.ready
         assert lane.emitter.producer is asyncio.current_task()
-        lane.emitter.emit([Frame(b"2"), Frame(b"3")])  # as the connection's callback would
+        lane.emitter.emit(
+            [Frame(b"2"), Frame(b"3")], asyncio.get_running_loop().time()
+        )  # as the callback would
         await asyncio.sleep(0)
         yield [Frame(b"4")]
 

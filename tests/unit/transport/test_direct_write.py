@@ -506,7 +506,7 @@ async def test_a_lanes_frames_go_out_through_the_sinks_native_line_in_order() ->
     for frames in lane_frames:
         before = wire.writes
         taken = line.write(b"") if not line.paused else False  # (what emit will find)
-        emitter.emit(frames)
+        emitter.emit(frames, asyncio.get_running_loop().time())
         assert wire.writes == before + 1
         native += taken
         paused_seen |= line.paused

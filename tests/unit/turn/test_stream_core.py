@@ -68,7 +68,7 @@ class Wire:
     def ready(self) -> bool:
         return not self.held
 
-    def emit(self, frames: list[Frame]) -> None:
+    def emit(self, frames: list[Frame], now: float = 0.0) -> None:
         self.emitted += 1
         self.frames += frames
 
@@ -96,7 +96,7 @@ async def run(
     async def engine() -> AsyncIterator[RawEvent]:
         for i, read in enumerate(READS):
             deliver = lane.deliver if lane is not None else None
-            if i in carried and deliver is not None and deliver(list(read), asyncio.current_task()):
+            if i in carried and deliver is not None and deliver(list(read), asyncio.current_task(), 0.0):
                 how.append("lane")
                 continue
             how.append("task")
@@ -148,16 +148,16 @@ async def test_the_lane_refuses_what_the_task_must_take() -> None:
         assert deliver is not None
         text = [TextDelta(ItemKind.MESSAGE, "a")]
         # Anything that is not a delta or usage: the end, a failure, progress.
-        assert not deliver([*text, Finished(FinishReason.STOP)], task)
-        assert not deliver([Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))], task)
-        assert not deliver([PromptProgress(0.5)], task)
+        assert not deliver([*text, Finished(FinishReason.STOP)], task, 0.0)
+        assert not deliver([Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))], task, 0.0)
+        assert not deliver([PromptProgress(0.5)], task, 0.0)
         # A wait that is not the stream's own task (the answer-first wait), a transport behind.
-        assert not deliver(text, None)
+        assert not deliver(text, None, 0.0)
         wire.held = True
-        assert not deliver(text, task)
+        assert not deliver(text, task, 0.0)
         wire.held = False
         assert wire.emitted == 0
-        assert deliver(text, task)
+        assert deliver(text, task, 0.0)
         assert wire.emitted == 1
         yield TextDelta(ItemKind.MESSAGE, "b")
 
@@ -168,7 +168,7 @@ async def test_the_lane_refuses_what_the_task_must_take() -> None:
     async for _frames in pipeline.frames():
         pass
     assert wire.emitted == 1
-    assert not pipeline.carry([TextDelta(ItemKind.MESSAGE, "late")], task)  # the turn has ended
+    assert not pipeline.carry([TextDelta(ItemKind.MESSAGE, "late")], task, 0.0)  # the turn has ended
     assert wire.emitted == 1
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 
@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 ReasoningField = Literal["reasoning_content", "reasoning", "both"]
 # Items of tools the server runs itself (tool loop): not part of this dialect.
 SERVER_SIDE = frozenset({ItemKind.TOOL_RESULT, ItemKind.TOOL_LIST, ItemKind.APPROVAL_REQUEST})
-_MESSAGE = ItemKind.MESSAGE  # per token: an enum member lookup costs ~100 ns in Python 3.11
+# Read per token, `Final`: compiled, C statics, not a module dict's (or module's) lookup each.
+_MESSAGE: Final = ItemKind.MESSAGE  # (an enum member lookup costs ~100 ns in Python 3.11)
+_dumps: Final = orjson.dumps
 # The opening delta's three forms, encoded once (a stream's first chunk: no dict, no orjson call).
 _ROLE_MESSAGE = b'{"role":"assistant","content":""}'
 _ROLE_REFUSAL = b'{"role":"assistant","content":null,"refusal":""}'
@@ -266,7 +268,7 @@ class ChatCompletionsEncoder:
         kind = item.kind
         if kind is _MESSAGE:
             if not self.logprobs:
-                return Frame(self._content_head + orjson.dumps(event.text) + self._content_tail)
+                return Frame(self._content_head + _dumps(event.text) + self._content_tail)
             content_lp = {"content": logprobs_body(event.logprobs or []), "refusal": None}
             return self._chunk({"content": event.text}, content_lp)
         if kind is ItemKind.REASONING:

@@ -353,7 +353,7 @@ class ReadThrough:
                 batch = []
                 for name, payload in frames:
                     batch += self.decoder.frame(name, payload)
-            self.clocks.alive()
+            now = self.clocks.alive()
             if not batch:
                 return True
             deliver = self.lane.deliver
@@ -361,7 +361,7 @@ class ReadThrough:
                 deliver is not None
                 and not self.decoder.over
                 and self.clocks.expired is None
-                and deliver(batch, self.clocks.waiter)
+                and deliver(batch, self.clocks.waiter, now)
             ):
                 return True
         except Exception:  # a bug in a callback of the event loop: end the stream, not the process

@@ -105,11 +105,14 @@ class Clocks:
         """The engine is about to wait on the upstream (call right before the await)."""
         self.waiter = task_of(self._loop)  # (given the loop: no getpid per read)
 
-    def alive(self) -> None:
+    def alive(self) -> float:
         """Something arrived and was relayed while the engine still waits (a read carried by the
-        turn's fast lane, engines/lane.py): the upstream is alive, the wait goes on."""
+        turn's fast lane, engines/lane.py): the upstream is alive, the wait goes on. Returns the
+        loop's time it read (the lane's `now`)."""
         self.first_byte_seen = True
-        self._phase_at = self._loop.time() + self._idle
+        now = self._loop.time()
+        self._phase_at = now + self._idle
+        return now
 
     def idle(self) -> None:
         """Not waiting on the upstream any more (the answer came, or the stream is over)."""
