@@ -11,9 +11,12 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope
 
 from sluicegate.core import scope
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.headers import header_value
-from sluicegate.core.json_limits import check_json_depth, may_nest_deeper
+from sluicegate.core.errors import ErrorKind, SluicegateError
+
+# (`safe_headers` and `parse_json` are compiled, in core: imported from here as before)
+from sluicegate.core.headers import safe_headers as safe_headers
+from sluicegate.core.json_limits import HTTP_HINT as HTTP_HINT
+from sluicegate.core.json_limits import parse_json as parse_json
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -24,15 +27,6 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-def safe_headers(headers: dict[str, str]) -> dict[str, str]:
-    """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
-    been percent-encoded on purpose); any other is percent-encoded."""
-    safe: dict[str, str] = {}  # (a loop, not a comprehension: its frame once a request)
-    for name, value in headers.items():
-        safe[name] = value if value.isascii() and value.isprintable() else header_value(value)
-    return safe
 
 
 def app_state(request: HTTPConnection) -> AppState:
@@ -85,27 +79,6 @@ async def read_json_body(scope: Scope, receive: Receive, max_bytes: int, max_dep
             break
     body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
     return parse_json(body, max_depth)
-
-
-HTTP_HINT = "Send valid JSON with Content-Type: application/json."
-
-
-def parse_json(
-    body: bytes | str, max_depth: int, *, what: str = "request body", hint: str = HTTP_HINT
-) -> Any:
-    """A client's JSON, with every check a body gets (empty, invalid JSON or UTF-8, nesting past
-    `max_json_depth`): one parser for every transport (HTTP bodies, WebSocket messages)."""
-    if not body.strip():
-        raise invalid(f"The {what} is empty; expected a JSON object.")
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(
-            f"We could not parse the JSON {what.split()[-1]} of your request ({exc.msg} at position {exc.pos}). {hint}"
-        ) from exc
-    if may_nest_deeper(body, max_depth):  # one limit, applied once
-        check_json_depth(value, max_depth)
-    return value
 
 
 def presented_key(request: HTTPConnection) -> str:
