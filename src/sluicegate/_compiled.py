@@ -75,8 +75,9 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
     "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
-    # Plain functions the runner's interpreted start calls once a request: the body's JSON
-    # checks and the response headers' (bench/README.md, gateway "Round sixteen").
+    # Plain functions the runner's interpreted start calls once a request: the body's length
+    # and message, its JSON checks, the response headers' (bench/README.md, gateway "Round sixteen").
+    "sluicegate.core.body",
     "sluicegate.core.json_limits",
     "sluicegate.core.headers",
     # The loop's one timer heap: a stream's clocks arm and cancel three alarms a request start,

@@ -8,9 +8,10 @@ from typing import Any
 import orjson
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope
+from starlette.types import Message, Receive, Scope
 
 from sluicegate.core import scope
+from sluicegate.core.body import declared_over, whole_body
 from sluicegate.core.errors import ErrorKind, SluicegateError
 
 # (`safe_headers` and `parse_json` are compiled, in core: imported from here as before)
@@ -51,34 +52,38 @@ async def read_json(request: Request, max_bytes: int, max_depth: int | None = No
 
 async def read_json_body(scope: Scope, receive: Receive, max_bytes: int, max_depth: int) -> Any:
     """`read_json` from the ASGI scope and `receive` themselves: a chat route's start makes no
-    `Request` or `Headers` to read one header (`scope["headers"]` is a list once Starlette's
-    `Headers(scope=...)` has seen it; any iterable of pairs is read the same)."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":  # the first one, as `Headers.get` reads it
-            declared = value.decode("latin-1")
-            if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-                raise _too_large(max_bytes)
-            break
-    # The ASGI messages read here, not through `request.stream()`: what it does, without an
-    # async generator per request (each one is registered with the loop on its first step).
+    `Request` or `Headers` to read one header. The ASGI messages are read here, not through
+    `request.stream()`: what it does, without an async generator per request (each one is
+    registered with the loop on its first step); the checks a start makes are compiled
+    (`core/body.py`)."""
+    if declared_over(scope["headers"], max_bytes):
+        raise _too_large(max_bytes)
+    message = await receive()
+    body = whole_body(message)  # the usual case: the whole body in the first message
+    if body is None:
+        body = await _read_rest(message, receive, max_bytes)
+    elif len(body) > max_bytes:
+        raise _too_large(max_bytes)
+    return parse_json(body, max_depth)
+
+
+async def _read_rest(message: Message, receive: Receive, max_bytes: int) -> bytes:
+    """The body from `message` on, when it did not come whole in one message."""
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
         if message["type"] == "http.disconnect":  # gone mid-body: nothing to answer, nothing wrong here
             raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
-        if message["type"] != "http.request":
-            continue
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > max_bytes:
-                raise _too_large(max_bytes)
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    return parse_json(body, max_depth)
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _too_large(max_bytes)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = await receive()
 
 
 def presented_key(request: HTTPConnection) -> str:
