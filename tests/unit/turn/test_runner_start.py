@@ -108,7 +108,7 @@ def test_a_plain_stream_runs_in_the_endpoint_itself(
     assert len(runs) == (1 if store else 0)
 
 
-def test_the_start_s_frames_make_no_closure_cells() -> None:
+def test_the_runner_start_makes_no_closure_cells() -> None:
     """The endpoint and `prepare` make no closure per request (a lambda over a local makes
     that local a cell in the whole frame, and a cell object per call): what varies per request
     is bound with `functools.partial` instead."""
