@@ -63,8 +63,10 @@ TREE: list[tuple[str, str, str]] = [
     ("turn_id", "prepare", "the turn's id (`new_id`)"),
     ("encoder", "prepare", "the dialect's encoder made (`dialect.encoder`)"),
     ("headers", "prepare", "the response headers checked (`safe_headers`)"),
-    ("run", "endpoint", "the runner's `_run`"),
-    ("stream", "run", "the stream (P2 and the end: `stream_chunks`)"),
+    # A plain stream (this load's) runs in the endpoint itself, not in `_run` (round sixteen):
+    # `_run` counts 0 here and the stream is the endpoint's.
+    ("run", "endpoint", "the runner's `_run` (not a plain stream's)"),
+    ("stream", "endpoint", "the stream (P2 and the end: `stream_chunks`)"),
     ("cycle_send", "stream", "uvicorn's `send` (Sluicegate's `Cycle.send`: the head, the last body)"),
     ("release", "endpoint", "the request's release (`Owned.aclose`)"),
 ]

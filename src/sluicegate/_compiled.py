@@ -75,6 +75,11 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.observe.requests",  # its tap sees every event the core encodes (a native call)
     "sluicegate.observe.series",  # the request's metric series: what the tap and observer update
     "sluicegate.core.ids",  # three ids a request, the segmenter's item ids among them
+    # Plain functions the runner's interpreted start calls once a request: the body's length
+    # and message, its JSON checks, the response headers' (bench/README.md, gateway "Round sixteen").
+    "sluicegate.core.body",
+    "sluicegate.core.json_limits",
+    "sluicegate.core.headers",
     # The loop's one timer heap: a stream's clocks arm and cancel three alarms a request start,
     # called from compiled code (the transport, the upstream clocks) and the deadline
     # (bench/README.md, gateway "Round fifteen").

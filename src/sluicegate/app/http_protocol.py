@@ -40,7 +40,6 @@ uvicorn release changes what it relies on, and pyproject.toml pins the versions 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
@@ -453,12 +452,15 @@ def _started() -> None:
     Starts.waiting -= 1
 
 
+# (uvicorn's: a response to the first request of a pipelined run after a close; httptools
+# < 0.6.3 has no such setting) Asked once, not a `contextlib.suppress` (three Python calls) a request.
+_LENIENT = hasattr(httptools.HttpRequestParser, "set_dangerous_leniencies")
+
+
 def new_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
     """A request parser as uvicorn's `HttpToolsProtocol.__init__` makes it."""
     parser = httptools.HttpRequestParser(protocol)
-    # (uvicorn's: a response to the first request of a pipelined run after a close; the
-    # AttributeError is httptools < 0.6.3's)
-    with contextlib.suppress(AttributeError):
+    if _LENIENT:
         parser.set_dangerous_leniencies(lenient_data_after_close=True)
     return parser
 

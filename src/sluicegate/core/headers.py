@@ -15,3 +15,12 @@ def header_value(text: str, *, list_item: bool = False) -> str:
     if text.isascii() and text.isprintable() and "%" not in text and not (list_item and "," in text):
         return text
     return quote(text, safe=_SAFE.replace(",", "") if list_item else _SAFE)
+
+
+def safe_headers(headers: dict[str, str]) -> dict[str, str]:
+    """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
+    been percent-encoded on purpose); any other is percent-encoded. Compiled: once a request."""
+    safe: dict[str, str] = {}
+    for name, value in headers.items():
+        safe[name] = value if value.isascii() and value.isprintable() else header_value(value)
+    return safe

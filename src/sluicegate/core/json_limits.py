@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from sluicegate.core.errors import invalid
 
 DEFAULT_MAX_JSON_DEPTH = 64
@@ -17,7 +19,7 @@ DEFAULT_MAX_JSON_DEPTH = 64
 
 def json_depth_exceeds(value: Any, limit: int) -> bool:
     """Whether `value` has containers nested more than `limit` deep (a scalar is depth 0, `{}` 1)."""
-    if not isinstance(value, dict | list):
+    if not isinstance(value, (dict, list)):
         return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -26,7 +28,7 @@ def json_depth_exceeds(value: Any, limit: int) -> bool:
             return True
         children = node.values() if isinstance(node, dict) else node
         for child in children:
-            if isinstance(child, dict | list):
+            if isinstance(child, (dict, list)):
                 stack.append((child, depth + 1))
     return False
 
@@ -47,3 +49,24 @@ def check_json_depth(value: Any, limit: int) -> None:
             f"The request body nests JSON more than {limit} levels deep (max_json_depth).",
             code="json_too_deep",
         )
+
+
+HTTP_HINT = "Send valid JSON with Content-Type: application/json."
+
+
+def parse_json(
+    body: bytes | str, max_depth: int, *, what: str = "request body", hint: str = HTTP_HINT
+) -> Any:
+    """A client's JSON, with every check a body gets (empty, invalid JSON or UTF-8, nesting past
+    `max_json_depth`): one parser for every transport (HTTP bodies, WebSocket messages)."""
+    if not body.strip():
+        raise invalid(f"The {what} is empty; expected a JSON object.")
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid(
+            f"We could not parse the JSON {what.split()[-1]} of your request ({exc.msg} at position {exc.pos}). {hint}"
+        ) from exc
+    if may_nest_deeper(body, max_depth):  # one limit, applied once
+        check_json_depth(value, max_depth)
+    return value

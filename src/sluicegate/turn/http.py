@@ -8,12 +8,16 @@ from typing import Any
 import orjson
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import Response
-from starlette.types import Receive, Scope
+from starlette.types import Message, Receive, Scope
 
 from sluicegate.core import scope
-from sluicegate.core.errors import ErrorKind, SluicegateError, invalid
-from sluicegate.core.headers import header_value
-from sluicegate.core.json_limits import check_json_depth, may_nest_deeper
+from sluicegate.core.body import declared_over, whole_body
+from sluicegate.core.errors import ErrorKind, SluicegateError
+
+# (`safe_headers` and `parse_json` are compiled, in core: imported from here as before)
+from sluicegate.core.headers import safe_headers as safe_headers
+from sluicegate.core.json_limits import HTTP_HINT as HTTP_HINT
+from sluicegate.core.json_limits import parse_json as parse_json
 from sluicegate.turn.state import AppState
 
 INSTANCE_HEADER = "X-Sluicegate-Instance"
@@ -24,15 +28,6 @@ class JSONResponse(Response):
 
     def render(self, content: Any) -> bytes:
         return orjson.dumps(content)
-
-
-def safe_headers(headers: dict[str, str]) -> dict[str, str]:
-    """Headers that can be sent: a value already printable ASCII is kept as it is (it may have
-    been percent-encoded on purpose); any other is percent-encoded."""
-    safe: dict[str, str] = {}  # (a loop, not a comprehension: its frame once a request)
-    for name, value in headers.items():
-        safe[name] = value if value.isascii() and value.isprintable() else header_value(value)
-    return safe
 
 
 def app_state(request: HTTPConnection) -> AppState:
@@ -57,55 +52,38 @@ async def read_json(request: Request, max_bytes: int, max_depth: int | None = No
 
 async def read_json_body(scope: Scope, receive: Receive, max_bytes: int, max_depth: int) -> Any:
     """`read_json` from the ASGI scope and `receive` themselves: a chat route's start makes no
-    `Request` or `Headers` to read one header (`scope["headers"]` is a list once Starlette's
-    `Headers(scope=...)` has seen it; any iterable of pairs is read the same)."""
-    for name, value in scope["headers"]:
-        if name == b"content-length":  # the first one, as `Headers.get` reads it
-            declared = value.decode("latin-1")
-            if declared.isascii() and declared.isdigit() and int(declared) > max_bytes:
-                raise _too_large(max_bytes)
-            break
-    # The ASGI messages read here, not through `request.stream()`: what it does, without an
-    # async generator per request (each one is registered with the loop on its first step).
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":  # gone mid-body: nothing to answer, nothing wrong here
-            raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
-        if message["type"] != "http.request":
-            continue
-        chunk = message.get("body", b"")
-        if chunk:
-            size += len(chunk)
-            if size > max_bytes:
-                raise _too_large(max_bytes)
-            chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    `Request` or `Headers` to read one header. The ASGI messages are read here, not through
+    `request.stream()`: what it does, without an async generator per request (each one is
+    registered with the loop on its first step); the checks a start makes are compiled
+    (`core/body.py`)."""
+    if declared_over(scope["headers"], max_bytes):
+        raise _too_large(max_bytes)
+    message = await receive()
+    body = whole_body(message)  # the usual case: the whole body in the first message
+    if body is None:
+        body = await _read_rest(message, receive, max_bytes)
+    elif len(body) > max_bytes:
+        raise _too_large(max_bytes)
     return parse_json(body, max_depth)
 
 
-HTTP_HINT = "Send valid JSON with Content-Type: application/json."
-
-
-def parse_json(
-    body: bytes | str, max_depth: int, *, what: str = "request body", hint: str = HTTP_HINT
-) -> Any:
-    """A client's JSON, with every check a body gets (empty, invalid JSON or UTF-8, nesting past
-    `max_json_depth`): one parser for every transport (HTTP bodies, WebSocket messages)."""
-    if not body.strip():
-        raise invalid(f"The {what} is empty; expected a JSON object.")
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise invalid(
-            f"We could not parse the JSON {what.split()[-1]} of your request ({exc.msg} at position {exc.pos}). {hint}"
-        ) from exc
-    if may_nest_deeper(body, max_depth):  # one limit, applied once
-        check_json_depth(value, max_depth)
-    return value
+async def _read_rest(message: Message, receive: Receive, max_bytes: int) -> bytes:
+    """The body from `message` on, when it did not come whole in one message."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        if message["type"] == "http.disconnect":  # gone mid-body: nothing to answer, nothing wrong here
+            raise SluicegateError(ErrorKind.CANCELLED, "the client disconnected", code="cancelled")
+        if message["type"] == "http.request":
+            chunk = message.get("body", b"")
+            if chunk:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise _too_large(max_bytes)
+                chunks.append(chunk)
+            if not message.get("more_body", False):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        message = await receive()
 
 
 def presented_key(request: HTTPConnection) -> str:

@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 from starlette.datastructures import Headers, QueryParams
@@ -31,14 +32,15 @@ from starlette.types import Receive, Scope, Send
 from sluicegate.conversation.record import stored_turn
 from sluicegate.conversation.resolve import Resolved, resolve
 from sluicegate.core.accumulate import Accumulator
+from sluicegate.core.deadlines import Deadline
 from sluicegate.core.errors import ErrorInfo, ErrorKind, SluicegateError
 from sluicegate.core.frames import DONE, Frame
 from sluicegate.core.ids import new_id
 from sluicegate.core.items import items_to_json
 from sluicegate.core.owned import Owned
-from sluicegate.core.pipeline import stream_deadline, unless_disconnected
+from sluicegate.core.pipeline import unless_disconnected
 from sluicegate.core.request import ChatRequest
-from sluicegate.core.scope import KEY_SCOPE, IssuedKey
+from sluicegate.core.scope import KEY_SCOPE, IssuedKey, scope_of
 from sluicegate.dialects.base import Dialect, Encoder, EncoderContext, Turn
 from sluicegate.engines.base import Engine
 from sluicegate.engines.lane import Lane
@@ -65,9 +67,9 @@ from sluicegate.turn.http import (
     INSTANCE_HEADER,
     JSONResponse,
     allow_model,
+    key_in,
     read_json_body,
     safe_headers,
-    scope_for,
     until_disconnect,
 )
 from sluicegate.turn.images import load_audio, load_images
@@ -148,6 +150,11 @@ class TurnEndpoint:
         self.framing: Framing = TRANSPORTS[dialect.spec.transport](dialect.heartbeat)
         self._counted: dict[int, Key] = {}  # status → its `sluicegate_requests_total` key
         self._served: tuple[object, AppState] | None = None  # the app last served, and its state
+        # What does not change per request, read once (each is a lookup or a call a start).
+        self._checks = type(dialect).check is not Dialect.check  # the default checks nothing
+        self._own_names = dialect.resolve_model  # the dialect's naming, for `Registry.resolve`
+        self._own_models: dict[str, Model] | None = None  # the registry's table it was bound to
+        self._resolve_own: Callable[[str], str] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The whole request in one coroutine, its count too: each step of the request's task
@@ -169,16 +176,21 @@ class TurnEndpoint:
             try:
                 try:
                     headers = Headers(scope=scope)
+                    key = scope.get(KEY_SCOPE)
                     source = TurnSource(  # (built here, not in a coroutine of its own: once a request)
                         await read_json_body(
                             scope, receive, settings.max_body_bytes, settings.max_json_depth
                         ),
                         QueryParams(scope["query_string"]) if scope["query_string"] else NO_QUERY,
                         headers,
-                        scope_for(scope, headers, settings.api_keys),
-                        lambda: until_disconnect(receive),
-                        key=scope.get(KEY_SCOPE),
-                        sink=body_writer(scope),
+                        # `scope_for`, inline: keyed when keys are configured or a runtime key came
+                        scope_of(key_in(headers)) if settings.api_keys or key is not None else "",
+                        # (a partial, not a lambda: no cell for `receive` in this frame)
+                        partial(until_disconnect, receive),
+                        None,
+                        None,
+                        key,
+                        body_writer(scope),
                     )
                     hooks = self.hooks
                     if (
@@ -204,6 +216,23 @@ class TurnEndpoint:
                     status = await self._send_error(info, answer)
                     return
                 try:
+                    turn = prepared.turn
+                    if turn.stream and not (turn.store or turn.background) and prepared.choices is None:
+                        # A plain stream, the most common turn, run here: not in a `_run`
+                        # coroutine that each of its steps would resume through. Nothing after
+                        # the head reads the parsed turn (no record, no live turn; a transport's
+                        # `remember` holds its own): this frame keeps neither it nor `Prepared`
+                        # (the dialect's options, its tool selection) for the stream's life.
+                        pipeline = prepared.pipeline
+                        stream = self._stream(
+                            state, scope, receive, answer, pipeline.frames(), prepared.headers, prepared.lane
+                        )
+                        del turn, prepared
+                        await stream
+                        await pipeline.abandon("client_disconnected")  # a no-op when it ended
+                        status = 200
+                        return
+                    del turn
                     run = self._run(state, scope, receive, answer, prepared, owned)
                     # `_run` holds it as long as it needs it: not this frame, for a stream's life.
                     del prepared
@@ -257,17 +286,7 @@ class TurnEndpoint:
                 await self._stream(state, scope, receive, send, run.log.follow(-1), prepared.headers)
                 return 200
             return await self._send_json(run.snapshot(), send, prepared.headers)
-        if turn.stream and not turn.store:  # nothing to make live (`live`): no `with` around it
-            stream = self._stream(
-                state, scope, receive, send, pipeline.frames(), prepared.headers, prepared.lane
-            )
-            # Nothing after the head reads the parsed turn here (no record, no live turn; a
-            # transport's `remember` holds its own): these frames do not keep it (the dialect's
-            # options, its tool selection, `Prepared`) for the stream's life.
-            del turn, prepared
-            await stream
-            await pipeline.abandon("client_disconnected")  # a no-op when it ended
-            return 200
+        # (a plain stream, not stored: `__call__` runs it itself)
         if turn.stream:
             with self.live(state, prepared):
                 await self._stream(
@@ -347,17 +366,23 @@ class TurnEndpoint:
     async def prepare(self, state: AppState, source: TurnSource, owned: Owned) -> Prepared:
         """parse → model → conversation → admit → tools → open the model → pipeline, for any
         transport; everything taken is on `owned`."""
+        # (No closure in this frame: its variables stay plain locals, not cells.)
         dialect = self.dialect
         turn = dialect.parse(source.body, source.query, source.headers)
         if source.adapt is not None:
             source.adapt(turn)
-        models = state.registry.models
-        model = state.registry.resolve(turn.chat.model, lambda name: dialect.resolve_model(name, models))
+        registry = state.registry
+        models = registry.models
+        own = self._resolve_own
+        if own is None or self._own_models is not models:  # bound once per registry's table
+            own = self._resolve_own = partial(_own_name, self._own_names, models)
+            self._own_models = models
+        model = registry.resolve(turn.chat.model, own)
         if source.key is not None:  # a runtime key (else there is nothing to allow)
             allow_model(source.key, model.id, asked=turn.chat.model)
         turn.chat.model = model.id
-        engine = model.engine  # (a property: read once)
-        if type(dialect).check is not Dialect.check:  # the default checks nothing: no ModelInfo made for it
+        engine = model.instances[0].engine  # (`model.engine`, without the property's call)
+        if self._checks:  # the default checks nothing: no ModelInfo made for it
             dialect.check(turn, engine.info())
         scope = source.scope
         chat = turn.chat
@@ -366,7 +391,7 @@ class TurnEndpoint:
             resolved = await resolve(
                 state.store,
                 turn.conversation,
-                lambda i: state.live_turn(i, scope) is not None,
+                partial(_is_live, state, scope),
                 sealer=state.sealer,
                 scope=scope,
             )
@@ -391,7 +416,7 @@ class TurnEndpoint:
                 owned,
                 state.limits,
                 scope,
-                lambda o: _engine_answer(source, engine, o, state, stream=turn.stream),
+                partial(_engine_answer, source, engine, state=state, stream=turn.stream),
             )
             first = run.pipelines[0]
             return Prepared(
@@ -423,7 +448,7 @@ class TurnEndpoint:
                 lane = None
         opened = Opened(generation.events)
         if not turn.background:  # a background response answers at once, whatever the upstream does
-            opened = await _engine_answer(source, engine, opened, state, stream=turn.stream)
+            opened = await _engine_answer(source, engine, opened, state=state, stream=turn.stream)
         turn_id = new_id(turn.id_prefix, turn.id_length) if turn.id_prefix else ""
         accumulator = Accumulator()
         context = EncoderContext(
@@ -434,7 +459,7 @@ class TurnEndpoint:
             provider_info=_provider_info(toolset) if toolset is not None else _no_provider_info,
             stored=turn.store,
             scope=scope,
-            prompt_text=lambda: rendered_prompt(model, chat),
+            prompt_text=partial(rendered_prompt, model, chat),
         )
         encoder = dialect.encoder(turn, context)
         remember = source.remember
@@ -444,13 +469,14 @@ class TurnEndpoint:
             else None
         )
         # Metrics and the access line see every turn's canonical stream (the tap, per event).
+        limits = state.limits  # (`stream_deadline`, without its call)
         pipeline = TurnPipeline(
             opened.events,
             encoder,
             accumulator,
             persist,
             EventTap.current(),
-            deadline=stream_deadline(state.limits),
+            deadline=Deadline.of(limits.request_timeout_seconds, limits.idle_timeout_seconds),
             deltas=METRICS.cell(model.deltas_key) if lane is not None else None,
             lane=lane,
         )
@@ -525,6 +551,17 @@ def rendered_prompt(model: Model, chat: ChatRequest) -> str | None:
         return None
 
 
+def _own_name(
+    resolve_model: Callable[[str, dict[str, Model]], str], models: dict[str, Model], name: str
+) -> str:
+    """The dialect's own naming of a model (`Dialect.resolve_model`), over the registry's table."""
+    return resolve_model(name, models)
+
+
+def _is_live(state: AppState, scope: str, response_id: str) -> bool:
+    return state.live_turn(response_id, scope) is not None
+
+
 def _provider_info(toolset: ToolSet) -> Any:
     def provider_info(name: str) -> Json | None:
         info = toolset.provider(name)
@@ -542,8 +579,8 @@ def _engine_answer(
     source: TurnSource,
     engine: Engine,
     opened: Opened,
-    state: AppState,
     *,
+    state: AppState,
     stream: bool,
 ) -> Awaitable[Opened]:
     """For engines that reach an upstream, wait for it to accept the request before answering

@@ -70,6 +70,27 @@ async def test_a_declared_length_over_the_limit_is_refused_before_reading() -> N
     assert refused.value.info.kind is ErrorKind.PAYLOAD_TOO_LARGE
 
 
+async def test_a_whole_body_over_the_limit_in_one_message_is_refused() -> None:
+    """The one-message case (`core/body.py` `whole_body`) keeps the limit the pieces have."""
+    request = request_of([{"type": "http.request", "body": b"x" * 1001}])
+    with pytest.raises(SluicegateError) as refused:
+        await read_json(request, 1000)
+    assert refused.value.info.kind is ErrorKind.PAYLOAD_TOO_LARGE
+
+
+async def test_a_client_gone_before_the_body_is_cancelled() -> None:
+    with pytest.raises(SluicegateError) as gone:
+        await read_json(request_of([{"type": "http.disconnect"}]), 1000)
+    assert gone.value.info.kind is ErrorKind.CANCELLED
+
+
+async def test_headers_as_lists_and_other_messages_are_read() -> None:
+    """ASGI allows a header as a list of two byte strings; a message of another type is skipped."""
+    headers: Any = [[b"host", b"x"], [b"content-length", b"10"]]
+    messages = [{"type": "http.other"}, {"type": "http.request", "body": b'{"a": [1]}'}]
+    assert await read_json(request_of(messages, headers=headers), 1000) == {"a": [1]}
+
+
 @pytest.mark.parametrize("depth", [0, 1, 5, 63, 64, 65, 66, 200])
 @pytest.mark.parametrize("limit", [1, 4, 64])
 def test_a_text_that_nests_past_the_limit_is_never_skipped(depth: int, limit: int) -> None:

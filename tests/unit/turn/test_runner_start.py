@@ -85,3 +85,32 @@ def test_a_plain_stream_does_not_keep_its_parsed_turn(
     response = client.post("/v1/chat/completions", json=body)
     assert response.status_code == 200 and "ok" in response.text
     assert alive == [0]
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_a_plain_stream_runs_in_the_endpoint_itself(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, store: bool
+) -> None:
+    """bench/README.md, gateway "Round sixteen": a plain stream is not run in a `_run`
+    coroutine of its own, which each of its steps would resume through; a stored one is (it
+    is made live around the stream)."""
+    runs: list[object] = []
+    run = TurnEndpoint._run
+
+    def counted(self: TurnEndpoint, *args: Any) -> Any:
+        runs.append(args)
+        return run(self, *args)
+
+    monkeypatch.setattr(TurnEndpoint, "_run", counted)
+    body = {"model": "m", "input": "hi", "stream": True, "store": store}
+    response = client.post("/v1/responses", json=body)
+    assert response.status_code == 200 and "response.completed" in response.text
+    assert len(runs) == (1 if store else 0)
+
+
+def test_the_runner_start_makes_no_closure_cells() -> None:
+    """The endpoint and `prepare` make no closure per request (a lambda over a local makes
+    that local a cell in the whole frame, and a cell object per call): what varies per request
+    is bound with `functools.partial` instead."""
+    assert TurnEndpoint.__call__.__code__.co_cellvars == ()
+    assert TurnEndpoint.prepare.__code__.co_cellvars == ()
