@@ -72,15 +72,15 @@ class SSEReader:
             if len(rest) == 1:  # one frame of one line, a paced token's read
                 if line[:6] == b"data: " and not line.partition(b"\r")[1]:
                     return [(None, line[6:])]
-                parts: list[bytes] = []
-            elif chunk.find(b"\r") < 0:
-                parts = chunk[:-2].split(b"\n\n")
-            else:
-                parts = []
-            if parts and chunk.count(b"\n") == 2 * len(parts):  # no line break inside any frame
+            elif not chunk.partition(b"\r")[1]:
+                # Several: split once at every line break, each frame a `data: ` line and a
+                # blank one (`a\n\nb\n\n` → a, "", b, "", ""). One pass over the read, where
+                # splitting at blank lines and then counting line breaks made two.
+                lines = chunk.split(b"\n")
                 whole: list[tuple[str | None, bytes]] = []
-                for part in parts:
-                    if part[:6] != b"data: ":
+                for i in range(0, len(lines) - 1, 2):
+                    part = lines[i]
+                    if part[:6] != b"data: " or lines[i + 1]:
                         break
                     whole.append((None, part[6:]))
                 else:
@@ -343,15 +343,15 @@ class ChunkDecoder(StreamEnding):
     def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
         if self.over:
             return []
+        if data == b"[DONE]":  # first: matched as a token's chunk, it was looked for as a role chunk too
+            self.done = True
+            return self._tail()
         if event is None and (text := self._plain.text(data)) is not None:
             if not text:
                 return []
             if self._content is not None:
                 return self._content.feed(text, None)
             return [TextDelta(_MESSAGE, text)]
-        if data == b"[DONE]":
-            self.done = True
-            return self._tail()
         if event is None:  # the stream's last chunks in vLLM's shape, read as its tokens are
             plain = self._plain
             finish = plain.finish(data)
