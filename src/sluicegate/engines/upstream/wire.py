@@ -204,6 +204,10 @@ class _PlainChunks:
     def text(self, data: bytes) -> str | None:
         """The text of a chunk that carries nothing but one content delta, else None."""
         head, tail, content_at = self._head, self._tail, self._content_at
+        if not head and (role := self._role(data)) is not None:
+            # A stream's first chunk is its role chunk: looked for first, not after a search
+            # for a token's content that it does not have (~1.5 k instructions a stream).
+            return role
         # (a slice compared, not `startswith` at an offset: compiled, only the one-argument
         # form is native; the other parses an argument tuple, ~1 k instructions a token)
         if not (
@@ -213,7 +217,7 @@ class _PlainChunks:
                 return None  # the stream's head, then no content: its finish or usage, say
             head, found, _ = data.partition(content_at)  # (`partition`: see `_plain_head`)
             if not found or not head:
-                return self._role(data)
+                return self._role(data) if self._head else None  # (no head: tried above)
             if not _plain_head(head):
                 return None
             self._head = head
