@@ -108,7 +108,8 @@ COMPILED: list[tuple[str, str, str]] = [
         "the upstream connection's reads (`data_received`)",
     ),
     ("app", r"ObserveMiddleware" + HELPER, "`ObserveMiddleware.__call__` (compiled; all below it)"),
-    ("parse", r"CPyDef_request___parse_chat_request$", "`parse_chat_request`"),
+    # (`chat_completions___request___…` once another module named `request` is compiled with it)
+    ("parse", r"CPyDef_(chat_completions___)?request___parse_chat_request$", "`parse_chat_request`"),
     ("answer", r"CPyDef_answer_first___await_answer" + HELPER, "`await_answer` (the wait's coroutine)"),
     ("answer", r"CPyDef_relay___Relay____start$", "`Relay._start` (body, route/decoder, clocks)"),
     (
@@ -149,7 +150,12 @@ COMPILED: list[tuple[str, str, str]] = [
     ("stream", r"AnswerSend" + HELPER, "the head through `AnswerSend`, `send_observed`, `Cycle.send`"),
     ("stream", r"CPyDef_response_head___head_block$", "`head_block`"),
     ("stream", r"RequestObserver___end$", "`RequestObserver.end` (metrics, record)"),
-    ("stream", r"_over_Relay" + HELPER, "`Relay._over` (the stream's release)"),
+    # (a coroutine before round sixteen; a plain method since)
+    (
+        "stream",
+        r"(_over_Relay" + HELPER + r"|CPyDef_relay___Relay____over$)",
+        "`Relay._over` (the stream's release)",
+    ),
     ("", r"CPyDef_ids___new_id$", "`new_id`, all calls"),
     ("", r"^gc_collect_main$", "the collector (`gc_collect_main`), anywhere"),
 ]

@@ -65,6 +65,7 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.core.segmenter",  # and `Segments`, the per-read step over it
     "sluicegate.core.accumulate",
     "sluicegate.core.validation",  # per request: the dialects' typed field access
+    "sluicegate.core.request",  # what the parse makes and the engine reads: native fields
     "sluicegate.engines.upstream.wire",
     "sluicegate.engines.upstream.completions",  # extends wire's classes: compiled with them
     "sluicegate.engines.upstream.anthropic_wire",

@@ -410,3 +410,17 @@ RawEvent = (
     | RawBatch
 )
 Event = ProgressEvent | ItemAdded | ItemDelta | ItemDone | UsageReport | Finished | Failed | EventBatch
+
+
+class ReadyEvents:
+    """An engine's stream (an async iterator of raw events) that can hand out its next event
+    without a step when it needs no wait: `ready()` returns it, or None (then `__anext__`).
+    What drives a stream by hand (`transport/answer_first.py`) asks first: a step driven by hand
+    ends by raising StopIteration, which compiled costs a traceback entry, a catch and the
+    exception's value (~4 k instructions a step); a request's start hands out two events
+    (`PromptStarted`, its progress) before the one that waits (engines/upstream/relay.py)."""
+
+    __slots__ = ()
+
+    def ready(self) -> RawEvent | None:
+        return None

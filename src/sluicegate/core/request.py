@@ -1,4 +1,15 @@
-"""ChatRequest: what every dialect parses into and every engine generates from."""
+"""ChatRequest: what every dialect parses into and every engine generates from.
+
+Compiled (`sluicegate/_compiled.py`): a request start makes a `ChatRequest`, its
+`SamplingParams`, `RequestOptions` and a `Message` per message from compiled code (the dialects'
+parse), and the upstream engine reads ~30 fields back, which for an interpreted class were
+generic attribute lookups. Each class the parse makes writes its `__init__` out, as
+core/events.py's do: the one `dataclasses` generates is Python run through `tp_init` (an
+argument tuple, a keyword dict, a frame), where a written-out one is native (a Chat Completions
+parse 40.3 → 20.9 k instructions a start, the upstream body 15.5 → 6.9 k: bench/README.md,
+gateway "Round sixteen"). tests/unit/core/test_dataclass_inits.py checks each against its
+fields (default factories: None, a new one made in the body).
+"""
 
 from __future__ import annotations
 
@@ -25,12 +36,40 @@ class ContentPart:
     # The audio checked, for an engine that hears it (filled in by the turn runner).
     sound: Sound | None = field(default=None, compare=False, repr=False)
 
+    def __init__(
+        self,
+        type: Literal["text", "image", "audio"],
+        text: str = "",
+        image_url: str = "",
+        audio_data: str = "",
+        audio_format: str = "",
+        picture: Picture | None = None,
+        sound: Sound | None = None,
+    ) -> None:
+        self.type = type
+        self.text = text
+        self.image_url = image_url
+        self.audio_data = audio_data
+        self.audio_format = audio_format
+        self.picture = picture
+        self.sound = sound
+
 
 @dataclass(slots=True)
 class ToolCall:
     id: str
     name: str
     arguments: str  # JSON text, exactly as the model produced it
+
+    def __init__(
+        self,
+        id: str,
+        name: str,
+        arguments: str,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.arguments = arguments
 
 
 @dataclass(slots=True)
@@ -49,6 +88,22 @@ class Message:
             return self.content
         return "".join(part.text for part in self.content if part.type == "text")
 
+    def __init__(
+        self,
+        role: Role,
+        content: str | list[ContentPart] = "",
+        name: str | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        tool_call_id: str | None = None,
+        reasoning: str | None = None,
+    ) -> None:
+        self.role = role
+        self.content = content
+        self.name = name
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.tool_call_id = tool_call_id
+        self.reasoning = reasoning
+
 
 @dataclass(slots=True)
 class ToolSpec:
@@ -56,6 +111,18 @@ class ToolSpec:
     description: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     strict: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        description: str = "",
+        parameters: dict[str, Any] | None = None,
+        strict: bool = False,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.parameters = {} if parameters is None else parameters
+        self.strict = strict
 
 
 ProviderType = Literal["plugin", "ephemeral_mcp"]
@@ -133,6 +200,70 @@ class SamplingParams:
     token_ids: bool = False
     ignore_eos: bool = False  # llama-server's: end-of-generation tokens are banned (-inf)
 
+    def __init__(
+        self,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        typical_p: float | None = None,
+        repeat_penalty: float | None = None,
+        repeat_last_n: int | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        dry_multiplier: float | None = None,
+        dry_base: float | None = None,
+        dry_allowed_length: int | None = None,
+        dry_penalty_last_n: int | None = None,
+        dry_sequence_breakers: list[str] | None = None,
+        xtc_probability: float | None = None,
+        xtc_threshold: float | None = None,
+        top_n_sigma: float | None = None,
+        mirostat: int = 0,
+        mirostat_tau: float | None = None,
+        mirostat_eta: float | None = None,
+        seed: int | None = None,
+        stop: list[str] | None = None,
+        max_tokens: int | None = None,
+        logprobs: bool = False,
+        top_logprobs: int | None = None,
+        n: int = 1,
+        logit_bias: dict[int, float] | None = None,
+        logit_bias_text: dict[str, float] | None = None,
+        token_ids: bool = False,
+        ignore_eos: bool = False,
+    ) -> None:
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.min_p = min_p
+        self.typical_p = typical_p
+        self.repeat_penalty = repeat_penalty
+        self.repeat_last_n = repeat_last_n
+        self.presence_penalty = presence_penalty
+        self.frequency_penalty = frequency_penalty
+        self.dry_multiplier = dry_multiplier
+        self.dry_base = dry_base
+        self.dry_allowed_length = dry_allowed_length
+        self.dry_penalty_last_n = dry_penalty_last_n
+        self.dry_sequence_breakers = dry_sequence_breakers
+        self.xtc_probability = xtc_probability
+        self.xtc_threshold = xtc_threshold
+        self.top_n_sigma = top_n_sigma
+        self.mirostat = mirostat
+        self.mirostat_tau = mirostat_tau
+        self.mirostat_eta = mirostat_eta
+        self.seed = seed
+        self.stop = [] if stop is None else stop
+        self.max_tokens = max_tokens
+        self.logprobs = logprobs
+        self.top_logprobs = top_logprobs
+        self.n = n
+        self.logit_bias = {} if logit_bias is None else logit_bias
+        self.logit_bias_text = {} if logit_bias_text is None else logit_bias_text
+        self.token_ids = token_ids
+        self.ignore_eos = ignore_eos
+
 
 @dataclass(slots=True)
 class FileChunk:
@@ -141,6 +272,14 @@ class FileChunk:
 
     filename: str
     text: str
+
+    def __init__(
+        self,
+        filename: str,
+        text: str,
+    ) -> None:
+        self.filename = filename
+        self.text = text
 
 
 @dataclass(slots=True)
@@ -169,6 +308,22 @@ class RawPrompt:
     def fill_in_middle(self) -> bool:
         return self.suffix is not None or bool(self.extra)
 
+    def __init__(
+        self,
+        text: str | list[int] | list[int | str],
+        suffix: str | None = None,
+        extra: list[FileChunk] | None = None,
+        middle: str = "",
+        echo: bool = False,
+        media: list[ContentPart] | None = None,
+    ) -> None:
+        self.text = text
+        self.suffix = suffix
+        self.extra = [] if extra is None else extra
+        self.middle = middle
+        self.echo = echo
+        self.media = [] if media is None else media
+
 
 ToolChoice = Literal["auto", "none", "required"] | str  # a str other than the three: that tool
 
@@ -187,6 +342,16 @@ class RequestOptions:
     # maximum). An instance this request loads just in time loads with it; an engine that
     # already runs also caps this request's context (prompt + output) at it (llamacpp).
     context_length: int | None = None
+
+    def __init__(
+        self,
+        ttl: float | None = None,
+        context_overflow: str | None = None,
+        context_length: int | None = None,
+    ) -> None:
+        self.ttl = ttl
+        self.context_overflow = context_overflow
+        self.context_length = context_length
 
 
 @dataclass(slots=True)
@@ -235,3 +400,35 @@ class ChatRequest:
             if message.role == "user":
                 return message.text
         return ""
+
+    def __init__(
+        self,
+        model: str,
+        messages: list[Message],
+        tools: list[ToolSpec] | None = None,
+        tool_choice: ToolChoice = "auto",
+        parallel_tool_calls: bool = True,
+        sampling: SamplingParams | None = None,
+        reasoning_effort: str | None = None,
+        response_format: dict[str, Any] | None = None,
+        continue_final: bool = False,
+        options: RequestOptions | None = None,
+        prompt: RawPrompt | None = None,
+        extra: dict[str, Any] | None = None,
+        prediction: str | None = None,
+        response_headers: dict[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        self.messages = messages
+        self.tools = [] if tools is None else tools
+        self.tool_choice = tool_choice
+        self.parallel_tool_calls = parallel_tool_calls
+        self.sampling = SamplingParams() if sampling is None else sampling
+        self.reasoning_effort = reasoning_effort
+        self.response_format = response_format
+        self.continue_final = continue_final
+        self.options = RequestOptions() if options is None else options
+        self.prompt = prompt
+        self.extra = {} if extra is None else extra
+        self.prediction = prediction
+        self.response_headers = {} if response_headers is None else response_headers

@@ -34,6 +34,7 @@ from sluicegate.core.events import (
     PromptStarted,
     RawBatch,
     RawEvent,
+    ReadyEvents,
     ToolsListed,
 )
 from sluicegate.transport.stream import Sink
@@ -82,43 +83,55 @@ async def await_answer(
     else by `disconnected()` in a task of its own."""
     buffered: list[RawEvent] = []  # a few progress events at most
     wait: _Wait | None = None  # made at the first step that waits: none for what is ready at once
+    # What is stepped: `raw`, then, once its first step is taken, what it only passes on when it
+    # says so (an instance's admitted stream: `unwrapped`, as `_Resumed` iterates it).
+    source, unwrap = raw, True
     try:
         while True:
-            step: Step = raw.__anext__().__await__()
-            try:
+            # An engine's stream that says what it has ready (the request's start) is asked
+            # first: no step, no StopIteration (core/events.py `ReadyEvents`).
+            event = source.ready() if isinstance(source, ReadyEvents) else None
+            if event is None:
+                step: Step = source.__anext__().__await__()
                 try:
-                    waited = step.send(None)
-                    while True:  # the step waits on `waited`
-                        if wait is None:
-                            wait = _Wait(bound, sink, disconnected)
-                        try:
-                            await wait.until(waited)
-                        except asyncio.CancelledError as exc:
-                            # As a task's cancel would: the awaited future cancelled, the
-                            # step told. The upstream's clocks cancel the waiting task (this
-                            # one) and the engine turns that into a `Failed`; any other cancel
-                            # comes back out of the step.
-                            _cancel(waited)
-                            waited = step.throw(exc)
-                            continue
-                        if waited is None or waited.done():
-                            waited = step.send(None)
-                        elif wait.gone:
-                            _cancel(waited)
-                            await _finish(step, waited)
-                            await _close(raw)
-                            raise SluicegateError(
-                                ErrorKind.CANCELLED, "the client disconnected", code="cancelled"
-                            )
-                        else:  # the bound passed: start anyway, from where the stream is
-                            return Opened(_Resumed(buffered, (step, waited), raw))
-                except StopIteration as stop:
-                    event: RawEvent = stop.value
-                except StopAsyncIteration:
-                    return Opened(_Resumed(buffered, None, raw))
-            except asyncio.CancelledError:  # the server is shutting down
-                await _close(raw)
-                raise
+                    try:
+                        waited = step.send(None)
+                        while True:  # the step waits on `waited`
+                            if wait is None:
+                                wait = _Wait(bound, sink, disconnected)
+                            try:
+                                await wait.until(waited)
+                            except asyncio.CancelledError as exc:
+                                # As a task's cancel would: the awaited future cancelled, the
+                                # step told. The upstream's clocks cancel the waiting task (this
+                                # one) and the engine turns that into a `Failed`; any other cancel
+                                # comes back out of the step.
+                                _cancel(waited)
+                                waited = step.throw(exc)
+                                continue
+                            if waited is None or waited.done():
+                                waited = step.send(None)
+                            elif wait.gone:
+                                _cancel(waited)
+                                await _finish(step, waited)
+                                await _close(raw)
+                                raise SluicegateError(
+                                    ErrorKind.CANCELLED, "the client disconnected", code="cancelled"
+                                )
+                            else:  # the bound passed: start anyway, from where the stream is
+                                return Opened(_Resumed(buffered, (step, waited), raw))
+                    except StopIteration as stop:
+                        event = stop.value
+                    except StopAsyncIteration:
+                        return Opened(_Resumed(buffered, None, raw))
+                except asyncio.CancelledError:  # the server is shutting down
+                    await _close(raw)
+                    raise
+                if unwrap:
+                    unwrap = False
+                    unwrapped = getattr(raw, "unwrapped", None)
+                    if unwrapped is not None:
+                        source = unwrapped()
             if _progress(event):
                 buffered.append(event)
                 continue

@@ -22,6 +22,17 @@ from sluicegate.core.events import (
     Usage,
     UsageReport,
 )
+from sluicegate.core.request import (
+    ChatRequest,
+    ContentPart,
+    FileChunk,
+    Message,
+    RawPrompt,
+    RequestOptions,
+    SamplingParams,
+    ToolCall,
+    ToolSpec,
+)
 from sluicegate.transport.answer_first import Opened
 from sluicegate.transport.stream import StreamOutcome
 
@@ -37,6 +48,16 @@ WRITTEN_OUT: list[type[Any]] = [
     ItemDone,
     Opened,
     StreamOutcome,
+    # what a request's parse makes (core/request.py, compiled)
+    ContentPart,
+    ToolCall,
+    Message,
+    ToolSpec,
+    SamplingParams,
+    RequestOptions,
+    ChatRequest,
+    RawPrompt,
+    FileChunk,
 ]
 
 

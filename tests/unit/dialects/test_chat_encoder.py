@@ -843,3 +843,23 @@ def test_the_opening_deltas_written_out_are_orjsons() -> None:
     assert orjson.dumps({"role": "assistant", "content": ""}) == encoder._ROLE_MESSAGE
     assert orjson.dumps({"role": "assistant", "content": None, "refusal": ""}) == encoder._ROLE_REFUSAL
     assert orjson.dumps({"role": "assistant", "content": None}) == encoder._ROLE_NOTHING
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        Usage(),
+        Usage(prompt_tokens=25, completion_tokens=8),
+        Usage(1, 2, 3, 4, 5, 6, 7, 8),
+        Usage(prompt_tokens=2**40, completion_tokens=123456789, cached_tokens=17, reasoning_tokens=90),
+    ],
+)
+def test_the_finish_chunks_usage_written_out_is_orjsons(usage: Usage) -> None:
+    """A stream's finish chunk writes its usage in one piece: what orjson made of `usage_body`."""
+    from sluicegate.dialects.chat_completions.encoder import usage_bytes
+
+    assert usage_bytes(usage) == orjson.dumps(usage_body(usage))
+    encoder = ChatCompletionsEncoder("chatcmpl-1", 1, "m", include_usage=True, logprobs=False)
+    encoder.encode(UsageReport(usage))
+    *_, finish = encoder.encode(Finished(FinishReason.STOP))
+    assert orjson.loads(finish.data)["usage"] == usage_body(usage)

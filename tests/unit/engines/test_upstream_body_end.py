@@ -9,7 +9,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sluicegate.core.events import RawBatch, RawEvent, TextDelta
+from sluicegate.core.events import (
+    Answered,
+    PromptProgress,
+    PromptStarted,
+    RawBatch,
+    RawEvent,
+    ReadyEvents,
+    TextDelta,
+)
 from sluicegate.core.request import ChatRequest, Message
 from sluicegate.engines.upstream import base
 from sluicegate.engines.upstream.config import parse_config
@@ -109,3 +117,32 @@ async def test_the_connection_is_reused_whenever_the_body_end_comes(
     assert upstream.connections == 1  # one connection, kept alive for all three
     # Waited for (with its timer) only when the end had not come with the last event.
     assert drains == (3 if later else 0)
+
+
+async def test_the_relays_start_is_handed_out_ready_then_its_steps_go_on() -> None:
+    """What an answer wait asks first (`ReadyEvents`): the start's two events with no step;
+    iterated after them, the relay goes on with the answer and the reads, as it would have."""
+    upstream = Upstream(later=False)
+    server = await asyncio.start_server(upstream.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    engine = OpenAIUpstreamEngine(
+        parse_config({"id": "m", "base_url": f"http://127.0.0.1:{port}/v1"}, env={})
+    )
+    try:
+        relay = engine.generate(ChatRequest(model="m", messages=[Message("user", "hi")]))
+        assert isinstance(relay, ReadyEvents)
+        assert [relay.ready(), relay.ready(), relay.ready()] == [PromptStarted(), PromptProgress(0.0), None]
+        rest: list[RawEvent] = []
+        async for event in relay:
+            rest += event.events if isinstance(event, RawBatch) else [event]
+        assert relay.ready() is None  # over: nothing more, and no start again
+        plain = await run(engine)  # iterated alone: the same events, the start's two first
+        assert [type(e) for e in plain] == [PromptStarted, PromptProgress, *(type(e) for e in rest)]
+        assert isinstance(rest[0], Answered)
+        assert [e.text for e in rest if isinstance(e, TextDelta)] == ["hi"]
+    finally:
+        await engine.aclose()
+        await upstream.all_closed.wait()
+        server.close()
+        await server.wait_closed()
+    assert upstream.connections == 1  # released after the ready start as after a stepped one

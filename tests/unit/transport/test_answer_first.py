@@ -23,6 +23,7 @@ from sluicegate.core.events import (
     PromptStarted,
     RawBatch,
     RawEvent,
+    ReadyEvents,
     TextDelta,
     ToolsListed,
 )
@@ -280,7 +281,8 @@ async def test_a_semaphore_the_engine_waits_on_is_left_whole_when_the_client_lea
 
 async def test_a_stream_that_only_passes_steps_on_is_iterated_beneath_and_closed_itself() -> None:
     """An instance's admitted stream, once started, only passes its generator's steps on
-    (`unwrapped`): after the wait that is read directly, and the wrapper is still closed."""
+    (`unwrapped`): from the wait's second step on that is read directly, and the wrapper is
+    still closed."""
     inner = Engine(PromptStarted(), Answered({"X-Replica": "a"}), TEXT).run()
 
     class Wrapper:
@@ -304,7 +306,7 @@ async def test_a_stream_that_only_passes_steps_on_is_iterated_beneath_and_closed
     wrapper = Wrapper()
     opened = await await_answer(wrapper, bound=1.0, disconnected=never)
     assert await drain(opened.events) == [PromptStarted(), TEXT]
-    assert wrapper.steps == 2  # the wait's two steps; the rest read beneath it
+    assert wrapper.steps == 1  # the first step, which starts it; the rest, the wait's too, beneath it
     await opened.events.aclose()  # type: ignore[attr-defined]
     assert wrapper.closed
 
@@ -333,3 +335,52 @@ def test_the_tool_loops_listing_may_come_before_the_answer_and_nothing_else() ->
     assert _progress(ToolsListed(ProviderInfo("ephemeral_mcp", "docs", "docs"), []))
     for other in (Answered({}), TEXT, RawBatch([TEXT]), Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))):
         assert not _progress(other), other
+
+
+def ready_stream(ready: list[RawEvent], stepped: list[RawEvent]) -> Any:
+    """A stream with its start ready (`ReadyEvents`): those events handed out without a step,
+    the rest stepped; `steps` counts the steps (`__anext__` calls). Pure build only: compiled,
+    `ReadyEvents` is native and an interpreted class cannot subclass it (the relay's own is
+    tested in both: tests/unit/engines/test_upstream_body_end.py)."""
+    if not hasattr(ReadyEvents.ready, "__code__"):
+        pytest.skip("compiled: an interpreted class cannot subclass the native ReadyEvents")
+
+    class Ready(ReadyEvents):
+        def __init__(self) -> None:
+            self.queued, self.stepped, self.steps = ready, stepped, 0
+
+        def ready(self) -> RawEvent | None:
+            return self.queued.pop(0) if self.queued else None
+
+        def __aiter__(self) -> Ready:
+            return self
+
+        async def __anext__(self) -> RawEvent:
+            self.steps += 1
+            await asyncio.sleep(0)  # a step that waits, as the upstream's answer does
+            if not self.stepped:
+                raise StopAsyncIteration
+            return self.stepped.pop(0)
+
+        async def aclose(self) -> None:
+            pass
+
+    return Ready()
+
+
+async def test_a_stream_that_says_what_it_has_ready_is_not_stepped_for_it() -> None:
+    engine = ready_stream([PromptStarted(), PromptProgress(0.0)], [Answered({"X-Replica": "a"}), TEXT])
+    opened = await await_answer(engine, bound=1.0, disconnected=never)
+    assert opened.headers == {"X-Replica": "a"}
+    assert engine.steps == 1  # the answer's step only
+    assert await drain(opened.events) == [RawBatch([PromptStarted(), PromptProgress(0.0)]), TEXT]
+
+
+async def test_a_ready_failure_is_raised_and_a_ready_first_output_starts_the_stream() -> None:
+    failing = ready_stream([PromptStarted(), Failed(ErrorInfo(ErrorKind.UPSTREAM, "no"))], [])
+    with pytest.raises(SluicegateError):
+        await await_answer(failing, bound=1.0, disconnected=never)
+    assert failing.steps == 0
+    direct = ready_stream([TEXT], [])
+    opened = await await_answer(direct, bound=1.0, disconnected=never)
+    assert await drain(opened.events) == [TEXT] and direct.steps == 1  # (its end)

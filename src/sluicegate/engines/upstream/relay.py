@@ -31,6 +31,7 @@ from sluicegate.core.events import (
     PromptStarted,
     RawBatch,
     RawEvent,
+    ReadyEvents,
 )
 from sluicegate.core.request import ChatRequest
 from sluicegate.core.tasks import task_of
@@ -66,7 +67,7 @@ StreamDecoder = StreamEnding
 Drain = Callable[[Callable[[], Awaitable[bytes | None]]], Awaitable[None]]
 
 
-class Relay:
+class Relay(ReadyEvents):
     """The engine's stream of one chat request (see the module's docstring). `lane`: a stream's
     fast lane, offered the reads that arrive while the stream's task waits; `held`: the
     instance's part, ended here, last, on every path (`engines/lane.py`); `drain`: reads the
@@ -133,7 +134,7 @@ class Relay:
         state = self._state
         if state >= _ENDING:
             if state == _ENDING:
-                await self._over(False)
+                self._over(False)
             raise StopAsyncIteration
         event: RawEvent | None
         try:
@@ -213,19 +214,33 @@ class Relay:
                 event = self._start()
         except BaseException as exc:
             # A cancel (the client left) or a bug: released as the generator's `finally` did.
-            await self._over(isinstance(exc, asyncio.CancelledError))
+            self._over(isinstance(exc, asyncio.CancelledError))
             raise
         if event is None:
-            await self._over(False)
+            self._over(False)
             raise StopAsyncIteration
         return event
+
+    def ready(self) -> RawEvent | None:
+        """The next event when it needs no wait (`ReadyEvents`): what a step decided beyond the
+        event it returned, or the start's (the request body made, `PromptStarted`); else None."""
+        pending = self._pending
+        if pending:
+            return pending.pop(0)
+        if self._state != _START:
+            return None
+        try:
+            return self._start()  # None: the stream ended at once; `__anext__` says so
+        except BaseException:
+            self._over(False)
+            raise
 
     async def aclose(self) -> None:
         """Its owner is done with it: what it holds is released (once; nothing if never started)."""
         if self._state == _START:
             self._state = _OVER
             return
-        await self._over(True)
+        self._over(True)
 
     def _hand(self, events: list[RawEvent]) -> RawEvent | None:
         """The last events of the stream: the first now, the rest at the next steps."""
@@ -301,8 +316,8 @@ class Relay:
         ending += decoder.end()
         return self._hand(ending)
 
-    async def _over(self, cancelled: bool) -> None:
-        """Release, once, on every path: the clocks, the upstream connection (closing it is how
+    def _over(self, cancelled: bool) -> None:
+        """Release, once, on every path (nothing in it waits: a plain call, no coroutine): the clocks, the upstream connection (closing it is how
         an upstream learns to stop), the replica's count and pinned slot, then the instance's part."""
         if self._state == _OVER:
             return

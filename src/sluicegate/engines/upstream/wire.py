@@ -76,15 +76,15 @@ class SSEReader:
             if len(rest) == 1:  # one frame of one line, a paced token's read
                 if line.startswith(b"data: ") and not line.partition(b"\r")[1]:
                     return [(None, line[6:])]
-                parts: list[bytes] = []
-            elif chunk.find(b"\r") < 0:
-                parts = chunk[:-2].split(b"\n\n")
-            else:
-                parts = []
-            if parts and chunk.count(b"\n") == 2 * len(parts):  # no line break inside any frame
+            elif not chunk.partition(b"\r")[1]:
+                # Several: split once at every line break, each frame a `data: ` line and a
+                # blank one (`a\n\nb\n\n` → a, "", b, "", ""). One pass over the read, where
+                # splitting at blank lines and then counting line breaks made two.
+                lines = chunk.split(b"\n")
                 whole: list[tuple[str | None, bytes]] = []
-                for part in parts:
-                    if part[:6] != b"data: ":
+                for i in range(0, len(lines) - 1, 2):
+                    part = lines[i]
+                    if part[:6] != b"data: " or lines[i + 1]:
                         break
                     whole.append((None, part[6:]))
                 else:
@@ -208,6 +208,10 @@ class _PlainChunks:
     def text(self, data: bytes) -> str | None:
         """The text of a chunk that carries nothing but one content delta, else None."""
         head, tail, content_at = self._head, self._tail, self._content_at
+        if not head and (role := self._role(data)) is not None:
+            # A stream's first chunk is its role chunk: looked for first, not after a search
+            # for a token's content that it does not have (~1.5 k instructions a stream).
+            return role
         # (a slice compared, not `startswith` at an offset: compiled, only the one-argument
         # form is native; the other parses an argument tuple, ~1 k instructions a token)
         if not (
@@ -217,7 +221,7 @@ class _PlainChunks:
                 return None  # the stream's head, then no content: its finish or usage, say
             head, found, _ = data.partition(content_at)  # (`partition`: see `_plain_head`)
             if not found or not head:
-                return self._role(data)
+                return self._role(data) if self._head else None  # (no head: tried above)
             if not _plain_head(head):
                 return None
             self._head = head
@@ -347,15 +351,15 @@ class ChunkDecoder(StreamEnding):
     def frame(self, event: str | None, data: bytes) -> list[RawEvent]:
         if self.over:
             return []
+        if data == b"[DONE]":  # first: matched as a token's chunk, it was looked for as a role chunk too
+            self.done = True
+            return self._tail()
         if event is None and (text := self._plain.text(data)) is not None:
             if not text:
                 return []
             if self._content is not None:
                 return self._content.feed(text, None)
             return [TextDelta(_MESSAGE, text)]
-        if data == b"[DONE]":
-            self.done = True
-            return self._tail()
         if event is None:  # the stream's last chunks in vLLM's shape, read as its tokens are
             plain = self._plain
             finish = plain.finish(data)
