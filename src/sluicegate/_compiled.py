@@ -103,6 +103,7 @@ COMPILED: tuple[str, ...] = (
     "sluicegate.engines.upstream.engine",
     "sluicegate.engines.upstream.request_body",  # the upstream's body, field by field, per start
     "sluicegate.engines.upstream.relay",
+    "sluicegate.engines.carrier",  # the relay's `carrier.carry` per carried read: a native call
     "sluicegate.engines.upstream.sending",  # the replicas asked in turn: between relay and pool
     "sluicegate.turn.pipeline",
     "sluicegate.transport.answer_first",

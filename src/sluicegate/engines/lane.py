@@ -6,11 +6,11 @@ queued for the client. For the middle of a stream — text and tool-call deltas,
 task wake-up costs several times what the work itself does (bench/README.md, "Round eight").
 So a turn that qualifies (a plain stream: no tool loop, no tracing) offers its generation a
 `Lane` (`Generation.read_through`); an engine that relays reads (`ReadsThrough`: the upstream
-engines) takes it, and the turn fills in `deliver` once its transport runs: the stream core's
-second driver (`TurnPipeline.carry`, turn/pipeline.py), which pushes the read through the same
-steps the task would take and hands the frames to the transport.
+engines) takes it, and the turn fills in its `carrier` once its transport runs: the stream
+core's second driver (`TurnPipeline.carry`, turn/pipeline.py), which pushes the read through the
+same steps the task would take and hands the frames to the transport.
 
-`deliver(batch, task, now)` takes a read's raw events and returns True when it carried them,
+`carrier.carry(batch, task, now)` takes a read's raw events and returns True when it carried them,
 or False, having changed nothing, when they must take the usual path: an event it does not
 carry (the end, a failure, progress), a transport that is behind, or a waiting task that is not
 the stream's own (`task`: the one waiting for the read). The engine then hands the same events
@@ -22,25 +22,13 @@ gateway "Round sixteen").
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
-from typing import ClassVar, Protocol, TypeAlias, runtime_checkable
+from collections.abc import AsyncIterator
+from typing import ClassVar, Protocol, runtime_checkable
 
 from sluicegate.core.events import RawEvent
 from sluicegate.core.request import ChatRequest
-
-Deliver: TypeAlias = Callable[[list[RawEvent], "asyncio.Task[object] | None", float], bool]
-
-
-class Lane:
-    """What a turn gives its engine: `deliver` once the stream's transport has started (None
-    until then, and again once it stopped)."""
-
-    __slots__ = ("deliver",)
-
-    def __init__(self) -> None:
-        self.deliver: Deliver | None = None
+from sluicegate.engines.carrier import Lane as Lane  # the lane itself: compiled, defined there
 
 
 class Held(Protocol):

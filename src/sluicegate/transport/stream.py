@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol, cast
 
+from mypy_extensions import mypyc_attr
 from starlette.types import Receive, Send
 
 from sluicegate.core.alarms import Alarm, alarm_at
@@ -195,25 +196,25 @@ class StreamOutcome:
         self.client_gone = client_gone
 
 
-class Emitter(Protocol):
+@mypyc_attr(allow_interpreted_subclasses=True)  # the tests' fakes derive from it too
+class Emitter:
     """How a stream's fast lane (engines/lane.py) hands frames to this transport without the
-    task that streams it (`producer`), behind everything that task has sent."""
+    task that streams it (`producer`), behind everything that task has sent. A base class, not
+    a protocol: compiled, the lane's reads of `producer` and `ready` and its `emit` per read are
+    native, not generic (bench/README.md, gateway "Round sixteen", "the carry's calls")."""
 
-    @property
-    def producer(self) -> asyncio.Task[object]:
-        """The task whose frames these go between: the lane carries reads only while it waits."""
-        ...
+    __slots__ = ("producer", "ready")
 
-    @property
-    def ready(self) -> bool:
-        """Whether frames may be handed over now; else the producer's path must take them (it
-        waits for the client)."""
-        ...
+    # The task whose frames these go between: the lane carries reads only while it waits.
+    producer: asyncio.Task[object]
+    # Whether frames may be handed over now; else the producer's path must take them (it waits
+    # for the client).
+    ready: bool
 
     def emit(self, frames: list[Frame], now: float) -> None:
-        """Write a lane's frames; `now`: the loop's time the read came in (`Lane.deliver`'s),
+        """Write a lane's frames; `now`: the loop's time the read came in (`Carrier.carry`'s),
         the stream's last write for its heartbeat."""
-        ...
+        raise NotImplementedError
 
 
 class LaneBinding(Protocol):
@@ -249,7 +250,7 @@ def stream_chunks(
     return stream.run(chunks, framing.frames, lane, send, (status, framing.headers, headers))
 
 
-class _Stream:
+class _Stream(Emitter):
     """One stream (see the module's docstring): the request's own task runs it; what it shares
     with the heartbeat timer, the sink's disconnect call and a fast lane lives here (a slotted
     object, not closures: a stream holds it for its whole life). It is the lane's `Emitter`."""
@@ -264,8 +265,6 @@ class _Stream:
         "limit",
         "line",
         "loop",
-        "producer",
-        "ready",
         "sending",
         "sink",
         "task",
@@ -273,7 +272,6 @@ class _Stream:
     )
 
     task: asyncio.Task[object]  # the request's: set when `run` starts in it
-    producer: asyncio.Task[object]  # (the `Emitter`'s: plain attributes, read per fast-lane read)
     loop: asyncio.AbstractEventLoop
     last_sent: float
 

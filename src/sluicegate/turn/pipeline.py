@@ -29,7 +29,7 @@ from sluicegate.core.frames import Frame
 from sluicegate.core.segmenter import Reads
 from sluicegate.core.tasks import task_of
 from sluicegate.dialects.base import Encoder
-from sluicegate.engines.lane import Lane
+from sluicegate.engines.carrier import Carrier, Lane
 from sluicegate.observe.metrics import METRICS
 from sluicegate.observe.requests import EventTap
 from sluicegate.observe.series import Value
@@ -48,7 +48,7 @@ _LANE_READS: Final = METRICS.cell(LANE_READS)
 Persist = Callable[[str | None, list[Frame]], Awaitable[None]]
 
 
-class TurnPipeline:
+class TurnPipeline(Carrier):
     __slots__ = (
         "_emitter",
         "_lane",
@@ -165,10 +165,10 @@ class TurnPipeline:
         self._emitter = emitter
         lane = self._lane
         if lane is not None:
-            lane.deliver = self.carry if emitter is not None else None
+            lane.carrier = self if emitter is not None else None
 
     def carry(self, batch: list[RawEvent], task: asyncio.Task[object] | None, now: float) -> bool:
-        """The fast lane's driver (`Lane.deliver`): a read pushed through the core in the
+        """The fast lane's driver (`Lane.carrier`): a read pushed through the core in the
         upstream connection's callback, its frames handed to the transport; False, with
         nothing changed, when the task must take it — a read with anything but deltas and
         usage (the end, a failure, progress), a transport that is behind, a wait that is not

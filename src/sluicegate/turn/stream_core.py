@@ -68,7 +68,7 @@ class StreamCore:
 
     def push_read(self, events: list[RawEvent], now: float) -> list[Frame]:
         """`push(RawBatch(events))` for the fast lane's read, without the batch object; `now`:
-        the loop's time the read came in (`Lane.deliver`'s)."""
+        the loop's time the read came in (`Carrier.carry`'s)."""
         cell = self.deltas
         if cell is not None:
             _count_deltas(cell, events)

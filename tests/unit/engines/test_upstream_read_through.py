@@ -24,6 +24,7 @@ from sluicegate.engines.upstream.engine import OpenAIUpstreamEngine
 from sluicegate.engines.upstream.http import _Connection
 from sluicegate.engines.upstream.relay import Relay
 from sluicegate.observe.metrics import METRICS
+from sluicegate.transport.stream import Emitter
 from sluicegate.turn.pipeline import LANE_READS, TurnPipeline
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
@@ -67,21 +68,14 @@ class Paced:
             writer.close()
 
 
-class Wire:
+class Wire(Emitter):
     """The transport as the lane sees it; the task's frames go here too, in order."""
 
     def __init__(self, producer: asyncio.Task[object], progress: asyncio.Event) -> None:
-        self._producer = producer
+        self.producer = producer
+        self.ready = True
         self.progress = progress
         self.frames: list[Frame] = []
-
-    @property
-    def producer(self) -> asyncio.Task[object]:
-        return self._producer
-
-    @property
-    def ready(self) -> bool:
-        return True
 
     def emit(self, frames: list[Frame], now: float = 0.0) -> None:
         self.frames += frames

@@ -33,6 +33,7 @@ from sluicegate.dialects.base import Encoder
 from sluicegate.dialects.chat_completions.encoder import ChatCompletionsEncoder
 from sluicegate.engines.lane import Lane
 from sluicegate.observe.metrics import METRICS
+from sluicegate.transport.stream import Emitter
 from sluicegate.turn.pipeline import LANE_READS, TurnPipeline
 
 DELTAS = METRICS.key("sluicegate_engine_deltas_total", model="stream-core-test")
@@ -50,23 +51,15 @@ READS: list[list[RawEvent]] = [
 N_DELTAS = sum(type(e) in (TextDelta, ToolCallDelta) for read in READS for e in read)
 
 
-class Wire:
+class Wire(Emitter):
     """The transport as the lane sees it (`transport.stream.Emitter`); the task's frames are
     appended here too, so `frames` is everything in the order the client gets it."""
 
     def __init__(self, producer: asyncio.Task[object]) -> None:
-        self._producer = producer
+        self.producer = producer
+        self.ready = True
         self.frames: list[Frame] = []
         self.emitted = 0
-        self.held = False
-
-    @property
-    def producer(self) -> asyncio.Task[object]:
-        return self._producer
-
-    @property
-    def ready(self) -> bool:
-        return not self.held
 
     def emit(self, frames: list[Frame], now: float = 0.0) -> None:
         self.emitted += 1
@@ -95,8 +88,12 @@ async def run(
 
     async def engine() -> AsyncIterator[RawEvent]:
         for i, read in enumerate(READS):
-            deliver = lane.deliver if lane is not None else None
-            if i in carried and deliver is not None and deliver(list(read), asyncio.current_task(), 0.0):
+            carrier = lane.carrier if lane is not None else None
+            if (
+                i in carried
+                and carrier is not None
+                and carrier.carry(list(read), asyncio.current_task(), 0.0)
+            ):
                 how.append("lane")
                 continue
             how.append("task")
@@ -117,7 +114,7 @@ async def run(
     async for frames in pipeline.frames():
         wire.frames += frames
     pipeline.bind(None)
-    assert lane is None or lane.deliver is None
+    assert lane is None or lane.carrier is None
     return [f.data for f in wire.frames], wire, how
 
 
@@ -144,20 +141,21 @@ async def test_the_lane_refuses_what_the_task_must_take() -> None:
     lane = Lane()
 
     async def engine() -> AsyncIterator[RawEvent]:
-        deliver = lane.deliver
-        assert deliver is not None
+        carrier = lane.carrier
+        assert carrier is not None
+        carry = carrier.carry
         text = [TextDelta(ItemKind.MESSAGE, "a")]
         # Anything that is not a delta or usage: the end, a failure, progress.
-        assert not deliver([*text, Finished(FinishReason.STOP)], task, 0.0)
-        assert not deliver([Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))], task, 0.0)
-        assert not deliver([PromptProgress(0.5)], task, 0.0)
+        assert not carry([*text, Finished(FinishReason.STOP)], task, 0.0)
+        assert not carry([Failed(ErrorInfo(ErrorKind.UPSTREAM, "x"))], task, 0.0)
+        assert not carry([PromptProgress(0.5)], task, 0.0)
         # A wait that is not the stream's own task (the answer-first wait), a transport behind.
-        assert not deliver(text, None, 0.0)
-        wire.held = True
-        assert not deliver(text, task, 0.0)
-        wire.held = False
+        assert not carry(text, None, 0.0)
+        wire.ready = False
+        assert not carry(text, task, 0.0)
+        wire.ready = True
         assert wire.emitted == 0
-        assert deliver(text, task, 0.0)
+        assert carry(text, task, 0.0)
         assert wire.emitted == 1
         yield TextDelta(ItemKind.MESSAGE, "b")
 

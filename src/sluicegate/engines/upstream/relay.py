@@ -164,7 +164,7 @@ class Relay(ReadyEvents):
                     if (
                         through is None
                         and lane is not None
-                        and lane.deliver is not None
+                        and lane.carrier is not None
                         and not self._prompting
                     ):
                         through = self._through = ReadThrough(lane, self._reader, decoder, clocks)
@@ -371,12 +371,12 @@ class ReadThrough:
             now = self.clocks.alive()
             if not batch:
                 return True
-            deliver = self.lane.deliver
+            carrier = self.lane.carrier
             if (
-                deliver is not None
+                carrier is not None
                 and not self.decoder.over
                 and self.clocks.expired is None
-                and deliver(batch, self.clocks.waiter, now)
+                and carrier.carry(batch, self.clocks.waiter, now)
             ):
                 return True
         except Exception:  # a bug in a callback of the event loop: end the stream, not the process
