@@ -317,8 +317,9 @@ class Relay(ReadyEvents):
         return self._hand(ending)
 
     def _over(self, cancelled: bool) -> None:
-        """Release, once, on every path (nothing in it waits: a plain call, no coroutine): the clocks, the upstream connection (closing it is how
-        an upstream learns to stop), the replica's count and pinned slot, then the instance's part."""
+        """Release, once, on every path: the clocks, the upstream connection (closing it is how an
+        upstream learns to stop), the replica's count and pinned slot, then the instance's part.
+        Nothing in it waits: a plain call, not a coroutine."""
         if self._state == _OVER:
             return
         self._state = _OVER
